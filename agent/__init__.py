@@ -1,0 +1,1 @@
+"""The agent: command line, sessions, reports."""

@@ -1,0 +1,294 @@
+"""The `gpudiag` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpudiag.agent.config import load_settings
+from gpudiag.agent.environment import describe_environment
+from gpudiag.agent.errors import UsageError
+from gpudiag.agent.render import render_markdown, render_text
+from gpudiag.agent.report import (
+    build_report,
+    check_writable,
+    default_report_name,
+    load_report,
+    schema_text,
+    tool_version,
+    write_report,
+)
+from gpudiag.agent.session import Session, SessionOptions, SessionResult
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.probes.base import Target
+from gpudiag.probes.stacks import StackProbe
+
+EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+
+DESCRIPTION = """\
+gpudiag tells you why your PyTorch job is slow and what to change.
+
+It samples the job (Python stacks with py-spy, threads and DataLoader workers from /proc,
+host CPU, I/O and memory pressure), works out where the training loop's wall time goes,
+and reports ranked findings: the cause, the evidence, the fix with concrete values and
+the expected speed-up.
+
+Start with `gpudiag demo`. Exit codes: 0 ok; 2 bad input or a failure of gpudiag itself;
+`run` passes the job's own exit code through when the job ends while profiled;
+130 when interrupted before the job ended."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
+    return v
+
+
+def _rate(value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected samples per second, got {value!r}") from None
+    if not 1 <= v <= 1000:
+        raise argparse.ArgumentTypeError(f"must be 1..1000 Hz, got {v}")
+    return v
+
+
+def _profiling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=_positive, metavar="SECONDS",
+                   help="stop profiling after this many seconds (the job keeps running)")
+    p.add_argument("--out", metavar="FILE",
+                   help="report file (default: ./gpudiag-<pid>-<time>.json)")
+    p.add_argument("--rate", type=_rate, default=100, metavar="HZ",
+                   help="py-spy stack sampling rate (default: 100)")
+    p.add_argument("--window", type=_positive, default=3.0, metavar="SECONDS",
+                   help="py-spy sampling window; stacks arrive once per window (default: 3)")
+    p.add_argument("--nonblocking", action="store_true",
+                   help="do not pause the job while reading its stacks (lower overhead, "
+                        "more partial stacks; see README)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML file with [thresholds] and [[rules]] (default: "
+                        "[tool.gpudiag] of ./pyproject.toml)")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
+                   help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="summary printed at the end (default: text)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = _Parser(prog="gpudiag", description=DESCRIPTION,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gpudiag {tool_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("run", help="launch a job and profile it until it exits",
+                       description="Launch CMD, profile it until it exits (its exit code is "
+                                   "passed through) or until --duration passes (the job then "
+                                   "keeps running), write the report, print a summary.",
+                       usage="gpudiag run [options] -- CMD [ARGS...]")
+    _profiling_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+
+    p = sub.add_parser("attach", help="profile a running job by PID",
+                       description="Profile a running Python job without restarting it, "
+                                   "until Ctrl-C, the job's exit, or --duration.")
+    p.add_argument("pid", help="process id of the job's Python process")
+    _profiling_options(p)
+
+    p = sub.add_parser("report", help="render a saved report",
+                       description="Render a saved report as text, markdown or JSON.")
+    p.add_argument("file", help="a report written by gpudiag run/attach")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+
+    sub.add_parser("schema", help="print the report's JSON Schema",
+                   description="Print the JSON Schema every report validates against.")
+
+    sub.add_parser("thresholds", help="list the thresholds and their defaults",
+                   description="List every threshold findings test against, its default "
+                               "and meaning. Override with --set NAME=VALUE or a config file.")
+
+    p = sub.add_parser("demo", help="profile a built-in training job with a planted bottleneck",
+                       description="Run a small PyTorch training job whose input pipeline is "
+                                   "starved (num_workers=0, CPU-heavy transform), profile it "
+                                   "and show the diagnosis. Needs PyTorch; no GPU needed.")
+    p.add_argument("--duration", type=_positive, default=15.0, metavar="SECONDS",
+                   help="how long to profile (default: 15)")
+    p.add_argument("--out", metavar="FILE", help="report file (default: ./gpudiag-demo.json)")
+    return parser
+
+
+# ---- commands ---------------------------------------------------------------------------
+def _options(args: argparse.Namespace) -> SessionOptions:
+    return SessionOptions(duration_s=args.duration, rate_hz=args.rate, window_s=args.window,
+                          nonblocking=args.nonblocking, progress=not args.quiet)
+
+
+def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
+            pid: int, out: str, settings_source: str | None, thresholds: Thresholds) -> dict:
+    doc = build_report(analysis=result.analysis, mode=mode, command=command, pid=pid,
+                       start=result.start, end=result.end, end_reason=result.end_reason,
+                       exit_code=result.exit_code, environment=describe_environment(pid),
+                       probes=result.probes, errors=result.errors, thresholds=thresholds,
+                       settings_source=settings_source)
+    path = write_report(doc, out)
+    fmt = getattr(args, "format", "text")
+    if fmt == "json":
+        print(json.dumps(doc, indent=2))
+    elif fmt == "markdown":
+        print(render_markdown(doc))
+    else:
+        print(render_text(doc, verbose=False))
+    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})")
+    return doc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Launch the job, profile it, write the report; pass the job's exit code through."""
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
+    settings = load_settings(args.config, args.overrides)
+    if args.out:
+        check_writable(args.out)
+    try:
+        popen = subprocess.Popen(command)
+    except FileNotFoundError:
+        raise UsageError(f"cannot start {command[0]!r}: command not found") from None
+    except PermissionError:
+        raise UsageError(f"cannot start {command[0]!r}: permission denied") from None
+    except OSError as exc:
+        raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
+    out = args.out or default_report_name(popen.pid, time.time())
+    session = Session(Target(popen.pid), settings, _options(args), popen=popen)
+    if not args.quiet:
+        session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
+                    + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
+    result = session.run()
+    _finish(result, args, "run", command, popen.pid, out, settings.source, settings.thresholds)
+    if result.end_reason == "duration_reached":
+        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running",
+              file=sys.stderr)
+        return EXIT_OK
+    if result.exit_code is not None:
+        return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
+    return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
+
+
+def parse_pid(text: str) -> int:
+    """A pid from the command line, or UsageError."""
+    try:
+        pid = int(text)
+    except ValueError:
+        raise UsageError(f"PID must be a number, got {text!r}") from None
+    if pid <= 0:
+        raise UsageError(f"PID must be positive, got {pid}")
+    if not os.path.exists(f"/proc/{pid}"):
+        raise UsageError(f"no process with pid {pid}")
+    if pid == os.getpid():
+        raise UsageError("cannot attach to gpudiag itself")
+    return pid
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    """Profile a running job; exit 2 when it cannot be read at all."""
+    pid = parse_pid(args.pid)
+    settings = load_settings(args.config, args.overrides)
+    if args.out:
+        check_writable(args.out)
+    opts = _options(args)
+    session = Session(Target(pid), settings, opts)
+    stacks = next(p for p in session.probes if isinstance(p, StackProbe))
+    stacks.startup_timeout_s = 0.0
+    status = session.open_probe(stacks)
+    if not status.available:
+        for p in session.probes:
+            if p is not stacks:
+                p.close()
+        hint = f" ({status.hint})" if status.hint else ""
+        raise UsageError(f"cannot attach: {status.reason}{hint}")
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = [c.decode(errors="replace") for c in command if c]
+    except OSError:
+        cmdline = []
+    out = args.out or default_report_name(pid, time.time())
+    if not args.quiet:
+        session.log(f"attached to pid {pid} ({' '.join(cmdline)})"
+                    + (f" for {args.duration:.0f} s" if args.duration else
+                       "; Ctrl-C stops and writes the report"))
+    result = session.run(preopened={stacks.name: status})
+    _finish(result, args, "attach", cmdline, pid, out, settings.source, settings.thresholds)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Render a saved report."""
+    doc = load_report(args.file)
+    if args.format == "json":
+        print(json.dumps(doc, indent=2))
+    elif args.format == "markdown":
+        print(render_markdown(doc), end="")
+    else:
+        print(render_text(doc))
+    return EXIT_OK
+
+
+def cmd_thresholds(args: argparse.Namespace) -> int:
+    """Print each threshold, its default and its meaning."""
+    defaults = Thresholds().to_dict()
+    for name, doc in Thresholds.names().items():
+        print(f"{name} = {defaults[name]}\n    {doc}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `gpudiag` console script."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        if args.command == "schema":
+            print(schema_text(), end="")
+            return EXIT_OK
+        if args.command == "demo":
+            from gpudiag.agent.demo import cmd_demo
+
+            return cmd_demo(args)
+        handler = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report,
+                   "thresholds": cmd_thresholds}[args.command]
+        return handler(args)
+    except UsageError as exc:
+        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("gpudiag: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""User settings: thresholds and frame rules from pyproject.toml or a TOML file."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudiag.agent.errors import UsageError
+from gpudiag.analyzers.rules import Rule, rules_from_config
+from gpudiag.analyzers.thresholds import Thresholds
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run is analysed with, and where it came from."""
+
+    thresholds: Thresholds
+    rules: tuple[Rule, ...]
+    source: str | None
+
+
+def _section(path: Path, whole_file: bool) -> dict:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config {path} is not valid TOML: {exc}") from None
+    if whole_file and "tool" not in data:
+        return data
+    return data.get("tool", {}).get("gpudiag", {})
+
+
+def load_settings(config: str | None, overrides: list[str] | None = None,
+                  cwd: Path | None = None) -> Settings:
+    """Read `--config FILE` (or ./pyproject.toml's [tool.gpudiag]) and `--set name=value`s.
+
+    The file may hold `[thresholds]` (name = value) and `[[rules]]` tables (category, and one
+    or more of function, file, code), at top level or under [tool.gpudiag].
+    """
+    section: dict = {}
+    source = None
+    if config:
+        path = Path(config)
+        if not path.is_file():
+            raise UsageError(f"config file not found: {config}")
+        section, source = _section(path, whole_file=True), str(path)
+    else:
+        pp = (cwd or Path.cwd()) / "pyproject.toml"
+        if pp.is_file():
+            try:
+                section = _section(pp, whole_file=False)
+                source = f"{pp} [tool.gpudiag]" if section else None
+            except UsageError:
+                section = {}
+    th_over: dict[str, object] = dict(section.get("thresholds", {}) or {})
+    for item in overrides or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set needs name=value, got {item!r}")
+        th_over[name.strip()] = value.strip()
+    try:
+        thresholds = Thresholds().with_overrides(th_over)
+        rules = rules_from_config(list(section.get("rules", []) or []))
+    except ValueError as exc:
+        raise UsageError(f"{source or 'settings'}: {exc}") from None
+    return Settings(thresholds, rules, source)

@@ -1,0 +1,147 @@
+"""Render a report document as plain text (terminal) or markdown (tickets, PRs)."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.results import CATEGORIES
+
+LABELS = {
+    "data_wait": "waiting for data (CPU)", "storage_io": "waiting on storage",
+    "h2d_copy": "host-to-device copies", "forward": "forward", "backward": "backward",
+    "optimizer": "optimizer", "sync": "host-device sync", "checkpoint": "checkpoint saves",
+    "collective": "collectives", "gil_wait": "waiting for the GIL", "other": "other",
+}
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A number with its unit, human-sized."""
+    if value is None:
+        return "n/a"
+    if unit == "ratio":
+        return f"{value:.1%}"
+    if unit == "bytes":
+        for u, d in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if abs(value) >= d:
+                return f"{value / d:.1f} {u}"
+        return f"{value:.0f} B"
+    if unit == "bytes/s":
+        return f"{value / 1e6:.1f} MB/s"
+    if float(value).is_integer():
+        return f"{value:.0f} {unit}".strip()
+    return f"{value:.2f} {unit}".strip()
+
+
+def _evidence_line(e: dict) -> str:
+    line = f"{e['metric']} = {fmt_value(e.get('value'), e.get('unit', ''))}"
+    if e.get("threshold") is not None:
+        line += (f" ({e.get('comparison') or 'vs'} {e.get('setting') or 'threshold'} "
+                 f"{fmt_value(e['threshold'], e.get('unit', ''))})")
+    if e.get("source"):
+        line += f" [{e['source']}]"
+    return line
+
+
+def _header(doc: dict) -> list[str]:
+    run = doc["run"]
+    cmd = " ".join(run.get("command") or []) or "?"
+    who = f"pid {run['pid']}" if run.get("pid") is not None else "recording"
+    reason = run["end_reason"].replace("_", " ")
+    extra = f", job exit code {run['exit_code']}" if run.get("exit_code") is not None else ""
+    return [f"gpudiag {doc['tool']['version']} — {run['mode']} {who} ({cmd})",
+            f"profiled {run['duration_s']:.1f} s, ended: {reason}{extra}"]
+
+
+def _bar(share: float, width: int = 30) -> str:
+    n = int(round(share * width))
+    return "█" * n + "·" * (width - n)
+
+
+def render_text(doc: dict, verbose: bool = True) -> str:
+    """The terminal summary: breakdown, ranked findings with fixes, probe status."""
+    out = _header(doc)
+    bd = doc["breakdown"]
+    out.append("")
+    if bd["samples"]:
+        out.append(f"Where the training loop's time went ({bd['basis']}, {bd['samples']} "
+                   "samples):")
+        for c in CATEGORIES:
+            s = bd["shares"].get(c, 0.0)
+            if s >= 0.005:
+                out.append(f"  {LABELS[c]:<24} {s:6.1%}  {_bar(s)}")
+    else:
+        out.append("No stack samples of the training loop: no time breakdown "
+                   "(see probes below).")
+    out.append("")
+    findings = doc["findings"]
+    if not findings:
+        need = doc.get("thresholds", {}).get("min_loop_samples", 0)
+        if bd["samples"] < need:
+            out.append(f"No diagnosis: {bd['samples']} loop samples, {need:.0f} needed "
+                       "(profile longer with --duration).")
+        else:
+            out.append("No bottleneck found: no finding crossed its threshold.")
+    else:
+        out.append(f"Findings ({len(findings)}, largest impact first):")
+    for i, f in enumerate(findings, 1):
+        out.append(f" {i}. [{f['severity']}] {f['id']} {f['title']}")
+        out.append(f"    impact {f['impact']:.0%} of wall time · expected speed-up "
+                   f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}")
+        out.append(f"    {f['message']}")
+        if f.get("location"):
+            out.append(f"    at {f['location']}")
+        out.append(f"    Fix: {f['recommendation']['summary']}")
+        for a in f["recommendation"]["actions"]:
+            out.append(f"      - {a}")
+        if verbose:
+            out.append("    Evidence:")
+            for e in f["evidence"]:
+                out.append(f"      · {_evidence_line(e)}")
+    out.append("")
+    probes = [f"{p['name']} " + ("ok" if p["available"] and not p.get("reason") else
+                                 ("degraded" if p["available"] else "unavailable"))
+              for p in doc["probes"]]
+    out.append("Probes: " + " · ".join(probes))
+    for p in doc["probes"]:
+        if p.get("reason"):
+            out.append(f"  {p['name']}: {p['reason']}" + (f" — fix: {p['hint']}"
+                                                            if p.get("hint") else ""))
+    for e in doc["errors"]:
+        out.append(f"  error [{e['source']}]: {e['message']}")
+    return "\n".join(out)
+
+
+def render_markdown(doc: dict) -> str:
+    """A markdown summary to paste into a ticket or pull request."""
+    head = _header(doc)
+    out = [f"### {head[0]}", "", head[1], ""]
+    bd = doc["breakdown"]
+    if bd["samples"]:
+        out += ["| where the time went | share |", "|---|---:|"]
+        for c in CATEGORIES:
+            s = bd["shares"].get(c, 0.0)
+            if s >= 0.005:
+                out.append(f"| {LABELS[c]} | {s:.1%} |")
+        out.append("")
+    if doc["findings"]:
+        out += ["| # | id | severity | finding | impact | speed-up |",
+                "|---|---|---|---|---:|---:|"]
+        for i, f in enumerate(doc["findings"], 1):
+            out.append(f"| {i} | {f['id']} | {f['severity']} | {f['title']} | "
+                       f"{f['impact']:.0%} | ×{f['expected_speedup']:.2f} |")
+        out.append("")
+        for f in doc["findings"]:
+            out += [f"**{f['id']}** — {f['message']}", ""]
+            if f.get("location"):
+                out += [f"Location: `{f['location']}`", ""]
+            out.append(f"Fix: {f['recommendation']['summary']}")
+            out += [f"- `{a}`" if a.startswith("DataLoader(") else f"- {a}"
+                    for a in f["recommendation"]["actions"]]
+            out.append("")
+            out.append("Evidence: " + "; ".join(_evidence_line(e) for e in f["evidence"]))
+            out.append("")
+    else:
+        out += ["No finding crossed its threshold.", ""]
+    missing = [p for p in doc["probes"] if not p["available"]]
+    if missing:
+        out.append("Probes unavailable: " + "; ".join(f"{p['name']} ({p['reason']})"
+                                                       for p in missing))
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,146 @@
+"""Reports: build the versioned JSON document, validate it, write it atomically, load it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+
+from gpudiag.agent.errors import UsageError
+from gpudiag.analyzers import Analysis
+from gpudiag.analyzers.metrics import METRIC_UNITS
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.probes.base import ProbeStatus
+
+SCHEMA_VERSION = "1.0"
+
+
+def tool_version() -> str:
+    """gpudiag's installed version."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpudiag")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def schema_text() -> str:
+    """The report's JSON Schema, as shipped in the package."""
+    return resources.files("gpudiag.agent").joinpath("report.schema.json").read_text()
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The report's JSON Schema as a dict."""
+    return json.loads(schema_text())
+
+
+def iso(t: float | None) -> str | None:
+    """ISO 8601 UTC text for a Unix time."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+
+def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pid: int | None,
+                 start: float, end: float | None, end_reason: str, exit_code: int | None,
+                 environment: dict, probes: list[ProbeStatus], errors: list[dict],
+                 thresholds: Thresholds, settings_source: str | None = None) -> dict:
+    """Assemble a report document from an analysis and what the session knows."""
+    metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gpudiag", "version": tool_version()},
+        "run": {"mode": mode, "command": command, "pid": pid, "start": iso(start),
+                "end": iso(end), "duration_s": round(max(0.0, (end or start) - start), 3),
+                "end_reason": end_reason, "exit_code": exit_code,
+                "settings_source": settings_source},
+        "environment": environment,
+        "probes": [p.to_dict() for p in probes],
+        "metrics": metrics,
+        "metric_units": {k: METRIC_UNITS.get(k, "") for k in metrics},
+        "breakdown": analysis.breakdown.to_dict(),
+        "findings": [f.to_dict() for f in analysis.findings],
+        "thresholds": thresholds.to_dict(),
+        "errors": errors,
+    }
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError when a document does not match the schema."""
+    jsonschema.validate(doc, schema())
+
+
+def write_report(doc: dict, path: str | os.PathLike) -> Path:
+    """Validate, then write atomically (temp file in the same folder, then rename)."""
+    validate(doc)
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target.resolve()
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Fail early, before profiling, when the report could not be written there."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError(f"--out {path} is a directory; give a file name")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write report: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write report: no permission to write in {folder}")
+
+
+def load_report(path: str) -> dict:
+    """Read and validate a saved report; UsageError with one readable line otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"report file not found: {path}")
+    if p.is_dir():
+        raise UsageError(f"{path} is a directory, not a report file")
+    try:
+        doc = json.loads(p.read_text())
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a gpudiag report (not text)") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not a gpudiag report (invalid JSON at line {exc.lineno}, "
+                         f"column {exc.colno})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise UsageError(f"{path} is not a gpudiag report (no schema_version)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(f"{path} has report schema {doc.get('schema_version')!r}; this gpudiag "
+                         f"reads {SCHEMA_VERSION!r}")
+    try:
+        validate(doc)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(x) for x in exc.absolute_path) or "(top level)"
+        raise UsageError(f"{path} is not a valid gpudiag report: at {where}: "
+                         f"{exc.message[:200]}") from None
+    return doc
+
+
+def default_report_name(pid: int | None, when: float) -> str:
+    """gpudiag-<pid>-<YYYYmmdd-HHMMSS>.json in the current folder."""
+    stamp = datetime.fromtimestamp(when).strftime("%Y%m%d-%H%M%S")
+    return f"gpudiag-{pid if pid is not None else 'run'}-{stamp}.json"

@@ -1,0 +1,244 @@
+"""A profiling session: open the probes on a target, sample until a stop condition, analyse.
+
+Each probe samples on its own thread at its own interval, so a slow probe never delays the
+others. Whatever ends the session (the job exits, --duration passes, Ctrl-C, SIGTERM, a probe
+failing), the collected samples are analysed and the report is written.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpudiag.agent.config import Settings
+from gpudiag.analyzers import Analysis, analyze
+from gpudiag.analyzers.timeline import Timeline
+from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
+from gpudiag.probes.host import HostProbe
+from gpudiag.probes.process import ProcessProbe
+from gpudiag.probes.stacks import StackProbe
+
+
+@dataclass
+class SessionOptions:
+    """How to sample: py-spy rate, window, blocking mode; and how long."""
+
+    duration_s: float | None = None
+    rate_hz: int = 100
+    window_s: float = 3.0
+    gil_rate_hz: int = 25
+    nonblocking: bool = False
+    progress: bool = True
+
+
+@dataclass
+class SessionResult:
+    """What a finished session collected."""
+
+    analysis: Analysis
+    probes: list[ProbeStatus]
+    errors: list[dict]
+    start: float
+    end: float
+    end_reason: str
+    exit_code: int | None
+    timeline: Timeline = field(repr=False, default_factory=Timeline)
+
+
+def default_probes(opts: SessionOptions) -> list[Probe]:
+    """The host-side probes every session runs."""
+    return [HostProbe(), ProcessProbe(),
+            StackProbe(rate_hz=opts.rate_hz, window_s=opts.window_s,
+                       gil_rate_hz=opts.gil_rate_hz, nonblocking=opts.nonblocking)]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class Session:
+    """Samples one target with a set of probes into a timeline."""
+
+    def __init__(self, target: Target, settings: Settings, opts: SessionOptions,
+                 probes: list[Probe] | None = None, popen: subprocess.Popen | None = None,
+                 sink: Callable[[list[Sample]], None] | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.target = target
+        self.settings = settings
+        self.opts = opts
+        self.probes = probes if probes is not None else default_probes(opts)
+        self.popen = popen
+        self.sink = sink
+        self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True))
+        self.timeline = Timeline()
+        self.statuses: dict[str, ProbeStatus] = {}
+        self.errors: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.exit_code: int | None = None
+
+    # ---- probes -------------------------------------------------------------------------
+    def open_probe(self, probe: Probe) -> ProbeStatus:
+        """Open one probe, turning an unexpected exception into an unavailable status."""
+        try:
+            status = probe.open(self.target)
+        except Exception as exc:  # a probe must never take the session down
+            status = ProbeStatus(probe.name, False, f"failed to start: {exc}")
+        self.statuses[probe.name] = status
+        return status
+
+    def _ingest(self, samples: list[Sample]) -> None:
+        if not samples:
+            return
+        with self._lock:
+            self.timeline.extend(samples)
+        if self.sink is not None:
+            self.sink(samples)
+
+    def _run_probe(self, probe: Probe) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self._ingest(probe.sample())
+            except Exception as exc:
+                self.error(probe.name, f"stopped sampling: {type(exc).__name__}: {exc}")
+                return
+            self._stop.wait(max(0.0, probe.interval_s - (time.monotonic() - t0)))
+
+    def start_probe(self, probe: Probe) -> None:
+        """Start a sampling thread for an opened, available probe."""
+        th = threading.Thread(target=self._run_probe, args=(probe,),
+                              name=f"gpudiag-{probe.name}", daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    def _open_and_start(self, probe: Probe) -> None:
+        if self.open_probe(probe).available and not self._stop.is_set():
+            self.start_probe(probe)
+
+    def error(self, source: str, message: str) -> None:
+        """Record an error; it goes into the report."""
+        from gpudiag.agent.report import iso
+
+        self.errors.append({"source": source, "message": message, "t": iso(time.time())})
+        self.log(f"{source}: {message}")
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def target_alive(self) -> bool:
+        """Whether the job still runs (for a launched job, reaps it and keeps its exit code)."""
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is not None:
+                self.exit_code = code
+                return False
+            return True
+        try:
+            with open(f"/proc/{self.target.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    def run(self, preopened: dict[str, ProbeStatus] | None = None) -> SessionResult:
+        """Sample until a stop condition; then close the probes and analyse."""
+        start = time.time()
+        self.statuses.update(preopened or {})
+        for probe in self.probes:
+            if probe.name in self.statuses:
+                if self.statuses[probe.name].available:
+                    self.start_probe(probe)
+            else:
+                th = threading.Thread(target=self._open_and_start, args=(probe,), daemon=True,
+                                      name=f"gpudiag-open-{probe.name}")
+                th.start()
+                self._threads.append(th)
+        reason = self._wait(start)
+        return self.finish(start, reason)
+
+    def _wait(self, start: float) -> str:
+        old_term = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum, frame):
+            raise _Interrupted()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_term)
+        next_progress = time.monotonic() + 5.0
+        try:
+            while True:
+                if not self.target_alive():
+                    return "target_exited"
+                elapsed = time.time() - start
+                if self.opts.duration_s is not None and elapsed >= self.opts.duration_s:
+                    return "duration_reached"
+                if self._stop.wait(0.2):
+                    return "stopped"
+                if self.opts.progress and time.monotonic() >= next_progress:
+                    next_progress += 5.0
+                    self.log(self.progress_line(elapsed))
+        except (KeyboardInterrupt, _Interrupted):
+            if self.popen is not None:
+                # the job got the same Ctrl-C; give it a moment to exit so its code is kept
+                try:
+                    self.exit_code = self.popen.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    pass
+            return "interrupted"
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, old_term)
+
+    def progress_line(self, elapsed: float) -> str:
+        """One status line: time so far and the evidence collected."""
+        with self._lock:
+            w = self.timeline.windows.get("all")
+            ticks = int(w.ticks) if w else 0
+        left = ""
+        if self.opts.duration_s is not None:
+            left = f" of {self.opts.duration_s:.0f} s"
+        return (f"profiling pid {self.target.pid}: {elapsed:.0f} s{left}, "
+                f"{ticks} stack samples so far (Ctrl-C stops and writes the report)")
+
+    def stop(self) -> None:
+        """Ask the session to end (from another thread)."""
+        self._stop.set()
+
+    def finish(self, start: float, reason: str) -> SessionResult:
+        """Close probes (flushing partial windows), analyse, and return the result."""
+        self._stop.set()
+        old_int = None
+        if threading.current_thread() is threading.main_thread():
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
+        try:
+            for probe in self.probes:
+                try:
+                    probe.close()
+                except Exception as exc:
+                    self.error(probe.name, f"failed to close: {exc}")
+            for th in self._threads:
+                th.join(timeout=20)
+            for probe in self.probes:
+                if self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available:
+                    try:
+                        self._ingest(probe.sample())
+                    except Exception:
+                        pass
+                last = getattr(probe, "last_error", None)
+                if last:
+                    self.error(probe.name, last)
+            end = time.time()
+            with self._lock:
+                analysis = analyze(self.timeline, self.settings.thresholds, self.settings.rules)
+            statuses = [self.statuses.get(p.name) or
+                        ProbeStatus(p.name, False, "not started (session ended first)")
+                        for p in self.probes]
+            return SessionResult(analysis, statuses, self.errors, start, end, reason,
+                                 self.exit_code, self.timeline)
+        finally:
+            if old_int is not None:
+                signal.signal(signal.SIGINT, old_int)

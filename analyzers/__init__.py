@@ -1,0 +1,51 @@
+"""Analyzers: pure functions from a timeline and thresholds to a time breakdown and findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpudiag.analyzers.checkpoint import checkpoint_findings
+from gpudiag.analyzers.gil import gil_findings
+from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
+from gpudiag.analyzers.metrics import host_metrics
+from gpudiag.analyzers.pipeline import data_findings, io_findings
+from gpudiag.analyzers.results import Breakdown, Finding
+from gpudiag.analyzers.rules import Classifier, Rule
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.timeline import Timeline
+
+__all__ = ["Analysis", "analyze", "Thresholds", "Timeline", "Rule", "Finding", "Breakdown"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The result of analysing a timeline."""
+
+    breakdown: Breakdown
+    findings: tuple[Finding, ...]
+    metrics: dict[str, float | None]
+    profile: LoopProfile
+
+
+def analyze(tl: Timeline, thresholds: Thresholds | None = None,
+            rules: tuple[Rule, ...] = ()) -> Analysis:
+    """Breakdown and findings (sorted by impact, largest first) for a timeline."""
+    th = thresholds or Thresholds()
+    clf = Classifier(rules)
+    profile = profile_loop(tl, clf)
+    metrics = host_metrics(tl)
+    metrics["stack_samples"] = profile.samples
+    if profile.thread is not None:
+        metrics["loop_thread_cpu"] = profile.loop_cpu
+        metrics["loop_thread_d_state"] = thread_series_mean(tl, "d_state", profile.thread.tid)
+    loader_d = None
+    if profile.loader is not None:
+        loader_d = metrics.get("worker_d_state_share") if profile.loader.source == "workers" \
+            else metrics.get("loop_thread_d_state")
+    findings: list[Finding] = []
+    findings += data_findings(profile, metrics, th)
+    findings += io_findings(profile, metrics, th, loader_d)
+    findings += gil_findings(profile, th)
+    findings += checkpoint_findings(tl, profile, clf, th)
+    findings.sort(key=lambda f: (-f.impact, f.id))
+    return Analysis(profile.breakdown, tuple(findings), metrics, profile)

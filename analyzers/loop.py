@@ -1,0 +1,196 @@
+"""Profile of the training loop: which thread drives it and where its wall time goes.
+
+This is the shared first step of every host-side analyzer: find the loop thread from its
+stacks, classify its samples with the frame rules, split the input-pipeline share into CPU
+work and storage reads, and estimate the time it waits for the GIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudiag.analyzers.results import CATEGORIES, Breakdown, Location
+from gpudiag.analyzers.rules import Classifier, parse_stack, user_location
+from gpudiag.analyzers.timeline import ThreadKey, Timeline
+
+BLOCKING = ("data_wait", "storage_io", "sync", "collective", "checkpoint")
+COMPUTE_LIKE = ("forward", "backward", "optimizer", "h2d_copy", "other")
+
+
+@dataclass(frozen=True)
+class StackCount:
+    """One stack of a thread, its innermost source line and how often it was sampled."""
+
+    stack: str
+    code: str
+    count: float
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """What the input pipeline's loaders did: DataLoader workers, or the loop thread itself."""
+
+    source: str                 # "workers" or "loop thread"
+    busy_samples: float         # loader samples not waiting on a queue
+    io_samples: float           # of those, in storage reads
+    io_fraction: float          # io / busy
+    top_stacks: tuple[StackCount, ...] = ()
+
+
+@dataclass(frozen=True)
+class GilStats:
+    """Who held the GIL (py-spy --gil samples) and the loop thread's estimated wait for it."""
+
+    ticks: float
+    loop_share: float
+    other_share: float
+    holders: tuple[tuple[str, float, str], ...]   # (thread, share of ticks, top function)
+    loop_off_cpu: float | None
+    loop_blocked: float
+    wait_share: float
+
+
+@dataclass(frozen=True)
+class LoopProfile:
+    """Everything the host-side analyzers need about the training loop."""
+
+    thread: ThreadKey | None
+    samples: float
+    category_counts: dict[str, float]
+    breakdown: Breakdown
+    stacks_by_category: dict[str, tuple[StackCount, ...]] = field(default_factory=dict)
+    loader: LoaderStats | None = None
+    gil: GilStats | None = None
+    loop_cpu: float | None = None
+    loop_runqueue: float | None = None
+
+    def share(self, category: str) -> float:
+        """The category's share in the final breakdown."""
+        return self.breakdown.get(category)
+
+
+def _thread_stacks(tl: Timeline, key: ThreadKey) -> list[StackCount]:
+    return [StackCount(s, c, n) for (s, c), n in tl.stacks.get(key, {}).items()]
+
+
+def find_loop_thread(tl: Timeline, clf: Classifier) -> ThreadKey | None:
+    """The target thread whose stacks are most often inside training-loop work."""
+    best: tuple[float, float, ThreadKey] | None = None
+    for key in tl.threads("all", "target"):
+        total = loop = 0.0
+        for (stack, code), n in tl.stacks[key].items():
+            total += n
+            if clf.category(stack, code) != "other":
+                loop += n
+        cand = (loop, 1.0 if key.thread == "MainThread" else 0.0, key)
+        if best is None or cand[:2] > best[:2]:
+            best = cand
+    return best[2] if best else None
+
+
+def thread_series_mean(tl: Timeline, name: str, tid: int) -> float | None:
+    """Mean of a per-thread procfs series of the target (cpu, runqueue_wait, d_state...)."""
+    rolls = tl.matching("process", name, scope="thread", tid=str(tid))
+    n = sum(r.count for _, r in rolls)
+    return sum(r.total for _, r in rolls) / n if n else None
+
+
+def _loader_stats(tl: Timeline, clf: Classifier, loop_stacks: list[StackCount],
+                  loop_key: ThreadKey) -> LoaderStats | None:
+    worker_stacks: list[StackCount] = []
+    for key in tl.threads("all", "worker"):
+        worker_stacks.extend(_thread_stacks(tl, key))
+    busy = [s for s in worker_stacks if not clf.is_waiting(s.stack, s.code)]
+    source = "workers"
+    if not busy:
+        busy = [s for s in loop_stacks if clf.category(s.stack, s.code) == "data_wait"
+                and not clf.is_waiting(s.stack, s.code)]
+        source = "loop thread"
+    busy_n = sum(s.count for s in busy)
+    if busy_n <= 0:
+        return None
+    io_n = sum(s.count for s in busy if clf.is_io(s.stack, s.code))
+    top = tuple(sorted(busy, key=lambda s: -s.count)[:10])
+    return LoaderStats(source, busy_n, io_n, io_n / busy_n, top)
+
+
+def _gil_stats(tl: Timeline, loop: ThreadKey, shares: dict[str, float],
+               loop_cpu: float | None, loop_rq: float | None) -> GilStats | None:
+    w = tl.windows.get("gil")
+    if not w or w.ticks <= 0:
+        return None
+    holders = []
+    loop_n = other_n = 0.0
+    for key in tl.threads("gil", "target"):
+        stacks = _thread_stacks(tl, key)
+        n = sum(s.count for s in stacks)
+        if key.tid == loop.tid:
+            loop_n += n
+            continue
+        other_n += n
+        top = max(stacks, key=lambda s: s.count) if stacks else None
+        where = ""
+        if top is not None:
+            fr = user_location(top.stack) or (parse_stack(top.stack) or (None,))[-1]
+            if fr is not None:
+                where = f"{fr.function} ({fr.file}:{fr.line})"
+        holders.append((key.thread or f"tid {key.tid}", min(1.0, n / w.ticks), where))
+    holders.sort(key=lambda h: -h[1])
+    other = min(1.0, other_n / w.ticks)
+    blocked = sum(shares.get(c, 0.0) for c in BLOCKING)
+    off = None if loop_cpu is None else max(0.0, 1.0 - loop_cpu - (loop_rq or 0.0))
+    wait = 0.0 if off is None else max(0.0, min(other, off - blocked))
+    return GilStats(w.ticks, min(1.0, loop_n / w.ticks), other, tuple(holders), off, blocked,
+                    wait)
+
+
+def profile_loop(tl: Timeline, clf: Classifier) -> LoopProfile:
+    """Find the loop thread and build its time breakdown from the timeline."""
+    key = find_loop_thread(tl, clf)
+    if key is None:
+        return LoopProfile(None, 0.0, {}, Breakdown.empty("no stack samples"))
+    stacks = _thread_stacks(tl, key)
+    counts: dict[str, float] = {}
+    by_cat: dict[str, list[StackCount]] = {}
+    for s in stacks:
+        cat = clf.category(s.stack, s.code)
+        counts[cat] = counts.get(cat, 0.0) + s.count
+        by_cat.setdefault(cat, []).append(s)
+    total = sum(counts.values())
+    if total <= 0:
+        return LoopProfile(key, 0.0, {}, Breakdown.empty("no stack samples"))
+    shares = {c: n / total for c, n in counts.items()}
+    loader = _loader_stats(tl, clf, stacks, key)
+    if loader is not None and shares.get("data_wait", 0.0) > 0:
+        moved = shares["data_wait"] * loader.io_fraction
+        shares["data_wait"] -= moved
+        shares["storage_io"] = shares.get("storage_io", 0.0) + moved
+    loop_cpu = thread_series_mean(tl, "cpu", key.tid)
+    loop_rq = thread_series_mean(tl, "runqueue_wait", key.tid)
+    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq)
+    if gil is not None and gil.wait_share > 0:
+        pool = sum(shares.get(c, 0.0) for c in COMPUTE_LIKE)
+        take = min(gil.wait_share, pool)
+        if pool > 0:
+            for c in COMPUTE_LIKE:
+                if c in shares:
+                    shares[c] -= shares[c] / pool * take
+            shares["gil_wait"] = take
+    shares = {c: max(0.0, shares.get(c, 0.0)) for c in CATEGORIES}
+    norm = sum(shares.values()) or 1.0
+    shares = {c: v / norm for c, v in shares.items()}
+    basis = (f"py-spy stack samples of the loop thread {key.thread or ''} (tid {key.tid})"
+             .replace("  ", " "))
+    top = {c: tuple(sorted(v, key=lambda s: -s.count)[:10]) for c, v in by_cat.items()}
+    return LoopProfile(key, total, counts, Breakdown(shares, basis, int(total),
+                                                     f"{key.thread} (tid {key.tid})"),
+                       top, loader, gil, loop_cpu, loop_rq)
+
+
+def location_of(stacks: tuple[StackCount, ...]) -> Location | None:
+    """The user-code frame of the most sampled stack that has one."""
+    for s in stacks:
+        fr = user_location(s.stack)
+        if fr is not None:
+            return Location(fr.file, fr.line, fr.function)
+    return None

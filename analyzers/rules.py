@@ -1,0 +1,211 @@
+"""Frame rules: which breakdown category a stack sample of the training loop belongs to.
+
+Rules are data. Each names a category and regular expressions on one frame: `function`
+(searched in "dotted.module.path.function", e.g. "torch.utils.data.dataloader.
+_BaseDataLoaderIter.__next__"), `file` (searched in the frame's file path) and `code`
+(searched in the source line the innermost frame is executing, e.g. `loss.item()`). All the
+expressions a rule gives must match. `code` is tested on the innermost frame only; the
+others on any frame. The first rule, in order, that matches a stack decides its category;
+user rules come before the built-in ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+_LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One parsed 'function (file:line)' frame."""
+
+    function: str
+    file: str
+    line: int
+
+    @property
+    def dotted(self) -> str:
+        """'pkg.module.function' built from the file path (best effort) and the function."""
+        path = self.file
+        for marker in ("/site-packages/", "/dist-packages/"):
+            if marker in path:
+                path = path.split(marker, 1)[1]
+                break
+        else:
+            m = re.search(r"/lib/python\d+(\.\d+)?/", path)
+            if m:
+                path = path[m.end():]
+        path = path[:-3] if path.endswith(".py") else path
+        path = path[:-9] if path.endswith("/__init__") else path
+        return ".".join(p for p in path.strip("/").split("/") if p) + "." + self.function
+
+    @property
+    def is_user(self) -> bool:
+        """True for the job's own code (not the standard library, not installed packages)."""
+        return not _LIB_RE.search(self.file)
+
+
+@lru_cache(maxsize=65536)
+def parse_frame(text: str) -> Frame:
+    """Parse py-spy's 'function (file:line)' frame text."""
+    lpar = text.rfind(" (")
+    if lpar < 0 or not text.endswith(")"):
+        return Frame(text, "", 0)
+    inner = text[lpar + 2:-1]
+    file, _, line = inner.rpartition(":")
+    if not file or not line.isdigit():
+        return Frame(text[:lpar], inner, 0)
+    return Frame(text[:lpar], file, int(line))
+
+
+@lru_cache(maxsize=65536)
+def parse_stack(stack: str) -> tuple[Frame, ...]:
+    """Parse a ';'-joined, root-first stack."""
+    return tuple(parse_frame(f) for f in stack.split(";") if f) if stack else ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Map frames matching the given expressions to a category."""
+
+    category: str
+    function: str | None = None
+    file: str | None = None
+    code: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.function or self.file or self.code):
+            raise ValueError(f"rule for {self.category!r} needs function, file or code")
+        for pat in (self.function, self.file, self.code):
+            if pat is not None:
+                re.compile(pat)
+
+    def _frame_ok(self, fr: Frame) -> bool:
+        if self.file and not re.search(self.file, fr.file):
+            return False
+        return not (self.function and not re.search(self.function, fr.dotted))
+
+    def matches(self, frames: tuple[Frame, ...], code: str) -> bool:
+        """True when this rule applies to a stack (root first) whose innermost line is `code`."""
+        if not frames:
+            return False
+        if self.code is not None:
+            return bool(re.search(self.code, code)) and self._frame_ok(frames[-1])
+        return any(self._frame_ok(fr) for fr in frames)
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("checkpoint", function=r"torch\.serialization\.(save|_save)$",
+         description="torch.save writing a checkpoint"),
+    Rule("checkpoint", function=r"safetensors\..*\.save(_file|_model)?$",
+         description="safetensors saving"),
+    Rule("checkpoint", function=r"torch\.distributed\.checkpoint\..*save",
+         description="torch.distributed.checkpoint save"),
+    Rule("collective", file=r"torch/distributed/",
+         description="torch.distributed collectives (all_reduce, DDP buckets, barriers)"),
+    Rule("data_wait", file=r"torch/utils/data/dataloader\.py$",
+         description="iterating a DataLoader: waiting for (with num_workers=0: making) a batch"),
+    Rule("sync", function=r"torch\.cuda\.(synchronize|Event\.synchronize|Stream\.synchronize)",
+         description="torch.cuda.synchronize"),
+    Rule("sync", code=r"\.(item|cpu|tolist|numpy)\(\s*\)|\.nonzero\(|torch\.cuda\.synchronize",
+         description="host-device sync on the executing line: .item(), .cpu(), .tolist()"),
+    Rule("h2d_copy", code=r"\.(cuda|to)\(.*(cuda|device|non_blocking)|\.cuda\(\s*\)|\.pin_memory\(",
+         description="host-to-device copy on the executing line: .to(device), .cuda()"),
+    Rule("optimizer", file=r"torch/optim/",
+         description="optimizer step and zero_grad"),
+    Rule("backward", function=r"torch\._tensor\.Tensor\.backward$|torch\.autograd\.",
+         description="autograd backward"),
+    Rule("forward", file=r"torch/nn/modules/module\.py$",
+         description="calling an nn.Module (forward)"),
+)
+
+# Loader stacks (DataLoader workers, or the loop thread making batches itself) in storage reads.
+IO_RULES: tuple[Rule, ...] = (
+    Rule("io", code=r"\b(open|read|readinto|readline|readlines|pread|fromfile|memmap|imread)"
+                    r"\s*\(|np\.load\(|numpy\.load\(|torch\.load\(|Image\.open\(",
+         description="reading from storage on the executing line"),
+    Rule("io", function=r"(numpy\.lib\.(npyio|format)\.|PIL\.Image\.open|"
+                        r"torch\.serialization\.load|h5py\.|lmdb|_io\.)",
+         description="library file readers (numpy, PIL, torch.load, h5py, lmdb)"),
+)
+
+# Innermost frames that mean a thread waits for work (queues, locks, select).
+WAIT_RULES: tuple[Rule, ...] = (
+    Rule("wait", file=r"(multiprocessing/(queues|connection|synchronize|resource_sharer)|"
+                      r"/queue\.py|/threading\.py|/selectors\.py)$",
+         description="waiting on a queue, lock, condition or select"),
+)
+
+
+def _first(rules: tuple[Rule, ...], stack: str, code: str, innermost_only: bool) -> str | None:
+    frames = parse_stack(stack)
+    if innermost_only:
+        frames = frames[-1:]
+    for rule in rules:
+        if rule.matches(frames, code):
+            return rule.category
+    return None
+
+
+class Classifier:
+    """Classifies stacks with user rules first, then the defaults; results are cached."""
+
+    def __init__(self, user_rules: tuple[Rule, ...] = ()) -> None:
+        self.rules = tuple(user_rules) + DEFAULT_RULES
+        self._cache: dict[tuple[str, str], str] = {}
+
+    def category(self, stack: str, code: str = "") -> str:
+        """The breakdown category of a loop-thread stack ('other' when no rule matches)."""
+        key = (stack, code)
+        cat = self._cache.get(key)
+        if cat is None:
+            cat = _first(self.rules, stack, code, False) or "other"
+            if len(self._cache) < 200000:
+                self._cache[key] = cat
+        return cat
+
+    @staticmethod
+    def is_io(stack: str, code: str = "") -> bool:
+        """True when a loader stack is reading from storage."""
+        return _first(IO_RULES, stack, code, False) is not None
+
+    @staticmethod
+    def is_waiting(stack: str, code: str = "") -> bool:
+        """True when a stack's innermost frame waits on a queue, lock or select."""
+        return _first(WAIT_RULES, stack, code, True) is not None
+
+
+def user_location(stack: str) -> Frame | None:
+    """The innermost frame of the job's own code in a stack."""
+    for fr in reversed(parse_stack(stack)):
+        if fr.is_user and fr.file:
+            return fr
+    return None
+
+
+def rules_from_config(entries: list[dict]) -> tuple[Rule, ...]:
+    """Build user rules from config entries; raises ValueError with a readable message."""
+    from gpudiag.analyzers.results import CATEGORIES
+
+    out = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise ValueError(f"rule {i + 1}: expected a table with category and a pattern")
+        unknown = set(e) - {"category", "function", "file", "code", "description"}
+        if unknown:
+            raise ValueError(f"rule {i + 1}: unknown keys {sorted(unknown)}")
+        cat = e.get("category")
+        if cat not in CATEGORIES:
+            raise ValueError(f"rule {i + 1}: category must be one of {', '.join(CATEGORIES)}")
+        try:
+            out.append(Rule(cat, e.get("function"), e.get("file"), e.get("code"),
+                            e.get("description", "user rule")))
+        except re.error as exc:
+            raise ValueError(f"rule {i + 1}: bad regular expression: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"rule {i + 1}: {exc}") from None
+    return tuple(out)

@@ -1,0 +1,76 @@
+"""Named thresholds every finding tests against; a user overrides them by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Limits the analyzers compare measurements with. Shares are fractions of wall time."""
+
+    min_loop_samples: int = 150
+    """Stack samples of the training loop needed before any stack-based finding is made."""
+    data_wait_warn: float = 0.10
+    """DATA001/DATA002: share of loop time spent waiting for batches that raises a warning."""
+    data_wait_error: float = 0.40
+    """DATA001/DATA002: share that makes it an error."""
+    min_free_cores: float = 0.5
+    """DATA001 vs DATA002: idle CPU cores (host average) needed for more workers to help."""
+    storage_io_warn: float = 0.10
+    """IO001: share of loop time lost to storage reads in the input pipeline."""
+    io_dstate_min: float = 0.10
+    """IO001: loader threads' share of time in uninterruptible (D) sleep that confirms storage."""
+    psi_io_min: float = 0.05
+    """IO001: PSI io 'some' share that confirms storage stalls."""
+    iowait_min: float = 0.05
+    """IO001: host CPU iowait share that confirms storage stalls."""
+    gil_wait_warn: float = 0.10
+    """GIL001: estimated share of loop time spent waiting for the GIL."""
+    gil_other_min: float = 0.20
+    """GIL001: share of time other threads of the job must hold the GIL."""
+    checkpoint_warn: float = 0.05
+    """CKPT001: share of loop time inside synchronous checkpoint saves."""
+    checkpoint_error: float = 0.20
+    """CKPT001: share that makes it an error."""
+    error_impact: float = 0.40
+    """Any finding whose impact (share of wall time) reaches this is an error, not a warning."""
+    min_confidence: float = 0.5
+    """Findings less likely than this to be above their threshold (sampling noise) are dropped."""
+
+    @classmethod
+    def names(cls) -> dict[str, str]:
+        """Each setting's name and its documentation (the docstring under it)."""
+        import ast
+        import inspect
+        import textwrap
+
+        src = textwrap.dedent(inspect.getsource(cls))
+        docs: dict[str, str] = {}
+        body = ast.parse(src).body[0].body  # type: ignore[attr-defined]
+        for prev, node in zip(body, body[1:], strict=False):
+            if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name)
+                    and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+                docs[prev.target.id] = str(node.value.value)
+        return {f.name: docs.get(f.name, "") for f in fields(cls)}
+
+    def with_overrides(self, overrides: dict[str, object]) -> Thresholds:
+        """A copy with the given settings changed; raises ValueError on unknown names or types."""
+        known = {f.name: f for f in fields(self)}
+        changes: dict[str, object] = {}
+        for name, raw in overrides.items():
+            if name not in known:
+                raise ValueError(f"unknown threshold {name!r} (see `gpudiag thresholds`)")
+            typ = int if known[name].type in ("int", int) else float
+            try:
+                value = typ(raw)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise ValueError(f"threshold {name} needs a number, got {raw!r}") from None
+            if value < 0:
+                raise ValueError(f"threshold {name} must not be negative")
+            changes[name] = value
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, float]:
+        """All settings with their values."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,1 @@
+"""Probes: sample the world (procfs, PSI, py-spy stacks) without judging it."""

@@ -1,0 +1,90 @@
+"""Core probe types: what a probe declares, what it returns, and the target it watches."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Field:
+    """One value a probe reports: its name, unit, kind and meaning."""
+
+    name: str
+    unit: str
+    kind: Literal["gauge", "counter"]
+    description: str
+
+
+@dataclass(frozen=True)
+class ProbeStatus:
+    """Whether a probe could start; when it could not, why and how to fix it."""
+
+    name: str
+    available: bool
+    reason: str | None = None
+    hint: str | None = None
+
+    def to_dict(self) -> dict:
+        """Return the JSON form used in reports."""
+        return {"name": self.name, "available": self.available,
+                "reason": self.reason, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One tick of one probe: values keyed by field name, with labels saying what they describe.
+
+    `values` holds numbers, or None where a value was not available at this tick.
+    """
+
+    probe: str
+    t_ns: int
+    labels: dict[str, str] = field(default_factory=dict)
+    values: dict[str, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """Return the JSON form used in recordings."""
+        return {"probe": self.probe, "t_ns": self.t_ns, "labels": self.labels,
+                "values": self.values}
+
+    @staticmethod
+    def from_dict(d: dict) -> Sample:
+        """Rebuild a sample from its JSON form."""
+        return Sample(probe=str(d["probe"]), t_ns=int(d["t_ns"]),
+                      labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
+                      values=dict(d.get("values", {})))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The job being watched: its root pid. Children (DataLoader workers) are found live."""
+
+    pid: int
+
+
+def now_ns() -> int:
+    """Wall-clock time in nanoseconds, the clock every sample uses."""
+    return time.time_ns()
+
+
+@runtime_checkable
+class Probe(Protocol):
+    """A source of samples. `open` never raises; `sample` may raise, and the agent records it."""
+
+    name: str
+    fields: tuple[Field, ...]
+    interval_s: float
+
+    def open(self, target: Target) -> ProbeStatus:
+        """Prepare to sample the target; say whether that is possible."""
+        ...
+
+    def sample(self) -> list[Sample]:
+        """Take one tick of samples."""
+        ...
+
+    def close(self) -> None:
+        """Release what `open` took."""
+        ...

@@ -1,0 +1,213 @@
+"""Process probe: the target, its threads and its children (DataLoader workers), from procfs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+
+
+@dataclass
+class ThreadStat:
+    """One thread's state letter and scheduler counters (ns on CPU, ns waiting to run)."""
+
+    tid: int
+    comm: str
+    state: str
+    run_ns: int
+    wait_ns: int
+
+
+def parse_stat_line(text: str) -> tuple[str, str]:
+    """Return (comm, state letter) from a /proc/.../stat line; comm may hold spaces or ')'."""
+    lpar, rpar = text.index("("), text.rindex(")")
+    return text[lpar + 1:rpar], text[rpar + 2:rpar + 3]
+
+
+def read_threads(pid: int) -> list[ThreadStat]:
+    """Read every thread of a process from /proc; threads that vanish mid-read are skipped."""
+    out: list[ThreadStat] = []
+    base = f"/proc/{pid}/task"
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{base}/{tid}/stat") as f:
+                comm, state = parse_stat_line(f.read())
+            with open(f"{base}/{tid}/schedstat") as f:
+                run_ns, wait_ns, *_ = (int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+        out.append(ThreadStat(int(tid), comm, state, run_ns, wait_ns))
+    return out
+
+
+class ProcessProbe:
+    """Samples the target's threads (CPU, run-queue wait, state) and its process tree."""
+
+    name = "process"
+    interval_s = 0.2
+    fields = (
+        Field("cpu", "ratio", "gauge", "one thread's share of one core spent running (label tid)"),
+        Field("runqueue_wait", "ratio", "gauge", "one thread's share of time runnable but waiting"),
+        Field("running", "ratio", "gauge", "1 when the thread was in state R at the tick"),
+        Field("d_state", "ratio", "gauge", "1 when the thread was in uninterruptible (D) sleep"),
+        Field("cpu_cores", "cores", "gauge", "CPU used by the process group, in cores"),
+        Field("rss_bytes", "bytes", "gauge", "resident memory of the process group"),
+        Field("read_bytes_per_s", "bytes/s", "gauge", "bytes read from storage per second"),
+        Field("ctx_voluntary_per_s", "1/s", "gauge", "voluntary context switches per second"),
+        Field("ctx_involuntary_per_s", "1/s", "gauge", "involuntary context switches per second"),
+        Field("procs", "count", "gauge", "processes in the group"),
+        Field("threads", "count", "gauge", "threads in the group"),
+        Field("d_state_share", "ratio", "gauge", "share of the group's threads in D state"),
+        Field("running_share", "ratio", "gauge", "share of the group's threads in state R"),
+    )
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        self.interval_s = interval_s
+        self.target: Target | None = None
+        self._root: psutil.Process | None = None
+        self._children: dict[int, psutil.Process] = {}
+        self._prev_threads: dict[int, ThreadStat] = {}
+        self._prev_proc: dict[int, tuple[float, int, int, int]] = {}
+        self._prev_t: int = 0
+
+    def open(self, target: Target) -> ProbeStatus:
+        """Check the target exists and that its /proc entries can be read."""
+        self.target = target
+        try:
+            self._root = psutil.Process(target.pid)
+            self._root.cpu_times()
+        except psutil.NoSuchProcess:
+            return ProbeStatus(self.name, False, f"no process with pid {target.pid}")
+        except psutil.AccessDenied:
+            return ProbeStatus(self.name, False, f"no permission to read /proc/{target.pid}",
+                               "run gpudiag as the job's user or as root")
+        self._prev_t = now_ns()
+        for ts in read_threads(target.pid):
+            self._prev_threads[ts.tid] = ts
+        for proc in self._group():
+            self._counters(proc, baseline=True)
+        return ProbeStatus(self.name, True)
+
+    def _group(self) -> list[psutil.Process]:
+        assert self._root is not None
+        procs = [self._root]
+        try:
+            kids = self._root.children(recursive=True)
+        except psutil.Error:
+            kids = []
+        alive = {}
+        for k in kids:
+            known = self._children.get(k.pid)
+            alive[k.pid] = known if known is not None else k
+        self._children = alive
+        procs.extend(alive.values())
+        return procs
+
+    def _counters(self, proc: psutil.Process, baseline: bool = False
+                  ) -> tuple[float, int, int, int, int] | None:
+        """Return deltas (cpu_s, read_bytes, vol, invol, rss) since last tick for one process."""
+        try:
+            with proc.oneshot():
+                ct = proc.cpu_times()
+                cpu = ct.user + ct.system
+                try:
+                    rb = proc.io_counters().read_bytes
+                except (psutil.AccessDenied, AttributeError):
+                    rb = 0
+                cs = proc.num_ctx_switches()
+                rss = proc.memory_info().rss
+        except psutil.Error:
+            return None
+        prev = self._prev_proc.get(proc.pid)
+        cur = (cpu, rb, cs.voluntary, cs.involuntary)
+        self._prev_proc[proc.pid] = cur
+        if baseline:
+            return None
+        if prev is None:
+            prev = (0.0, rb, cs.voluntary, cs.involuntary) if proc.pid != self._root_pid else cur
+        return (cur[0] - prev[0], cur[1] - prev[1], cur[2] - prev[2], cur[3] - prev[3], rss)
+
+    @property
+    def _root_pid(self) -> int:
+        return self.target.pid if self.target else -1
+
+    def sample(self) -> list[Sample]:
+        """One tick: per-thread samples of the target, and aggregates for target and workers."""
+        assert self.target is not None
+        t = now_ns()
+        dt = max(1, t - self._prev_t)
+        self._prev_t = t
+        samples: list[Sample] = []
+        threads = read_threads(self.target.pid)
+        if not threads and not psutil.pid_exists(self.target.pid):
+            return []
+        cur_threads: dict[int, ThreadStat] = {}
+        for ts in threads:
+            cur_threads[ts.tid] = ts
+            prev = self._prev_threads.get(ts.tid)
+            vals: dict[str, float | None] = {
+                "running": 1.0 if ts.state == "R" else 0.0,
+                "d_state": 1.0 if ts.state == "D" else 0.0,
+            }
+            if prev is not None:
+                vals["cpu"] = min(1.0, max(0.0, (ts.run_ns - prev.run_ns) / dt))
+                vals["runqueue_wait"] = min(1.0, max(0.0, (ts.wait_ns - prev.wait_ns) / dt))
+            samples.append(Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid),
+                                                 "comm": ts.comm}, vals))
+        self._prev_threads = cur_threads
+        groups: dict[str, list[psutil.Process]] = {"target": [], "workers": []}
+        for proc in self._group():
+            groups["target" if proc.pid == self.target.pid else "workers"].append(proc)
+        seen = {p.pid for ps in groups.values() for p in ps}
+        for pid in list(self._prev_proc):
+            if pid not in seen:
+                del self._prev_proc[pid]
+        for scope, procs in groups.items():
+            samples.append(self._aggregate(scope, procs, t, dt, threads))
+        return samples
+
+    def _aggregate(self, scope: str, procs: list[psutil.Process], t: int, dt: int,
+                   root_threads: list[ThreadStat]) -> Sample:
+        cpu_s = rb = vol = invol = rss = 0.0
+        n_threads = n_d = n_r = 0
+        for proc in procs:
+            deltas = self._counters(proc)
+            if deltas is not None:
+                cpu_s += deltas[0]
+                rb += deltas[1]
+                vol += deltas[2]
+                invol += deltas[3]
+                rss += deltas[4]
+            ths = root_threads if proc.pid == self._root_pid else read_threads(proc.pid)
+            n_threads += len(ths)
+            n_d += sum(1 for x in ths if x.state == "D")
+            n_r += sum(1 for x in ths if x.state == "R")
+        secs = dt / 1e9
+        values: dict[str, float | None] = {
+            "procs": float(len(procs)),
+            "threads": float(n_threads),
+        }
+        if procs:
+            values.update({
+                "cpu_cores": max(0.0, cpu_s / secs),
+                "rss_bytes": rss,
+                "read_bytes_per_s": max(0.0, rb / secs),
+                "ctx_voluntary_per_s": max(0.0, vol / secs),
+                "ctx_involuntary_per_s": max(0.0, invol / secs),
+            })
+        if n_threads:
+            values["d_state_share"] = n_d / n_threads
+            values["running_share"] = n_r / n_threads
+        return Sample(self.name, t, {"scope": scope}, values)
+
+    def close(self) -> None:
+        """Forget the process handles."""
+        self._children.clear()
+        self._prev_proc.clear()

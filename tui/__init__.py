@@ -1,0 +1,1 @@
+"""The terminal UI (Textual). Reads only gpudiag's own types."""
