@@ -223,7 +223,8 @@ class Session:
             for th in self._threads:
                 th.join(timeout=20)
             for probe in self.probes:
-                if self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available:
+                if getattr(probe, "buffered", False) and \
+                        self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available:
                     try:
                         self._ingest(probe.sample())
                     except Exception:

@@ -35,6 +35,7 @@ def analyze(tl: Timeline, thresholds: Thresholds | None = None,
     profile = profile_loop(tl, clf)
     metrics = host_metrics(tl)
     metrics["stack_samples"] = profile.samples
+    metrics["startup_samples"] = profile.startup_samples
     if profile.thread is not None:
         metrics["loop_thread_cpu"] = profile.loop_cpu
         metrics["loop_thread_d_state"] = thread_series_mean(tl, "d_state", profile.thread.tid)

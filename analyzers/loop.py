@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.results import CATEGORIES, Breakdown, Location
-from gpudiag.analyzers.rules import Classifier, parse_stack, user_location
+from gpudiag.analyzers.rules import WORKER_LOOP_RE, Classifier, parse_stack, user_location
 from gpudiag.analyzers.timeline import ThreadKey, Timeline
 
+NOT_LOOP = ("other", "startup")
 BLOCKING = ("data_wait", "storage_io", "sync", "collective", "checkpoint")
 COMPUTE_LIKE = ("forward", "backward", "optimizer", "h2d_copy", "other")
 
@@ -63,6 +64,7 @@ class LoopProfile:
     gil: GilStats | None = None
     loop_cpu: float | None = None
     loop_runqueue: float | None = None
+    startup_samples: float = 0.0
 
     def share(self, category: str) -> float:
         """The category's share in the final breakdown."""
@@ -80,7 +82,7 @@ def find_loop_thread(tl: Timeline, clf: Classifier) -> ThreadKey | None:
         total = loop = 0.0
         for (stack, code), n in tl.stacks[key].items():
             total += n
-            if clf.category(stack, code) != "other":
+            if clf.category(stack, code) not in NOT_LOOP:
                 loop += n
         cand = (loop, 1.0 if key.thread == "MainThread" else 0.0, key)
         if best is None or cand[:2] > best[:2]:
@@ -100,7 +102,8 @@ def _loader_stats(tl: Timeline, clf: Classifier, loop_stacks: list[StackCount],
     worker_stacks: list[StackCount] = []
     for key in tl.threads("all", "worker"):
         worker_stacks.extend(_thread_stacks(tl, key))
-    busy = [s for s in worker_stacks if not clf.is_waiting(s.stack, s.code)]
+    busy = [s for s in worker_stacks if WORKER_LOOP_RE.search(s.stack)
+            and not clf.is_waiting(s.stack, s.code)]
     source = "workers"
     if not busy:
         busy = [s for s in loop_stacks if clf.category(s.stack, s.code) == "data_wait"
@@ -115,7 +118,8 @@ def _loader_stats(tl: Timeline, clf: Classifier, loop_stacks: list[StackCount],
 
 
 def _gil_stats(tl: Timeline, loop: ThreadKey, shares: dict[str, float],
-               loop_cpu: float | None, loop_rq: float | None) -> GilStats | None:
+               loop_cpu: float | None, loop_rq: float | None,
+               blocking: tuple[str, ...]) -> GilStats | None:
     w = tl.windows.get("gil")
     if not w or w.ticks <= 0:
         return None
@@ -137,7 +141,7 @@ def _gil_stats(tl: Timeline, loop: ThreadKey, shares: dict[str, float],
         holders.append((key.thread or f"tid {key.tid}", min(1.0, n / w.ticks), where))
     holders.sort(key=lambda h: -h[1])
     other = min(1.0, other_n / w.ticks)
-    blocked = sum(shares.get(c, 0.0) for c in BLOCKING)
+    blocked = sum(shares.get(c, 0.0) for c in blocking)
     off = None if loop_cpu is None else max(0.0, 1.0 - loop_cpu - (loop_rq or 0.0))
     wait = 0.0 if off is None else max(0.0, min(other, off - blocked))
     return GilStats(w.ticks, min(1.0, loop_n / w.ticks), other, tuple(holders), off, blocked,
@@ -156,6 +160,7 @@ def profile_loop(tl: Timeline, clf: Classifier) -> LoopProfile:
         cat = clf.category(s.stack, s.code)
         counts[cat] = counts.get(cat, 0.0) + s.count
         by_cat.setdefault(cat, []).append(s)
+    startup = counts.pop("startup", 0.0)
     total = sum(counts.values())
     if total <= 0:
         return LoopProfile(key, 0.0, {}, Breakdown.empty("no stack samples"))
@@ -167,12 +172,17 @@ def profile_loop(tl: Timeline, clf: Classifier) -> LoopProfile:
         shares["storage_io"] = shares.get("storage_io", 0.0) + moved
     loop_cpu = thread_series_mean(tl, "cpu", key.tid)
     loop_rq = thread_series_mean(tl, "runqueue_wait", key.tid)
-    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq)
+    # With workers, data_wait is the loop blocked on their queue; without, it is the loop
+    # making batches itself: Python work that needs the GIL like any other.
+    own_loading = loader is None or loader.source != "workers"
+    blocking = tuple(c for c in BLOCKING if not (own_loading and c == "data_wait"))
+    compute_like = COMPUTE_LIKE + (("data_wait",) if own_loading else ())
+    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking)
     if gil is not None and gil.wait_share > 0:
-        pool = sum(shares.get(c, 0.0) for c in COMPUTE_LIKE)
+        pool = sum(shares.get(c, 0.0) for c in compute_like)
         take = min(gil.wait_share, pool)
         if pool > 0:
-            for c in COMPUTE_LIKE:
+            for c in compute_like:
                 if c in shares:
                     shares[c] -= shares[c] / pool * take
             shares["gil_wait"] = take
@@ -184,7 +194,7 @@ def profile_loop(tl: Timeline, clf: Classifier) -> LoopProfile:
     top = {c: tuple(sorted(v, key=lambda s: -s.count)[:10]) for c, v in by_cat.items()}
     return LoopProfile(key, total, counts, Breakdown(shares, basis, int(total),
                                                      f"{key.thread} (tid {key.tid})"),
-                       top, loader, gil, loop_cpu, loop_rq)
+                       top, loader, gil, loop_cpu, loop_rq, startup)
 
 
 def location_of(stacks: tuple[StackCount, ...]) -> Location | None:

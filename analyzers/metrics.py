@@ -28,6 +28,7 @@ METRIC_UNITS = {
     "read_bytes_per_s": "bytes/s",
     "swap_in_bytes_per_s": "bytes/s",
     "stack_samples": "samples",
+    "startup_samples": "samples",
     "stack_windows": "count",
     "stack_errors": "count",
     "loop_thread_cpu": "ratio",

@@ -109,7 +109,7 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[F
         "host CPU use was not measured"
     msg = (f"The training loop waits for batches {wait:.0%} of the time "
            f"(num_workers={workers}); {idle}."
-           f"{where} Loading needs about {need} workers to keep up"
+           f"{where} Loading needs about {need} worker{'s' if need != 1 else ''} to keep up"
            + (f"; {suggest} fit the idle cores." if suggest < need else "."))
     actions = [f"DataLoader(..., num_workers={suggest})"]
     if suggest < need:

@@ -99,13 +99,16 @@ class Rule:
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("startup", file=r"^<frozen importlib\._bootstrap",
+         description="importing modules: start-up, left out of the loop's breakdown"),
     Rule("checkpoint", function=r"torch\.serialization\.(save|_save)$",
          description="torch.save writing a checkpoint"),
     Rule("checkpoint", function=r"safetensors\..*\.save(_file|_model)?$",
          description="safetensors saving"),
     Rule("checkpoint", function=r"torch\.distributed\.checkpoint\..*save",
          description="torch.distributed.checkpoint save"),
-    Rule("collective", file=r"torch/distributed/",
+    Rule("collective", file=r"torch/distributed/(distributed_c10d|_functional_collectives|"
+                           r"fsdp/|algorithms/)|torch/nn/parallel/distributed\.py$",
          description="torch.distributed collectives (all_reduce, DDP buckets, barriers)"),
     Rule("data_wait", file=r"torch/utils/data/dataloader\.py$",
          description="iterating a DataLoader: waiting for (with num_workers=0: making) a batch"),
@@ -123,6 +126,9 @@ DEFAULT_RULES: tuple[Rule, ...] = (
          description="calling an nn.Module (forward)"),
 )
 
+# Frames that mark a DataLoader worker's loading work (other worker threads only wait or serve).
+WORKER_LOOP_RE = re.compile(r"torch/utils/data/_utils/worker\.py")
+
 # Loader stacks (DataLoader workers, or the loop thread making batches itself) in storage reads.
 IO_RULES: tuple[Rule, ...] = (
     Rule("io", code=r"\b(open|read|readinto|readline|readlines|pread|fromfile|memmap|imread)"
@@ -135,8 +141,8 @@ IO_RULES: tuple[Rule, ...] = (
 
 # Innermost frames that mean a thread waits for work (queues, locks, select).
 WAIT_RULES: tuple[Rule, ...] = (
-    Rule("wait", file=r"(multiprocessing/(queues|connection|synchronize|resource_sharer)|"
-                      r"/queue\.py|/threading\.py|/selectors\.py)$",
+    Rule("wait", file=r"(multiprocessing/(queues|connection|synchronize|resource_sharer)\.py|"
+                      r"/queue\.py|/threading\.py|/selectors\.py|/socket\.py)$",
          description="waiting on a queue, lock, condition or select"),
 )
 

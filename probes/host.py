@@ -52,6 +52,7 @@ class HostProbe:
         Field("cpu_count", "cores", "gauge", "logical CPU cores on the host"),
         Field("core_util", "ratio", "gauge", "one core's busy share (label cpu)"),
         Field("psi_cpu_some", "ratio", "gauge", "share of time some task stalled on CPU"),
+        Field("psi_cpu_full", "ratio", "gauge", "share of time all tasks stalled on CPU (cgroup)"),
         Field("psi_io_some", "ratio", "gauge", "share of time some task stalled on I/O"),
         Field("psi_io_full", "ratio", "gauge", "share of time all tasks stalled on I/O"),
         Field("psi_memory_some", "ratio", "gauge", "share of time some task stalled on memory"),

@@ -215,6 +215,7 @@ class StackProbe:
 
     name = "stacks"
     interval_s = 0.5
+    buffered = True  # samples arrive per window; drain once more after close()
     fields = (
         Field("count", "samples", "counter", "stack samples of one thread with one stack"),
         Field("ticks", "samples", "counter", "sampling ticks in a window"),

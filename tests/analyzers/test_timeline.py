@@ -1,0 +1,42 @@
+"""The timeline stays bounded however long the run, and aggregates correctly."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.timeline import OTHER_STACKS, Timeline
+from gpudiag.probes.base import Sample
+
+
+def test_rollup_statistics():
+    tl = Timeline()
+    for i, v in enumerate([1.0, 3.0, None, 2.0]):
+        tl.add(Sample("host", i * 10**9, {}, {"cpu_util": v}))
+    r = tl.rollup("host", "cpu_util")
+    assert (r.count, r.mean, r.minimum, r.maximum, r.last) == (3, 2.0, 1.0, 3.0, 2.0)
+    assert tl.duration_s == 3.0
+
+
+def test_memory_is_bounded_for_endless_series_threads_and_stacks():
+    tl = Timeline(recent_points=10, max_series=50, max_threads=5, max_stacks_per_thread=20)
+    for i in range(5000):
+        tl.add(Sample("process", i, {"scope": "thread", "tid": str(i)}, {"cpu": 0.5}))
+        tl.add(Sample("stacks", i, {"mode": "all", "kind": "stack", "role": "target",
+                                    "tid": str(i % 7), "thread": "t", "stack": f"f{i} (/a.py:1)"},
+                      {"count": 1}))
+    assert len(tl.series) == 50
+    assert tl.dropped > 0
+    assert len(tl.stacks) <= 6  # 5 threads + the overflow bucket
+    assert all(len(t) <= 21 for t in tl.stacks.values())
+    assert sum(sum(t.values()) for t in tl.stacks.values()) == 5000  # nothing lost, only merged
+    assert any((OTHER_STACKS, "") in t for t in tl.stacks.values())
+    assert all(len(r.recent) <= 10 for r in tl.series.values())
+
+
+def test_worker_stacks_merge_across_worker_pids():
+    tl = Timeline()
+    for pid in range(100):  # workers re-created every epoch
+        tl.add(Sample("stacks", pid, {"mode": "all", "kind": "stack", "role": "worker",
+                                      "pid": str(pid), "tid": str(pid), "thread": "MainThread",
+                                      "stack": "w (/a.py:1)"}, {"count": 2}))
+    keys = tl.threads("all", "worker")
+    assert len(keys) == 1 and tl.stacks[keys[0]][("w (/a.py:1)", "")] == 200
+    assert len(tl.worker_pids) == 100

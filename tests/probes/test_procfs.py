@@ -1,0 +1,73 @@
+"""Host and process probes read the real /proc: contract tests (samples match fields)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from gpudiag.probes.base import Target
+from gpudiag.probes.host import HostProbe, parse_psi
+from gpudiag.probes.process import ProcessProbe, parse_stat_line
+
+
+def test_parse_psi():
+    text = ("some avg10=1.00 avg60=0.50 avg300=0.10 total=12345\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=678\n")
+    assert parse_psi(text) == {"some": 12345, "full": 678}
+
+
+def test_parse_stat_line_with_odd_command_names():
+    assert parse_stat_line("12 (my (weird) name) S 1 2 3") == ("my (weird) name", "S")
+
+
+def _check_contract(probe, samples):
+    declared = {f.name for f in probe.fields}
+    assert samples
+    for s in samples:
+        assert s.probe == probe.name
+        assert set(s.values) <= declared, set(s.values) - declared
+        for v in s.values.values():
+            assert v is None or isinstance(v, float)
+
+
+def test_host_probe_contract():
+    probe = HostProbe()
+    assert probe.open(Target(os.getpid())).available
+    time.sleep(0.2)
+    samples = probe.sample()
+    _check_contract(probe, samples)
+    main = [s for s in samples if not s.labels][0]
+    assert 0.0 <= main.values["cpu_util"] <= 1.0
+    assert main.values["cpu_count"] >= 1
+
+
+def test_process_probe_sees_children_and_threads():
+    code = ("import multiprocessing as mp, time\n"
+            "def spin():\n    t=time.time()\n    while time.time()-t<3: pass\n"
+            "if __name__=='__main__':\n"
+            "    ps=[mp.Process(target=spin) for _ in range(2)]\n"
+            "    [p.start() for p in ps]; [p.join() for p in ps]\n")
+    job = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        probe = ProcessProbe()
+        assert probe.open(Target(job.pid)).available
+        time.sleep(1.0)
+        probe.sample()
+        time.sleep(0.5)
+        samples = probe.sample()
+        _check_contract(probe, samples)
+        workers = [s for s in samples if s.labels.get("scope") == "workers"][0]
+        assert workers.values["procs"] == 2.0
+        assert 0.5 < workers.values["cpu_cores"] <= 2.5  # two spinning children on <=2 cores
+        threads = [s for s in samples if s.labels.get("scope") == "thread"]
+        assert any(s.labels["tid"] == str(job.pid) for s in threads)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_process_probe_reports_missing_pid():
+    status = ProcessProbe().open(Target(2**22 + 12345))
+    assert not status.available and "no process" in status.reason

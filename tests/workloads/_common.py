@@ -1,0 +1,48 @@
+"""Shared pieces of the planted-bottleneck workloads: a small model and the training loop."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    """--seconds (how long to train) and --threads (torch intra-op threads)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    return args
+
+
+def small_cnn(width: int = 16) -> nn.Module:
+    """A tiny CNN for 3x32x32 inputs."""
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(width * 16, 10))
+
+
+def train(model: nn.Module, batches: Callable[[], Iterable], seconds: float,
+          after_step: Callable[[int], None] | None = None) -> int:
+    """Train until `seconds` pass, epoch after epoch; print and return the step count."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    t0 = time.time()
+    steps = 0
+    while time.time() - t0 < seconds:
+        for x, y in batches():
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            steps += 1
+            if after_step is not None:
+                after_step(steps)
+            if time.time() - t0 >= seconds:
+                break
+    print(f"steps: {steps} in {time.time() - t0:.1f} s", flush=True)
+    return steps
