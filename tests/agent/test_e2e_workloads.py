@@ -1,0 +1,108 @@
+"""End to end: gpudiag run / attach on real CPU PyTorch jobs with one planted bottleneck each."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpudiag.agent.report import load_report
+from tests.conftest import WORKLOADS, gpudiag
+
+pytest.importorskip("torch")
+
+PROFILE_S = "15"
+CASES = [
+    ("healthy", None),
+    ("starved_loader", "DATA001"),
+    ("saturated_workers", "DATA002"),
+    ("storage_bound", "IO001"),
+    ("gil_contention", "GIL001"),
+    ("sync_checkpoint", "CKPT001"),
+]
+
+
+def check(doc: dict, expected: str | None) -> None:
+    serious = [f["id"] for f in doc["findings"] if f["severity"] in ("warning", "error")]
+    if expected is None:
+        assert serious == [], doc["findings"]
+    else:
+        assert serious and serious[0] == expected, [(f["id"], f["impact"])
+                                                    for f in doc["findings"]]
+        top = doc["findings"][0]
+        assert top["evidence"] and top["recommendation"]["actions"]
+        assert any(e.get("threshold") is not None for e in top["evidence"])
+    assert doc["breakdown"]["samples"] >= 300
+
+
+@pytest.mark.parametrize("name,expected", CASES)
+def test_run_mode(name, expected, tmp_path):
+    out = tmp_path / "report.json"
+    res = gpudiag("run", "-q", "--duration", PROFILE_S, "--out", str(out), "--",
+                  sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", "19",
+                  timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"Report written to {out}" in res.stdout
+    check(load_report(str(out)), expected)
+
+
+@pytest.mark.parametrize("name,expected", CASES)
+def test_attach_mode(name, expected, tmp_path):
+    out = tmp_path / "report.json"
+    job = subprocess.Popen([sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", "30"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(5)  # past the imports: attach to a job that is training
+        res = gpudiag("attach", str(job.pid), "-q", "--duration", PROFILE_S, "--out", str(out),
+                      timeout=120)
+        assert res.returncode == 0, res.stderr
+        doc = load_report(str(out))
+        assert doc["run"]["mode"] == "attach" and doc["run"]["end_reason"] == "duration_reached"
+        check(doc, expected)
+        assert job.poll() is None  # the job was not disturbed
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_run_passes_the_exit_code_through(tmp_path):
+    out = tmp_path / "r.json"
+    res = gpudiag("run", "-q", "--out", str(out), "--", sys.executable, "-c",
+                  "import time, sys; time.sleep(2); sys.exit(3)")
+    assert res.returncode == 3
+    doc = load_report(str(out))
+    assert doc["run"]["end_reason"] == "target_exited" and doc["run"]["exit_code"] == 3
+
+
+def test_attach_writes_the_report_when_the_job_dies(tmp_path):
+    out = tmp_path / "r.json"
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"])
+    res = gpudiag("attach", str(job.pid), "-q", "--out", str(out), timeout=60)
+    job.wait()
+    assert res.returncode == 0, res.stderr
+    doc = load_report(str(out))
+    assert doc["run"]["end_reason"] == "target_exited"
+
+
+def test_ctrl_c_writes_the_report(tmp_path):
+    out = tmp_path / "r.json"
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    agent = subprocess.Popen([sys.executable, "-m", "gpudiag.agent.cli", "attach", str(job.pid),
+                              "-q", "--out", str(out)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)
+        agent.send_signal(signal.SIGINT)
+        stdout, stderr = agent.communicate(timeout=30)
+        assert agent.returncode == 0, stderr
+        assert "Traceback" not in stderr
+        doc = json.loads(out.read_text())
+        assert doc["run"]["end_reason"] == "interrupted"
+        assert job.poll() is None  # Ctrl-C on the agent leaves an attached job alone
+    finally:
+        job.kill()
+        job.wait()
