@@ -180,7 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
     out = args.out or default_report_name(popen.pid, time.time())
-    session = Session(Target(popen.pid), settings, _options(args), popen=popen)
+    target = find_python_process(popen)
+    session = Session(Target(target), settings, _options(args), popen=popen)
     if not args.quiet:
         session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
                     + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
@@ -193,6 +194,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.exit_code is not None:
         return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False
+
+
+def find_python_process(popen: subprocess.Popen, wait_s: float = 10.0) -> int:
+    """The launched job's Python process: itself, or (for `bash train.sh`-style launchers)
+    the first Python process started below it within `wait_s` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and popen.poll() is None:
+        if _is_python(popen.pid):
+            return popen.pid
+        try:
+            kids = psutil.Process(popen.pid).children(recursive=True)
+        except psutil.Error:
+            break
+        for kid in sorted(kids, key=lambda k: k.pid):
+            if _is_python(kid.pid):
+                return kid.pid
+        time.sleep(0.1)
+    return popen.pid
 
 
 def parse_pid(text: str) -> int:

@@ -232,6 +232,11 @@ class Session:
                 last = getattr(probe, "last_error", None)
                 if last:
                     self.error(probe.name, last)
+            stacks_ok = self.statuses.get("stacks")
+            if stacks_ok is not None and stacks_ok.available and \
+                    not self.timeline.windows.get("all"):
+                self.error("stacks", "py-spy returned no stack samples"
+                           + ("" if reason != "target_exited" else " before the job exited"))
             end = time.time()
             with self._lock:
                 analysis = analyze(self.timeline, self.settings.thresholds, self.settings.rules)

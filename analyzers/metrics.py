@@ -55,7 +55,7 @@ def host_metrics(tl: Timeline) -> dict[str, float | None]:
         "psi_memory_some": tl.mean("host", "psi_memory_some"),
         "target_cpu_cores": tl.mean("process", "cpu_cores", scope="target"),
         "target_rss_bytes": tl.maximum("process", "rss_bytes", scope="target"),
-        "workers": tl.mean("process", "procs", scope="workers"),
+        "workers": tl.maximum("process", "procs", scope="workers"),
         "worker_cpu_cores": tl.mean("process", "cpu_cores", scope="workers"),
         "worker_rss_bytes": tl.maximum("process", "rss_bytes", scope="workers"),
         "worker_d_state_share": tl.mean("process", "d_state_share", scope="workers"),

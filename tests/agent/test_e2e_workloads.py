@@ -28,11 +28,13 @@ CASES = [
 
 def check(doc: dict, expected: str | None) -> None:
     serious = [f["id"] for f in doc["findings"] if f["severity"] in ("warning", "error")]
+    why = json.dumps({"findings": [(f["id"], f["impact"]) for f in doc["findings"]],
+                      "breakdown": doc["breakdown"], "errors": doc["errors"],
+                      "probes": doc["probes"], "metrics": doc["metrics"]}, indent=1)
     if expected is None:
-        assert serious == [], doc["findings"]
+        assert serious == [], why
     else:
-        assert serious and serious[0] == expected, [(f["id"], f["impact"])
-                                                    for f in doc["findings"]]
+        assert serious and serious[0] == expected, why
         top = doc["findings"][0]
         assert top["evidence"] and top["recommendation"]["actions"]
         assert any(e.get("threshold") is not None for e in top["evidence"])

@@ -10,7 +10,8 @@ STD = "/usr/lib/python3.11"
 LOOP = "<module> (/work/train.py:80);train (/work/train.py:40)"
 STACKS = {
     "data_wait": f"{LOOP};_BaseDataLoaderIter.__next__ ({SITE}/torch/utils/data/dataloader.py:631)"
-                 f";_MultiProcessingDataLoaderIter._next_data ({SITE}/torch/utils/data/dataloader.py:1329)"
+                 f";_MultiProcessingDataLoaderIter._next_data "
+                 f"({SITE}/torch/utils/data/dataloader.py:1329)"
                  f";Connection.poll ({STD}/multiprocessing/connection.py:257)"
                  f";wait ({STD}/multiprocessing/connection.py:947)",
     "forward": f"{LOOP};Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
