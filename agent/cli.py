@@ -14,6 +14,7 @@ from pathlib import Path
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.recording import Recorder, read_recording
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import (
     build_report,
@@ -22,10 +23,13 @@ from gpudiag.agent.report import (
     load_report,
     schema_text,
     tool_version,
+    validate,
     write_report,
 )
 from gpudiag.agent.session import Session, SessionOptions, SessionResult
+from gpudiag.analyzers import analyze
 from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Target
 from gpudiag.probes.stacks import StackProbe
 
@@ -88,6 +92,9 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
                         "[tool.gpudiag] of ./pyproject.toml)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
                    help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)")
+    p.add_argument("--record", metavar="FILE",
+                   help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
+                        "replay` and bug reports")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="summary printed at the end (default: text)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
@@ -119,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a report written by gpudiag run/attach")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
 
+    p = sub.add_parser("replay", help="analyse a recording made with --record",
+                       description="Run the analyzers over a recording (--record FILE) and "
+                                   "write a report, as the live run would have.")
+    p.add_argument("file", help="a recording (.jsonl.gz) written by run/attach --record")
+    p.add_argument("--out", metavar="FILE", help="also write the report to FILE")
+    p.add_argument("--config", metavar="FILE", help="thresholds and rules, as for run")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
+                   help="override one threshold (repeatable)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+
     sub.add_parser("schema", help="print the report's JSON Schema",
                    description="Print the JSON Schema every report validates against.")
 
@@ -142,23 +159,44 @@ def _options(args: argparse.Namespace) -> SessionOptions:
                           nonblocking=args.nonblocking, progress=not args.quiet)
 
 
+def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
+              ) -> Recorder | None:
+    if not getattr(args, "record", None):
+        return None
+    return Recorder(args.record, {"environment": describe_environment(pid),
+                                  "run": {"mode": mode, "command": command, "pid": pid}})
+
+
 def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
-            pid: int, out: str, settings_source: str | None, thresholds: Thresholds) -> dict:
+            pid: int, out: str, settings_source: str | None, thresholds: Thresholds,
+            recorder: Recorder | None = None) -> dict:
+    env = describe_environment(pid, result.hardware)
+    if recorder is not None:
+        recorder.close({"probes": [p.to_dict() for p in result.probes],
+                        "errors": result.errors, "end_reason": result.end_reason,
+                        "exit_code": result.exit_code, "start": result.start,
+                        "end": result.end, "environment": env})
     doc = build_report(analysis=result.analysis, mode=mode, command=command, pid=pid,
                        start=result.start, end=result.end, end_reason=result.end_reason,
-                       exit_code=result.exit_code, environment=describe_environment(pid),
+                       exit_code=result.exit_code, environment=env,
                        probes=result.probes, errors=result.errors, thresholds=thresholds,
                        settings_source=settings_source)
     path = write_report(doc, out)
-    fmt = getattr(args, "format", "text")
+    _print_summary(doc, getattr(args, "format", "text"))
+    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})")
+    if recorder is not None:
+        print(f"Recording written to {recorder.path}  (gpudiag replay "
+              f"{shlex.quote(recorder.path)})")
+    return doc
+
+
+def _print_summary(doc: dict, fmt: str) -> None:
     if fmt == "json":
         print(json.dumps(doc, indent=2))
     elif fmt == "markdown":
         print(render_markdown(doc))
     else:
         print(render_text(doc, verbose=False))
-    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})")
-    return doc
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -169,8 +207,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
     settings = load_settings(args.config, args.overrides)
-    if args.out:
-        check_writable(args.out)
+    for path in (args.out, args.record):
+        if path:
+            check_writable(path)
     try:
         popen = subprocess.Popen(command)
     except FileNotFoundError:
@@ -181,12 +220,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
     out = args.out or default_report_name(popen.pid, time.time())
     target = find_python_process(popen)
-    session = Session(Target(target), settings, _options(args), popen=popen)
+    recorder = _recorder(args, "run", command, target)
+    session = Session(Target(target), settings, _options(args), popen=popen,
+                      sink=recorder.write if recorder else None)
     if not args.quiet:
         session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
                     + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
     result = session.run()
-    _finish(result, args, "run", command, popen.pid, out, settings.source, settings.thresholds)
+    _finish(result, args, "run", command, target, out, settings.source, settings.thresholds,
+            recorder)
     if result.end_reason == "duration_reached":
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running",
               file=sys.stderr)
@@ -242,8 +284,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     """Profile a running job; exit 2 when it cannot be read at all."""
     pid = parse_pid(args.pid)
     settings = load_settings(args.config, args.overrides)
-    if args.out:
-        check_writable(args.out)
+    for path in (args.out, args.record):
+        if path:
+            check_writable(path)
     opts = _options(args)
     session = Session(Target(pid), settings, opts)
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
@@ -265,8 +308,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
         session.log(f"attached to pid {pid} ({' '.join(cmdline)})"
                     + (f" for {args.duration:.0f} s" if args.duration else
                        "; Ctrl-C stops and writes the report"))
+    recorder = _recorder(args, "attach", cmdline, pid)
+    session.sink = recorder.write if recorder else None
     result = session.run(preopened={stacks.name: status})
-    _finish(result, args, "attach", cmdline, pid, out, settings.source, settings.thresholds)
+    _finish(result, args, "attach", cmdline, pid, out, settings.source, settings.thresholds,
+            recorder)
     return EXIT_OK
 
 
@@ -279,6 +325,37 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(render_markdown(doc), end="")
     else:
         print(render_text(doc))
+    return EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Analyse a recording and print (and optionally write) the report."""
+    settings = load_settings(args.config, args.overrides)
+    if args.out:
+        check_writable(args.out)
+    rec = read_recording(args.file)
+    tl = Timeline()
+    tl.extend(rec.samples)
+    analysis = analyze(tl, settings.thresholds, settings.rules)
+    foot = rec.footer or {}
+    run = rec.header.get("run", {})
+    start = foot.get("start") or (tl.start_ns or 0) / 1e9
+    end = foot.get("end") or (tl.end_ns or 0) / 1e9
+    errors = list(foot.get("errors", []))
+    if rec.footer is None:
+        errors.append({"source": "replay", "message": "recording was cut short (no footer): "
+                                                      "probe status unknown", "t": None})
+    doc = build_report(analysis=analysis, mode="replay", command=run.get("command"),
+                       pid=run.get("pid"), start=start, end=end, end_reason="replayed",
+                       exit_code=foot.get("exit_code"),
+                       environment=foot.get("environment") or rec.header.get("environment")
+                       or describe_environment(None),
+                       probes=rec.probes, errors=errors, thresholds=settings.thresholds,
+                       settings_source=settings.source)
+    validate(doc)
+    _print_summary(doc, args.format)
+    if args.out:
+        print(f"Report written to {write_report(doc, args.out)}")
     return EXIT_OK
 
 
@@ -306,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_demo(args)
         handler = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report,
-                   "thresholds": cmd_thresholds}[args.command]
+                   "replay": cmd_replay, "thresholds": cmd_thresholds}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"gpudiag: error: {exc}", file=sys.stderr)

@@ -42,7 +42,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 popen.kill()
     doc = build_report(analysis=result.analysis, mode="demo", command=cmd, pid=popen.pid,
                        start=result.start, end=result.end, end_reason=result.end_reason,
-                       exit_code=None, environment=describe_environment(popen.pid),
+                       exit_code=None, environment=describe_environment(popen.pid, result.hardware),
                        probes=result.probes, errors=result.errors,
                        thresholds=settings.thresholds, settings_source=settings.source)
     path = write_report(doc, out)

@@ -33,9 +33,12 @@ def _target_torch_version(pid: int | None) -> str | None:
         return None
 
 
-def describe_environment(pid: int | None = None) -> dict:
-    """A fingerprint of the machine and software, as stored in every report."""
-    return {
+def describe_environment(pid: int | None = None, hardware: dict | None = None) -> dict:
+    """A fingerprint of the machine and software, as stored in every report.
+
+    `hardware` (driver, GPUs) comes from the GPU probe when it ran.
+    """
+    env = {
         "host": socket.gethostname(),
         "os": f"{platform.system()} {platform.release()}",
         "cpu_count": cpu_count(),
@@ -45,6 +48,8 @@ def describe_environment(pid: int | None = None) -> dict:
         "driver": None,
         "gpus": [],
     }
+    env.update(hardware or {})
+    return env
 
 
 def _cpu_model() -> str | None:

@@ -14,7 +14,7 @@ import jsonschema
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.analyzers import Analysis
-from gpudiag.analyzers.metrics import METRIC_UNITS
+from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
 
@@ -65,7 +65,7 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "environment": environment,
         "probes": [p.to_dict() for p in probes],
         "metrics": metrics,
-        "metric_units": {k: METRIC_UNITS.get(k, "") for k in metrics},
+        "metric_units": {k: metric_unit(k) for k in metrics},
         "breakdown": analysis.breakdown.to_dict(),
         "findings": [f.to_dict() for f in analysis.findings],
         "thresholds": thresholds.to_dict(),

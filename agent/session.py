@@ -19,6 +19,7 @@ from gpudiag.agent.config import Settings
 from gpudiag.analyzers import Analysis, analyze
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
+from gpudiag.probes.gpu import GpuProbe
 from gpudiag.probes.host import HostProbe
 from gpudiag.probes.process import ProcessProbe
 from gpudiag.probes.stacks import StackProbe
@@ -48,13 +49,15 @@ class SessionResult:
     end_reason: str
     exit_code: int | None
     timeline: Timeline = field(repr=False, default_factory=Timeline)
+    hardware: dict = field(default_factory=dict)
 
 
 def default_probes(opts: SessionOptions) -> list[Probe]:
     """The host-side probes every session runs."""
     return [HostProbe(), ProcessProbe(),
             StackProbe(rate_hz=opts.rate_hz, window_s=opts.window_s,
-                       gil_rate_hz=opts.gil_rate_hz, nonblocking=opts.nonblocking)]
+                       gil_rate_hz=opts.gil_rate_hz, nonblocking=opts.nonblocking),
+            GpuProbe()]
 
 
 class _Interrupted(Exception):
@@ -96,10 +99,10 @@ class Session:
     def _ingest(self, samples: list[Sample]) -> None:
         if not samples:
             return
-        with self._lock:
+        with self._lock:  # the recording keeps the order the timeline saw
             self.timeline.extend(samples)
-        if self.sink is not None:
-            self.sink(samples)
+            if self.sink is not None:
+                self.sink(samples)
 
     def _run_probe(self, probe: Probe) -> None:
         while not self._stop.is_set():
@@ -232,6 +235,11 @@ class Session:
                 last = getattr(probe, "last_error", None)
                 if last:
                     self.error(probe.name, last)
+                for msg in getattr(probe, "errors", []):
+                    self.error(probe.name, msg)
+                final = getattr(probe, "final_status", None)
+                if final is not None and probe.name in self.statuses:
+                    self.statuses[probe.name] = final()
             stacks_ok = self.statuses.get("stacks")
             if stacks_ok is not None and stacks_ok.available and \
                     not self.timeline.windows.get("all"):
@@ -243,8 +251,13 @@ class Session:
             statuses = [self.statuses.get(p.name) or
                         ProbeStatus(p.name, False, "not started (session ended first)")
                         for p in self.probes]
+            hardware: dict = {}
+            for p in self.probes:
+                describe = getattr(p, "describe", None)
+                if describe is not None and self.statuses.get(p.name, statuses[0]).available:
+                    hardware.update(describe())
             return SessionResult(analysis, statuses, self.errors, start, end, reason,
-                                 self.exit_code, self.timeline)
+                                 self.exit_code, self.timeline, hardware)
         finally:
             if old_int is not None:
                 signal.signal(signal.SIGINT, old_int)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from gpudiag.analyzers.checkpoint import checkpoint_findings
 from gpudiag.analyzers.gil import gil_findings
+from gpudiag.analyzers.gpu import gpu_findings, with_gpu_idle
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics
 from gpudiag.analyzers.pipeline import data_findings, io_findings
@@ -48,5 +49,11 @@ def analyze(tl: Timeline, thresholds: Thresholds | None = None,
     findings += io_findings(profile, metrics, th, loader_d)
     findings += gil_findings(profile, th)
     findings += checkpoint_findings(tl, profile, clf, th)
+    gpu, stats = gpu_findings(tl, findings, th, profile.share("h2d_copy"))
+    findings = with_gpu_idle(findings, stats) + gpu
+    for st in stats:
+        metrics[f"gpu{st.index}_busy"] = st.busy
+        metrics[f"gpu{st.index}_vram_peak_bytes"] = st.mem_peak
+    metrics["gpus"] = float(len(stats))
     findings.sort(key=lambda f: (-f.impact, f.id))
     return Analysis(profile.breakdown, tuple(findings), metrics, profile)

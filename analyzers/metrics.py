@@ -33,7 +33,17 @@ METRIC_UNITS = {
     "stack_errors": "count",
     "loop_thread_cpu": "ratio",
     "loop_thread_d_state": "ratio",
+    "gpus": "count",
 }
+
+
+def metric_unit(name: str) -> str:
+    """The unit of a metric, including the per-GPU ones (gpuN_busy, gpuN_vram_peak_bytes)."""
+    if name in METRIC_UNITS:
+        return METRIC_UNITS[name]
+    if name.endswith("_busy"):
+        return "ratio"
+    return "bytes" if name.endswith("_bytes") else ""
 
 
 def host_metrics(tl: Timeline) -> dict[str, float | None]:

@@ -33,6 +33,30 @@ class Thresholds:
     """CKPT001: share of loop time inside synchronous checkpoint saves."""
     checkpoint_error: float = 0.20
     """CKPT001: share that makes it an error."""
+    gpu_idle_warn: float = 0.50
+    """GPU001: share of time the job's GPU runs no kernel, with no host-side cause found."""
+    launch_util_min: float = 0.80
+    """GPU002: NVML utilisation at or above which low SM activity means launch-bound."""
+    launch_sm_max: float = 0.30
+    """GPU002: GPM SM activity at or below which the GPU is launch-bound."""
+    tensor_sm_min: float = 0.50
+    """GPU003: SM activity needed before missing tensor-core use matters."""
+    tensor_active_max: float = 0.05
+    """GPU003: tensor-core activity at or below which matrix work is plain fp32."""
+    pcie_saturation: float = 0.70
+    """XFER001: host-to-device bytes/s as a share of the link's capacity."""
+    pcie_busy_max: float = 0.70
+    """XFER001: GPU utilisation below which a busy link is holding the GPU back."""
+    h2d_copy_warn: float = 0.10
+    """XFER001: share of loop time the stacks show in host-to-device copies."""
+    mem_headroom_max: float = 0.25
+    """MEM001: peak VRAM share of capacity at or below which there is room to use."""
+    mem_near_limit: float = 0.95
+    """MEM002: peak VRAM share of capacity at or above which the job is near OOM."""
+    throttle_warn: float = 0.10
+    """THROT001: share of time clocks were held back by one throttle reason."""
+    gpu_imbalance: float = 0.30
+    """GPU004: spread of utilisation between the job's busiest and idlest GPU."""
     error_impact: float = 0.40
     """Any finding whose impact (share of wall time) reaches this is an error, not a warning."""
     min_confidence: float = 0.5

@@ -1,0 +1,365 @@
+"""GPU probe: what the job's GPUs do, through NVML.
+
+Which GPUs are the job's: the devices whose NVML process lists hold the job's pid or one of
+its children; until the job has a CUDA context (or when its pids are in another namespace),
+the devices it can see through its CUDA_VISIBLE_DEVICES (matched by index or UUID).
+Counters that exist as NVML field values (PCIe bytes, throttle time) are read as cumulative
+totals, so shares come from exact deltas, not from point samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
+
+# Throttle (clock event) reasons, by bit, and the cumulative field value counting its time.
+THROTTLE_REASONS = {
+    "power_cap": (0x4, 74),           # SW power cap
+    "hw_slowdown": (0x8, None),
+    "sw_thermal": (0x20, 269),
+    "hw_thermal": (0x40, 270),
+    "power_brake": (0x80, 271),
+}
+FI_PCIE_TX, FI_PCIE_RX = 197, 198
+GPM_METRICS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5,
+               "gpm_dram_bw": 10, "gpm_pcie_tx_mib_s": 20, "gpm_pcie_rx_mib_s": 21}
+
+
+def visible_devices(pid: int) -> list[str] | None:
+    """The job's CUDA_VISIBLE_DEVICES entries, or None when unset (all devices visible)."""
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"CUDA_VISIBLE_DEVICES="):
+            value = item.split(b"=", 1)[1].decode(errors="replace").strip()
+            return [v.strip() for v in value.split(",") if v.strip()]
+    return None
+
+
+@dataclass
+class Device:
+    """One NVML device and what the probe remembers between ticks."""
+
+    index: int
+    handle: Any
+    uuid: str
+    name: str
+    memory_total: float | None
+    prev_fields: dict[int, tuple[int, int]] = field(default_factory=dict)
+    last_seen_us: int = 0
+    gpm_prev: Any = None
+    gpm_ok: bool = False
+    lost: bool = False
+
+
+class GpuProbe:
+    """Samples the job's GPUs through one Nvml layer."""
+
+    name = "gpu"
+    interval_s = 1.0
+    fields = (
+        Field("util_gpu", "ratio", "gauge", "NVML utilisation: share of time any kernel ran"),
+        Field("util_mem", "ratio", "gauge", "share of time device memory was read or written"),
+        Field("mem_used_bytes", "bytes", "gauge", "device memory used (v2 struct)"),
+        Field("mem_total_bytes", "bytes", "gauge", "device memory"),
+        Field("job_mem_bytes", "bytes", "gauge", "device memory held by the job's processes"),
+        Field("job_sm_util", "ratio", "gauge", "SM utilisation of the job's processes"),
+        Field("job_on_device", "ratio", "gauge", "1 when an NVML process of the job is here"),
+        Field("foreign_procs", "count", "gauge", "compute processes on the GPU not the job's"),
+        Field("pcie_tx_bytes_per_s", "bytes/s", "gauge", "PCIe bytes sent by the GPU"),
+        Field("pcie_rx_bytes_per_s", "bytes/s", "gauge", "PCIe bytes received by the GPU"),
+        Field("pcie_gen", "gen", "gauge", "current PCIe link generation"),
+        Field("pcie_gen_max", "gen", "gauge", "maximum PCIe link generation"),
+        Field("pcie_width", "lanes", "gauge", "current PCIe link width"),
+        Field("pcie_width_max", "lanes", "gauge", "maximum PCIe link width"),
+        Field("sm_clock_mhz", "MHz", "gauge", "SM clock"),
+        Field("sm_clock_max_mhz", "MHz", "gauge", "maximum SM clock"),
+        Field("mem_clock_mhz", "MHz", "gauge", "memory clock"),
+        Field("mem_clock_max_mhz", "MHz", "gauge", "maximum memory clock"),
+        Field("temperature_c", "°C", "gauge", "GPU temperature"),
+        Field("power_w", "W", "gauge", "power draw"),
+        Field("power_limit_w", "W", "gauge", "enforced power limit"),
+        Field("ecc_uncorrected", "count", "counter", "volatile uncorrected ECC errors"),
+        Field("lost", "ratio", "gauge", "1 when the GPU stopped answering"),
+        *(Field(f"throttle_{r}", "ratio", "gauge", f"share of time clocks were held by {r}")
+          for r in THROTTLE_REASONS),
+        Field("gpm_sm_active", "ratio", "gauge", "GPM: share of SMs busy (Hopper+)"),
+        Field("gpm_sm_occupancy", "ratio", "gauge", "GPM: warp occupancy (Hopper+)"),
+        Field("gpm_tensor_active", "ratio", "gauge", "GPM: tensor-core activity (Hopper+)"),
+        Field("gpm_dram_bw", "ratio", "gauge", "GPM: DRAM bandwidth used (Hopper+)"),
+        Field("gpm_pcie_tx_mib_s", "MiB/s", "gauge", "GPM: PCIe TX (Hopper+)"),
+        Field("gpm_pcie_rx_mib_s", "MiB/s", "gauge", "GPM: PCIe RX (Hopper+)"),
+    )
+
+    def __init__(self, nvml: Nvml | None = None, interval_s: float = 1.0,
+                 clock_ns: Callable[[], int] = now_ns) -> None:
+        self.nvml = nvml or Nvml()
+        self.clock_ns = clock_ns
+        self.interval_s = interval_s
+        self.target: Target | None = None
+        self.devices: list[Device] = []
+        self.visible: list[str] | None = None
+        self.driver: str | None = None
+        self.errors: list[str] = []
+        self.matched_pid = False
+        self._status: ProbeStatus | None = None
+
+    # ---- setup ----------------------------------------------------------------------
+    def open(self, target: Target) -> ProbeStatus:
+        """Initialise NVML and list the devices; unavailable (with why) on a GPU-less box."""
+        self.target = target
+        status = self.nvml.init(self.name)
+        if not status.available:
+            self._status = status
+            return status
+        n = self.nvml
+        self.driver = _text(n.call("nvmlSystemGetDriverVersion"))
+        count = n.call("nvmlDeviceGetCount") or 0
+        for i in range(count):
+            try:
+                h = n.call("nvmlDeviceGetHandleByIndex", i, device=i)
+                if h is None:
+                    continue
+                mem = self._memory(h, i)
+                self.devices.append(Device(
+                    i, h, _text(n.call("nvmlDeviceGetUUID", h, device=i)) or f"GPU-{i}",
+                    _text(n.call("nvmlDeviceGetName", h, device=i)) or "NVIDIA GPU",
+                    float(mem.total) if mem is not None else None))
+            except GpuLost as exc:
+                self.errors.append(f"GPU {i} lost while starting: {exc}")
+        self.visible = visible_devices(target.pid)
+        for d in self.devices:
+            self._init_gpm(d)
+        self._status = ProbeStatus(self.name, True)
+        return self._status
+
+    def _memory(self, handle: Any, i: int) -> Any:
+        v2 = getattr(self.nvml.mod, "nvmlMemory_v2", None)
+        if v2 is not None:
+            mem = self.nvml.call("nvmlDeviceGetMemoryInfo", handle, v2, device=i,
+                                 what="nvmlDeviceGetMemoryInfo(v2)")
+            if mem is not None:
+                return mem
+        return self.nvml.call("nvmlDeviceGetMemoryInfo", handle, device=i)
+
+    def _init_gpm(self, d: Device) -> None:
+        m = self.nvml.mod
+        sup = self.nvml.call("nvmlGpmQueryDeviceSupport", d.handle, device=d.index)
+        if sup is None or not getattr(sup, "isSupportedDevice", 0):
+            return
+        sample = self.nvml.call("nvmlGpmSampleAlloc", device=d.index)
+        if sample is not None and self.nvml.call("nvmlGpmSampleGet", d.handle, sample,
+                                                 device=d.index) is not None:
+            d.gpm_prev, d.gpm_ok = sample, hasattr(m, "c_nvmlGpmMetricsGet_t")
+
+    def candidate_devices(self) -> list[Device]:
+        """The devices the job can see (CUDA_VISIBLE_DEVICES by index or UUID)."""
+        if self.visible is None:
+            return [d for d in self.devices if not d.lost]
+        out = []
+        for v in self.visible:
+            for d in self.devices:
+                if (v.isdigit() and int(v) == d.index) or (v.startswith("GPU-") and
+                                                           d.uuid.startswith(v)):
+                    out.append(d)
+        return [d for d in out if not d.lost]
+
+    def describe(self) -> dict:
+        """Driver and GPUs for the report's environment."""
+        return {"driver": self.driver,
+                "gpus": [{"index": d.index, "name": d.name, "uuid": d.uuid,
+                          "memory_total_bytes": d.memory_total} for d in self.devices]}
+
+    def final_status(self) -> ProbeStatus:
+        """The probe's status at the end, with what turned out not to be available."""
+        st = self._status or ProbeStatus(self.name, False, "not opened")
+        if not st.available or not self.nvml.unsupported:
+            return st
+        missing = sorted({k.split("@")[0] for k in self.nvml.unsupported})
+        return ProbeStatus(self.name, True, "not available on this GPU/driver: "
+                           + ", ".join(missing),
+                           "GPM metrics need a Hopper or newer GPU and a recent driver"
+                           if any("Gpm" in k for k in missing) else None)
+
+    # ---- sampling -------------------------------------------------------------------
+    def _job_pids(self) -> set[int]:
+        assert self.target is not None
+        pids = {self.target.pid}
+        try:
+            pids |= {p.pid for p in psutil.Process(self.target.pid).children(recursive=True)}
+        except psutil.Error:
+            pass
+        return pids
+
+    def sample(self) -> list[Sample]:
+        """One tick for each of the job's devices."""
+        t = self.clock_ns()
+        pids = self._job_pids()
+        per_dev: dict[int, dict] = {}
+        for d in self.devices:
+            if d.lost:
+                continue
+            try:
+                per_dev[d.index] = self._processes(d, pids)
+            except GpuLost as exc:
+                self._lose(d, exc)
+        on_job = [i for i, p in per_dev.items() if p["job_on_device"]]
+        if on_job:
+            self.matched_pid = True
+        chosen = [d for d in self.devices if d.index in on_job] or self.candidate_devices()
+        out = []
+        for d in chosen:
+            if d.lost:
+                continue
+            labels = {"gpu": str(d.index), "uuid": d.uuid, "name": d.name}
+            try:
+                values = self._device_values(d, t)
+                values.update(per_dev.get(d.index, {}))
+            except GpuLost as exc:
+                self._lose(d, exc)
+                values = {"lost": 1.0}
+            out.append(Sample(self.name, t, labels, values))
+        return out
+
+    def _lose(self, d: Device, exc: GpuLost) -> None:
+        d.lost = True
+        self.errors.append(f"GPU {d.index} ({d.uuid}) lost: {exc}; sampling the others")
+
+    def _processes(self, d: Device, pids: set[int]) -> dict:
+        n = self.nvml
+        procs = n.call("nvmlDeviceGetComputeRunningProcesses", d.handle, device=d.index) or []
+        job_mem = 0.0
+        mine = foreign = 0
+        for p in procs:
+            if p.pid in pids:
+                mine += 1
+                job_mem += float(getattr(p, "usedGpuMemory", 0) or 0)
+            else:
+                foreign += 1
+        vals: dict[str, float | None] = {"job_on_device": 1.0 if mine else 0.0,
+                                         "foreign_procs": float(foreign)}
+        if mine:
+            vals["job_mem_bytes"] = job_mem
+        try:
+            util = n.call("nvmlDeviceGetProcessUtilization", d.handle, d.last_seen_us,
+                          device=d.index)
+            if util is not None:
+                sm = [u.smUtil for u in util if u.pid in pids]
+                if util:
+                    d.last_seen_us = max(int(u.timeStamp) for u in util)
+                vals["job_sm_util"] = min(1.0, sum(sm) / 100.0) if sm else 0.0
+        except NvmlNotFound:
+            vals["job_sm_util"] = 0.0  # no process ran in the window: zero, not an error
+        return vals
+
+    def _device_values(self, d: Device, t: int) -> dict[str, float | None]:
+        n, h, i = self.nvml, d.handle, d.index
+        v: dict[str, float | None] = {"lost": 0.0}
+        util = n.call("nvmlDeviceGetUtilizationRates", h, device=i)
+        if util is not None:
+            v["util_gpu"], v["util_mem"] = util.gpu / 100.0, util.memory / 100.0
+        mem = self._memory(h, i)
+        if mem is not None:
+            v["mem_used_bytes"], v["mem_total_bytes"] = float(mem.used), float(mem.total)
+        for key, fn, arg in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None),
+                             ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
+                             ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None),
+                             ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
+                             ("sm_clock_mhz", "nvmlDeviceGetClockInfo", 1),
+                             ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
+                             ("mem_clock_mhz", "nvmlDeviceGetClockInfo", 2),
+                             ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2),
+                             ("temperature_c", "nvmlDeviceGetTemperature", 0)):
+            args = (h,) if arg is None else (h, arg)
+            val = n.call(fn, *args, device=i, what=f"{fn}({arg})" if arg is not None else fn)
+            if val is not None:
+                v[key] = float(val)
+        power = n.call("nvmlDeviceGetPowerUsage", h, device=i)
+        limit = n.call("nvmlDeviceGetEnforcedPowerLimit", h, device=i)
+        v["power_w"] = power / 1000.0 if power is not None else None
+        v["power_limit_w"] = limit / 1000.0 if limit is not None else None
+        ecc = n.call("nvmlDeviceGetTotalEccErrors", h, 1, 0, device=i)  # uncorrected, volatile
+        if ecc is not None:
+            v["ecc_uncorrected"] = float(ecc)
+        self._fields(d, t, v)
+        self._gpm(d, v)
+        return v
+
+    def _fields(self, d: Device, t: int, v: dict[str, float | None]) -> None:
+        """PCIe bytes and throttle time from cumulative field values (exact deltas)."""
+        n = self.nvml
+        ids = [FI_PCIE_TX, FI_PCIE_RX] + [fi for _, fi in THROTTLE_REASONS.values() if fi]
+        got = n.call("nvmlDeviceGetFieldValues", d.handle, ids, device=d.index,
+                     what="nvmlDeviceGetFieldValues")
+        totals: dict[int, int] = {}
+        for fv in got or []:
+            if getattr(fv, "nvmlReturn", 0) == 0:
+                totals[int(fv.fieldId)] = int(fv.value.ullVal)
+        rates: dict[int, float] = {}
+        for fid, total in totals.items():
+            prev = d.prev_fields.get(fid)
+            d.prev_fields[fid] = (t, total)
+            if prev is not None and t > prev[0] and total >= prev[1]:
+                rates[fid] = (total - prev[1]) / ((t - prev[0]) / 1e9)
+        if FI_PCIE_TX in rates:
+            v["pcie_tx_bytes_per_s"] = rates[FI_PCIE_TX]
+            v["pcie_rx_bytes_per_s"] = rates.get(FI_PCIE_RX)
+        elif FI_PCIE_TX not in totals:
+            tx = n.call("nvmlDeviceGetPcieThroughput", d.handle, 0, device=d.index)
+            rx = n.call("nvmlDeviceGetPcieThroughput", d.handle, 1, device=d.index)
+            if tx is not None:  # KB/s over a 20 ms window: a point sample
+                v["pcie_tx_bytes_per_s"] = tx * 1024.0
+                v["pcie_rx_bytes_per_s"] = rx * 1024.0 if rx is not None else None
+        reasons = n.call("nvmlDeviceGetCurrentClocksEventReasons", d.handle, device=d.index)
+        if reasons is None:
+            reasons = n.call("nvmlDeviceGetCurrentClocksThrottleReasons", d.handle,
+                             device=d.index)
+        for name, (bit, fid) in THROTTLE_REASONS.items():
+            if fid is not None and fid in rates:
+                v[f"throttle_{name}"] = min(1.0, rates[fid] / 1e9)  # ns of throttle per s
+            elif reasons is not None:
+                v[f"throttle_{name}"] = 1.0 if int(reasons) & bit else 0.0
+
+    def _gpm(self, d: Device, v: dict[str, float | None]) -> None:
+        """GPM metrics (Hopper+) between the previous sample and now (>= 100 ms apart)."""
+        if not d.gpm_ok:
+            return
+        m, n = self.nvml.mod, self.nvml
+        cur = n.call("nvmlGpmSampleAlloc", device=d.index)
+        if cur is None or n.call("nvmlGpmSampleGet", d.handle, cur, device=d.index) is None:
+            d.gpm_ok = False
+            return
+        mg = m.c_nvmlGpmMetricsGet_t()
+        mg.version = getattr(m, "NVML_GPM_METRICS_GET_VERSION", 1)
+        mg.numMetrics = len(GPM_METRICS)
+        mg.sample1, mg.sample2 = d.gpm_prev, cur
+        for k, mid in enumerate(GPM_METRICS.values()):
+            mg.metrics[k].metricId = mid
+        res = n.call("nvmlGpmMetricsGet", mg, device=d.index)
+        n.call("nvmlGpmSampleFree", d.gpm_prev, device=d.index)
+        d.gpm_prev = cur
+        if res is None:
+            return
+        for k, name in enumerate(GPM_METRICS):
+            met = res.metrics[k]
+            if getattr(met, "nvmlReturn", 0) == 0:
+                val = float(met.value)
+                v[name] = val / 100.0 if "mib_s" not in name else val
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        self.nvml.shutdown()
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

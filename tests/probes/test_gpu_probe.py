@@ -1,0 +1,132 @@
+"""GPU probe and NVML layer against scripted fake GPUs (no GPU needed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gpudiag.probes.base import Target
+from gpudiag.probes.gpu import GpuProbe, visible_devices
+from gpudiag.probes.nvml import Nvml
+from tests.probes.fake_nvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    FakeGpu,
+    FakeNvml,
+)
+
+ME = os.getpid()
+
+
+class Clock:
+    """Seconds for the fake NVML, nanoseconds for the probe: one shared fake time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def ns(self) -> int:
+        return 1_000_000_000_000 + int(self.t * 1e9)
+
+
+def probe_with(*gpus: FakeGpu, **kw) -> tuple[GpuProbe, Clock, FakeNvml]:
+    clock = Clock()
+    fake = FakeNvml(list(gpus), clock=clock, **kw)
+    return GpuProbe(Nvml(fake), clock_ns=clock.ns), clock, fake
+
+
+def tick(probe: GpuProbe, clock: Clock, seconds: float = 1.0):
+    clock.t += seconds
+    return probe.sample()
+
+
+def test_contract_and_values_from_exact_counters():
+    probe, clock, _ = probe_with(FakeGpu(job_pids=[ME], pcie_rx=lambda t: 4e9))
+    assert probe.open(Target(ME)).available
+    for _ in range(3):
+        samples = tick(probe, clock)
+    declared = {f.name for f in probe.fields}
+    (s,) = samples
+    assert set(s.values) <= declared
+    assert s.labels["gpu"] == "0" and s.labels["uuid"].startswith("GPU-")
+    assert s.values["util_gpu"] == pytest.approx(0.95)
+    assert s.values["pcie_rx_bytes_per_s"] == pytest.approx(4e9, rel=0.01)
+    assert s.values["job_on_device"] == 1.0 and s.values["job_mem_bytes"] == 60 * 2**30
+    assert s.values["throttle_power_cap"] == 0.0
+
+
+def test_not_supported_is_remembered_not_retried():
+    probe, clock, fake = probe_with(FakeGpu(job_pids=[ME], errors={
+        "nvmlDeviceGetFieldValues": NVML_ERROR_NOT_SUPPORTED}))
+    probe.open(Target(ME))
+    for _ in range(5):
+        tick(probe, clock)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 1
+    status = probe.final_status()
+    assert status.available and "nvmlDeviceGetFieldValues" in status.reason
+    # the point-sample fallback still gives PCIe throughput
+    assert "pcie_rx_bytes_per_s" in tick(probe, clock)[0].values
+
+
+def test_process_utilisation_not_found_means_zero():
+    probe, clock, _ = probe_with(FakeGpu(job_pids=[]))
+    probe.open(Target(ME))
+    s = tick(probe, clock)[0]
+    assert s.values["job_sm_util"] == 0.0
+    assert s.values["job_on_device"] == 0.0
+
+
+def test_gpu_lost_mid_run_keeps_the_others():
+    probe, clock, _ = probe_with(FakeGpu(job_pids=[ME], lost_after_s=2.5),
+                                 FakeGpu(uuid="GPU-1", job_pids=[ME]))
+    probe.open(Target(ME))
+    tick(probe, clock)
+    tick(probe, clock)
+    after = tick(probe, clock)
+    assert [s.labels["gpu"] for s in after] == ["1"]
+    assert any("GPU 0" in e and "lost" in e for e in probe.errors)
+    assert tick(probe, clock)[0].labels["gpu"] == "1"
+
+
+@pytest.mark.parametrize("err,words", [
+    (NVML_ERROR_LIBRARY_NOT_FOUND, "no NVIDIA driver"),
+    (NVML_ERROR_DRIVER_NOT_LOADED, "not loaded"),
+])
+def test_no_driver_is_unavailable_with_a_hint(err, words):
+    probe, _, _ = probe_with(FakeGpu(), init_error=err)
+    status = probe.open(Target(ME))
+    assert not status.available and words in status.reason and status.hint
+
+
+def test_driver_but_no_device():
+    probe, _, _ = probe_with()
+    status = probe.open(Target(ME))
+    assert not status.available and "sees no GPU" in status.reason
+
+
+def test_devices_of_the_job_by_pid_then_by_visibility(monkeypatch):
+    probe, clock, _ = probe_with(FakeGpu(uuid="GPU-aaa"), FakeGpu(uuid="GPU-bbb"),
+                                 FakeGpu(uuid="GPU-ccc", job_pids=[ME]))
+    probe.open(Target(ME))
+    assert [s.labels["gpu"] for s in tick(probe, clock)] == ["2"]
+    probe2, clock2, _ = probe_with(FakeGpu(uuid="GPU-aaa"), FakeGpu(uuid="GPU-bbb"))
+    monkeypatch.setattr("gpudiag.probes.gpu.visible_devices", lambda pid: ["GPU-bbb"])
+    probe2.open(Target(ME))
+    assert [s.labels["gpu"] for s in tick(probe2, clock2)] == ["1"]
+    assert not probe2.matched_pid
+
+
+def test_visible_devices_reads_the_job_environment():
+    assert visible_devices(ME) == (os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+                                   if "CUDA_VISIBLE_DEVICES" in os.environ else None)
+
+
+def test_real_pynvml_on_a_machine_without_gpu_is_unavailable():
+    status = GpuProbe().open(Target(ME))
+    if status.available:
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert status.reason and status.hint
