@@ -39,6 +39,10 @@ def check(doc: dict, expected: str | None) -> None:
         assert top["evidence"] and top["recommendation"]["actions"]
         assert any(e.get("threshold") is not None for e in top["evidence"])
     assert doc["breakdown"]["samples"] >= 300
+    gpu = next(p for p in doc["probes"] if p["name"] == "gpu")
+    if not gpu["available"]:  # a machine without a GPU: said so, and why; host side unchanged
+        assert gpu["reason"] and gpu["hint"]
+        assert not [f for f in doc["findings"] if f["id"].startswith(("GPU", "MEM", "THROT"))]
 
 
 @pytest.mark.parametrize("name,expected", CASES)
