@@ -51,6 +51,7 @@ class GpuStats:
     sm_clock_max: float | None = None
     throttle: dict[str, float] = field(default_factory=dict)
     lost: bool = False
+    job_uses_gpu: bool = True
 
     @property
     def idle(self) -> float | None:
@@ -101,6 +102,8 @@ def gpu_stats(tl: Timeline) -> list[GpuStats]:
             st.throttle[name[len("throttle_"):]] = mean or 0.0
         elif name == "lost" and peak and peak > 0:
             st.lost = True
+        elif name == "job_uses_gpu":
+            st.job_uses_gpu = bool(peak)
     # the job's own memory is what matters; fall back to the device's used memory
     for (probe, name, lk), roll in tl.series.items():
         if probe == "gpu" and name == "job_mem_bytes":
@@ -132,8 +135,8 @@ def gpu_findings(tl: Timeline, host: list[Finding], th: Thresholds,
 
 def _idle(st: GpuStats, host: list[Finding], th: Thresholds) -> list[Finding]:
     idle = st.idle
-    if idle is None or idle < th.gpu_idle_warn:
-        return []
+    if idle is None or idle < th.gpu_idle_warn or not st.job_uses_gpu:
+        return []  # a CPU-only job on a GPU box leaves the GPU idle; that is not a finding
     explained = sum(f.impact for f in host if f.id in EXPLAINS_IDLE)
     if explained >= idle / 2:
         return []  # the host-side findings say why; they carry the GPU-idle share

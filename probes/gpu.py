@@ -9,6 +9,7 @@ totals, so shares come from exact deltas, not from point samples.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,23 @@ THROTTLE_REASONS = {
 FI_PCIE_TX, FI_PCIE_RX = 197, 198
 GPM_METRICS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5,
                "gpm_dram_bw": 10, "gpm_pcie_tx_mib_s": 20, "gpm_pcie_rx_mib_s": 21}
+
+
+def has_nvidia_device_open(pids: set[int]) -> bool:
+    """True when one of the processes holds /dev/nvidiaN open (it has a CUDA context)."""
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("/dev/nvidia") and link[11:].isdigit():
+                return True
+    return False
 
 
 def visible_devices(pid: int) -> list[str] | None:
@@ -74,6 +92,8 @@ class GpuProbe:
         Field("job_sm_util", "ratio", "gauge", "SM utilisation of the job's processes"),
         Field("job_on_device", "ratio", "gauge", "1 when an NVML process of the job is here"),
         Field("foreign_procs", "count", "gauge", "compute processes on the GPU not the job's"),
+        Field("job_uses_gpu", "ratio", "gauge",
+              "1 when the job is in NVML's process list or holds /dev/nvidiaN open"),
         Field("pcie_tx_bytes_per_s", "bytes/s", "gauge", "PCIe bytes sent by the GPU"),
         Field("pcie_rx_bytes_per_s", "bytes/s", "gauge", "PCIe bytes received by the GPU"),
         Field("pcie_gen", "gen", "gauge", "current PCIe link generation"),
@@ -215,6 +235,7 @@ class GpuProbe:
         if on_job:
             self.matched_pid = True
         chosen = [d for d in self.devices if d.index in on_job] or self.candidate_devices()
+        uses = 1.0 if on_job or has_nvidia_device_open(pids) else 0.0
         out = []
         for d in chosen:
             if d.lost:
@@ -223,6 +244,7 @@ class GpuProbe:
             try:
                 values = self._device_values(d, t)
                 values.update(per_dev.get(d.index, {}))
+                values["job_uses_gpu"] = uses
             except GpuLost as exc:
                 self._lose(d, exc)
                 values = {"lost": 1.0}

@@ -117,3 +117,9 @@ def test_no_gpu_means_no_gpu_findings():
     sc.host(0.2).process(0.9)
     a = analyze(sc.tl)
     assert ids(a) == ["DATA001"] and "GPU" not in a.findings[0].message
+
+
+def test_cpu_only_job_on_a_gpu_box_gets_no_idle_gpu_finding(monkeypatch):
+    monkeypatch.setattr("gpudiag.probes.gpu.has_nvidia_device_open", lambda pids: False)
+    a = analyze(timeline(FakeGpu(job_pids=[], util=const(0), mem_used=const(0))).tl)
+    assert ids(a) == []
