@@ -40,8 +40,11 @@ def suggest_workers(wait: float, workers: int, free_cores: float, cpu_count: int
     compute = max(1e-3, 1.0 - wait)
     load = wait if workers == 0 else float(workers)
     need = max(workers + 1, math.ceil(load / compute - 1e-9))
-    cap = max(workers + 1, workers + int(math.floor(free_cores)), 1)
-    cap = min(cap, max(1, cpu_count - 1) if workers == 0 else max(workers + 1, cpu_count))
+    if workers == 0:
+        cap = max(1, cpu_count - 1)  # the loop keeps one core; workers take the others
+    else:
+        cap = min(max(workers + 1, workers + int(math.floor(free_cores))),
+                  max(workers + 1, cpu_count))
     suggest = min(need, cap)
     new_step = max(compute, load / suggest)
     return need, suggest, 1.0 / new_step
@@ -79,7 +82,9 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[F
         ev.append(Evidence("host_cpu_util", round(util, 4), "ratio", source="procfs"))
     sev = _severity(wait, th, th.data_wait_error)
     where = f" Loaders spend most time in {hot}." if hot else ""
-    if free is not None and free < th.min_free_cores:
+    # DATA002 needs workers that already use the cores; with num_workers=0 the loading runs
+    # on the loop thread, and moving it to a worker overlaps it with compute whatever the load.
+    if workers > 0 and free is not None and free < th.min_free_cores:
         used = (metrics.get("worker_cpu_cores") or 0.0) + (metrics.get("target_cpu_cores") or 0.0)
         msg = (f"The training loop waits for batches {wait:.0%} of the time, but the CPU is "
                f"already saturated: {cpu_count} cores at {util:.0%} busy (the job uses "

@@ -144,3 +144,12 @@ def test_suggest_workers(wait, workers, free, cores, need, suggest):
     n, s, speed = suggest_workers(wait, workers, free, cores)
     assert (n, s) == (need, suggest)
     assert 1.0 <= speed <= 1 / (1 - wait) + 1e-9
+
+
+def test_no_workers_on_a_busy_cpu_is_still_data001():
+    """num_workers=0: no worker uses the cores, so moving loading to a worker is the fix."""
+    shares = {"data_wait": 0.6, "forward": 0.2, "backward": 0.2}
+    sc = windows(Scenario(cpu_count=2), shares=shares).host(0.95).process(1.0)
+    a = analyze(sc.tl)
+    assert ids(a) == ["DATA001"]
+    assert "num_workers=1" in a.findings[0].recommendation.summary
