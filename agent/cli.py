@@ -84,9 +84,9 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
                    help="py-spy stack sampling rate (default: 100)")
     p.add_argument("--window", type=_positive, default=3.0, metavar="SECONDS",
                    help="py-spy sampling window; stacks arrive once per window (default: 3)")
-    p.add_argument("--nonblocking", action="store_true",
-                   help="do not pause the job while reading its stacks (lower overhead, "
-                        "more partial stacks; see README)")
+    p.add_argument("--blocking", action="store_true",
+                   help="pause the job for each stack sample (consistent stacks, higher "
+                        "cost to the job; the default reads without pausing; see README)")
     p.add_argument("--config", metavar="FILE",
                    help="TOML file with [thresholds] and [[rules]] (default: "
                         "[tool.gpudiag] of ./pyproject.toml)")
@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- commands ---------------------------------------------------------------------------
 def _options(args: argparse.Namespace) -> SessionOptions:
     return SessionOptions(duration_s=args.duration, rate_hz=args.rate, window_s=args.window,
-                          nonblocking=args.nonblocking, progress=not args.quiet)
+                          nonblocking=not args.blocking, progress=not args.quiet)
 
 
 def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int

@@ -33,7 +33,7 @@ class SessionOptions:
     rate_hz: int = 100
     window_s: float = 3.0
     gil_rate_hz: int = 25
-    nonblocking: bool = False
+    nonblocking: bool = True
     progress: bool = True
 
 

@@ -1,7 +1,7 @@
 """Overhead of gpudiag on the job it watches: throughput of a healthy CPU job, A/B interleaved.
 
 Runs tests/workloads/healthy.py (one torch thread) for --seconds, alternately alone, under
-`gpudiag run` with the default (blocking) py-spy mode, and under `--nonblocking`; each run
+`gpudiag run` with the default (non-blocking) py-spy mode, and under `--blocking`; each run
 prints its step count. Reports the median steps/s ratio of each profiled mode to the bare job.
 
     python benchmarks/overhead.py --rounds 3 --seconds 20
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     args = ap.parse_args()
     job = [sys.executable, str(JOB), "--seconds", str(args.seconds), "--threads", "1"]
-    modes = {"bare": [], "blocking": ["--"], "nonblocking": ["--nonblocking", "--"]}
+    modes = {"bare": [], "nonblocking": ["--"], "blocking": ["--blocking", "--"]}
     results: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -48,7 +48,7 @@ def main() -> None:
                 results[mode].append(steps_per_s(cmd))
                 print(f"round {r + 1} {mode:<12} {results[mode][-1]:.2f} steps/s", flush=True)
     base = results["bare"]
-    for mode in ("blocking", "nonblocking"):
+    for mode in ("nonblocking", "blocking"):
         ratios = [m / b for m, b in zip(results[mode], base, strict=True)]
         print(f"{mode:<12} median throughput ratio {statistics.median(ratios):.3f} "
               f"(runs: {', '.join(f'{x:.3f}' for x in ratios)})")

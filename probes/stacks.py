@@ -226,7 +226,7 @@ class StackProbe:
     )
 
     def __init__(self, rate_hz: int = 100, window_s: float = 3.0, gil_rate_hz: int = 25,
-                 nonblocking: bool = False, subprocesses: bool = True,
+                 nonblocking: bool = True, subprocesses: bool = True,
                  startup_timeout_s: float = 10.0) -> None:
         self.rate_hz = rate_hz
         self.gil_rate_hz = gil_rate_hz
