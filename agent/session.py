@@ -254,7 +254,8 @@ class Session:
             hardware: dict = {}
             for p in self.probes:
                 describe = getattr(p, "describe", None)
-                if describe is not None and self.statuses.get(p.name, statuses[0]).available:
+                st = self.statuses.get(p.name)
+                if describe is not None and st is not None and st.available:
                     hardware.update(describe())
             return SessionResult(analysis, statuses, self.errors, start, end, reason,
                                  self.exit_code, self.timeline, hardware)

@@ -130,6 +130,7 @@ class GpuProbe:
         self.driver: str | None = None
         self.errors: list[str] = []
         self.matched_pid = False
+        self.used_without_pid_match = False
         self._status: ProbeStatus | None = None
 
     # ---- setup ----------------------------------------------------------------------
@@ -201,13 +202,23 @@ class GpuProbe:
     def final_status(self) -> ProbeStatus:
         """The probe's status at the end, with what turned out not to be available."""
         st = self._status or ProbeStatus(self.name, False, "not opened")
-        if not st.available or not self.nvml.unsupported:
+        if not st.available:
             return st
-        missing = sorted({k.split("@")[0] for k in self.nvml.unsupported})
-        return ProbeStatus(self.name, True, "not available on this GPU/driver: "
-                           + ", ".join(missing),
-                           "GPM metrics need a Hopper or newer GPU and a recent driver"
-                           if any("Gpm" in k for k in missing) else None)
+        notes, hints = [], []
+        if self.nvml.unsupported:
+            missing = sorted({k.split("@")[0] for k in self.nvml.unsupported})
+            notes.append("not available on this GPU/driver: " + ", ".join(missing))
+            if any("Gpm" in k for k in missing):
+                hints.append("GPM metrics need a Hopper or newer GPU and a recent driver")
+        if self.used_without_pid_match:
+            notes.append("the job holds a GPU open but none of its pids is in NVML's process "
+                         "lists (another PID namespace, e.g. a container): sampled the "
+                         "devices it can see (CUDA_VISIBLE_DEVICES)")
+            hints.append("run gpudiag in the job's PID namespace (same container) for "
+                         "per-process GPU figures")
+        if not notes:
+            return st
+        return ProbeStatus(self.name, True, "; ".join(notes), "; ".join(hints) or None)
 
     # ---- sampling -------------------------------------------------------------------
     def _job_pids(self) -> set[int]:
@@ -236,6 +247,8 @@ class GpuProbe:
             self.matched_pid = True
         chosen = [d for d in self.devices if d.index in on_job] or self.candidate_devices()
         uses = 1.0 if on_job or has_nvidia_device_open(pids) else 0.0
+        if uses and not on_job and not self.matched_pid:
+            self.used_without_pid_match = True
         out = []
         for d in chosen:
             if d.lost:

@@ -130,3 +130,13 @@ def test_real_pynvml_on_a_machine_without_gpu_is_unavailable():
     if status.available:
         pytest.skip("this machine has an NVIDIA GPU")
     assert status.reason and status.hint
+
+
+def test_job_in_another_pid_namespace_is_said_in_the_status(monkeypatch):
+    monkeypatch.setattr("gpudiag.probes.gpu.has_nvidia_device_open", lambda pids: True)
+    probe, clock, _ = probe_with(FakeGpu(other_pids=[4242]))  # NVML sees only a foreign pid
+    probe.open(Target(ME))
+    s = tick(probe, clock)[0]
+    assert s.values["job_uses_gpu"] == 1.0 and s.values["job_on_device"] == 0.0
+    status = probe.final_status()
+    assert status.available and "another PID namespace" in status.reason
