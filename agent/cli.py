@@ -75,6 +75,14 @@ def _rate(value: str) -> int:
     return v
 
 
+def _price_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--price", type=float, metavar="USD_PER_GPU_HOUR",
+                   help="GPU-hour price for the money figures (default: [tool.gpudiag.prices]"
+                        ", else the built-in reference table)")
+    p.add_argument("--prices", metavar="FILE",
+                   help="TOML file with a [prices] table: GPU model key or name = USD/GPU-hour")
+
+
 def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=_positive, metavar="SECONDS",
                    help="stop profiling after this many seconds (the job keeps running)")
@@ -92,6 +100,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
                         "[tool.gpudiag] of ./pyproject.toml)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
                    help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)")
+    _price_options(p)
     p.add_argument("--record", metavar="FILE",
                    help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
                         "replay` and bug reports")
@@ -134,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="thresholds and rules, as for run")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
                    help="override one threshold (repeatable)")
+    _price_options(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
 
     sub.add_parser("schema", help="print the report's JSON Schema",
@@ -206,7 +216,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
-    settings = load_settings(args.config, args.overrides)
+    settings = load_settings(args.config, args.overrides, price=args.price,
+                             prices_file=args.prices)
     for path in (args.out, args.record):
         if path:
             check_writable(path)
@@ -283,7 +294,8 @@ def parse_pid(text: str) -> int:
 def cmd_attach(args: argparse.Namespace) -> int:
     """Profile a running job; exit 2 when it cannot be read at all."""
     pid = parse_pid(args.pid)
-    settings = load_settings(args.config, args.overrides)
+    settings = load_settings(args.config, args.overrides, price=args.price,
+                             prices_file=args.prices)
     for path in (args.out, args.record):
         if path:
             check_writable(path)
@@ -330,13 +342,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Analyse a recording and print (and optionally write) the report."""
-    settings = load_settings(args.config, args.overrides)
+    settings = load_settings(args.config, args.overrides, price=args.price,
+                             prices_file=args.prices)
     if args.out:
         check_writable(args.out)
     rec = read_recording(args.file)
     tl = Timeline()
     tl.extend(rec.samples)
-    analysis = analyze(tl, settings.thresholds, settings.rules)
+    analysis = analyze(tl, settings.thresholds, settings.rules, settings.price,
+                       settings.price_table)
     foot = rec.footer or {}
     run = rec.header.get("run", {})
     start = foot.get("start") or (tl.start_ns or 0) / 1e9

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.analyzers.prices import Price
 from gpudiag.analyzers.rules import Rule, rules_from_config
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -23,6 +24,8 @@ class Settings:
     thresholds: Thresholds
     rules: tuple[Rule, ...]
     source: str | None
+    price: Price | None = None
+    price_table: dict[str, float] | None = None
 
 
 def _section(path: Path, whole_file: bool) -> dict:
@@ -37,8 +40,21 @@ def _section(path: Path, whole_file: bool) -> dict:
     return data.get("tool", {}).get("gpudiag", {})
 
 
+def _price_table(raw: object, where: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: [prices] must be a table of GPU model = USD per GPU-hour")
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise UsageError(f"{where}: price for {k!r} must be a non-negative number "
+                             "(USD per GPU-hour)")
+        out[str(k)] = float(v)
+    return out
+
+
 def load_settings(config: str | None, overrides: list[str] | None = None,
-                  cwd: Path | None = None) -> Settings:
+                  cwd: Path | None = None, price: float | None = None,
+                  prices_file: str | None = None) -> Settings:
     """Read `--config FILE` (or ./pyproject.toml's [tool.gpudiag]) and `--set name=value`s.
 
     The file may hold `[thresholds]` (name = value) and `[[rules]]` tables (category, and one
@@ -70,4 +86,18 @@ def load_settings(config: str | None, overrides: list[str] | None = None,
         rules = rules_from_config(list(section.get("rules", []) or []))
     except ValueError as exc:
         raise UsageError(f"{source or 'settings'}: {exc}") from None
-    return Settings(thresholds, rules, source)
+    table: dict[str, float] = {}
+    if prices_file:
+        path = Path(prices_file)
+        if not path.is_file():
+            raise UsageError(f"prices file not found: {prices_file}")
+        data = _section(path, whole_file=True)
+        table.update(_price_table(data.get("prices", data), prices_file))
+    elif "prices" in section:
+        table.update(_price_table(section["prices"], source or "settings"))
+    explicit = None
+    if price is not None:
+        if price < 0:
+            raise UsageError("--price must not be negative")
+        explicit = Price(price, "--price")
+    return Settings(thresholds, rules, source, explicit, table)

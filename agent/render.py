@@ -55,6 +55,33 @@ def _bar(share: float, width: int = 30) -> str:
     return "█" * n + "·" * (width - n)
 
 
+def cost_lines(doc: dict) -> list[str]:
+    """The cost summary: price and its source, spend, idle spend, if fixed, right-sizing."""
+    cost = doc.get("cost") or {}
+    if not cost.get("available"):
+        return [f"Cost: no money figures ({cost.get('reason', 'not analysed')})."]
+    p = cost["price"]
+    out = [f"Cost: ${p['usd_per_gpu_hour']:.2f}/GPU-hour ({p['source']})",
+           f"  {cost['gpus']}x {cost['gpu_model']}: ${cost['usd_per_hour']:,.2f}/hour, "
+           f"${cost['usd_per_day']:,.0f}/day; idle {cost['gpu_idle_share']:.0%} = "
+           f"${cost['idle']['usd_per_day']:,.0f}/day"]
+    if cost.get("usd_per_1000_steps") is not None:
+        out.append(f"  ${cost['usd_per_1000_steps']:.4f} per 1,000 steps"
+                   + (f", ${cost['usd_per_million_samples']:.2f} per million samples"
+                      if cost.get("usd_per_million_samples") is not None else ""))
+    fixed = cost.get("if_fixed")
+    if fixed:
+        out.append(f"  if {', '.join(fixed['findings'])} were fixed: ×"
+                   f"{fixed['expected_speedup']:.2f} faster, idle "
+                   f"{fixed['gpu_idle_share']:.0%} = ${fixed['idle']['usd_per_day']:,.0f}/day")
+    sizing = cost.get("right_sizing")
+    if sizing:
+        out.append(f"  right-sizing: {sizing['statement']}")
+    if cost.get("spot"):
+        out.append(f"  spot: {cost['spot']['note']}")
+    return out
+
+
 def render_text(doc: dict, verbose: bool = True) -> str:
     """The terminal summary: breakdown, ranked findings with fixes, probe status."""
     out = _header(doc)
@@ -83,8 +110,10 @@ def render_text(doc: dict, verbose: bool = True) -> str:
         out.append(f"Findings ({len(findings)}, largest impact first):")
     for i, f in enumerate(findings, 1):
         out.append(f" {i}. [{f['severity']}] {f['id']} {f['title']}")
+        money = (f" · ${f['cost']['usd_per_day']:,.0f}/day" if f.get("cost") and
+                 "usd_per_day" in f["cost"] else "")
         out.append(f"    impact {f['impact']:.0%} of wall time · expected speed-up "
-                   f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}")
+                   f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}{money}")
         out.append(f"    {f['message']}")
         if f.get("location"):
             out.append(f"    at {f['location']}")
@@ -95,6 +124,8 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             out.append("    Evidence:")
             for e in f["evidence"]:
                 out.append(f"      · {_evidence_line(e)}")
+    out.append("")
+    out += cost_lines(doc)
     out.append("")
     probes = [f"{p['name']} " + ("ok" if p["available"] and not p.get("reason") else
                                  ("degraded" if p["available"] else "unavailable"))
@@ -140,6 +171,10 @@ def render_markdown(doc: dict) -> str:
             out.append("")
     else:
         out += ["No finding crossed its threshold.", ""]
+    out.append("#### Cost")
+    out.append("")
+    out += [ln.strip() if i == 0 else f"- {ln.strip()}" for i, ln in enumerate(cost_lines(doc))]
+    out.append("")
     missing = [p for p in doc["probes"] if not p["available"]]
     if missing:
         out.append("Probes unavailable: " + "; ".join(f"{p['name']} ({p['reason']})"

@@ -68,6 +68,7 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "metric_units": {k: metric_unit(k) for k in metrics},
         "breakdown": analysis.breakdown.to_dict(),
         "findings": [f.to_dict() for f in analysis.findings],
+        "cost": analysis.cost or {"available": False, "reason": "not analysed"},
         "thresholds": thresholds.to_dict(),
         "errors": errors,
     }

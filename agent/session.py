@@ -247,7 +247,8 @@ class Session:
                            + ("" if reason != "target_exited" else " before the job exited"))
             end = time.time()
             with self._lock:
-                analysis = analyze(self.timeline, self.settings.thresholds, self.settings.rules)
+                analysis = analyze(self.timeline, self.settings.thresholds, self.settings.rules,
+                                   self.settings.price, self.settings.price_table)
             statuses = [self.statuses.get(p.name) or
                         ProbeStatus(p.name, False, "not started (session ended first)")
                         for p in self.probes]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpudiag.analyzers.checkpoint import checkpoint_findings
+from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.gil import gil_findings
 from gpudiag.analyzers.gpu import gpu_findings, with_gpu_idle
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics
 from gpudiag.analyzers.pipeline import data_findings, io_findings
+from gpudiag.analyzers.prices import Price
 from gpudiag.analyzers.results import Breakdown, Finding
 from gpudiag.analyzers.rules import Classifier, Rule
 from gpudiag.analyzers.thresholds import Thresholds
@@ -26,11 +28,17 @@ class Analysis:
     findings: tuple[Finding, ...]
     metrics: dict[str, float | None]
     profile: LoopProfile
+    cost: dict = field(default_factory=dict)
 
 
 def analyze(tl: Timeline, thresholds: Thresholds | None = None,
-            rules: tuple[Rule, ...] = ()) -> Analysis:
-    """Breakdown and findings (sorted by impact, largest first) for a timeline."""
+            rules: tuple[Rule, ...] = (), price: Price | None = None,
+            price_table: dict[str, float] | None = None) -> Analysis:
+    """Breakdown, findings (sorted by impact, largest first) and costs for a timeline.
+
+    `price` overrides the GPU-hour price; `price_table` maps model keys or GPU names (or
+    "default") to prices; otherwise the built-in reference table is used.
+    """
     th = thresholds or Thresholds()
     clf = Classifier(rules)
     profile = profile_loop(tl, clf)
@@ -56,4 +64,9 @@ def analyze(tl: Timeline, thresholds: Thresholds | None = None,
         metrics[f"gpu{st.index}_vram_peak_bytes"] = st.mem_peak
     metrics["gpus"] = float(len(stats))
     findings.sort(key=lambda f: (-f.impact, f.id))
-    return Analysis(profile.breakdown, tuple(findings), metrics, profile)
+    chosen = resolve_price(stats, price, price_table or {})
+    cost, findings = cost_analysis(stats, findings, metrics,
+                                   checkpoints_seen(findings, profile.share("checkpoint")),
+                                   chosen, th)
+    findings.sort(key=lambda f: (-f.impact, f.id))
+    return Analysis(profile.breakdown, tuple(findings), metrics, profile, cost)

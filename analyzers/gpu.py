@@ -280,7 +280,8 @@ def _memory(st: GpuStats, th: Thresholds) -> list[Finding]:
     msg = (f"The job peaks at {peak_g:.1f} GiB of GPU {st.index}'s {total_g:.0f} GiB "
            f"({frac:.0%}). About {mult}x the batch would still fit (activations scale with "
            "batch size, weights do not; so this is an upper estimate)"
-           + (f", or a {smaller} GPU would hold it with 25% margin." if smaller else "."))
+           + (f"; a {smaller} GPU has the memory for it with 25% margin (memory only: the "
+              "cost section's right-sizing also checks the compute)." if smaller else "."))
     actions = [f"raise the batch size up to ~{mult}x (scale the learning rate with it), "
                "watching VRAM with gpudiag"]
     if smaller:

@@ -55,7 +55,7 @@ def test_starved_gpu_under_a_data_starved_job_is_data001_with_gpu_idle_share():
 
 def test_idle_gpu_with_no_host_cause_is_gpu001():
     a = analyze(timeline(FakeGpu(job_pids=[ME], util=const(30))).tl)
-    assert ids(a) == ["GPU001"]
+    assert ids(a) == ["GPU001", "COST001"]  # idle GPU time on a priced H100 costs money
     assert a.findings[0].confidence < 0.7  # rests on NVML utilisation alone
 
 
