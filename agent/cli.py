@@ -26,11 +26,13 @@ from gpudiag.agent.report import (
     validate,
     write_report,
 )
-from gpudiag.agent.session import Session, SessionOptions, SessionResult
+from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Timeline
-from gpudiag.probes.base import Target
+from gpudiag.probes.base import ProbeStatus, Target
+from gpudiag.probes.inject.gpudiag_hooks import attach_path
+from gpudiag.probes.inprocess import HookProbe, injection_env
 from gpudiag.probes.stacks import StackProbe
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
@@ -122,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "keeps running), write the report, print a summary.",
                        usage="gpudiag run [options] -- CMD [ARGS...]")
     _profiling_options(p)
+    p.add_argument("--no-inject", action="store_true",
+                   help="do not add the in-process hooks (exact step timing) to the job")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     p = sub.add_parser("attach", help="profile a running job by PID",
@@ -221,8 +225,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     for path in (args.out, args.record):
         if path:
             check_writable(path)
+    hooks = None if args.no_inject else HookProbe()
+    env = None
+    if hooks is not None:
+        hook_status = hooks.open(Target(0))
+        if hook_status.available:
+            env = injection_env(dict(os.environ), hooks.path or "")
+        else:
+            hooks = None
     try:
-        popen = subprocess.Popen(command)
+        popen = subprocess.Popen(command, env=env)
     except FileNotFoundError:
         raise UsageError(f"cannot start {command[0]!r}: command not found") from None
     except PermissionError:
@@ -232,8 +244,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.out or default_report_name(popen.pid, time.time())
     target = find_python_process(popen)
     recorder = _recorder(args, "run", command, target)
-    session = Session(Target(target), settings, _options(args), popen=popen,
+    opts = _options(args)
+    probes = default_probes(opts) + ([hooks] if hooks is not None else [])
+    session = Session(Target(target), settings, opts, probes=probes, popen=popen,
                       sink=recorder.write if recorder else None)
+    if hooks is not None:
+        session.statuses[hooks.name] = ProbeStatus(hooks.name, True)
     if not args.quiet:
         session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
                     + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
@@ -300,7 +316,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if path:
             check_writable(path)
     opts = _options(args)
-    session = Session(Target(pid), settings, opts)
+    session = Session(Target(pid), settings, opts,
+                      probes=default_probes(opts) + [HookProbe(path=attach_path(pid))])
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0
     status = session.open_probe(stacks)

@@ -14,7 +14,9 @@ from gpudiag.analyzers.pipeline import data_findings, io_findings
 from gpudiag.analyzers.prices import Price
 from gpudiag.analyzers.results import Breakdown, Finding
 from gpudiag.analyzers.rules import Classifier, Rule
+from gpudiag.analyzers.sync import sync_findings
 from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.throughput import sync_sites, throughput_metrics
 from gpudiag.analyzers.timeline import Timeline
 
 __all__ = ["Analysis", "analyze", "Thresholds", "Timeline", "Rule", "Finding", "Breakdown"]
@@ -43,6 +45,7 @@ def analyze(tl: Timeline, thresholds: Thresholds | None = None,
     clf = Classifier(rules)
     profile = profile_loop(tl, clf)
     metrics = host_metrics(tl)
+    metrics.update(throughput_metrics(tl))
     metrics["stack_samples"] = profile.samples
     metrics["startup_samples"] = profile.startup_samples
     if profile.thread is not None:
@@ -54,6 +57,7 @@ def analyze(tl: Timeline, thresholds: Thresholds | None = None,
             else metrics.get("loop_thread_d_state")
     findings: list[Finding] = []
     findings += data_findings(profile, metrics, th)
+    findings += sync_findings(metrics, sync_sites(tl), th)
     findings += io_findings(profile, metrics, th, loader_d)
     findings += gil_findings(profile, th)
     findings += checkpoint_findings(tl, profile, clf, th)

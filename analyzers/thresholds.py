@@ -57,6 +57,8 @@ class Thresholds:
     """THROT001: share of time clocks were held back by one throttle reason."""
     gpu_imbalance: float = 0.30
     """GPU004: spread of utilisation between the job's busiest and idlest GPU."""
+    sync_warn: float = 0.05
+    """SYNC001: share of step time the host spends blocked in host-device syncs (hooks)."""
     cost_idle_warn: float = 0.30
     """COST001: share of the GPU spend that is idle (1 - utilisation of the job's GPUs)."""
     error_impact: float = 0.40

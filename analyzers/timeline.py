@@ -8,6 +8,7 @@ timeline, so a live run and its replayed recording give the same findings.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -15,6 +16,9 @@ from gpudiag.probes.base import Sample
 
 LabelKey = tuple[tuple[str, str], ...]
 OTHER_STACKS = "(other stacks)"
+# Series whose distribution (percentiles) is kept, in log buckets 2% wide: bounded memory.
+DISTRIBUTIONS = frozenset({"step_time_s"})
+_LOG_STEP = math.log(1.02)
 
 
 @dataclass
@@ -28,9 +32,13 @@ class Rollup:
     last: float | None = None
     last_t_ns: int = 0
     recent: deque = field(default_factory=lambda: deque(maxlen=120))
+    buckets: dict[int, int] | None = None
 
     def add(self, t_ns: int, value: float) -> None:
         """Fold one value in."""
+        if self.buckets is not None and value > 0:
+            b = math.floor(math.log(value) / _LOG_STEP)
+            self.buckets[b] = self.buckets.get(b, 0) + 1
         self.count += 1
         self.total += value
         self.minimum = min(self.minimum, value)
@@ -43,6 +51,19 @@ class Rollup:
     def mean(self) -> float | None:
         """Mean of all values, None when there are none."""
         return self.total / self.count if self.count else None
+
+    def quantile(self, q: float) -> float | None:
+        """Approximate quantile (within 2%) of a distribution series; None otherwise."""
+        if not self.buckets:
+            return None
+        n = sum(self.buckets.values())
+        rank = q * (n - 1)
+        seen = 0
+        for b in sorted(self.buckets):
+            seen += self.buckets[b]
+            if seen > rank:
+                return min(self.maximum, max(self.minimum, math.exp((b + 0.5) * _LOG_STEP)))
+        return self.maximum
 
 
 @dataclass(frozen=True)
@@ -106,7 +127,8 @@ class Timeline:
                 if len(self.series) >= self.max_series:
                     self.dropped += 1
                     continue
-                roll = self.series[key] = Rollup(recent=deque(maxlen=self.recent_points))
+                roll = self.series[key] = Rollup(recent=deque(maxlen=self.recent_points),
+                                                 buckets={} if name in DISTRIBUTIONS else None)
             roll.add(t, float(value))
 
     def extend(self, samples: list[Sample]) -> None:

@@ -255,15 +255,16 @@ class StackProbe:
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             try:
-                res = subprocess.run([self._exe, "dump", "--pid", str(target.pid),
-                                      "--nonblocking"], capture_output=True, text=True,
-                                     timeout=30)
+                res = subprocess.run([self._exe, "dump", "--pid", str(target.pid)],
+                                     capture_output=True, text=True, timeout=30)
             except subprocess.TimeoutExpired:
                 return ProbeStatus(self.name, False, "py-spy dump timed out", None)
             if res.returncode == 0:
                 break
             reason, hint = diagnose_py_spy_error(res.stderr + res.stdout, target.pid)
-            retryable = "not a Python process" in reason and _process_age_s(target.pid) < 30
+            # a young interpreter may not be readable yet (no version symbol, stacks
+            # changing under a read): retry; permission errors never get better
+            retryable = "permission" not in reason and _process_age_s(target.pid) < 30
             if not retryable or time.monotonic() > deadline or not _alive(target.pid):
                 return ProbeStatus(self.name, False, reason, hint)
             time.sleep(0.3)

@@ -1,0 +1,257 @@
+"""In-process hooks: exact step timing inside the job, sent to the gpudiag agent.
+
+Runs inside the training job and imports nothing from gpudiag (the job may use another
+environment). What it measures, per optimizer step (PyTorch's global step hooks):
+the step's wall time, the time spent waiting in DataLoader iteration, the batch size, and,
+on CUDA only, host-to-device copy time (pinned or not) and host-device syncs (`.item()`,
+`.cpu()`, `.tolist()`, `torch.cuda.synchronize`) with their call sites; every 2 s the CUDA
+caching allocator's statistics.
+
+The channel is a Unix datagram socket the agent created in a private folder. Writes never
+block: when the agent is gone or slow, events are dropped and the job loses no time.
+Steps are buffered and sent every 0.1 s, so a step costs a few microseconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+CHANNEL_ENV = "GPUDIAG_CHANNEL"
+FLUSH_S = 0.1
+MEM_EVERY_S = 2.0
+SITE_EVERY = 16           # record the call site of one sync in this many
+MAX_PENDING = 20000       # steps kept while the agent is away (then oldest dropped)
+RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp",
+                           f"gpudiag-{os.getuid()}")
+
+
+def attach_path(pid: int) -> str:
+    """Where `gpudiag attach PID` puts its socket for an instrument()-ed job."""
+    return os.path.join(RUNTIME_DIR, f"agent-{pid}.sock")
+
+
+class _Channel:
+    """Non-blocking datagram sender to the agent's socket."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.sent = 0
+        self.dropped = 0
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+
+    def send(self, payload: dict) -> bool:
+        path = self.path or attach_path(os.getpid())
+        try:
+            self._sock.sendto(json.dumps(payload, separators=(",", ":")).encode(), path)
+        except OSError:  # no agent, agent gone, buffer full: drop, never wait
+            self.dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+
+class _State:
+    """What the hooks accumulate between steps, and the buffered steps to send."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self.channel = channel
+        self.lock = threading.Lock()
+        self.last_step = None
+        self.data_wait = 0.0
+        self.batch = 0
+        self.h2d = 0.0
+        self.pinned = 0
+        self.pageable = 0
+        self.syncs = 0
+        self.sync_time = 0.0
+        self.sites: dict[str, int] = {}
+        self.pending: list[list] = []
+        self.last_flush = time.perf_counter()
+        self.last_mem = 0.0
+        self.cuda = False
+        self.torch = None
+
+    def on_step(self) -> None:
+        now = time.perf_counter()
+        wall = time.time()
+        prev = self.last_step
+        self.last_step = now
+        if prev is not None:
+            self.pending.append([round(wall, 6), now - prev, self.data_wait, self.batch,
+                                 self.h2d, self.pinned, self.pageable, self.syncs,
+                                 self.sync_time])
+            if len(self.pending) > MAX_PENDING:
+                del self.pending[: len(self.pending) - MAX_PENDING]
+        else:
+            self.pending.append([round(wall, 6), None, 0.0, 0, 0.0, 0, 0, 0, 0.0])
+        self.data_wait = self.h2d = self.sync_time = 0.0
+        self.batch = self.pinned = self.pageable = self.syncs = 0
+        if now - self.last_flush >= FLUSH_S:
+            self.flush(now)
+
+    def flush(self, now: float | None = None) -> None:
+        now = time.perf_counter() if now is None else now
+        self.last_flush = now
+        msg: dict = {"v": 1, "pid": os.getpid()}
+        if self.pending:
+            msg["steps"] = self.pending
+        if self.sites:
+            msg["sites"] = self.sites
+        if self.cuda and now - self.last_mem >= MEM_EVERY_S:
+            self.last_mem = now
+            msg["mem"] = _cuda_memory(self.torch)
+        if len(msg) > 2 and self.channel.send(msg):
+            self.pending = []
+            self.sites = {}
+
+
+_state: _State | None = None
+
+
+def _cuda_memory(torch) -> dict:
+    try:
+        stats = torch.cuda.memory_stats()
+        return {"allocated": torch.cuda.memory_allocated(),
+                "reserved": torch.cuda.memory_reserved(),
+                "peak": torch.cuda.max_memory_allocated(),
+                "alloc_retries": stats.get("num_alloc_retries", 0),
+                "inactive_split": stats.get("inactive_split_bytes.all.current", 0)}
+    except Exception:
+        return {}
+
+
+def _batch_size(batch) -> int:
+    for _ in range(3):
+        if isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        elif isinstance(batch, dict) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            break
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else 0
+
+
+def _install(torch) -> None:
+    """Patch DataLoader iteration and register the optimizer hook (and CUDA hooks)."""
+    st = _state
+    if st is None or st.torch is not None:
+        return
+    st.torch = torch
+    from torch.utils.data import dataloader
+
+    orig_next = dataloader._BaseDataLoaderIter.__next__
+
+    def __next__(self):
+        t0 = time.perf_counter()
+        batch = orig_next(self)
+        st.data_wait += time.perf_counter() - t0
+        st.batch += _batch_size(batch)
+        return batch
+
+    dataloader._BaseDataLoaderIter.__next__ = __next__
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
+    if torch.cuda.is_available():
+        st.cuda = True
+        _install_cuda(torch, st)
+    atexit.register(st.flush)
+
+
+def _install_cuda(torch, st: _State) -> None:
+    tensor = torch.Tensor
+    orig_to, orig_cuda = tensor.to, tensor.cuda
+
+    def timed_copy(orig):
+        def wrapper(self, *args, **kwargs):
+            if self.device.type != "cpu":
+                return orig(self, *args, **kwargs)
+            t0 = time.perf_counter()
+            out = orig(self, *args, **kwargs)
+            if out.device.type == "cuda":
+                st.h2d += time.perf_counter() - t0
+                if self.is_pinned():
+                    st.pinned += 1
+                else:
+                    st.pageable += 1
+            return out
+        return wrapper
+
+    tensor.to, tensor.cuda = timed_copy(orig_to), timed_copy(orig_cuda)
+
+    def counted(orig, name):
+        def wrapper(*args, **kwargs):
+            first = args[0] if args else None
+            if name != "synchronize" and getattr(first, "device", None) is not None \
+                    and first.device.type != "cuda":
+                return orig(*args, **kwargs)
+            t0 = time.perf_counter()
+            out = orig(*args, **kwargs)
+            st.sync_time += time.perf_counter() - t0
+            st.syncs += 1
+            if st.syncs % SITE_EVERY == 1:
+                f = sys._getframe(1)
+                site = f"{f.f_code.co_filename}:{f.f_lineno}:{f.f_code.co_name}:{name}"
+                st.sites[site] = st.sites.get(site, 0) + 1
+            return out
+        return wrapper
+
+    for name in ("item", "cpu", "tolist"):
+        setattr(tensor, name, counted(getattr(tensor, name), name))
+    torch.cuda.synchronize = counted(torch.cuda.synchronize, "synchronize")
+
+
+class _TorchWatcher:
+    """A meta path finder that installs the hooks right after `import torch` finishes."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.loader is not None:
+            orig = spec.loader.exec_module
+
+            def exec_module(module):
+                orig(module)
+                try:
+                    _install(module)
+                except Exception as exc:
+                    print(f"gpudiag: in-process hooks not installed: {exc}", file=sys.stderr)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+    def find_module(self, name, path=None):  # pragma: no cover - legacy protocol
+        return None
+
+
+def install_on_torch_import(channel: str | None = None) -> None:
+    """Hook the job when it imports torch (now, if it already has)."""
+    global _state
+    if _state is not None:
+        return
+    _state = _State(_Channel(channel or os.environ.get(CHANNEL_ENV)))
+    if "torch" in sys.modules:
+        _install(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchWatcher())
+
+
+def instrument() -> None:
+    """Connect this job to a later `gpudiag attach PID`: the same hooks as `gpudiag run`.
+
+    Call it at the top of the training script. Until an agent attaches, events are dropped
+    at the cost of a failed non-blocking send every 0.1 s.
+    """
+    install_on_torch_import(os.environ.get(CHANNEL_ENV))

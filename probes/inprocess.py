@@ -1,0 +1,153 @@
+"""The agent's end of the in-process hooks: a private socket the job's hooks write to.
+
+`gpudiag run` creates the socket before launching the job and passes its path in
+GPUDIAG_CHANNEL with the hooks' folder first on PYTHONPATH; `gpudiag attach PID` creates it
+at the path an `instrument()`-ed job looks for. The folder is private (0700), the socket
+0600; reads are non-blocking and bounded per tick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.inject import gpudiag_hooks
+
+INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
+MAX_DATAGRAMS_PER_TICK = 2000
+STEP_FIELDS = ("step_time_s", "data_wait_s", "batch_size", "h2d_copy_s", "h2d_pinned",
+               "h2d_pageable", "syncs", "sync_time_s")
+
+
+def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
+    """The launched job's environment: our sitecustomize first on PYTHONPATH, the channel."""
+    out = dict(env)
+    prev = out.get("PYTHONPATH")
+    out["PYTHONPATH"] = INJECT_DIR + (os.pathsep + prev if prev else "")
+    out[gpudiag_hooks.CHANNEL_ENV] = channel
+    return out
+
+
+class HookProbe:
+    """Receives step events from the job's hooks and turns them into samples."""
+
+    name = "hooks"
+    interval_s = 0.5
+    fields = (
+        Field("step_time_s", "s", "gauge", "wall time of one optimizer step to the next"),
+        Field("data_wait_s", "s", "gauge", "time in DataLoader iteration during the step"),
+        Field("batch_size", "samples", "gauge", "samples in the step's batches"),
+        Field("h2d_copy_s", "s", "gauge", "host time in host-to-device copies (CUDA)"),
+        Field("h2d_pinned", "count", "gauge", "copies from pinned memory in the step"),
+        Field("h2d_pageable", "count", "gauge", "copies from pageable memory in the step"),
+        Field("syncs", "count", "gauge", "host-device syncs in the step (CUDA)"),
+        Field("sync_time_s", "s", "gauge", "host time blocked in those syncs"),
+        Field("count", "count", "counter", "syncs seen at one call site (sampled 1 in 16)"),
+        Field("allocated", "bytes", "gauge", "torch.cuda memory allocated"),
+        Field("reserved", "bytes", "gauge", "torch.cuda memory reserved by the cache"),
+        Field("peak", "bytes", "gauge", "torch.cuda peak memory allocated"),
+        Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
+        Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
+        Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+    )
+
+    def __init__(self, path: str | None = None) -> None:
+        self._dir: str | None = None
+        self.path = path
+        self._sock: socket.socket | None = None
+        self.messages = 0
+
+    def open(self, target: Target) -> ProbeStatus:
+        """Bind the private socket (at `path`, or in a new private folder)."""
+        try:
+            if self.path is None:
+                self._dir = tempfile.mkdtemp(prefix="gpudiag-")  # mode 0700
+                self.path = os.path.join(self._dir, "hooks.sock")
+            else:
+                folder = os.path.dirname(self.path)
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                os.chmod(folder, 0o700)
+                if os.path.exists(self.path):
+                    os.unlink(self.path)
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sock.bind(self.path)
+            os.chmod(self.path, 0o600)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            self._sock.setblocking(False)
+        except OSError as exc:
+            return ProbeStatus(self.name, False, f"cannot create the hooks' socket: {exc}")
+        return ProbeStatus(self.name, True)
+
+    def sample(self) -> list[Sample]:
+        """Drain what the hooks sent since the last tick."""
+        out: list[Sample] = []
+        if self._sock is None:
+            return out
+        for _ in range(MAX_DATAGRAMS_PER_TICK):
+            try:
+                data = self._sock.recv(1 << 20)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            try:
+                msg = json.loads(data)
+            except ValueError:
+                continue
+            self.messages += 1
+            out += parse_message(msg)
+        return out
+
+    def final_status(self) -> ProbeStatus:
+        """Available, and whether the job's hooks ever reported."""
+        if self._sock is None and self.path is None:
+            return ProbeStatus(self.name, False, "not started")
+        if self.messages:
+            return ProbeStatus(self.name, True)
+        return ProbeStatus(self.name, True, "no step events from the job: it did not import "
+                           "torch, has no optimizer steps yet, or was not hooked",
+                           "with `gpudiag run` keep the default injection; for jobs started "
+                           "another way call gpudiag.probes.hooks.instrument() in the script")
+
+    def close(self) -> None:
+        """Remove the socket (a job still sending then just drops its events)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for path in (self.path, self._dir):
+            if path and os.path.exists(path):
+                try:
+                    (os.rmdir if os.path.isdir(path) else os.unlink)(path)
+                except OSError:
+                    pass
+
+
+def parse_message(msg: dict) -> list[Sample]:
+    """Samples from one datagram of the hooks (steps, sync call sites, CUDA memory)."""
+    out: list[Sample] = []
+    if not isinstance(msg, dict):
+        return out
+    for row in msg.get("steps", []):
+        if not isinstance(row, list) or len(row) != 9:
+            continue
+        t_ns = int(float(row[0]) * 1e9)
+        if row[1] is None:
+            out.append(Sample("hooks", t_ns, {"kind": "step"}, {"first_step": 1.0}))
+            continue
+        out.append(Sample("hooks", t_ns, {"kind": "step"},
+                          {k: float(v) for k, v in zip(STEP_FIELDS, row[1:], strict=True)}))
+    t = out[-1].t_ns if out else now_ns()
+    for site, n in (msg.get("sites") or {}).items():
+        out.append(Sample("hooks", t, {"kind": "sync_site", "site": str(site)},
+                          {"count": float(n)}))
+    mem = msg.get("mem")
+    if isinstance(mem, dict) and mem:
+        out.append(Sample("hooks", t, {"kind": "cuda_mem"},
+                          {k: float(v) for k, v in mem.items()
+                           if k in ("allocated", "reserved", "peak", "alloc_retries",
+                                    "inactive_split")}))
+    return out
