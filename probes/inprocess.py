@@ -9,9 +9,11 @@ at the path an `instrument()`-ed job looks for. The folder is private (0700), th
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import tempfile
+from array import array
 from pathlib import Path
 
 from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
@@ -94,9 +96,8 @@ class HookProbe:
                 break
             except OSError:
                 break
-            try:
-                msg = json.loads(data)
-            except ValueError:
+            msg = decode_datagram(data)
+            if msg is None:
                 continue
             self.messages += 1
             out += parse_message(msg)
@@ -124,6 +125,24 @@ class HookProbe:
                     (os.rmdir if os.path.isdir(path) else os.unlink)(path)
                 except OSError:
                     pass
+
+
+def decode_datagram(data: bytes) -> dict | None:
+    """A hooks datagram: JSON header line, then the step rows as packed doubles."""
+    head, sep, body = data.partition(b"\n")
+    try:
+        msg = json.loads(head)
+    except ValueError:
+        return None
+    if not isinstance(msg, dict):
+        return None
+    width = int(msg.get("width", 9) or 9)
+    if sep and body and len(body) % (8 * width) == 0:
+        flat = array("d")
+        flat.frombytes(body)
+        msg["steps"] = [[None if math.isnan(v) else v for v in flat[i:i + width]]
+                        for i in range(0, len(flat), width)]
+    return msg
 
 
 def parse_message(msg: dict) -> list[Sample]:

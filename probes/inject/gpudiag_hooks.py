@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import socket
 import sys
-import threading
 import time
+from array import array
 
 CHANNEL_ENV = "GPUDIAG_CHANNEL"
 FLUSH_S = 0.1
 MEM_EVERY_S = 2.0
 SITE_EVERY = 16           # record the call site of one sync in this many
-MAX_PENDING = 20000       # steps kept while the agent is away (then oldest dropped)
+MAX_ROWS = 512            # steps per datagram (36 KiB), well under the socket's limits
+STEP_WIDTH = 9            # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
+#                           syncs, sync s
 RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp",
                            f"gpudiag-{os.getuid()}")
 
@@ -46,10 +49,14 @@ class _Channel:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
 
-    def send(self, payload: dict) -> bool:
+    def send(self, payload: dict, rows: array | None = None) -> bool:
+        """One datagram: a JSON header line, then the step rows as packed doubles."""
         path = self.path or attach_path(os.getpid())
+        data = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+        if rows is not None:
+            data += rows.tobytes()
         try:
-            self._sock.sendto(json.dumps(payload, separators=(",", ":")).encode(), path)
+            self._sock.sendto(data, path)
         except OSError:  # no agent, agent gone, buffer full: drop, never wait
             self.dropped += 1
             return False
@@ -62,8 +69,8 @@ class _State:
 
     def __init__(self, channel: _Channel) -> None:
         self.channel = channel
-        self.lock = threading.Lock()
         self.last_step = None
+        self.loop_start = None
         self.data_wait = 0.0
         self.batch = 0
         self.h2d = 0.0
@@ -72,7 +79,7 @@ class _State:
         self.syncs = 0
         self.sync_time = 0.0
         self.sites: dict[str, int] = {}
-        self.pending: list[list] = []
+        self.pending = array("d")  # STEP_WIDTH doubles a step; NaN = not measured
         self.last_flush = time.perf_counter()
         self.last_mem = 0.0
         self.cuda = False
@@ -80,35 +87,29 @@ class _State:
 
     def on_step(self) -> None:
         now = time.perf_counter()
-        wall = time.time()
-        prev = self.last_step
+        prev = self.last_step if self.last_step is not None else self.loop_start
         self.last_step = now
-        if prev is not None:
-            self.pending.append([round(wall, 6), now - prev, self.data_wait, self.batch,
-                                 self.h2d, self.pinned, self.pageable, self.syncs,
-                                 self.sync_time])
-            if len(self.pending) > MAX_PENDING:
-                del self.pending[: len(self.pending) - MAX_PENDING]
-        else:
-            self.pending.append([round(wall, 6), None, 0.0, 0, 0.0, 0, 0, 0, 0.0])
+        self.pending.extend((time.time(), now - prev if prev is not None else math.nan,
+                             self.data_wait, self.batch, self.h2d, self.pinned, self.pageable,
+                             self.syncs, self.sync_time))
         self.data_wait = self.h2d = self.sync_time = 0.0
         self.batch = self.pinned = self.pageable = self.syncs = 0
-        if now - self.last_flush >= FLUSH_S:
+        if now - self.last_flush >= FLUSH_S or len(self.pending) >= MAX_ROWS * STEP_WIDTH:
             self.flush(now)
 
     def flush(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
         self.last_flush = now
-        msg: dict = {"v": 1, "pid": os.getpid()}
-        if self.pending:
-            msg["steps"] = self.pending
+        msg: dict = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
         if self.sites:
             msg["sites"] = self.sites
         if self.cuda and now - self.last_mem >= MEM_EVERY_S:
             self.last_mem = now
             msg["mem"] = _cuda_memory(self.torch)
-        if len(msg) > 2 and self.channel.send(msg):
-            self.pending = []
+        if self.pending or len(msg) > 3:
+            # sent or not, the rows are gone: with no agent listening they are dropped
+            self.channel.send(msg, self.pending)
+            self.pending = array("d")
             self.sites = {}
 
 
@@ -151,6 +152,8 @@ def _install(torch) -> None:
 
     def __next__(self):
         t0 = time.perf_counter()
+        if st.loop_start is None:
+            st.loop_start = t0  # the first step's time counts from the first fetch
         batch = orig_next(self)
         st.data_wait += time.perf_counter() - t0
         st.batch += _batch_size(batch)
