@@ -157,6 +157,38 @@ def build_parser() -> argparse.ArgumentParser:
                    description="List every threshold findings test against, its default "
                                "and meaning. Override with --set NAME=VALUE or a config file.")
 
+    p = sub.add_parser("gate", help="fail CI when GPU efficiency regresses against a baseline",
+                       description="Run the job N times under gpudiag (or take saved reports) "
+                                   "and compare its metrics with a baseline. Exit codes: 0 "
+                                   "pass, 1 regression, 2 usage or internal error, 3 "
+                                   "inconclusive (too few runs, interval straddling a limit, "
+                                   "different environment).",
+                       usage="gpudiag gate --baseline BASE.json [options] "
+                             "(-- CMD [ARGS...] | CURRENT.json ...)")
+    p.add_argument("--baseline", required=True, metavar="FILE",
+                   help="a gate baseline (from --update-baseline) or a gpudiag report")
+    p.add_argument("--runs", type=int, metavar="N", help="runs of the job (default: config or 5)")
+    p.add_argument("--duration", type=_positive, metavar="SECONDS",
+                   help="profile each run this long (default: until the job exits)")
+    p.add_argument("--warmup-steps", type=int, metavar="N",
+                   help="steps left out at the start of each run (default: config or 5)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML with a [gate] table (default: [tool.gpudiag.gate] of "
+                        "./pyproject.toml)")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="write the runs as the new baseline instead of comparing")
+    p.add_argument("--calibrate", action="store_true",
+                   help="run the job N times and suggest limits from its own noise")
+    p.add_argument("--exit-zero", action="store_true",
+                   help="report but exit 0 (still 2 on errors)")
+    p.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file")
+    p.add_argument("--out", metavar="FILE",
+                   help="report of the last run with the gate result (default: "
+                        "./gpudiag-gate-<time>.json)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="-- CMD ARGS... to run, or saved report files to compare")
+
     p = sub.add_parser("demo", help="profile a built-in training job with a planted bottleneck",
                        description="Run a small PyTorch training job whose input pipeline is "
                                    "starved (num_workers=0, CPU-heavy transform), profile it "
@@ -390,6 +422,58 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Compare runs (or saved reports) with a baseline; exit 0/1/3 (2 on errors)."""
+    from gpudiag.agent import gate
+
+    cfg = gate.load_gate_config(args.config)
+    runs = args.runs if args.runs is not None else cfg.runs
+    warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
+    if runs < 1 or warmup < 0:
+        raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
+    rest = list(args.rest)
+    if args.junit_xml:
+        check_writable(args.junit_xml)
+    if rest and rest[0] == "--":
+        command = rest[1:]
+        if not command:
+            raise UsageError("gate needs a command after --")
+        if not (args.update_baseline or args.calibrate):
+            base_runs, base_fp = gate.load_baseline(args.baseline)
+        settings = load_settings(None, None)
+        reports = gate.profile_runs(command, runs, settings, warmup, args.duration,
+                                    args.quiet)
+    elif rest:
+        if args.update_baseline or args.calibrate:
+            raise UsageError("--update-baseline and --calibrate run the job: give -- CMD")
+        base_runs, base_fp = gate.load_baseline(args.baseline)
+        reports = [load_report(f) for f in rest]
+    else:
+        raise UsageError("gate needs -- CMD ARGS... to run, or report files to compare")
+    cur_runs = [gate.run_metrics(r) for r in reports]
+    cur_fp = gate.fingerprint(reports[-1]["environment"])
+    if args.calibrate:
+        print("\n".join(gate.calibrate(cur_runs, cfg)))
+        return EXIT_OK
+    if args.update_baseline:
+        check_writable(args.baseline)
+        gate.write_baseline(args.baseline, cur_runs, cur_fp)
+        print(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
+        return EXIT_OK
+    verdict, comps, note = gate.decide(cfg, base_runs, base_fp, cur_runs, cur_fp)
+    gate.print_result(verdict, comps, note)
+    gate.github_outputs(verdict, comps, note)
+    if args.junit_xml:
+        gate.junit_xml(args.junit_xml, comps, note)
+    last = dict(reports[-1])
+    last["gate"] = {"verdict": verdict, "note": note or None, "config": cfg.source,
+                    "baseline": args.baseline, "comparisons": [c.to_dict() for c in comps]}
+    out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_report(last, out)
+    print(f"Report with the gate result written to {out}")
+    return EXIT_OK if args.exit_zero else gate.EXIT[verdict]
+
+
 def cmd_thresholds(args: argparse.Namespace) -> int:
     """Print each threshold, its default and its meaning."""
     defaults = Thresholds().to_dict()
@@ -414,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_demo(args)
         handler = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report,
-                   "replay": cmd_replay, "thresholds": cmd_thresholds}[args.command]
+                   "replay": cmd_replay, "thresholds": cmd_thresholds,
+                   "gate": cmd_gate}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"gpudiag: error: {exc}", file=sys.stderr)

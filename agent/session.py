@@ -35,6 +35,7 @@ class SessionOptions:
     gil_rate_hz: int = 25
     nonblocking: bool = True
     progress: bool = True
+    skip_steps: int = 0
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Session:
         self.popen = popen
         self.sink = sink
         self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True))
-        self.timeline = Timeline()
+        self.timeline = Timeline(skip_steps=opts.skip_steps)
         self.statuses: dict[str, ProbeStatus] = {}
         self.errors: list[dict] = []
         self._lock = threading.Lock()

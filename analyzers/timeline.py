@@ -91,7 +91,9 @@ class Timeline:
     """Bounded aggregate of samples: series rollups, stack counts and call episodes."""
 
     def __init__(self, recent_points: int = 120, max_series: int = 4000,
-                 max_threads: int = 256, max_stacks_per_thread: int = 4000) -> None:
+                 max_threads: int = 256, max_stacks_per_thread: int = 4000,
+                 skip_steps: int = 0) -> None:
+        self.skip_steps = skip_steps  # warm-up: the hooks' first steps are left out
         self.recent_points = recent_points
         self.max_series = max_series
         self.max_threads = max_threads
@@ -116,6 +118,9 @@ class Timeline:
         self.end_ns = t if self.end_ns is None else max(self.end_ns, t)
         if sample.probe == "stacks":
             self._add_stack(sample)
+            return
+        if self.skip_steps and sample.probe == "hooks" and sample.labels.get("kind") == "step":
+            self.skip_steps -= 1
             return
         lk = tuple(sorted(sample.labels.items()))
         for name, value in sample.values.items():

@@ -15,6 +15,8 @@ def parse_args(description: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-delay", type=float, default=0.0,
+                   help="seconds added to every batch's loading (a planted slowdown)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     return args

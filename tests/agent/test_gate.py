@@ -1,0 +1,106 @@
+"""`gpudiag gate`: verdicts and exit codes on saved reports and on real runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from gpudiag.agent.report import build_report, write_report
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.thresholds import Thresholds
+from tests.analyzers.test_throughput import hook_timeline
+from tests.conftest import WORKLOADS, gpudiag
+
+ENV = {"host": "ci", "cpu_count": 2, "python": "3.11", "torch": "2.13.0", "gpus": []}
+
+
+def report(tmp_path, name: str, dt: float, env: dict | None = None) -> str:
+    now = time.time()
+    doc = build_report(analysis=analyze(hook_timeline(dt=dt)), mode="run", command=["x"],
+                       pid=1, start=now - 10, end=now, end_reason="target_exited", exit_code=0,
+                       environment=env or ENV, probes=[], errors=[], thresholds=Thresholds())
+    return str(write_report(doc, tmp_path / name))
+
+
+def test_saved_reports_pass_and_fail(tmp_path):
+    base = report(tmp_path, "base.json", 0.1)
+    same = [report(tmp_path, f"s{i}.json", 0.1 * (1 + 0.01 * i)) for i in range(3)]
+    slow = [report(tmp_path, f"w{i}.json", 0.15 * (1 + 0.01 * i)) for i in range(3)]
+    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *same)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "gpudiag gate: PASS" in res.stdout
+    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"),
+                  "--junit-xml", str(tmp_path / "j.xml"), *slow)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "REGRESSION steps_per_second" in res.stdout and "95% interval" in res.stdout
+    assert '<failure message="steps_per_second' in (tmp_path / "j.xml").read_text()
+    gate = json.loads((tmp_path / "g.json").read_text())["gate"]
+    assert gate["verdict"] == "fail"
+    res = gpudiag("gate", "--baseline", base, "--exit-zero", "--out",
+                  str(tmp_path / "g.json"), *slow)
+    assert res.returncode == 0
+
+
+def test_different_environment_is_not_comparable(tmp_path):
+    base = report(tmp_path, "base.json", 0.1)
+    other = report(tmp_path, "o.json", 0.1, dict(ENV, torch="2.9.1"))
+    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), other)
+    assert res.returncode == 3 and "not comparable" in res.stdout and "torch" in res.stdout
+
+
+def test_github_annotations_and_step_summary(tmp_path, monkeypatch):
+    base = report(tmp_path, "base.json", 0.1)
+    slow = [report(tmp_path, f"w{i}.json", 0.2 * (1 + 0.01 * i)) for i in range(3)]
+    summary = tmp_path / "summary.md"
+    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *slow,
+                  env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary),
+                       "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 1
+    assert res.stdout.index("::error title=gpudiag gate: steps_per_second") >= 0
+    assert "| steps_per_second | fail |" in summary.read_text()
+
+
+@pytest.mark.parametrize("content,word", [
+    ("not json", "not JSON"),
+    ('{"format": "gpudiag-gate-baseline", "runs": 3}', "malformed"),
+])
+def test_malformed_baseline_exits_2(tmp_path, content, word):
+    base = tmp_path / "b.json"
+    base.write_text(content)
+    res = gpudiag("gate", "--baseline", str(base), str(base))
+    assert res.returncode == 2 and word in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("toml,word", [
+    ("[gate\n", "not valid TOML"),
+    ('[gate.metrics.steps_per_second]\nfail = "ten"\n', "a number or a percentage"),
+    ('[gate.metrics.my_metric]\nfail = "10%"\n', "direction must be"),
+    ('[gate.metrics.steps_per_second]\nlevel = "loud"\n', "level must be"),
+])
+def test_malformed_config_exits_2(tmp_path, toml, word):
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text(toml)
+    base = report(tmp_path, "base.json", 0.1)
+    res = gpudiag("gate", "--baseline", base, "--config", str(cfg), base)
+    assert res.returncode == 2 and word in res.stderr, res.stderr
+
+
+def test_real_runs_baseline_pass_and_planted_slowdown(tmp_path):
+    pytest.importorskip("torch")
+    base = str(tmp_path / "baseline.json")
+    job = [sys.executable, str(WORKLOADS / "healthy.py"), "--seconds", "5"]
+    res = gpudiag("gate", "--baseline", base, "--update-baseline", "--runs", "3", "-q", "--",
+                  *job, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(open(base).read())["runs"]) == 3
+    res = gpudiag("gate", "--baseline", base, "--runs", "3", "-q", "--out",
+                  str(tmp_path / "g.json"), "--", *job, timeout=300)
+    assert res.returncode in (0, 3), res.stdout + res.stderr  # never a regression
+    res = gpudiag("gate", "--baseline", base, "--runs", "3", "-q", "--out",
+                  str(tmp_path / "g.json"), "--", *job, "--data-delay", "0.15", timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "REGRESSION steps_per_second" in res.stdout
