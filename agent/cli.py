@@ -109,6 +109,9 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="summary printed at the end (default: text)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--tui", action="store_true",
+                   help="show the live diagnosis in the terminal UI (q quits and writes the "
+                        "report)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Render a saved report as text, markdown or JSON.")
     p.add_argument("file", help="a report written by gpudiag run/attach")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser("replay", help="analyse a recording made with --record",
                        description="Run the analyzers over a recording (--record FILE) and "
@@ -285,7 +289,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.quiet:
         session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
                     + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
-    result = session.run()
+    if args.tui:
+        from gpudiag.agent.live import run_with_tui
+
+        session.log = lambda msg: None  # the UI shows the status
+        result = run_with_tui(session, "run", command, target, out)
+    else:
+        result = session.run()
     _finish(result, args, "run", command, target, out, settings.source, settings.thresholds,
             recorder)
     if result.end_reason == "duration_reached":
@@ -371,7 +381,13 @@ def cmd_attach(args: argparse.Namespace) -> int:
                        "; Ctrl-C stops and writes the report"))
     recorder = _recorder(args, "attach", cmdline, pid)
     session.sink = recorder.write if recorder else None
-    result = session.run(preopened={stacks.name: status})
+    if args.tui:
+        from gpudiag.agent.live import run_with_tui
+
+        session.log = lambda msg: None
+        result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
+    else:
+        result = session.run(preopened={stacks.name: status})
     _finish(result, args, "attach", cmdline, pid, out, settings.source, settings.thresholds,
             recorder)
     return EXIT_OK
@@ -380,6 +396,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Render a saved report."""
     doc = load_report(args.file)
+    if args.tui:
+        return _browse(doc, f"report {args.file}")
     if args.format == "json":
         print(json.dumps(doc, indent=2))
     elif args.format == "markdown":
@@ -416,6 +434,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                        probes=rec.probes, errors=errors, thresholds=settings.thresholds,
                        settings_source=settings.source)
     validate(doc)
+    if args.tui:
+        return _browse(doc, f"replay {args.file}")
     _print_summary(doc, args.format)
     if args.out:
         print(f"Report written to {write_report(doc, args.out)}")
@@ -472,6 +492,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     write_report(last, out)
     print(f"Report with the gate result written to {out}")
     return EXIT_OK if args.exit_zero else gate.EXIT[verdict]
+
+
+def _browse(doc: dict, title: str) -> int:
+    from gpudiag.tui.app import DiagnosisApp
+    from gpudiag.tui.feeds import static_feed
+
+    DiagnosisApp(static_feed(doc, title)).run()
+    return EXIT_OK
 
 
 def cmd_thresholds(args: argparse.Namespace) -> int:

@@ -89,6 +89,9 @@ def write_report(doc: dict, path: str | os.PathLike) -> Path:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=2)
             f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, target)
     except BaseException:
         try:

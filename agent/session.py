@@ -86,6 +86,8 @@ class Session:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.exit_code: int | None = None
+        self.paused = False
+        self.start_time = time.time()
 
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
@@ -98,7 +100,7 @@ class Session:
         return status
 
     def _ingest(self, samples: list[Sample]) -> None:
-        if not samples:
+        if not samples or self.paused:
             return
         with self._lock:  # the recording keeps the order the timeline saw
             self.timeline.extend(samples)
@@ -150,7 +152,7 @@ class Session:
 
     def run(self, preopened: dict[str, ProbeStatus] | None = None) -> SessionResult:
         """Sample until a stop condition; then close the probes and analyse."""
-        start = time.time()
+        start = self.start_time = time.time()
         self.statuses.update(preopened or {})
         for probe in self.probes:
             if probe.name in self.statuses:
@@ -211,6 +213,16 @@ class Session:
     def stop(self) -> None:
         """Ask the session to end (from another thread)."""
         self._stop.set()
+
+    def pause(self, paused: bool) -> None:
+        """While paused, samples are not collected (the job runs on untouched)."""
+        self.paused = paused
+
+    def snapshot(self) -> Analysis:
+        """An analysis of what was collected so far (for live views)."""
+        with self._lock:
+            return analyze(self.timeline, self.settings.thresholds, self.settings.rules,
+                           self.settings.price, self.settings.price_table)
 
     def finish(self, start: float, reason: str) -> SessionResult:
         """Close probes (flushing partial windows), analyse, and return the result."""

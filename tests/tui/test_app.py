@@ -1,0 +1,105 @@
+"""Pilot tests of the terminal UI over saved reports and a live-like feed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gpudiag.agent.report import build_report
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.tui.app import DiagnosisApp
+from gpudiag.tui.feeds import Feed, static_feed
+from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen
+from gpudiag.tui.widgets import FindingsTable
+from tests.analyzers.test_cost import QUARTER_BUSY_9GIB
+from tests.analyzers.test_gpu_findings import STARVED, timeline
+
+
+def starved_doc() -> dict:
+    now = time.time()
+    return build_report(analysis=analyze(timeline(QUARTER_BUSY_9GIB, shares=STARVED).tl),
+                        mode="run", command=["python", "train.py"], pid=42, start=now - 15,
+                        end=now, end_reason="duration_reached", exit_code=None,
+                        environment={"host": "h", "cpu_count": 16, "python": "3.11"},
+                        probes=[], errors=[], thresholds=Thresholds())
+
+
+def run(app: DiagnosisApp, steps, size=(80, 24)):
+    async def go():
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await steps(pilot)
+    asyncio.run(go())
+
+
+def text_of(widget) -> str:
+    return str(widget.render())
+
+
+def test_findings_are_listed_by_impact_and_enter_opens_the_detail():
+    doc = starved_doc()
+    app = DiagnosisApp(static_feed(doc, "report"))
+
+    async def steps(pilot):
+        table = app.screen.query_one(FindingsTable)
+        assert table.row_count == len(doc["findings"]) and doc["findings"][0]["id"] == "DATA001"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, FindingScreen)
+        detail = text_of(app.screen.query_one("#detail"))
+        assert "num_workers=" in detail and "data_wait_warn" in detail
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, DiagnosisScreen)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.screen.finding["id"] == doc["findings"][1]["id"]
+
+    run(app, steps)
+
+
+def test_help_and_quit_keys():
+    app = DiagnosisApp(static_feed(starved_doc(), "report"))
+
+    async def steps(pilot):
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("q")
+        await pilot.pause()
+
+    run(app, steps, size=(160, 48))
+    assert app.return_code in (0, None)
+
+
+def test_live_feed_refreshes_saves_pauses_and_stops():
+    docs = [None, starved_doc()]
+    calls = {"save": 0, "stop": 0, "pause": []}
+
+    def snapshot():
+        return docs[min(len(docs) - 1, calls.setdefault("n", 0))]
+
+    def save():
+        calls["save"] += 1
+        return "/tmp/r.json"
+
+    feed = Feed("run pid 42", snapshot, live=True, save=save,
+                pause=lambda p: calls["pause"].append(p),
+                stop=lambda: calls.__setitem__("stop", calls["stop"] + 1))
+    app = DiagnosisApp(feed)
+
+    async def steps(pilot):
+        assert "starting" in text_of(app.screen.query_one("#status"))
+        calls["n"] = 1
+        await pilot.pause(1.3)  # the view refreshes at least once a second
+        assert "DATA001" in str(app.screen.query_one(FindingsTable).get_row_at(0))
+        await pilot.press("s", "p")
+        await pilot.pause()
+        assert calls["save"] == 1 and calls["pause"] == [True]
+        assert "paused" in text_of(app.screen.query_one("#status"))
+        await pilot.press("q")
+
+    run(app, steps)
+    assert calls["stop"] == 1

@@ -1,0 +1,88 @@
+"""The Textual app, built from a feed: a live session, a saved report or a recording."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.binding import Binding
+
+from gpudiag.tui.feeds import Feed
+from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen
+
+
+class DiagnosisApp(App):
+    """Live or saved diagnosis of one job."""
+
+    CSS_PATH = "gpudiag.tcss"
+    TITLE = "gpudiag"
+    BINDINGS = [
+        Binding("q", "quit_feed", "quit"),
+        Binding("s", "save", "save report"),
+        Binding("p", "pause", "pause"),
+        Binding("question_mark", "help", "help"),
+        Binding("enter", "open_finding", "details", show=False),
+    ]
+
+    def __init__(self, feed: Feed) -> None:
+        super().__init__()
+        self.feed = feed
+        self.doc: dict | None = None
+        self.paused = False
+        self.message = ""
+
+    def on_mount(self) -> None:
+        self.sub_title = self.feed.title
+        self.push_screen(DiagnosisScreen())
+        if self.feed.live:
+            self.set_interval(1.0, self.refresh_feed)
+
+    def refresh_feed(self) -> None:
+        """Take a new snapshot (never blocks on a probe: snapshots come from the timeline)."""
+        doc = self.feed.snapshot()
+        if doc is not None:
+            self.doc = doc
+        screen = self.screen
+        if isinstance(screen, DiagnosisScreen):
+            screen.show(self.doc, self.status_line())
+
+    def status_line(self) -> str:
+        if self.doc is None:
+            return "starting…"
+        run = self.doc.get("run", {})
+        state = "paused" if self.paused else ("live" if self.feed.live else "saved")
+        n = len(self.doc.get("findings", []))
+        extra = f" · {self.message}" if self.message else ""
+        return (f"{state} · pid {run.get('pid')} · {run.get('duration_s', 0):.0f} s · "
+                f"{n} finding{'s' if n != 1 else ''}{extra}")
+
+    def action_open_finding(self) -> None:
+        if not isinstance(self.screen, DiagnosisScreen) or not self.doc:
+            return
+        findings = self.doc.get("findings", [])
+        table = self.screen.query_one("#findings")
+        if findings and 0 <= table.cursor_row < len(findings):
+            self.push_screen(FindingScreen(findings[table.cursor_row]))
+
+    def on_data_table_row_selected(self, event) -> None:
+        self.action_open_finding()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_save(self) -> None:
+        if self.feed.save is None:
+            self.message = "this view has nothing new to save"
+        else:
+            self.message = f"saved {self.feed.save()}"
+        self.refresh_feed()
+
+    def action_pause(self) -> None:
+        if self.feed.pause is None:
+            return
+        self.paused = not self.paused
+        self.feed.pause(self.paused)
+        self.refresh_feed()
+
+    def action_quit_feed(self) -> None:
+        if self.feed.stop is not None:
+            self.feed.stop()
+        self.exit()
