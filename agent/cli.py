@@ -193,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER,
                    help="-- CMD ARGS... to run, or saved report files to compare")
 
+    p = sub.add_parser("top", help="the box at a glance: GPUs, host, processes to attach to",
+                       description="Live GPU and host panels and a table of GPU and Python "
+                                   "processes; select one and press `a` to diagnose it.")
+    p.add_argument("--duration", type=_positive, metavar="SECONDS",
+                   help="after attaching with `a`, profile this long")
+
     p = sub.add_parser("demo", help="profile a built-in training job with a planted bottleneck",
                        description="Run a small PyTorch training job whose input pipeline is "
                                    "starved (num_workers=0, CPU-heavy transform), profile it "
@@ -494,6 +500,23 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return EXIT_OK if args.exit_zero else gate.EXIT[verdict]
 
 
+def cmd_top(args: argparse.Namespace) -> int:
+    """Box view; `a` on a Python process switches to its live diagnosis."""
+    from gpudiag.agent.top import BoxSampler
+    from gpudiag.tui.top import TopApp
+
+    sampler = BoxSampler()
+    try:
+        pid = TopApp(sampler.snapshot).run()
+    finally:
+        sampler.close()
+    if not pid:
+        return EXIT_OK
+    attach_args = build_parser().parse_args(["attach", str(pid), "--tui"] + (
+        ["--duration", str(args.duration)] if args.duration else []))
+    return cmd_attach(attach_args)
+
+
 def _browse(doc: dict, title: str) -> int:
     from gpudiag.tui.app import DiagnosisApp
     from gpudiag.tui.feeds import static_feed
@@ -526,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_demo(args)
         handler = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report,
-                   "replay": cmd_replay, "thresholds": cmd_thresholds,
+                   "replay": cmd_replay, "thresholds": cmd_thresholds, "top": cmd_top,
                    "gate": cmd_gate}[args.command]
         return handler(args)
     except UsageError as exc:
