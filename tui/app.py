@@ -22,9 +22,10 @@ class DiagnosisApp(App):
         Binding("enter", "open_finding", "details", show=False),
     ]
 
-    def __init__(self, feed: Feed) -> None:
+    def __init__(self, feed: Feed, clock: bool = True) -> None:
         super().__init__()
         self.feed = feed
+        self.clock = clock
         self.doc: dict | None = None
         self.paused = False
         self.message = ""

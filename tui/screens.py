@@ -16,7 +16,7 @@ class DiagnosisScreen(Screen):
     """Breakdown, findings ranked by impact, and the numbers behind them."""
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=True)
+        yield Header(show_clock=getattr(self.app, "clock", True))
         yield Static(id="status")
         yield BreakdownBar(id="breakdown")
         with Horizontal(id="body"):
