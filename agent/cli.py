@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override one threshold (repeatable)")
     _price_options(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
 
     sub.add_parser("schema", help="print the report's JSON Schema",
                    description="Print the JSON Schema every report validates against.")

@@ -116,3 +116,14 @@ def test_bad_config_file(tmp_path):
     cfg.write_text('[[rules]]\ncategory = "teleport"\nfile = "x"\n')
     assert_one_line_error(gpudiag("run", "--config", str(cfg), "--", "true"),
                           "category must be one of")
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--tui", "--", "python"], ["attach", "1", "--tui"], ["report", "r.json", "--tui"],
+    ["replay", "r.jsonl.gz", "--tui"], ["top"],
+])
+def test_every_view_parses(argv):
+    from gpudiag.agent.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert getattr(args, "tui", True) is True
