@@ -68,6 +68,7 @@ class GpuStats:
 def gpu_stats(tl: Timeline) -> list[GpuStats]:
     """Per-GPU statistics from the timeline's 'gpu' series."""
     out: dict[str, GpuStats] = {}
+    job_mem: dict[str, float] = {}
     for (probe, name, lk), roll in tl.series.items():
         if probe != "gpu":
             continue
@@ -83,9 +84,10 @@ def gpu_stats(tl: Timeline) -> list[GpuStats]:
             st.sm_active = mean
         elif name == "gpm_tensor_active":
             st.tensor_active = mean
-        elif name in ("mem_used_bytes", "job_mem_bytes"):
-            st.mem_peak = max(st.mem_peak or 0.0, peak) if name == "job_mem_bytes" or \
-                st.mem_peak is None else st.mem_peak
+        elif name == "mem_used_bytes":
+            st.mem_peak = peak if st.mem_peak is None else st.mem_peak
+        elif name == "job_mem_bytes":
+            job_mem[st.index] = peak
         elif name == "mem_total_bytes":
             st.mem_total = peak
         elif name == "pcie_rx_bytes_per_s":
@@ -104,10 +106,9 @@ def gpu_stats(tl: Timeline) -> list[GpuStats]:
             st.lost = True
         elif name == "job_uses_gpu":
             st.job_uses_gpu = bool(peak)
-    # the job's own memory is what matters; fall back to the device's used memory
-    for (probe, name, lk), roll in tl.series.items():
-        if probe == "gpu" and name == "job_mem_bytes":
-            out[dict(lk).get("gpu", "?")].mem_peak = roll.maximum
+    # the job's own memory is what matters; the device's used memory is the fallback
+    for index, peak in job_mem.items():
+        out[index].mem_peak = peak
     return [out[k] for k in sorted(out, key=lambda x: (len(x), x))]
 
 

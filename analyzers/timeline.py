@@ -30,7 +30,6 @@ class Rollup:
     minimum: float = float("inf")
     maximum: float = float("-inf")
     last: float | None = None
-    last_t_ns: int = 0
     recent: deque = field(default_factory=lambda: deque(maxlen=120))
     buckets: dict[int, int] | None = None
 
@@ -44,7 +43,6 @@ class Rollup:
         self.minimum = min(self.minimum, value)
         self.maximum = max(self.maximum, value)
         self.last = value
-        self.last_t_ns = t_ns
         self.recent.append((t_ns, value))
 
     @property
@@ -105,7 +103,6 @@ class Timeline:
         self.episodes: dict[tuple[int, str, str], list[float]] = {}
         self.windows: dict[str, WindowTotals] = {}
         self.worker_pids: set[int] = set()
-        self.worker_pid_overflow = 0
         self.dropped = 0
         self.samples_seen = 0
 
@@ -167,11 +164,8 @@ class Timeline:
         role = lab.get("role", "target")
         if role == "worker":
             pid = int(lab.get("pid", "0"))
-            if pid not in self.worker_pids:
-                if len(self.worker_pids) < 4096:
-                    self.worker_pids.add(pid)
-                else:
-                    self.worker_pid_overflow += 1
+            if pid not in self.worker_pids and len(self.worker_pids) < 4096:
+                self.worker_pids.add(pid)
             tkey = ThreadKey(mode, role, 0, lab.get("thread", ""))
         else:
             tkey = ThreadKey(mode, role, int(lab.get("tid", "0")), lab.get("thread", ""))

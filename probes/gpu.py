@@ -131,6 +131,7 @@ class GpuProbe:
         self.errors: list[str] = []
         self.matched_pid = False
         self.used_without_pid_match = False
+        self.used_gpu = False
         self._status: ProbeStatus | None = None
 
     # ---- setup ----------------------------------------------------------------------
@@ -246,7 +247,10 @@ class GpuProbe:
         if on_job:
             self.matched_pid = True
         chosen = [d for d in self.devices if d.index in on_job] or self.candidate_devices()
-        uses = 1.0 if on_job or has_nvidia_device_open(pids) else 0.0
+        # scanning the job's open files is done only until it is seen using a GPU
+        if not (on_job or self.used_gpu):
+            self.used_gpu = has_nvidia_device_open(pids)
+        uses = 1.0 if on_job or self.used_gpu else 0.0
         if uses and not on_job and not self.matched_pid:
             self.used_without_pid_match = True
         out = []

@@ -5,7 +5,7 @@ never imports probes, NVML, psutil or torch."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -18,7 +18,6 @@ class Feed:
     save: Callable[[], str] | None = None        # write the report now; returns the path
     pause: Callable[[bool], None] | None = None  # pause/resume sampling
     stop: Callable[[], None] | None = None       # end the session (q)
-    extra: dict = field(default_factory=dict)
 
 
 def static_feed(doc: dict, title: str) -> Feed:
