@@ -31,6 +31,7 @@ from gpudiag.analyzers import analyze
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Target
+from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe, injection_env
 from gpudiag.probes.stacks import StackProbe
@@ -220,7 +221,7 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
               ) -> Recorder | None:
     if not getattr(args, "record", None):
         return None
-    return Recorder(args.record, {"environment": describe_environment(pid),
+    return Recorder(args.record, {"environment": describe_environment(pid, hardware_summary()),
                                   "run": {"mode": mode, "command": command, "pid": pid}})
 
 

@@ -7,6 +7,8 @@ import platform
 import socket
 from importlib import metadata
 
+import psutil
+
 from gpudiag.probes.host import cpu_count
 
 
@@ -42,6 +44,7 @@ def describe_environment(pid: int | None = None, hardware: dict | None = None) -
         "host": socket.gethostname(),
         "os": f"{platform.system()} {platform.release()}",
         "cpu_count": cpu_count(),
+        "cpu_physical": psutil.cpu_count(logical=False),
         "cpu_model": _cpu_model(),
         "python": platform.python_version(),
         "torch": _target_torch_version(pid),

@@ -82,20 +82,45 @@ def cost_lines(doc: dict) -> list[str]:
     return out
 
 
+def phase_lines(doc: dict) -> list[str]:
+    """Start-up, loop and shutdown, and the GPU's idle on the critical path."""
+    ph = doc.get("phases") or {}
+    out = []
+    if ph.get("source") and ph["source"] != "whole run":
+        top = ", ".join(f"{t['where']} {t['share']:.0%}" for t in ph.get("startup_top", []))
+        out.append(f"Run: start-up {ph['startup_s']:.1f} s" + (f" ({top})" if top else "")
+                   + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
+                   f"shutdown {ph['shutdown_s']:.1f} s")
+    cp = doc.get("critical_path")
+    if cp and cp.get("gpu_idle") is not None:
+        parts = [f"{LABELS.get(k, k)} {v:.0%}" for k, v in cp.get("idle_by_wait", {}).items()]
+        for key, label in (("sync_bubbles", "after syncs"), ("host_bound", "host-bound"),
+                           ("unexplained", "unexplained")):
+            if cp.get(key):
+                parts.append(f"{label} {cp[key]:.0%}")
+        out.append(f"GPU idle {cp['gpu_idle']:.0%} of the loop"
+                   + (": " + ", ".join(parts) if parts else "")
+                   + f" [{', '.join(cp.get('signals', []))}]")
+    if out:
+        out.append("")
+    return out
+
+
 def render_text(doc: dict, verbose: bool = True) -> str:
     """The terminal summary: breakdown, ranked findings with fixes, probe status."""
     out = _header(doc)
     bd = doc["breakdown"]
     out.append("")
+    out += phase_lines(doc)
     if bd["samples"]:
-        out.append(f"Where the training loop's time went ({bd['basis']}, {bd['samples']} "
+        out.append(f"Where the loop's time went ({bd['basis']}, {bd['samples']} "
                    "samples):")
         for c in CATEGORIES:
             s = bd["shares"].get(c, 0.0)
             if s >= 0.005:
                 out.append(f"  {LABELS[c]:<24} {s:6.1%}  {_bar(s)}")
     else:
-        out.append("No stack samples of the training loop: no time breakdown "
+        out.append("No stack samples of the loop: no time breakdown "
                    "(see probes below).")
     out.append("")
     findings = doc["findings"]
@@ -115,6 +140,8 @@ def render_text(doc: dict, verbose: bool = True) -> str:
         out.append(f"    impact {f['impact']:.0%} of wall time · expected speed-up "
                    f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}{money}")
         out.append(f"    {f['message']}")
+        if f.get("speedup_basis"):
+            out.append(f"    speed-up: {f['speedup_basis']}")
         if f.get("location"):
             out.append(f"    at {f['location']}")
         out.append(f"    Fix: {f['recommendation']['summary']}")

@@ -67,6 +67,10 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "metrics": metrics,
         "metric_units": {k: metric_unit(k) for k in metrics},
         "breakdown": analysis.breakdown.to_dict(),
+        "phases": analysis.phases,
+        "critical_path": (analysis.critical_path.to_dict()
+                          if analysis.critical_path and analysis.critical_path.gpu_idle
+                          is not None else None),
         "findings": [f.to_dict() for f in analysis.findings],
         "cost": analysis.cost or {"available": False, "reason": "not analysed"},
         "thresholds": thresholds.to_dict(),

@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from gpudiag.analyzers.catalogue import category, explains_gpu_idle, spec
 from gpudiag.analyzers.checkpoint import checkpoint_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
+from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.gil import gil_findings
-from gpudiag.analyzers.gpu import gpu_findings, with_gpu_idle
+from gpudiag.analyzers.gpu import (
+    gpu_compute,
+    gpu_findings,
+    gpu_stats,
+    job_gpu_idle,
+    link_bound,
+)
+from gpudiag.analyzers.host_bound import host_findings
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics
 from gpudiag.analyzers.pipeline import data_findings, io_findings
 from gpudiag.analyzers.prices import Price
-from gpudiag.analyzers.results import Breakdown, Finding
+from gpudiag.analyzers.results import Breakdown, Evidence, Finding, Recommendation
 from gpudiag.analyzers.rules import Classifier, Rule
 from gpudiag.analyzers.sync import sync_findings
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.throughput import sync_sites, throughput_metrics
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline import Aggregate, Timeline
+from gpudiag.analyzers.window import LoopWindow, find_loop_window, phase_summary
 
 __all__ = ["Analysis", "analyze", "Thresholds", "Timeline", "Rule", "Finding", "Breakdown"]
 
@@ -31,46 +41,114 @@ class Analysis:
     metrics: dict[str, float | None]
     profile: LoopProfile
     cost: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)
+    critical_path: CriticalPath | None = None
 
 
-def analyze(tl: Timeline, thresholds: Thresholds | None = None,
+def analyze(tl: Timeline | Aggregate, thresholds: Thresholds | None = None,
             rules: tuple[Rule, ...] = (), price: Price | None = None,
             price_table: dict[str, float] | None = None) -> Analysis:
     """Breakdown, findings (sorted by impact, largest first) and costs for a timeline.
 
+    The findings, breakdown, idle shares and money cover the loop's steady state (the
+    analysis window); start-up and shutdown are summarised apart in `phases`.
     `price` overrides the GPU-hour price; `price_table` maps model keys or GPU names (or
     "default") to prices; otherwise the built-in reference table is used.
     """
     th = thresholds or Thresholds()
     clf = Classifier(rules)
-    profile = profile_loop(tl, clf)
-    metrics = host_metrics(tl)
-    metrics.update(throughput_metrics(tl))
+    win = find_loop_window(tl, clf)
+    view = tl.window(win.start_ns, win.end_ns) if win.found and isinstance(tl, Timeline) \
+        else (tl.whole() if isinstance(tl, Timeline) else tl)
+    return _analyze_view(tl, view, win, th, clf, price, price_table)
+
+
+def _analyze_view(tl, view: Aggregate, win: LoopWindow, th: Thresholds, clf: Classifier,
+                  price: Price | None, price_table: dict[str, float] | None) -> Analysis:
+    stats = [s for s in gpu_stats(view) if s.samples > 0]
+    uses_gpu = any(s.job_uses_gpu for s in stats)
+    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu)
+    metrics = host_metrics(view)
+    # step rows only exist inside the loop: read them over the whole run, so no step at the
+    # window's edges is lost
+    metrics.update(throughput_metrics(tl.whole() if isinstance(tl, Timeline) else view))
     metrics["stack_samples"] = profile.samples
     metrics["startup_samples"] = profile.startup_samples
     if profile.thread is not None:
         metrics["loop_thread_cpu"] = profile.loop_cpu
-        metrics["loop_thread_d_state"] = thread_series_mean(tl, "d_state", profile.thread.tid)
+        metrics["loop_thread_d_state"] = thread_series_mean(view, "d_state", profile.thread.tid)
     loader_d = None
     if profile.loader is not None:
         loader_d = metrics.get("worker_d_state_share") if profile.loader.source == "workers" \
             else metrics.get("loop_thread_d_state")
+    shares = refine_with_hooks(dict(profile.breakdown.shares), metrics)
+    if shares != profile.breakdown.shares:
+        profile = replace(profile, breakdown=replace(profile.breakdown, shares=shares))
+    idle, gpu_signals = job_gpu_idle(stats)
+    cp_shares = dict(shares)
+    link = link_bound(stats, th)
+    if link > cp_shares.get("h2d_copy", 0.0):
+        cp_shares["h2d_copy"] = link   # copies over a saturated link: the GPU waits on them
+    cp = critical_path(cp_shares, idle, metrics.get("syncs_per_step"),
+                       gpu_signals + (("stacks",) if profile.samples else ()),
+                       has_stacks=profile.samples > 0)
+    caused = (lambda c: None) if idle is None else cp.caused
     findings: list[Finding] = []
-    findings += data_findings(profile, metrics, th)
-    findings += sync_findings(metrics, sync_sites(tl), th)
-    findings += io_findings(profile, metrics, th, loader_d)
-    findings += gil_findings(profile, th)
-    findings += checkpoint_findings(tl, profile, clf, th)
-    gpu, stats = gpu_findings(tl, findings, th, profile.share("h2d_copy"))
-    findings = with_gpu_idle(findings, stats) + gpu
+    findings += data_findings(profile, metrics, th, caused("data_wait"), idle)
+    findings += sync_findings(metrics, sync_sites(view), th, cp)
+    findings += io_findings(profile, metrics, th, loader_d, caused("storage_io"))
+    findings += gil_findings(profile, th, caused("gil_wait"), idle)
+    findings += checkpoint_findings(view, profile, clf, th, caused("checkpoint"),
+                                    gpu_compute(stats))
+    findings += host_findings(view, profile, clf, shares, cp, metrics, th)
+    findings += gpu_findings(stats, findings, th, cp, metrics)
     for st in stats:
         metrics[f"gpu{st.index}_busy"] = st.busy
         metrics[f"gpu{st.index}_vram_peak_bytes"] = st.mem_peak
     metrics["gpus"] = float(len(stats))
+    phases = phase_summary(tl, win, clf)
+    findings += startup_findings(phases, th)
+    findings = [with_gpu_idle(f, cp) for f in findings]
     findings.sort(key=lambda f: (-f.impact, f.id))
     chosen = resolve_price(stats, price, price_table or {})
     cost, findings = cost_analysis(stats, findings, metrics,
                                    checkpoints_seen(findings, profile.share("checkpoint")),
                                    chosen, th)
     findings.sort(key=lambda f: (-f.impact, f.id))
-    return Analysis(profile.breakdown, tuple(findings), metrics, profile, cost)
+    return Analysis(profile.breakdown, tuple(findings), metrics, profile, cost, phases, cp)
+
+
+def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
+    """START001 (a note) when start-up is a large share of the run."""
+    share = phases.get("startup_share") or 0.0
+    if share < th.startup_note or phases.get("startup_s", 0.0) < th.startup_note_min_s or \
+            phases.get("source") == "whole run":
+        return []
+    top = phases.get("startup_top") or []
+    where = "; ".join(f"{t['where']} {t['share']:.0%}" for t in top)
+    msg = (f"The job spent {phases['startup_s']:.1f} s before its first step, {share:.0%} of "
+           f"the {phases['startup_s'] + phases['loop_s'] + phases['shutdown_s']:.0f} s run"
+           + (f" (start-up samples: {where})" if where else "") + ". The findings above cover "
+           "the loop only; for a short job, start-up is a cost of its own.")
+    ev = (Evidence("startup_share", round(share, 4), "ratio", th.startup_note, ">=",
+                   "startup_note", "run window"),
+          Evidence("startup_s", phases["startup_s"], "s", source=phases.get("source")))
+    actions = ("run more steps per job so start-up is amortised (one job instead of many "
+               "short ones)", "defer heavy imports; load data and build the model once",
+               "cache compiled artefacts (TORCHINDUCTOR_CACHE_DIR) when using torch.compile")
+    return [Finding("START001", spec("START001").title, "note", 0.9, 0.0, msg, ev,
+                    Recommendation("Amortise start-up over more work", actions), 1.0,
+                    signals=("run window",), speedup_basis="not a loop speed-up: start-up "
+                    "time is outside the loop")]
+
+
+def with_gpu_idle(f: Finding, cp: CriticalPath) -> Finding:
+    """A host-side cause states the GPU idle it accounts for, when there is a GPU signal."""
+    if cp.gpu_idle is None or category(f.id) != "host" or not explains_gpu_idle(f.id) or \
+            "GPU idles" in f.message:
+        return f
+    return replace(f, message=f"{f.message} The GPU sat idle {cp.gpu_idle:.0%} of the loop; "
+                              f"this cause accounts for about {f.impact:.0%} of it.",
+                   evidence=f.evidence + (Evidence("gpu_idle_share", round(cp.gpu_idle, 4),
+                                                   "ratio", source="nvml utilization"),),
+                   signals=tuple(dict.fromkeys(f.signals + ("nvml utilization",))))

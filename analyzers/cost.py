@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpudiag.analyzers.catalogue import explains_gpu_idle
 from gpudiag.analyzers.gpu import GIB, GpuStats
 from gpudiag.analyzers.prices import AS_OF, MODELS, SPOT_NOTE, Price, by_key, identify
-from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 
 VRAM_MARGIN = 1.25   # right-sizing keeps 25% above the measured peak
@@ -102,13 +103,14 @@ def cost_analysis(stats: list[GpuStats], findings: list[Finding], metrics: dict,
            for f in findings]
     top = [f for f in out if f.severity in ("error", "warning")][:3]
     if top:
-        gone = min(0.9, sum(f.impact for f in top))
-        speed = speedup_from_impact(gone)
-        caused = sum(next((e.value or 0.0 for e in f.evidence if e.metric == "gpu_idle_caused"),
-                          f.impact if f.id.startswith(("GPU", "XFER")) else 0.0) for f in top)
-        idle_after = max(0.0, idle - caused)
-        section["if_fixed"] = {"findings": [f.id for f in top],
+        # the same number the top finding states: one fix, one prediction
+        first = top[0]
+        speed = first.expected_speedup
+        idle_after = max(0.0, 1.0 - (1.0 - idle) * speed) if explains_gpu_idle(first.id) \
+            else idle
+        section["if_fixed"] = {"findings": [first.id],
                                "expected_speedup": round(speed, 3),
+                               "basis": first.speedup_basis,
                                "gpu_idle_share": round(idle_after, 4),
                                "idle": _money(per_hour * idle_after),
                                "usd_per_1000_steps": (round(section["usd_per_1000_steps"] /

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.loop import LoopProfile, location_of
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.thresholds import Thresholds
 
 
-def gil_findings(profile: LoopProfile, th: Thresholds) -> list[Finding]:
+def gil_findings(profile: LoopProfile, th: Thresholds, gpu_idle_caused: float | None = None,
+                 gpu_idle: float | None = None) -> list[Finding]:
     """GIL001 when the loop's estimated GIL wait and the others' GIL share cross thresholds.
 
     The wait is estimated as the loop thread's off-CPU time (procfs schedstat) not explained
@@ -52,11 +54,17 @@ def gil_findings(profile: LoopProfile, th: Thresholds) -> list[Finding]:
         "instead of every step), or move it to native code that releases the GIL",
         "on Python 3.13+, a free-threaded build (python3.13t) removes the GIL",
     )
+    impact = g.wait_share if gpu_idle_caused is None else gpu_idle_caused
+    if impact < th.gil_wait_warn:
+        return []
+    speed = speedup_from_impact(g.wait_share)
+    if gpu_idle is not None:
+        speed = min(speed, speedup_from_impact(gpu_idle))
     return [Finding(
-        "GIL001", "Python threads contend for the GIL and starve the training loop",
-        "error" if g.wait_share >= th.error_impact else "warning", conf, g.wait_share, msg,
+        "GIL001", spec("GIL001").title, severity("GIL001", impact, th), conf, impact, msg,
         tuple(ev),
         Recommendation("Take CPU-bound Python work off the training process's GIL", actions),
-        speedup_from_impact(g.wait_share),
-        location_of(profile.stacks_by_category.get("other", ())),
-        signals=("py-spy --gil", "stacks", "procfs"))]
+        speed, location_of(profile.stacks_by_category.get("other", ())),
+        signals=("py-spy --gil", "stacks", "procfs"),
+        speedup_basis="the loop's GIL wait removed" + ("; capped by the GPU's busy time"
+                                                       if gpu_idle is not None else ""))]

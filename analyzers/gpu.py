@@ -9,23 +9,20 @@ activity or the host-side stacks confirm.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from gpudiag.analyzers.catalogue import explains_gpu_idle, severity, spec
+from gpudiag.analyzers.critical_path import CriticalPath
+from gpudiag.analyzers.prices import MODELS, identify
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.thresholds import Thresholds
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline import Aggregate
 
 NVML_ONLY_CONFIDENCE = 0.6
 CONFIRMED_CONFIDENCE = 0.9
 GIB = 2 ** 30
 # PCIe payload bandwidth per lane and direction, GB/s, by generation.
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-# Smaller GPUs a job could move to, by memory (GiB): the usual data-centre/workstation parts.
-GPU_SIZES = ((16, "T4 / V100 16 GB"), (24, "L4 / A10G / RTX 4090 (24 GB)"),
-             (40, "A100 40 GB"), (48, "L40S / RTX 6000 Ada (48 GB)"),
-             (80, "A100 / H100 80 GB"), (141, "H200 (141 GB)"))
-HOST_IDS = ("DATA001", "DATA002", "IO001", "GIL001", "CKPT001", "SYNC001", "XFER001")
-EXPLAINS_IDLE = HOST_IDS + ("GPU002",)
 
 
 @dataclass
@@ -49,6 +46,10 @@ class GpuStats:
     pcie_width_max: float | None = None
     sm_clock: float | None = None
     sm_clock_max: float | None = None
+    gpm_pcie_rx: float | None = None     # bytes/s, GPM (Hopper+)
+    power_w: float | None = None
+    power_limit: float | None = None
+    power_default: float | None = None
     throttle: dict[str, float] = field(default_factory=dict)
     lost: bool = False
     job_uses_gpu: bool = True
@@ -58,6 +59,11 @@ class GpuStats:
         """Share of time no kernel of anyone ran (1 - NVML utilisation)."""
         return None if self.busy is None else max(0.0, 1.0 - self.busy)
 
+    @property
+    def rx(self) -> float:
+        """Host-to-device bytes/s: GPM's counter where there is one, else NVML's."""
+        return self.gpm_pcie_rx if self.gpm_pcie_rx is not None else (self.pcie_rx or 0.0)
+
     def link_capacity(self) -> float | None:
         """Current PCIe link's payload bandwidth per direction, bytes/s."""
         if not self.pcie_gen or not self.pcie_width:
@@ -65,7 +71,7 @@ class GpuStats:
         return PCIE_LANE_GBPS.get(int(self.pcie_gen), 0.0) * self.pcie_width * 1e9
 
 
-def gpu_stats(tl: Timeline) -> list[GpuStats]:
+def gpu_stats(tl: Aggregate) -> list[GpuStats]:
     """Per-GPU statistics from the timeline's 'gpu' series."""
     out: dict[str, GpuStats] = {}
     job_mem: dict[str, float] = {}
@@ -96,6 +102,14 @@ def gpu_stats(tl: Timeline) -> list[GpuStats]:
             st.pcie_tx = mean
         elif name in ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"):
             setattr(st, name, roll.minimum if name in ("pcie_gen", "pcie_width") else peak)
+        elif name == "gpm_pcie_rx_mib_s":
+            st.gpm_pcie_rx = mean * 1048576.0 if mean is not None else None
+        elif name == "power_w":
+            st.power_w = mean
+        elif name == "power_limit_w":
+            st.power_limit = roll.minimum
+        elif name == "power_default_limit_w":
+            st.power_default = peak
         elif name == "sm_clock_mhz":
             st.sm_clock = mean
         elif name == "sm_clock_max_mhz":
@@ -121,46 +135,82 @@ def _gpu_ev(st: GpuStats, name: str, value: float | None, unit: str, **kw) -> Ev
                     **kw)
 
 
-def gpu_findings(tl: Timeline, host: list[Finding], th: Thresholds,
-                 h2d_share: float = 0.0) -> tuple[list[Finding], list[GpuStats]]:
-    """GPU findings, and the per-GPU statistics they rest on."""
-    stats = [s for s in gpu_stats(tl) if s.samples > 0]
+def job_gpu_idle(stats: list[GpuStats]) -> tuple[float | None, tuple[str, ...]]:
+    """Mean idle share of the GPUs the job uses, and the signals it rests on."""
+    used = [st for st in stats if st.job_uses_gpu and st.idle is not None and not st.lost]
+    if not used:
+        return None, ()
+    signals = ("nvml utilization",) + (("nvml gpm",) if any(st.sm_active is not None
+                                                              for st in used) else ())
+    return sum(st.idle for st in used) / len(used), signals
+
+
+def link_bound(stats: list[GpuStats], th: Thresholds) -> float:
+    """GPU idle while a saturated PCIe link feeds it (0 when no link is near capacity)."""
+    worst = 0.0
+    for st in stats:
+        cap = st.link_capacity()
+        if cap and st.busy is not None and st.rx >= th.pcie_saturation * cap and \
+                st.busy < th.pcie_busy_max:
+            worst = max(worst, 1.0 - st.busy)
+    return worst
+
+
+def gpu_compute(stats: list[GpuStats]) -> float | None:
+    """Share of time the job's GPUs compute: between GPM SM activity (a lower bound, SMs
+    idle inside kernels) and NVML utilisation (an upper bound, it counts copies)."""
+    used = [st for st in stats if st.job_uses_gpu and st.busy is not None and not st.lost]
+    if not used:
+        return None
+    vals = [(st.busy + st.sm_active) / 2 if st.sm_active is not None else st.busy
+            for st in used]
+    return sum(vals) / len(vals)
+
+
+def gpu_findings(stats: list[GpuStats], host: list[Finding], th: Thresholds,
+                 cp: CriticalPath, metrics: dict) -> list[Finding]:
+    """GPU findings over the loop window's per-GPU statistics."""
     out: list[Finding] = []
     for st in stats:
-        own = _xfer(st, th, h2d_share) + _launch(st, th)
+        own = _xfer(st, th, cp, metrics) + _launch(st, th)
         out += own + _tensor(st, th) + _memory(st, th) + _throttle(st, th)
-        out += _idle(st, host + own, th)
+        out += _idle(st, host + own, th, cp)
     out += _imbalance(stats, th)
-    return out, stats
+    return out
 
 
-def _idle(st: GpuStats, host: list[Finding], th: Thresholds) -> list[Finding]:
+def _idle(st: GpuStats, found: list[Finding], th: Thresholds, cp: CriticalPath
+          ) -> list[Finding]:
     idle = st.idle
     if idle is None or idle < th.gpu_idle_warn or not st.job_uses_gpu:
         return []  # a CPU-only job on a GPU box leaves the GPU idle; that is not a finding
-    explained = sum(f.impact for f in host if f.id in EXPLAINS_IDLE)
-    if explained >= idle / 2:
-        return []  # the host-side findings say why; they carry the GPU-idle share
+    explained = sum(f.impact for f in found if explains_gpu_idle(f.id))
+    left = min(idle - explained, cp.unexplained if cp.gpu_idle is not None else idle)
+    if left < th.gpu_idle_warn / 2 or explained >= idle / 2:
+        return []  # the causes found say why; they carry the GPU-idle share
     ev = [_gpu_ev(st, "gpu_idle_share", idle, "ratio", threshold=th.gpu_idle_warn,
                   comparison=">=", setting="gpu_idle_warn", source="nvml utilization"),
-          Evidence("host_findings_impact", round(explained, 4), "ratio", source="stacks")]
+          Evidence("explained_by_findings", round(explained, 4), "ratio",
+                   source="critical path")]
     if st.job_sm is not None:
         ev.append(_gpu_ev(st, "job_sm_util", st.job_sm, "ratio", source="nvml per-process"))
-    msg = (f"GPU {st.index} ({st.name}) is idle {idle:.0%} of the time, and the host side "
-           f"shows no input, storage, GIL or checkpoint wait that explains it (host findings "
-           f"cover {explained:.0%}). The gaps are between kernels: launches, small batches, "
-           "or host work in the loop that the stacks count as compute.")
+    msg = (f"GPU {st.index} ({st.name}) is idle {idle:.0%} of the loop, and neither side "
+           f"explains {left:.0%} of it: the loop thread is not waiting on data, storage, the "
+           "GIL, a checkpoint or a copy, and not busy on the CPU either (no stack samples, or "
+           "it is blocked on something gpudiag does not see: another process on the GPU, a "
+           "stream it waits on, a lock).")
     actions = (
         "capture 20 steps with torch.profiler (or Nsight Systems) and look at the gaps "
         "between kernels on the GPU timeline",
-        "raise the batch size (see MEM001 for the room there is) so each launch does more work",
-        "cut per-step Python and launch overhead: torch.compile(model), CUDA graphs "
-        "(torch.compile(mode='reduce-overhead'))",
+        "check what else runs on the GPU (gpudiag top) and what the loop thread blocks on "
+        "(py-spy dump --pid PID)",
     )
-    return [Finding("GPU001", "GPU idle most of the time; the cause is not on the host side",
-                    "warning", _conf(st), idle, msg, tuple(ev),
-                    Recommendation("Find and close the gaps between kernels", actions),
-                    speedup_from_impact(idle), signals=("nvml utilization", "stacks"))]
+    bound = speedup_from_impact(left)
+    return [Finding("GPU001", spec("GPU001").title, severity("GPU001", left, th),
+                    _conf(st), left, msg, tuple(ev),
+                    Recommendation("Find what the GPU waits for", actions), bound,
+                    signals=("nvml utilization", "stacks"),
+                    speedup_basis=f"a bound: x{bound:.2f} if the unexplained idle went away")]
 
 
 def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
@@ -168,6 +218,9 @@ def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
         return []
     if st.busy < th.launch_util_min or st.sm_active > th.launch_sm_max:
         return []
+    cap = st.link_capacity()
+    if cap is not None and st.rx >= th.pcie_saturation * cap:
+        return []  # busy copying over a saturated link, not launching: XFER001's case
     lost = 1.0 - st.sm_active / max(st.busy, 1e-6)
     ev = (_gpu_ev(st, "nvml_utilization", st.busy, "ratio", threshold=th.launch_util_min,
                   comparison=">=", setting="launch_util_min", source="nvml utilization"),
@@ -180,8 +233,9 @@ def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
                "CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
                "torch.cuda.graphs for a static step",
                "larger batches (or micro-batch accumulation) so each kernel has more work")
-    return [Finding("GPU002", "Launch-bound: the GPU looks busy but its SMs are mostly idle",
-                    "warning", CONFIRMED_CONFIDENCE, min(0.99, lost * st.busy), msg, ev,
+    return [Finding("GPU002", spec("GPU002").title,
+                    severity("GPU002", min(0.99, lost * st.busy), th), CONFIRMED_CONFIDENCE,
+                    min(0.99, lost * st.busy), msg, ev,
                     Recommendation("Fewer, bigger kernels", actions),
                     speedup_from_impact(min(0.99, lost * st.busy)),
                     signals=("nvml utilization", "nvml gpm"))]
@@ -192,34 +246,63 @@ def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
         return []
     if st.sm_active < th.tensor_sm_min or st.tensor_active > th.tensor_active_max:
         return []
-    ev = (_gpu_ev(st, "sm_active", st.sm_active, "ratio", threshold=th.tensor_sm_min,
+    ev = [_gpu_ev(st, "sm_active", st.sm_active, "ratio", threshold=th.tensor_sm_min,
                   comparison=">=", setting="tensor_sm_min", source="nvml gpm"),
           _gpu_ev(st, "tensor_active", st.tensor_active, "ratio",
                   threshold=th.tensor_active_max, comparison="<=",
-                  setting="tensor_active_max", source="nvml gpm"))
+                  setting="tensor_active_max", source="nvml gpm")]
+    model = identify(st.name)
+    ratio = model.tf32_tflops / model.fp32_tflops if model and model.tf32_tflops and \
+        model.fp32_tflops else None
+    busy = st.busy if st.busy is not None else 1.0
+    matrix = st.sm_active * busy   # share of the step the SMs spend on (fp32) matrix work
+    if ratio is not None:
+        after = (1.0 - matrix) + matrix / ratio
+        speed = 1.0 / after
+        impact = min(0.99, 1.0 - after)
+        basis = (f"{model.label}'s TF32 tensor-core vs FP32 throughput ({model.tf32_tflops:g} vs "
+                 f"{model.fp32_tflops:g} TFLOPS dense, x{ratio:.1f}) applied to the "
+                 f"matrix-bound share ({matrix:.0%}: SM activity x GPU busy)")
+        ev.append(_gpu_ev(st, "tf32_over_fp32", ratio, "x", source="datasheet"))
+    else:
+        impact = min(0.9, matrix * 0.5)
+        speed = speedup_from_impact(impact)
+        basis = ("no TF32 figure for this GPU: assumes tensor cores halve the matrix-bound "
+                 "share (an estimate)")
     msg = (f"GPU {st.index}'s SMs are busy {st.sm_active:.0%} of the time but tensor cores "
            f"only {st.tensor_active:.1%}: matrix work runs in plain fp32.")
     actions = ("torch.backends.cuda.matmul.allow_tf32 = True and "
                "torch.backends.cudnn.allow_tf32 = True (or "
                "torch.set_float32_matmul_precision('high'))",
                "with torch.autocast(device_type='cuda', dtype=torch.bfloat16): around the "
-               "forward pass and loss")
-    impact = min(0.9, st.sm_active * 0.5)  # tensor cores typically halve matmul-bound time
-    return [Finding("GPU003", "Matrix work not on tensor cores (fp32 without TF32/AMP)",
-                    "warning", CONFIRMED_CONFIDENCE, impact, msg, ev,
-                    Recommendation("Enable TF32 or bf16 autocast", actions),
-                    speedup_from_impact(impact), signals=("nvml gpm",))]
+               "forward pass and loss (faster still, and half the activation memory)")
+    return [Finding("GPU003", spec("GPU003").title, severity("GPU003", impact, th),
+                    CONFIRMED_CONFIDENCE, impact, msg, tuple(ev),
+                    Recommendation("Enable TF32 or bf16 autocast", actions), speed,
+                    signals=("nvml gpm",), speedup_basis=basis)]
 
 
-def _xfer(st: GpuStats, th: Thresholds, h2d_share: float) -> list[Finding]:
+def _xfer(st: GpuStats, th: Thresholds, cp: CriticalPath, metrics: dict) -> list[Finding]:
+    """XFER001 from the loop's copy phase (pageable sources) or from a saturated link."""
     cap = st.link_capacity()
     busy = st.busy if st.busy is not None else 1.0
-    rx = st.pcie_rx or 0.0
-    near = cap is not None and rx >= th.pcie_saturation * cap and busy < th.pcie_busy_max
-    stacks = h2d_share >= th.h2d_copy_warn
-    if not (near or stacks):
+    rx = st.rx
+    near = cap is not None and rx >= th.pcie_saturation * cap
+    copy = cp.caused("h2d_copy") if cp.gpu_idle is not None else 0.0
+    copy_share = metrics.get("h2d_copy_per_step_s") or 0.0
+    sps = metrics.get("steps_per_second")
+    copy_share = min(1.0, copy_share * sps) if sps else 0.0
+    pinned = metrics.get("h2d_pinned_ratio")
+    pageable = pinned is not None and pinned < 0.5
+    stalls = copy_share >= th.h2d_copy_warn and copy >= th.h2d_copy_warn
+    if not (stalls or near):
         return []
-    ev = []
+    ev = [Evidence("h2d_copy_share", round(copy_share, 4), "ratio", th.h2d_copy_warn,
+                   ">=" if copy_share >= th.h2d_copy_warn else "<", "h2d_copy_warn",
+                   "in-process hooks")]
+    if pinned is not None:
+        ev.append(Evidence("h2d_pinned_ratio", round(pinned, 4), "ratio",
+                           source="in-process hooks"))
     if cap is not None:
         ev.append(_gpu_ev(st, "pcie_rx_share_of_link", rx / cap, "ratio",
                           threshold=th.pcie_saturation, comparison=">=" if near else "<",
@@ -227,28 +310,55 @@ def _xfer(st: GpuStats, th: Thresholds, h2d_share: float) -> list[Finding]:
         ev.append(_gpu_ev(st, "pcie_rx", rx / 1e9, "GB/s", source="nvml pcie counters"))
         ev.append(_gpu_ev(st, "pcie_link", cap / 1e9, "GB/s",
                           source=f"gen{st.pcie_gen:.0f} x{st.pcie_width:.0f}"))
-    ev.append(_gpu_ev(st, "gpu_busy", busy, "ratio", threshold=th.pcie_busy_max,
-                      comparison="<", setting="pcie_busy_max", source="nvml utilization"))
-    if stacks:
-        ev.append(Evidence("h2d_copy_share", round(h2d_share, 4), "ratio", th.h2d_copy_warn,
-                           ">=", "h2d_copy_warn", "stacks"))
+    ev.append(_gpu_ev(st, "gpu_busy", busy, "ratio", source="nvml utilization"))
     link = ""
     if st.pcie_gen_max and st.pcie_gen and st.pcie_gen < st.pcie_gen_max or \
             (st.pcie_width_max and st.pcie_width and st.pcie_width < st.pcie_width_max):
         link = (f" The link runs at gen{st.pcie_gen:.0f} x{st.pcie_width:.0f} but supports "
                 f"gen{st.pcie_gen_max:.0f} x{st.pcie_width_max:.0f}: check the slot/riser.")
-    msg = (f"Host-to-device copies limit GPU {st.index}: it receives {rx / 1e9:.1f} GB/s"
-           + (f" of a {cap / 1e9:.1f} GB/s link" if cap else "")
-           + f" while busy only {busy:.0%}.{link}")
-    actions = ("DataLoader(..., pin_memory=True) and batch.to('cuda', non_blocking=True)",
-               "send uint8 images and convert/normalise on the GPU (4x fewer bytes than fp32)",
-               "do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI)")
-    impact = max(1.0 - busy, h2d_share) if near else h2d_share
-    return [Finding("XFER001", "Host-to-device copies stall the loop", "warning",
-                    _conf(st, 0.7), min(0.99, impact), msg, tuple(ev),
-                    Recommendation("Pinned memory, fewer bytes, overlap the copies", actions),
-                    speedup_from_impact(min(0.99, impact)),
-                    signals=("nvml pcie counters", "stacks"))]
+    if stalls:
+        # the copy phase of the loop, made at the rate pinned memory reaches on this link
+        impact = copy
+        rate_now = rx / copy_share if copy_share > 0 else rx
+        pinned_rate = th.pinned_link_efficiency * cap if cap else None
+        if pageable and pinned_rate and rate_now > 0 and rate_now < pinned_rate:
+            after = (1.0 - copy_share) + copy_share * rate_now / pinned_rate
+            speed = 1.0 / max(1e-3, after)
+            basis = (f"the copy phase ({copy_share:.0%} of the step at {rate_now / 1e9:.1f} "
+                     f"GB/s from pageable memory) at {pinned_rate / 1e9:.0f} GB/s pinned "
+                     f"({th.pinned_link_efficiency:.0%} of the link), the rest unchanged")
+        else:
+            speed = speedup_from_impact(copy)
+            basis = f"a bound: x{speed:.2f} if the copies overlapped compute entirely"
+        kind = "from pageable (unpinned) host memory" if pageable else "on the loop's path"
+        msg = (f"The loop spends {copy_share:.0%} of its time in host-to-device copies {kind}; "
+               f"GPU {st.index} idles {copy:.0%} of the loop waiting for them (the link carries "
+               f"{rx / 1e9:.1f} GB/s" + (f" of {cap / 1e9:.0f} GB/s" if cap else "") + ")."
+               + link)
+        actions = ("pin the source: DataLoader(..., pin_memory=True), or tensor.pin_memory() "
+                   "once for data reused every step",
+                   "copy with .to('cuda', non_blocking=True) so the copy overlaps compute",
+                   "or keep data that does not change on the GPU instead of copying it each step",
+                   "send uint8 images and convert/normalise on the GPU (4x fewer bytes than fp32)")
+        summary = "Pinned memory and non_blocking copies" if pageable else \
+            "Overlap the copies, send fewer bytes"
+    else:
+        impact = 0.0 if busy >= th.pcie_busy_max else min(0.99, 1.0 - busy)
+        speed = speedup_from_impact(impact)
+        basis = ("the link is the bound: fewer bytes per step is the only way up" if impact == 0
+                 else f"a bound: x{speed:.2f} if the GPU never waited for the link")
+        msg = (f"GPU {st.index} receives {rx / 1e9:.1f} GB/s over a {cap / 1e9:.1f} GB/s link "
+               f"({rx / cap:.0%}): host-to-device bandwidth is the bound for this job." + link)
+        actions = ("DataLoader(..., pin_memory=True) and .to('cuda', non_blocking=True) so the "
+                   "copies overlap compute instead of preceding it",
+                   "send fewer bytes: uint8 instead of fp32 (4x), compressed or cropped inputs",
+                   "keep data that does not change on the GPU instead of copying it each step",
+                   "do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI)")
+        summary = "Move fewer bytes over PCIe"
+    sev = severity("XFER001", impact, th) if impact >= th.h2d_copy_warn else "note"
+    return [Finding("XFER001", spec("XFER001").title, sev, _conf(st, 0.7), min(0.99, impact),
+                    msg, tuple(ev), Recommendation(summary, actions), speed,
+                    signals=("nvml pcie counters", "in-process hooks"), speedup_basis=basis)]
 
 
 def _memory(st: GpuStats, th: Thresholds) -> list[Finding]:
@@ -274,8 +384,9 @@ def _memory(st: GpuStats, th: Thresholds) -> list[Finding]:
         return []
     mult = max(1, math.floor(0.85 * st.mem_total / st.mem_peak))
     need_g = peak_g * 1.25
-    smaller = next((label for size, label in GPU_SIZES if need_g <= size < total_g * 0.9),
-                   None)
+    fits = sorted((m for m in MODELS if need_g <= m.memory_gib < total_g * 0.9),
+                  key=lambda m: (m.memory_gib, m.on_demand_usd))
+    smaller = fits[0].label if fits else None
     e = ev + (_gpu_ev(st, "vram_peak_share", frac, "ratio", threshold=th.mem_headroom_max,
                       comparison="<=", setting="mem_headroom_max", source="nvml memory"),)
     msg = (f"The job peaks at {peak_g:.1f} GiB of GPU {st.index}'s {total_g:.0f} GiB "
@@ -300,6 +411,9 @@ REASON_TEXT = {"power_cap": "the software power cap", "hw_slowdown": "hardware s
 
 
 def _throttle(st: GpuStats, th: Thresholds) -> list[Finding]:
+    """THROT001 when something holds the clocks back: thermal or hardware slowdown, the power
+    brake, or a power cap set below the board's default. Running at the default power cap
+    under full load is how the GPU is meant to run: at most a note."""
     if not st.throttle:
         return []
     reason, share = max(st.throttle.items(), key=lambda kv: kv[1])
@@ -315,21 +429,48 @@ def _throttle(st: GpuStats, th: Thresholds) -> list[Finding]:
           _gpu_ev(st, "throttled_share_of_busy", of_busy, "ratio", source="nvml")]
     if clock_lost is not None:
         ev.append(_gpu_ev(st, "sm_clock_below_max", clock_lost, "ratio", source="nvml clocks"))
+    lowered = (reason == "power_cap" and st.power_limit is not None
+               and st.power_default is not None
+               and st.power_limit < th.power_cap_lowered * st.power_default)
+    if st.power_limit is not None:
+        ev.append(_gpu_ev(st, "power_limit", st.power_limit, "W", source="nvml"))
+    if st.power_default is not None:
+        ev.append(_gpu_ev(st, "power_default_limit", st.power_default, "W",
+                          threshold=th.power_cap_lowered, comparison="ratio <" if lowered
+                          else "ratio >=", setting="power_cap_lowered", source="nvml"))
     lost_txt = f", SM clock {clock_lost:.0%} below its maximum" if clock_lost is not None else ""
+    if reason == "power_cap" and not lowered:
+        limit = f" ({st.power_limit:.0f} W)" if st.power_limit else ""
+        msg = (f"GPU {st.index} ran at its power limit{limit} {share:.0%} of the time "
+               f"({of_busy:.0%} of its busy time){lost_txt}. That is normal under full load: "
+               "the clocks adapt to the power budget" + ("" if st.power_default is not None
+                                                          else "; the default limit was not "
+                                                          "recorded, so a lowered cap cannot be "
+                                                          "ruled out") + ".")
+        return [Finding("THROT001", "GPU at its power limit (normal under full load)", "note",
+                        0.9, 0.0, msg, tuple(ev),
+                        Recommendation("Nothing to fix at the default power limit",
+                                       ("nvidia-smi -q -d POWER shows the enforced and default "
+                                        "limits",)), 1.0, signals=("nvml clock events",),
+                        speedup_basis="none: the board runs at its default power budget")]
     msg = (f"GPU {st.index} was held back by {REASON_TEXT.get(reason, reason)} {share:.0%} of "
-           f"the time ({of_busy:.0%} of its busy time){lost_txt}.")
+           f"the time ({of_busy:.0%} of its busy time){lost_txt}"
+           + (f"; its power limit is {st.power_limit:.0f} W, below the default "
+              f"{st.power_default:.0f} W" if lowered else "") + ".")
     if "thermal" in reason:
         actions = ("check cooling: fan speed, airflow, inlet temperature, dust",
                    "nvidia-smi -q -d TEMPERATURE,PERFORMANCE shows the slowdown thresholds")
     else:
         actions = ("nvidia-smi -q -d POWER: compare the enforced limit with the default; "
-                   "raise it (nvidia-smi -pl) if a lower cap was set",
+                   f"restore it with nvidia-smi -pl {st.power_default or 0:.0f}"
+                   if lowered else "nvidia-smi -q -d POWER: check the enforced limit",
                    "check the PSU and power cabling when the power brake engages")
     impact = min(0.99, of_busy * (clock_lost if clock_lost is not None else 0.2) * busy)
     return [Finding("THROT001", f"GPU clocks throttled by {REASON_TEXT.get(reason, reason)}",
-                    "warning", 0.9, impact, msg, tuple(ev),
+                    severity("THROT001", impact, th), 0.9, impact, msg, tuple(ev),
                     Recommendation("Remove the cause of the slowdown", actions),
-                    speedup_from_impact(impact), signals=("nvml clock events",))]
+                    speedup_from_impact(impact), signals=("nvml clock events",),
+                    speedup_basis="the lost clock share given back during busy time")]
 
 
 def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
@@ -350,28 +491,7 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
                "with DataParallel, switch to DistributedDataParallel (DataParallel gathers on "
                "GPU 0)", "look for work done only on rank 0 (logging, evaluation, saving)")
     impact = spread * 0.5
-    return [Finding("GPU004", "GPUs of the job are unevenly loaded", "warning",
+    return [Finding("GPU004", spec("GPU004").title, severity("GPU004", impact, th),
                     NVML_ONLY_CONFIDENCE, impact, msg, ev,
                     Recommendation("Balance the work across GPUs", actions),
                     speedup_from_impact(impact), signals=("nvml utilization",))]
-
-
-def with_gpu_idle(findings: list[Finding], stats: list[GpuStats]) -> list[Finding]:
-    """Host-side findings state the GPU-idle share they cause when a GPU is present."""
-    idle = [s.idle for s in stats if s.idle is not None]
-    if not idle:
-        return findings
-    mean_idle = sum(idle) / len(idle)
-    out = []
-    for f in findings:
-        if f.id in HOST_IDS and f.id != "XFER001":
-            cause = min(f.impact, mean_idle)
-            f = replace(f, message=f"{f.message} The GPU sat idle {mean_idle:.0%} of the time; "
-                                   f"this cause accounts for about {cause:.0%} of it.",
-                        evidence=f.evidence + (Evidence("gpu_idle_share", round(mean_idle, 4),
-                                                        "ratio", source="nvml utilization"),
-                                               Evidence("gpu_idle_caused", round(cause, 4),
-                                                        "ratio", source="stacks+nvml")),
-                        signals=f.signals + ("nvml utilization",))
-        out.append(f)
-    return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpudiag.analyzers.results import CATEGORIES, Breakdown, Location
 from gpudiag.analyzers.rules import WORKER_LOOP_RE, Classifier, parse_stack, user_location
-from gpudiag.analyzers.timeline import ThreadKey, Timeline
+from gpudiag.analyzers.timeline import Aggregate, ThreadKey
 
 NOT_LOOP = ("other", "startup")
 BLOCKING = ("data_wait", "storage_io", "sync", "collective", "checkpoint")
@@ -71,11 +71,11 @@ class LoopProfile:
         return self.breakdown.get(category)
 
 
-def _thread_stacks(tl: Timeline, key: ThreadKey) -> list[StackCount]:
+def _thread_stacks(tl: Aggregate, key: ThreadKey) -> list[StackCount]:
     return [StackCount(s, c, n) for (s, c), n in tl.stacks.get(key, {}).items()]
 
 
-def find_loop_thread(tl: Timeline, clf: Classifier) -> ThreadKey | None:
+def find_loop_thread(tl: Aggregate, clf: Classifier) -> ThreadKey | None:
     """The target thread whose stacks are most often inside training-loop work."""
     best: tuple[float, float, ThreadKey] | None = None
     for key in tl.threads("all", "target"):
@@ -90,14 +90,14 @@ def find_loop_thread(tl: Timeline, clf: Classifier) -> ThreadKey | None:
     return best[2] if best else None
 
 
-def thread_series_mean(tl: Timeline, name: str, tid: int) -> float | None:
+def thread_series_mean(tl: Aggregate, name: str, tid: int) -> float | None:
     """Mean of a per-thread procfs series of the target (cpu, runqueue_wait, d_state...)."""
     rolls = tl.matching("process", name, scope="thread", tid=str(tid))
     n = sum(r.count for _, r in rolls)
     return sum(r.total for _, r in rolls) / n if n else None
 
 
-def _loader_stats(tl: Timeline, clf: Classifier, loop_stacks: list[StackCount],
+def _loader_stats(tl: Aggregate, clf: Classifier, loop_stacks: list[StackCount],
                   loop_key: ThreadKey) -> LoaderStats | None:
     worker_stacks: list[StackCount] = []
     for key in tl.threads("all", "worker"):
@@ -117,7 +117,7 @@ def _loader_stats(tl: Timeline, clf: Classifier, loop_stacks: list[StackCount],
     return LoaderStats(source, busy_n, io_n, io_n / busy_n, top)
 
 
-def _gil_stats(tl: Timeline, loop: ThreadKey, shares: dict[str, float],
+def _gil_stats(tl: Aggregate, loop: ThreadKey, shares: dict[str, float],
                loop_cpu: float | None, loop_rq: float | None,
                blocking: tuple[str, ...]) -> GilStats | None:
     w = tl.windows.get("gil")
@@ -148,8 +148,13 @@ def _gil_stats(tl: Timeline, loop: ThreadKey, shares: dict[str, float],
                     wait)
 
 
-def profile_loop(tl: Timeline, clf: Classifier) -> LoopProfile:
-    """Find the loop thread and build its time breakdown from the timeline."""
+def profile_loop(tl: Aggregate, clf: Classifier, backward_elsewhere: bool = False
+                 ) -> LoopProfile:
+    """Find the loop thread and build its time breakdown from the timeline.
+
+    `backward_elsewhere`: the job's backward runs on the autograd engine's device thread (CUDA),
+    so the loop thread sleeps through it: that is not a wait for the GIL.
+    """
     key = find_loop_thread(tl, clf)
     if key is None:
         return LoopProfile(None, 0.0, {}, Breakdown.empty("no stack samples"))
@@ -176,6 +181,8 @@ def profile_loop(tl: Timeline, clf: Classifier) -> LoopProfile:
     # making batches itself: Python work that needs the GIL like any other.
     own_loading = loader is None or loader.source != "workers"
     blocking = tuple(c for c in BLOCKING if not (own_loading and c == "data_wait"))
+    if backward_elsewhere:
+        blocking += ("backward",)
     compute_like = COMPUTE_LIKE + (("data_wait",) if own_loading else ())
     gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking)
     if gil is not None and gil.wait_share > 0:

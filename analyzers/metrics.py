@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline import Aggregate
 
 # Stack samples 10 ms apart are strongly correlated (a slow call spans many); for confidence
 # we count one sample in this many as independent.
@@ -13,6 +13,7 @@ SAMPLE_CORRELATION = 10
 METRIC_UNITS = {
     "duration_s": "s",
     "cpu_count": "cores",
+    "cpu_physical": "cores",
     "host_cpu_util": "ratio",
     "host_free_cores": "cores",
     "host_iowait": "ratio",
@@ -50,7 +51,7 @@ def metric_unit(name: str) -> str:
     return "bytes" if name.endswith("_bytes") else ""
 
 
-def host_metrics(tl: Timeline) -> dict[str, float | None]:
+def host_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Means over the run of the host and process series the findings rest on."""
     cpu_count = tl.maximum("host", "cpu_count")
     util = tl.mean("host", "cpu_util")
@@ -61,6 +62,7 @@ def host_metrics(tl: Timeline) -> dict[str, float | None]:
     return {
         "duration_s": tl.duration_s,
         "cpu_count": cpu_count,
+        "cpu_physical": tl.maximum("host", "cpu_physical"),
         "host_cpu_util": util,
         "host_free_cores": free,
         "host_iowait": tl.mean("host", "cpu_iowait"),

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.loop import LoopProfile, location_of
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import (
@@ -29,34 +31,61 @@ def hot_loader_function(profile: LoopProfile) -> str | None:
     return None
 
 
-def suggest_workers(wait: float, workers: int, free_cores: float, cpu_count: int
-                    ) -> tuple[int, int, float]:
-    """(workers needed to hide loading, workers to set given free cores, expected speed-up).
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What more DataLoader workers would do, from a model of the loaders and the cores."""
 
-    Model: a step takes S = 1 (normalised). With no workers the loop spends `wait` loading and
-    1 - wait computing; with W workers each batch costs the workers W x S of loader time. With
-    W' workers the step takes max(compute, loading / W').
+    need: int            # workers that would make loading keep up with the rest of the step
+    suggest: int         # workers to set, given the cores there are
+    speedup: float       # the loop's rate after the change, over its rate now
+    loader_cores: int    # physical cores the loaders can use (the loop keeps one)
+    physical: int        # physical cores of the host (measured, or assumed: see smt_assumed)
+    smt_assumed: bool
+
+
+def loader_cores(cpu_count: int, physical: float | None) -> tuple[int, int, bool]:
+    """(physical cores left to loaders, physical cores, whether SMT was assumed)."""
+    assumed = physical is None
+    phys = int(physical) if physical else (cpu_count // 2 if cpu_count >= 4 else cpu_count)
+    return max(1, phys - 1), max(1, phys), assumed
+
+
+def suggest_workers(wait: float, workers: int, free_cores: float, cpu_count: int,
+                    physical: float | None = None) -> WorkerPlan:
+    """Workers needed and advised for a loop that waits `wait` of its step on loading.
+
+    Model (a step normalised to 1): the rest of the step takes R = 1 - wait. Loading runs in
+    parallel on at most `loader_cores` physical cores (SMT siblings add little to decoding).
+    With num_workers=0 the loop thread loads a batch in `wait`; with W workers the loaders'
+    rate is what paces the loop now. With W' workers the step takes
+    max(R, load / min(W', loader_cores)): the loader rate, capped by the rest of the step.
     """
-    compute = max(1e-3, 1.0 - wait)
-    load = wait if workers == 0 else float(workers)
-    need = max(workers + 1, math.ceil(load / compute - 1e-9))
-    if workers == 0:
-        cap = max(1, cpu_count - 1)  # the loop keeps one core; workers take the others
-    else:
-        cap = min(max(workers + 1, workers + int(math.floor(free_cores))),
-                  max(workers + 1, cpu_count))
-    suggest = min(need, cap)
-    new_step = max(compute, load / suggest)
-    return need, suggest, 1.0 / new_step
+    rest = max(1e-3, 1.0 - wait)
+    cores, phys, assumed = loader_cores(cpu_count, physical)
+
+    def eff(n: int) -> float:
+        return float(min(n, cores)) if n > 0 else 1.0
+
+    # loading work per batch, in one-core units: the loop's own time, or workers' pace
+    load = wait if workers == 0 else eff(workers) * 1.0
+    cap = max(1, cpu_count - 1) if workers == 0 else max(workers, cpu_count)
+    cap = min(cap, workers + max(1, int(round(free_cores))))  # the cores really idle
+    # workers that would keep up given enough cores (one core each)
+    need = max(workers + 1, math.ceil(load / rest - 1e-9))
+    suggest = max(min(need, cap), 0)
+    # the step now is 1 (normalised); after, the slower of the loaders and the rest
+    after = max(rest, load / eff(suggest)) if suggest > workers else 1.0
+    return WorkerPlan(need, suggest, 1.0 / after, cores, phys, assumed)
 
 
-def _severity(impact: float, th: Thresholds, error_at: float | None = None) -> str:
-    return "error" if impact >= (error_at if error_at is not None else th.error_impact) \
-        else "warning"
+def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
+                  gpu_idle_caused: float | None = None,
+                  gpu_idle: float | None = None) -> list[Finding]:
+    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline.
 
-
-def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[Finding]:
-    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline."""
+    `gpu_idle_caused` is the GPU idle the critical path attributes to the wait (None without
+    a GPU signal: the impact is then the loop's wait share).
+    """
     wait = profile.share("data_wait")
     n = profile.samples
     exact = metrics.get("data_wait_ratio")
@@ -65,16 +94,17 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[F
         # stacks attribute to reads (IO001 reports that part)
         sampled = wait + profile.share("storage_io")
         wait = exact * (wait / sampled) if sampled > 0 else exact
-        conf = 0.95 if wait >= th.data_wait_warn else 0.0
+        conf = confidence_above(wait, th.data_wait_warn, max(n, metrics.get("steps", 0)))
         source = "in-process hooks"
     else:
         if n < th.min_loop_samples:
             return []
         conf = confidence_above(wait, th.data_wait_warn, n)
         source = STACKS
-    if wait < th.data_wait_warn:
+    if wait < th.data_wait_warn or conf < th.min_confidence:
         return []
-    if conf < th.min_confidence:
+    impact = wait if gpu_idle_caused is None else gpu_idle_caused
+    if impact < th.data_wait_warn:
         return []
     cpu_count = int(metrics.get("cpu_count") or 1)
     free = metrics.get("host_free_cores")
@@ -83,6 +113,10 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[F
         profile.loader.source == "workers" else 0
     loc = location_of(profile.stacks_by_category.get("data_wait", ()))
     hot = hot_loader_function(profile)
+    plan = suggest_workers(wait, workers, free if free is not None else cpu_count - 1,
+                           cpu_count, metrics.get("cpu_physical"))
+    floor = speedup_from_impact(gpu_idle) if gpu_idle is not None else None
+    speedup = min(plan.speedup, floor) if floor else plan.speedup
     ev = [Evidence("data_wait_share", round(wait, 4), "ratio", th.data_wait_warn, ">=",
                    "data_wait_warn", source),
           Evidence("dataloader_workers", float(workers), "count", source="procfs")]
@@ -92,16 +126,29 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[F
                            "procfs"))
     if util is not None:
         ev.append(Evidence("host_cpu_util", round(util, 4), "ratio", source="procfs"))
-    sev = _severity(wait, th, th.data_wait_error)
+    ev.append(Evidence("physical_cores", float(plan.physical), "cores",
+                       source="assumed: 2 logical CPUs per core" if plan.smt_assumed
+                       else "psutil"))
+    if gpu_idle_caused is not None:
+        ev.append(Evidence("gpu_idle_caused", round(gpu_idle_caused, 4), "ratio",
+                           source="critical path (nvml + loop)"))
+    sev = severity("DATA001", impact, th)
     where = f" Loaders spend most time in {hot}." if hot else ""
-    # DATA002 needs workers that already use the cores; with num_workers=0 the loading runs
-    # on the loop thread, and moving it to a worker overlaps it with compute whatever the load.
-    if workers > 0 and free is not None and free < th.min_free_cores:
+    cores_txt = (f"{plan.physical} physical cores" + (" (assumed: 2 logical CPUs per core)"
+                                                       if plan.smt_assumed else ""))
+    no_room = free is not None and free < th.min_free_cores
+    no_gain = plan.suggest <= workers or plan.speedup < 1.05
+    if no_room or no_gain:
         used = (metrics.get("worker_cpu_cores") or 0.0) + (metrics.get("target_cpu_cores") or 0.0)
-        msg = (f"The training loop waits for batches {wait:.0%} of the time, but the CPU is "
-               f"already saturated: {cpu_count} cores at {util:.0%} busy (the job uses "
-               f"{used:.1f} cores, {workers} DataLoader workers), {free:.1f} cores idle. More "
-               f"workers would only compete for the same cores.{where}")
+        if no_room:
+            why = (f"the CPU is already saturated: {cpu_count} cores at {util or 0:.0%} busy "
+                   f"(the job uses {used:.1f} cores, {workers} DataLoader workers), "
+                   f"{free or 0:.1f} cores idle")
+        else:
+            why = (f"{workers} workers already fill the {plan.loader_cores} of the "
+                   f"{cores_txt} that loading can use (the loop keeps one)")
+        msg = (f"The loop waits for batches {wait:.0%} of the time, but {why}. More workers "
+               f"would only compete for the same cores.{where}")
         actions = []
         if hot:
             actions.append(f"make the per-sample work cheaper: profile {hot} "
@@ -116,34 +163,43 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds) -> list[F
             actions.append(f"num_workers={max(1, cpu_count - 1)}: {workers} workers on "
                            f"{cpu_count} cores oversubscribe the CPU")
         actions.append("or run on a machine with more CPU cores per GPU")
+        bound = speedup_from_impact(wait)
+        if floor:
+            bound = min(bound, floor)
         return [Finding(
-            "DATA002", "Input pipeline is CPU-bound and the cores are already busy", sev, conf,
-            wait, msg, tuple(ev),
+            "DATA002", spec("DATA002").title, severity("DATA002", impact, th), conf, impact,
+            msg, tuple(ev),
             Recommendation("Make loading cheaper; more workers cannot help here", tuple(actions)),
-            speedup_from_impact(wait), loc, signals=("stacks", "procfs"))]
-    need, suggest, speedup = suggest_workers(wait, workers, free or 0.0, cpu_count)
+            bound, loc, signals=("stacks", "procfs"),
+            speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
+                          + (", capped by the GPU's busy time)" if floor else ")"))]
     idle = f"{free:.1f} of {cpu_count} CPU cores are idle" if free is not None else \
         "host CPU use was not measured"
-    msg = (f"The training loop waits for batches {wait:.0%} of the time "
+    msg = (f"The loop waits for batches {wait:.0%} of the time "
            f"(num_workers={workers}); {idle}."
-           f"{where} Loading needs about {need} worker{'s' if need != 1 else ''} to keep up"
-           + (f"; {suggest} fit the idle cores." if suggest < need else "."))
-    actions = [f"DataLoader(..., num_workers={suggest})"]
-    if suggest < need:
-        actions.append(f"{need} workers would hide loading entirely; with more cores "
-                       f"(or cheaper transforms) set num_workers={need}")
+           f"{where} Loading needs about {plan.need} worker{'s' if plan.need != 1 else ''} to "
+           f"keep up" + (f"; {plan.suggest} fit the idle cores." if plan.suggest < plan.need
+                         else "."))
+    actions = [f"DataLoader(..., num_workers={plan.suggest})"]
+    if plan.suggest < plan.need:
+        actions.append(f"{plan.need} workers would hide loading entirely; with more cores "
+                       f"(or cheaper transforms) set num_workers={plan.need}")
     actions.append("persistent_workers=True (keep workers alive between epochs)")
     if workers > 0:
         actions.append("prefetch_factor=4 (more batches queued per worker, smooths bursts)")
+    basis = (f"loader rate with {plan.suggest} workers on at most {plan.loader_cores} of "
+             f"{cores_txt} against the rate the rest of the step allows "
+             f"({1 - wait:.0%} of it)" + ("; capped by the GPU's busy time" if floor and
+                                          plan.speedup > floor else ""))
     return [Finding(
-        "DATA001", "Training loop waits on the input pipeline; idle CPU can add workers", sev,
-        conf, wait, msg, tuple(ev),
-        Recommendation(f"Load batches in parallel: num_workers={suggest}", tuple(actions)),
-        min(speedup, speedup_from_impact(wait)), loc, signals=("stacks", "procfs"))]
+        "DATA001", spec("DATA001").title, sev, conf, impact, msg, tuple(ev),
+        Recommendation(f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)),
+        speedup, loc, signals=("stacks", "procfs"), speedup_basis=basis)]
 
 
 def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
-                loader_d_state: float | None) -> list[Finding]:
+                loader_d_state: float | None, gpu_idle_caused: float | None = None
+                ) -> list[Finding]:
     """IO001 when the input pipeline's time goes to storage reads, confirmed by I/O stalls."""
     share = profile.share("storage_io")
     n = profile.samples
@@ -173,6 +229,9 @@ def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
                            setting, src))
     if not crossed:
         return []
+    impact = share if gpu_idle_caused is None else gpu_idle_caused
+    if impact < th.storage_io_warn:
+        return []
     read = metrics.get("read_bytes_per_s")
     if read is not None:
         ev.append(Evidence("read_throughput", round(read / 1e6, 2), "MB/s", source="procfs"))
@@ -196,8 +255,10 @@ def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
         "in reads, so more of them than cores overlap the waits",
     )
     return [Finding(
-        "IO001", "Input pipeline waits on storage reads", _severity(share, th), conf, share,
+        "IO001", spec("IO001").title, severity("IO001", impact, th), conf, impact,
         msg, tuple(ev),
         Recommendation("Make reads faster or overlap them: local/cached data, larger files, "
                        "more workers", actions),
-        speedup_from_impact(share), loc, signals=("stacks", "procfs", "psi"))]
+        speedup_from_impact(share), loc, signals=("stacks", "procfs", "psi"),
+        speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
+                      "(the storage wait removed)")]

@@ -93,6 +93,7 @@ class Finding:
     location: Location | None = None
     cost: dict | None = None
     signals: tuple[str, ...] = field(default=())
+    speedup_basis: str = ""   # one line: how expected_speedup was made (model, bound)
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
+# gpudiag's own code that runs inside the job (the in-process hooks) is never the user's
+_OWN_RE = re.compile(r"(^|/)gpudiag_hooks\.py$|/gpudiag/(probes|agent|analyzers)/")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Frame:
     @property
     def is_user(self) -> bool:
         """True for the job's own code (not the standard library, not installed packages)."""
-        return not _LIB_RE.search(self.file)
+        return not _LIB_RE.search(self.file) and not _OWN_RE.search(self.file)
 
 
 @lru_cache(maxsize=65536)
@@ -188,7 +190,7 @@ class Classifier:
 def user_location(stack: str) -> Frame | None:
     """The innermost frame of the job's own code in a stack."""
     for fr in reversed(parse_stack(stack)):
-        if fr.is_user and fr.file:
+        if fr.is_user and fr.file and fr.line > 0:
             return fr
     return None
 

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.results import (
-    Evidence,
-    Finding,
-    Location,
-    Recommendation,
-    speedup_from_impact,
-)
+from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.critical_path import CriticalPath
+from gpudiag.analyzers.results import Evidence, Finding, Location, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 
 
-def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds
-                  ) -> list[Finding]:
-    """SYNC001 with syncs per step, the time they cost and their call sites."""
+def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds,
+                  cp: CriticalPath | None = None) -> list[Finding]:
+    """SYNC001 with syncs per step, the GPU idle they cause and their call sites.
+
+    Time the host spends blocked in a sync while the GPU computes is the GPU's own work. What
+    a sync costs is the bubble after it: the GPU's queue is empty and it idles while the host
+    prepares the next launches. The critical path measures that bubble; without a GPU signal
+    the finding is not made (it cannot tell work from stall).
+    """
     ratio = metrics.get("sync_time_ratio")
     per_step = metrics.get("syncs_per_step")
-    if ratio is None or per_step is None or ratio < th.sync_warn or per_step <= 0:
+    if ratio is None or per_step is None or per_step <= 0:
         return []
-    ev = [Evidence("sync_time_ratio", round(ratio, 4), "ratio", th.sync_warn, ">=",
-                   "sync_warn", "in-process hooks"),
+    if cp is None or cp.gpu_idle is None:
+        return []
+    impact = cp.sync_bubbles
+    if impact < th.sync_warn:
+        return []
+    ev = [Evidence("sync_gpu_idle", round(impact, 4), "ratio", th.sync_warn, ">=",
+                   "sync_warn", "critical path (nvml + hooks)"),
+          Evidence("sync_time_ratio", round(ratio, 4), "ratio", source="in-process hooks"),
           Evidence("syncs_per_step", round(per_step, 2), "count", source="in-process hooks")]
     loc = None
     where = ""
@@ -32,15 +40,21 @@ def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds
         for site, n in sites[:3]:
             ev.append(Evidence(f"sync_site[{site}]", n, "count (1 in 16 sampled)",
                                source="in-process hooks"))
-    msg = (f"The training loop blocks on the GPU {per_step:.1f} times per step (.item(), "
-           f".cpu(), .tolist(), synchronize), {ratio:.0%} of its time: each sync empties the "
-           f"GPU's queue of work, so the GPU then waits for the next launches.{where}")
+    msg = (f"The loop blocks on the GPU {per_step:.1f} times per step (.item(), .cpu(), "
+           f".tolist(), synchronize): each sync empties the GPU's queue, and the GPU then "
+           f"idles while the host prepares the next launches, {impact:.0%} of the loop."
+           f"{where}")
     actions = ("keep running sums on the GPU (total += loss.detach()) and call .item() every "
                "N steps (e.g. 50) for logging",
                "replace data-dependent shapes (.nonzero(), boolean masks) with masked "
                "arithmetic", "copy results with .to('cpu', non_blocking=True) into pinned "
                "buffers and read them a step later")
-    return [Finding("SYNC001", "Host-device syncs in the loop stall the GPU pipeline",
-                    "error" if ratio >= th.error_impact else "warning", 0.95, ratio, msg,
-                    tuple(ev), Recommendation("Sync less: log every N steps", actions),
-                    speedup_from_impact(ratio), loc, signals=("in-process hooks",))]
+    idle = cp.gpu_idle or 0.0
+    speed = 1.0 / max(1e-3, 1.0 - impact)
+    return [Finding("SYNC001", spec("SYNC001").title, severity("SYNC001", impact, th), 0.9,
+                    impact, msg, tuple(ev), Recommendation("Sync less: log every N steps",
+                                                           actions),
+                    speed, loc, signals=("in-process hooks", "nvml utilization"),
+                    speedup_basis=f"host work overlapping the GPU's instead of following it: "
+                                  f"the step takes max(host, GPU) instead of their sum "
+                                  f"(GPU idle {idle:.0%} now)")]

@@ -33,6 +33,16 @@ class Thresholds:
     """CKPT001: share of loop time inside synchronous checkpoint saves."""
     checkpoint_error: float = 0.20
     """CKPT001: share that makes it an error."""
+    host_bound_warn: float = 0.25
+    """HOST001: share of loop time the GPU idles while the loop thread works on the CPU."""
+    host_optimizer_min: float = 0.25
+    """HOST001: optimizer share of the loop from which a per-parameter optimizer is the fix."""
+    host_user_code_warn: float = 0.30
+    """HOST001: share of the loop spent in the job's own Python (not the model, not a library)."""
+    startup_note: float = 0.30
+    """START001: share of the run spent before the first step (run mode) for a note."""
+    startup_note_min_s: float = 10.0
+    """START001: seconds before the first step below which start-up is not worth a note."""
     gpu_idle_warn: float = 0.50
     """GPU001: share of time the job's GPU runs no kernel, with no host-side cause found."""
     launch_util_min: float = 0.80
@@ -49,6 +59,10 @@ class Thresholds:
     """XFER001: GPU utilisation below which a busy link is holding the GPU back."""
     h2d_copy_warn: float = 0.10
     """XFER001: share of loop time the stacks show in host-to-device copies."""
+    pinned_link_efficiency: float = 0.80
+    """XFER001: share of the PCIe link's payload bandwidth that pinned copies reach."""
+    power_cap_lowered: float = 0.95
+    """THROT001: an enforced power limit below this share of the default is a lowered cap."""
     mem_headroom_max: float = 0.25
     """MEM001: peak VRAM share of capacity at or below which there is room to use."""
     mem_near_limit: float = 0.95

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline import Aggregate
 
 THROUGHPUT_UNITS = {
     "steps": "count", "steps_per_second": "1/s", "samples_per_second": "samples/s",
@@ -15,11 +15,11 @@ THROUGHPUT_UNITS = {
 }
 
 
-def _roll(tl: Timeline, name: str, kind: str = "step"):
+def _roll(tl: Aggregate, name: str, kind: str = "step"):
     return tl.rollup("hooks", name, kind=kind)
 
 
-def throughput_metrics(tl: Timeline) -> dict[str, float | None]:
+def throughput_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Metrics from the hooks; empty when the run had none (attach without instrument())."""
     st = _roll(tl, "step_time_s")
     first = _roll(tl, "first_step")
@@ -64,7 +64,7 @@ def throughput_metrics(tl: Timeline) -> dict[str, float | None]:
     return out
 
 
-def sync_sites(tl: Timeline) -> list[tuple[str, float]]:
+def sync_sites(tl: Aggregate) -> list[tuple[str, float]]:
     """Call sites of host-device syncs (sampled), most frequent first."""
     sites = [(d["site"], r.total) for d, r in tl.matching("hooks", "count", kind="sync_site")]
     return sorted(sites, key=lambda s: -s[1])

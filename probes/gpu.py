@@ -107,6 +107,7 @@ class GpuProbe:
         Field("temperature_c", "°C", "gauge", "GPU temperature"),
         Field("power_w", "W", "gauge", "power draw"),
         Field("power_limit_w", "W", "gauge", "enforced power limit"),
+        Field("power_default_limit_w", "W", "gauge", "the board's default power limit"),
         Field("ecc_uncorrected", "count", "counter", "volatile uncorrected ECC errors"),
         Field("lost", "ratio", "gauge", "1 when the GPU stopped answering"),
         *(Field(f"throttle_{r}", "ratio", "gauge", f"share of time clocks were held by {r}")
@@ -211,7 +212,9 @@ class GpuProbe:
             notes.append("not available on this GPU/driver: " + ", ".join(missing))
             if any("Gpm" in k for k in missing):
                 hints.append("GPM metrics need a Hopper or newer GPU and a recent driver")
-        if self.used_without_pid_match:
+        if self.used_without_pid_match and not self.matched_pid:
+            # (a job opens /dev/nvidia* a moment before NVML lists its context: a pid that
+            # matched later means the namespaces agree)
             notes.append("the job holds a GPU open but none of its pids is in NVML's process "
                          "lists (another PID namespace, e.g. a container): sampled the "
                          "devices it can see (CUDA_VISIBLE_DEVICES)")
@@ -325,6 +328,9 @@ class GpuProbe:
         limit = n.call("nvmlDeviceGetEnforcedPowerLimit", h, device=i)
         v["power_w"] = power / 1000.0 if power is not None else None
         v["power_limit_w"] = limit / 1000.0 if limit is not None else None
+        default = n.call("nvmlDeviceGetPowerManagementDefaultLimit", h, device=i)
+        if default is not None:
+            v["power_default_limit_w"] = default / 1000.0
         ecc = n.call("nvmlDeviceGetTotalEccErrors", h, 1, 0, device=i)  # uncorrected, volatile
         if ecc is not None:
             v["ecc_uncorrected"] = float(ecc)
@@ -402,3 +408,17 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def hardware_summary(nvml: Nvml | None = None) -> dict:
+    """Driver and GPUs of this machine ({} without NVML): for a recording's header, which is
+    written before the session's GPU probe opens."""
+    probe = GpuProbe(nvml or Nvml())
+    try:
+        if not probe.open(Target(os.getpid())).available:
+            return {}
+        return probe.describe()
+    except Exception:  # noqa: BLE001 - a header fact, never worth failing a run for
+        return {}
+    finally:
+        probe.close()

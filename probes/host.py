@@ -50,6 +50,7 @@ class HostProbe:
         Field("cpu_util", "ratio", "gauge", "share of all CPU cores busy (user+system+irq)"),
         Field("cpu_iowait", "ratio", "gauge", "share of CPU time idle while waiting for I/O"),
         Field("cpu_count", "cores", "gauge", "logical CPU cores on the host"),
+        Field("cpu_physical", "cores", "gauge", "physical CPU cores on the host (SMT apart)"),
         Field("core_util", "ratio", "gauge", "one core's busy share (label cpu)"),
         Field("psi_cpu_some", "ratio", "gauge", "share of time some task stalled on CPU"),
         Field("psi_cpu_full", "ratio", "gauge", "share of time all tasks stalled on CPU (cgroup)"),
@@ -69,6 +70,8 @@ class HostProbe:
         self._prev_psi: dict[tuple[str, str], tuple[int, int]] = {}
         self._prev_swap: tuple[int, int, int] | None = None
         self._psi_sources: dict[str, Path] = {}
+        physical = psutil.cpu_count(logical=False)
+        self._physical = float(physical) if physical else None
 
     def open(self, target: Target) -> ProbeStatus:
         """Find the PSI files (host and the target's cgroup); CPU and memory always work."""
@@ -126,7 +129,8 @@ class HostProbe:
             total_sum += total
             samples.append(Sample(self.name, t, {"cpu": str(i)},
                                   {"core_util": max(0.0, (total - idle) / total)}))
-        values: dict[str, float | None] = {"cpu_count": float(len(cpu))}
+        values: dict[str, float | None] = {"cpu_count": float(len(cpu)),
+                                           "cpu_physical": self._physical}
         if total_sum > 0:
             values["cpu_util"] = max(0.0, busy_sum / total_sum)
             values["cpu_iowait"] = max(0.0, iowait_sum / total_sum)

@@ -14,6 +14,7 @@ import pytest
 
 from gpudiag.probes.base import Target
 from gpudiag.probes.inprocess import INJECT_DIR, HookProbe, injection_env, parse_message
+from tests.agent.test_e2e_workloads import loader_finding
 from tests.conftest import WORKLOADS, gpudiag
 
 pytest.importorskip("torch")
@@ -55,7 +56,7 @@ def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(tmp
         sampled = doc["breakdown"]["shares"]["data_wait"] + \
             doc["breakdown"]["shares"]["storage_io"]
         assert exact > 0.3 and abs(exact - sampled) <= 0.05, (exact, sampled)
-        assert doc["findings"][0]["id"] == "DATA001"
+        assert doc["findings"][0]["id"] == loader_finding(doc)
         assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
     finally:
         job.kill()

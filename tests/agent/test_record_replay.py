@@ -16,6 +16,7 @@ from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import Sample, Target
 from gpudiag.probes.gpu import GpuProbe
 from gpudiag.probes.nvml import Nvml
+from tests.agent.test_e2e_workloads import loader_finding
 from tests.conftest import WORKLOADS, gpudiag
 from tests.probes.fake_nvml import FakeGpu, FakeNvml
 
@@ -31,7 +32,7 @@ def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
     assert res.returncode == 0, res.stderr
     a, b = json.loads(live.read_text()), json.loads(replayed.read_text())
     assert [f["id"] for f in a["findings"]] == [f["id"] for f in b["findings"]]
-    assert [f["id"] for f in a["findings"]][0] == "DATA001"
+    assert [f["id"] for f in a["findings"]][0] == loader_finding(a)
     assert a["breakdown"]["shares"] == pytest.approx(b["breakdown"]["shares"], abs=1e-6)
     assert b["run"]["mode"] == "replay" and b["probes"] == a["probes"]
 

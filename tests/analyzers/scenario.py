@@ -21,6 +21,8 @@ STACKS = {
     "optimizer": f"{LOOP};SGD.step ({SITE}/torch/optim/sgd.py:80)",
     "checkpoint": f"{LOOP};save_ckpt (/work/train.py:60);save ({SITE}/torch/serialization.py:628)",
     "other": f"{LOOP};log_metrics (/work/train.py:70)",
+    "sync": f"{LOOP};Tensor.item ({SITE}/torch/_tensor.py:1000)"
+            f";synchronize ({SITE}/torch/cuda/__init__.py:985)",
 }
 WORKER_BUSY = ("_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308);"
                "fetch ({SITE}/torch/utils/data/_utils/fetch.py:51);"
@@ -34,8 +36,23 @@ class Scenario:
 
     def __init__(self, cpu_count: int = 8) -> None:
         self.tl = Timeline()
-        self.t = 1_000_000_000_000
+        self.t0 = self.t = 1_000_000_000_000
         self.cpu_count = cpu_count
+
+    def _times(self, n: int, step_ns: int) -> list[int]:
+        """Times for n samples: spread over the windows written so far (the probes sample
+        alongside py-spy), else from now on."""
+        if self.t > self.t0:
+            span = self.t - self.t0
+            return [self.t0 + (i + 1) * span // (n + 1) for i in range(n)]
+        out = []
+        for _ in range(n):
+            self.t += step_ns
+            out.append(self.t)
+        return out
+
+    def _add_at(self, t: int, probe: str, labels: dict, values: dict) -> None:
+        self.tl.add(Sample(probe, t, labels, values))
 
     def _add(self, probe: str, labels: dict, values: dict) -> None:
         self.tl.add(Sample(probe, self.t, labels, values))
@@ -85,23 +102,24 @@ class Scenario:
     def host(self, cpu_util: float, iowait: float = 0.0, psi_io: float = 0.0,
              n: int = 10) -> Scenario:
         """Host samples (one a second)."""
-        for _ in range(n):
-            self.t += 1_000_000_000
-            self._add("host", {}, {"cpu_util": cpu_util, "cpu_iowait": iowait,
-                                   "cpu_count": float(self.cpu_count), "psi_io_some": psi_io})
+        for t in self._times(n, 1_000_000_000):
+            self._add_at(t, "host", {}, {"cpu_util": cpu_util, "cpu_iowait": iowait,
+                                         "cpu_count": float(self.cpu_count),
+                                         "psi_io_some": psi_io})
         return self
 
     def process(self, loop_cpu: float, workers: int = 0, worker_cpu: float = 0.0,
                 worker_d: float = 0.0, loop_tid: int = 100, n: int = 10,
                 read_bps: float = 0.0) -> Scenario:
         """Process-probe samples: the loop thread's CPU share and the workers' group."""
-        for _ in range(n):
-            self.t += 200_000_000
-            self._add("process", {"scope": "thread", "tid": str(loop_tid), "comm": "python"},
-                      {"cpu": loop_cpu, "runqueue_wait": 0.0, "running": 1.0, "d_state": 0.0})
-            self._add("process", {"scope": "target"},
-                      {"cpu_cores": loop_cpu, "procs": 1.0, "read_bytes_per_s": 0.0})
-            self._add("process", {"scope": "workers"},
-                      {"procs": float(workers), "cpu_cores": worker_cpu,
-                       "d_state_share": worker_d, "read_bytes_per_s": read_bps})
+        for t in self._times(n, 200_000_000):
+            self._add_at(t, "process", {"scope": "thread", "tid": str(loop_tid),
+                                        "comm": "python"},
+                         {"cpu": loop_cpu, "runqueue_wait": 0.0, "running": 1.0,
+                          "d_state": 0.0})
+            self._add_at(t, "process", {"scope": "target"},
+                         {"cpu_cores": loop_cpu, "procs": 1.0, "read_bytes_per_s": 0.0})
+            self._add_at(t, "process", {"scope": "workers"},
+                         {"procs": float(workers), "cpu_cores": worker_cpu,
+                          "d_state_share": worker_d, "read_bytes_per_s": read_bps})
         return self

@@ -135,21 +135,26 @@ def test_findings_sorted_by_impact():
     assert ids(analyze(sc.tl)) == ["CKPT001", "DATA001"]
 
 
-@pytest.mark.parametrize("wait,workers,free,cores,need,suggest", [
-    (0.6, 0, 7.0, 8, 2, 2),     # loading 1.5x compute
-    (0.8, 0, 0.9, 2, 4, 1),     # 2 cores: one worker fits
-    (0.5, 2, 4.0, 8, 4, 4),     # 2 workers keep up half the time
+@pytest.mark.parametrize("wait,workers,free,cores,physical,need,suggest,speed", [
+    (0.6, 0, 7.0, 8, 4, 2, 2, 2.5),      # loading 1.5x compute: 2 workers hide it
+    (0.8, 0, 0.9, 2, 2, 4, 1, 1.25),     # 2 cores, one idle: one worker, loading still paces
+    (0.5, 2, 4.0, 8, 4, 4, 4, 1.5),      # 2 workers; loading scales to 3 physical cores
+    (0.94, 0, 14.4, 16, 8, 16, 14, 7.4),  # the H100 starved job: 7 cores for loaders
 ])
-def test_suggest_workers(wait, workers, free, cores, need, suggest):
-    n, s, speed = suggest_workers(wait, workers, free, cores)
-    assert (n, s) == (need, suggest)
-    assert 1.0 <= speed <= 1 / (1 - wait) + 1e-9
+def test_suggest_workers_models_the_cores_there_are(wait, workers, free, cores, physical,
+                                                   need, suggest, speed):
+    plan = suggest_workers(wait, workers, free, cores, physical)
+    assert (plan.need, plan.suggest) == (need, suggest)
+    assert plan.speedup == pytest.approx(speed, rel=0.02)
+    assert plan.speedup <= 1 / (1 - wait) + 1e-9
 
 
-def test_no_workers_on_a_busy_cpu_is_still_data001():
-    """num_workers=0: no worker uses the cores, so moving loading to a worker is the fix."""
+def test_no_workers_on_a_busy_cpu_is_data002_with_no_promise_of_workers():
+    """num_workers=0 on a saturated 2-core box: a worker would only compete for the cores."""
     shares = {"data_wait": 0.6, "forward": 0.2, "backward": 0.2}
     sc = windows(Scenario(cpu_count=2), shares=shares).host(0.95).process(1.0)
     a = analyze(sc.tl)
-    assert ids(a) == ["DATA001"]
-    assert "num_workers=1" in a.findings[0].recommendation.summary
+    assert ids(a) == ["DATA002"]
+    f = a.findings[0]
+    assert "num_workers=" not in f.recommendation.summary
+    assert f.speedup_basis.startswith("a bound")

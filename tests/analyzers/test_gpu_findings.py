@@ -53,9 +53,28 @@ def test_starved_gpu_under_a_data_starved_job_is_data001_with_gpu_idle_share():
     assert "GPU001" not in ids(a)  # the host side explains the idle GPU
 
 
-def test_idle_gpu_with_no_host_cause_is_gpu001():
+def test_idle_gpu_while_the_loop_works_on_the_cpu_is_host001():
+    """GPU idle while the loop thread is in forward/backward/optimizer: the host is the
+    critical path (not 'a cause the host side does not show')."""
     a = analyze(timeline(FakeGpu(job_pids=[ME], util=const(30))).tl)
-    assert ids(a) == ["GPU001", "COST001"]  # idle GPU time on a priced H100 costs money
+    assert ids(a) == ["HOST001", "COST001"]  # idle GPU time on a priced H100 costs money
+    f = a.findings[0]
+    assert f.impact == pytest.approx(0.7, abs=0.02)
+    assert "x" in f.speedup_basis and f.expected_speedup <= 1 / 0.3 + 1e-6
+
+
+def test_idle_gpu_with_no_stacks_is_gpu001():
+    """Without stack samples neither side explains the idle: GPU001, on NVML alone."""
+    sc = Scenario(cpu_count=16)
+    clock = Clock()
+    probe = GpuProbe(Nvml(FakeNvml([FakeGpu(job_pids=[ME], util=const(30))], clock=clock)),
+                     clock_ns=clock.ns)
+    assert probe.open(Target(ME)).available
+    for _ in range(20):
+        clock.t += 1.0
+        sc.tl.extend(probe.sample())
+    a = analyze(sc.tl)
+    assert ids(a) == ["GPU001", "COST001"]
     assert a.findings[0].confidence < 0.7  # rests on NVML utilisation alone
 
 
@@ -64,7 +83,9 @@ def test_thermal_throttling_names_the_reason():
     a = analyze(timeline(gpu).tl)
     assert ids(a) == ["THROT001"]
     f = a.findings[0]
-    assert "hardware thermal slowdown" in f.title and "40%" in f.message
+    assert "hardware thermal slowdown" in f.title
+    ev = {e.metric: e.value for e in f.evidence}
+    assert ev["throttle_hw_thermal[gpu0]"] == pytest.approx(0.4, abs=0.04)
     assert "29% below its maximum" in f.message
 
 
