@@ -14,6 +14,7 @@ from pathlib import Path
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.recording import Recorder, read_recording
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import (
@@ -107,7 +108,10 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
                    help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
                         "replay` and bug reports")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="summary printed at the end (default: text)")
+                   help="summary printed on stdout at the end: text, markdown (tickets, pull "
+                        "requests) or json (the whole report); with markdown or json nothing "
+                        "else goes to stdout: a launched job's own stdout is sent to stderr "
+                        "(default: text)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--tui", action="store_true",
                    help="show the live diagnosis in the terminal UI (q quits and writes the "
@@ -140,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render a saved report",
                        description="Render a saved report as text, markdown or JSON.")
     p.add_argument("file", help="a report written by gpudiag run/attach")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (the full diagnosis with evidence), markdown (for tickets and "
+                        "pull requests) or json (the report itself) (default: text)")
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser("replay", help="analyse a recording made with --record",
@@ -152,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
                    help="override one threshold (repeatable)")
     _price_options(p)
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="summary on stdout: text, markdown or json (the whole report) "
+                        "(default: text)")
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
 
     sub.add_parser("schema", help="print the report's JSON Schema",
@@ -226,7 +234,7 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
 
 def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
             pid: int, out: str, settings_source: str | None, thresholds: Thresholds,
-            recorder: Recorder | None = None) -> dict:
+            recorder: Recorder | None = None, stderr_tail: list[str] | None = None) -> dict:
     env = describe_environment(pid, result.hardware)
     if recorder is not None:
         recorder.close({"probes": [p.to_dict() for p in result.probes],
@@ -238,12 +246,17 @@ def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command:
                        exit_code=result.exit_code, environment=env,
                        probes=result.probes, errors=result.errors, thresholds=thresholds,
                        settings_source=settings_source)
+    if stderr_tail:
+        doc["run"]["stderr_tail"] = stderr_tail
     path = write_report(doc, out)
-    _print_summary(doc, getattr(args, "format", "text"))
-    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})")
+    fmt = getattr(args, "format", "text")
+    _print_summary(doc, fmt)
+    note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
+    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
+          file=note)
     if recorder is not None:
         print(f"Recording written to {recorder.path}  (gpudiag replay "
-              f"{shlex.quote(recorder.path)})")
+              f"{shlex.quote(recorder.path)})", file=note)
     return doc
 
 
@@ -276,14 +289,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             env = injection_env(dict(os.environ), hooks.path or "")
         else:
             hooks = None
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
+    job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    err_r, err_w = os.pipe()
     try:
-        popen = subprocess.Popen(command, env=env)
-    except FileNotFoundError:
-        raise UsageError(f"cannot start {command[0]!r}: command not found") from None
-    except PermissionError:
-        raise UsageError(f"cannot start {command[0]!r}: permission denied") from None
+        popen = subprocess.Popen(command, env=env, stdout=job_stdout, stderr=err_w)
     except OSError as exc:
-        raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
+        os.close(err_r)
+        why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
+        raise UsageError(f"cannot start {command[0]!r}: "
+                         f"{why.get(type(exc), exc.strerror)}") from None
+    finally:
+        os.close(err_w)
+    tee = StderrTee(err_r)
+    try:
+        return _profile_launched(args, popen, command, hooks, settings, tee)
+    finally:
+        tee.close()
+
+
+def _profile_launched(args: argparse.Namespace, popen: subprocess.Popen, command: list[str],
+                      hooks: HookProbe | None, settings, tee: StderrTee) -> int:
     out = args.out or default_report_name(popen.pid, time.time())
     target = find_python_process(popen)
     recorder = _recorder(args, "run", command, target)
@@ -303,8 +329,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run_with_tui(session, "run", command, target, out)
     else:
         result = session.run()
+    failed = result.exit_code not in (None, 0)
     _finish(result, args, "run", command, target, out, settings.source, settings.thresholds,
-            recorder)
+            recorder, stderr_tail=tee.lines() if failed else None)
     if result.end_reason == "duration_reached":
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running",
               file=sys.stderr)
@@ -366,7 +393,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
             check_writable(path)
     opts = _options(args)
     session = Session(Target(pid), settings, opts,
-                      probes=default_probes(opts) + [HookProbe(path=attach_path(pid))])
+                      probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)])
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0
     status = session.open_probe(stacks)
@@ -445,7 +472,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _browse(doc, f"replay {args.file}")
     _print_summary(doc, args.format)
     if args.out:
-        print(f"Report written to {write_report(doc, args.out)}")
+        print(f"Report written to {write_report(doc, args.out)}",
+              file=sys.stdout if args.format == "text" else sys.stderr)
     return EXIT_OK
 
 
