@@ -555,10 +555,13 @@ def _browse(doc: dict, title: str) -> int:
 
 
 def cmd_thresholds(args: argparse.Namespace) -> int:
-    """Print each threshold, its default and its meaning."""
+    """Print each threshold, its default, unit and range, and its meaning."""
+    from gpudiag.analyzers.thresholds import RANGES
+
     defaults = Thresholds().to_dict()
     for name, doc in Thresholds.names().items():
-        print(f"{name} = {defaults[name]}\n    {doc}")
+        unit = Thresholds.unit(name)
+        print(f"{name} = {defaults[name]}  ({RANGES[unit]})\n    {doc}")
     return EXIT_OK
 
 
