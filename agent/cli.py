@@ -199,8 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report of the last run with the gate result (default: "
                         "./gpudiag-gate-<time>.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="-- CMD ARGS... to run, or saved report files to compare")
+    p.add_argument("reports", nargs="*", metavar="CURRENT.json",
+                   help="saved reports to compare (or -- CMD ARGS... to run the job; options "
+                        "may come before or after the reports, not after --)")
+    parser.gate_parser = p  # type: ignore[attr-defined]  # parsed by parse_args()
 
     p = sub.add_parser("top", help="the box at a glance: GPUs, host, processes to attach to",
                        description="Live GPU and host panels and a table of GPU and Python "
@@ -486,23 +488,24 @@ def cmd_gate(args: argparse.Namespace) -> int:
     warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
     if runs < 1 or warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
-    rest = list(args.rest)
     if args.junit_xml:
         check_writable(args.junit_xml)
-    if rest and rest[0] == "--":
-        command = rest[1:]
+    if args.cmd is not None:
+        command = args.cmd
         if not command:
             raise UsageError("gate needs a command after --")
+        if args.reports:
+            raise UsageError("gate takes -- CMD or report files, not both")
         if not (args.update_baseline or args.calibrate):
             base_runs, base_fp = gate.load_baseline(args.baseline)
         settings = load_settings(None, None)
         reports = gate.profile_runs(command, runs, settings, warmup, args.duration,
                                     args.quiet)
-    elif rest:
+    elif args.reports:
         if args.update_baseline or args.calibrate:
             raise UsageError("--update-baseline and --calibrate run the job: give -- CMD")
         base_runs, base_fp = gate.load_baseline(args.baseline)
-        reports = [load_report(f) for f in rest]
+        reports = [load_report(f) for f in args.reports]
     else:
         raise UsageError("gate needs -- CMD ARGS... to run, or report files to compare")
     cur_runs = [gate.run_metrics(r) for r in reports]
@@ -565,11 +568,27 @@ def cmd_thresholds(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The command line as a namespace. `gate` takes options before or after its report files
+    (argparse's intermixed parsing); what follows `--` is the job's command, untouched."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["gate"]:
+        return parser.parse_args(argv)
+    rest = argv[1:]
+    cmd = None
+    if "--" in rest:
+        i = rest.index("--")
+        rest, cmd = rest[:i], rest[i + 1:]
+    args = parser.gate_parser.parse_intermixed_args(rest)  # type: ignore[attr-defined]
+    args.command, args.cmd = "gate", cmd
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gpudiag` console script."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse_args(parser, argv)
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
