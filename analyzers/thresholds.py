@@ -104,7 +104,8 @@ class Thresholds:
                 raise ValueError
             value = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ValueError(f"{what}, got {raw!r}") from None
+            raise ValueError(f"threshold {name} needs a number ({RANGES[unit]}), "
+                             f"got {raw!r}") from None
         ok = math.isfinite(value) and {
             "share": 0 <= value <= 1, "seconds": value > 0,
             "count": value >= 0 and value.is_integer(), "cores": value >= 0}[unit]
