@@ -14,6 +14,7 @@ from pathlib import Path
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.recording import Recorder, read_recording
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import (
@@ -108,7 +109,10 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
                    help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
                         "replay` and bug reports")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="summary printed at the end (default: text)")
+                   help="summary printed on stdout at the end: text, markdown (tickets, pull "
+                        "requests) or json (the whole report); with markdown or json nothing "
+                        "else goes to stdout: a launched job's own stdout is sent to stderr "
+                        "(default: text)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--tui", action="store_true",
                    help="show the live diagnosis in the terminal UI (q quits and writes the "
@@ -141,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render a saved report",
                        description="Render a saved report as text, markdown or JSON.")
     p.add_argument("file", help="a report written by gpudiag run/attach")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (the full diagnosis with evidence), markdown (for tickets and "
+                        "pull requests) or json (the report itself) (default: text)")
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser("replay", help="analyse a recording made with --record",
@@ -153,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
                    help="override one threshold (repeatable)")
     _price_options(p)
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="summary on stdout: text, markdown or json (the whole report) "
+                        "(default: text)")
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
 
     sub.add_parser("schema", help="print the report's JSON Schema",
@@ -192,8 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report of the last run with the gate result (default: "
                         "./gpudiag-gate-<time>.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    p.add_argument("rest", nargs=argparse.REMAINDER,
-                   help="-- CMD ARGS... to run, or saved report files to compare")
+    p.add_argument("reports", nargs="*", metavar="CURRENT.json",
+                   help="saved reports to compare (or -- CMD ARGS... to run the job; options "
+                        "may come before or after the reports, not after --)")
+    parser.gate_parser = p  # type: ignore[attr-defined]  # parsed by parse_args()
 
     p = sub.add_parser("top", help="the box at a glance: GPUs, host, processes to attach to",
                        description="Live GPU and host panels and a table of GPU and Python "
@@ -227,7 +237,7 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
 
 def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
             pid: int, out: str, settings_source: str | None, thresholds: Thresholds,
-            recorder: Recorder | None = None) -> dict:
+            recorder: Recorder | None = None, stderr_tail: list[str] | None = None) -> dict:
     env = describe_environment(pid, result.hardware)
     if recorder is not None:
         recorder.close({"probes": [p.to_dict() for p in result.probes],
@@ -239,12 +249,17 @@ def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command:
                        exit_code=result.exit_code, environment=env,
                        probes=result.probes, errors=result.errors, thresholds=thresholds,
                        settings_source=settings_source)
+    if stderr_tail:
+        doc["run"]["stderr_tail"] = stderr_tail
     path = write_report(doc, out)
-    _print_summary(doc, getattr(args, "format", "text"))
-    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})")
+    fmt = getattr(args, "format", "text")
+    _print_summary(doc, fmt)
+    note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
+    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
+          file=note)
     if recorder is not None:
         print(f"Recording written to {recorder.path}  (gpudiag replay "
-              f"{shlex.quote(recorder.path)})")
+              f"{shlex.quote(recorder.path)})", file=note)
     return doc
 
 
@@ -277,14 +292,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             env = injection_env(dict(os.environ), hooks.path or "")
         else:
             hooks = None
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
+    job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    err_r, err_w = os.pipe()
     try:
-        popen = subprocess.Popen(command, env=env)
-    except FileNotFoundError:
-        raise UsageError(f"cannot start {command[0]!r}: command not found") from None
-    except PermissionError:
-        raise UsageError(f"cannot start {command[0]!r}: permission denied") from None
+        popen = subprocess.Popen(command, env=env, stdout=job_stdout, stderr=err_w)
     except OSError as exc:
-        raise UsageError(f"cannot start {command[0]!r}: {exc.strerror}") from None
+        os.close(err_r)
+        why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
+        raise UsageError(f"cannot start {command[0]!r}: "
+                         f"{why.get(type(exc), exc.strerror)}") from None
+    finally:
+        os.close(err_w)
+    tee = StderrTee(err_r)
+    try:
+        return _profile_launched(args, popen, command, hooks, settings, tee)
+    finally:
+        tee.close()
+
+
+def _profile_launched(args: argparse.Namespace, popen: subprocess.Popen, command: list[str],
+                      hooks: HookProbe | None, settings, tee: StderrTee) -> int:
     out = args.out or default_report_name(popen.pid, time.time())
     target = find_python_process(popen)
     recorder = _recorder(args, "run", command, target)
@@ -304,8 +332,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run_with_tui(session, "run", command, target, out)
     else:
         result = session.run()
+    failed = result.exit_code not in (None, 0)
     _finish(result, args, "run", command, target, out, settings.source, settings.thresholds,
-            recorder)
+            recorder, stderr_tail=tee.lines() if failed else None)
     if result.end_reason == "duration_reached":
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running",
               file=sys.stderr)
@@ -367,7 +396,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
             check_writable(path)
     opts = _options(args)
     session = Session(Target(pid), settings, opts,
-                      probes=default_probes(opts) + [HookProbe(path=attach_path(pid))])
+                      probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)])
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0
     status = session.open_probe(stacks)
@@ -446,7 +475,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _browse(doc, f"replay {args.file}")
     _print_summary(doc, args.format)
     if args.out:
-        print(f"Report written to {write_report(doc, args.out)}")
+        print(f"Report written to {write_report(doc, args.out)}",
+              file=sys.stdout if args.format == "text" else sys.stderr)
     return EXIT_OK
 
 
@@ -459,23 +489,24 @@ def cmd_gate(args: argparse.Namespace) -> int:
     warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
     if runs < 1 or warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
-    rest = list(args.rest)
     if args.junit_xml:
         check_writable(args.junit_xml)
-    if rest and rest[0] == "--":
-        command = rest[1:]
+    if args.cmd is not None:
+        command = args.cmd
         if not command:
             raise UsageError("gate needs a command after --")
+        if args.reports:
+            raise UsageError("gate takes -- CMD or report files, not both")
         if not (args.update_baseline or args.calibrate):
             base_runs, base_fp = gate.load_baseline(args.baseline)
         settings = load_settings(None, None)
         reports = gate.profile_runs(command, runs, settings, warmup, args.duration,
                                     args.quiet)
-    elif rest:
+    elif args.reports:
         if args.update_baseline or args.calibrate:
             raise UsageError("--update-baseline and --calibrate run the job: give -- CMD")
         base_runs, base_fp = gate.load_baseline(args.baseline)
-        reports = [load_report(f) for f in rest]
+        reports = [load_report(f) for f in args.reports]
     else:
         raise UsageError("gate needs -- CMD ARGS... to run, or report files to compare")
     cur_runs = [gate.run_metrics(r) for r in reports]
@@ -528,18 +559,37 @@ def _browse(doc: dict, title: str) -> int:
 
 
 def cmd_thresholds(args: argparse.Namespace) -> int:
-    """Print each threshold, its default and its meaning."""
+    """Print each threshold, its default, unit and range, and its meaning."""
+    from gpudiag.analyzers.thresholds import RANGES
+
     defaults = Thresholds().to_dict()
     for name, doc in Thresholds.names().items():
-        print(f"{name} = {defaults[name]}\n    {doc}")
+        unit = Thresholds.unit(name)
+        print(f"{name} = {defaults[name]}  ({RANGES[unit]})\n    {doc}")
     return EXIT_OK
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The command line as a namespace. `gate` takes options before or after its report files
+    (argparse's intermixed parsing); what follows `--` is the job's command, untouched."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["gate"]:
+        return parser.parse_args(argv)
+    rest = argv[1:]
+    cmd = None
+    if "--" in rest:
+        i = rest.index("--")
+        rest, cmd = rest[:i], rest[i + 1:]
+    args = parser.gate_parser.parse_intermixed_args(rest)  # type: ignore[attr-defined]
+    args.command, args.cmd = "gate", cmd
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `gpudiag` console script."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse_args(parser, argv)
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE

@@ -75,17 +75,21 @@ def load_settings(config: str | None, overrides: list[str] | None = None,
                 source = f"{pp} [tool.gpudiag]" if section else None
             except UsageError:
                 section = {}
-    th_over: dict[str, object] = dict(section.get("thresholds", {}) or {})
+    cli_over: dict[str, object] = {}
     for item in overrides or []:
         name, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"--set needs name=value, got {item!r}")
-        th_over[name.strip()] = value.strip()
+        cli_over[name.strip()] = value.strip()
     try:
-        thresholds = Thresholds().with_overrides(th_over)
+        thresholds = Thresholds().with_overrides(dict(section.get("thresholds", {}) or {}))
         rules = rules_from_config(list(section.get("rules", []) or []))
     except ValueError as exc:
         raise UsageError(f"{source or 'settings'}: {exc}") from None
+    try:
+        thresholds = thresholds.with_overrides(cli_over)
+    except ValueError as exc:
+        raise UsageError(f"--set: {exc}") from None
     table: dict[str, float] = {}
     if prices_file:
         path = Path(prices_file)

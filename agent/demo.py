@@ -20,7 +20,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Launch the demo job, profile it for --duration seconds, print the full diagnosis."""
     if importlib.util.find_spec("torch") is None:
         raise UsageError("the demo needs PyTorch in this environment: "
-                         "pip install torch (CPU build is enough)")
+                         "pip install 'gpudiag[demo]' (a CPU build of torch is enough)")
     out = args.out or "gpudiag-demo.json"
     check_writable(out)
     settings = load_settings(None, None)

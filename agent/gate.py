@@ -7,6 +7,7 @@ an interval straddling a limit, or a baseline from a different environment).
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -190,19 +191,39 @@ def _pct(v: float | None, relative: bool = True) -> str:
     return f"{v:+.1%}" if relative else f"{v:.4g}"
 
 
+HEADINGS = ("metric", "verdict", "baseline", "current", "delta", "95% interval", "n (b/c)",
+            "limit")
+
+
+def _excess(c: Comparison) -> float:
+    """How large a change is: |log ratio| (a halving and a doubling weigh the same), or the
+    distance past an absolute budget as a share of it."""
+    if c.baseline is not None:
+        return math.inf if (c.delta or 0.0) <= -1 else abs(math.log1p(c.delta or 0.0))
+    if c.current is None or not c.limit:
+        return 0.0
+    return abs(c.current - c.limit) / abs(c.limit)
+
+
+def worst_first(comps: list[Comparison]) -> list[Comparison]:
+    """Failures, then inconclusive, warnings, passes; the largest change first in each."""
+    order = ["fail", "inconclusive", "warn", "pass"]
+    return sorted(comps, key=lambda c: (order.index(c.verdict), -_excess(c)))
+
+
+def _cells(c: Comparison) -> tuple[str, ...]:
+    """One metric's row, as the terminal and the step summary show it."""
+    rel = c.baseline is not None
+    return (c.metric, c.verdict.upper(), _fmt(c.baseline), _fmt(c.current),
+            _pct(c.delta, rel) if rel else "budget",
+            f"[{_pct(c.ci_low, rel)}, {_pct(c.ci_high, rel)}]",
+            f"{c.n_baseline}/{c.n_current}",
+            (f"{c.limit:.0%}" if rel else _fmt(c.limit)) if c.limit is not None else "-")
+
+
 def table(comps: list[Comparison]) -> list[str]:
     """The readable table: baseline, current, delta, interval and n per metric."""
-    rows = [("metric", "verdict", "baseline", "current", "delta", "95% interval", "n (b/c)",
-             "limit")]
-    for c in sorted(comps, key=lambda c: ["fail", "inconclusive", "warn", "pass"]
-                    .index(c.verdict)):
-        rel = c.baseline is not None
-        rows.append((c.metric, c.verdict.upper(), _fmt(c.baseline), _fmt(c.current),
-                     _pct(c.delta, rel) if rel else "budget",
-                     f"[{_pct(c.ci_low, rel)}, {_pct(c.ci_high, rel)}]",
-                     f"{c.n_baseline}/{c.n_current}",
-                     (f"{c.limit:.0%}" if rel else _fmt(c.limit)) if c.limit is not None
-                     else "-"))
+    rows = [HEADINGS] + [_cells(c) for c in worst_first(comps)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
             for r in rows]
@@ -224,8 +245,7 @@ def github_outputs(verdict: str, comps: list[Comparison], note: str) -> None:
     """::error/::warning annotations (worst first) and a step-summary table."""
     if not os.environ.get("GITHUB_ACTIONS"):
         return
-    for c in sorted(comps, key=lambda c: ["fail", "inconclusive", "warn", "pass"]
-                    .index(c.verdict)):
+    for c in worst_first(comps):
         if c.verdict == "fail":
             print(f"::error title=gpudiag gate: {c.metric} regressed::{describe(c)}")
         elif c.verdict in ("warn", "inconclusive"):
@@ -237,16 +257,9 @@ def github_outputs(verdict: str, comps: list[Comparison], note: str) -> None:
         lines = [f"### gpudiag gate: {verdict.upper()}", ""]
         if note:
             lines += [note, ""]
-        tab = table(comps)
         if comps:
-            head = [h.strip() for h in tab[0].split("  ") if h.strip()]
-            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for c in comps:
-                lines.append(f"| {c.metric} | {c.verdict} | {_fmt(c.baseline)} | "
-                             f"{_fmt(c.current)} | {_pct(c.delta, c.baseline is not None)} | "
-                             f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}] | "
-                             f"{c.n_baseline}/{c.n_current} | "
-                             f"{'-' if c.limit is None else _fmt(c.limit)} |")
+            lines += ["| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
+            lines += ["| " + " | ".join(_cells(c)) + " |" for c in worst_first(comps)]
         with open(summary, "a") as f:
             f.write("\n".join(lines) + "\n")
 
@@ -280,7 +293,7 @@ def print_result(verdict: str, comps: list[Comparison], note: str) -> None:
         print("\n".join(table(comps)))
     if note:
         print(note)
-    worst = [c for c in comps if c.verdict in ("fail", "inconclusive")]
+    worst = [c for c in worst_first(comps) if c.verdict in ("fail", "inconclusive")]
     for c in worst:
         print(("REGRESSION " if c.verdict == "fail" else "INCONCLUSIVE ") + describe(c))
     print(f"gpudiag gate: {verdict.upper()}")

@@ -64,7 +64,8 @@ class Recording:
     @property
     def probes(self) -> list[ProbeStatus]:
         """The probes' status as recorded (empty when the footer is missing)."""
-        return [ProbeStatus(p["name"], p["available"], p.get("reason"), p.get("hint"))
+        return [ProbeStatus(p["name"], p["available"], p.get("reason"), p.get("hint"),
+                            bool(p.get("info")))
                 for p in (self.footer or {}).get("probes", [])]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gpudiag.analyzers.results import CATEGORIES
 
 LABELS = {
@@ -38,6 +40,53 @@ def _evidence_line(e: dict) -> str:
     if e.get("source"):
         line += f" [{e['source']}]"
     return line
+
+
+def md_escape(text: str) -> str:
+    """Text from the job (function names like `__getitem__`, paths) made literal in markdown."""
+    return re.sub(r"([\\`*_\[\]<>|~])", r"\\\1", text)
+
+
+def primary_evidence(f: dict) -> dict | None:
+    """The evidence a finding rests on: the first item that crossed a threshold."""
+    return next((e for e in f["evidence"] if e.get("threshold") is not None),
+                f["evidence"][0] if f["evidence"] else None)
+
+
+def no_diagnosis_line(doc: dict) -> str | None:
+    """Why there are too few loop samples for a diagnosis, or None when there are enough."""
+    run, samples = doc["run"], doc["breakdown"]["samples"]
+    need = doc.get("thresholds", {}).get("min_loop_samples", 0)
+    if samples >= need:
+        return None
+    if run.get("end_reason") == "target_exited":
+        code = run.get("exit_code")
+        exited = (f"the job exited with code {code}" if code is not None else "the job exited")
+        exited += f" after {run['duration_s']:.1f} s"
+        stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
+        # no loop stack in the samples, or the job was gone before py-spy could look
+        sampled = stacks is None or stacks["available"] or run["duration_s"] < 5
+        if not samples and sampled and not doc["metrics"].get("steps"):
+            return f"No diagnosis: {exited}, before its training loop started."
+        return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
+    return (f"No diagnosis: {samples} loop samples, {need:.0f} needed "
+            "(profile longer with --duration).")
+
+
+def stderr_tail_lines(doc: dict) -> list[str]:
+    """The last lines the job wrote to stderr, when it failed."""
+    tail = doc["run"].get("stderr_tail") or []
+    if not tail:
+        return []
+    return ["", "Last lines of the job's stderr:"] + [f"  | {ln}" for ln in tail]
+
+
+def _probe_state(p: dict) -> str:
+    if p.get("info"):
+        return "info"
+    if p["available"]:
+        return "degraded" if p.get("reason") else "ok"
+    return "unavailable"
 
 
 def _header(doc: dict) -> list[str]:
@@ -125,12 +174,8 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     out.append("")
     findings = doc["findings"]
     if not findings:
-        need = doc.get("thresholds", {}).get("min_loop_samples", 0)
-        if bd["samples"] < need:
-            out.append(f"No diagnosis: {bd['samples']} loop samples, {need:.0f} needed "
-                       "(profile longer with --duration).")
-        else:
-            out.append("No bottleneck found: no finding crossed its threshold.")
+        out.append(no_diagnosis_line(doc) or
+                   "No bottleneck found: no finding crossed its threshold.")
     else:
         out.append(f"Findings ({len(findings)}, largest impact first):")
     for i, f in enumerate(findings, 1):
@@ -151,25 +196,33 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             out.append("    Evidence:")
             for e in f["evidence"]:
                 out.append(f"      · {_evidence_line(e)}")
+        elif primary_evidence(f) is not None:
+            out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
+    out += stderr_tail_lines(doc)
     out.append("")
     out += cost_lines(doc)
     out.append("")
-    probes = [f"{p['name']} " + ("ok" if p["available"] and not p.get("reason") else
-                                 ("degraded" if p["available"] else "unavailable"))
-              for p in doc["probes"]]
-    out.append("Probes: " + " · ".join(probes))
+    out.append("Probes: " + " · ".join(f"{p['name']} {_probe_state(p)}" for p in doc["probes"]))
     for p in doc["probes"]:
         if p.get("reason"):
-            out.append(f"  {p['name']}: {p['reason']}" + (f" — fix: {p['hint']}"
+            fix = "to get them" if p.get("info") else "fix"
+            out.append(f"  {p['name']}: {p['reason']}" + (f" — {fix}: {p['hint']}"
                                                             if p.get("hint") else ""))
     for e in doc["errors"]:
         out.append(f"  error [{e['source']}]: {e['message']}")
     return "\n".join(out)
 
 
+def _code_span(text: str) -> str:
+    """`text` as a markdown code span (longer fences when it holds backticks)."""
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def render_markdown(doc: dict) -> str:
     """A markdown summary to paste into a ticket or pull request."""
-    head = _header(doc)
+    head = [md_escape(h) for h in _header(doc)]
     out = [f"### {head[0]}", "", head[1], ""]
     bd = doc["breakdown"]
     if bd["samples"]:
@@ -183,27 +236,33 @@ def render_markdown(doc: dict) -> str:
         out += ["| # | id | severity | finding | impact | speed-up |",
                 "|---|---|---|---|---:|---:|"]
         for i, f in enumerate(doc["findings"], 1):
-            out.append(f"| {i} | {f['id']} | {f['severity']} | {f['title']} | "
+            out.append(f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
                        f"{f['impact']:.0%} | ×{f['expected_speedup']:.2f} |")
         out.append("")
         for f in doc["findings"]:
-            out += [f"**{f['id']}** — {f['message']}", ""]
+            out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
             if f.get("location"):
-                out += [f"Location: `{f['location']}`", ""]
-            out.append(f"Fix: {f['recommendation']['summary']}")
-            out += [f"- `{a}`" if a.startswith("DataLoader(") else f"- {a}"
+                out += [f"Location: {_code_span(f['location'])}", ""]
+            out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
+            out += [f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
                     for a in f["recommendation"]["actions"]]
             out.append("")
-            out.append("Evidence: " + "; ".join(_evidence_line(e) for e in f["evidence"]))
+            out.append("Evidence: " + "; ".join(md_escape(_evidence_line(e))
+                                                for e in f["evidence"]))
             out.append("")
     else:
-        out += ["No finding crossed its threshold.", ""]
+        out += [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
+        tail = doc["run"].get("stderr_tail") or []
+        if tail:
+            out += ["Last lines of the job's stderr:", "", "```"] + \
+                [ln.replace("```", "` ` `") for ln in tail] + ["```", ""]
     out.append("#### Cost")
     out.append("")
-    out += [ln.strip() if i == 0 else f"- {ln.strip()}" for i, ln in enumerate(cost_lines(doc))]
+    out += [md_escape(ln.strip()) if i == 0 else f"- {md_escape(ln.strip())}"
+            for i, ln in enumerate(cost_lines(doc))]
     out.append("")
     missing = [p for p in doc["probes"] if not p["available"]]
     if missing:
-        out.append("Probes unavailable: " + "; ".join(f"{p['name']} ({p['reason']})"
+        out.append("Probes unavailable: " + "; ".join(f"{p['name']} ({md_escape(p['reason'])})"
                                                        for p in missing))
     return "\n".join(out).rstrip() + "\n"

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
+
+# Each threshold's unit; one not named here is a share (of time, capacity or spend, 0..1),
+# or, when its name ends in `_s`, a duration in seconds.
+UNITS: dict[str, str] = {"min_loop_samples": "count", "min_free_cores": "cores"}
+RANGES = {"share": "a share from 0 to 1", "seconds": "a duration in seconds, more than 0",
+          "count": "a count, a whole number from 0", "cores": "a number of CPU cores from 0"}
 
 
 @dataclass(frozen=True)
@@ -96,21 +103,39 @@ class Thresholds:
                 docs[prev.target.id] = str(node.value.value)
         return {f.name: docs.get(f.name, "") for f in fields(cls)}
 
+    @staticmethod
+    def unit(name: str) -> str:
+        """share, seconds, count or cores."""
+        return UNITS.get(name, "seconds" if name.endswith("_s") else "share")
+
+    @classmethod
+    def parse(cls, name: str, raw: object) -> float:
+        """A value for setting `name`, checked against its unit's range; ValueError if not."""
+        unit = cls.unit(name)
+        what = f"threshold {name} must be {RANGES[unit]}"
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"threshold {name} needs a number ({RANGES[unit]}), "
+                             f"got {raw!r}") from None
+        ok = math.isfinite(value) and {
+            "share": 0 <= value <= 1, "seconds": value > 0,
+            "count": value >= 0 and value.is_integer(), "cores": value >= 0}[unit]
+        if not ok:
+            raise ValueError(f"{what}, got {raw!r}")
+        return int(value) if unit == "count" else value
+
     def with_overrides(self, overrides: dict[str, object]) -> Thresholds:
-        """A copy with the given settings changed; raises ValueError on unknown names or types."""
-        known = {f.name: f for f in fields(self)}
+        """A copy with the given settings changed; ValueError on unknown names or values out
+        of their unit's range."""
+        known = {f.name for f in fields(self)}
         changes: dict[str, object] = {}
         for name, raw in overrides.items():
             if name not in known:
                 raise ValueError(f"unknown threshold {name!r} (see `gpudiag thresholds`)")
-            typ = int if known[name].type in ("int", int) else float
-            try:
-                value = typ(raw)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise ValueError(f"threshold {name} needs a number, got {raw!r}") from None
-            if value < 0:
-                raise ValueError(f"threshold {name} must not be negative")
-            changes[name] = value
+            changes[name] = self.parse(name, raw)
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, float]:

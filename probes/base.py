@@ -25,11 +25,17 @@ class ProbeStatus:
     available: bool
     reason: str | None = None
     hint: str | None = None
+    info: bool = False
+    """True when `reason` is information (an optional source the job did not connect), not a
+    fault; `hint` then says how to get it."""
 
     def to_dict(self) -> dict:
         """Return the JSON form used in reports."""
-        return {"name": self.name, "available": self.available,
-                "reason": self.reason, "hint": self.hint}
+        out = {"name": self.name, "available": self.available,
+               "reason": self.reason, "hint": self.hint}
+        if self.info:
+            out["info"] = True
+        return out
 
 
 @dataclass(frozen=True)

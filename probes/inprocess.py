@@ -57,9 +57,10 @@ class HookProbe:
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
     )
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, optional: bool = False) -> None:
         self._dir: str | None = None
         self.path = path
+        self.optional = optional  # attach: the job connects only if it called instrument()
         self._sock: socket.socket | None = None
         self.messages = 0
 
@@ -109,6 +110,12 @@ class HookProbe:
             return ProbeStatus(self.name, False, "not started")
         if self.messages:
             return ProbeStatus(self.name, True)
+        if self.optional:
+            return ProbeStatus(self.name, True, "not connected (optional): the job's own step "
+                               "timing would add exact steps/s, step-time percentiles and the "
+                               "data wait per step", "add `from gpudiag.probes.hooks import "
+                               "instrument; instrument()` at the top of the training script",
+                               info=True)
         return ProbeStatus(self.name, True, "no step events from the job: it did not import "
                            "torch, has no optimizer steps yet, or was not hooked",
                            "with `gpudiag run` keep the default injection; for jobs started "

@@ -30,6 +30,15 @@ class DiagnosisApp(App):
         self.paused = False
         self.message = ""
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Save and pause only where the feed can do them (a live session), so a saved
+        report's footer and help do not offer keys that do nothing."""
+        if action == "save":
+            return self.feed.save is not None
+        if action == "pause":
+            return self.feed.pause is not None
+        return True
+
     def on_mount(self) -> None:
         self.sub_title = self.feed.title
         self.push_screen(DiagnosisScreen())

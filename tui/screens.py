@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Static
 
+from gpudiag.agent.render import fmt_value
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
+from gpudiag.tui.wrap import Wrapped
 
 
 class DiagnosisScreen(Screen):
@@ -24,8 +25,14 @@ class DiagnosisScreen(Screen):
             yield Static(id="metrics")
         yield Footer()
 
+    NARROW = 120   # below this width the numbers go under the findings, full width
+
     def on_mount(self) -> None:
+        self.set_class(self.app.size.width < self.NARROW, "narrow")
         self.app.refresh_feed()
+
+    def on_resize(self, event) -> None:
+        self.set_class(event.size.width < self.NARROW, "narrow")
 
     def on_screen_resume(self) -> None:
         self.app.refresh_feed()
@@ -40,35 +47,32 @@ class DiagnosisScreen(Screen):
         self.query_one("#metrics", Static).update(metrics_text(doc))
 
 
-def finding_text(f: dict) -> Text:
+def finding_text(f: dict) -> Wrapped:
     """A finding's message, evidence with thresholds, fix with values, location, cost."""
-    t = Text()
-    t.append(f"{f['id']}  {f['title']}\n", style="bold")
-    t.append(f"{f['severity']} · impact {f['impact']:.0%} of wall time · expected speed-up "
-             f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}\n\n")
-    t.append(f"{f['message']}\n\n")
+    t = Wrapped()
+    t.para(f"{f['id']}  {f['title']}", style="bold")
+    t.row("", [f["severity"], f"impact {f['impact']:.0%} of wall time",
+               f"expected speed-up ×{f['expected_speedup']:.2f}",
+               f"confidence {f['confidence']:.0%}"], label_width=0).blank()
+    t.para(f["message"]).blank()
     if f.get("location"):
-        t.append("Where: ", style="bold")
-        t.append(f"{f['location']}\n\n")
-    t.append("Fix: ", style="bold")
-    t.append(f"{f['recommendation']['summary']}\n")
+        t.para(f["location"], lead="Where: ").blank()
+    t.para(f["recommendation"]["summary"], lead="Fix: ")
     for a in f["recommendation"]["actions"]:
-        t.append(f"  • {a}\n")
-    t.append("\nEvidence\n", style="bold")
+        t.para(a, lead="  • ", lead_style="")
+    t.blank().para("Evidence", style="bold")
+    label_w = min(36, max((len(e["metric"]) for e in f["evidence"]), default=0) + 4)
     for e in f["evidence"]:
-        value = e.get("value")
         unit = e.get("unit", "")
-        shown = "n/a" if value is None else (f"{value:.1%}" if unit == "ratio" else
-                                             f"{value:g} {unit}")
-        line = f"  {e['metric']:<34} {shown}"
+        items = [fmt_value(e.get("value"), unit)]
         if e.get("threshold") is not None:
-            thr = f"{e['threshold']:.1%}" if unit == "ratio" else f"{e['threshold']:g}"
-            line += f"   {e.get('comparison') or ''} {e.get('setting') or 'threshold'} {thr}"
+            items.append(f"{e.get('comparison') or ''} {e.get('setting') or 'threshold'} "
+                         f"{fmt_value(e['threshold'], unit)}".strip())
         if e.get("source"):
-            line += f"   [{e['source']}]"
-        t.append(line + "\n")
-    if f.get("cost"):
-        t.append(f"\nCost: ${f['cost'].get('usd_per_day', 0):,.0f}/day\n", style="bold")
+            items.append(f"[{e['source']}]")
+        t.row(f"  {e['metric']}", items, label_width=label_w)
+    if f.get("cost") and "usd_per_day" in f["cost"]:
+        t.blank().para(f"Cost: ${f['cost']['usd_per_day']:,.0f}/day", style="bold")
     return t
 
 
@@ -88,20 +92,24 @@ class FindingScreen(Screen):
         yield Footer()
 
 
-HELP = """\
-gpudiag — why the job is slow and what to change
+HELP_KEYS = [
+    (None, "↑/↓", "move between findings"),
+    (None, "Enter", "open a finding: evidence, the fix, the code location"),
+    (None, "Esc", "back"),
+    ("save", "s", "save the report now"),
+    ("pause", "p", "pause / resume sampling"),
+    (None, "q", "quit (a live view writes the report first)"),
+    (None, "?", "this help"),
+]
 
-  ↑/↓        move between findings
-  Enter      open a finding: evidence, thresholds, the fix, the code location
-  Esc        back
-  s          save the report now
-  p          pause / resume sampling (live views)
-  q          quit (a live view writes the report first)
-  ?          this help
 
-The bar shows where the training loop's wall time goes; findings are ranked by the share
-of wall time they cost (impact).
-"""
+def help_text(enabled) -> str:
+    """The keys this view offers (`enabled(action)` says whether it does anything here)."""
+    keys = [f"  {key:<10} {what}" for action, key, what in HELP_KEYS
+            if action is None or enabled(action)]
+    return ("gpudiag — why the job is slow and what to change\n\n" + "\n".join(keys) +
+            "\n\nThe bar shows where the training loop's wall time goes; findings are ranked "
+            "by the share of wall time they cost (impact).\n")
 
 
 class HelpScreen(ModalScreen):
@@ -110,4 +118,4 @@ class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
 
     def compose(self) -> ComposeResult:
-        yield Static(HELP, id="help")
+        yield Static(help_text(lambda a: self.app.check_action(a, ()) is not False), id="help")

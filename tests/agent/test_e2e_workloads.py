@@ -64,6 +64,8 @@ def test_run_mode(name, expected, tmp_path):
     assert res.returncode == 0, res.stderr
     assert f"Report written to {out}" in res.stdout
     check(load_report(str(out)), expected)
+    if expected:  # the summary says why: metric, value and the threshold it crossed
+        assert f"{expected} " in res.stdout and "Why: " in res.stdout and "(>= " in res.stdout
 
 
 @pytest.mark.parametrize("name,expected", CASES)

@@ -60,7 +60,47 @@ def test_github_annotations_and_step_summary(tmp_path, monkeypatch):
                        "PATH": "/usr/bin:/bin"})
     assert res.returncode == 1
     assert res.stdout.index("::error title=gpudiag gate: steps_per_second") >= 0
-    assert "| steps_per_second | fail |" in summary.read_text()
+    assert "| steps_per_second | FAIL |" in summary.read_text()
+
+
+def with_metrics(path: str, **metrics: float) -> str:
+    doc = json.loads(open(path).read())
+    doc["metrics"].update(metrics)
+    return str(write_report(doc, path))
+
+
+def test_github_outputs_worst_first_with_limits_as_percentages(tmp_path):
+    base = with_metrics(report(tmp_path, "base.json", 0.1), steps_per_second=10.0,
+                        step_time_p50_s=0.1)
+    # steps/s down 20% (fails, listed first in metric order); p50 step time up 100% (worse)
+    cur = [with_metrics(report(tmp_path, f"c{i}.json", 0.1), steps_per_second=8.0 + i / 100,
+                        step_time_p50_s=0.2 + i / 1000) for i in range(3)]
+    summary = tmp_path / "summary.md"
+    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *cur,
+                  env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary),
+                       "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 1, res.stdout
+    errors = [ln.split("::")[1] for ln in res.stdout.splitlines() if ln.startswith("::error")]
+    assert errors == ["error title=gpudiag gate: step_time_p50_s regressed",
+                      "error title=gpudiag gate: steps_per_second regressed"]
+    rows = [ln for ln in summary.read_text().splitlines() if ln.startswith("| step")]
+    assert rows[0].startswith("| step_time_p50_s | FAIL |")
+    assert rows[1].startswith("| steps_per_second | FAIL |")
+    for row in rows:
+        assert row.endswith("| 10% |"), row   # the limit as the terminal shows it, not 0.1
+    terminal = [ln for ln in res.stdout.splitlines() if ln.startswith("step")]
+    assert terminal[0].startswith("step_time_p50_s") and terminal[0].endswith("10%")
+
+
+def test_gate_options_after_the_report_files(tmp_path):
+    base = report(tmp_path, "base.json", 0.1)
+    same = [report(tmp_path, f"s{i}.json", 0.1 * (1 + 0.01 * i)) for i in range(3)]
+    res = gpudiag("gate", "--baseline", base, *same, "-q", "--out", str(tmp_path / "g.json"))
+    assert res.returncode == 0, res.stderr
+    assert "gpudiag gate: PASS" in res.stdout
+    res = gpudiag("gate", same[0], "--baseline", base, same[1], same[2], "--exit-zero",
+                  "--out", str(tmp_path / "g.json"))
+    assert res.returncode == 0, res.stderr
 
 
 @pytest.mark.parametrize("content,word", [

@@ -39,6 +39,15 @@ def scenario(name: str) -> dict:
     if name == "two_gpus":
         return doc_of(timeline(FakeGpu(job_pids=[me], util=const(95)),
                                FakeGpu(uuid="GPU-1", job_pids=[me], util=const(45))).tl)
+    if name == "hooked":  # step timing from the hooks and a location deep in torch
+        doc = doc_of(timeline(FakeGpu(job_pids=[me], util=const(25)), shares=STARVED).tl)
+        doc["metrics"].update(steps_per_second=17.34, samples_per_second=1109.8,
+                              step_time_p50_s=0.0571, step_time_p95_s=0.0702, workers=4.0,
+                              worker_cpu_cores=3.62)
+        doc["findings"][0]["location"] = (
+            "/opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py:733:"
+            "_BaseDataLoaderIter.__next__")
+        return doc
     sc = Scenario(cpu_count=16)  # no GPU
     for _ in range(5):
         sc.window(STARVED if name == "no_gpu" else HEALTHY)

@@ -1,0 +1,75 @@
+"""The launched job's stderr: shown as it comes, its last lines kept for a failure report.
+
+The job writes into a pipe; a thread copies each chunk to gpudiag's stderr at once and keeps
+the last few KiB. When gpudiag exits while the job keeps running (`--duration`), `cat` takes
+over the pipe, so the job never writes into a pipe nobody reads.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import threading
+from collections import deque
+
+TAIL_BYTES = 8192
+TAIL_LINES = 20
+LINE_CHARS = 300
+
+
+class StderrTee:
+    """Copies a job's stderr pipe to fd 2 and remembers its tail."""
+
+    def __init__(self, pipe: int) -> None:
+        self.fd = pipe
+        self._tail: deque[bytes] = deque()
+        self._size = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._copy, name="gpudiag-job-stderr",
+                                        daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if not ready:
+                continue
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                os.close(self.fd)
+                self.fd = -1
+                return
+            self._keep(chunk)
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(2, view):]
+            except OSError:
+                pass  # our stderr is gone; keep draining so the job never blocks
+
+    def _keep(self, chunk: bytes) -> None:
+        self._tail.append(chunk)
+        self._size += len(chunk)
+        while self._size - len(self._tail[0]) >= TAIL_BYTES:
+            self._size -= len(self._tail.popleft())
+
+    def lines(self, wait_s: float = 1.0) -> list[str]:
+        """The job's last stderr lines (waits briefly for what it wrote before it exited)."""
+        self._thread.join(timeout=wait_s)
+        text = b"".join(self._tail)[-TAIL_BYTES:].decode(errors="replace")
+        lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+        return [ln[:LINE_CHARS] for ln in lines[-TAIL_LINES:]]
+
+    def close(self) -> None:
+        """Stop copying; if the job (or a child of it) still holds the pipe, `cat` carries on."""
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        if self.fd < 0 or self._thread.is_alive():
+            return
+        try:
+            subprocess.Popen(["cat"], stdin=self.fd, stdout=2, start_new_session=True)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = -1
