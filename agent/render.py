@@ -137,7 +137,10 @@ def phase_lines(doc: dict) -> list[str]:
     out = []
     if ph.get("source") and ph["source"] != "whole run":
         top = ", ".join(f"{t['where']} {t['share']:.0%}" for t in ph.get("startup_top", []))
-        out.append(f"Run: start-up {ph['startup_s']:.1f} s" + (f" ({top})" if top else "")
+        # attached, gpudiag never saw the job start: the time before the loop is its own wait
+        first = "start-up" if doc.get("run", {}).get("mode") in ("run", "replay") \
+            else "before the loop"
+        out.append(f"Run: {first} {ph['startup_s']:.1f} s" + (f" ({top})" if top else "")
                    + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
                    f"shutdown {ph['shutdown_s']:.1f} s")
     cp = doc.get("critical_path")

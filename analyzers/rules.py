@@ -159,11 +159,33 @@ def _first(rules: tuple[Rule, ...], stack: str, code: str, innermost_only: bool)
     return None
 
 
+_BACKWARD_CALL = re.compile(r"torch\._tensor\.Tensor\.backward$|torch\.autograd\.backward$")
+_MODULE_FILE = re.compile(r"torch/nn/modules/module\.py$")
+_OPTIM_FILE = re.compile(r"torch/optim/")
+
+
+def _closure_phase(stack: str) -> str | None:
+    """forward/backward when an optimizer step calls back into the model (LBFGS's closure):
+    that time is the model's, not the optimizer's update."""
+    frames = parse_stack(stack)
+    last_optim = max((i for i, fr in enumerate(frames) if _OPTIM_FILE.search(fr.file)),
+                     default=None)
+    if last_optim is None:
+        return None
+    inner = frames[last_optim + 1:]
+    if any(_BACKWARD_CALL.search(fr.dotted) for fr in inner):
+        return "backward"
+    if any(_MODULE_FILE.search(fr.file) for fr in inner):
+        return "forward"
+    return None
+
+
 class Classifier:
     """Classifies stacks with user rules first, then the defaults; results are cached."""
 
     def __init__(self, user_rules: tuple[Rule, ...] = ()) -> None:
-        self.rules = tuple(user_rules) + DEFAULT_RULES
+        self.user_rules = tuple(user_rules)
+        self.rules = self.user_rules + DEFAULT_RULES
         self._cache: dict[tuple[str, str], str] = {}
 
     def category(self, stack: str, code: str = "") -> str:
@@ -172,6 +194,8 @@ class Classifier:
         cat = self._cache.get(key)
         if cat is None:
             cat = _first(self.rules, stack, code, False) or "other"
+            if cat == "optimizer" and not _first(self.user_rules, stack, code, False):
+                cat = _closure_phase(stack) or cat
             if len(self._cache) < 200000:
                 self._cache[key] = cat
         return cat

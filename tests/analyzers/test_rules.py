@@ -68,3 +68,15 @@ def test_parse_frame_and_user_location():
     assert fr.dotted == "torch._tensor.Tensor.backward"
     loc = user_location(STACKS["forward"])
     assert (loc.file, loc.line, loc.function) == ("/work/model.py", 20, "Net.forward")
+
+
+def test_an_optimizer_closure_counts_as_the_model_s_forward_and_backward():
+    """LBFGS calls the model from inside optimizer.step(closure): that time is the model's."""
+    site = "/v/lib/python3.11/site-packages"
+    step = f"<module> (/w/t.py:1);LBFGS.step ({site}/torch/optim/lbfgs.py:300);closure (/w/t.py:50)"
+    clf = Classifier()
+    assert clf.category(f"{step};Module._wrapped_call_impl ({site}/torch/nn/modules/module.py:1"
+                        f");Seq.forward (/w/t.py:20)") == "forward"
+    assert clf.category(f"{step};Tensor.backward ({site}/torch/_tensor.py:522)") == "backward"
+    assert clf.category(f"<module> (/w/t.py:1);Adam.step ({site}/torch/optim/adam.py:9);"
+                        f"_single_tensor_adam ({site}/torch/optim/adam.py:40)") == "optimizer"
