@@ -202,6 +202,8 @@ def render_text(doc: dict, verbose: bool = True) -> str:
         elif primary_evidence(f) is not None:
             out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
     out += stderr_tail_lines(doc)
+    if doc.get("verdict", {}).get("statement"):
+        out.append(f"Verdict: {doc['verdict']['statement']}")
     out.append("")
     out += cost_lines(doc)
     out.append("")

@@ -68,6 +68,7 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "metric_units": {k: metric_unit(k) for k in metrics},
         "breakdown": analysis.breakdown.to_dict(),
         "phases": analysis.phases,
+        "verdict": analysis.verdict,
         "critical_path": (analysis.critical_path.to_dict()
                           if analysis.critical_path and analysis.critical_path.gpu_idle
                           is not None else None),

@@ -43,6 +43,7 @@ class Analysis:
     cost: dict = field(default_factory=dict)
     phases: dict = field(default_factory=dict)
     critical_path: CriticalPath | None = None
+    verdict: dict = field(default_factory=dict)
 
 
 def analyze(tl: Timeline | Aggregate, thresholds: Thresholds | None = None,
@@ -115,7 +116,30 @@ def _analyze_view(tl, view: Aggregate, win: LoopWindow, th: Thresholds, clf: Cla
                                    checkpoints_seen(findings, profile.share("checkpoint")),
                                    chosen, th)
     findings.sort(key=lambda f: (-f.impact, f.id))
-    return Analysis(profile.breakdown, tuple(findings), metrics, profile, cost, phases, cp)
+    return Analysis(profile.breakdown, tuple(findings), metrics, profile, cost, phases, cp,
+                    verdict_of(findings, profile.samples, metrics.get("steps"), th))
+
+
+def verdict_of(findings: list[Finding], samples: float, steps: float | None,
+               th: Thresholds) -> dict:
+    """How sure the top verdict is, from the samples it rests on."""
+    top = next((f for f in findings if f.severity in ("error", "warning")), None)
+    enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
+    basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps
+                                                  else "")
+    if not enough:
+        return {"finding": top.id if top else None, "sure": False,
+                "confidence": round(top.confidence, 3) if top else None,
+                "statement": f"not sure yet: {basis}, {th.min_loop_samples} samples needed; "
+                             "profile longer (--duration)"}
+    if top is None:
+        return {"finding": None, "sure": True, "confidence": None,
+                "statement": f"no bottleneck crossed its threshold ({basis})"}
+    sure = top.confidence >= th.sure_confidence
+    return {"finding": top.id, "sure": sure, "confidence": round(top.confidence, 3),
+            "statement": f"{top.id} with {top.confidence:.0%} confidence ({basis})"
+                         + ("" if sure else "; not sure: profile longer (--duration) to "
+                            "settle it")}
 
 
 def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:

@@ -63,8 +63,7 @@ def host_findings(view: Aggregate, profile: LoopProfile, clf: Classifier,
     user, site = user_code_share(view, profile, clf)
     idle = cp.gpu_idle
     if idle is None:
-        free = metrics.get("host_free_cores") or 0.0
-        if user < th.host_user_code_warn or free < 1.0:
+        if user < th.host_user_code_warn:
             return []
         return [_user_code(user, site, None, user, metrics, th)]
     if cp.host_bound < th.host_bound_warn:
@@ -129,28 +128,43 @@ def _user_code(user: float, site: Location | None, idle: float | None, impact: f
     cpu_count = int(metrics.get("cpu_count") or 1)
     cores, _phys, _assumed = loader_cores(cpu_count, metrics.get("cpu_physical"))
     free = metrics.get("host_free_cores")
-    workers = max(1, min(cores, int(free) if free is not None else cores))
-    after = max(1.0 - user, user / workers)
-    if idle is not None:
-        after = max(after, 1.0 - idle)
-    speed = 1.0 / max(1e-3, after)
+    room = free is None or free >= th.min_free_cores
+    workers = max(1, min(cores, int(round(free)) if free is not None else cores))
     where = f"{site.function} ({site.file}:{site.line})" if site else "the job's own code"
+    name = site.function if site else "this work"
     ev = [Evidence("loop_share_in_user_code", round(user, 4), "ratio", th.host_user_code_warn,
                    ">=", "host_user_code_warn", "stacks")]
+    if free is not None:
+        ev.append(Evidence("host_free_cores", round(free, 2), "cores", th.min_free_cores,
+                           ">=" if room else "<", "min_free_cores", "procfs"))
     if idle is not None:
         ev.append(Evidence("gpu_idle_share", round(idle, 4), "ratio",
                            source="nvml utilization"))
     msg = (f"The loop spends {user:.0%} of its time in the job's own Python, most of it in "
            f"{where}, not in the model: per-batch work done inline holds the loop (and the "
            "GPU, when there is one) back.")
-    actions = (f"move {site.function if site else 'this work'} into the Dataset's "
-               f"__getitem__ or a collate_fn and load with DataLoader(..., num_workers="
-               f"{workers}), so it overlaps the model's work",
-               "batch or vectorise it (one call per batch, numpy/torch ops instead of a Python "
-               "loop per item)", "or cache its results when the same inputs repeat")
-    basis = (f"the user-code share ({user:.0%}) spread over {workers} worker"
-             f"{'s' if workers != 1 else ''} and overlapped with the rest of the loop"
-             + ("; capped by the GPU's busy time" if idle is not None else ""))
+    if room:
+        after = max(1.0 - user, user / workers)
+        if idle is not None:
+            after = max(after, 1.0 - idle)
+        speed = 1.0 / max(1e-3, after)
+        basis = (f"the user-code share ({user:.0%}) spread over {workers} worker"
+                 f"{'s' if workers != 1 else ''} and overlapped with the rest of the loop"
+                 + ("; capped by the GPU's busy time" if idle is not None else ""))
+        actions = (f"move {name} into the Dataset's __getitem__ or a collate_fn and load with "
+                   f"DataLoader(..., num_workers={workers}), so it overlaps the model's work",
+                   "batch or vectorise it (one call per batch, numpy/torch ops instead of a "
+                   "Python loop per item)", "or cache its results when the same inputs repeat")
+    else:
+        speed = 1.0 / max(1e-3, 1.0 - user)
+        basis = (f"a bound: x{speed:.2f} if {name} cost nothing (no idle core to move it to: "
+                 "make it cheaper)")
+        msg += f" The CPU has no idle core ({free:.1f} free), so make it cheaper."
+        actions = (f"batch or vectorise {name} (one call per batch, numpy/torch ops instead "
+                   "of a Python loop per item), or use a native implementation (e.g. a Rust "
+                   "'fast' tokenizer)", "cache its results when the same inputs repeat",
+                   "with idle cores, move it into DataLoader workers (Dataset.__getitem__ or "
+                   "collate_fn)")
     return Finding("HOST001", spec("HOST001").title, severity("HOST001", impact, th), 0.9,
                    impact, msg, tuple(ev),
                    Recommendation(f"Take {where} out of the loop thread", actions), speed,

@@ -84,6 +84,8 @@ class Thresholds:
     """COST001: share of the GPU spend that is idle (1 - utilisation of the job's GPUs)."""
     error_impact: float = 0.40
     """Any finding whose impact (share of wall time) reaches this is an error, not a warning."""
+    sure_confidence: float = 0.9
+    """A verdict whose top finding is at least this likely is stated as sure."""
     min_confidence: float = 0.5
     """Findings less likely than this to be above their threshold (sampling noise) are dropped."""
 

@@ -23,6 +23,7 @@ CASES = [
     ("storage_bound", "IO001"),
     ("gil_contention", "GIL001"),
     ("sync_checkpoint", "CKPT001"),
+    ("inline_tokenizer", "HOST001"),  # an inference loop: no optimizer, user code inline
 ]
 
 
