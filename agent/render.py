@@ -158,6 +158,24 @@ def phase_lines(doc: dict) -> list[str]:
     return out
 
 
+def period_lines(doc: dict) -> list[str]:
+    """When the job changed: each period of a long loop with its top finding."""
+    periods = doc.get("periods") or []
+    if not periods:
+        return []
+    out = ["Over time (from the loop's start):"]
+    for p in periods:
+        what = f"{p['finding']} ({p['impact']:.0%})" if p.get("finding") else "no bottleneck"
+        idle = f", GPU idle {p['gpu_idle']:.0%}" if p.get("gpu_idle") is not None else ""
+        out.append(f"  {_clock(p['start_s'])}-{_clock(p['end_s'])}  {what}{idle}")
+    return out
+
+
+def _clock(seconds: float) -> str:
+    h, rem = divmod(int(seconds), 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
+
+
 def render_text(doc: dict, verbose: bool = True) -> str:
     """The terminal summary: breakdown, ranked findings with fixes, probe status."""
     out = _header(doc)
@@ -202,6 +220,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
         elif primary_evidence(f) is not None:
             out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
     out += stderr_tail_lines(doc)
+    out += period_lines(doc)
     if doc.get("verdict", {}).get("statement"):
         out.append(f"Verdict: {doc['verdict']['statement']}")
     out.append("")

@@ -69,6 +69,7 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "breakdown": analysis.breakdown.to_dict(),
         "phases": analysis.phases,
         "verdict": analysis.verdict,
+        "periods": analysis.periods,
         "critical_path": (analysis.critical_path.to_dict()
                           if analysis.critical_path and analysis.critical_path.gpu_idle
                           is not None else None),

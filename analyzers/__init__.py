@@ -44,6 +44,7 @@ class Analysis:
     phases: dict = field(default_factory=dict)
     critical_path: CriticalPath | None = None
     verdict: dict = field(default_factory=dict)
+    periods: list = field(default_factory=list)
 
 
 def analyze(tl: Timeline | Aggregate, thresholds: Thresholds | None = None,
@@ -61,7 +62,41 @@ def analyze(tl: Timeline | Aggregate, thresholds: Thresholds | None = None,
     win = find_loop_window(tl, clf)
     view = tl.window(win.start_ns, win.end_ns) if win.found and isinstance(tl, Timeline) \
         else (tl.whole() if isinstance(tl, Timeline) else tl)
-    return _analyze_view(tl, view, win, th, clf, price, price_table)
+    analysis = _analyze_view(tl, view, win, th, clf, price, price_table)
+    return replace(analysis, periods=periods_of(tl, win, th, clf, price, price_table))
+
+
+def periods_of(tl: Timeline | Aggregate, win: LoopWindow, th: Thresholds, clf: Classifier,
+               price: Price | None, price_table: dict[str, float] | None) -> list[dict]:
+    """The loop cut into periods, each with its own top finding: when the job changed (healthy
+    for 20 hours, then starved for 4) the report says when. Empty for a loop shorter than two
+    periods of `period_s`."""
+    if not isinstance(tl, Timeline):
+        return []
+    a = win.start_ns if win.found else tl.start_ns
+    b = win.end_ns if win.found else tl.end_ns
+    if a is None or b is None:
+        return []
+    loop_s = (b - a) / 1e9
+    length = max(th.period_s, loop_s / th.max_periods)
+    n = round(loop_s / length)
+    if n < 2:
+        return []
+    step = int((b - a) / n)
+    out = []
+    for i in range(n):
+        s0, s1 = a + i * step, a + (i + 1) * step
+        part = _analyze_view(None, tl.window(s0, s1), win, th, clf, price, price_table)
+        top = next((f for f in part.findings if f.severity in ("error", "warning")), None)
+        idle = part.critical_path.gpu_idle if part.critical_path else None
+        out.append({"start_s": round((s0 - a) / 1e9, 1), "end_s": round((s1 - a) / 1e9, 1),
+                    "finding": top.id if top else None,
+                    "severity": top.severity if top else None,
+                    "impact": round(top.impact, 4) if top else 0.0,
+                    "gpu_idle": None if idle is None else round(idle, 4),
+                    "samples": int(part.profile.samples),
+                    "sure": part.verdict.get("sure", False)})
+    return out
 
 
 def _analyze_view(tl, view: Aggregate, win: LoopWindow, th: Thresholds, clf: Classifier,
@@ -107,7 +142,7 @@ def _analyze_view(tl, view: Aggregate, win: LoopWindow, th: Thresholds, clf: Cla
         metrics[f"gpu{st.index}_busy"] = st.busy
         metrics[f"gpu{st.index}_vram_peak_bytes"] = st.mem_peak
     metrics["gpus"] = float(len(stats))
-    phases = phase_summary(tl, win, clf)
+    phases = phase_summary(tl, win, clf) if tl is not None else {}
     findings += startup_findings(phases, th)
     findings = [with_gpu_idle(f, cp) for f in findings]
     findings.sort(key=lambda f: (-f.impact, f.id))
@@ -145,6 +180,8 @@ def verdict_of(findings: list[Finding], samples: float, steps: float | None,
 def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
     """START001 (a note) when start-up is a large share of the run."""
     share = phases.get("startup_share") or 0.0
+    if not phases:
+        return []
     if share < th.startup_note or phases.get("startup_s", 0.0) < th.startup_note_min_s or \
             phases.get("source") == "whole run":
         return []

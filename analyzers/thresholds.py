@@ -84,6 +84,10 @@ class Thresholds:
     """COST001: share of the GPU spend that is idle (1 - utilisation of the job's GPUs)."""
     error_impact: float = 0.40
     """Any finding whose impact (share of wall time) reaches this is an error, not a warning."""
+    period_s: float = 600.0
+    """Periods of the loop analysed on their own (when it is at least two of them long)."""
+    max_periods: int = 48
+    """At most this many periods: longer runs get longer periods."""
     sure_confidence: float = 0.9
     """A verdict whose top finding is at least this likely is stated as sure."""
     min_confidence: float = 0.5

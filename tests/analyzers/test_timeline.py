@@ -53,3 +53,23 @@ def test_segments_stay_bounded_and_a_window_selects_a_span():
     assert early.mean("gpu", "util_gpu", gpu="0") == 0.0
     r = tl.rollup("gpu", "util_gpu", gpu="0")
     assert (r.first_ns, r.last_ns, r.last) == (0, 999 * 10**9, 1.0)
+
+
+def test_a_job_healthy_then_starved_reports_both_periods():
+    """Half the run healthy, half waiting on data: the report says when it changed."""
+    from gpudiag.analyzers import analyze
+    from gpudiag.analyzers.thresholds import Thresholds
+    from tests.analyzers.scenario import Scenario
+
+    healthy = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "other": 0.05}
+    starved = {"data_wait": 0.7, "forward": 0.1, "backward": 0.15, "optimizer": 0.05}
+    sc = Scenario(cpu_count=8)
+    for shares in (healthy, starved):
+        for _ in range(20):
+            sc.window(shares)
+    sc.host(0.2, n=120).process(0.9, n=120)
+    a = analyze(sc.tl, Thresholds(period_s=30.0))
+    tops = [p["finding"] for p in a.periods]
+    assert len(tops) == 4
+    assert tops[:2] == [None, None] and tops[2:] == ["DATA001", "DATA001"]
+    assert a.findings[0].id == "DATA001"  # the whole loop: half of it starved
