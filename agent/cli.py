@@ -14,7 +14,7 @@ from pathlib import Path
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.recording import Recorder, read_recording
+from gpudiag.agent.recording import Recorder, open_recording
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import (
     build_report,
@@ -110,6 +110,9 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE",
                    help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
                         "replay` and bug reports")
+    p.add_argument("--record-max-mb", type=_positive, default=1024, metavar="MB",
+                   help="bound on the recording's size on disk: past half of it FILE is "
+                        "rotated to FILE.1, dropping the oldest samples (default: 1024)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="summary printed at the end (default: text)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
@@ -237,7 +240,8 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
     if not getattr(args, "record", None):
         return None
     return Recorder(args.record, {"environment": describe_environment(pid),
-                                  "run": {"mode": mode, "command": command, "pid": pid}})
+                                  "run": {"mode": mode, "command": command, "pid": pid}},
+                    max_bytes=int(args.record_max_mb * 1024 * 1024))
 
 
 def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
@@ -436,9 +440,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                              prices_file=args.prices)
     if args.out:
         check_writable(args.out)
-    rec = read_recording(args.file)
+    rec = open_recording(args.file)
     tl = Timeline()
-    tl.extend(rec.samples)
+    tl.extend(rec.samples())  # a stream: the file is never held in memory
     analysis = analyze(tl, settings.thresholds, settings.rules, settings.price,
                        settings.price_table)
     foot = rec.footer or {}
