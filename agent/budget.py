@@ -4,8 +4,9 @@ gpudiag must not hurt the job it watches. The governor measures what the agent c
 of gpudiag's own threads plus every py-spy recorder it ran, and their resident memory) and
 scales the probes' sampling rates with one level (1.0 = the configured rates) so that the
 sampling cost stays under a budget: by default 3% of one core and 150 MB, whatever the number
-of DataLoader workers, threads and GPUs. It aims at `target_share` of the CPU budget so that
-gpudiag's start-up and its final analysis fit in the rest over a run of a minute or more.
+of DataLoader workers, threads and GPUs. It aims at `target_share` (70%) of the CPU budget, over the
+recent periods and over the whole run, so that gpudiag's start-up and its final analysis fit
+in the rest over a run of a minute or more.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Governor:
     budget: Budget
     probes: list[Any]
     period_s: float = 3.0
-    target_share: float = 0.8
+    target_share: float = 0.7
     clock: Callable[[], float] = time.monotonic
     cpu_reader: Callable[[], float] | None = None
     rss_reader: Callable[[], int] | None = None
@@ -176,9 +177,13 @@ class Governor:
             return
         self._cost = cost if self._cost is None else 0.5 * self._cost + 0.5 * cost
         goal = self.budget.cpu_cores * self.target_share
-        ratio = goal / max(self._cost, 1e-6)
+        # the budget is an average: what was overspent (the first guess, a busy spell) is
+        # paid back by looking at the whole run's cost as well as the recent one
+        t0 = self._t0 if self._t0 is not None else now
+        so_far = (cpu - self._cpu0) / max(1e-6, now - t0)
+        ratio = goal / max(self._cost, so_far if self.periods > 1 else 0.0, 1e-6)
         # move only on a clear miss: rate changes are what the analyzers least like
-        if ratio < 0.9 or (ratio > 1.5 and self.level < 1.0):
+        if ratio < 1.0 or (ratio > 1.5 and self.level < 1.0):
             new = self.level * min(2.0, max(0.25, ratio)) ** 0.8
             if abs(new - self.level) > 0.01:
                 self.adjustments += 1
@@ -200,7 +205,7 @@ class Governor:
     # ---- report -------------------------------------------------------------------------
     def summary(self) -> dict:
         """The budget, what the agent measured itself at, and the effective sampling rates."""
-        elapsed = (self._prev_t or 0.0) - (self._t0 or 0.0)
+        elapsed = (self._prev_t or 0.0) - (self._t0 if self._t0 is not None else 0.0)
         spent = self._prev_cpu - self._cpu0
         spy = self._spy_cpu_s() - self._spy0 if self.cpu_reader is None else None
         return {

@@ -270,7 +270,7 @@ class StackProbe:
     def __init__(self, rate_hz: int = 100, window_s: float = 3.0, gil_rate_hz: int = 25,
                  nonblocking: bool = True, subprocesses: bool = True,
                  startup_timeout_s: float = 10.0, worker_rate_hz: int = 20,
-                 workers_per_window: int = 1, min_rate_hz: int = 10) -> None:
+                 workers_per_window: int = 1, min_rate_hz: int = 5) -> None:
         self.rate_hz = rate_hz
         self.gil_rate_hz = gil_rate_hz
         self.worker_rate_hz = worker_rate_hz
@@ -291,6 +291,7 @@ class StackProbe:
         self._pending: list[Sample] = []
         self._procs: list[subprocess.Popen] = []
         self._turn = 0
+        self.lean = False
         self._unreadable: set[int] = set()
         self.spy_cpu_s = 0.0          # CPU of every finished py-spy recorder
         self.spy_window_rss = 0       # py-spy's peak RSS in the last window, all recorders
@@ -351,8 +352,10 @@ class StackProbe:
         return self.spy_window_rss
 
     def shed_memory(self) -> None:
-        """Drop caches (the source lines read for frames) when over the memory budget."""
+        """Over the memory budget: drop the source-line cache, and from now on run the GIL
+        and the worker recorders in alternate windows (one py-spy fewer at a time)."""
         self._sources = SourceLines(self._sources.max_entries)
+        self.lean = True
 
     # ---- lifecycle ----------------------------------------------------------------------
     def open(self, target: Target) -> ProbeStatus:
@@ -413,10 +416,13 @@ class StackProbe:
         r = self.rates()
         runs = [_Run("all", self.target.pid, int(r["stacks_loop_hz"]),
                      os.path.join(self._tmp.name, f"w{n}-all.json"))]
-        if r["stacks_gil_hz"] > 0:
+        alive = self._workers() if r["stacks_worker_hz"] > 0 else []
+        gil_turn = not (self.lean and alive) or n % 2 == 1
+        if r["stacks_gil_hz"] > 0 and gil_turn:
             runs.append(_Run("gil", self.target.pid, int(r["stacks_gil_hz"]),
                              os.path.join(self._tmp.name, f"w{n}-gil.txt")))
-        alive = self._workers() if r["stacks_worker_hz"] > 0 else []
+        if self.lean and r["stacks_gil_hz"] > 0 and gil_turn:
+            alive = []
         k = min(len(alive), max(1, self.workers_per_window))
         for j in range(k):
             pid = alive[(self._turn + j) % len(alive)]
