@@ -39,6 +39,9 @@ def check(doc: dict, expected: str | None) -> None:
         assert top["evidence"] and top["recommendation"]["actions"]
         assert any(e.get("threshold") is not None for e in top["evidence"])
     assert doc["breakdown"]["samples"] >= 300
+    agent = doc["run"]["agent"]  # the agent's own cost and the rates it sampled at
+    assert agent["cpu_budget_cores"] == 0.03 and agent["cpu_cores"] is not None
+    assert 5 <= agent["rates"]["stacks_loop_hz"]["mean"] <= 100
     gpu = next(p for p in doc["probes"] if p["name"] == "gpu")
     if not gpu["available"]:  # a machine without a GPU: said so, and why; host side unchanged
         assert gpu["reason"] and gpu["hint"]

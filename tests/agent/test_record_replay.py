@@ -35,6 +35,7 @@ def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
     assert [f["id"] for f in a["findings"]][0] == "DATA001"
     assert a["breakdown"]["shares"] == pytest.approx(b["breakdown"]["shares"], abs=1e-6)
     assert b["run"]["mode"] == "replay" and b["probes"] == a["probes"]
+    assert b["run"]["agent"] == a["run"]["agent"]  # the rates it sampled at travel along
 
 
 def test_recording_round_trip_and_cut_short(tmp_path):
