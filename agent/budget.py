@@ -79,6 +79,7 @@ class Governor:
     _cost: float | None = None
     _hold_until: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
     # ---- measuring ----------------------------------------------------------------------
@@ -152,6 +153,10 @@ class Governor:
 
     def step(self) -> None:
         """One period: measure the cost since the last step and move the level toward it."""
+        with self._lock:  # summary() may be read from the UI thread meanwhile
+            self._step()
+
+    def _step(self) -> None:
         now = self.clock()
         cpu = self.agent_cpu_s()
         dt = now - (self._prev_t if self._prev_t is not None else now)
@@ -205,6 +210,10 @@ class Governor:
     # ---- report -------------------------------------------------------------------------
     def summary(self) -> dict:
         """The budget, what the agent measured itself at, and the effective sampling rates."""
+        with self._lock:
+            return self._summary()
+
+    def _summary(self) -> dict:
         elapsed = (self._prev_t or 0.0) - (self._t0 if self._t0 is not None else 0.0)
         spent = self._prev_cpu - self._cpu0
         spy = self._spy_cpu_s() - self._spy0 if self.cpu_reader is None else None
