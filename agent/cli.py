@@ -15,7 +15,7 @@ from gpudiag.agent.config import load_settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.joboutput import StderrTee
-from gpudiag.agent.recording import Recorder, read_recording
+from gpudiag.agent.recording import Recorder, open_recording
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import (
     build_report,
@@ -93,7 +93,11 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE",
                    help="report file (default: ./gpudiag-<pid>-<time>.json)")
     p.add_argument("--rate", type=_rate, default=100, metavar="HZ",
-                   help="py-spy stack sampling rate (default: 100)")
+                   help="py-spy stack sampling rate at most (default: 100; lowered to keep "
+                        "within --cpu-budget)")
+    p.add_argument("--cpu-budget", type=_budget, default=3.0, metavar="PERCENT",
+                   help="CPU gpudiag and its py-spy may use, in percent of one core; sampling "
+                        "rates adapt to it (default: 3; 0: no limit)")
     p.add_argument("--window", type=_positive, default=3.0, metavar="SECONDS",
                    help="py-spy sampling window; stacks arrive once per window (default: 3)")
     p.add_argument("--blocking", action="store_true",
@@ -108,6 +112,9 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE",
                    help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
                         "replay` and bug reports")
+    p.add_argument("--record-max-mb", type=_positive, default=1024, metavar="MB",
+                   help="bound on the recording's size on disk: past half of it FILE is "
+                        "rotated to FILE.1, dropping the oldest samples (default: 1024)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="summary printed on stdout at the end: text, markdown (tickets, pull "
                         "requests) or json (the whole report); with markdown or json nothing "
@@ -222,9 +229,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- commands ---------------------------------------------------------------------------
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError("give a percentage of one core, 0 to 100")
+    return value
+
+
 def _options(args: argparse.Namespace) -> SessionOptions:
+    budget = getattr(args, "cpu_budget", 3.0)
     return SessionOptions(duration_s=args.duration, rate_hz=args.rate, window_s=args.window,
-                          nonblocking=not args.blocking, progress=not args.quiet)
+                          nonblocking=not args.blocking, progress=not args.quiet,
+                          cpu_budget=budget / 100.0 if budget else None)
 
 
 def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
@@ -232,7 +251,8 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
     if not getattr(args, "record", None):
         return None
     return Recorder(args.record, {"environment": describe_environment(pid, hardware_summary()),
-                                  "run": {"mode": mode, "command": command, "pid": pid}})
+                                  "run": {"mode": mode, "command": command, "pid": pid}},
+                    max_bytes=int(args.record_max_mb * 1024 * 1024))
 
 
 def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
@@ -243,12 +263,12 @@ def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command:
         recorder.close({"probes": [p.to_dict() for p in result.probes],
                         "errors": result.errors, "end_reason": result.end_reason,
                         "exit_code": result.exit_code, "start": result.start,
-                        "end": result.end, "environment": env})
+                        "end": result.end, "environment": env, "agent": result.agent})
     doc = build_report(analysis=result.analysis, mode=mode, command=command, pid=pid,
                        start=result.start, end=result.end, end_reason=result.end_reason,
                        exit_code=result.exit_code, environment=env,
                        probes=result.probes, errors=result.errors, thresholds=thresholds,
-                       settings_source=settings_source)
+                       settings_source=settings_source, agent=result.agent)
     if stderr_tail:
         doc["run"]["stderr_tail"] = stderr_tail
     path = write_report(doc, out)
@@ -450,9 +470,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                              prices_file=args.prices)
     if args.out:
         check_writable(args.out)
-    rec = read_recording(args.file)
+    rec = open_recording(args.file)
     tl = Timeline()
-    tl.extend(rec.samples)
+    tl.extend(rec.samples())  # a stream: the file is never held in memory
     analysis = analyze(tl, settings.thresholds, settings.rules, settings.price,
                        settings.price_table)
     foot = rec.footer or {}
@@ -469,7 +489,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                        environment=foot.get("environment") or rec.header.get("environment")
                        or describe_environment(None),
                        probes=rec.probes, errors=errors, thresholds=settings.thresholds,
-                       settings_source=settings.source)
+                       settings_source=settings.source, agent=foot.get("agent"))
     validate(doc)
     if args.tui:
         return _browse(doc, f"replay {args.file}")

@@ -44,7 +44,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                        start=result.start, end=result.end, end_reason=result.end_reason,
                        exit_code=None, environment=describe_environment(popen.pid, result.hardware),
                        probes=result.probes, errors=result.errors,
-                       thresholds=settings.thresholds, settings_source=settings.source)
+                       thresholds=settings.thresholds, settings_source=settings.source,
+                       agent=result.agent)
     path = write_report(doc, out)
     print(render_text(doc))
     print(f"\nReport written to {path}")

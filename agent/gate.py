@@ -339,7 +339,8 @@ def profile_runs(command: list[str], runs: int, settings, warmup_steps: int,
                            exit_code=result.exit_code,
                            environment=describe_environment(target, result.hardware),
                            probes=result.probes, errors=result.errors,
-                           thresholds=settings.thresholds, settings_source=settings.source)
+                           thresholds=settings.thresholds, settings_source=settings.source,
+                           agent=result.agent)
         reports.append(doc)
         if not quiet:
             sps = doc["metrics"].get("steps_per_second")

@@ -21,7 +21,8 @@ def live_doc(session: Session, mode: str, command: list[str], pid: int) -> dict:
                         exit_code=session.exit_code, environment=describe_environment(pid),
                         probes=probes, errors=list(session.errors),
                         thresholds=session.settings.thresholds,
-                        settings_source=session.settings.source)
+                        settings_source=session.settings.source,
+                        agent=session.governor.summary() if session.governor else None)
 
 
 def run_with_tui(session: Session, mode: str, command: list[str], pid: int, out: str,

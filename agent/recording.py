@@ -3,45 +3,78 @@
 Line 1 is a header (format, version, environment, the run); then one sample per line; the
 last line, when the session ended cleanly, is a footer with the probes' status, the errors
 and how the run ended. A recording cut short (agent killed) still replays.
+
+Size is bounded by rotation: when the file passes half of `max_bytes` (compressed), it is
+renamed to FILE.1 (replacing an older FILE.1) and a new FILE starts with the same header and
+the next segment number. FILE.1 and FILE together hold the newest half to all of `max_bytes`;
+older samples are dropped. Replay reads FILE.1 (when it is this run's previous segment) and
+then FILE, line by line as a stream.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import threading
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.probes.base import ProbeStatus, Sample
 
 FORMAT = "gpudiag-recording"
 FORMAT_VERSION = 1
+DEFAULT_MAX_BYTES = 1024 * 1024 * 1024  # 1 GiB on disk, FILE and FILE.1 together
 
 
 class Recorder:
-    """Appends samples to a gzip JSON Lines file; safe to call from several threads."""
+    """Appends samples to a gzip JSON Lines file; safe to call from several threads.
 
-    def __init__(self, path: str, header: dict) -> None:
-        try:
-            self._f = gzip.open(path, "wt", encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write recording {path}: {exc.strerror}") from None
+    `max_bytes` bounds the recording on disk (see the module's note on rotation); None keeps
+    everything in one file.
+    """
+
+    def __init__(self, path: str, header: dict, max_bytes: int | None = DEFAULT_MAX_BYTES
+                 ) -> None:
         self.path = path
+        self.max_bytes = max_bytes
+        self.segment = 0
+        self.rotations = 0
+        self._header = {"format": FORMAT, "version": FORMAT_VERSION,
+                        "recording_id": uuid.uuid4().hex, **header}
         self._lock = threading.Lock()
-        self._write({"format": FORMAT, "version": FORMAT_VERSION, **header})
+        self._open()
+
+    def _open(self) -> None:
+        try:
+            self._raw = open(self.path, "wb")
+        except OSError as exc:
+            raise UsageError(f"cannot write recording {self.path}: {exc.strerror}") from None
+        self._f = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
+        self._write({**self._header, "segment": self.segment})
 
     def _write(self, obj: dict) -> None:
-        self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._f.write((json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8"))
+
+    def _rotate(self) -> None:
+        self._f.close()
+        self._raw.close()
+        os.replace(self.path, self.path + ".1")
+        self.segment += 1
+        self.rotations += 1
+        self._open()
 
     def write(self, samples: list[Sample]) -> None:
-        """Append samples."""
+        """Append samples (rotating when the file has grown past its share of max_bytes)."""
         with self._lock:
             if self._f.closed:
                 return
             for s in samples:
                 self._write(s.to_dict())
+            if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
+                self._rotate()
 
     def close(self, footer: dict | None = None) -> None:
         """Write the footer (if given) and close the file."""
@@ -49,17 +82,21 @@ class Recorder:
             if self._f.closed:
                 return
             if footer is not None:
-                self._write({"footer": True, **footer})
+                self._write({"footer": True, "segments": self.segment + 1,
+                             "rotations": self.rotations, **footer})
             self._f.close()
+            self._raw.close()
 
 
 @dataclass
 class Recording:
-    """A recording read back: its header, samples and footer (None when cut short)."""
+    """A recording opened for reading: its header; samples stream from `samples()`, and the
+    footer (None when cut short) is known once they have all been read."""
 
     header: dict
-    samples: list[Sample] = field(default_factory=list)
+    path: str = ""
     footer: dict | None = None
+    previous: str | None = None  # FILE.1 when it holds this run's previous segment
 
     @property
     def probes(self) -> list[ProbeStatus]:
@@ -67,6 +104,21 @@ class Recording:
         return [ProbeStatus(p["name"], p["available"], p.get("reason"), p.get("hint"),
                             bool(p.get("info")))
                 for p in (self.footer or {}).get("probes", [])]
+
+    def samples(self) -> Iterator[Sample]:
+        """Every sample, oldest first, read line by line (the previous segment first)."""
+        files = ([self.previous] if self.previous else []) + [self.path]
+        for path in files:
+            lines = iter_lines(path)
+            next(lines, None)  # the header
+            for n, obj in enumerate(lines, 2):
+                if obj.get("footer"):
+                    self.footer = obj
+                    continue
+                try:
+                    yield Sample.from_dict(obj)
+                except (KeyError, TypeError, ValueError):
+                    raise UsageError(f"{path}: line {n} is not a sample") from None
 
 
 def iter_lines(path: str) -> Iterator[dict]:
@@ -94,22 +146,34 @@ def iter_lines(path: str) -> Iterator[dict]:
         raise UsageError(f"{path} is not a gpudiag recording (not gzip JSON Lines)") from None
 
 
-def read_recording(path: str) -> Recording:
-    """Read a whole recording, checking its header."""
-    lines = iter_lines(path)
-    header = next(lines, None)
+def _header(path: str) -> dict:
+    header = next(iter_lines(path), None)
     if header is None or header.get("format") != FORMAT:
         raise UsageError(f"{path} is not a gpudiag recording (no header)")
     if header.get("version") != FORMAT_VERSION:
         raise UsageError(f"{path} is recording format {header.get('version')!r}; this "
                          f"gpudiag reads {FORMAT_VERSION}")
-    rec = Recording(header)
-    for n, obj in enumerate(lines, 2):
-        if obj.get("footer"):
-            rec.footer = obj
-            continue
+    return header
+
+
+def open_recording(path: str) -> Recording:
+    """Open a recording, checking its header; its samples are read later, as a stream."""
+    header = _header(path)
+    rec = Recording(header, path)
+    segment = int(header.get("segment") or 0)
+    older = path + ".1"
+    if segment > 0 and os.path.exists(older):
         try:
-            rec.samples.append(Sample.from_dict(obj))
-        except (KeyError, TypeError, ValueError):
-            raise UsageError(f"{path}: line {n} is not a sample") from None
+            prev = _header(older)
+        except UsageError:
+            prev = {}
+        if prev.get("recording_id") == header.get("recording_id") and \
+                int(prev.get("segment") or 0) == segment - 1:
+            rec.previous = older
     return rec
+
+
+def read_recording(path: str) -> tuple[Recording, list[Sample]]:
+    """Read a whole recording into memory (small ones: tests, tools); replay streams instead."""
+    rec = open_recording(path)
+    return rec, list(rec.samples())

@@ -52,16 +52,23 @@ def iso(t: float | None) -> str | None:
 def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pid: int | None,
                  start: float, end: float | None, end_reason: str, exit_code: int | None,
                  environment: dict, probes: list[ProbeStatus], errors: list[dict],
-                 thresholds: Thresholds, settings_source: str | None = None) -> dict:
-    """Assemble a report document from an analysis and what the session knows."""
+                 thresholds: Thresholds, settings_source: str | None = None,
+                 agent: dict | None = None) -> dict:
+    """Assemble a report document from an analysis and what the session knows.
+
+    `agent` is the agent's own cost and effective sampling rates (Governor.summary()).
+    """
     metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
+    run = {"mode": mode, "command": command, "pid": pid, "start": iso(start),
+           "end": iso(end), "duration_s": round(max(0.0, (end or start) - start), 3),
+           "end_reason": end_reason, "exit_code": exit_code,
+           "settings_source": settings_source}
+    if agent is not None:
+        run["agent"] = agent
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "gpudiag", "version": tool_version()},
-        "run": {"mode": mode, "command": command, "pid": pid, "start": iso(start),
-                "end": iso(end), "duration_s": round(max(0.0, (end or start) - start), 3),
-                "end_reason": end_reason, "exit_code": exit_code,
-                "settings_source": settings_source},
+        "run": run,
         "environment": environment,
         "probes": [p.to_dict() for p in probes],
         "metrics": metrics,

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpudiag.agent.budget import Budget, Governor
 from gpudiag.agent.config import Settings
 from gpudiag.analyzers import Analysis, analyze
 from gpudiag.analyzers.timeline import Timeline
@@ -36,6 +37,8 @@ class SessionOptions:
     nonblocking: bool = True
     progress: bool = True
     skip_steps: int = 0
+    cpu_budget: float | None = 0.03      # cores gpudiag and its py-spy may use; None: no limit
+    rss_budget_bytes: int = 150 * 1024 * 1024
 
 
 @dataclass
@@ -51,6 +54,7 @@ class SessionResult:
     exit_code: int | None
     timeline: Timeline = field(repr=False, default_factory=Timeline)
     hardware: dict = field(default_factory=dict)
+    agent: dict | None = None  # the agent's own cost and its effective sampling rates
 
 
 def default_probes(opts: SessionOptions) -> list[Probe]:
@@ -88,6 +92,10 @@ class Session:
         self.exit_code: int | None = None
         self.paused = False
         self.start_time = time.time()
+        self.governor: Governor | None = None
+        if opts.cpu_budget is not None:
+            self.governor = Governor(Budget(opts.cpu_budget, opts.rss_budget_bytes),
+                                     self.probes, period_s=max(1.0, opts.window_s))
 
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
@@ -163,6 +171,8 @@ class Session:
                                       name=f"gpudiag-open-{probe.name}")
                 th.start()
                 self._threads.append(th)
+        if self.governor is not None:
+            self.governor.start()
         reason = self._wait(start)
         return self.finish(start, reason)
 
@@ -227,6 +237,8 @@ class Session:
     def finish(self, start: float, reason: str) -> SessionResult:
         """Close probes (flushing partial windows), analyse, and return the result."""
         self._stop.set()
+        if self.governor is not None:
+            self.governor.stop()
         old_int = None
         if threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
@@ -271,8 +283,9 @@ class Session:
                 st = self.statuses.get(p.name)
                 if describe is not None and st is not None and st.available:
                     hardware.update(describe())
+            agent = self.governor.summary() if self.governor is not None else None
             return SessionResult(analysis, statuses, self.errors, start, end, reason,
-                                 self.exit_code, self.timeline, hardware)
+                                 self.exit_code, self.timeline, hardware, agent)
         finally:
             if old_int is not None:
                 signal.signal(signal.SIGINT, old_int)

@@ -31,6 +31,17 @@ FI_PCIE_TX, FI_PCIE_RX = 197, 198
 GPM_METRICS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5,
                "gpm_dram_bw": 10, "gpm_pcie_tx_mib_s": 20, "gpm_pcie_rx_mib_s": 21}
 
+# (value, NVML function, argument): read every tick, and read once per device
+TICK_QUERIES = (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None),
+                ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None),
+                ("sm_clock_mhz", "nvmlDeviceGetClockInfo", 1),
+                ("mem_clock_mhz", "nvmlDeviceGetClockInfo", 2),
+                ("temperature_c", "nvmlDeviceGetTemperature", 0))
+STATIC_QUERIES = (("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
+                  ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
+                  ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
+                  ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2))
+
 
 def has_nvidia_device_open(pids: set[int]) -> bool:
     """True when one of the processes holds /dev/nvidiaN open (it has a CUDA context)."""
@@ -76,6 +87,7 @@ class Device:
     gpm_prev: Any = None
     gpm_ok: bool = False
     lost: bool = False
+    static: dict[str, float | None] | None = None  # link and clock maxima: read once
 
 
 class GpuProbe:
@@ -311,19 +323,10 @@ class GpuProbe:
         mem = self._memory(h, i)
         if mem is not None:
             v["mem_used_bytes"], v["mem_total_bytes"] = float(mem.used), float(mem.total)
-        for key, fn, arg in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None),
-                             ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
-                             ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None),
-                             ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
-                             ("sm_clock_mhz", "nvmlDeviceGetClockInfo", 1),
-                             ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
-                             ("mem_clock_mhz", "nvmlDeviceGetClockInfo", 2),
-                             ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2),
-                             ("temperature_c", "nvmlDeviceGetTemperature", 0)):
-            args = (h,) if arg is None else (h, arg)
-            val = n.call(fn, *args, device=i, what=f"{fn}({arg})" if arg is not None else fn)
-            if val is not None:
-                v[key] = float(val)
+        if d.static is None:  # maxima do not change while the driver runs: one query each
+            d.static = self._queries(d, STATIC_QUERIES)
+        v.update(d.static)
+        v.update(self._queries(d, TICK_QUERIES))
         power = n.call("nvmlDeviceGetPowerUsage", h, device=i)
         limit = n.call("nvmlDeviceGetEnforcedPowerLimit", h, device=i)
         v["power_w"] = power / 1000.0 if power is not None else None
@@ -337,6 +340,17 @@ class GpuProbe:
         self._fields(d, t, v)
         self._gpm(d, v)
         return v
+
+    def _queries(self, d: Device, queries: tuple[tuple[str, str, int | None], ...]
+                 ) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for key, fn, arg in queries:
+            args = (d.handle,) if arg is None else (d.handle, arg)
+            val = self.nvml.call(fn, *args, device=d.index,
+                                 what=f"{fn}({arg})" if arg is not None else fn)
+            if val is not None:
+                out[key] = float(val)
+        return out
 
     def _fields(self, d: Device, t: int, v: dict[str, float | None]) -> None:
         """PCIe bytes and throttle time from cumulative field values (exact deltas)."""

@@ -68,14 +68,29 @@ class ProcessProbe:
         Field("running_share", "ratio", "gauge", "share of the group's threads in state R"),
     )
 
-    def __init__(self, interval_s: float = 0.2) -> None:
-        self.interval_s = interval_s
+    def __init__(self, interval_s: float = 0.2, workers_interval_s: float = 1.0) -> None:
+        self.base_interval_s = self.interval_s = interval_s
+        self.base_workers_interval_s = self.workers_interval_s = workers_interval_s
         self.target: Target | None = None
         self._root: psutil.Process | None = None
         self._children: dict[int, psutil.Process] = {}
         self._prev_threads: dict[int, ThreadStat] = {}
         self._prev_proc: dict[int, tuple[float, int, int, int]] = {}
         self._prev_t: int = 0
+        self._prev_scope_t: dict[str, int] = {}
+
+    def set_level(self, level: float) -> None:
+        """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
+        workers' aggregate (one read per worker process) every 1 s up to 5 s."""
+        level = max(0.01, min(1.0, level))
+        self.interval_s = min(max(self.base_interval_s, 1.0), self.base_interval_s / level)
+        self.workers_interval_s = min(max(self.base_workers_interval_s, 5.0),
+                                      self.base_workers_interval_s / level)
+
+    def rates(self) -> dict[str, float]:
+        """Current sampling intervals."""
+        return {"process_interval_s": self.interval_s,
+                "process_workers_interval_s": self.workers_interval_s}
 
     def open(self, target: Target) -> ProbeStatus:
         """Check the target exists and that its /proc entries can be read."""
@@ -89,15 +104,16 @@ class ProcessProbe:
             return ProbeStatus(self.name, False, f"no permission to read /proc/{target.pid}",
                                "run gpudiag as the job's user or as root")
         self._prev_t = now_ns()
+        self._prev_scope_t = {"target": self._prev_t, "workers": self._prev_t}
         for ts in read_threads(target.pid):
             self._prev_threads[ts.tid] = ts
-        for proc in self._group():
+        for proc in [self._root, *self._refresh_children()]:
             self._counters(proc, baseline=True)
         return ProbeStatus(self.name, True)
 
-    def _group(self) -> list[psutil.Process]:
+    def _refresh_children(self) -> list[psutil.Process]:
+        """Re-list the target's children (a scan of every process: done at the workers' pace)."""
         assert self._root is not None
-        procs = [self._root]
         try:
             kids = self._root.children(recursive=True)
         except psutil.Error:
@@ -107,8 +123,7 @@ class ProcessProbe:
             known = self._children.get(k.pid)
             alive[k.pid] = known if known is not None else k
         self._children = alive
-        procs.extend(alive.values())
-        return procs
+        return list(alive.values())
 
     def _counters(self, proc: psutil.Process, baseline: bool = False
                   ) -> tuple[float, int, int, int, int] | None:
@@ -162,19 +177,21 @@ class ProcessProbe:
             samples.append(Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid),
                                                  "comm": ts.comm}, vals))
         self._prev_threads = cur_threads
-        groups: dict[str, list[psutil.Process]] = {"target": [], "workers": []}
-        for proc in self._group():
-            groups["target" if proc.pid == self.target.pid else "workers"].append(proc)
-        seen = {p.pid for ps in groups.values() for p in ps}
-        for pid in list(self._prev_proc):
-            if pid not in seen:
-                del self._prev_proc[pid]
-        for scope, procs in groups.items():
-            samples.append(self._aggregate(scope, procs, t, dt, threads))
+        assert self._root is not None
+        samples.append(self._aggregate("target", [self._root], t, threads))
+        if (t - self._prev_scope_t.get("workers", 0)) / 1e9 >= self.workers_interval_s * 0.95:
+            kids = self._refresh_children()
+            seen = {self.target.pid} | {p.pid for p in kids}
+            for pid in list(self._prev_proc):
+                if pid not in seen:
+                    del self._prev_proc[pid]
+            samples.append(self._aggregate("workers", kids, t, threads))
         return samples
 
-    def _aggregate(self, scope: str, procs: list[psutil.Process], t: int, dt: int,
+    def _aggregate(self, scope: str, procs: list[psutil.Process], t: int,
                    root_threads: list[ThreadStat]) -> Sample:
+        dt = max(1, t - self._prev_scope_t.get(scope, t - 1))
+        self._prev_scope_t[scope] = t
         cpu_s = rb = vol = invol = rss = 0.0
         n_threads = n_d = n_r = 0
         for proc in procs:

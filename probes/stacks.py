@@ -4,11 +4,16 @@ py-spy `record` writes its output only when it ends, so the probe samples in rol
 windows: each window runs `py-spy record --format raw` for `window_s` seconds and turns
 the collapsed stacks into samples. Two recorders run side by side in every window:
 
-* mode "all": every thread at every tick, idle ones included (`--idle`), children too
-  (`--subprocesses`). A training thread blocked on the DataLoader's queue is idle, and
-  without `--idle` that time would vanish from the breakdown.
+* mode "all": every thread of the job's process at every tick, idle ones included
+  (`--idle`). A training thread blocked on the DataLoader's queue is idle, and without
+  `--idle` that time would vanish from the breakdown.
 * mode "gil": only the thread holding the GIL at each tick (`--gil`), at a lower rate.
   It says who holds the GIL, which is what GIL contention needs.
+
+The job's child processes (DataLoader workers) are recorded beside them, one (or a few) per
+window in turns at a lower rate: what workers do is a question of shares, and sampling every
+worker at the loop's rate would cost a core on a box with many workers. Their counts are
+weighted to stand for all workers at the loop rate (label `role` "worker", value `weight`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
 
@@ -150,10 +157,11 @@ def parse_speedscope(doc: dict, default_pid: int) -> tuple[list[StackRow], list[
 class SourceLines:
     """Reads the source line a frame points at (through /proc/PID/root for containers)."""
 
-    def __init__(self, max_entries: int = 20000) -> None:
+    def __init__(self, max_entries: int = 20000, max_files: int = 64) -> None:
         self._cache: dict[tuple[str, int], str] = {}
         self._files: dict[str, list[str] | None] = {}
         self.max_entries = max_entries
+        self.max_files = max_files
 
     def line(self, pid: int, frame: str) -> str:
         """The stripped source text of a 'func (file:line)' frame, '' when unknown."""
@@ -178,7 +186,7 @@ class SourceLines:
                     break
                 except OSError:
                     continue
-            if len(self._files) > 2000:
+            if len(self._files) >= self.max_files:  # whole files are kept: few of them
                 self._files.clear()
             self._files[path] = lines
         lines = self._files[path]
@@ -210,30 +218,70 @@ def diagnose_py_spy_error(text: str, pid: int) -> tuple[str, str | None]:
     return ((last[0] if last else "py-spy failed").strip()[:300], None)
 
 
+@dataclass
+class _Run:
+    """One py-spy recorder of a window: what it samples and where its output goes."""
+
+    mode: str            # "all" (loop process), "gil", or "worker"
+    pid: int
+    rate: int
+    out: str
+    proc: subprocess.Popen | None = None
+    err: str = ""
+    cpu_s: float = 0.0
+    maxrss_bytes: int = 0
+
+
+# py-spy's cost per sample of a process, from the development machine (2 cores, 2026-11):
+# about 0.15 ms plus 0.06 ms per thread (it reads every thread's stack with --idle). Used only
+# for a first guess of the rate; the agent's budget governor then measures the real cost.
+SPY_SAMPLE_BASE_S = 0.15e-3
+SPY_SAMPLE_PER_THREAD_S = 0.06e-3
+SPY_START_S = 0.01  # CPU to start one py-spy recorder (reads the interpreter's symbols)
+
+
 class StackProbe:
-    """Samples Python stacks of the target with py-spy, in rolling windows."""
+    """Samples Python stacks of the target with py-spy, in rolling windows.
+
+    The loop process is recorded at `rate_hz` (scaled by the budget level); the job's child
+    processes (DataLoader workers) are recorded in turns, `workers_per_window` of them per
+    window at `worker_rate_hz`, and their counts are weighted so that they estimate what
+    recording every worker at the loop rate would have counted:
+    weight = (workers alive / workers recorded) x (loop rate / worker rate).
+    """
 
     name = "stacks"
     interval_s = 0.5
     buffered = True  # samples arrive per window; drain once more after close()
     fields = (
-        Field("count", "samples", "counter", "stack samples of one thread with one stack"),
+        Field("count", "samples", "counter", "stack samples of one thread with one stack "
+              "(workers: weighted, see weight)"),
+        Field("weight", "ratio", "gauge", "factor a worker's raw sample count was scaled by: "
+              "workers alive / workers recorded x loop rate / worker rate"),
         Field("ticks", "samples", "counter", "sampling ticks in a window"),
         Field("duration_s", "s", "gauge", "length of a sampling window"),
         Field("rate_hz", "Hz", "gauge", "sampling rate of a window"),
         Field("errors", "count", "counter", "samples py-spy failed to take in a window"),
         Field("episodes", "count", "counter", "separate runs of samples inside one library call"),
+        Field("workers", "count", "gauge", "child processes alive when a worker window started"),
+        Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
     )
 
     def __init__(self, rate_hz: int = 100, window_s: float = 3.0, gil_rate_hz: int = 25,
                  nonblocking: bool = True, subprocesses: bool = True,
-                 startup_timeout_s: float = 10.0) -> None:
+                 startup_timeout_s: float = 10.0, worker_rate_hz: int = 20,
+                 workers_per_window: int = 1, min_rate_hz: int = 5) -> None:
         self.rate_hz = rate_hz
         self.gil_rate_hz = gil_rate_hz
+        self.worker_rate_hz = worker_rate_hz
+        self.workers_per_window = workers_per_window
+        self.min_rate_hz = min(min_rate_hz, rate_hz)
         self.window_s = window_s
         self.nonblocking = nonblocking
         self.subprocesses = subprocesses
         self.startup_timeout_s = startup_timeout_s
+        self.level = 1.0
+        self.cpu_goal: float | None = None  # cores py-spy may use; set by the budget governor
         self.target: Target | None = None
         self._exe: str | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
@@ -242,9 +290,74 @@ class StackProbe:
         self._lock = threading.Lock()
         self._pending: list[Sample] = []
         self._procs: list[subprocess.Popen] = []
+        self._turn = 0
+        self.lean = False
+        self._unreadable: set[int] = set()
+        self.spy_cpu_s = 0.0          # CPU of every finished py-spy recorder
+        self.spy_window_rss = 0       # py-spy's peak RSS in the last window, all recorders
         self.last_error: str | None = None
         self._sources = SourceLines()
 
+    # ---- rates --------------------------------------------------------------------------
+    def set_level(self, level: float) -> None:
+        """Scale the sampling rates (1.0 = as configured); applies from the next window."""
+        self.level = max(0.0, min(1.0, level))
+
+    def rates(self) -> dict[str, float]:
+        """The rates the next window will use."""
+        loop = max(self.min_rate_hz, round(self.rate_hz * self.level))
+        gil = max(2, round(self.gil_rate_hz * self.level)) if self.gil_rate_hz > 0 else 0
+        worker = max(2, round(self.worker_rate_hz * self.level)) \
+            if self.subprocesses and self.worker_rate_hz > 0 else 0
+        return {"stacks_loop_hz": float(loop), "stacks_gil_hz": float(gil),
+                "stacks_worker_hz": float(worker), "stacks_window_s": self.window_now()}
+
+    def window_now(self) -> float:
+        """The window length at the current level: starting py-spy costs about 10 ms of CPU,
+        so below full rate windows grow (up to 10 s) and fewer recorders are started."""
+        longest = max(self.window_s, 10.0)
+        return round(min(longest, self.window_s / max(self.level, 0.01) ** 0.5), 1)
+
+    def estimate_cost(self, level: float = 1.0) -> float:
+        """First guess of py-spy's CPU (cores) at a level, from the target's thread count."""
+        if self.target is None:
+            return 0.0
+        try:
+            threads = len(os.listdir(f"/proc/{self.target.pid}/task"))
+        except OSError:
+            threads = 1
+        per_sample = SPY_SAMPLE_BASE_S + SPY_SAMPLE_PER_THREAD_S * threads
+        loop = max(self.min_rate_hz, self.rate_hz * level)
+        has_workers = self.subprocesses and bool(self._workers())
+        workers = (self.worker_rate_hz * level * (SPY_SAMPLE_BASE_S + 2 * SPY_SAMPLE_PER_THREAD_S)
+                   if has_workers else 0.0)
+        window = min(max(self.window_s, 10.0), self.window_s / max(level, 0.01) ** 0.5)
+        starts = (2 + has_workers) * SPY_START_S / max(1.0, window)
+        return loop * per_sample + workers + starts
+
+    def cpu_s(self) -> float:
+        """CPU seconds py-spy has used so far: finished recorders and the running ones."""
+        with self._lock:
+            total, running = self.spy_cpu_s, list(self._procs)
+        for p in running:
+            try:
+                ct = psutil.Process(p.pid).cpu_times()
+                total += ct.user + ct.system
+            except psutil.Error:
+                pass
+        return total
+
+    def child_rss_bytes(self) -> int:
+        """Peak resident memory of py-spy in the last window (all recorders together)."""
+        return self.spy_window_rss
+
+    def shed_memory(self) -> None:
+        """Over the memory budget: drop the source-line cache, and from now on run the GIL
+        and the worker recorders in alternate windows (one py-spy fewer at a time)."""
+        self._sources = SourceLines(self._sources.max_entries)
+        self.lean = True
+
+    # ---- lifecycle ----------------------------------------------------------------------
     def open(self, target: Target) -> ProbeStatus:
         """Check py-spy can read the target (retrying while a young interpreter starts)."""
         self.target = target
@@ -268,104 +381,164 @@ class StackProbe:
             if not retryable or time.monotonic() > deadline or not _alive(target.pid):
                 return ProbeStatus(self.name, False, reason, hint)
             time.sleep(0.3)
+        if self.cpu_goal is not None:  # a first guess; the governor corrects it from measurements
+            est = self.estimate_cost(self.level)
+            if est > self.cpu_goal:
+                self.set_level(self.level * self.cpu_goal / est)
         self._tmp = tempfile.TemporaryDirectory(prefix="gpudiag-stacks-")
         self._thread = threading.Thread(target=self._loop, name="gpudiag-stacks", daemon=True)
         self._thread.start()
         return ProbeStatus(self.name, True)
 
-    def _cmd(self, mode: str, out: str, duration: float) -> list[str]:
-        assert self._exe and self.target
-        rate = self.rate_hz if mode == "all" else self.gil_rate_hz
-        fmt = "speedscope" if mode == "all" else "raw"
-        cmd = [self._exe, "record", "--pid", str(self.target.pid), "--format", fmt,
-               "--threads", "--full-filenames", "--rate", str(rate),
-               "--duration", str(max(1, round(duration))), "--output", out]
-        if mode == "all":
-            cmd.append("--idle")
-            if self.subprocesses:
-                cmd.append("--subprocesses")
-        else:
-            cmd.append("--gil")
+    def _cmd(self, run: _Run, duration: float) -> list[str]:
+        assert self._exe
+        fmt = "raw" if run.mode == "gil" else "speedscope"
+        cmd = [self._exe, "record", "--pid", str(run.pid), "--format", fmt,
+               "--threads", "--full-filenames", "--rate", str(run.rate),
+               "--duration", str(max(1, round(duration))), "--output", run.out]
+        cmd.append("--gil" if run.mode == "gil" else "--idle")
         if self.nonblocking:
             cmd.append("--nonblocking")
         return cmd
+
+    def _workers(self) -> list[int]:
+        """The target's child processes (DataLoader workers), oldest first."""
+        assert self.target is not None
+        try:
+            kids = psutil.Process(self.target.pid).children(recursive=True)
+        except Exception:
+            return []
+        return sorted(k.pid for k in kids if k.pid not in self._unreadable)
+
+    def _plan(self, n: int) -> tuple[list[_Run], int]:
+        """The recorders of window n, and how many workers were alive."""
+        assert self._tmp is not None and self.target is not None
+        r = self.rates()
+        runs = [_Run("all", self.target.pid, int(r["stacks_loop_hz"]),
+                     os.path.join(self._tmp.name, f"w{n}-all.json"))]
+        alive = self._workers() if r["stacks_worker_hz"] > 0 else []
+        gil_turn = not (self.lean and alive) or n % 2 == 1
+        if r["stacks_gil_hz"] > 0 and gil_turn:
+            runs.append(_Run("gil", self.target.pid, int(r["stacks_gil_hz"]),
+                             os.path.join(self._tmp.name, f"w{n}-gil.txt")))
+        if self.lean and r["stacks_gil_hz"] > 0 and gil_turn:
+            alive = []
+        k = min(len(alive), max(1, self.workers_per_window))
+        for j in range(k):
+            pid = alive[(self._turn + j) % len(alive)]
+            runs.append(_Run("worker", pid, int(r["stacks_worker_hz"]),
+                             os.path.join(self._tmp.name, f"w{n}-worker{pid}.json")))
+        self._turn += k
+        return runs, len(alive)
 
     def _loop(self) -> None:
         assert self._tmp is not None
         n = 0
         while not self._stop.is_set() and self.target and _alive(self.target.pid):
             n += 1
-            modes = ["all"] + (["gil"] if self.gil_rate_hz > 0 else [])
-            outs = {m: os.path.join(self._tmp.name, f"w{n}-{m}.txt") for m in modes}
+            runs, alive = self._plan(n)
+            window = self.window_now()
             started = time.monotonic()
-            procs = {}
-            for m in modes:
+            for run in runs:
                 try:
-                    procs[m] = subprocess.Popen(self._cmd(m, outs[m], self.window_s),
+                    run.proc = subprocess.Popen(self._cmd(run, window),
                                                 stdout=subprocess.DEVNULL,
                                                 stderr=subprocess.PIPE, text=True)
                 except OSError as exc:
                     self.last_error = f"cannot start py-spy: {exc}"
                     return
             with self._lock:
-                self._procs = list(procs.values())
-            errs = {m: p.communicate()[1] or "" for m, p in procs.items()}
+                self._procs = [r.proc for r in runs if r.proc is not None]
+            for run in runs:
+                _finish(run)
             with self._lock:
                 self._procs = []
+                self.spy_cpu_s += sum(r.cpu_s for r in runs)
+                self.spy_window_rss = sum(r.maxrss_bytes for r in runs)
             duration = time.monotonic() - started
-            if not self._collect(outs, errs, duration):
+            if not self._collect(runs, alive, duration):
                 # py-spy failed outright (target gone, or lost permission): say why, back off
-                msg = errs.get("all", "")
+                msg = runs[0].err
                 if self.target and not _alive(self.target.pid):
                     return
                 self.last_error = diagnose_py_spy_error(msg, self.target.pid)[0]
                 self._stop.wait(1.0)
 
-    def _collect(self, outs: dict[str, str], errs: dict[str, str], duration: float) -> bool:
-        """Parse a finished window's files into pending samples; False when none could be read."""
+    def _read(self, run: _Run) -> tuple[list[StackRow], list[Episode]] | None:
+        try:
+            with open(run.out) as f:
+                if run.mode == "gil":
+                    parsed = parse_raw(f, run.pid), []
+                else:
+                    parsed = parse_speedscope(json.load(f), run.pid)
+            os.unlink(run.out)
+        except (OSError, ValueError):
+            return None
+        return parsed
+
+    def _collect(self, runs: list[_Run], alive: int, duration: float) -> bool:
+        """Parse a finished window's files into pending samples; False when the loop
+        process's recording could not be read."""
         assert self.target is not None
         t = now_ns()
         samples: list[Sample] = []
+        loop_ok = False
+        loop_rate = runs[0].rate
         ticks = 0
-        for mode, path in outs.items():
-            episodes: list[Episode] = []
-            try:
-                with open(path) as f:
-                    if mode == "all":
-                        rows, episodes = parse_speedscope(json.load(f), self.target.pid)
-                    else:
-                        rows = parse_raw(f, self.target.pid)
-                os.unlink(path)
-            except (OSError, ValueError):
+        workers_read = [r for r in runs if r.mode == "worker"]
+        weight = (alive / max(1, len(workers_read))) * loop_rate / workers_read[0].rate \
+            if workers_read else 1.0
+        recorded = 0
+        for run in runs:
+            parsed = self._read(run)
+            if parsed is None:
+                if run.mode == "worker" and "python" in run.err.lower() and \
+                        "version" in run.err.lower():
+                    self._unreadable.add(run.pid)  # a child that is not Python
                 continue
+            rows, episodes = parsed
+            if run.mode == "worker":
+                recorded += 1
+                for r in rows:
+                    samples.append(self._stack_sample(t, "all", r, "worker", r.count * weight,
+                                                      weight))
+                continue
+            loop_ok = loop_ok or run.mode == "all"
             for e in episodes:
                 samples.append(Sample(self.name, t, {
-                    "mode": mode, "kind": "episode", "pid": str(e.pid), "tid": str(e.tid),
+                    "mode": run.mode, "kind": "episode", "pid": str(e.pid), "tid": str(e.tid),
                     "thread": e.thread, "anchor": e.anchor},
                     {"episodes": float(e.episodes), "count": float(e.count)}))
-            if mode == "all":
+            if run.mode == "all":
                 per_thread: dict[int, int] = {}
                 for r in rows:
-                    if r.pid == self.target.pid:
-                        per_thread[r.tid] = per_thread.get(r.tid, 0) + r.count
+                    per_thread[r.tid] = per_thread.get(r.tid, 0) + r.count
                 ticks = max(per_thread.values(), default=0)
             for r in rows:
-                samples.append(Sample(self.name, t, {
-                    "mode": mode, "kind": "stack", "pid": str(r.pid), "tid": str(r.tid),
-                    "thread": r.thread,
-                    "role": "target" if r.pid == self.target.pid else "worker",
-                    "stack": ";".join(r.frames),
-                    "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else ""},
-                    {"count": float(r.count)}))
-            m = re.search(r"Errors:\s*(\d+)", errs.get(mode, ""))
-            rate = self.rate_hz if mode == "all" else self.gil_rate_hz
-            samples.append(Sample(self.name, t, {"mode": mode, "kind": "window"}, {
-                "ticks": float(ticks if mode == "all" else round(ticks * rate / self.rate_hz)),
-                "duration_s": duration, "rate_hz": float(rate),
+                samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
+            m = re.search(r"Errors:\s*(\d+)", run.err)
+            samples.append(Sample(self.name, t, {"mode": run.mode, "kind": "window"}, {
+                "ticks": float(ticks if run.mode == "all" else round(ticks * run.rate
+                                                                       / loop_rate)),
+                "duration_s": duration, "rate_hz": float(run.rate),
                 "errors": float(m.group(1)) if m else 0.0}))
+        if workers_read:
+            samples.append(Sample(self.name, t, {"mode": "workers", "kind": "window"}, {
+                "duration_s": duration, "rate_hz": float(workers_read[0].rate),
+                "workers": float(alive), "recorded": float(recorded), "weight": weight}))
         with self._lock:
             self._pending.extend(samples)
-        return bool(samples)
+        return loop_ok
+
+    def _stack_sample(self, t: int, mode: str, r: StackRow, role: str, count: float,
+                      weight: float | None = None) -> Sample:
+        values: dict[str, float | None] = {"count": count}
+        if weight is not None:
+            values["weight"] = weight
+        return Sample(self.name, t, {
+            "mode": mode, "kind": "stack", "pid": str(r.pid), "tid": str(r.tid),
+            "thread": r.thread, "role": role, "stack": ";".join(r.frames),
+            "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else ""}, values)
 
     def sample(self) -> list[Sample]:
         """Return the samples of the windows finished since the last call."""
@@ -391,6 +564,24 @@ class StackProbe:
             self._tmp = None
 
 
+def _finish(run: _Run) -> None:
+    """Wait for a recorder, keeping its stderr, exit code, CPU time and peak memory."""
+    p = run.proc
+    if p is None:
+        return
+    run.err = p.stderr.read() if p.stderr else ""
+    if p.stderr:
+        p.stderr.close()
+    try:
+        _, status, usage = os.wait4(p.pid, 0)
+    except ChildProcessError:  # already reaped (close() polled it)
+        p.wait()
+        return
+    p.returncode = os.waitstatus_to_exitcode(status)
+    run.cpu_s = usage.ru_utime + usage.ru_stime
+    run.maxrss_bytes = usage.ru_maxrss * 1024
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -401,8 +592,6 @@ def _alive(pid: int) -> bool:
 
 def _process_age_s(pid: int) -> float:
     try:
-        import psutil
-
         return time.time() - psutil.Process(pid).create_time()
     except Exception:
         return 1e9

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from gpudiag.agent.config import load_settings
-from gpudiag.agent.recording import Recorder, read_recording
+from gpudiag.agent.errors import UsageError
+from gpudiag.agent.recording import Recorder, open_recording, read_recording
 from gpudiag.agent.report import build_report, validate
 from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import Sample, Target
@@ -35,6 +36,7 @@ def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
     assert [f["id"] for f in a["findings"]][0] == loader_finding(a)
     assert a["breakdown"]["shares"] == pytest.approx(b["breakdown"]["shares"], abs=1e-6)
     assert b["run"]["mode"] == "replay" and b["probes"] == a["probes"]
+    assert b["run"]["agent"] == a["run"]["agent"]  # the rates it sampled at travel along
 
 
 def test_recording_round_trip_and_cut_short(tmp_path):
@@ -43,15 +45,15 @@ def test_recording_round_trip_and_cut_short(tmp_path):
     samples = [Sample("host", i, {}, {"cpu_util": 0.5}) for i in range(10)]
     r.write(samples)
     r.close({"probes": [], "errors": [], "end_reason": "stopped"})
-    rec = read_recording(str(path))
-    assert rec.samples == samples and rec.footer["end_reason"] == "stopped"
+    rec, got = read_recording(str(path))
+    assert got == samples and rec.footer["end_reason"] == "stopped"
     # a recording whose writer died (no footer, no gzip trailer) still replays
     cut = tmp_path / "cut.jsonl.gz"
     w = Recorder(str(cut), {"run": {"pid": 1}})
     w.write(samples)
     w._f.flush()  # what reached the disk before the agent was killed
-    rec = read_recording(str(cut))
-    assert rec.footer is None and rec.samples == samples
+    rec, got = read_recording(str(cut))
+    assert rec.footer is None and got == samples
 
 
 def test_replay_rejects_what_is_not_a_recording(tmp_path):
@@ -87,3 +89,40 @@ def test_gpu_lost_mid_run_is_recorded_and_the_report_still_written():
                        thresholds=load_settings(None).thresholds)
     validate(doc)
     assert doc["environment"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
+
+
+def _noisy(i: int) -> Sample:
+    return Sample("host", 1_000_000_000 * i, {"cpu": str(i % 8)},
+                  {"core_util": (i * 7919 % 1000) / 1000.0, "x": float(i * 104729 % 99991)})
+
+
+def test_recording_is_bounded_by_rotation_and_replays_the_newest_part(tmp_path):
+    path = tmp_path / "long.jsonl.gz"
+    r = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=40_000)
+    for i in range(0, 20_000, 100):
+        r.write([_noisy(j) for j in range(i, i + 100)])
+    r.close({"probes": [], "errors": [], "end_reason": "stopped"})
+    older = tmp_path / "long.jsonl.gz.1"
+    assert r.rotations >= 2 and older.exists()
+    assert path.stat().st_size + older.stat().st_size <= 40_000 + 20_000  # one batch of slack
+    rec, got = read_recording(str(path))
+    assert rec.previous == str(older) and rec.footer["rotations"] == r.rotations
+    assert got[-1] == _noisy(19_999)  # the newest samples are all there, in order
+    assert got[0].t_ns > 0  # the oldest were dropped
+    assert [s.t_ns for s in got] == sorted(s.t_ns for s in got)
+    res = gpudiag("replay", str(path), "--format", "json")
+    assert res.returncode == 0, res.stderr
+
+
+def test_replay_streams_the_file(tmp_path):
+    path = tmp_path / "r.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(json.dumps({"format": "gpudiag-recording", "version": 1}) + "\n")
+        for i in range(3):
+            f.write(json.dumps(_noisy(i).to_dict()) + "\n")
+        f.write('{"probe": "host"}\n')  # a broken line after three good ones
+    rec = open_recording(str(path))  # reads the header only
+    stream = rec.samples()
+    assert [next(stream) for _ in range(3)] == [_noisy(i) for i in range(3)]
+    with pytest.raises(UsageError, match="line 5 is not a sample"):
+        next(stream)

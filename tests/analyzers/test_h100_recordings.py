@@ -35,9 +35,9 @@ TRUTH = {
 
 
 def replay(name: str):
-    rec = read_recording(str(FIXTURES / f"{name}.jsonl.gz"))
+    _rec, samples = read_recording(str(FIXTURES / f"{name}.jsonl.gz"))
     tl = Timeline()
-    tl.extend(rec.samples)
+    tl.extend(samples)
     return analyze(tl)
 
 

@@ -140,3 +140,26 @@ def test_job_in_another_pid_namespace_is_said_in_the_status(monkeypatch):
     assert s.values["job_uses_gpu"] == 1.0 and s.values["job_on_device"] == 0.0
     status = probe.final_status()
     assert status.available and "another PID namespace" in status.reason
+
+
+def test_eight_gpus_in_one_pass_per_tick_with_maxima_read_once():
+    gpus = [FakeGpu(uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", job_pids=[ME],
+                    util=const_pct(10 * i)) for i in range(8)]
+    probe, clock, fake = probe_with(*gpus)
+    assert probe.open(Target(ME)).available
+    ticks = [tick(probe, clock) for _ in range(3)]
+    for samples in ticks:
+        assert sorted(s.labels["gpu"] for s in samples) == [str(i) for i in range(8)]
+        assert len({s.t_ns for s in samples}) == 1  # one pass: one time for all eight
+        assert all(s.values["pcie_gen_max"] == 5.0 for s in samples)
+    assert [s.values["util_gpu"] for s in ticks[-1]] == pytest.approx(
+        [i / 10 for i in range(8)])
+    # maxima once per device; what changes, once per device per tick
+    assert fake.calls["nvmlDeviceGetMaxPcieLinkGeneration"] == 8
+    assert fake.calls["nvmlDeviceGetMaxClockInfo"] == 16
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == 24
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 24
+
+
+def const_pct(v: float):
+    return lambda t: v

@@ -55,3 +55,46 @@ def test_py_spy_errors_are_explained():
     assert "permission" in reason and "ptrace" in hint
     reason, _ = diagnose_py_spy_error("Error: Failed to find python version from target", 5)
     assert "not a Python process" in reason
+
+
+def _speedscope(path, pid: int, stacks: list[tuple[list[str], int]]) -> None:
+    import json
+
+    names = sorted({f for st, _ in stacks for f in st})
+    frames = [{"name": n, "file": "/w/x.py", "line": 1} for n in names]
+    samples = [[names.index(f) for f in st] for st, n in stacks for _ in range(n)]
+    doc = {"shared": {"frames": frames},
+           "profiles": [{"name": f'Thread {pid} "MainThread"', "samples": samples}]}
+    path.write_text(json.dumps(doc))
+
+
+def test_workers_recorded_in_turns_are_weighted_to_stand_for_all_workers(tmp_path):
+    from gpudiag.analyzers.timeline import Timeline
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.stacks import StackProbe, _Run
+
+    probe = StackProbe()
+    probe.target = Target(100)
+    tl = Timeline()
+    # two windows, each recording one of 4 workers at 10 Hz beside the loop at 50 Hz;
+    # the workers decode 3/4 of the time and wait 1/4, whatever their raw counts
+    for n, (worker, raw) in enumerate([(201, 40), (202, 20)]):
+        loop = _Run("all", 100, 50, str(tmp_path / f"{n}-all.json"))
+        _speedscope(tmp_path / f"{n}-all.json", 100, [(["main", "step"], 150)])
+        w = _Run("worker", worker, 10, str(tmp_path / f"{n}-w.json"))
+        _speedscope(tmp_path / f"{n}-w.json", worker,
+                    [(["_worker_loop", "decode"], raw * 3 // 4),
+                     (["_worker_loop", "get"], raw // 4)])
+        assert probe._collect([loop, w], alive=4, duration=3.0)
+        samples = probe.sample()
+        rows = [s for s in samples if s.labels.get("role") == "worker"]
+        assert {s.labels["mode"] for s in rows} == {"all"} and rows[0].labels["pid"] == str(worker)
+        assert all(s.values["weight"] == 4 * 50 / 10 for s in rows)
+        assert sum(s.values["count"] for s in rows) == raw * 20
+        windows = [s for s in samples if s.labels.get("kind") == "window"]
+        assert sorted(s.labels["mode"] for s in windows) == ["all", "workers"]
+        tl.extend(samples)
+    counts = {st.split(";")[-1].split(" ")[0]: c for key in tl.threads("all", "worker")
+              for (st, _), c in tl.stacks[key].items()}
+    assert counts["decode"] / (counts["decode"] + counts["get"]) == 0.75
+    assert tl.windows["all"].ticks == 300  # the loop's ticks are not counted twice

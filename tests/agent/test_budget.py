@@ -1,0 +1,105 @@
+"""The agent's cost budget: the governor lowers and restores sampling rates from measured cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudiag.agent.budget import Budget, Governor
+
+
+class FakeProbe:
+    """An adaptive probe whose rates follow the level, like the stack probe's."""
+
+    def __init__(self) -> None:
+        self.level = 1.0
+        self.shed = 0
+
+    def set_level(self, level: float) -> None:
+        self.level = level
+
+    def rates(self) -> dict[str, float]:
+        return {"stacks_loop_hz": max(10.0, round(100 * self.level))}
+
+    def shed_memory(self) -> None:
+        self.shed += 1
+
+
+class World:
+    """Fake time and a CPU cost proportional to the probe's rate (plus a fixed part)."""
+
+    def __init__(self, probe: FakeProbe, per_hz: float, fixed: float = 0.002) -> None:
+        self.t = 0.0
+        self.cpu = 0.0
+        self.probe, self.per_hz, self.fixed = probe, per_hz, fixed
+        self.rss = 50 * 2**20
+
+    def advance(self, seconds: float) -> None:
+        rate = self.probe.rates()["stacks_loop_hz"]
+        self.cpu += seconds * (self.fixed + rate * self.per_hz)
+        self.t += seconds
+
+
+def governed(per_hz: float) -> tuple[Governor, FakeProbe, World]:
+    probe = FakeProbe()
+    world = World(probe, per_hz)
+    gov = Governor(Budget(0.03, 150 * 2**20), [probe], period_s=3.0, clock=lambda: world.t,
+                   cpu_reader=lambda: world.cpu, rss_reader=lambda: world.rss)
+    gov._t0 = gov._prev_t = 0.0
+    return gov, probe, world
+
+
+def run(gov: Governor, world: World, seconds: float) -> float:
+    """Advance in governor periods; return the cost over the last half."""
+    half_cpu = half_t = None
+    steps = int(seconds / gov.period_s)
+    for i in range(steps):
+        world.advance(gov.period_s)
+        gov.step()
+        if i == steps // 2:
+            half_cpu, half_t = world.cpu, world.t
+    return (world.cpu - half_cpu) / (world.t - half_t)
+
+
+def test_an_expensive_job_gets_lower_rates_within_the_budget():
+    # 0.6 ms of py-spy per sample at 100 Hz = 6% of a core: twice the budget
+    gov, probe, world = governed(per_hz=0.0006)
+    cost = run(gov, world, 120)
+    assert cost <= 0.03
+    assert 20 <= probe.rates()["stacks_loop_hz"] <= 50
+    s = gov.summary()
+    assert s["cpu_budget_cores"] == 0.03 and s["cpu_cores"] <= 0.035
+    loop = s["rates"]["stacks_loop_hz"]
+    assert loop["max"] == 100 and loop["min"] < 50 and loop["min"] <= loop["mean"] <= 100
+    assert s["periods_over_budget"] >= 1
+
+
+def test_a_cheap_job_keeps_the_configured_rates():
+    gov, probe, world = governed(per_hz=0.0001)  # 1% of a core at 100 Hz
+    run(gov, world, 60)
+    assert probe.rates()["stacks_loop_hz"] == 100 and gov.adjustments == 0
+
+
+def test_rates_come_back_when_the_job_gets_cheaper():
+    gov, probe, world = governed(per_hz=0.0012)
+    run(gov, world, 60)
+    low = probe.rates()["stacks_loop_hz"]
+    world.per_hz = 0.0001  # the job's threads went away
+    run(gov, world, 120)
+    assert probe.rates()["stacks_loop_hz"] > 2 * low
+
+
+def test_over_the_memory_budget_caches_are_dropped_and_it_is_reported():
+    gov, probe, world = governed(per_hz=0.0001)
+    world.rss = 200 * 2**20
+    run(gov, world, 12)
+    assert probe.shed >= 1
+    s = gov.summary()
+    assert s["rss_over_budget"] is True and s["peak_rss_bytes"] == 200 * 2**20
+
+
+def test_the_level_is_kept_within_bounds():
+    gov, probe, _ = governed(per_hz=0.0001)
+    gov.set_level(-1.0)
+    assert probe.level == pytest.approx(0.05)
+    gov.set_level(5.0)
+    assert probe.level == 1.0
