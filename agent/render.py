@@ -221,8 +221,9 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
-    if doc.get("verdict", {}).get("statement"):
-        out.append(f"Verdict: {doc['verdict']['statement']}")
+    verdict = doc.get("verdict") or {}
+    if verdict.get("statement") and (verdict.get("sure") or verdict.get("finding")):
+        out.append(f"Verdict: {verdict['statement']}")  # (else "No diagnosis" said why)
     out.append("")
     out += cost_lines(doc)
     out.append("")

@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields, replace
 
 # Each threshold's unit; one not named here is a share (of time, capacity or spend, 0..1),
 # or, when its name ends in `_s`, a duration in seconds.
-UNITS: dict[str, str] = {"min_loop_samples": "count", "min_free_cores": "cores"}
+UNITS: dict[str, str] = {"min_loop_samples": "count", "min_free_cores": "cores",
+                         "max_periods": "count"}
 RANGES = {"share": "a share from 0 to 1", "seconds": "a duration in seconds, more than 0",
           "count": "a count, a whole number from 0", "cores": "a number of CPU cores from 0"}
 
