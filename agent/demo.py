@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import subprocess
 import sys
 
 from gpudiag.agent.config import load_settings
-from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.render import render_text
-from gpudiag.agent.report import build_report, check_writable, write_report
+from gpudiag.agent.report import check_writable, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import Target
 
@@ -40,12 +40,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 popen.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 popen.kill()
-    doc = build_report(analysis=result.analysis, mode="demo", command=cmd, pid=popen.pid,
-                       start=result.start, end=result.end, end_reason=result.end_reason,
-                       exit_code=None, environment=describe_environment(popen.pid, result.hardware),
-                       probes=result.probes, errors=result.errors,
-                       thresholds=settings.thresholds, settings_source=settings.source,
-                       agent=result.agent)
+    # the demo job is stopped by gpudiag, so its exit code is not the job's own
+    doc = report_of(dataclasses.replace(result, exit_code=None), mode="demo", command=cmd,
+                    pid=popen.pid, settings=settings)
     path = write_report(doc, out)
     print(render_text(doc))
     print(f"\nReport written to {path}")

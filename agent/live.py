@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import threading
-import time
 
-from gpudiag.agent.environment import describe_environment
-from gpudiag.agent.report import build_report, write_report
+from gpudiag.agent.report import report_of, write_report
 from gpudiag.agent.session import Session, SessionResult
-from gpudiag.probes.base import ProbeStatus
 
 
 def live_doc(session: Session, mode: str, command: list[str], pid: int) -> dict:
     """A report document of the session so far."""
-    analysis = session.snapshot()
-    probes = [session.statuses.get(p.name) or ProbeStatus(p.name, False, "starting")
-              for p in session.probes]
-    return build_report(analysis=analysis, mode=mode, command=command, pid=pid,
-                        start=session.start_time, end=time.time(), end_reason="stopped",
-                        exit_code=session.exit_code, environment=describe_environment(pid),
-                        probes=probes, errors=list(session.errors),
-                        thresholds=session.settings.thresholds,
-                        settings_source=session.settings.source,
-                        agent=session.governor.summary() if session.governor else None)
+    return report_of(session.result_so_far(), mode=mode, command=command, pid=pid,
+                     settings=session.settings)
 
 
 def run_with_tui(session: Session, mode: str, command: list[str], pid: int, out: str,

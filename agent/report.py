@@ -9,14 +9,20 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jsonschema
 
+from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
+
+if TYPE_CHECKING:
+    from gpudiag.agent.config import Settings
+    from gpudiag.agent.session import SessionResult
 
 SCHEMA_VERSION = "1.0"
 
@@ -85,6 +91,21 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "thresholds": thresholds.to_dict(),
         "errors": errors,
     }
+
+
+def report_of(result: SessionResult, *, mode: str, command: list[str] | None,
+              pid: int | None, settings: Settings, environment: dict | None = None) -> dict:
+    """The report of a session's result: finished, so far (`Session.result_so_far`) or
+    replayed from a recording. `environment` defaults to this machine's, with the hardware
+    the probes described."""
+    if environment is None:
+        environment = describe_environment(pid, result.hardware)
+    return build_report(analysis=result.analysis, mode=mode, command=command, pid=pid,
+                        start=result.start, end=result.end, end_reason=result.end_reason,
+                        exit_code=result.exit_code, environment=environment,
+                        probes=result.probes, errors=result.errors,
+                        thresholds=settings.thresholds, settings_source=settings.source,
+                        agent=result.agent)
 
 
 def validate(doc: dict) -> None:

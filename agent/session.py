@@ -234,6 +234,14 @@ class Session:
             return analyze(self.timeline, self.settings.thresholds, self.settings.rules,
                            self.settings.price, self.settings.price_table)
 
+    def result_so_far(self) -> SessionResult:
+        """What was collected so far, analysed (for live views; the session runs on)."""
+        probes = [self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting")
+                  for p in self.probes]
+        return SessionResult(self.snapshot(), probes, list(self.errors), self.start_time,
+                             time.time(), "stopped", self.exit_code,
+                             agent=self.governor.summary() if self.governor else None)
+
     def finish(self, start: float, reason: str) -> SessionResult:
         """Close probes (flushing partial windows), analyse, and return the result."""
         self._stop.set()
