@@ -9,13 +9,8 @@ from gpudiag.analyzers.checkpoint import checkpoint_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.gil import gil_findings
-from gpudiag.analyzers.gpu import (
-    gpu_compute,
-    gpu_findings,
-    gpu_stats,
-    job_gpu_idle,
-    link_bound,
-)
+from gpudiag.analyzers.gpu import gpu_findings
+from gpudiag.analyzers.gpu_stats import gpu_compute, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.host_bound import host_findings
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics

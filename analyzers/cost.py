@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudiag.analyzers.catalogue import explains_gpu_idle
-from gpudiag.analyzers.gpu import GIB, GpuStats
+from gpudiag.analyzers.gpu_stats import GIB, GpuStats
 from gpudiag.analyzers.prices import AS_OF, MODELS, SPOT_NOTE, Price, by_key, identify
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds

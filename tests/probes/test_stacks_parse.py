@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from gpudiag.probes.stacks import (
-    diagnose_py_spy_error,
-    episode_anchor,
-    parse_raw,
-    parse_speedscope,
-)
+from gpudiag.probes.pyspy_output import episode_anchor, parse_raw, parse_speedscope
+from gpudiag.probes.pyspy_process import diagnose_py_spy_error
 
 LIB = "/venv/lib/python3.11/site-packages"
 
@@ -71,7 +67,8 @@ def _speedscope(path, pid: int, stacks: list[tuple[list[str], int]]) -> None:
 def test_workers_recorded_in_turns_are_weighted_to_stand_for_all_workers(tmp_path):
     from gpudiag.analyzers.timeline import Timeline
     from gpudiag.probes.base import Target
-    from gpudiag.probes.stacks import StackProbe, _Run
+    from gpudiag.probes.pyspy_process import SpyRun
+    from gpudiag.probes.stacks import StackProbe
 
     probe = StackProbe()
     probe.target = Target(100)
@@ -79,9 +76,9 @@ def test_workers_recorded_in_turns_are_weighted_to_stand_for_all_workers(tmp_pat
     # two windows, each recording one of 4 workers at 10 Hz beside the loop at 50 Hz;
     # the workers decode 3/4 of the time and wait 1/4, whatever their raw counts
     for n, (worker, raw) in enumerate([(201, 40), (202, 20)]):
-        loop = _Run("all", 100, 50, str(tmp_path / f"{n}-all.json"))
+        loop = SpyRun("all", 100, 50, str(tmp_path / f"{n}-all.json"))
         _speedscope(tmp_path / f"{n}-all.json", 100, [(["main", "step"], 150)])
-        w = _Run("worker", worker, 10, str(tmp_path / f"{n}-w.json"))
+        w = SpyRun("worker", worker, 10, str(tmp_path / f"{n}-w.json"))
         _speedscope(tmp_path / f"{n}-w.json", worker,
                     [(["_worker_loop", "decode"], raw * 3 // 4),
                      (["_worker_loop", "get"], raw // 4)])
