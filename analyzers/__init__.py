@@ -192,10 +192,20 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
     actions = ("run more steps per job so start-up is amortised (one job instead of many "
                "short ones)", "defer heavy imports; load data and build the model once",
                "cache compiled artefacts (TORCHINDUCTOR_CACHE_DIR) when using torch.compile")
-    return [Finding("START001", spec("START001").title, "note", 0.9, 0.0, msg, ev,
-                    Recommendation("Amortise start-up over more work", actions), 1.0,
-                    signals=("run window",), speedup_basis="not a loop speed-up: start-up "
-                    "time is outside the loop")]
+    return [Finding(
+        id="START001",
+        title=spec("START001").title,
+        severity="note",
+        confidence=0.9,
+        impact=0.0,
+        message=msg,
+        evidence=ev,
+        recommendation=Recommendation("Amortise start-up over more work", actions),
+        expected_speedup=1.0,
+        signals=("run window",),
+        speedup_basis="not a loop speed-up: start-up "
+                    "time is outside the loop",
+    )]
 
 
 def with_gpu_idle(f: Finding, cp: CriticalPath) -> Finding:

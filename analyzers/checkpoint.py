@@ -100,11 +100,19 @@ def checkpoint_findings(tl: Aggregate, profile: LoopProfile, clf: Classifier, th
         ev.append(Evidence("gpu_drain_in_saves", round(drain, 4), "ratio",
                            source="critical path (nvml + stacks)"))
     return [Finding(
-        "CKPT001", spec("CKPT001").title, severity("CKPT001", max(impact, share), th), conf,
-        impact, msg, tuple(ev),
-        Recommendation("Save less often, or asynchronously", tuple(actions)),
-        speedup_from_impact(stall), loc, signals=("stacks",),
+        id="CKPT001",
+        title=spec("CKPT001").title,
+        severity=severity("CKPT001", max(impact, share), th),
+        confidence=conf,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation("Save less often, or asynchronously", tuple(actions)),
+        expected_speedup=speedup_from_impact(stall),
+        location=loc,
+        signals=("stacks",),
         speedup_basis=f"the blocking saves ({share:.0%} of the loop, device-to-host copies "
                       "and the write included) taken off the loop"
                       + (f", less the {drain:.1%} they wait for queued GPU work" if drain
-                         else ""))]
+                         else ""),
+    )]

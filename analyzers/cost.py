@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudiag.analyzers.catalogue import explains_gpu_idle
+from gpudiag.analyzers.catalogue import about_time_in, explains_gpu_idle
 from gpudiag.analyzers.gpu_stats import GIB, GpuStats
 from gpudiag.analyzers.prices import AS_OF, MODELS, SPOT_NOTE, Price, by_key, identify
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
@@ -150,12 +150,22 @@ def _cost001(used: list[GpuStats], idle: float, per_hour: float, price: Price,
     actions.append("profile before you provision: rerun gpudiag after each change")
     # COST001 is the money view of the causes above, not another cause of lost wall time:
     # its impact is 0 so that it ranks after them; its size is in `cost`.
-    return Finding("COST001", "Money spent on GPU time the job leaves idle", "warning", 0.8,
-                   0.0, msg, ev, Recommendation(
+    return Finding(
+        id="COST001",
+        title="Money spent on GPU time the job leaves idle",
+        severity="warning",
+        confidence=0.8,
+        impact=0.0,
+        message=msg,
+        evidence=ev,
+        recommendation=Recommendation(
                        f"About ${day * idle:,.0f}/day of GPU time is idle", tuple(actions)),
-                   1.0, cost=_money(per_hour * idle), signals=("nvml utilization", "price"))
+        expected_speedup=1.0,
+        cost=_money(per_hour * idle),
+        signals=("nvml utilization", "price"),
+    )
 
 
 def checkpoints_seen(findings: list[Finding], checkpoint_share: float) -> bool:
-    """Whether the job checkpoints regularly (CKPT evidence or saves in the stacks)."""
-    return any(f.id == "CKPT001" for f in findings) or checkpoint_share > 0.005
+    """Whether the job checkpoints regularly (a checkpoint finding, or saves in the stacks)."""
+    return about_time_in(findings, "checkpoint") or checkpoint_share > 0.005

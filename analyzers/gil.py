@@ -61,10 +61,18 @@ def gil_findings(profile: LoopProfile, th: Thresholds, gpu_idle_caused: float | 
     if gpu_idle is not None:
         speed = min(speed, speedup_from_impact(gpu_idle))
     return [Finding(
-        "GIL001", spec("GIL001").title, severity("GIL001", impact, th), conf, impact, msg,
-        tuple(ev),
-        Recommendation("Take CPU-bound Python work off the training process's GIL", actions),
-        speed, location_of(profile.stacks_by_category.get("other", ())),
+        id="GIL001",
+        title=spec("GIL001").title,
+        severity=severity("GIL001", impact, th),
+        confidence=conf,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(
+            "Take CPU-bound Python work off the training process's GIL", actions),
+        expected_speedup=speed,
+        location=location_of(profile.stacks_by_category.get("other", ())),
         signals=("py-spy --gil", "stacks", "procfs"),
         speedup_basis="the loop's GIL wait removed" + ("; capped by the GPU's busy time"
-                                                       if gpu_idle is not None else ""))]
+                                                       if gpu_idle is not None else ""),
+    )]

@@ -65,11 +65,19 @@ def _idle(st: GpuStats, found: list[Finding], th: Thresholds, cp: CriticalPath
         "(py-spy dump --pid PID)",
     )
     bound = speedup_from_impact(left)
-    return [Finding("GPU001", spec("GPU001").title, severity("GPU001", left, th),
-                    confidence(st), left, msg, tuple(ev),
-                    Recommendation("Find what the GPU waits for", actions), bound,
-                    signals=("nvml utilization", "stacks"),
-                    speedup_basis=f"a bound: x{bound:.2f} if the unexplained idle went away")]
+    return [Finding(
+        id="GPU001",
+        title=spec("GPU001").title,
+        severity=severity("GPU001", left, th),
+        confidence=confidence(st),
+        impact=left,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation("Find what the GPU waits for", actions),
+        expected_speedup=bound,
+        signals=("nvml utilization", "stacks"),
+        speedup_basis=f"a bound: x{bound:.2f} if the unexplained idle went away",
+    )]
 
 
 def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
@@ -92,12 +100,18 @@ def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
                "CUDA graphs: torch.compile(model, mode='reduce-overhead') or "
                "torch.cuda.graphs for a static step",
                "larger batches (or micro-batch accumulation) so each kernel has more work")
-    return [Finding("GPU002", spec("GPU002").title,
-                    severity("GPU002", min(0.99, lost * st.busy), th), CONFIRMED_CONFIDENCE,
-                    min(0.99, lost * st.busy), msg, ev,
-                    Recommendation("Fewer, bigger kernels", actions),
-                    speedup_from_impact(min(0.99, lost * st.busy)),
-                    signals=("nvml utilization", "nvml gpm"))]
+    return [Finding(
+        id="GPU002",
+        title=spec("GPU002").title,
+        severity=severity("GPU002", min(0.99, lost * st.busy), th),
+        confidence=CONFIRMED_CONFIDENCE,
+        impact=min(0.99, lost * st.busy),
+        message=msg,
+        evidence=ev,
+        recommendation=Recommendation("Fewer, bigger kernels", actions),
+        expected_speedup=speedup_from_impact(min(0.99, lost * st.busy)),
+        signals=("nvml utilization", "nvml gpm"),
+    )]
 
 
 def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
@@ -135,10 +149,19 @@ def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
                "torch.set_float32_matmul_precision('high'))",
                "with torch.autocast(device_type='cuda', dtype=torch.bfloat16): around the "
                "forward pass and loss (faster still, and half the activation memory)")
-    return [Finding("GPU003", spec("GPU003").title, severity("GPU003", impact, th),
-                    CONFIRMED_CONFIDENCE, impact, msg, tuple(ev),
-                    Recommendation("Enable TF32 or bf16 autocast", actions), speed,
-                    signals=("nvml gpm",), speedup_basis=basis)]
+    return [Finding(
+        id="GPU003",
+        title=spec("GPU003").title,
+        severity=severity("GPU003", impact, th),
+        confidence=CONFIRMED_CONFIDENCE,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation("Enable TF32 or bf16 autocast", actions),
+        expected_speedup=speed,
+        signals=("nvml gpm",),
+        speedup_basis=basis,
+    )]
 
 
 def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
@@ -159,7 +182,15 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
                "with DataParallel, switch to DistributedDataParallel (DataParallel gathers on "
                "GPU 0)", "look for work done only on rank 0 (logging, evaluation, saving)")
     impact = spread * 0.5
-    return [Finding("GPU004", spec("GPU004").title, severity("GPU004", impact, th),
-                    NVML_ONLY_CONFIDENCE, impact, msg, ev,
-                    Recommendation("Balance the work across GPUs", actions),
-                    speedup_from_impact(impact), signals=("nvml utilization",))]
+    return [Finding(
+        id="GPU004",
+        title=spec("GPU004").title,
+        severity=severity("GPU004", impact, th),
+        confidence=NVML_ONLY_CONFIDENCE,
+        impact=impact,
+        message=msg,
+        evidence=ev,
+        recommendation=Recommendation("Balance the work across GPUs", actions),
+        expected_speedup=speedup_from_impact(impact),
+        signals=("nvml utilization",),
+    )]

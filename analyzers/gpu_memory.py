@@ -26,9 +26,18 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
         actions = ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
                    "activation checkpointing (torch.utils.checkpoint) or a smaller batch with "
                    "gradient accumulation", "bf16 autocast halves activation memory")
-        return [Finding("MEM002", "VRAM near the limit", "warning", 0.8, 0.0, msg, e,
-                        Recommendation("Leave memory headroom", actions), 1.0,
-                        signals=("nvml memory",))]
+        return [Finding(
+            id="MEM002",
+            title="VRAM near the limit",
+            severity="warning",
+            confidence=0.8,
+            impact=0.0,
+            message=msg,
+            evidence=e,
+            recommendation=Recommendation("Leave memory headroom", actions),
+            expected_speedup=1.0,
+            signals=("nvml memory",),
+        )]
     if frac > th.mem_headroom_max:
         return []
     mult = max(1, math.floor(0.85 * st.mem_total / st.mem_peak))
@@ -48,7 +57,16 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
     if smaller:
         actions.append(f"or run on a smaller GPU: {smaller} fits {need_g:.1f} GiB "
                        "(peak + 25%)")
-    return [Finding("MEM001", "VRAM headroom: the job uses a small share of GPU memory",
-                    "note", 0.8, 0.0, msg, e,
-                    Recommendation(f"Use the memory: batch up to ~{mult}x, or a smaller GPU",
-                                   tuple(actions)), 1.0, signals=("nvml memory",))]
+    return [Finding(
+        id="MEM001",
+        title="VRAM headroom: the job uses a small share of GPU memory",
+        severity="note",
+        confidence=0.8,
+        impact=0.0,
+        message=msg,
+        evidence=e,
+        recommendation=Recommendation(f"Use the memory: batch up to ~{mult}x, or a smaller GPU",
+                                   tuple(actions)),
+        expected_speedup=1.0,
+        signals=("nvml memory",),
+    )]

@@ -50,12 +50,21 @@ def throttle_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
                                                           else "; the default limit was not "
                                                           "recorded, so a lowered cap cannot be "
                                                           "ruled out") + ".")
-        return [Finding("THROT001", "GPU at its power limit (normal under full load)", "note",
-                        0.9, 0.0, msg, tuple(ev),
-                        Recommendation("Nothing to fix at the default power limit",
+        return [Finding(
+            id="THROT001",
+            title="GPU at its power limit (normal under full load)",
+            severity="note",
+            confidence=0.9,
+            impact=0.0,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation("Nothing to fix at the default power limit",
                                        ("nvidia-smi -q -d POWER shows the enforced and default "
-                                        "limits",)), 1.0, signals=("nvml clock events",),
-                        speedup_basis="none: the board runs at its default power budget")]
+                                        "limits",)),
+            expected_speedup=1.0,
+            signals=("nvml clock events",),
+            speedup_basis="none: the board runs at its default power budget",
+        )]
     msg = (f"GPU {st.index} was held back by {REASON_TEXT.get(reason, reason)} {share:.0%} of "
            f"the time ({of_busy:.0%} of its busy time){lost_txt}"
            + (f"; its power limit is {st.power_limit:.0f} W, below the default "
@@ -69,8 +78,16 @@ def throttle_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
                    if lowered else "nvidia-smi -q -d POWER: check the enforced limit",
                    "check the PSU and power cabling when the power brake engages")
     impact = min(0.99, of_busy * (clock_lost if clock_lost is not None else 0.2) * busy)
-    return [Finding("THROT001", f"GPU clocks throttled by {REASON_TEXT.get(reason, reason)}",
-                    severity("THROT001", impact, th), 0.9, impact, msg, tuple(ev),
-                    Recommendation("Remove the cause of the slowdown", actions),
-                    speedup_from_impact(impact), signals=("nvml clock events",),
-                    speedup_basis="the lost clock share given back during busy time")]
+    return [Finding(
+        id="THROT001",
+        title=f"GPU clocks throttled by {REASON_TEXT.get(reason, reason)}",
+        severity=severity("THROT001", impact, th),
+        confidence=0.9,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation("Remove the cause of the slowdown", actions),
+        expected_speedup=speedup_from_impact(impact),
+        signals=("nvml clock events",),
+        speedup_basis="the lost clock share given back during busy time",
+    )]

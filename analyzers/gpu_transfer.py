@@ -84,6 +84,16 @@ def transfer_findings(st: GpuStats, th: Thresholds, cp: CriticalPath,
                    "do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI)")
         summary = "Move fewer bytes over PCIe"
     sev = severity("XFER001", impact, th) if impact >= th.h2d_copy_warn else "note"
-    return [Finding("XFER001", spec("XFER001").title, sev, confidence(st, 0.7), min(0.99, impact),
-                    msg, tuple(ev), Recommendation(summary, actions), speed,
-                    signals=("nvml pcie counters", "in-process hooks"), speedup_basis=basis)]
+    return [Finding(
+        id="XFER001",
+        title=spec("XFER001").title,
+        severity=sev,
+        confidence=confidence(st, 0.7),
+        impact=min(0.99, impact),
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(summary, actions),
+        expected_speedup=speed,
+        signals=("nvml pcie counters", "in-process hooks"),
+        speedup_basis=basis,
+    )]

@@ -117,10 +117,20 @@ def host_findings(view: Aggregate, profile: LoopProfile, clf: Classifier,
         basis = (f"a bound: x{floor:.2f} if launch overhead went away and the GPU's busy time "
                  "set the step")
         summary = "Cut launch overhead: CUDA graphs / torch.compile, bigger batches"
-    return [Finding("HOST001", spec("HOST001").title, severity("HOST001", impact, th),
-                    0.9, impact, msg, tuple(ev), Recommendation(summary, actions), speed,
-                    None, signals=("nvml utilization", "stacks", "procfs"),
-                    speedup_basis=basis)]
+    return [Finding(
+        id="HOST001",
+        title=spec("HOST001").title,
+        severity=severity("HOST001", impact, th),
+        confidence=0.9,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(summary, actions),
+        expected_speedup=speed,
+        location=None,
+        signals=("nvml utilization", "stacks", "procfs"),
+        speedup_basis=basis,
+    )]
 
 
 def _user_code(user: float, site: Location | None, idle: float | None, impact: float,
@@ -165,7 +175,17 @@ def _user_code(user: float, site: Location | None, idle: float | None, impact: f
                    "'fast' tokenizer)", "cache its results when the same inputs repeat",
                    "with idle cores, move it into DataLoader workers (Dataset.__getitem__ or "
                    "collate_fn)")
-    return Finding("HOST001", spec("HOST001").title, severity("HOST001", impact, th), 0.9,
-                   impact, msg, tuple(ev),
-                   Recommendation(f"Take {where} out of the loop thread", actions), speed,
-                   site, signals=("stacks", "procfs"), speedup_basis=basis)
+    return Finding(
+        id="HOST001",
+        title=spec("HOST001").title,
+        severity=severity("HOST001", impact, th),
+        confidence=0.9,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(f"Take {where} out of the loop thread", actions),
+        expected_speedup=speed,
+        location=site,
+        signals=("stacks", "procfs"),
+        speedup_basis=basis,
+    )

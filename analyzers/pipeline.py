@@ -167,12 +167,21 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
         if floor:
             bound = min(bound, floor)
         return [Finding(
-            "DATA002", spec("DATA002").title, severity("DATA002", impact, th), conf, impact,
-            msg, tuple(ev),
-            Recommendation("Make loading cheaper; more workers cannot help here", tuple(actions)),
-            bound, loc, signals=("stacks", "procfs"),
+            id="DATA002",
+            title=spec("DATA002").title,
+            severity=severity("DATA002", impact, th),
+            confidence=conf,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation(
+                "Make loading cheaper; more workers cannot help here", tuple(actions)),
+            expected_speedup=bound,
+            location=loc,
+            signals=("stacks", "procfs"),
             speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
-                          + (", capped by the GPU's busy time)" if floor else ")"))]
+                          + (", capped by the GPU's busy time)" if floor else ")"),
+        )]
     idle = f"{free:.1f} of {cpu_count} CPU cores are idle" if free is not None else \
         "host CPU use was not measured"
     msg = (f"The loop waits for batches {wait:.0%} of the time "
@@ -192,9 +201,20 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
              f"({1 - wait:.0%} of it)" + ("; capped by the GPU's busy time" if floor and
                                           plan.speedup > floor else ""))
     return [Finding(
-        "DATA001", spec("DATA001").title, sev, conf, impact, msg, tuple(ev),
-        Recommendation(f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)),
-        speedup, loc, signals=("stacks", "procfs"), speedup_basis=basis)]
+        id="DATA001",
+        title=spec("DATA001").title,
+        severity=sev,
+        confidence=conf,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(
+            f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)),
+        expected_speedup=speedup,
+        location=loc,
+        signals=("stacks", "procfs"),
+        speedup_basis=basis,
+    )]
 
 
 def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
@@ -255,10 +275,19 @@ def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
         "in reads, so more of them than cores overlap the waits",
     )
     return [Finding(
-        "IO001", spec("IO001").title, severity("IO001", impact, th), conf, impact,
-        msg, tuple(ev),
-        Recommendation("Make reads faster or overlap them: local/cached data, larger files, "
+        id="IO001",
+        title=spec("IO001").title,
+        severity=severity("IO001", impact, th),
+        confidence=conf,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(
+            "Make reads faster or overlap them: local/cached data, larger files, "
                        "more workers", actions),
-        speedup_from_impact(share), loc, signals=("stacks", "procfs", "psi"),
+        expected_speedup=speedup_from_impact(share),
+        location=loc,
+        signals=("stacks", "procfs", "psi"),
         speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
-                      "(the storage wait removed)")]
+                      "(the storage wait removed)",
+    )]

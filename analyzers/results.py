@@ -77,9 +77,11 @@ class Location:
         return f"{self.file}:{self.line}:{self.function}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
-    """One diagnosed cause of lost time, with its evidence, fix and expected gain."""
+    """One diagnosed cause of lost time, with its evidence, fix and expected gain.
+
+    Built by keyword only: id, title and severity come from analyzers.catalogue."""
 
     id: str
     title: str

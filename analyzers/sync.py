@@ -51,10 +51,20 @@ def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds,
                "buffers and read them a step later")
     idle = cp.gpu_idle or 0.0
     speed = 1.0 / max(1e-3, 1.0 - impact)
-    return [Finding("SYNC001", spec("SYNC001").title, severity("SYNC001", impact, th), 0.9,
-                    impact, msg, tuple(ev), Recommendation("Sync less: log every N steps",
+    return [Finding(
+        id="SYNC001",
+        title=spec("SYNC001").title,
+        severity=severity("SYNC001", impact, th),
+        confidence=0.9,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation("Sync less: log every N steps",
                                                            actions),
-                    speed, loc, signals=("in-process hooks", "nvml utilization"),
-                    speedup_basis=f"host work overlapping the GPU's instead of following it: "
+        expected_speedup=speed,
+        location=loc,
+        signals=("in-process hooks", "nvml utilization"),
+        speedup_basis=f"host work overlapping the GPU's instead of following it: "
                                   f"the step takes max(host, GPU) instead of their sum "
-                                  f"(GPU idle {idle:.0%} now)")]
+                                  f"(GPU idle {idle:.0%} now)",
+    )]
