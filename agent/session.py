@@ -259,20 +259,17 @@ class Session:
             for th in self._threads:
                 th.join(timeout=20)
             for probe in self.probes:
-                if getattr(probe, "buffered", False) and \
+                if probe.buffered and \
                         self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available:
                     try:
                         self._ingest(probe.sample())
                     except Exception:
                         pass
-                last = getattr(probe, "last_error", None)
-                if last:
-                    self.error(probe.name, last)
-                for msg in getattr(probe, "errors", []):
+                for msg in probe.problems():
                     self.error(probe.name, msg)
-                final = getattr(probe, "final_status", None)
+                final = probe.final_status()
                 if final is not None and probe.name in self.statuses:
-                    self.statuses[probe.name] = final()
+                    self.statuses[probe.name] = final
             stacks_ok = self.statuses.get("stacks")
             if stacks_ok is not None and stacks_ok.available and \
                     not self.timeline.windows.get("all"):
@@ -287,10 +284,9 @@ class Session:
                         for p in self.probes]
             hardware: dict = {}
             for p in self.probes:
-                describe = getattr(p, "describe", None)
                 st = self.statuses.get(p.name)
-                if describe is not None and st is not None and st.available:
-                    hardware.update(describe())
+                if st is not None and st.available:
+                    hardware.update(p.describe())
             agent = self.governor.summary() if self.governor is not None else None
             return SessionResult(analysis, statuses, self.errors, start, end, reason,
                                  self.exit_code, self.timeline, hardware, agent)

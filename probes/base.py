@@ -77,11 +77,18 @@ def now_ns() -> int:
 
 @runtime_checkable
 class Probe(Protocol):
-    """A source of samples. `open` never raises; `sample` may raise, and the agent records it."""
+    """A source of samples. `open` never raises; `sample` may raise, and the agent records it.
+
+    Probes subclass this protocol, which gives them the defaults of its optional parts:
+    `buffered`, `problems`, `final_status` and `describe` are what the session asks every
+    probe at the end.
+    """
 
     name: str
     fields: tuple[Field, ...]
     interval_s: float
+    buffered: bool = False
+    """Samples arrive late (per window): the session drains `sample` once more after close."""
 
     def open(self, target: Target) -> ProbeStatus:
         """Prepare to sample the target; say whether that is possible."""
@@ -94,3 +101,16 @@ class Probe(Protocol):
     def close(self) -> None:
         """Release what `open` took."""
         ...
+
+    def problems(self) -> list[str]:
+        """Errors met while sampling, for the report's errors (the probe went on or stopped)."""
+        return []
+
+    def final_status(self) -> ProbeStatus | None:
+        """The status to report once closed, where sampling changed what `open` said (a GPU
+        lost, hooks that never reported); None keeps the status `open` returned."""
+        return None
+
+    def describe(self) -> dict:
+        """Facts about the hardware for the report's environment (driver, GPUs); {} if none."""
+        return {}

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
 
 # Throttle (clock event) reasons, by bit, and the cumulative field value counting its time.
@@ -90,7 +90,7 @@ class Device:
     static: dict[str, float | None] | None = None  # link and clock maxima: read once
 
 
-class GpuProbe:
+class GpuProbe(Probe):
     """Samples the job's GPUs through one Nvml layer."""
 
     name = "gpu"
@@ -206,6 +206,10 @@ class GpuProbe:
                                                            d.uuid.startswith(v)):
                     out.append(d)
         return [d for d in out if not d.lost]
+
+    def problems(self) -> list[str]:
+        """GPUs lost while starting or sampling."""
+        return list(self.errors)
 
     def describe(self) -> dict:
         """Driver and GPUs for the report's environment."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 
 PSI_ROOT = Path("/proc/pressure")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -41,7 +41,7 @@ def cgroup_dir(pid: int, root: Path = CGROUP_ROOT) -> Path | None:
     return None
 
 
-class HostProbe:
+class HostProbe(Probe):
     """Samples host-wide CPU, iowait, PSI and memory; and the target's cgroup PSI when present."""
 
     name = "host"

@@ -16,7 +16,7 @@ import tempfile
 from array import array
 from pathlib import Path
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.inject import gpudiag_hooks
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
@@ -34,7 +34,7 @@ def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
     return out
 
 
-class HookProbe:
+class HookProbe(Probe):
     """Receives step events from the job's hooks and turns them into samples."""
 
     name = "hooks"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 
 
 @dataclass
@@ -47,7 +47,7 @@ def read_threads(pid: int) -> list[ThreadStat]:
     return out
 
 
-class ProcessProbe:
+class ProcessProbe(Probe):
     """Samples the target's threads (CPU, run-queue wait, state) and its process tree."""
 
     name = "process"

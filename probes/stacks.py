@@ -29,7 +29,7 @@ import time
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.pyspy_output import (
     Episode,
     SourceLines,
@@ -50,7 +50,7 @@ from gpudiag.probes.pyspy_process import (
 )
 
 
-class StackProbe:
+class StackProbe(Probe):
     """Samples Python stacks of the target with py-spy, in rolling windows.
 
     The loop process is recorded at `rate_hz` (scaled by the budget level); the job's child
@@ -349,6 +349,10 @@ class StackProbe:
             "mode": mode, "kind": "stack", "pid": str(r.pid), "tid": str(r.tid),
             "thread": r.thread, "role": role, "stack": ";".join(r.frames),
             "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else ""}, values)
+
+    def problems(self) -> list[str]:
+        """Why py-spy last failed, if it did."""
+        return [self.last_error] if self.last_error else []
 
     def sample(self) -> list[Sample]:
         """Return the samples of the windows finished since the last call."""
