@@ -310,7 +310,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_top(args: argparse.Namespace) -> int:
     """Box view; `a` on a Python process switches to its live diagnosis."""
-    from gpudiag.agent.top import BoxSampler
+    from gpudiag.probes.box import BoxSampler
     from gpudiag.tui.top import TopApp
 
     sampler = BoxSampler()

@@ -20,7 +20,7 @@ from gpudiag.agent.config import load_settings, read_section
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.gate_output import github_outputs, junit_xml, print_result
 from gpudiag.agent.report import check_writable, load_report, report_of, write_report
-from gpudiag.analyzers.compare import DIRECTIONS, Comparison, Limit, compare, overall
+from gpudiag.analyzers.gate_stats import DIRECTIONS, Comparison, Limit, compare, overall
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
 BASELINE_FORMAT = "gpudiag-gate-baseline"
@@ -212,7 +212,7 @@ def profile_runs(command: list[str], runs: int, settings, warmup_steps: int,
 
 def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
     """Suggested limits from the job's own run-to-run noise (as TOML)."""
-    from gpudiag.analyzers.compare import bootstrap_median_ci
+    from gpudiag.analyzers.gate_stats import bootstrap_median_ci
 
     lines = ["# suggested by gpudiag gate --calibrate from "
              f"{len(cur_runs)} runs: fail = 3x the 95% half-width of the median (at least 5%)",

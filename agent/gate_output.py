@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from gpudiag.analyzers.compare import Comparison
+from gpudiag.analyzers.gate_stats import Comparison
 
 
 def _fmt(v: float | None) -> str:

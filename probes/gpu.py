@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.gpu_visibility import has_nvidia_device_open, visible_devices
 from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
 
 # Throttle (clock event) reasons, by bit, and the cumulative field value counting its time.
@@ -41,36 +42,6 @@ STATIC_QUERIES = (("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
                   ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
                   ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
                   ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2))
-
-
-def has_nvidia_device_open(pids: set[int]) -> bool:
-    """True when one of the processes holds /dev/nvidiaN open (it has a CUDA context)."""
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("/dev/nvidia") and link[11:].isdigit():
-                return True
-    return False
-
-
-def visible_devices(pid: int) -> list[str] | None:
-    """The job's CUDA_VISIBLE_DEVICES entries, or None when unset (all devices visible)."""
-    try:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    except OSError:
-        return None
-    for item in env:
-        if item.startswith(b"CUDA_VISIBLE_DEVICES="):
-            value = item.split(b"=", 1)[1].decode(errors="replace").strip()
-            return [v.strip() for v in value.split(",") if v.strip()]
-    return None
 
 
 @dataclass
@@ -285,6 +256,21 @@ class GpuProbe(Probe):
                 self._lose(d, exc)
                 values = {"lost": 1.0}
             out.append(Sample(self.name, t, labels, values))
+        return out
+
+    def watch_box(self) -> None:
+        """Sample every device of the box from now on, not only the job's (`gpudiag top`)."""
+        self.visible = None
+
+    def compute_processes(self) -> dict[int, list[tuple[int, float]]]:
+        """Every compute process on the devices: pid -> [(device index, GPU memory bytes)]."""
+        out: dict[int, list[tuple[int, float]]] = {}
+        for d in self.devices:
+            procs = self.nvml.call("nvmlDeviceGetComputeRunningProcesses", d.handle,
+                                   device=d.index) or []
+            for p in procs:
+                out.setdefault(p.pid, []).append(
+                    (d.index, float(getattr(p, "usedGpuMemory", 0) or 0)))
         return out
 
     def _lose(self, d: Device, exc: GpuLost) -> None:

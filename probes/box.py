@@ -1,6 +1,7 @@
-"""`gpudiag top`: the box at a glance, explained — GPUs, host, and processes to attach to.
+"""The box at a glance for `gpudiag top` (shown by tui/top.py): GPUs, host, and processes
+to attach to.
 
-The agent side collects plain dicts (the TUI imports no psutil or NVML): every GPU with its
+This side collects plain dicts (the TUI imports no psutil or NVML): every GPU with its
 utilisation, memory, PCIe, clocks and throttle reasons, power and temperature; the host's CPU,
 iowait, PSI and memory; the processes using GPUs and the Python processes one can attach to.
 """
@@ -25,7 +26,7 @@ class BoxSampler:
         self.host.open(Target(os.getpid()))
         self.gpu = gpu or GpuProbe()
         self.gpu_status = self.gpu.open(Target(os.getpid()))
-        self.gpu.visible = None  # every device, not one job's
+        self.gpu.watch_box()  # every device, not one job's
         self.history: dict[str, list[float]] = {}
 
     def snapshot(self) -> dict:
@@ -46,12 +47,8 @@ class BoxSampler:
                     del hist[:-60]
                 gpus.append({"index": key, "name": s.labels.get("name"), **v,
                              "history": list(hist)})
-            for d in self.gpu.devices:
-                procs = self.gpu.nvml.call("nvmlDeviceGetComputeRunningProcesses", d.handle,
-                                           device=d.index) or []
-                for p in procs:
-                    gpu_procs.setdefault(p.pid, []).append(
-                        f"{d.index}:{(getattr(p, 'usedGpuMemory', 0) or 0) / 2**30:.1f}GiB")
+            for pid, used in self.gpu.compute_processes().items():
+                gpu_procs[pid] = [f"{index}:{mem / 2**30:.1f}GiB" for index, mem in used]
         rows = []
         me = os.getpid()
         for proc in psutil.process_iter(["pid", "username", "name", "cmdline", "cpu_percent",
