@@ -48,15 +48,20 @@ def _price_table(raw: object, where: str) -> dict[str, float]:
     out = {}
     for k, v in raw.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise UsageError(f"{where}: price for {k!r} must be a non-negative number "
-                             "(USD per GPU-hour)")
+            raise UsageError(
+                f"{where}: price for {k!r} must be a non-negative number (USD per GPU-hour)"
+            )
         out[str(k)] = float(v)
     return out
 
 
-def load_settings(config: str | None, overrides: list[str] | None = None,
-                  cwd: Path | None = None, price: float | None = None,
-                  prices_file: str | None = None) -> Settings:
+def load_settings(
+    config: str | None,
+    overrides: list[str] | None = None,
+    cwd: Path | None = None,
+    price: float | None = None,
+    prices_file: str | None = None,
+) -> Settings:
     """Read `--config FILE` (or ./pyproject.toml's [tool.gpudiag]) and `--set name=value`s.
 
     The file may hold `[thresholds]` (name = value) and `[[rules]]` tables (category, and one

@@ -24,8 +24,15 @@ from gpudiag.analyzers.gate_stats import DIRECTIONS, Comparison, Limit, compare,
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
 BASELINE_FORMAT = "gpudiag-gate-baseline"
-DEFAULT_METRICS = ("steps_per_second", "samples_per_second", "step_time_p50_s",
-                   "step_time_p95_s", "data_wait_ratio", "gpu_busy", "cuda_peak_bytes")
+DEFAULT_METRICS = (
+    "steps_per_second",
+    "samples_per_second",
+    "step_time_p50_s",
+    "step_time_p95_s",
+    "data_wait_ratio",
+    "gpu_busy",
+    "cuda_peak_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -83,29 +90,33 @@ def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
             raise UsageError(f"{where}: unknown keys {sorted(unknown)}")
         direction = cfg.get("direction", DIRECTIONS.get(metric))
         if direction not in ("higher", "lower"):
-            raise UsageError(f"{where}: direction must be 'higher' or 'lower' (gpudiag does "
-                             "not know this metric's)")
+            raise UsageError(
+                f"{where}: direction must be 'higher' or 'lower' (gpudiag does "
+                "not know this metric's)"
+            )
         warn, rel_w = _limit_value(cfg.get("warn"), where)
         fail, rel_f = _limit_value(cfg.get("fail"), where)
         if rel_w is not None and rel_f is not None and rel_w != rel_f:
-            raise UsageError(f"{where}: warn and fail must both be percentages or both "
-                             "absolute")
+            raise UsageError(f"{where}: warn and fail must both be percentages or both absolute")
         level = cfg.get("level", "error")
         if level not in ("off", "warn", "error"):
             raise UsageError(f"{where}: level must be off, warn or error")
         relative = rel_f if rel_f is not None else (rel_w if rel_w is not None else True)
         base = limits.get(metric, Limit(metric, direction))
-        limits[metric] = Limit(metric, direction,
-                               warn if "warn" in cfg else (base.warn if relative else None),
-                               fail if "fail" in cfg else (base.fail if relative else None),
-                               relative, level)
+        limits[metric] = Limit(
+            metric,
+            direction,
+            warn if "warn" in cfg else (base.warn if relative else None),
+            fail if "fail" in cfg else (base.fail if relative else None),
+            relative,
+            level,
+        )
     try:
         runs = int(section.get("runs", 5))
         warmup = int(section.get("warmup_steps", 5))
         min_effect = float(section.get("min_effect", 0.02))
     except (TypeError, ValueError):
-        raise UsageError(f"{source}: runs, warmup_steps and min_effect must be numbers") \
-            from None
+        raise UsageError(f"{source}: runs, warmup_steps and min_effect must be numbers") from None
     return GateConfig(tuple(limits.values()), runs, warmup, min_effect, source)
 
 
@@ -113,16 +124,22 @@ def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
 def fingerprint(env: dict) -> dict:
     """What must match for two runs to be comparable."""
     gpus = env.get("gpus") or []
-    return {"gpu": gpus[0].get("name") if gpus else None, "gpus": len(gpus),
-            "driver": env.get("driver"), "torch": env.get("torch"),
-            "cpu_count": env.get("cpu_count"), "cpu_model": env.get("cpu_model")}
+    return {
+        "gpu": gpus[0].get("name") if gpus else None,
+        "gpus": len(gpus),
+        "driver": env.get("driver"),
+        "torch": env.get("torch"),
+        "cpu_count": env.get("cpu_count"),
+        "cpu_model": env.get("cpu_model"),
+    }
 
 
 def run_metrics(report: dict) -> dict[str, float | None]:
     """The gated metrics of one report (per-GPU busy share averaged as gpu_busy)."""
     m = dict(report.get("metrics", {}))
-    busy = [v for k, v in m.items() if k.startswith("gpu") and k.endswith("_busy")
-            and v is not None]
+    busy = [
+        v for k, v in m.items() if k.startswith("gpu") and k.endswith("_busy") and v is not None
+    ]
     m["gpu_busy"] = statistics.fmean(busy) if busy else None
     return m
 
@@ -140,8 +157,11 @@ def load_baseline(path: str) -> tuple[list[dict], dict]:
         raise UsageError(f"baseline {path} is not a gpudiag report or gate baseline")
     if doc.get("format") == BASELINE_FORMAT:
         runs = doc.get("runs")
-        if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs) or \
-                not isinstance(doc.get("fingerprint"), dict):
+        if (
+            not isinstance(runs, list)
+            or not all(isinstance(r, dict) for r in runs)
+            or not isinstance(doc.get("fingerprint"), dict)
+        ):
             raise UsageError(f"baseline {path} is malformed (runs and fingerprint needed)")
         return runs, doc["fingerprint"]
     report = load_report(path)
@@ -150,8 +170,13 @@ def load_baseline(path: str) -> tuple[list[dict], dict]:
 
 def write_baseline(path: str, runs: list[dict], fp: dict) -> None:
     """Write a gate baseline atomically."""
-    data = {"format": BASELINE_FORMAT, "version": 1, "created": time.time(),
-            "fingerprint": fp, "runs": runs}
+    data = {
+        "format": BASELINE_FORMAT,
+        "version": 1,
+        "created": time.time(),
+        "fingerprint": fp,
+        "runs": runs,
+    }
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".baseline.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
@@ -160,18 +185,31 @@ def write_baseline(path: str, runs: list[dict], fp: dict) -> None:
 
 
 # ---- the decision and its outputs -------------------------------------------------------
-def decide(cfg: GateConfig, base_runs: list[dict], base_fp: dict, cur_runs: list[dict],
-           cur_fp: dict) -> tuple[str, list[Comparison], str]:
+def decide(
+    cfg: GateConfig, base_runs: list[dict], base_fp: dict, cur_runs: list[dict], cur_fp: dict
+) -> tuple[str, list[Comparison], str]:
     """(overall verdict, comparisons, note)."""
-    diff = {k: (base_fp.get(k), cur_fp.get(k)) for k in set(base_fp) | set(cur_fp)
-            if base_fp.get(k) != cur_fp.get(k)}
+    diff = {
+        k: (base_fp.get(k), cur_fp.get(k))
+        for k in set(base_fp) | set(cur_fp)
+        if base_fp.get(k) != cur_fp.get(k)
+    }
     if diff:
-        note = "not comparable: environment differs (" + "; ".join(
-            f"{k}: baseline {a!r}, current {b!r}" for k, (a, b) in sorted(diff.items())) + ")"
+        note = (
+            "not comparable: environment differs ("
+            + "; ".join(f"{k}: baseline {a!r}, current {b!r}" for k, (a, b) in sorted(diff.items()))
+            + ")"
+        )
         return "inconclusive", [], note
-    comps = [compare(lim, [r.get(lim.metric) for r in base_runs],
-                     [r.get(lim.metric) for r in cur_runs], cfg.min_effect)
-             for lim in cfg.limits]
+    comps = [
+        compare(
+            lim,
+            [r.get(lim.metric) for r in base_runs],
+            [r.get(lim.metric) for r in cur_runs],
+            cfg.min_effect,
+        )
+        for lim in cfg.limits
+    ]
     comps = [c for c in comps if c.verdict != "skipped"]
     if not comps:
         return "inconclusive", [], "no gated metric was measured in both baseline and current"
@@ -179,8 +217,9 @@ def decide(cfg: GateConfig, base_runs: list[dict], base_fp: dict, cur_runs: list
 
 
 # ---- running the job ---------------------------------------------------------------------
-def profile_runs(command: list[str], runs: int, settings, warmup_steps: int,
-                 duration: float | None, quiet: bool) -> list[dict]:
+def profile_runs(
+    command: list[str], runs: int, settings, warmup_steps: int, duration: float | None, quiet: bool
+) -> list[dict]:
     """Run the job `runs` times under gpudiag (hooks injected); one report per run."""
     import subprocess
 
@@ -199,14 +238,18 @@ def profile_runs(command: list[str], runs: int, settings, warmup_steps: int,
             popen.wait(timeout=30)
         if result.exit_code not in (None, 0):
             raise UsageError(f"run {i + 1}: the job exited with code {result.exit_code}")
-        doc = report_of(result, mode="run", command=command, pid=session.target.pid,
-                        settings=settings)
+        doc = report_of(
+            result, mode="run", command=command, pid=session.target.pid, settings=settings
+        )
         reports.append(doc)
         if not quiet:
             sps = doc["metrics"].get("steps_per_second")
-            print(f"gpudiag gate: run {i + 1}/{runs} done"
-                  + (f", {sps:.2f} steps/s" if sps else ", no step timing"), file=sys.stderr,
-                  flush=True)
+            print(
+                f"gpudiag gate: run {i + 1}/{runs} done"
+                + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
+                file=sys.stderr,
+                flush=True,
+            )
     return reports
 
 
@@ -214,9 +257,13 @@ def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
     """Suggested limits from the job's own run-to-run noise (as TOML)."""
     from gpudiag.analyzers.gate_stats import bootstrap_median_ci
 
-    lines = ["# suggested by gpudiag gate --calibrate from "
-             f"{len(cur_runs)} runs: fail = 3x the 95% half-width of the median (at least 5%)",
-             "[tool.gpudiag.gate]", f"runs = {max(3, len(cur_runs))}", ""]
+    lines = [
+        "# suggested by gpudiag gate --calibrate from "
+        f"{len(cur_runs)} runs: fail = 3x the 95% half-width of the median (at least 5%)",
+        "[tool.gpudiag.gate]",
+        f"runs = {max(3, len(cur_runs))}",
+        "",
+    ]
     for lim in cfg.limits:
         vals = [r.get(lim.metric) for r in cur_runs if r.get(lim.metric) is not None]
         if len(vals) < 2 or not lim.relative:
@@ -227,9 +274,13 @@ def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
         lo, hi = bootstrap_median_ci(vals)
         half = max(abs(hi - med), abs(med - lo)) / abs(med)
         fail = max(0.05, round(3 * half + 0.005, 2))
-        lines += [f"[tool.gpudiag.gate.metrics.{lim.metric}]",
-                  f"# median {med:.4g}, 95% interval of the median +-{half:.1%}",
-                  f'warn = "{fail / 2:.0%}"', f'fail = "{fail:.0%}"', ""]
+        lines += [
+            f"[tool.gpudiag.gate.metrics.{lim.metric}]",
+            f"# median {med:.4g}, 95% interval of the median +-{half:.1%}",
+            f'warn = "{fail / 2:.0%}"',
+            f'fail = "{fail:.0%}"',
+            "",
+        ]
     return lines
 
 
@@ -275,8 +326,13 @@ def gate_command(args: argparse.Namespace) -> int:
     if args.junit_xml:
         junit_xml(args.junit_xml, comps, note)
     last = dict(reports[-1])
-    last["gate"] = {"verdict": verdict, "note": note or None, "config": cfg.source,
-                    "baseline": args.baseline, "comparisons": [c.to_dict() for c in comps]}
+    last["gate"] = {
+        "verdict": verdict,
+        "note": note or None,
+        "config": cfg.source,
+        "baseline": args.baseline,
+        "comparisons": [c.to_dict() for c in comps],
+    }
     out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_report(last, out)
     print(f"Report with the gate result written to {out}")

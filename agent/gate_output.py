@@ -24,8 +24,7 @@ def _pct(v: float | None, relative: bool = True) -> str:
     return f"{v:+.1%}" if relative else f"{v:.4g}"
 
 
-HEADINGS = ("metric", "verdict", "baseline", "current", "delta", "95% interval", "n (b/c)",
-            "limit")
+HEADINGS = ("metric", "verdict", "baseline", "current", "delta", "95% interval", "n (b/c)", "limit")
 
 
 def _excess(c: Comparison) -> float:
@@ -47,31 +46,42 @@ def worst_first(comps: list[Comparison]) -> list[Comparison]:
 def _cells(c: Comparison) -> tuple[str, ...]:
     """One metric's row, as the terminal and the step summary show it."""
     rel = c.baseline is not None
-    return (c.metric, c.verdict.upper(), _fmt(c.baseline), _fmt(c.current),
-            _pct(c.delta, rel) if rel else "budget",
-            f"[{_pct(c.ci_low, rel)}, {_pct(c.ci_high, rel)}]",
-            f"{c.n_baseline}/{c.n_current}",
-            (f"{c.limit:.0%}" if rel else _fmt(c.limit)) if c.limit is not None else "-")
+    return (
+        c.metric,
+        c.verdict.upper(),
+        _fmt(c.baseline),
+        _fmt(c.current),
+        _pct(c.delta, rel) if rel else "budget",
+        f"[{_pct(c.ci_low, rel)}, {_pct(c.ci_high, rel)}]",
+        f"{c.n_baseline}/{c.n_current}",
+        (f"{c.limit:.0%}" if rel else _fmt(c.limit)) if c.limit is not None else "-",
+    )
 
 
 def table(comps: list[Comparison]) -> list[str]:
     """The readable table: baseline, current, delta, interval and n per metric."""
     rows = [HEADINGS] + [_cells(c) for c in worst_first(comps)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-            for r in rows]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
 
 
 def describe(c: Comparison) -> str:
     """One line naming the metric, the delta and the interval."""
     if c.baseline is None:
-        return (f"{c.metric}: {_fmt(c.current)} against budget {_fmt(c.limit)} "
-                f"(95% interval of the median {_fmt(c.ci_low)}..{_fmt(c.ci_high)}, "
-                f"n={c.n_current}) — {c.reason}")
-    return (f"{c.metric}: {_fmt(c.baseline)} -> {_fmt(c.current)} ({_pct(c.delta)}, 95% "
-            f"interval {_pct(c.ci_low)}..{_pct(c.ci_high)}, n={c.n_baseline}/{c.n_current}, "
-            f"fail limit {c.limit:.0%}) — {c.reason}" if c.limit is not None else
-            f"{c.metric}: {_pct(c.delta)} — {c.reason}")
+        return (
+            f"{c.metric}: {_fmt(c.current)} against budget {_fmt(c.limit)} "
+            f"(95% interval of the median {_fmt(c.ci_low)}..{_fmt(c.ci_high)}, "
+            f"n={c.n_current}) — {c.reason}"
+        )
+    return (
+        f"{c.metric}: {_fmt(c.baseline)} -> {_fmt(c.current)} ({_pct(c.delta)}, 95% "
+        f"interval {_pct(c.ci_low)}..{_pct(c.ci_high)}, n={c.n_baseline}/{c.n_current}, "
+        f"fail limit {c.limit:.0%}) — {c.reason}"
+        if c.limit is not None
+        else f"{c.metric}: {_pct(c.delta)} — {c.reason}"
+    )
 
 
 def github_outputs(verdict: str, comps: list[Comparison], note: str) -> None:
@@ -106,16 +116,21 @@ def junit_xml(path: str, comps: list[Comparison], note: str) -> None:
             body = f'<failure message="{escape(describe(c), {chr(34): "&quot;"})}"/>'
         elif c.verdict == "inconclusive":
             body = f'<skipped message="{escape(describe(c), {chr(34): "&quot;"})}"/>'
-        cases.append(f'  <testcase classname="gpudiag.gate" name="{escape(c.metric)}">'
-                     f"{body}</testcase>")
+        cases.append(
+            f'  <testcase classname="gpudiag.gate" name="{escape(c.metric)}">{body}</testcase>'
+        )
     fails = sum(c.verdict == "fail" for c in comps)
     skipped = sum(c.verdict == "inconclusive" for c in comps)
-    xml = ['<?xml version="1.0" encoding="UTF-8"?>',
-           f'<testsuite name="gpudiag gate" tests="{len(comps)}" failures="{fails}" '
-           f'skipped="{skipped}">']
+    xml = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<testsuite name="gpudiag gate" tests="{len(comps)}" failures="{fails}" '
+        f'skipped="{skipped}">',
+    ]
     if note:
-        xml.append(f"  <properties><property name=\"note\" value=\""
-                   f"{escape(note, {chr(34): '&quot;'})}\"/></properties>")
+        xml.append(
+            f'  <properties><property name="note" value="'
+            f'{escape(note, {chr(34): "&quot;"})}"/></properties>'
+        )
     xml += cases + ["</testsuite>"]
     Path(path).write_text("\n".join(xml) + "\n")
 

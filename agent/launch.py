@@ -23,14 +23,16 @@ class Job:
     popen: subprocess.Popen
     hooks: HookProbe | None
 
-    def session(self, settings: Settings, opts: SessionOptions, target: int | None = None,
-                sink=None) -> Session:
+    def session(
+        self, settings: Settings, opts: SessionOptions, target: int | None = None, sink=None
+    ) -> Session:
         """A session on the job's Python process (`target`, else found), with the hooks."""
         if target is None:
             target = find_python_process(self.popen)
         probes = default_probes(opts) + ([self.hooks] if self.hooks is not None else [])
-        session = Session(Target(target), settings, opts, probes=probes, popen=self.popen,
-                          sink=sink)
+        session = Session(
+            Target(target), settings, opts, probes=probes, popen=self.popen, sink=sink
+        )
         if self.hooks is not None:
             session.statuses[self.hooks.name] = ProbeStatus(self.hooks.name, True)
         return session
@@ -52,8 +54,9 @@ def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) ->
         if hooks is not None:
             hooks.close()
         why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
-        raise UsageError(f"cannot start {command[0]!r}: "
-                         f"{why.get(type(exc), exc.strerror)}") from None
+        raise UsageError(
+            f"cannot start {command[0]!r}: {why.get(type(exc), exc.strerror)}"
+        ) from None
     return Job(command, popen, hooks)
 
 

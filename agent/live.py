@@ -10,12 +10,19 @@ from gpudiag.agent.session import Session, SessionResult
 
 def live_doc(session: Session, mode: str, command: list[str], pid: int) -> dict:
     """A report document of the session so far."""
-    return report_of(session.result_so_far(), mode=mode, command=command, pid=pid,
-                     settings=session.settings)
+    return report_of(
+        session.result_so_far(), mode=mode, command=command, pid=pid, settings=session.settings
+    )
 
 
-def run_with_tui(session: Session, mode: str, command: list[str], pid: int, out: str,
-                 preopened: dict | None = None) -> SessionResult:
+def run_with_tui(
+    session: Session,
+    mode: str,
+    command: list[str],
+    pid: int,
+    out: str,
+    preopened: dict | None = None,
+) -> SessionResult:
     """Show the live diagnosis until `q` (or the job ends and the user quits)."""
     from gpudiag.tui.app import DiagnosisApp
     from gpudiag.tui.feeds import Feed
@@ -31,8 +38,14 @@ def run_with_tui(session: Session, mode: str, command: list[str], pid: int, out:
     def save() -> str:
         return str(write_report(live_doc(session, mode, command, pid), out))
 
-    feed = Feed(f"{mode} pid {pid}", lambda: live_doc(session, mode, command, pid), live=True,
-                save=save, pause=session.pause, stop=session.stop)
+    feed = Feed(
+        f"{mode} pid {pid}",
+        lambda: live_doc(session, mode, command, pid),
+        live=True,
+        save=save,
+        pause=session.pause,
+        stop=session.stop,
+    )
     DiagnosisApp(feed).run()
     session.stop()
     worker.join()

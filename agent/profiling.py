@@ -32,18 +32,27 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 def session_options(args: argparse.Namespace) -> SessionOptions:
     """The sampling options `run` and `attach` take."""
     budget = getattr(args, "cpu_budget", 3.0)
-    return SessionOptions(duration_s=args.duration, rate_hz=args.rate, window_s=args.window,
-                          nonblocking=not args.blocking, progress=not args.quiet,
-                          cpu_budget=budget / 100.0 if budget else None)
+    return SessionOptions(
+        duration_s=args.duration,
+        rate_hz=args.rate,
+        window_s=args.window,
+        nonblocking=not args.blocking,
+        progress=not args.quiet,
+        cpu_budget=budget / 100.0 if budget else None,
+    )
 
 
-def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
-              ) -> Recorder | None:
+def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int) -> Recorder | None:
     if not getattr(args, "record", None):
         return None
-    return Recorder(args.record, {"environment": describe_environment(pid, hardware_summary()),
-                                  "run": {"mode": mode, "command": command, "pid": pid}},
-                    max_bytes=int(args.record_max_mb * 1024 * 1024))
+    return Recorder(
+        args.record,
+        {
+            "environment": describe_environment(pid, hardware_summary()),
+            "run": {"mode": mode, "command": command, "pid": pid},
+        },
+        max_bytes=int(args.record_max_mb * 1024 * 1024),
+    )
 
 
 def print_summary(doc: dict, fmt: str) -> None:
@@ -56,29 +65,47 @@ def print_summary(doc: dict, fmt: str) -> None:
         print(render_text(doc, verbose=False))
 
 
-def finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
-           pid: int, out: str, settings: Settings, recorder: Recorder | None = None,
-           stderr_tail: list[str] | None = None) -> dict:
+def finish(
+    result: SessionResult,
+    args: argparse.Namespace,
+    mode: str,
+    command: list[str],
+    pid: int,
+    out: str,
+    settings: Settings,
+    recorder: Recorder | None = None,
+    stderr_tail: list[str] | None = None,
+) -> dict:
     """Close the recording, write the report, print the summary and where the files are."""
     env = describe_environment(pid, result.hardware)
     if recorder is not None:
-        recorder.close({"probes": [p.to_dict() for p in result.probes],
-                        "errors": result.errors, "end_reason": result.end_reason,
-                        "exit_code": result.exit_code, "start": result.start,
-                        "end": result.end, "environment": env, "agent": result.agent})
-    doc = report_of(result, mode=mode, command=command, pid=pid, settings=settings,
-                    environment=env)
+        recorder.close(
+            {
+                "probes": [p.to_dict() for p in result.probes],
+                "errors": result.errors,
+                "end_reason": result.end_reason,
+                "exit_code": result.exit_code,
+                "start": result.start,
+                "end": result.end,
+                "environment": env,
+                "agent": result.agent,
+            }
+        )
+    doc = report_of(result, mode=mode, command=command, pid=pid, settings=settings, environment=env)
     if stderr_tail:
         doc["run"]["stderr_tail"] = stderr_tail
     path = write_report(doc, out)
     fmt = getattr(args, "format", "text")
     print_summary(doc, fmt)
     note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
-    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
-          file=note)
+    print(
+        f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})", file=note
+    )
     if recorder is not None:
-        print(f"Recording written to {recorder.path}  (gpudiag replay "
-              f"{shlex.quote(recorder.path)})", file=note)
+        print(
+            f"Recording written to {recorder.path}  (gpudiag replay {shlex.quote(recorder.path)})",
+            file=note,
+        )
     return doc
 
 
@@ -101,8 +128,9 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         tee.close()
 
 
-def _profile_launched(args: argparse.Namespace, job: Job, settings: Settings,
-                      tee: StderrTee) -> int:
+def _profile_launched(
+    args: argparse.Namespace, job: Job, settings: Settings, tee: StderrTee
+) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
     opts = session_options(args)
@@ -111,8 +139,10 @@ def _profile_launched(args: argparse.Namespace, job: Job, settings: Settings,
     recorder = _recorder(args, "run", command, target)
     session.sink = recorder.write if recorder else None
     if not args.quiet:
-        session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
-                    + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
+        session.log(
+            f"profiling pid {popen.pid} ({' '.join(command)})"
+            + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
+        )
     if args.tui:
         from gpudiag.agent.live import run_with_tui
 
@@ -121,11 +151,19 @@ def _profile_launched(args: argparse.Namespace, job: Job, settings: Settings,
     else:
         result = session.run()
     failed = result.exit_code not in (None, 0)
-    finish(result, args, "run", command, target, out, settings, recorder,
-           stderr_tail=tee.lines() if failed else None)
+    finish(
+        result,
+        args,
+        "run",
+        command,
+        target,
+        out,
+        settings,
+        recorder,
+        stderr_tail=tee.lines() if failed else None,
+    )
     if result.end_reason == "duration_reached":
-        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running",
-              file=sys.stderr)
+        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     if result.exit_code is not None:
         return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
@@ -135,8 +173,12 @@ def _profile_launched(args: argparse.Namespace, job: Job, settings: Settings,
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     """Profile a running job; UsageError when its stacks cannot be read at all."""
     opts = session_options(args)
-    session = Session(Target(pid), settings, opts,
-                      probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)])
+    session = Session(
+        Target(pid),
+        settings,
+        opts,
+        probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
+    )
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0
     status = session.open_probe(stacks)
@@ -153,9 +195,14 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
     if not args.quiet:
-        session.log(f"attached to pid {pid} ({' '.join(cmdline)})"
-                    + (f" for {args.duration:.0f} s" if args.duration else
-                       "; Ctrl-C stops and writes the report"))
+        session.log(
+            f"attached to pid {pid} ({' '.join(cmdline)})"
+            + (
+                f" for {args.duration:.0f} s"
+                if args.duration
+                else "; Ctrl-C stops and writes the report"
+            )
+        )
     recorder = _recorder(args, "attach", cmdline, pid)
     session.sink = recorder.write if recorder else None
     if args.tui:

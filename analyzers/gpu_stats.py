@@ -11,7 +11,7 @@ from gpudiag.analyzers.timeline import Aggregate
 
 NVML_ONLY_CONFIDENCE = 0.6
 CONFIRMED_CONFIDENCE = 0.9
-GIB = 2 ** 30
+GIB = 2**30
 # PCIe payload bandwidth per lane and direction, GB/s, by generation.
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
@@ -23,10 +23,10 @@ class GpuStats:
     index: str
     name: str
     samples: int = 0
-    busy: float | None = None            # NVML utilisation, mean
-    job_sm: float | None = None          # per-process SM utilisation of the job, mean
-    sm_active: float | None = None       # GPM
-    tensor_active: float | None = None   # GPM
+    busy: float | None = None  # NVML utilisation, mean
+    job_sm: float | None = None  # per-process SM utilisation of the job, mean
+    sm_active: float | None = None  # GPM
+    tensor_active: float | None = None  # GPM
     mem_peak: float | None = None
     mem_total: float | None = None
     pcie_rx: float | None = None
@@ -37,7 +37,7 @@ class GpuStats:
     pcie_width_max: float | None = None
     sm_clock: float | None = None
     sm_clock_max: float | None = None
-    gpm_pcie_rx: float | None = None     # bytes/s, GPM (Hopper+)
+    gpm_pcie_rx: float | None = None  # bytes/s, GPM (Hopper+)
     power_w: float | None = None
     power_limit: float | None = None
     power_default: float | None = None
@@ -70,8 +70,9 @@ def gpu_stats(tl: Aggregate) -> list[GpuStats]:
         if probe != "gpu":
             continue
         labels = dict(lk)
-        st = out.setdefault(labels.get("gpu", "?"), GpuStats(labels.get("gpu", "?"),
-                                                             labels.get("name", "GPU")))
+        st = out.setdefault(
+            labels.get("gpu", "?"), GpuStats(labels.get("gpu", "?"), labels.get("name", "GPU"))
+        )
         mean, peak = roll.mean, roll.maximum
         if name == "util_gpu":
             st.busy, st.samples = mean, roll.count
@@ -106,7 +107,7 @@ def gpu_stats(tl: Aggregate) -> list[GpuStats]:
         elif name == "sm_clock_max_mhz":
             st.sm_clock_max = peak
         elif name.startswith("throttle_"):
-            st.throttle[name[len("throttle_"):]] = mean or 0.0
+            st.throttle[name[len("throttle_") :]] = mean or 0.0
         elif name == "lost" and peak and peak > 0:
             st.lost = True
         elif name == "job_uses_gpu":
@@ -124,8 +125,9 @@ def confidence(st: GpuStats, base: float = NVML_ONLY_CONFIDENCE) -> float:
 
 def gpu_evidence(st: GpuStats, name: str, value: float | None, unit: str, **kw) -> Evidence:
     """Evidence of one GPU: the metric named `name[gpuN]`, its value rounded."""
-    return Evidence(f"{name}[gpu{st.index}]", None if value is None else round(value, 4), unit,
-                    **kw)
+    return Evidence(
+        f"{name}[gpu{st.index}]", None if value is None else round(value, 4), unit, **kw
+    )
 
 
 def job_gpu_idle(stats: list[GpuStats]) -> tuple[float | None, tuple[str, ...]]:
@@ -133,8 +135,9 @@ def job_gpu_idle(stats: list[GpuStats]) -> tuple[float | None, tuple[str, ...]]:
     used = [st for st in stats if st.job_uses_gpu and st.idle is not None and not st.lost]
     if not used:
         return None, ()
-    signals = ("nvml utilization",) + (("nvml gpm",) if any(st.sm_active is not None
-                                                              for st in used) else ())
+    signals = ("nvml utilization",) + (
+        ("nvml gpm",) if any(st.sm_active is not None for st in used) else ()
+    )
     return sum(st.idle for st in used) / len(used), signals
 
 
@@ -143,8 +146,12 @@ def link_bound(stats: list[GpuStats], th: Thresholds) -> float:
     worst = 0.0
     for st in stats:
         cap = st.link_capacity()
-        if cap and st.busy is not None and st.rx >= th.pcie_saturation * cap and \
-                st.busy < th.pcie_busy_max:
+        if (
+            cap
+            and st.busy is not None
+            and st.rx >= th.pcie_saturation * cap
+            and st.busy < th.pcie_busy_max
+        ):
             worst = max(worst, 1.0 - st.busy)
     return worst
 
@@ -155,6 +162,5 @@ def gpu_compute(stats: list[GpuStats]) -> float | None:
     used = [st for st in stats if st.job_uses_gpu and st.busy is not None and not st.lost]
     if not used:
         return None
-    vals = [(st.busy + st.sm_active) / 2 if st.sm_active is not None else st.busy
-            for st in used]
+    vals = [(st.busy + st.sm_active) / 2 if st.sm_active is not None else st.busy for st in used]
     return sum(vals) / len(vals)

@@ -31,8 +31,12 @@ class ProbeStatus:
 
     def to_dict(self) -> dict:
         """Return the JSON form used in reports."""
-        out = {"name": self.name, "available": self.available,
-               "reason": self.reason, "hint": self.hint}
+        out = {
+            "name": self.name,
+            "available": self.available,
+            "reason": self.reason,
+            "hint": self.hint,
+        }
         if self.info:
             out["info"] = True
         return out
@@ -52,15 +56,22 @@ class Sample:
 
     def to_dict(self) -> dict:
         """Return the JSON form used in recordings."""
-        return {"probe": self.probe, "t_ns": self.t_ns, "labels": self.labels,
-                "values": self.values}
+        return {
+            "probe": self.probe,
+            "t_ns": self.t_ns,
+            "labels": self.labels,
+            "values": self.values,
+        }
 
     @staticmethod
     def from_dict(d: dict) -> Sample:
         """Rebuild a sample from its JSON form."""
-        return Sample(probe=str(d["probe"]), t_ns=int(d["t_ns"]),
-                      labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
-                      values=dict(d.get("values", {})))
+        return Sample(
+            probe=str(d["probe"]),
+            t_ns=int(d["t_ns"]),
+            labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
+            values=dict(d.get("values", {})),
+        )
 
 
 @dataclass(frozen=True)

@@ -45,28 +45,41 @@ class BoxSampler:
                 if v.get("util_gpu") is not None:
                     hist.append(v["util_gpu"])
                     del hist[:-60]
-                gpus.append({"index": key, "name": s.labels.get("name"), **v,
-                             "history": list(hist)})
+                gpus.append(
+                    {"index": key, "name": s.labels.get("name"), **v, "history": list(hist)}
+                )
             for pid, used in self.gpu.compute_processes().items():
                 gpu_procs[pid] = [f"{index}:{mem / 2**30:.1f}GiB" for index, mem in used]
         rows = []
         me = os.getpid()
-        for proc in psutil.process_iter(["pid", "username", "name", "cmdline", "cpu_percent",
-                                         "memory_info"]):
+        for proc in psutil.process_iter(
+            ["pid", "username", "name", "cmdline", "cpu_percent", "memory_info"]
+        ):
             info = proc.info
             name = (info.get("name") or "").lower()
             cmd = " ".join(info.get("cmdline") or [])[:120]
             on_gpu = gpu_procs.get(info["pid"])
             if info["pid"] == me or not (on_gpu or name.startswith("python")):
                 continue
-            rows.append({"pid": info["pid"], "user": info.get("username") or "?",
-                         "command": cmd or name, "gpus": ", ".join(on_gpu or []) or "-",
-                         "cpu": info.get("cpu_percent") or 0.0,
-                         "rss": getattr(info.get("memory_info"), "rss", 0) or 0,
-                         "python": name.startswith("python")})
+            rows.append(
+                {
+                    "pid": info["pid"],
+                    "user": info.get("username") or "?",
+                    "command": cmd or name,
+                    "gpus": ", ".join(on_gpu or []) or "-",
+                    "cpu": info.get("cpu_percent") or 0.0,
+                    "rss": getattr(info.get("memory_info"), "rss", 0) or 0,
+                    "python": name.startswith("python"),
+                }
+            )
         rows.sort(key=lambda r: (r["gpus"] == "-", -r["cpu"]))
-        return {"t": time.time(), "host": host, "gpus": gpus, "processes": rows,
-                "gpu_status": self.gpu_status.to_dict()}
+        return {
+            "t": time.time(),
+            "host": host,
+            "gpus": gpus,
+            "processes": rows,
+            "gpu_status": self.gpu_status.to_dict(),
+        }
 
     def close(self) -> None:
         """Release NVML."""

@@ -53,7 +53,7 @@ def parse_raw(lines: Iterable[str], default_pid: int) -> list[StackRow]:
 def is_library_frame(frame: str) -> bool:
     """True when a 'func (file:line)' frame is in the standard library or an installed package."""
     lpar = frame.rfind(" (")
-    path = frame[lpar + 2:] if lpar >= 0 else frame
+    path = frame[lpar + 2 :] if lpar >= 0 else frame
     return bool(_LIB_RE.search(path))
 
 
@@ -135,9 +135,9 @@ class SourceLines:
         colon = frame.rfind(":")
         if lpar < 0 or colon < lpar:
             return ""
-        path = frame[lpar + 2:colon]
+        path = frame[lpar + 2 : colon]
         try:
-            lineno = int(frame[colon + 1:].rstrip(")"))
+            lineno = int(frame[colon + 1 :].rstrip(")"))
         except ValueError:
             return ""
         key = (path, lineno)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import psutil
 
-PTRACE_HINT = ("run gpudiag as root, or allow ptrace: "
-               "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`, or "
-               "`sudo setcap cap_sys_ptrace+ep $(which py-spy)`; "
-               "in Docker add `--cap-add SYS_PTRACE`")
-
-
+PTRACE_HINT = (
+    "run gpudiag as root, or allow ptrace: "
+    "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`, or "
+    "`sudo setcap cap_sys_ptrace+ep $(which py-spy)`; "
+    "in Docker add `--cap-add SYS_PTRACE`"
+)
 
 
 def find_py_spy() -> str | None:
@@ -35,8 +35,10 @@ def diagnose_py_spy_error(text: str, pid: int) -> tuple[str, str | None]:
     if "permission denied" in low or "operation not permitted" in low:
         return (f"no permission to read the memory of pid {pid} (ptrace)", PTRACE_HINT)
     if "failed to find python version" in low or "failed to get process executable" in low:
-        return (f"pid {pid} is not a Python process (py-spy found no interpreter)",
-                "attach to the Python process of the job (the one running the training loop)")
+        return (
+            f"pid {pid} is not a Python process (py-spy found no interpreter)",
+            "attach to the Python process of the job (the one running the training loop)",
+        )
     if "no such process" in low or "failed to open process" in low:
         return (f"no process with pid {pid}", None)
     last = [ln for ln in text.strip().splitlines() if ln.strip()]
@@ -47,7 +49,7 @@ def diagnose_py_spy_error(text: str, pid: int) -> tuple[str, str | None]:
 class SpyRun:
     """One py-spy recorder of a window: what it samples and where its output goes."""
 
-    mode: str            # "all" (loop process), "gil", or "worker"
+    mode: str  # "all" (loop process), "gil", or "worker"
     pid: int
     rate: int
     out: str

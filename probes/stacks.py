@@ -64,10 +64,19 @@ class StackProbe(Probe):
     interval_s = 0.5
     buffered = True  # samples arrive per window; drain once more after close()
     fields = (
-        Field("count", "samples", "counter", "stack samples of one thread with one stack "
-              "(workers: weighted, see weight)"),
-        Field("weight", "ratio", "gauge", "factor a worker's raw sample count was scaled by: "
-              "workers alive / workers recorded x loop rate / worker rate"),
+        Field(
+            "count",
+            "samples",
+            "counter",
+            "stack samples of one thread with one stack (workers: weighted, see weight)",
+        ),
+        Field(
+            "weight",
+            "ratio",
+            "gauge",
+            "factor a worker's raw sample count was scaled by: "
+            "workers alive / workers recorded x loop rate / worker rate",
+        ),
         Field("ticks", "samples", "counter", "sampling ticks in a window"),
         Field("duration_s", "s", "gauge", "length of a sampling window"),
         Field("rate_hz", "Hz", "gauge", "sampling rate of a window"),
@@ -77,10 +86,18 @@ class StackProbe(Probe):
         Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
     )
 
-    def __init__(self, rate_hz: int = 100, window_s: float = 3.0, gil_rate_hz: int = 25,
-                 nonblocking: bool = True, subprocesses: bool = True,
-                 startup_timeout_s: float = 10.0, worker_rate_hz: int = 20,
-                 workers_per_window: int = 1, min_rate_hz: int = 5) -> None:
+    def __init__(
+        self,
+        rate_hz: int = 100,
+        window_s: float = 3.0,
+        gil_rate_hz: int = 25,
+        nonblocking: bool = True,
+        subprocesses: bool = True,
+        startup_timeout_s: float = 10.0,
+        worker_rate_hz: int = 20,
+        workers_per_window: int = 1,
+        min_rate_hz: int = 5,
+    ) -> None:
         self.rate_hz = rate_hz
         self.gil_rate_hz = gil_rate_hz
         self.worker_rate_hz = worker_rate_hz
@@ -103,8 +120,8 @@ class StackProbe(Probe):
         self._turn = 0
         self.lean = False
         self._unreadable: set[int] = set()
-        self.spy_cpu_s = 0.0          # CPU of every finished py-spy recorder
-        self.spy_window_rss = 0       # py-spy's peak RSS in the last window, all recorders
+        self.spy_cpu_s = 0.0  # CPU of every finished py-spy recorder
+        self.spy_window_rss = 0  # py-spy's peak RSS in the last window, all recorders
         self.last_error: str | None = None
         self._sources = SourceLines()
 
@@ -117,10 +134,17 @@ class StackProbe(Probe):
         """The rates the next window will use."""
         loop = max(self.min_rate_hz, round(self.rate_hz * self.level))
         gil = max(2, round(self.gil_rate_hz * self.level)) if self.gil_rate_hz > 0 else 0
-        worker = max(2, round(self.worker_rate_hz * self.level)) \
-            if self.subprocesses and self.worker_rate_hz > 0 else 0
-        return {"stacks_loop_hz": float(loop), "stacks_gil_hz": float(gil),
-                "stacks_worker_hz": float(worker), "stacks_window_s": self.window_now()}
+        worker = (
+            max(2, round(self.worker_rate_hz * self.level))
+            if self.subprocesses and self.worker_rate_hz > 0
+            else 0
+        )
+        return {
+            "stacks_loop_hz": float(loop),
+            "stacks_gil_hz": float(gil),
+            "stacks_worker_hz": float(worker),
+            "stacks_window_s": self.window_now(),
+        }
 
     def window_now(self) -> float:
         """The window length at the current level: starting py-spy costs about 10 ms of CPU,
@@ -139,8 +163,11 @@ class StackProbe(Probe):
         per_sample = SPY_SAMPLE_BASE_S + SPY_SAMPLE_PER_THREAD_S * threads
         loop = max(self.min_rate_hz, self.rate_hz * level)
         has_workers = self.subprocesses and bool(self._workers())
-        workers = (self.worker_rate_hz * level * (SPY_SAMPLE_BASE_S + 2 * SPY_SAMPLE_PER_THREAD_S)
-                   if has_workers else 0.0)
+        workers = (
+            self.worker_rate_hz * level * (SPY_SAMPLE_BASE_S + 2 * SPY_SAMPLE_PER_THREAD_S)
+            if has_workers
+            else 0.0
+        )
         window = min(max(self.window_s, 10.0), self.window_s / max(level, 0.01) ** 0.5)
         starts = (2 + has_workers) * SPY_START_S / max(1.0, window)
         return loop * per_sample + workers + starts
@@ -173,13 +200,21 @@ class StackProbe(Probe):
         self.target = target
         self._exe = find_py_spy()
         if self._exe is None:
-            return ProbeStatus(self.name, False, "py-spy executable not found",
-                               "pip install py-spy (it is a dependency of gpudiag)")
+            return ProbeStatus(
+                self.name,
+                False,
+                "py-spy executable not found",
+                "pip install py-spy (it is a dependency of gpudiag)",
+            )
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             try:
-                res = subprocess.run([self._exe, "dump", "--pid", str(target.pid)],
-                                     capture_output=True, text=True, timeout=30)
+                res = subprocess.run(
+                    [self._exe, "dump", "--pid", str(target.pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
             except subprocess.TimeoutExpired:
                 return ProbeStatus(self.name, False, "py-spy dump timed out", None)
             if res.returncode == 0:
@@ -203,9 +238,22 @@ class StackProbe(Probe):
     def _cmd(self, run: SpyRun, duration: float) -> list[str]:
         assert self._exe
         fmt = "raw" if run.mode == "gil" else "speedscope"
-        cmd = [self._exe, "record", "--pid", str(run.pid), "--format", fmt,
-               "--threads", "--full-filenames", "--rate", str(run.rate),
-               "--duration", str(max(1, round(duration))), "--output", run.out]
+        cmd = [
+            self._exe,
+            "record",
+            "--pid",
+            str(run.pid),
+            "--format",
+            fmt,
+            "--threads",
+            "--full-filenames",
+            "--rate",
+            str(run.rate),
+            "--duration",
+            str(max(1, round(duration))),
+            "--output",
+            run.out,
+        ]
         cmd.append("--gil" if run.mode == "gil" else "--idle")
         if self.nonblocking:
             cmd.append("--nonblocking")
@@ -224,20 +272,38 @@ class StackProbe(Probe):
         """The recorders of window n, and how many workers were alive."""
         assert self._tmp is not None and self.target is not None
         r = self.rates()
-        runs = [SpyRun("all", self.target.pid, int(r["stacks_loop_hz"]),
-                     os.path.join(self._tmp.name, f"w{n}-all.json"))]
+        runs = [
+            SpyRun(
+                "all",
+                self.target.pid,
+                int(r["stacks_loop_hz"]),
+                os.path.join(self._tmp.name, f"w{n}-all.json"),
+            )
+        ]
         alive = self._workers() if r["stacks_worker_hz"] > 0 else []
         gil_turn = not (self.lean and alive) or n % 2 == 1
         if r["stacks_gil_hz"] > 0 and gil_turn:
-            runs.append(SpyRun("gil", self.target.pid, int(r["stacks_gil_hz"]),
-                             os.path.join(self._tmp.name, f"w{n}-gil.txt")))
+            runs.append(
+                SpyRun(
+                    "gil",
+                    self.target.pid,
+                    int(r["stacks_gil_hz"]),
+                    os.path.join(self._tmp.name, f"w{n}-gil.txt"),
+                )
+            )
         if self.lean and r["stacks_gil_hz"] > 0 and gil_turn:
             alive = []
         k = min(len(alive), max(1, self.workers_per_window))
         for j in range(k):
             pid = alive[(self._turn + j) % len(alive)]
-            runs.append(SpyRun("worker", pid, int(r["stacks_worker_hz"]),
-                             os.path.join(self._tmp.name, f"w{n}-worker{pid}.json")))
+            runs.append(
+                SpyRun(
+                    "worker",
+                    pid,
+                    int(r["stacks_worker_hz"]),
+                    os.path.join(self._tmp.name, f"w{n}-worker{pid}.json"),
+                )
+            )
         self._turn += k
         return runs, len(alive)
 
@@ -251,9 +317,12 @@ class StackProbe(Probe):
             started = time.monotonic()
             for run in runs:
                 try:
-                    run.proc = subprocess.Popen(self._cmd(run, window),
-                                                stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.PIPE, text=True)
+                    run.proc = subprocess.Popen(
+                        self._cmd(run, window),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
                 except OSError as exc:
                     self.last_error = f"cannot start py-spy: {exc}"
                     return
@@ -296,29 +365,47 @@ class StackProbe(Probe):
         loop_rate = runs[0].rate
         ticks = 0
         workers_read = [r for r in runs if r.mode == "worker"]
-        weight = (alive / max(1, len(workers_read))) * loop_rate / workers_read[0].rate \
-            if workers_read else 1.0
+        weight = (
+            (alive / max(1, len(workers_read))) * loop_rate / workers_read[0].rate
+            if workers_read
+            else 1.0
+        )
         recorded = 0
         for run in runs:
             parsed = self._read(run)
             if parsed is None:
-                if run.mode == "worker" and "python" in run.err.lower() and \
-                        "version" in run.err.lower():
+                if (
+                    run.mode == "worker"
+                    and "python" in run.err.lower()
+                    and "version" in run.err.lower()
+                ):
                     self._unreadable.add(run.pid)  # a child that is not Python
                 continue
             rows, episodes = parsed
             if run.mode == "worker":
                 recorded += 1
                 for r in rows:
-                    samples.append(self._stack_sample(t, "all", r, "worker", r.count * weight,
-                                                      weight))
+                    samples.append(
+                        self._stack_sample(t, "all", r, "worker", r.count * weight, weight)
+                    )
                 continue
             loop_ok = loop_ok or run.mode == "all"
             for e in episodes:
-                samples.append(Sample(self.name, t, {
-                    "mode": run.mode, "kind": "episode", "pid": str(e.pid), "tid": str(e.tid),
-                    "thread": e.thread, "anchor": e.anchor},
-                    {"episodes": float(e.episodes), "count": float(e.count)}))
+                samples.append(
+                    Sample(
+                        self.name,
+                        t,
+                        {
+                            "mode": run.mode,
+                            "kind": "episode",
+                            "pid": str(e.pid),
+                            "tid": str(e.tid),
+                            "thread": e.thread,
+                            "anchor": e.anchor,
+                        },
+                        {"episodes": float(e.episodes), "count": float(e.count)},
+                    )
+                )
             if run.mode == "all":
                 per_thread: dict[int, int] = {}
                 for r in rows:
@@ -327,28 +414,61 @@ class StackProbe(Probe):
             for r in rows:
                 samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
             m = re.search(r"Errors:\s*(\d+)", run.err)
-            samples.append(Sample(self.name, t, {"mode": run.mode, "kind": "window"}, {
-                "ticks": float(ticks if run.mode == "all" else round(ticks * run.rate
-                                                                       / loop_rate)),
-                "duration_s": duration, "rate_hz": float(run.rate),
-                "errors": float(m.group(1)) if m else 0.0}))
+            samples.append(
+                Sample(
+                    self.name,
+                    t,
+                    {"mode": run.mode, "kind": "window"},
+                    {
+                        "ticks": float(
+                            ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
+                        ),
+                        "duration_s": duration,
+                        "rate_hz": float(run.rate),
+                        "errors": float(m.group(1)) if m else 0.0,
+                    },
+                )
+            )
         if workers_read:
-            samples.append(Sample(self.name, t, {"mode": "workers", "kind": "window"}, {
-                "duration_s": duration, "rate_hz": float(workers_read[0].rate),
-                "workers": float(alive), "recorded": float(recorded), "weight": weight}))
+            samples.append(
+                Sample(
+                    self.name,
+                    t,
+                    {"mode": "workers", "kind": "window"},
+                    {
+                        "duration_s": duration,
+                        "rate_hz": float(workers_read[0].rate),
+                        "workers": float(alive),
+                        "recorded": float(recorded),
+                        "weight": weight,
+                    },
+                )
+            )
         with self._lock:
             self._pending.extend(samples)
         return loop_ok
 
-    def _stack_sample(self, t: int, mode: str, r: StackRow, role: str, count: float,
-                      weight: float | None = None) -> Sample:
+    def _stack_sample(
+        self, t: int, mode: str, r: StackRow, role: str, count: float, weight: float | None = None
+    ) -> Sample:
         values: dict[str, float | None] = {"count": count}
         if weight is not None:
             values["weight"] = weight
-        return Sample(self.name, t, {
-            "mode": mode, "kind": "stack", "pid": str(r.pid), "tid": str(r.tid),
-            "thread": r.thread, "role": role, "stack": ";".join(r.frames),
-            "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else ""}, values)
+        return Sample(
+            self.name,
+            t,
+            {
+                "mode": mode,
+                "kind": "stack",
+                "pid": str(r.pid),
+                "tid": str(r.tid),
+                "thread": r.thread,
+                "role": role,
+                "stack": ";".join(r.frames),
+                "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else "",
+            },
+            values,
+        )
 
     def problems(self) -> list[str]:
         """Why py-spy last failed, if it did."""

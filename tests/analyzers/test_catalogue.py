@@ -15,9 +15,17 @@ ANALYZERS = Path(__file__).resolve().parents[2] / "analyzers"
 
 
 def finding(fid: str, impact: float = 0.5) -> Finding:
-    return Finding(id=fid, title=CATALOGUE[fid].title, severity="warning", confidence=0.9,
-                   impact=impact, message="", evidence=(),
-                   recommendation=Recommendation("", ()), expected_speedup=1.0)
+    return Finding(
+        id=fid,
+        title=CATALOGUE[fid].title,
+        severity="warning",
+        confidence=0.9,
+        impact=impact,
+        message="",
+        evidence=(),
+        recommendation=Recommendation("", ()),
+        expected_speedup=1.0,
+    )
 
 
 def test_every_emitted_id_is_in_the_catalogue():
