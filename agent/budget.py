@@ -48,8 +48,12 @@ class _RateStats:
 
     def to_dict(self, last: float) -> dict:
         mean = self.weighted / self.seconds if self.seconds > 0 else last
-        return {"mean": round(mean, 3), "min": round(min(self.minimum, last), 3),
-                "max": round(max(self.maximum, last), 3), "last": round(last, 3)}
+        return {
+            "mean": round(mean, 3),
+            "min": round(min(self.minimum, last), 3),
+            "max": round(max(self.maximum, last), 3),
+            "last": round(last, 3),
+        }
 
 
 @dataclass
@@ -101,8 +105,7 @@ class Governor:
         if self.rss_reader is not None:
             return self.rss_reader()
         own = psutil.Process().memory_info().rss
-        kids = sum(int(p.child_rss_bytes()) for p in self.probes
-                   if hasattr(p, "child_rss_bytes"))
+        kids = sum(int(p.child_rss_bytes()) for p in self.probes if hasattr(p, "child_rss_bytes"))
         return own + kids
 
     def _adaptive(self) -> list[Any]:
@@ -139,8 +142,11 @@ class Governor:
 
     def _settle_s(self) -> float:
         """How long until a new level is in force: the longest stack window."""
-        windows = [float(p.rates().get("stacks_window_s", 0.0)) for p in self._adaptive()
-                   if hasattr(p, "rates")]
+        windows = [
+            float(p.rates().get("stacks_window_s", 0.0))
+            for p in self._adaptive()
+            if hasattr(p, "rates")
+        ]
         return max(windows, default=0.0)
 
     def _record_rates(self, seconds: float) -> None:
@@ -221,7 +227,8 @@ class Governor:
             "cpu_budget_cores": self.budget.cpu_cores,
             "rss_budget_bytes": self.budget.rss_bytes,
             "cpu_cores": round(spent / elapsed, 5) if elapsed > 0 else None,
-            "py_spy_cpu_cores": round(spy / elapsed, 5) if elapsed > 0 and spy is not None
+            "py_spy_cpu_cores": round(spy / elapsed, 5)
+            if elapsed > 0 and spy is not None
             else None,
             "peak_rss_bytes": self.peak_rss_bytes or None,
             "rss_over_budget": self.rss_over_budget,
@@ -229,6 +236,8 @@ class Governor:
             "adjustments": self.adjustments,
             "periods_over_budget": self.over_budget_periods,
             "periods": self.periods,
-            "rates": {k: self._rates.get(k, _RateStats()).to_dict(v)
-                      for k, v in sorted(self._last.items())},
+            "rates": {
+                k: self._rates.get(k, _RateStats()).to_dict(v)
+                for k, v in sorted(self._last.items())
+            },
         }

@@ -5,39 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 from gpudiag.agent.config import load_settings
-from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.joboutput import StderrTee
-from gpudiag.agent.recording import Recorder, open_recording
+from gpudiag.agent.profiling import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    attach_job,
+    print_summary,
+    run_job,
+)
 from gpudiag.agent.render import render_markdown, render_text
+from gpudiag.agent.replay import replay_report
 from gpudiag.agent.report import (
-    build_report,
     check_writable,
-    default_report_name,
     load_report,
     schema_text,
     tool_version,
     validate,
     write_report,
 )
-from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
-from gpudiag.analyzers import analyze
 from gpudiag.analyzers.thresholds import Thresholds
-from gpudiag.analyzers.timeline import Timeline
-from gpudiag.probes.base import ProbeStatus, Target
-from gpudiag.probes.gpu import hardware_summary
-from gpudiag.probes.inject.gpudiag_hooks import attach_path
-from gpudiag.probes.inprocess import HookProbe, injection_env
-from gpudiag.probes.stacks import StackProbe
-
-EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
 DESCRIPTION = """\
 gpudiag tells you why your PyTorch job is slow and what to change.
@@ -80,150 +70,280 @@ def _rate(value: str) -> int:
 
 
 def _price_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--price", type=float, metavar="USD_PER_GPU_HOUR",
-                   help="GPU-hour price for the money figures (default: [tool.gpudiag.prices]"
-                        ", else the built-in reference table)")
-    p.add_argument("--prices", metavar="FILE",
-                   help="TOML file with a [prices] table: GPU model key or name = USD/GPU-hour")
+    p.add_argument(
+        "--price",
+        type=float,
+        metavar="USD_PER_GPU_HOUR",
+        help="GPU-hour price for the money figures (default: [tool.gpudiag.prices]"
+        ", else the built-in reference table)",
+    )
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="TOML file with a [prices] table: GPU model key or name = USD/GPU-hour",
+    )
 
 
 def _profiling_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=_positive, metavar="SECONDS",
-                   help="stop profiling after this many seconds (the job keeps running)")
-    p.add_argument("--out", metavar="FILE",
-                   help="report file (default: ./gpudiag-<pid>-<time>.json)")
-    p.add_argument("--rate", type=_rate, default=100, metavar="HZ",
-                   help="py-spy stack sampling rate at most (default: 100; lowered to keep "
-                        "within --cpu-budget)")
-    p.add_argument("--cpu-budget", type=_budget, default=3.0, metavar="PERCENT",
-                   help="CPU gpudiag and its py-spy may use, in percent of one core; sampling "
-                        "rates adapt to it (default: 3; 0: no limit)")
-    p.add_argument("--window", type=_positive, default=3.0, metavar="SECONDS",
-                   help="py-spy sampling window; stacks arrive once per window (default: 3)")
-    p.add_argument("--blocking", action="store_true",
-                   help="pause the job for each stack sample (consistent stacks, higher "
-                        "cost to the job; the default reads without pausing; see README)")
-    p.add_argument("--config", metavar="FILE",
-                   help="TOML file with [thresholds] and [[rules]] (default: "
-                        "[tool.gpudiag] of ./pyproject.toml)")
-    p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
-                   help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)")
+    p.add_argument(
+        "--duration",
+        type=_positive,
+        metavar="SECONDS",
+        help="stop profiling after this many seconds (the job keeps running)",
+    )
+    p.add_argument(
+        "--out", metavar="FILE", help="report file (default: ./gpudiag-<pid>-<time>.json)"
+    )
+    p.add_argument(
+        "--rate",
+        type=_rate,
+        default=100,
+        metavar="HZ",
+        help="py-spy stack sampling rate at most (default: 100; lowered to keep "
+        "within --cpu-budget)",
+    )
+    p.add_argument(
+        "--cpu-budget",
+        type=_budget,
+        default=3.0,
+        metavar="PERCENT",
+        help="CPU gpudiag and its py-spy may use, in percent of one core; sampling "
+        "rates adapt to it (default: 3; 0: no limit)",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive,
+        default=3.0,
+        metavar="SECONDS",
+        help="py-spy sampling window; stacks arrive once per window (default: 3)",
+    )
+    p.add_argument(
+        "--blocking",
+        action="store_true",
+        help="pause the job for each stack sample (consistent stacks, higher "
+        "cost to the job; the default reads without pausing; see README)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file with [thresholds] and [[rules]] (default: "
+        "[tool.gpudiag] of ./pyproject.toml)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        dest="overrides",
+        help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)",
+    )
     _price_options(p)
-    p.add_argument("--record", metavar="FILE",
-                   help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
-                        "replay` and bug reports")
-    p.add_argument("--record-max-mb", type=_positive, default=1024, metavar="MB",
-                   help="bound on the recording's size on disk: past half of it FILE is "
-                        "rotated to FILE.1, dropping the oldest samples (default: 1024)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="summary printed on stdout at the end: text, markdown (tickets, pull "
-                        "requests) or json (the whole report); with markdown or json nothing "
-                        "else goes to stdout: a launched job's own stdout is sent to stderr "
-                        "(default: text)")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
+        "replay` and bug reports",
+    )
+    p.add_argument(
+        "--record-max-mb",
+        type=_positive,
+        default=1024,
+        metavar="MB",
+        help="bound on the recording's size on disk: past half of it FILE is "
+        "rotated to FILE.1, dropping the oldest samples (default: 1024)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="summary printed on stdout at the end: text, markdown (tickets, pull "
+        "requests) or json (the whole report); with markdown or json nothing "
+        "else goes to stdout: a launched job's own stdout is sent to stderr "
+        "(default: text)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--tui", action="store_true",
-                   help="show the live diagnosis in the terminal UI (q quits and writes the "
-                        "report)")
+    p.add_argument(
+        "--tui",
+        action="store_true",
+        help="show the live diagnosis in the terminal UI (q quits and writes the report)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = _Parser(prog="gpudiag", description=DESCRIPTION,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="gpudiag",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"gpudiag {tool_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("run", help="launch a job and profile it until it exits",
-                       description="Launch CMD, profile it until it exits (its exit code is "
-                                   "passed through) or until --duration passes (the job then "
-                                   "keeps running), write the report, print a summary.",
-                       usage="gpudiag run [options] -- CMD [ARGS...]")
+    p = sub.add_parser(
+        "run",
+        help="launch a job and profile it until it exits",
+        description="Launch CMD, profile it until it exits (its exit code is "
+        "passed through) or until --duration passes (the job then "
+        "keeps running), write the report, print a summary.",
+        usage="gpudiag run [options] -- CMD [ARGS...]",
+    )
     _profiling_options(p)
-    p.add_argument("--no-inject", action="store_true",
-                   help="do not add the in-process hooks (exact step timing) to the job")
+    p.add_argument(
+        "--no-inject",
+        action="store_true",
+        help="do not add the in-process hooks (exact step timing) to the job",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
-    p = sub.add_parser("attach", help="profile a running job by PID",
-                       description="Profile a running Python job without restarting it, "
-                                   "until Ctrl-C, the job's exit, or --duration.")
+    p = sub.add_parser(
+        "attach",
+        help="profile a running job by PID",
+        description="Profile a running Python job without restarting it, "
+        "until Ctrl-C, the job's exit, or --duration.",
+    )
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
 
-    p = sub.add_parser("report", help="render a saved report",
-                       description="Render a saved report as text, markdown or JSON.")
+    p = sub.add_parser(
+        "report",
+        help="render a saved report",
+        description="Render a saved report as text, markdown or JSON.",
+    )
     p.add_argument("file", help="a report written by gpudiag run/attach")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="text (the full diagnosis with evidence), markdown (for tickets and "
-                        "pull requests) or json (the report itself) (default: text)")
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="text (the full diagnosis with evidence), markdown (for tickets and "
+        "pull requests) or json (the report itself) (default: text)",
+    )
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
-    p = sub.add_parser("replay", help="analyse a recording made with --record",
-                       description="Run the analyzers over a recording (--record FILE) and "
-                                   "write a report, as the live run would have.")
+    p = sub.add_parser(
+        "replay",
+        help="analyse a recording made with --record",
+        description="Run the analyzers over a recording (--record FILE) and "
+        "write a report, as the live run would have.",
+    )
     p.add_argument("file", help="a recording (.jsonl.gz) written by run/attach --record")
     p.add_argument("--out", metavar="FILE", help="also write the report to FILE")
     p.add_argument("--config", metavar="FILE", help="thresholds and rules, as for run")
-    p.add_argument("--set", action="append", metavar="NAME=VALUE", dest="overrides",
-                   help="override one threshold (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        dest="overrides",
+        help="override one threshold (repeatable)",
+    )
     _price_options(p)
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="summary on stdout: text, markdown or json (the whole report) "
-                        "(default: text)")
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="summary on stdout: text, markdown or json (the whole report) (default: text)",
+    )
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
 
-    sub.add_parser("schema", help="print the report's JSON Schema",
-                   description="Print the JSON Schema every report validates against.")
+    sub.add_parser(
+        "schema",
+        help="print the report's JSON Schema",
+        description="Print the JSON Schema every report validates against.",
+    )
 
-    sub.add_parser("thresholds", help="list the thresholds and their defaults",
-                   description="List every threshold findings test against, its default "
-                               "and meaning. Override with --set NAME=VALUE or a config file.")
+    sub.add_parser(
+        "thresholds",
+        help="list the thresholds and their defaults",
+        description="List every threshold findings test against, its default "
+        "and meaning. Override with --set NAME=VALUE or a config file.",
+    )
 
-    p = sub.add_parser("gate", help="fail CI when GPU efficiency regresses against a baseline",
-                       description="Run the job N times under gpudiag (or take saved reports) "
-                                   "and compare its metrics with a baseline. Exit codes: 0 "
-                                   "pass, 1 regression, 2 usage or internal error, 3 "
-                                   "inconclusive (too few runs, interval straddling a limit, "
-                                   "different environment).",
-                       usage="gpudiag gate --baseline BASE.json [options] "
-                             "(-- CMD [ARGS...] | CURRENT.json ...)")
-    p.add_argument("--baseline", required=True, metavar="FILE",
-                   help="a gate baseline (from --update-baseline) or a gpudiag report")
+    p = sub.add_parser(
+        "gate",
+        help="fail CI when GPU efficiency regresses against a baseline",
+        description="Run the job N times under gpudiag (or take saved reports) "
+        "and compare its metrics with a baseline. Exit codes: 0 "
+        "pass, 1 regression, 2 usage or internal error, 3 "
+        "inconclusive (too few runs, interval straddling a limit, "
+        "different environment).",
+        usage="gpudiag gate --baseline BASE.json [options] (-- CMD [ARGS...] | CURRENT.json ...)",
+    )
+    p.add_argument(
+        "--baseline",
+        required=True,
+        metavar="FILE",
+        help="a gate baseline (from --update-baseline) or a gpudiag report",
+    )
     p.add_argument("--runs", type=int, metavar="N", help="runs of the job (default: config or 5)")
-    p.add_argument("--duration", type=_positive, metavar="SECONDS",
-                   help="profile each run this long (default: until the job exits)")
-    p.add_argument("--warmup-steps", type=int, metavar="N",
-                   help="steps left out at the start of each run (default: config or 5)")
-    p.add_argument("--config", metavar="FILE",
-                   help="TOML with a [gate] table (default: [tool.gpudiag.gate] of "
-                        "./pyproject.toml)")
-    p.add_argument("--update-baseline", action="store_true",
-                   help="write the runs as the new baseline instead of comparing")
-    p.add_argument("--calibrate", action="store_true",
-                   help="run the job N times and suggest limits from its own noise")
-    p.add_argument("--exit-zero", action="store_true",
-                   help="report but exit 0 (still 2 on errors)")
+    p.add_argument(
+        "--duration",
+        type=_positive,
+        metavar="SECONDS",
+        help="profile each run this long (default: until the job exits)",
+    )
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        metavar="N",
+        help="steps left out at the start of each run (default: config or 5)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML with a [gate] table (default: [tool.gpudiag.gate] of ./pyproject.toml)",
+    )
+    p.add_argument(
+        "--update-baseline",
+        action="store_true",
+        help="write the runs as the new baseline instead of comparing",
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="run the job N times and suggest limits from its own noise",
+    )
+    p.add_argument("--exit-zero", action="store_true", help="report but exit 0 (still 2 on errors)")
     p.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file")
-    p.add_argument("--out", metavar="FILE",
-                   help="report of the last run with the gate result (default: "
-                        "./gpudiag-gate-<time>.json)")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="report of the last run with the gate result (default: ./gpudiag-gate-<time>.json)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    p.add_argument("reports", nargs="*", metavar="CURRENT.json",
-                   help="saved reports to compare (or -- CMD ARGS... to run the job; options "
-                        "may come before or after the reports, not after --)")
+    p.add_argument(
+        "reports",
+        nargs="*",
+        metavar="CURRENT.json",
+        help="saved reports to compare (or -- CMD ARGS... to run the job; options "
+        "may come before or after the reports, not after --)",
+    )
     parser.gate_parser = p  # type: ignore[attr-defined]  # parsed by parse_args()
 
-    p = sub.add_parser("top", help="the box at a glance: GPUs, host, processes to attach to",
-                       description="Live GPU and host panels and a table of GPU and Python "
-                                   "processes; select one and press `a` to diagnose it.")
-    p.add_argument("--duration", type=_positive, metavar="SECONDS",
-                   help="after attaching with `a`, profile this long")
+    p = sub.add_parser(
+        "top",
+        help="the box at a glance: GPUs, host, processes to attach to",
+        description="Live GPU and host panels and a table of GPU and Python "
+        "processes; select one and press `a` to diagnose it.",
+    )
+    p.add_argument(
+        "--duration",
+        type=_positive,
+        metavar="SECONDS",
+        help="after attaching with `a`, profile this long",
+    )
 
-    p = sub.add_parser("demo", help="profile a built-in training job with a planted bottleneck",
-                       description="Run a small PyTorch training job whose input pipeline is "
-                                   "starved (num_workers=0, CPU-heavy transform), profile it "
-                                   "and show the diagnosis. Needs PyTorch; no GPU needed.")
-    p.add_argument("--duration", type=_positive, default=15.0, metavar="SECONDS",
-                   help="how long to profile (default: 15)")
+    p = sub.add_parser(
+        "demo",
+        help="profile a built-in training job with a planted bottleneck",
+        description="Run a small PyTorch training job whose input pipeline is "
+        "starved (num_workers=0, CPU-heavy transform), profile it "
+        "and show the diagnosis. Needs PyTorch; no GPU needed.",
+    )
+    p.add_argument(
+        "--duration",
+        type=_positive,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long to profile (default: 15)",
+    )
     p.add_argument("--out", metavar="FILE", help="report file (default: ./gpudiag-demo.json)")
     return parser
 
@@ -239,59 +359,6 @@ def _budget(text: str) -> float:
     return value
 
 
-def _options(args: argparse.Namespace) -> SessionOptions:
-    budget = getattr(args, "cpu_budget", 3.0)
-    return SessionOptions(duration_s=args.duration, rate_hz=args.rate, window_s=args.window,
-                          nonblocking=not args.blocking, progress=not args.quiet,
-                          cpu_budget=budget / 100.0 if budget else None)
-
-
-def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int
-              ) -> Recorder | None:
-    if not getattr(args, "record", None):
-        return None
-    return Recorder(args.record, {"environment": describe_environment(pid, hardware_summary()),
-                                  "run": {"mode": mode, "command": command, "pid": pid}},
-                    max_bytes=int(args.record_max_mb * 1024 * 1024))
-
-
-def _finish(result: SessionResult, args: argparse.Namespace, mode: str, command: list[str],
-            pid: int, out: str, settings_source: str | None, thresholds: Thresholds,
-            recorder: Recorder | None = None, stderr_tail: list[str] | None = None) -> dict:
-    env = describe_environment(pid, result.hardware)
-    if recorder is not None:
-        recorder.close({"probes": [p.to_dict() for p in result.probes],
-                        "errors": result.errors, "end_reason": result.end_reason,
-                        "exit_code": result.exit_code, "start": result.start,
-                        "end": result.end, "environment": env, "agent": result.agent})
-    doc = build_report(analysis=result.analysis, mode=mode, command=command, pid=pid,
-                       start=result.start, end=result.end, end_reason=result.end_reason,
-                       exit_code=result.exit_code, environment=env,
-                       probes=result.probes, errors=result.errors, thresholds=thresholds,
-                       settings_source=settings_source, agent=result.agent)
-    if stderr_tail:
-        doc["run"]["stderr_tail"] = stderr_tail
-    path = write_report(doc, out)
-    fmt = getattr(args, "format", "text")
-    _print_summary(doc, fmt)
-    note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
-    print(f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
-          file=note)
-    if recorder is not None:
-        print(f"Recording written to {recorder.path}  (gpudiag replay "
-              f"{shlex.quote(recorder.path)})", file=note)
-    return doc
-
-
-def _print_summary(doc: dict, fmt: str) -> None:
-    if fmt == "json":
-        print(json.dumps(doc, indent=2))
-    elif fmt == "markdown":
-        print(render_markdown(doc))
-    else:
-        print(render_text(doc, verbose=False))
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Launch the job, profile it, write the report; pass the job's exit code through."""
     command = list(args.cmd)
@@ -299,96 +366,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
-    settings = load_settings(args.config, args.overrides, price=args.price,
-                             prices_file=args.prices)
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
     for path in (args.out, args.record):
         if path:
             check_writable(path)
-    hooks = None if args.no_inject else HookProbe()
-    env = None
-    if hooks is not None:
-        hook_status = hooks.open(Target(0))
-        if hook_status.available:
-            env = injection_env(dict(os.environ), hooks.path or "")
-        else:
-            hooks = None
-    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
-    job_stdout = None if args.format == "text" else sys.stderr.fileno()
-    err_r, err_w = os.pipe()
-    try:
-        popen = subprocess.Popen(command, env=env, stdout=job_stdout, stderr=err_w)
-    except OSError as exc:
-        os.close(err_r)
-        why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
-        raise UsageError(f"cannot start {command[0]!r}: "
-                         f"{why.get(type(exc), exc.strerror)}") from None
-    finally:
-        os.close(err_w)
-    tee = StderrTee(err_r)
-    try:
-        return _profile_launched(args, popen, command, hooks, settings, tee)
-    finally:
-        tee.close()
-
-
-def _profile_launched(args: argparse.Namespace, popen: subprocess.Popen, command: list[str],
-                      hooks: HookProbe | None, settings, tee: StderrTee) -> int:
-    out = args.out or default_report_name(popen.pid, time.time())
-    target = find_python_process(popen)
-    recorder = _recorder(args, "run", command, target)
-    opts = _options(args)
-    probes = default_probes(opts) + ([hooks] if hooks is not None else [])
-    session = Session(Target(target), settings, opts, probes=probes, popen=popen,
-                      sink=recorder.write if recorder else None)
-    if hooks is not None:
-        session.statuses[hooks.name] = ProbeStatus(hooks.name, True)
-    if not args.quiet:
-        session.log(f"profiling pid {popen.pid} ({' '.join(command)})"
-                    + (f" for {args.duration:.0f} s" if args.duration else " until it exits"))
-    if args.tui:
-        from gpudiag.agent.live import run_with_tui
-
-        session.log = lambda msg: None  # the UI shows the status
-        result = run_with_tui(session, "run", command, target, out)
-    else:
-        result = session.run()
-    failed = result.exit_code not in (None, 0)
-    _finish(result, args, "run", command, target, out, settings.source, settings.thresholds,
-            recorder, stderr_tail=tee.lines() if failed else None)
-    if result.end_reason == "duration_reached":
-        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running",
-              file=sys.stderr)
-        return EXIT_OK
-    if result.exit_code is not None:
-        return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
-    return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
-
-
-def _is_python(pid: int) -> bool:
-    try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
-    except OSError:
-        return False
-
-
-def find_python_process(popen: subprocess.Popen, wait_s: float = 10.0) -> int:
-    """The launched job's Python process: itself, or (for `bash train.sh`-style launchers)
-    the first Python process started below it within `wait_s` seconds."""
-    import psutil
-
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and popen.poll() is None:
-        if _is_python(popen.pid):
-            return popen.pid
-        try:
-            kids = psutil.Process(popen.pid).children(recursive=True)
-        except psutil.Error:
-            break
-        for kid in sorted(kids, key=lambda k: k.pid):
-            if _is_python(kid.pid):
-                return kid.pid
-        time.sleep(0.1)
-    return popen.pid
+    return run_job(args, command, settings)
 
 
 def parse_pid(text: str) -> int:
@@ -409,45 +391,11 @@ def parse_pid(text: str) -> int:
 def cmd_attach(args: argparse.Namespace) -> int:
     """Profile a running job; exit 2 when it cannot be read at all."""
     pid = parse_pid(args.pid)
-    settings = load_settings(args.config, args.overrides, price=args.price,
-                             prices_file=args.prices)
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
     for path in (args.out, args.record):
         if path:
             check_writable(path)
-    opts = _options(args)
-    session = Session(Target(pid), settings, opts,
-                      probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)])
-    stacks = next(p for p in session.probes if isinstance(p, StackProbe))
-    stacks.startup_timeout_s = 0.0
-    status = session.open_probe(stacks)
-    if not status.available:
-        for p in session.probes:
-            if p is not stacks:
-                p.close()
-        hint = f" ({status.hint})" if status.hint else ""
-        raise UsageError(f"cannot attach: {status.reason}{hint}")
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        cmdline = [c.decode(errors="replace") for c in command if c]
-    except OSError:
-        cmdline = []
-    out = args.out or default_report_name(pid, time.time())
-    if not args.quiet:
-        session.log(f"attached to pid {pid} ({' '.join(cmdline)})"
-                    + (f" for {args.duration:.0f} s" if args.duration else
-                       "; Ctrl-C stops and writes the report"))
-    recorder = _recorder(args, "attach", cmdline, pid)
-    session.sink = recorder.write if recorder else None
-    if args.tui:
-        from gpudiag.agent.live import run_with_tui
-
-        session.log = lambda msg: None
-        result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
-    else:
-        result = session.run(preopened={stacks.name: status})
-    _finish(result, args, "attach", cmdline, pid, out, settings.source, settings.thresholds,
-            recorder)
-    return EXIT_OK
+    return attach_job(args, pid, settings)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -466,96 +414,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Analyse a recording and print (and optionally write) the report."""
-    settings = load_settings(args.config, args.overrides, price=args.price,
-                             prices_file=args.prices)
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
     if args.out:
         check_writable(args.out)
-    rec = open_recording(args.file)
-    tl = Timeline()
-    tl.extend(rec.samples())  # a stream: the file is never held in memory
-    analysis = analyze(tl, settings.thresholds, settings.rules, settings.price,
-                       settings.price_table)
-    foot = rec.footer or {}
-    run = rec.header.get("run", {})
-    start = foot.get("start") or (tl.start_ns or 0) / 1e9
-    end = foot.get("end") or (tl.end_ns or 0) / 1e9
-    errors = list(foot.get("errors", []))
-    if rec.footer is None:
-        errors.append({"source": "replay", "message": "recording was cut short (no footer): "
-                                                      "probe status unknown", "t": None})
-    doc = build_report(analysis=analysis, mode="replay", command=run.get("command"),
-                       pid=run.get("pid"), start=start, end=end, end_reason="replayed",
-                       exit_code=foot.get("exit_code"),
-                       environment=foot.get("environment") or rec.header.get("environment")
-                       or describe_environment(None),
-                       probes=rec.probes, errors=errors, thresholds=settings.thresholds,
-                       settings_source=settings.source, agent=foot.get("agent"))
+    doc = replay_report(args.file, settings)
     validate(doc)
     if args.tui:
         return _browse(doc, f"replay {args.file}")
-    _print_summary(doc, args.format)
+    print_summary(doc, args.format)
     if args.out:
-        print(f"Report written to {write_report(doc, args.out)}",
-              file=sys.stdout if args.format == "text" else sys.stderr)
+        print(
+            f"Report written to {write_report(doc, args.out)}",
+            file=sys.stdout if args.format == "text" else sys.stderr,
+        )
     return EXIT_OK
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """Compare runs (or saved reports) with a baseline; exit 0/1/3 (2 on errors)."""
-    from gpudiag.agent import gate
+    from gpudiag.agent.gate import gate_command
 
-    cfg = gate.load_gate_config(args.config)
-    runs = args.runs if args.runs is not None else cfg.runs
-    warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
-    if runs < 1 or warmup < 0:
-        raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
-    if args.junit_xml:
-        check_writable(args.junit_xml)
-    if args.cmd is not None:
-        command = args.cmd
-        if not command:
-            raise UsageError("gate needs a command after --")
-        if args.reports:
-            raise UsageError("gate takes -- CMD or report files, not both")
-        if not (args.update_baseline or args.calibrate):
-            base_runs, base_fp = gate.load_baseline(args.baseline)
-        settings = load_settings(None, None)
-        reports = gate.profile_runs(command, runs, settings, warmup, args.duration,
-                                    args.quiet)
-    elif args.reports:
-        if args.update_baseline or args.calibrate:
-            raise UsageError("--update-baseline and --calibrate run the job: give -- CMD")
-        base_runs, base_fp = gate.load_baseline(args.baseline)
-        reports = [load_report(f) for f in args.reports]
-    else:
-        raise UsageError("gate needs -- CMD ARGS... to run, or report files to compare")
-    cur_runs = [gate.run_metrics(r) for r in reports]
-    cur_fp = gate.fingerprint(reports[-1]["environment"])
-    if args.calibrate:
-        print("\n".join(gate.calibrate(cur_runs, cfg)))
-        return EXIT_OK
-    if args.update_baseline:
-        check_writable(args.baseline)
-        gate.write_baseline(args.baseline, cur_runs, cur_fp)
-        print(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
-        return EXIT_OK
-    verdict, comps, note = gate.decide(cfg, base_runs, base_fp, cur_runs, cur_fp)
-    gate.print_result(verdict, comps, note)
-    gate.github_outputs(verdict, comps, note)
-    if args.junit_xml:
-        gate.junit_xml(args.junit_xml, comps, note)
-    last = dict(reports[-1])
-    last["gate"] = {"verdict": verdict, "note": note or None, "config": cfg.source,
-                    "baseline": args.baseline, "comparisons": [c.to_dict() for c in comps]}
-    out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    write_report(last, out)
-    print(f"Report with the gate result written to {out}")
-    return EXIT_OK if args.exit_zero else gate.EXIT[verdict]
+    return gate_command(args)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
     """Box view; `a` on a Python process switches to its live diagnosis."""
-    from gpudiag.agent.top import BoxSampler
+    from gpudiag.probes.box import BoxSampler
     from gpudiag.tui.top import TopApp
 
     sampler = BoxSampler()
@@ -565,8 +449,10 @@ def cmd_top(args: argparse.Namespace) -> int:
         sampler.close()
     if not pid:
         return EXIT_OK
-    attach_args = build_parser().parse_args(["attach", str(pid), "--tui"] + (
-        ["--duration", str(args.duration)] if args.duration else []))
+    attach_args = build_parser().parse_args(
+        ["attach", str(pid), "--tui"]
+        + (["--duration", str(args.duration)] if args.duration else [])
+    )
     return cmd_attach(attach_args)
 
 
@@ -599,7 +485,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     cmd = None
     if "--" in rest:
         i = rest.index("--")
-        rest, cmd = rest[:i], rest[i + 1:]
+        rest, cmd = rest[:i], rest[i + 1 :]
     args = parser.gate_parser.parse_intermixed_args(rest)  # type: ignore[attr-defined]
     args.command, args.cmd = "gate", cmd
     return args
@@ -620,9 +506,15 @@ def main(argv: list[str] | None = None) -> int:
             from gpudiag.agent.demo import cmd_demo
 
             return cmd_demo(args)
-        handler = {"run": cmd_run, "attach": cmd_attach, "report": cmd_report,
-                   "replay": cmd_replay, "thresholds": cmd_thresholds, "top": cmd_top,
-                   "gate": cmd_gate}[args.command]
+        handler = {
+            "run": cmd_run,
+            "attach": cmd_attach,
+            "report": cmd_report,
+            "replay": cmd_replay,
+            "thresholds": cmd_thresholds,
+            "top": cmd_top,
+            "gate": cmd_gate,
+        }[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"gpudiag: error: {exc}", file=sys.stderr)

@@ -28,7 +28,9 @@ class Settings:
     price_table: dict[str, float] | None = None
 
 
-def _section(path: Path, whole_file: bool) -> dict:
+def read_section(path: Path, whole_file: bool) -> dict:
+    """gpudiag's table of a TOML file: [tool.gpudiag] (of a pyproject.toml), or, with
+    `whole_file`, the whole file when it has no [tool] table. UsageError when unreadable."""
     try:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -46,15 +48,20 @@ def _price_table(raw: object, where: str) -> dict[str, float]:
     out = {}
     for k, v in raw.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise UsageError(f"{where}: price for {k!r} must be a non-negative number "
-                             "(USD per GPU-hour)")
+            raise UsageError(
+                f"{where}: price for {k!r} must be a non-negative number (USD per GPU-hour)"
+            )
         out[str(k)] = float(v)
     return out
 
 
-def load_settings(config: str | None, overrides: list[str] | None = None,
-                  cwd: Path | None = None, price: float | None = None,
-                  prices_file: str | None = None) -> Settings:
+def load_settings(
+    config: str | None,
+    overrides: list[str] | None = None,
+    cwd: Path | None = None,
+    price: float | None = None,
+    prices_file: str | None = None,
+) -> Settings:
     """Read `--config FILE` (or ./pyproject.toml's [tool.gpudiag]) and `--set name=value`s.
 
     The file may hold `[thresholds]` (name = value) and `[[rules]]` tables (category, and one
@@ -66,12 +73,12 @@ def load_settings(config: str | None, overrides: list[str] | None = None,
         path = Path(config)
         if not path.is_file():
             raise UsageError(f"config file not found: {config}")
-        section, source = _section(path, whole_file=True), str(path)
+        section, source = read_section(path, whole_file=True), str(path)
     else:
         pp = (cwd or Path.cwd()) / "pyproject.toml"
         if pp.is_file():
             try:
-                section = _section(pp, whole_file=False)
+                section = read_section(pp, whole_file=False)
                 source = f"{pp} [tool.gpudiag]" if section else None
             except UsageError:
                 section = {}
@@ -95,7 +102,7 @@ def load_settings(config: str | None, overrides: list[str] | None = None,
         path = Path(prices_file)
         if not path.is_file():
             raise UsageError(f"prices file not found: {prices_file}")
-        data = _section(path, whole_file=True)
+        data = read_section(path, whole_file=True)
         table.update(_price_table(data.get("prices", data), prices_file))
     elif "prices" in section:
         table.update(_price_table(section["prices"], source or "settings"))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import subprocess
 import sys
 
 from gpudiag.agent.config import load_settings
-from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.render import render_text
-from gpudiag.agent.report import build_report, check_writable, write_report
+from gpudiag.agent.report import check_writable, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import Target
 
@@ -19,18 +19,23 @@ from gpudiag.probes.base import Target
 def cmd_demo(args: argparse.Namespace) -> int:
     """Launch the demo job, profile it for --duration seconds, print the full diagnosis."""
     if importlib.util.find_spec("torch") is None:
-        raise UsageError("the demo needs PyTorch in this environment: "
-                         "pip install 'gpudiag[demo]' (a CPU build of torch is enough)")
+        raise UsageError(
+            "the demo needs PyTorch in this environment: "
+            "pip install 'gpudiag[demo]' (a CPU build of torch is enough)"
+        )
     out = args.out or "gpudiag-demo.json"
     check_writable(out)
     settings = load_settings(None, None)
-    cmd = [sys.executable, "-m", "gpudiag.agent.demo_job", "--seconds",
-           str(args.duration + 60)]
-    print("gpudiag demo: training a small CNN whose DataLoader has num_workers=0 and a slow "
-          f"augmentation; profiling it for {args.duration:.0f} s...", file=sys.stderr)
+    cmd = [sys.executable, "-m", "gpudiag.agent.demo_job", "--seconds", str(args.duration + 60)]
+    print(
+        "gpudiag demo: training a small CNN whose DataLoader has num_workers=0 and a slow "
+        f"augmentation; profiling it for {args.duration:.0f} s...",
+        file=sys.stderr,
+    )
     popen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    session = Session(Target(popen.pid), settings, SessionOptions(duration_s=args.duration),
-                      popen=popen)
+    session = Session(
+        Target(popen.pid), settings, SessionOptions(duration_s=args.duration), popen=popen
+    )
     try:
         result = session.run()
     finally:
@@ -40,12 +45,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 popen.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 popen.kill()
-    doc = build_report(analysis=result.analysis, mode="demo", command=cmd, pid=popen.pid,
-                       start=result.start, end=result.end, end_reason=result.end_reason,
-                       exit_code=None, environment=describe_environment(popen.pid, result.hardware),
-                       probes=result.probes, errors=result.errors,
-                       thresholds=settings.thresholds, settings_source=settings.source,
-                       agent=result.agent)
+    # the demo job is stopped by gpudiag, so its exit code is not the job's own
+    doc = report_of(
+        dataclasses.replace(result, exit_code=None),
+        mode="demo",
+        command=cmd,
+        pid=popen.pid,
+        settings=settings,
+    )
     path = write_report(doc, out)
     print(render_text(doc))
     print(f"\nReport written to {path}")

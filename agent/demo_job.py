@@ -41,8 +41,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(8),
-                          nn.Flatten(), nn.Linear(16 * 64, 10))
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(8),
+        nn.Flatten(),
+        nn.Linear(16 * 64, 10),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(NoisyImages(), batch_size=32, shuffle=True, num_workers=0)
     t0 = time.time()

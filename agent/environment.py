@@ -25,7 +25,7 @@ def _target_torch_version(pid: int | None) -> str | None:
                 try:
                     for entry in os.listdir(root):
                         if entry.startswith("torch-") and entry.endswith(".dist-info"):
-                            return entry[len("torch-"):-len(".dist-info")]
+                            return entry[len("torch-") : -len(".dist-info")]
                 except OSError:
                     break
                 break

@@ -26,8 +26,7 @@ class StderrTee:
         self._tail: deque[bytes] = deque()
         self._size = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._copy, name="gpudiag-job-stderr",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._copy, name="gpudiag-job-stderr", daemon=True)
         self._thread.start()
 
     def _copy(self) -> None:
@@ -44,7 +43,7 @@ class StderrTee:
             try:
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(2, view):]
+                    view = view[os.write(2, view) :]
             except OSError:
                 pass  # our stderr is gone; keep draining so the job never blocks
 

@@ -36,14 +36,17 @@ class Recorder:
     everything in one file.
     """
 
-    def __init__(self, path: str, header: dict, max_bytes: int | None = DEFAULT_MAX_BYTES
-                 ) -> None:
+    def __init__(self, path: str, header: dict, max_bytes: int | None = DEFAULT_MAX_BYTES) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.segment = 0
         self.rotations = 0
-        self._header = {"format": FORMAT, "version": FORMAT_VERSION,
-                        "recording_id": uuid.uuid4().hex, **header}
+        self._header = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "recording_id": uuid.uuid4().hex,
+            **header,
+        }
         self._lock = threading.Lock()
         self._open()
 
@@ -82,8 +85,14 @@ class Recorder:
             if self._f.closed:
                 return
             if footer is not None:
-                self._write({"footer": True, "segments": self.segment + 1,
-                             "rotations": self.rotations, **footer})
+                self._write(
+                    {
+                        "footer": True,
+                        "segments": self.segment + 1,
+                        "rotations": self.rotations,
+                        **footer,
+                    }
+                )
             self._f.close()
             self._raw.close()
 
@@ -101,9 +110,12 @@ class Recording:
     @property
     def probes(self) -> list[ProbeStatus]:
         """The probes' status as recorded (empty when the footer is missing)."""
-        return [ProbeStatus(p["name"], p["available"], p.get("reason"), p.get("hint"),
-                            bool(p.get("info")))
-                for p in (self.footer or {}).get("probes", [])]
+        return [
+            ProbeStatus(
+                p["name"], p["available"], p.get("reason"), p.get("hint"), bool(p.get("info"))
+            )
+            for p in (self.footer or {}).get("probes", [])
+        ]
 
     def samples(self) -> Iterator[Sample]:
         """Every sample, oldest first, read line by line (the previous segment first)."""
@@ -131,8 +143,9 @@ def iter_lines(path: str) -> Iterator[dict]:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError:
-                    raise UsageError(f"{path}: line {n} is not JSON; not a gpudiag "
-                                     "recording") from None
+                    raise UsageError(
+                        f"{path}: line {n} is not JSON; not a gpudiag recording"
+                    ) from None
                 if not isinstance(obj, dict):
                     raise UsageError(f"{path}: line {n} is not a JSON object")
                 yield obj
@@ -151,8 +164,10 @@ def _header(path: str) -> dict:
     if header is None or header.get("format") != FORMAT:
         raise UsageError(f"{path} is not a gpudiag recording (no header)")
     if header.get("version") != FORMAT_VERSION:
-        raise UsageError(f"{path} is recording format {header.get('version')!r}; this "
-                         f"gpudiag reads {FORMAT_VERSION}")
+        raise UsageError(
+            f"{path} is recording format {header.get('version')!r}; this "
+            f"gpudiag reads {FORMAT_VERSION}"
+        )
     return header
 
 
@@ -167,8 +182,10 @@ def open_recording(path: str) -> Recording:
             prev = _header(older)
         except UsageError:
             prev = {}
-        if prev.get("recording_id") == header.get("recording_id") and \
-                int(prev.get("segment") or 0) == segment - 1:
+        if (
+            prev.get("recording_id") == header.get("recording_id")
+            and int(prev.get("segment") or 0) == segment - 1
+        ):
             rec.previous = older
     return rec
 

@@ -7,10 +7,17 @@ import re
 from gpudiag.analyzers.results import CATEGORIES
 
 LABELS = {
-    "data_wait": "waiting for data (CPU)", "storage_io": "waiting on storage",
-    "h2d_copy": "host-to-device copies", "forward": "forward", "backward": "backward",
-    "optimizer": "optimizer", "sync": "host-device sync", "checkpoint": "checkpoint saves",
-    "collective": "collectives", "gil_wait": "waiting for the GIL", "other": "other",
+    "data_wait": "waiting for data (CPU)",
+    "storage_io": "waiting on storage",
+    "h2d_copy": "host-to-device copies",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "sync": "host-device sync",
+    "checkpoint": "checkpoint saves",
+    "collective": "collectives",
+    "gil_wait": "waiting for the GIL",
+    "other": "other",
 }
 
 
@@ -35,8 +42,10 @@ def fmt_value(value: float | None, unit: str) -> str:
 def _evidence_line(e: dict) -> str:
     line = f"{e['metric']} = {fmt_value(e.get('value'), e.get('unit', ''))}"
     if e.get("threshold") is not None:
-        line += (f" ({e.get('comparison') or 'vs'} {e.get('setting') or 'threshold'} "
-                 f"{fmt_value(e['threshold'], e.get('unit', ''))})")
+        line += (
+            f" ({e.get('comparison') or 'vs'} {e.get('setting') or 'threshold'} "
+            f"{fmt_value(e['threshold'], e.get('unit', ''))})"
+        )
     if e.get("source"):
         line += f" [{e['source']}]"
     return line
@@ -49,8 +58,10 @@ def md_escape(text: str) -> str:
 
 def primary_evidence(f: dict) -> dict | None:
     """The evidence a finding rests on: the first item that crossed a threshold."""
-    return next((e for e in f["evidence"] if e.get("threshold") is not None),
-                f["evidence"][0] if f["evidence"] else None)
+    return next(
+        (e for e in f["evidence"] if e.get("threshold") is not None),
+        f["evidence"][0] if f["evidence"] else None,
+    )
 
 
 def no_diagnosis_line(doc: dict) -> str | None:
@@ -61,7 +72,7 @@ def no_diagnosis_line(doc: dict) -> str | None:
         return None
     if run.get("end_reason") == "target_exited":
         code = run.get("exit_code")
-        exited = (f"the job exited with code {code}" if code is not None else "the job exited")
+        exited = f"the job exited with code {code}" if code is not None else "the job exited"
         exited += f" after {run['duration_s']:.1f} s"
         stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
         # no loop stack in the samples, or the job was gone before py-spy could look
@@ -69,8 +80,9 @@ def no_diagnosis_line(doc: dict) -> str | None:
         if not samples and sampled and not doc["metrics"].get("steps"):
             return f"No diagnosis: {exited}, before its training loop started."
         return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
-    return (f"No diagnosis: {samples} loop samples, {need:.0f} needed "
-            "(profile longer with --duration).")
+    return (
+        f"No diagnosis: {samples} loop samples, {need:.0f} needed (profile longer with --duration)."
+    )
 
 
 def stderr_tail_lines(doc: dict) -> list[str]:
@@ -95,8 +107,10 @@ def _header(doc: dict) -> list[str]:
     who = f"pid {run['pid']}" if run.get("pid") is not None else "recording"
     reason = run["end_reason"].replace("_", " ")
     extra = f", job exit code {run['exit_code']}" if run.get("exit_code") is not None else ""
-    return [f"gpudiag {doc['tool']['version']} — {run['mode']} {who} ({cmd})",
-            f"profiled {run['duration_s']:.1f} s, ended: {reason}{extra}"]
+    return [
+        f"gpudiag {doc['tool']['version']} — {run['mode']} {who} ({cmd})",
+        f"profiled {run['duration_s']:.1f} s, ended: {reason}{extra}",
+    ]
 
 
 def _bar(share: float, width: int = 30) -> str:
@@ -110,19 +124,28 @@ def cost_lines(doc: dict) -> list[str]:
     if not cost.get("available"):
         return [f"Cost: no money figures ({cost.get('reason', 'not analysed')})."]
     p = cost["price"]
-    out = [f"Cost: ${p['usd_per_gpu_hour']:.2f}/GPU-hour ({p['source']})",
-           f"  {cost['gpus']}x {cost['gpu_model']}: ${cost['usd_per_hour']:,.2f}/hour, "
-           f"${cost['usd_per_day']:,.0f}/day; idle {cost['gpu_idle_share']:.0%} = "
-           f"${cost['idle']['usd_per_day']:,.0f}/day"]
+    out = [
+        f"Cost: ${p['usd_per_gpu_hour']:.2f}/GPU-hour ({p['source']})",
+        f"  {cost['gpus']}x {cost['gpu_model']}: ${cost['usd_per_hour']:,.2f}/hour, "
+        f"${cost['usd_per_day']:,.0f}/day; idle {cost['gpu_idle_share']:.0%} = "
+        f"${cost['idle']['usd_per_day']:,.0f}/day",
+    ]
     if cost.get("usd_per_1000_steps") is not None:
-        out.append(f"  ${cost['usd_per_1000_steps']:.4f} per 1,000 steps"
-                   + (f", ${cost['usd_per_million_samples']:.2f} per million samples"
-                      if cost.get("usd_per_million_samples") is not None else ""))
+        out.append(
+            f"  ${cost['usd_per_1000_steps']:.4f} per 1,000 steps"
+            + (
+                f", ${cost['usd_per_million_samples']:.2f} per million samples"
+                if cost.get("usd_per_million_samples") is not None
+                else ""
+            )
+        )
     fixed = cost.get("if_fixed")
     if fixed:
-        out.append(f"  if {', '.join(fixed['findings'])} were fixed: ×"
-                   f"{fixed['expected_speedup']:.2f} faster, idle "
-                   f"{fixed['gpu_idle_share']:.0%} = ${fixed['idle']['usd_per_day']:,.0f}/day")
+        out.append(
+            f"  if {', '.join(fixed['findings'])} were fixed: ×"
+            f"{fixed['expected_speedup']:.2f} faster, idle "
+            f"{fixed['gpu_idle_share']:.0%} = ${fixed['idle']['usd_per_day']:,.0f}/day"
+        )
     sizing = cost.get("right_sizing")
     if sizing:
         out.append(f"  right-sizing: {sizing['statement']}")
@@ -138,21 +161,30 @@ def phase_lines(doc: dict) -> list[str]:
     if ph.get("source") and ph["source"] != "whole run":
         top = ", ".join(f"{t['where']} {t['share']:.0%}" for t in ph.get("startup_top", []))
         # attached, gpudiag never saw the job start: the time before the loop is its own wait
-        first = "start-up" if doc.get("run", {}).get("mode") in ("run", "replay") \
-            else "before the loop"
-        out.append(f"Run: {first} {ph['startup_s']:.1f} s" + (f" ({top})" if top else "")
-                   + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
-                   f"shutdown {ph['shutdown_s']:.1f} s")
+        first = (
+            "start-up" if doc.get("run", {}).get("mode") in ("run", "replay") else "before the loop"
+        )
+        out.append(
+            f"Run: {first} {ph['startup_s']:.1f} s"
+            + (f" ({top})" if top else "")
+            + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
+            f"shutdown {ph['shutdown_s']:.1f} s"
+        )
     cp = doc.get("critical_path")
     if cp and cp.get("gpu_idle") is not None:
         parts = [f"{LABELS.get(k, k)} {v:.0%}" for k, v in cp.get("idle_by_wait", {}).items()]
-        for key, label in (("sync_bubbles", "after syncs"), ("host_bound", "host-bound"),
-                           ("unexplained", "unexplained")):
+        for key, label in (
+            ("sync_bubbles", "after syncs"),
+            ("host_bound", "host-bound"),
+            ("unexplained", "unexplained"),
+        ):
             if cp.get(key):
                 parts.append(f"{label} {cp[key]:.0%}")
-        out.append(f"GPU idle {cp['gpu_idle']:.0%} of the loop"
-                   + (": " + ", ".join(parts) if parts else "")
-                   + f" [{', '.join(cp.get('signals', []))}]")
+        out.append(
+            f"GPU idle {cp['gpu_idle']:.0%} of the loop"
+            + (": " + ", ".join(parts) if parts else "")
+            + f" [{', '.join(cp.get('signals', []))}]"
+        )
     if out:
         out.append("")
     return out
@@ -183,28 +215,32 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     out.append("")
     out += phase_lines(doc)
     if bd["samples"]:
-        out.append(f"Where the loop's time went ({bd['basis']}, {bd['samples']} "
-                   "samples):")
+        out.append(f"Where the loop's time went ({bd['basis']}, {bd['samples']} samples):")
         for c in CATEGORIES:
             s = bd["shares"].get(c, 0.0)
             if s >= 0.005:
                 out.append(f"  {LABELS[c]:<24} {s:6.1%}  {_bar(s)}")
     else:
-        out.append("No stack samples of the loop: no time breakdown "
-                   "(see probes below).")
+        out.append("No stack samples of the loop: no time breakdown (see probes below).")
     out.append("")
     findings = doc["findings"]
     if not findings:
-        out.append(no_diagnosis_line(doc) or
-                   "No bottleneck found: no finding crossed its threshold.")
+        out.append(
+            no_diagnosis_line(doc) or "No bottleneck found: no finding crossed its threshold."
+        )
     else:
         out.append(f"Findings ({len(findings)}, largest impact first):")
     for i, f in enumerate(findings, 1):
         out.append(f" {i}. [{f['severity']}] {f['id']} {f['title']}")
-        money = (f" · ${f['cost']['usd_per_day']:,.0f}/day" if f.get("cost") and
-                 "usd_per_day" in f["cost"] else "")
-        out.append(f"    impact {f['impact']:.0%} of wall time · expected speed-up "
-                   f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}{money}")
+        money = (
+            f" · ${f['cost']['usd_per_day']:,.0f}/day"
+            if f.get("cost") and "usd_per_day" in f["cost"]
+            else ""
+        )
+        out.append(
+            f"    impact {f['impact']:.0%} of wall time · expected speed-up "
+            f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}{money}"
+        )
         out.append(f"    {f['message']}")
         if f.get("speedup_basis"):
             out.append(f"    speed-up: {f['speedup_basis']}")
@@ -231,8 +267,10 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     for p in doc["probes"]:
         if p.get("reason"):
             fix = "to get them" if p.get("info") else "fix"
-            out.append(f"  {p['name']}: {p['reason']}" + (f" — {fix}: {p['hint']}"
-                                                            if p.get("hint") else ""))
+            out.append(
+                f"  {p['name']}: {p['reason']}"
+                + (f" — {fix}: {p['hint']}" if p.get("hint") else "")
+            )
     for e in doc["errors"]:
         out.append(f"  error [{e['source']}]: {e['message']}")
     return "\n".join(out)
@@ -258,36 +296,50 @@ def render_markdown(doc: dict) -> str:
                 out.append(f"| {LABELS[c]} | {s:.1%} |")
         out.append("")
     if doc["findings"]:
-        out += ["| # | id | severity | finding | impact | speed-up |",
-                "|---|---|---|---|---:|---:|"]
+        out += [
+            "| # | id | severity | finding | impact | speed-up |",
+            "|---|---|---|---|---:|---:|",
+        ]
         for i, f in enumerate(doc["findings"], 1):
-            out.append(f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
-                       f"{f['impact']:.0%} | ×{f['expected_speedup']:.2f} |")
+            out.append(
+                f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
+                f"{f['impact']:.0%} | ×{f['expected_speedup']:.2f} |"
+            )
         out.append("")
         for f in doc["findings"]:
             out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
             if f.get("location"):
                 out += [f"Location: {_code_span(f['location'])}", ""]
             out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
-            out += [f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
-                    for a in f["recommendation"]["actions"]]
+            out += [
+                f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
+                for a in f["recommendation"]["actions"]
+            ]
             out.append("")
-            out.append("Evidence: " + "; ".join(md_escape(_evidence_line(e))
-                                                for e in f["evidence"]))
+            out.append(
+                "Evidence: " + "; ".join(md_escape(_evidence_line(e)) for e in f["evidence"])
+            )
             out.append("")
     else:
         out += [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
         tail = doc["run"].get("stderr_tail") or []
         if tail:
-            out += ["Last lines of the job's stderr:", "", "```"] + \
-                [ln.replace("```", "` ` `") for ln in tail] + ["```", ""]
+            out += (
+                ["Last lines of the job's stderr:", "", "```"]
+                + [ln.replace("```", "` ` `") for ln in tail]
+                + ["```", ""]
+            )
     out.append("#### Cost")
     out.append("")
-    out += [md_escape(ln.strip()) if i == 0 else f"- {md_escape(ln.strip())}"
-            for i, ln in enumerate(cost_lines(doc))]
+    out += [
+        md_escape(ln.strip()) if i == 0 else f"- {md_escape(ln.strip())}"
+        for i, ln in enumerate(cost_lines(doc))
+    ]
     out.append("")
     missing = [p for p in doc["probes"] if not p["available"]]
     if missing:
-        out.append("Probes unavailable: " + "; ".join(f"{p['name']} ({md_escape(p['reason'])})"
-                                                       for p in missing))
+        out.append(
+            "Probes unavailable: "
+            + "; ".join(f"{p['name']} ({md_escape(p['reason'])})" for p in missing)
+        )
     return "\n".join(out).rstrip() + "\n"

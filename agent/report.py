@@ -9,14 +9,20 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jsonschema
 
+from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
+
+if TYPE_CHECKING:
+    from gpudiag.agent.config import Settings
+    from gpudiag.agent.session import SessionResult
 
 SCHEMA_VERSION = "1.0"
 
@@ -49,20 +55,39 @@ def iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
 
 
-def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pid: int | None,
-                 start: float, end: float | None, end_reason: str, exit_code: int | None,
-                 environment: dict, probes: list[ProbeStatus], errors: list[dict],
-                 thresholds: Thresholds, settings_source: str | None = None,
-                 agent: dict | None = None) -> dict:
+def build_report(
+    *,
+    analysis: Analysis,
+    mode: str,
+    command: list[str] | None,
+    pid: int | None,
+    start: float,
+    end: float | None,
+    end_reason: str,
+    exit_code: int | None,
+    environment: dict,
+    probes: list[ProbeStatus],
+    errors: list[dict],
+    thresholds: Thresholds,
+    settings_source: str | None = None,
+    agent: dict | None = None,
+) -> dict:
     """Assemble a report document from an analysis and what the session knows.
 
     `agent` is the agent's own cost and effective sampling rates (Governor.summary()).
     """
     metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
-    run = {"mode": mode, "command": command, "pid": pid, "start": iso(start),
-           "end": iso(end), "duration_s": round(max(0.0, (end or start) - start), 3),
-           "end_reason": end_reason, "exit_code": exit_code,
-           "settings_source": settings_source}
+    run = {
+        "mode": mode,
+        "command": command,
+        "pid": pid,
+        "start": iso(start),
+        "end": iso(end),
+        "duration_s": round(max(0.0, (end or start) - start), 3),
+        "end_reason": end_reason,
+        "exit_code": exit_code,
+        "settings_source": settings_source,
+    }
     if agent is not None:
         run["agent"] = agent
     return {
@@ -77,14 +102,48 @@ def build_report(*, analysis: Analysis, mode: str, command: list[str] | None, pi
         "phases": analysis.phases,
         "verdict": analysis.verdict,
         "periods": analysis.periods,
-        "critical_path": (analysis.critical_path.to_dict()
-                          if analysis.critical_path and analysis.critical_path.gpu_idle
-                          is not None else None),
+        "critical_path": (
+            analysis.critical_path.to_dict()
+            if analysis.critical_path and analysis.critical_path.gpu_idle is not None
+            else None
+        ),
         "findings": [f.to_dict() for f in analysis.findings],
         "cost": analysis.cost or {"available": False, "reason": "not analysed"},
         "thresholds": thresholds.to_dict(),
         "errors": errors,
     }
+
+
+def report_of(
+    result: SessionResult,
+    *,
+    mode: str,
+    command: list[str] | None,
+    pid: int | None,
+    settings: Settings,
+    environment: dict | None = None,
+) -> dict:
+    """The report of a session's result: finished, so far (`Session.result_so_far`) or
+    replayed from a recording. `environment` defaults to this machine's, with the hardware
+    the probes described."""
+    if environment is None:
+        environment = describe_environment(pid, result.hardware)
+    return build_report(
+        analysis=result.analysis,
+        mode=mode,
+        command=command,
+        pid=pid,
+        start=result.start,
+        end=result.end,
+        end_reason=result.end_reason,
+        exit_code=result.exit_code,
+        environment=environment,
+        probes=result.probes,
+        errors=result.errors,
+        thresholds=settings.thresholds,
+        settings_source=settings.source,
+        agent=result.agent,
+    )
 
 
 def validate(doc: dict) -> None:
@@ -139,21 +198,26 @@ def load_report(path: str) -> dict:
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a gpudiag report (not text)") from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not a gpudiag report (invalid JSON at line {exc.lineno}, "
-                         f"column {exc.colno})") from None
+        raise UsageError(
+            f"{path} is not a gpudiag report (invalid JSON at line {exc.lineno}, "
+            f"column {exc.colno})"
+        ) from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise UsageError(f"{path} is not a gpudiag report (no schema_version)")
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise UsageError(f"{path} has report schema {doc.get('schema_version')!r}; this gpudiag "
-                         f"reads {SCHEMA_VERSION!r}")
+        raise UsageError(
+            f"{path} has report schema {doc.get('schema_version')!r}; this gpudiag "
+            f"reads {SCHEMA_VERSION!r}"
+        )
     try:
         validate(doc)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(x) for x in exc.absolute_path) or "(top level)"
-        raise UsageError(f"{path} is not a valid gpudiag report: at {where}: "
-                         f"{exc.message[:200]}") from None
+        raise UsageError(
+            f"{path} is not a valid gpudiag report: at {where}: {exc.message[:200]}"
+        ) from None
     return doc
 
 

@@ -37,7 +37,7 @@ class SessionOptions:
     nonblocking: bool = True
     progress: bool = True
     skip_steps: int = 0
-    cpu_budget: float | None = 0.03      # cores gpudiag and its py-spy may use; None: no limit
+    cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
     rss_budget_bytes: int = 150 * 1024 * 1024
 
 
@@ -59,10 +59,17 @@ class SessionResult:
 
 def default_probes(opts: SessionOptions) -> list[Probe]:
     """The host-side probes every session runs."""
-    return [HostProbe(), ProcessProbe(),
-            StackProbe(rate_hz=opts.rate_hz, window_s=opts.window_s,
-                       gil_rate_hz=opts.gil_rate_hz, nonblocking=opts.nonblocking),
-            GpuProbe()]
+    return [
+        HostProbe(),
+        ProcessProbe(),
+        StackProbe(
+            rate_hz=opts.rate_hz,
+            window_s=opts.window_s,
+            gil_rate_hz=opts.gil_rate_hz,
+            nonblocking=opts.nonblocking,
+        ),
+        GpuProbe(),
+    ]
 
 
 class _Interrupted(Exception):
@@ -72,10 +79,16 @@ class _Interrupted(Exception):
 class Session:
     """Samples one target with a set of probes into a timeline."""
 
-    def __init__(self, target: Target, settings: Settings, opts: SessionOptions,
-                 probes: list[Probe] | None = None, popen: subprocess.Popen | None = None,
-                 sink: Callable[[list[Sample]], None] | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        settings: Settings,
+        opts: SessionOptions,
+        probes: list[Probe] | None = None,
+        popen: subprocess.Popen | None = None,
+        sink: Callable[[list[Sample]], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.target = target
         self.settings = settings
         self.opts = opts
@@ -94,8 +107,11 @@ class Session:
         self.start_time = time.time()
         self.governor: Governor | None = None
         if opts.cpu_budget is not None:
-            self.governor = Governor(Budget(opts.cpu_budget, opts.rss_budget_bytes),
-                                     self.probes, period_s=max(1.0, opts.window_s))
+            self.governor = Governor(
+                Budget(opts.cpu_budget, opts.rss_budget_bytes),
+                self.probes,
+                period_s=max(1.0, opts.window_s),
+            )
 
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
@@ -127,8 +143,9 @@ class Session:
 
     def start_probe(self, probe: Probe) -> None:
         """Start a sampling thread for an opened, available probe."""
-        th = threading.Thread(target=self._run_probe, args=(probe,),
-                              name=f"gpudiag-{probe.name}", daemon=True)
+        th = threading.Thread(
+            target=self._run_probe, args=(probe,), name=f"gpudiag-{probe.name}", daemon=True
+        )
         th.start()
         self._threads.append(th)
 
@@ -167,8 +184,12 @@ class Session:
                 if self.statuses[probe.name].available:
                     self.start_probe(probe)
             else:
-                th = threading.Thread(target=self._open_and_start, args=(probe,), daemon=True,
-                                      name=f"gpudiag-open-{probe.name}")
+                th = threading.Thread(
+                    target=self._open_and_start,
+                    args=(probe,),
+                    daemon=True,
+                    name=f"gpudiag-open-{probe.name}",
+                )
                 th.start()
                 self._threads.append(th)
         if self.governor is not None:
@@ -217,8 +238,10 @@ class Session:
         left = ""
         if self.opts.duration_s is not None:
             left = f" of {self.opts.duration_s:.0f} s"
-        return (f"profiling pid {self.target.pid}: {elapsed:.0f} s{left}, "
-                f"{ticks} stack samples so far (Ctrl-C stops and writes the report)")
+        return (
+            f"profiling pid {self.target.pid}: {elapsed:.0f} s{left}, "
+            f"{ticks} stack samples so far (Ctrl-C stops and writes the report)"
+        )
 
     def stop(self) -> None:
         """Ask the session to end (from another thread)."""
@@ -231,8 +254,29 @@ class Session:
     def snapshot(self) -> Analysis:
         """An analysis of what was collected so far (for live views)."""
         with self._lock:
-            return analyze(self.timeline, self.settings.thresholds, self.settings.rules,
-                           self.settings.price, self.settings.price_table)
+            return analyze(
+                self.timeline,
+                self.settings.thresholds,
+                self.settings.rules,
+                self.settings.price,
+                self.settings.price_table,
+            )
+
+    def result_so_far(self) -> SessionResult:
+        """What was collected so far, analysed (for live views; the session runs on)."""
+        probes = [
+            self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting") for p in self.probes
+        ]
+        return SessionResult(
+            self.snapshot(),
+            probes,
+            list(self.errors),
+            self.start_time,
+            time.time(),
+            "stopped",
+            self.exit_code,
+            agent=self.governor.summary() if self.governor else None,
+        )
 
     def finish(self, start: float, reason: str) -> SessionResult:
         """Close probes (flushing partial windows), analyse, and return the result."""
@@ -251,41 +295,62 @@ class Session:
             for th in self._threads:
                 th.join(timeout=20)
             for probe in self.probes:
-                if getattr(probe, "buffered", False) and \
-                        self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available:
+                if (
+                    probe.buffered
+                    and self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available
+                ):
                     try:
                         self._ingest(probe.sample())
                     except Exception:
                         pass
-                last = getattr(probe, "last_error", None)
-                if last:
-                    self.error(probe.name, last)
-                for msg in getattr(probe, "errors", []):
+                for msg in probe.problems():
                     self.error(probe.name, msg)
-                final = getattr(probe, "final_status", None)
+                final = probe.final_status()
                 if final is not None and probe.name in self.statuses:
-                    self.statuses[probe.name] = final()
+                    self.statuses[probe.name] = final
             stacks_ok = self.statuses.get("stacks")
-            if stacks_ok is not None and stacks_ok.available and \
-                    not self.timeline.windows.get("all"):
-                self.error("stacks", "py-spy returned no stack samples"
-                           + ("" if reason != "target_exited" else " before the job exited"))
+            if (
+                stacks_ok is not None
+                and stacks_ok.available
+                and not self.timeline.windows.get("all")
+            ):
+                self.error(
+                    "stacks",
+                    "py-spy returned no stack samples"
+                    + ("" if reason != "target_exited" else " before the job exited"),
+                )
             end = time.time()
             with self._lock:
-                analysis = analyze(self.timeline, self.settings.thresholds, self.settings.rules,
-                                   self.settings.price, self.settings.price_table)
-            statuses = [self.statuses.get(p.name) or
-                        ProbeStatus(p.name, False, "not started (session ended first)")
-                        for p in self.probes]
+                analysis = analyze(
+                    self.timeline,
+                    self.settings.thresholds,
+                    self.settings.rules,
+                    self.settings.price,
+                    self.settings.price_table,
+                )
+            statuses = [
+                self.statuses.get(p.name)
+                or ProbeStatus(p.name, False, "not started (session ended first)")
+                for p in self.probes
+            ]
             hardware: dict = {}
             for p in self.probes:
-                describe = getattr(p, "describe", None)
                 st = self.statuses.get(p.name)
-                if describe is not None and st is not None and st.available:
-                    hardware.update(describe())
+                if st is not None and st.available:
+                    hardware.update(p.describe())
             agent = self.governor.summary() if self.governor is not None else None
-            return SessionResult(analysis, statuses, self.errors, start, end, reason,
-                                 self.exit_code, self.timeline, hardware, agent)
+            return SessionResult(
+                analysis,
+                statuses,
+                self.errors,
+                start,
+                end,
+                reason,
+                self.exit_code,
+                self.timeline,
+                hardware,
+                agent,
+            )
         finally:
             if old_int is not None:
                 signal.signal(signal.SIGINT, old_int)

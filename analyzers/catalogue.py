@@ -15,36 +15,86 @@ class Spec:
 
     id: str
     title: str
-    category: str                 # host, gpu, transfer, distributed, cost, run
-    explains_gpu_idle: bool       # a cause on the critical path: the GPU idles because of it
+    category: str  # host, gpu, transfer, distributed, cost, run
+    explains_gpu_idle: bool  # a cause on the critical path: the GPU idles because of it
     error_setting: str | None = "error_impact"  # threshold naming the error impact; None: never
-    always_note: bool = False     # informational: never a warning
+    always_note: bool = False  # informational: never a warning
+    time_in: str | None = None  # the Breakdown category whose time the finding is about
 
 
-CATALOGUE: dict[str, Spec] = {s.id: s for s in (
-    Spec("DATA001", "Loop waits on the input pipeline; idle CPU can add workers", "host", True,
-         "data_wait_error"),
-    Spec("DATA002", "Input pipeline is CPU-bound and the cores are already busy", "host", True,
-         "data_wait_error"),
-    Spec("IO001", "Input pipeline waits on storage reads", "host", True),
-    Spec("GIL001", "Python threads contend for the GIL and starve the loop", "host", True),
-    Spec("CKPT001", "Synchronous checkpoint saves stall training", "host", True,
-         "checkpoint_error"),
-    Spec("SYNC001", "Host-device syncs in the loop leave the GPU idle", "host", True),
-    Spec("HOST001", "Host-bound: the loop thread's CPU work is the critical path", "host", True),
-    Spec("XFER001", "Host-to-device copies stall the loop", "transfer", True),
-    Spec("GPU001", "GPU idle most of the time; neither side explains the gaps", "gpu", False),
-    Spec("GPU002", "Launch-bound: the GPU looks busy but its SMs are mostly idle", "gpu", True),
-    Spec("GPU003", "Matrix work not on tensor cores (fp32 without TF32/AMP)", "gpu", False),
-    Spec("GPU004", "GPUs of the job are unevenly loaded", "gpu", False),
-    Spec("MEM001", "VRAM headroom: the job uses a small share of GPU memory", "gpu", False,
-         None, always_note=True),
-    Spec("MEM002", "VRAM near the limit", "gpu", False, None),
-    Spec("THROT001", "GPU clocks throttled", "gpu", False),
-    Spec("COST001", "Money spent on GPU time the job leaves idle", "cost", False, None),
-    Spec("START001", "Start-up takes a large share of the run", "run", False, None,
-         always_note=True),
-)}
+CATALOGUE: dict[str, Spec] = {
+    s.id: s
+    for s in (
+        Spec(
+            "DATA001",
+            "Loop waits on the input pipeline; idle CPU can add workers",
+            "host",
+            True,
+            "data_wait_error",
+            time_in="data_wait",
+        ),
+        Spec(
+            "DATA002",
+            "Input pipeline is CPU-bound and the cores are already busy",
+            "host",
+            True,
+            "data_wait_error",
+            time_in="data_wait",
+        ),
+        Spec("IO001", "Input pipeline waits on storage reads", "host", True, time_in="storage_io"),
+        Spec(
+            "GIL001",
+            "Python threads contend for the GIL and starve the loop",
+            "host",
+            True,
+            time_in="gil_wait",
+        ),
+        Spec(
+            "CKPT001",
+            "Synchronous checkpoint saves stall training",
+            "host",
+            True,
+            "checkpoint_error",
+            time_in="checkpoint",
+        ),
+        Spec(
+            "SYNC001",
+            "Host-device syncs in the loop leave the GPU idle",
+            "host",
+            True,
+            time_in="sync",
+        ),
+        Spec(
+            "HOST001", "Host-bound: the loop thread's CPU work is the critical path", "host", True
+        ),
+        Spec(
+            "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
+        ),
+        Spec("GPU001", "GPU idle most of the time; neither side explains the gaps", "gpu", False),
+        Spec("GPU002", "Launch-bound: the GPU looks busy but its SMs are mostly idle", "gpu", True),
+        Spec("GPU003", "Matrix work not on tensor cores (fp32 without TF32/AMP)", "gpu", False),
+        Spec("GPU004", "GPUs of the job are unevenly loaded", "gpu", False),
+        Spec(
+            "MEM001",
+            "VRAM headroom: the job uses a small share of GPU memory",
+            "gpu",
+            False,
+            None,
+            always_note=True,
+        ),
+        Spec("MEM002", "VRAM near the limit", "gpu", False, None),
+        Spec("THROT001", "GPU clocks throttled", "gpu", False),
+        Spec("COST001", "Money spent on GPU time the job leaves idle", "cost", False, None),
+        Spec(
+            "START001",
+            "Start-up takes a large share of the run",
+            "run",
+            False,
+            None,
+            always_note=True,
+        ),
+    )
+}
 
 
 def spec(finding_id: str) -> Spec:
@@ -65,6 +115,12 @@ def severity(finding_id: str, impact: float, th: Thresholds) -> str:
 def explains_gpu_idle(finding_id: str) -> bool:
     """Whether a finding of this id is a cause of GPU idle time (on the critical path)."""
     return spec(finding_id).explains_gpu_idle
+
+
+def about_time_in(findings: list, breakdown_category: str) -> bool:
+    """Whether any of `findings` is about time spent in this Breakdown category (e.g. any
+    finding about checkpoint saves), whatever its id."""
+    return any(spec(f.id).time_in == breakdown_category for f in findings)
 
 
 def category(finding_id: str) -> str:

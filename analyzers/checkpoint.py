@@ -19,8 +19,9 @@ from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Aggregate
 
 
-def save_episodes(tl: Aggregate, profile: LoopProfile, clf: Classifier
-                  ) -> tuple[float, float, Location | None]:
+def save_episodes(
+    tl: Aggregate, profile: LoopProfile, clf: Classifier
+) -> tuple[float, float, Location | None]:
     """(saves seen, samples inside them, call site) from the loop thread's call episodes."""
     saves = samples = 0.0
     best: tuple[float, Location | None] = (0.0, None)
@@ -49,9 +50,14 @@ def gpu_drain(share: float, compute: float | None) -> float:
     return min(share, max(0.0, compute - (1.0 - share)))
 
 
-def checkpoint_findings(tl: Aggregate, profile: LoopProfile, clf: Classifier, th: Thresholds,
-                        gpu_idle_caused: float | None = None,
-                        gpu_compute: float | None = None) -> list[Finding]:
+def checkpoint_findings(
+    tl: Aggregate,
+    profile: LoopProfile,
+    clf: Classifier,
+    th: Thresholds,
+    gpu_idle_caused: float | None = None,
+    gpu_compute: float | None = None,
+) -> list[Finding]:
     """CKPT001 with the save call site, how often it runs and how long one save takes.
 
     The speed-up removes the whole blocking save from the loop: serialisation, the disk
@@ -67,22 +73,37 @@ def checkpoint_findings(tl: Aggregate, profile: LoopProfile, clf: Classifier, th
     w = tl.windows.get("all")
     rate = w.rate_hz if w and w.rate_hz else 100.0
     sampled_s = w.duration_s if w and w.duration_s else tl.duration_s
-    ev = [Evidence("checkpoint_share", round(share, 4), "ratio", th.checkpoint_warn, ">=",
-                   "checkpoint_warn", "stacks")]
+    ev = [
+        Evidence(
+            "checkpoint_share",
+            round(share, 4),
+            "ratio",
+            th.checkpoint_warn,
+            ">=",
+            "checkpoint_warn",
+            "stacks",
+        )
+    ]
     detail = ""
     actions = []
     if saves >= 1 and sampled_s > 0:
         per_save = samples / saves / rate
         every = sampled_s / saves
-        ev += [Evidence("saves_seen", saves, "count", source="stacks"),
-               Evidence("seconds_per_save", round(per_save, 3), "s", source="stacks"),
-               Evidence("seconds_between_saves", round(every, 2), "s", source="stacks")]
-        detail = (f" {saves:.0f} saves seen in {sampled_s:.0f} s of sampling: one every "
-                  f"{every:.1f} s, each blocking the loop about {per_save:.2f} s.")
+        ev += [
+            Evidence("saves_seen", saves, "count", source="stacks"),
+            Evidence("seconds_per_save", round(per_save, 3), "s", source="stacks"),
+            Evidence("seconds_between_saves", round(every, 2), "s", source="stacks"),
+        ]
+        detail = (
+            f" {saves:.0f} saves seen in {sampled_s:.0f} s of sampling: one every "
+            f"{every:.1f} s, each blocking the loop about {per_save:.2f} s."
+        )
         factor = max(2, math.ceil(share / (th.checkpoint_warn / 2)))
-        actions.append(f"save {factor}x less often (every {every * factor:.0f} s instead of "
-                       f"every {every:.0f} s) to bring saves under "
-                       f"{th.checkpoint_warn / 2:.0%} of the time")
+        actions.append(
+            f"save {factor}x less often (every {every * factor:.0f} s instead of "
+            f"every {every:.0f} s) to bring saves under "
+            f"{th.checkpoint_warn / 2:.0%} of the time"
+        )
     else:
         actions.append("save less often (e.g. every N steps with N several times larger)")
     actions += [
@@ -91,20 +112,34 @@ def checkpoint_findings(tl: Aggregate, profile: LoopProfile, clf: Classifier, th
         "write to fast local disk first and upload to shared storage in the background",
     ]
     where = f" at {loc}" if loc else ""
-    msg = (f"Synchronous checkpoint saves{where} take {share:.0%} of the loop's "
-           f"time.{detail}")
+    msg = f"Synchronous checkpoint saves{where} take {share:.0%} of the loop's time.{detail}"
     drain = gpu_drain(share, gpu_compute)
     stall = share - drain
     impact = stall if gpu_idle_caused is None else min(stall, gpu_idle_caused)
     if drain > 0:
-        ev.append(Evidence("gpu_drain_in_saves", round(drain, 4), "ratio",
-                           source="critical path (nvml + stacks)"))
-    return [Finding(
-        "CKPT001", spec("CKPT001").title, severity("CKPT001", max(impact, share), th), conf,
-        impact, msg, tuple(ev),
-        Recommendation("Save less often, or asynchronously", tuple(actions)),
-        speedup_from_impact(stall), loc, signals=("stacks",),
-        speedup_basis=f"the blocking saves ({share:.0%} of the loop, device-to-host copies "
-                      "and the write included) taken off the loop"
-                      + (f", less the {drain:.1%} they wait for queued GPU work" if drain
-                         else ""))]
+        ev.append(
+            Evidence(
+                "gpu_drain_in_saves",
+                round(drain, 4),
+                "ratio",
+                source="critical path (nvml + stacks)",
+            )
+        )
+    return [
+        Finding(
+            id="CKPT001",
+            title=spec("CKPT001").title,
+            severity=severity("CKPT001", max(impact, share), th),
+            confidence=conf,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation("Save less often, or asynchronously", tuple(actions)),
+            expected_speedup=speedup_from_impact(stall),
+            location=loc,
+            signals=("stacks",),
+            speedup_basis=f"the blocking saves ({share:.0%} of the loop, device-to-host copies "
+            "and the write included) taken off the loop"
+            + (f", less the {drain:.1%} they wait for queued GPU work" if drain else ""),
+        )
+    ]

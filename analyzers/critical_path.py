@@ -20,18 +20,18 @@ from dataclasses import dataclass
 # Host-side waits, in the order they take GPU idle (the clearest causes first).
 WAITS = ("checkpoint", "data_wait", "storage_io", "h2d_copy", "gil_wait", "collective")
 HOST_WORK = ("forward", "backward", "optimizer", "other")
-SYNCS_PER_STEP_MIN = 0.5   # a sync at least every other step drains the GPU's queue
+SYNCS_PER_STEP_MIN = 0.5  # a sync at least every other step drains the GPU's queue
 
 
 @dataclass(frozen=True)
 class CriticalPath:
     """Where the GPU's idle time in the loop window comes from."""
 
-    gpu_idle: float | None                 # None: no GPU signal (CPU job or NVML missing)
-    idle_by_wait: dict[str, float]         # GPU idle attributed to each host wait
-    sync_bubbles: float                    # idle in the GPU's queue drained by syncs
-    host_bound: float                      # idle while the loop thread works on the CPU
-    unexplained: float                     # idle neither side explains
+    gpu_idle: float | None  # None: no GPU signal (CPU job or NVML missing)
+    idle_by_wait: dict[str, float]  # GPU idle attributed to each host wait
+    sync_bubbles: float  # idle in the GPU's queue drained by syncs
+    host_bound: float  # idle while the loop thread works on the CPU
+    unexplained: float  # idle neither side explains
     signals: tuple[str, ...]
 
     def caused(self, category: str) -> float:
@@ -40,16 +40,23 @@ class CriticalPath:
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""
-        return {"gpu_idle": None if self.gpu_idle is None else round(self.gpu_idle, 4),
-                "idle_by_wait": {k: round(v, 4) for k, v in self.idle_by_wait.items() if v},
-                "sync_bubbles": round(self.sync_bubbles, 4),
-                "host_bound": round(self.host_bound, 4),
-                "unexplained": round(self.unexplained, 4), "signals": list(self.signals)}
+        return {
+            "gpu_idle": None if self.gpu_idle is None else round(self.gpu_idle, 4),
+            "idle_by_wait": {k: round(v, 4) for k, v in self.idle_by_wait.items() if v},
+            "sync_bubbles": round(self.sync_bubbles, 4),
+            "host_bound": round(self.host_bound, 4),
+            "unexplained": round(self.unexplained, 4),
+            "signals": list(self.signals),
+        }
 
 
-def critical_path(shares: dict[str, float], gpu_idle: float | None,
-                  syncs_per_step: float | None, signals: tuple[str, ...],
-                  has_stacks: bool = True) -> CriticalPath:
+def critical_path(
+    shares: dict[str, float],
+    gpu_idle: float | None,
+    syncs_per_step: float | None,
+    signals: tuple[str, ...],
+    has_stacks: bool = True,
+) -> CriticalPath:
     """Attribute the loop window's GPU idle to host waits, sync bubbles and host work.
 
     Without stack samples of the loop thread, host work cannot be told from a block the

@@ -9,8 +9,12 @@ from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup
 from gpudiag.analyzers.thresholds import Thresholds
 
 
-def gil_findings(profile: LoopProfile, th: Thresholds, gpu_idle_caused: float | None = None,
-                 gpu_idle: float | None = None) -> list[Finding]:
+def gil_findings(
+    profile: LoopProfile,
+    th: Thresholds,
+    gpu_idle_caused: float | None = None,
+    gpu_idle: float | None = None,
+) -> list[Finding]:
     """GIL001 when the loop's estimated GIL wait and the others' GIL share cross thresholds.
 
     The wait is estimated as the loop thread's off-CPU time (procfs schedstat) not explained
@@ -22,32 +26,57 @@ def gil_findings(profile: LoopProfile, th: Thresholds, gpu_idle_caused: float | 
         return []
     if g.wait_share < th.gil_wait_warn or g.other_share < th.gil_other_min:
         return []
-    conf = min(confidence_above(g.wait_share, th.gil_wait_warn, profile.samples),
-               confidence_above(g.other_share, th.gil_other_min, g.ticks))
+    conf = min(
+        confidence_above(g.wait_share, th.gil_wait_warn, profile.samples),
+        confidence_above(g.other_share, th.gil_other_min, g.ticks),
+    )
     if conf < th.min_confidence:
         return []
     holders = [h for h in g.holders if h[1] >= 0.02][:4]
-    named = "; ".join(f"'{name}' {share:.0%}" + (f" in {where}" if where else "")
-                      for name, share, where in holders)
+    named = "; ".join(
+        f"'{name}' {share:.0%}" + (f" in {where}" if where else "")
+        for name, share, where in holders
+    )
     loop = profile.thread.thread if profile.thread else "the loop thread"
-    msg = (f"Other Python threads hold the GIL {g.other_share:.0%} of the time ({named}). "
-           f"The training loop thread '{loop}' is off-CPU {g.loop_off_cpu or 0:.0%} of the "
-           f"time, {g.wait_share:.0%} of it not explained by data, sync or I/O waits: it is "
-           f"waiting for the GIL.")
-    ev = [Evidence("gil_wait_share", round(g.wait_share, 4), "ratio", th.gil_wait_warn, ">=",
-                   "gil_wait_warn", "stacks+procfs"),
-          Evidence("gil_held_by_other_threads", round(g.other_share, 4), "ratio",
-                   th.gil_other_min, ">=", "gil_other_min", "py-spy --gil"),
-          Evidence("gil_held_by_loop_thread", round(g.loop_share, 4), "ratio",
-                   source="py-spy --gil")]
+    msg = (
+        f"Other Python threads hold the GIL {g.other_share:.0%} of the time ({named}). "
+        f"The training loop thread '{loop}' is off-CPU {g.loop_off_cpu or 0:.0%} of the "
+        f"time, {g.wait_share:.0%} of it not explained by data, sync or I/O waits: it is "
+        f"waiting for the GIL."
+    )
+    ev = [
+        Evidence(
+            "gil_wait_share",
+            round(g.wait_share, 4),
+            "ratio",
+            th.gil_wait_warn,
+            ">=",
+            "gil_wait_warn",
+            "stacks+procfs",
+        ),
+        Evidence(
+            "gil_held_by_other_threads",
+            round(g.other_share, 4),
+            "ratio",
+            th.gil_other_min,
+            ">=",
+            "gil_other_min",
+            "py-spy --gil",
+        ),
+        Evidence("gil_held_by_loop_thread", round(g.loop_share, 4), "ratio", source="py-spy --gil"),
+    ]
     if g.loop_off_cpu is not None:
-        ev.append(Evidence("loop_thread_off_cpu", round(g.loop_off_cpu, 4), "ratio",
-                           source="procfs schedstat"))
+        ev.append(
+            Evidence(
+                "loop_thread_off_cpu", round(g.loop_off_cpu, 4), "ratio", source="procfs schedstat"
+            )
+        )
     for name, share, _where in holders:
         ev.append(Evidence(f"gil_share[{name}]", round(share, 4), "ratio", source="py-spy --gil"))
     top = holders[0] if holders else ("a background thread", 0.0, "")
     actions = (
-        f"move the work of thread '{top[0]}'" + (f" ({top[2]})" if top[2] else "")
+        f"move the work of thread '{top[0]}'"
+        + (f" ({top[2]})" if top[2] else "")
         + " into a separate process (multiprocessing, or a DataLoader worker) so it has its "
         "own GIL",
         "or make it cheaper or less frequent (e.g. log/aggregate metrics every 50 steps "
@@ -60,11 +89,22 @@ def gil_findings(profile: LoopProfile, th: Thresholds, gpu_idle_caused: float | 
     speed = speedup_from_impact(g.wait_share)
     if gpu_idle is not None:
         speed = min(speed, speedup_from_impact(gpu_idle))
-    return [Finding(
-        "GIL001", spec("GIL001").title, severity("GIL001", impact, th), conf, impact, msg,
-        tuple(ev),
-        Recommendation("Take CPU-bound Python work off the training process's GIL", actions),
-        speed, location_of(profile.stacks_by_category.get("other", ())),
-        signals=("py-spy --gil", "stacks", "procfs"),
-        speedup_basis="the loop's GIL wait removed" + ("; capped by the GPU's busy time"
-                                                       if gpu_idle is not None else ""))]
+    return [
+        Finding(
+            id="GIL001",
+            title=spec("GIL001").title,
+            severity=severity("GIL001", impact, th),
+            confidence=conf,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation(
+                "Take CPU-bound Python work off the training process's GIL", actions
+            ),
+            expected_speedup=speed,
+            location=location_of(profile.stacks_by_category.get("other", ())),
+            signals=("py-spy --gil", "stacks", "procfs"),
+            speedup_basis="the loop's GIL wait removed"
+            + ("; capped by the GPU's busy time" if gpu_idle is not None else ""),
+        )
+    ]

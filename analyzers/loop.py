@@ -31,10 +31,10 @@ class StackCount:
 class LoaderStats:
     """What the input pipeline's loaders did: DataLoader workers, or the loop thread itself."""
 
-    source: str                 # "workers" or "loop thread"
-    busy_samples: float         # loader samples not waiting on a queue
-    io_samples: float           # of those, in storage reads
-    io_fraction: float          # io / busy
+    source: str  # "workers" or "loop thread"
+    busy_samples: float  # loader samples not waiting on a queue
+    io_samples: float  # of those, in storage reads
+    io_fraction: float  # io / busy
     top_stacks: tuple[StackCount, ...] = ()
 
 
@@ -45,7 +45,7 @@ class GilStats:
     ticks: float
     loop_share: float
     other_share: float
-    holders: tuple[tuple[str, float, str], ...]   # (thread, share of ticks, top function)
+    holders: tuple[tuple[str, float, str], ...]  # (thread, share of ticks, top function)
     loop_off_cpu: float | None
     loop_blocked: float
     wait_share: float
@@ -97,17 +97,24 @@ def thread_series_mean(tl: Aggregate, name: str, tid: int) -> float | None:
     return sum(r.total for _, r in rolls) / n if n else None
 
 
-def _loader_stats(tl: Aggregate, clf: Classifier, loop_stacks: list[StackCount],
-                  loop_key: ThreadKey) -> LoaderStats | None:
+def _loader_stats(
+    tl: Aggregate, clf: Classifier, loop_stacks: list[StackCount], loop_key: ThreadKey
+) -> LoaderStats | None:
     worker_stacks: list[StackCount] = []
     for key in tl.threads("all", "worker"):
         worker_stacks.extend(_thread_stacks(tl, key))
-    busy = [s for s in worker_stacks if WORKER_LOOP_RE.search(s.stack)
-            and not clf.is_waiting(s.stack, s.code)]
+    busy = [
+        s
+        for s in worker_stacks
+        if WORKER_LOOP_RE.search(s.stack) and not clf.is_waiting(s.stack, s.code)
+    ]
     source = "workers"
     if not busy:
-        busy = [s for s in loop_stacks if clf.category(s.stack, s.code) == "data_wait"
-                and not clf.is_waiting(s.stack, s.code)]
+        busy = [
+            s
+            for s in loop_stacks
+            if clf.category(s.stack, s.code) == "data_wait" and not clf.is_waiting(s.stack, s.code)
+        ]
         source = "loop thread"
     busy_n = sum(s.count for s in busy)
     if busy_n <= 0:
@@ -117,9 +124,14 @@ def _loader_stats(tl: Aggregate, clf: Classifier, loop_stacks: list[StackCount],
     return LoaderStats(source, busy_n, io_n, io_n / busy_n, top)
 
 
-def _gil_stats(tl: Aggregate, loop: ThreadKey, shares: dict[str, float],
-               loop_cpu: float | None, loop_rq: float | None,
-               blocking: tuple[str, ...]) -> GilStats | None:
+def _gil_stats(
+    tl: Aggregate,
+    loop: ThreadKey,
+    shares: dict[str, float],
+    loop_cpu: float | None,
+    loop_rq: float | None,
+    blocking: tuple[str, ...],
+) -> GilStats | None:
     w = tl.windows.get("gil")
     if not w or w.ticks <= 0:
         return None
@@ -144,12 +156,10 @@ def _gil_stats(tl: Aggregate, loop: ThreadKey, shares: dict[str, float],
     blocked = sum(shares.get(c, 0.0) for c in blocking)
     off = None if loop_cpu is None else max(0.0, 1.0 - loop_cpu - (loop_rq or 0.0))
     wait = 0.0 if off is None else max(0.0, min(other, off - blocked))
-    return GilStats(w.ticks, min(1.0, loop_n / w.ticks), other, tuple(holders), off, blocked,
-                    wait)
+    return GilStats(w.ticks, min(1.0, loop_n / w.ticks), other, tuple(holders), off, blocked, wait)
 
 
-def profile_loop(tl: Aggregate, clf: Classifier, backward_elsewhere: bool = False
-                 ) -> LoopProfile:
+def profile_loop(tl: Aggregate, clf: Classifier, backward_elsewhere: bool = False) -> LoopProfile:
     """Find the loop thread and build its time breakdown from the timeline.
 
     `backward_elsewhere`: the job's backward runs on the autograd engine's device thread (CUDA),
@@ -196,12 +206,22 @@ def profile_loop(tl: Aggregate, clf: Classifier, backward_elsewhere: bool = Fals
     shares = {c: max(0.0, shares.get(c, 0.0)) for c in CATEGORIES}
     norm = sum(shares.values()) or 1.0
     shares = {c: v / norm for c, v in shares.items()}
-    basis = (f"py-spy stack samples of the loop thread {key.thread or ''} (tid {key.tid})"
-             .replace("  ", " "))
+    basis = f"py-spy stack samples of the loop thread {key.thread or ''} (tid {key.tid})".replace(
+        "  ", " "
+    )
     top = {c: tuple(sorted(v, key=lambda s: -s.count)[:10]) for c, v in by_cat.items()}
-    return LoopProfile(key, total, counts, Breakdown(shares, basis, int(total),
-                                                     f"{key.thread} (tid {key.tid})"),
-                       top, loader, gil, loop_cpu, loop_rq, startup)
+    return LoopProfile(
+        key,
+        total,
+        counts,
+        Breakdown(shares, basis, int(total), f"{key.thread} (tid {key.tid})"),
+        top,
+        loader,
+        gil,
+        loop_cpu,
+        loop_rq,
+        startup,
+    )
 
 
 def location_of(stacks: tuple[StackCount, ...]) -> Location | None:

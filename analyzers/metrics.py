@@ -75,8 +75,9 @@ def host_metrics(tl: Aggregate) -> dict[str, float | None]:
         "worker_cpu_cores": tl.mean("process", "cpu_cores", scope="workers"),
         "worker_rss_bytes": tl.maximum("process", "rss_bytes", scope="workers"),
         "worker_d_state_share": tl.mean("process", "d_state_share", scope="workers"),
-        "read_bytes_per_s": read_t + read_w if tl.rollup("process", "read_bytes_per_s",
-                                                         scope="target") else None,
+        "read_bytes_per_s": read_t + read_w
+        if tl.rollup("process", "read_bytes_per_s", scope="target")
+        else None,
         "swap_in_bytes_per_s": tl.mean("host", "swap_in_bytes_per_s"),
         "stack_windows": float(w.windows) if w else 0.0,
         "stack_errors": float(w.errors) if w else 0.0,

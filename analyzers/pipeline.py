@@ -35,11 +35,11 @@ def hot_loader_function(profile: LoopProfile) -> str | None:
 class WorkerPlan:
     """What more DataLoader workers would do, from a model of the loaders and the cores."""
 
-    need: int            # workers that would make loading keep up with the rest of the step
-    suggest: int         # workers to set, given the cores there are
-    speedup: float       # the loop's rate after the change, over its rate now
-    loader_cores: int    # physical cores the loaders can use (the loop keeps one)
-    physical: int        # physical cores of the host (measured, or assumed: see smt_assumed)
+    need: int  # workers that would make loading keep up with the rest of the step
+    suggest: int  # workers to set, given the cores there are
+    speedup: float  # the loop's rate after the change, over its rate now
+    loader_cores: int  # physical cores the loaders can use (the loop keeps one)
+    physical: int  # physical cores of the host (measured, or assumed: see smt_assumed)
     smt_assumed: bool
 
 
@@ -50,8 +50,9 @@ def loader_cores(cpu_count: int, physical: float | None) -> tuple[int, int, bool
     return max(1, phys - 1), max(1, phys), assumed
 
 
-def suggest_workers(wait: float, workers: int, free_cores: float, cpu_count: int,
-                    physical: float | None = None) -> WorkerPlan:
+def suggest_workers(
+    wait: float, workers: int, free_cores: float, cpu_count: int, physical: float | None = None
+) -> WorkerPlan:
     """Workers needed and advised for a loop that waits `wait` of its step on loading.
 
     Model (a step normalised to 1): the rest of the step takes R = 1 - wait. Loading runs in
@@ -78,9 +79,13 @@ def suggest_workers(wait: float, workers: int, free_cores: float, cpu_count: int
     return WorkerPlan(need, suggest, 1.0 / after, cores, phys, assumed)
 
 
-def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
-                  gpu_idle_caused: float | None = None,
-                  gpu_idle: float | None = None) -> list[Finding]:
+def data_findings(
+    profile: LoopProfile,
+    metrics: dict,
+    th: Thresholds,
+    gpu_idle_caused: float | None = None,
+    gpu_idle: float | None = None,
+) -> list[Finding]:
     """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline.
 
     `gpu_idle_caused` is the GPU idle the critical path attributes to the wait (None without
@@ -109,50 +114,95 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
     cpu_count = int(metrics.get("cpu_count") or 1)
     free = metrics.get("host_free_cores")
     util = metrics.get("host_cpu_util")
-    workers = int(round(metrics.get("workers") or 0)) if profile.loader and \
-        profile.loader.source == "workers" else 0
+    workers = (
+        int(round(metrics.get("workers") or 0))
+        if profile.loader and profile.loader.source == "workers"
+        else 0
+    )
     loc = location_of(profile.stacks_by_category.get("data_wait", ()))
     hot = hot_loader_function(profile)
-    plan = suggest_workers(wait, workers, free if free is not None else cpu_count - 1,
-                           cpu_count, metrics.get("cpu_physical"))
+    plan = suggest_workers(
+        wait,
+        workers,
+        free if free is not None else cpu_count - 1,
+        cpu_count,
+        metrics.get("cpu_physical"),
+    )
     floor = speedup_from_impact(gpu_idle) if gpu_idle is not None else None
     speedup = min(plan.speedup, floor) if floor else plan.speedup
-    ev = [Evidence("data_wait_share", round(wait, 4), "ratio", th.data_wait_warn, ">=",
-                   "data_wait_warn", source),
-          Evidence("dataloader_workers", float(workers), "count", source="procfs")]
+    ev = [
+        Evidence(
+            "data_wait_share",
+            round(wait, 4),
+            "ratio",
+            th.data_wait_warn,
+            ">=",
+            "data_wait_warn",
+            source,
+        ),
+        Evidence("dataloader_workers", float(workers), "count", source="procfs"),
+    ]
     if free is not None:
-        ev.append(Evidence("host_free_cores", round(free, 2), "cores", th.min_free_cores,
-                           ">=" if free >= th.min_free_cores else "<", "min_free_cores",
-                           "procfs"))
+        ev.append(
+            Evidence(
+                "host_free_cores",
+                round(free, 2),
+                "cores",
+                th.min_free_cores,
+                ">=" if free >= th.min_free_cores else "<",
+                "min_free_cores",
+                "procfs",
+            )
+        )
     if util is not None:
         ev.append(Evidence("host_cpu_util", round(util, 4), "ratio", source="procfs"))
-    ev.append(Evidence("physical_cores", float(plan.physical), "cores",
-                       source="assumed: 2 logical CPUs per core" if plan.smt_assumed
-                       else "psutil"))
+    ev.append(
+        Evidence(
+            "physical_cores",
+            float(plan.physical),
+            "cores",
+            source="assumed: 2 logical CPUs per core" if plan.smt_assumed else "psutil",
+        )
+    )
     if gpu_idle_caused is not None:
-        ev.append(Evidence("gpu_idle_caused", round(gpu_idle_caused, 4), "ratio",
-                           source="critical path (nvml + loop)"))
+        ev.append(
+            Evidence(
+                "gpu_idle_caused",
+                round(gpu_idle_caused, 4),
+                "ratio",
+                source="critical path (nvml + loop)",
+            )
+        )
     sev = severity("DATA001", impact, th)
     where = f" Loaders spend most time in {hot}." if hot else ""
-    cores_txt = (f"{plan.physical} physical cores" + (" (assumed: 2 logical CPUs per core)"
-                                                       if plan.smt_assumed else ""))
+    cores_txt = f"{plan.physical} physical cores" + (
+        " (assumed: 2 logical CPUs per core)" if plan.smt_assumed else ""
+    )
     no_room = free is not None and free < th.min_free_cores
     no_gain = plan.suggest <= workers or plan.speedup < 1.05
     if no_room or no_gain:
         used = (metrics.get("worker_cpu_cores") or 0.0) + (metrics.get("target_cpu_cores") or 0.0)
         if no_room:
-            why = (f"the CPU is already saturated: {cpu_count} cores at {util or 0:.0%} busy "
-                   f"(the job uses {used:.1f} cores, {workers} DataLoader workers), "
-                   f"{free or 0:.1f} cores idle")
+            why = (
+                f"the CPU is already saturated: {cpu_count} cores at {util or 0:.0%} busy "
+                f"(the job uses {used:.1f} cores, {workers} DataLoader workers), "
+                f"{free or 0:.1f} cores idle"
+            )
         else:
-            why = (f"{workers} workers already fill the {plan.loader_cores} of the "
-                   f"{cores_txt} that loading can use (the loop keeps one)")
-        msg = (f"The loop waits for batches {wait:.0%} of the time, but {why}. More workers "
-               f"would only compete for the same cores.{where}")
+            why = (
+                f"{workers} workers already fill the {plan.loader_cores} of the "
+                f"{cores_txt} that loading can use (the loop keeps one)"
+            )
+        msg = (
+            f"The loop waits for batches {wait:.0%} of the time, but {why}. More workers "
+            f"would only compete for the same cores.{where}"
+        )
         actions = []
         if hot:
-            actions.append(f"make the per-sample work cheaper: profile {hot} "
-                           "(decode at lower resolution, vectorise, drop redundant copies)")
+            actions.append(
+                f"make the per-sample work cheaper: profile {hot} "
+                "(decode at lower resolution, vectorise, drop redundant copies)"
+            )
         actions += [
             "pre-process once and cache the decoded/augmented tensors (e.g. save to .npy or "
             "a WebDataset/LMDB shard) so each epoch only reads them",
@@ -160,46 +210,86 @@ def data_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
             "NVIDIA DALI, torchvision.io.decode_jpeg(device='cuda'))",
         ]
         if workers > cpu_count:
-            actions.append(f"num_workers={max(1, cpu_count - 1)}: {workers} workers on "
-                           f"{cpu_count} cores oversubscribe the CPU")
+            actions.append(
+                f"num_workers={max(1, cpu_count - 1)}: {workers} workers on "
+                f"{cpu_count} cores oversubscribe the CPU"
+            )
         actions.append("or run on a machine with more CPU cores per GPU")
         bound = speedup_from_impact(wait)
         if floor:
             bound = min(bound, floor)
-        return [Finding(
-            "DATA002", spec("DATA002").title, severity("DATA002", impact, th), conf, impact,
-            msg, tuple(ev),
-            Recommendation("Make loading cheaper; more workers cannot help here", tuple(actions)),
-            bound, loc, signals=("stacks", "procfs"),
-            speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
-                          + (", capped by the GPU's busy time)" if floor else ")"))]
-    idle = f"{free:.1f} of {cpu_count} CPU cores are idle" if free is not None else \
-        "host CPU use was not measured"
-    msg = (f"The loop waits for batches {wait:.0%} of the time "
-           f"(num_workers={workers}); {idle}."
-           f"{where} Loading needs about {plan.need} worker{'s' if plan.need != 1 else ''} to "
-           f"keep up" + (f"; {plan.suggest} fit the idle cores." if plan.suggest < plan.need
-                         else "."))
+        return [
+            Finding(
+                id="DATA002",
+                title=spec("DATA002").title,
+                severity=severity("DATA002", impact, th),
+                confidence=conf,
+                impact=impact,
+                message=msg,
+                evidence=tuple(ev),
+                recommendation=Recommendation(
+                    "Make loading cheaper; more workers cannot help here", tuple(actions)
+                ),
+                expected_speedup=bound,
+                location=loc,
+                signals=("stacks", "procfs"),
+                speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
+                + (", capped by the GPU's busy time)" if floor else ")"),
+            )
+        ]
+    idle = (
+        f"{free:.1f} of {cpu_count} CPU cores are idle"
+        if free is not None
+        else "host CPU use was not measured"
+    )
+    msg = (
+        f"The loop waits for batches {wait:.0%} of the time "
+        f"(num_workers={workers}); {idle}."
+        f"{where} Loading needs about {plan.need} worker{'s' if plan.need != 1 else ''} to "
+        f"keep up" + (f"; {plan.suggest} fit the idle cores." if plan.suggest < plan.need else ".")
+    )
     actions = [f"DataLoader(..., num_workers={plan.suggest})"]
     if plan.suggest < plan.need:
-        actions.append(f"{plan.need} workers would hide loading entirely; with more cores "
-                       f"(or cheaper transforms) set num_workers={plan.need}")
+        actions.append(
+            f"{plan.need} workers would hide loading entirely; with more cores "
+            f"(or cheaper transforms) set num_workers={plan.need}"
+        )
     actions.append("persistent_workers=True (keep workers alive between epochs)")
     if workers > 0:
         actions.append("prefetch_factor=4 (more batches queued per worker, smooths bursts)")
-    basis = (f"loader rate with {plan.suggest} workers on at most {plan.loader_cores} of "
-             f"{cores_txt} against the rate the rest of the step allows "
-             f"({1 - wait:.0%} of it)" + ("; capped by the GPU's busy time" if floor and
-                                          plan.speedup > floor else ""))
-    return [Finding(
-        "DATA001", spec("DATA001").title, sev, conf, impact, msg, tuple(ev),
-        Recommendation(f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)),
-        speedup, loc, signals=("stacks", "procfs"), speedup_basis=basis)]
+    basis = (
+        f"loader rate with {plan.suggest} workers on at most {plan.loader_cores} of "
+        f"{cores_txt} against the rate the rest of the step allows "
+        f"({1 - wait:.0%} of it)"
+        + ("; capped by the GPU's busy time" if floor and plan.speedup > floor else "")
+    )
+    return [
+        Finding(
+            id="DATA001",
+            title=spec("DATA001").title,
+            severity=sev,
+            confidence=conf,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation(
+                f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)
+            ),
+            expected_speedup=speedup,
+            location=loc,
+            signals=("stacks", "procfs"),
+            speedup_basis=basis,
+        )
+    ]
 
 
-def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
-                loader_d_state: float | None, gpu_idle_caused: float | None = None
-                ) -> list[Finding]:
+def io_findings(
+    profile: LoopProfile,
+    metrics: dict,
+    th: Thresholds,
+    loader_d_state: float | None,
+    gpu_idle_caused: float | None = None,
+) -> list[Finding]:
     """IO001 when the input pipeline's time goes to storage reads, confirmed by I/O stalls."""
     share = profile.share("storage_io")
     n = profile.samples
@@ -215,18 +305,29 @@ def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
         (psi, th.psi_io_min, "psi_io_some", "psi_io_min", "psi"),
         (iowait, th.iowait_min, "host_iowait", "iowait_min", "procfs"),
     ]
-    ev = [Evidence("storage_io_share", round(share, 4), "ratio", th.storage_io_warn, ">=",
-                   "storage_io_warn", STACKS),
-          Evidence("loader_io_fraction", round(profile.loader.io_fraction, 4), "ratio",
-                   source=STACKS)]
+    ev = [
+        Evidence(
+            "storage_io_share",
+            round(share, 4),
+            "ratio",
+            th.storage_io_warn,
+            ">=",
+            "storage_io_warn",
+            STACKS,
+        ),
+        Evidence(
+            "loader_io_fraction", round(profile.loader.io_fraction, 4), "ratio", source=STACKS
+        ),
+    ]
     crossed = False
     for value, limit, name, setting, src in confirmations:
         if value is None:
             continue
         hit = value >= limit
         crossed |= hit
-        ev.append(Evidence(name, round(value, 4), "ratio", limit, ">=" if hit else "<",
-                           setting, src))
+        ev.append(
+            Evidence(name, round(value, 4), "ratio", limit, ">=" if hit else "<", setting, src)
+        )
     if not crossed:
         return []
     impact = share if gpu_idle_caused is None else gpu_idle_caused
@@ -235,17 +336,21 @@ def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
     read = metrics.get("read_bytes_per_s")
     if read is not None:
         ev.append(Evidence("read_throughput", round(read / 1e6, 2), "MB/s", source="procfs"))
-    workers = int(round(metrics.get("workers") or 0)) if profile.loader.source == "workers" \
-        else 0
+    workers = int(round(metrics.get("workers") or 0)) if profile.loader.source == "workers" else 0
     cpu_wait = profile.share("data_wait")
-    suggest = min(4 * int(metrics.get("cpu_count") or 1),
-                  max(workers * 2, math.ceil(max(workers, 1) / max(0.05, 1 - share - cpu_wait))))
-    loc = location_of(profile.loader.top_stacks) or \
-        location_of(profile.stacks_by_category.get("data_wait", ()))
+    suggest = min(
+        4 * int(metrics.get("cpu_count") or 1),
+        max(workers * 2, math.ceil(max(workers, 1) / max(0.05, 1 - share - cpu_wait))),
+    )
+    loc = location_of(profile.loader.top_stacks) or location_of(
+        profile.stacks_by_category.get("data_wait", ())
+    )
     read_s = f", reading {read / 1e6:.1f} MB/s" if read else ""
-    msg = (f"The input pipeline waits on storage: {share:.0%} of the loop's time goes to "
-           f"reads ({profile.loader.io_fraction:.0%} of the {profile.loader.source}' busy "
-           f"time is in file reads{read_s}). The CPU is not the limit; the disk is.")
+    msg = (
+        f"The input pipeline waits on storage: {share:.0%} of the loop's time goes to "
+        f"reads ({profile.loader.io_fraction:.0%} of the {profile.loader.source}' busy "
+        f"time is in file reads{read_s}). The CPU is not the limit; the disk is."
+    )
     actions = (
         "copy the dataset to local NVMe or RAM (/dev/shm) before training, or keep it in the "
         "page cache (enough free memory for the dataset)",
@@ -254,11 +359,23 @@ def io_findings(profile: LoopProfile, metrics: dict, th: Thresholds,
         f"DataLoader(..., num_workers={suggest}, prefetch_factor=4): I/O-bound workers sleep "
         "in reads, so more of them than cores overlap the waits",
     )
-    return [Finding(
-        "IO001", spec("IO001").title, severity("IO001", impact, th), conf, impact,
-        msg, tuple(ev),
-        Recommendation("Make reads faster or overlap them: local/cached data, larger files, "
-                       "more workers", actions),
-        speedup_from_impact(share), loc, signals=("stacks", "procfs", "psi"),
-        speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
-                      "(the storage wait removed)")]
+    return [
+        Finding(
+            id="IO001",
+            title=spec("IO001").title,
+            severity=severity("IO001", impact, th),
+            confidence=conf,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation(
+                "Make reads faster or overlap them: local/cached data, larger files, more workers",
+                actions,
+            ),
+            expected_speedup=speedup_from_impact(share),
+            location=loc,
+            signals=("stacks", "procfs", "psi"),
+            speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
+            "(the storage wait removed)",
+        )
+    ]

@@ -5,8 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-CATEGORIES = ("data_wait", "storage_io", "h2d_copy", "forward", "backward", "optimizer",
-              "sync", "checkpoint", "collective", "gil_wait", "other")
+CATEGORIES = (
+    "data_wait",
+    "storage_io",
+    "h2d_copy",
+    "forward",
+    "backward",
+    "optimizer",
+    "sync",
+    "checkpoint",
+    "collective",
+    "gil_wait",
+    "other",
+)
 
 Severity = Literal["error", "warning", "note"]
 
@@ -35,8 +46,12 @@ class Breakdown:
 
     def to_dict(self) -> dict:
         """JSON form: every category present, in the documented order."""
-        return {"shares": {c: round(self.shares.get(c, 0.0), 6) for c in CATEGORIES},
-                "basis": self.basis, "samples": self.samples, "thread": self.thread}
+        return {
+            "shares": {c: round(self.shares.get(c, 0.0), 6) for c in CATEGORIES},
+            "basis": self.basis,
+            "samples": self.samples,
+            "thread": self.thread,
+        }
 
     @staticmethod
     def empty(basis: str) -> Breakdown:
@@ -53,8 +68,8 @@ class Evidence:
     unit: str
     threshold: float | None = None
     comparison: str | None = None  # ">=", "<", ... how value relates to threshold
-    setting: str | None = None     # the threshold's name a user can override
-    source: str | None = None      # which signal: stacks, procfs, psi, nvml...
+    setting: str | None = None  # the threshold's name a user can override
+    source: str | None = None  # which signal: stacks, procfs, psi, nvml...
 
 
 @dataclass(frozen=True)
@@ -77,9 +92,11 @@ class Location:
         return f"{self.file}:{self.line}:{self.function}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
-    """One diagnosed cause of lost time, with its evidence, fix and expected gain."""
+    """One diagnosed cause of lost time, with its evidence, fix and expected gain.
+
+    Built by keyword only: id, title and severity come from analyzers.catalogue."""
 
     id: str
     title: str
@@ -93,14 +110,16 @@ class Finding:
     location: Location | None = None
     cost: dict | None = None
     signals: tuple[str, ...] = field(default=())
-    speedup_basis: str = ""   # one line: how expected_speedup was made (model, bound)
+    speedup_basis: str = ""  # one line: how expected_speedup was made (model, bound)
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""
         d = asdict(self)
         d["evidence"] = [asdict(e) for e in self.evidence]
-        d["recommendation"] = {"summary": self.recommendation.summary,
-                               "actions": list(self.recommendation.actions)}
+        d["recommendation"] = {
+            "summary": self.recommendation.summary,
+            "actions": list(self.recommendation.actions),
+        }
         d["location"] = str(self.location) if self.location else None
         d["signals"] = list(self.signals)
         d["confidence"] = round(self.confidence, 3)

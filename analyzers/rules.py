@@ -39,7 +39,7 @@ class Frame:
         else:
             m = re.search(r"/lib/python\d+(\.\d+)?/", path)
             if m:
-                path = path[m.end():]
+                path = path[m.end() :]
         path = path[:-3] if path.endswith(".py") else path
         path = path[:-9] if path.endswith("/__init__") else path
         return ".".join(p for p in path.strip("/").split("/") if p) + "." + self.function
@@ -56,7 +56,7 @@ def parse_frame(text: str) -> Frame:
     lpar = text.rfind(" (")
     if lpar < 0 or not text.endswith(")"):
         return Frame(text, "", 0)
-    inner = text[lpar + 2:-1]
+    inner = text[lpar + 2 : -1]
     file, _, line = inner.rpartition(":")
     if not file or not line.isdigit():
         return Frame(text[:lpar], inner, 0)
@@ -101,31 +101,63 @@ class Rule:
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("startup", file=r"^<frozen importlib\._bootstrap",
-         description="importing modules: start-up, left out of the loop's breakdown"),
-    Rule("checkpoint", function=r"torch\.serialization\.(save|_save)$",
-         description="torch.save writing a checkpoint"),
-    Rule("checkpoint", function=r"safetensors\..*\.save(_file|_model)?$",
-         description="safetensors saving"),
-    Rule("checkpoint", function=r"torch\.distributed\.checkpoint\..*save",
-         description="torch.distributed.checkpoint save"),
-    Rule("collective", file=r"torch/distributed/(distributed_c10d|_functional_collectives|"
-                           r"fsdp/|algorithms/)|torch/nn/parallel/distributed\.py$",
-         description="torch.distributed collectives (all_reduce, DDP buckets, barriers)"),
-    Rule("data_wait", file=r"torch/utils/data/dataloader\.py$",
-         description="iterating a DataLoader: waiting for (with num_workers=0: making) a batch"),
-    Rule("sync", function=r"torch\.cuda\.(synchronize|Event\.synchronize|Stream\.synchronize)",
-         description="torch.cuda.synchronize"),
-    Rule("sync", code=r"\.(item|cpu|tolist|numpy)\(\s*\)|\.nonzero\(|torch\.cuda\.synchronize",
-         description="host-device sync on the executing line: .item(), .cpu(), .tolist()"),
-    Rule("h2d_copy", code=r"\.(cuda|to)\(.*(cuda|device|non_blocking)|\.cuda\(\s*\)|\.pin_memory\(",
-         description="host-to-device copy on the executing line: .to(device), .cuda()"),
-    Rule("optimizer", file=r"torch/optim/",
-         description="optimizer step and zero_grad"),
-    Rule("backward", function=r"torch\._tensor\.Tensor\.backward$|torch\.autograd\.",
-         description="autograd backward"),
-    Rule("forward", file=r"torch/nn/modules/module\.py$",
-         description="calling an nn.Module (forward)"),
+    Rule(
+        "startup",
+        file=r"^<frozen importlib\._bootstrap",
+        description="importing modules: start-up, left out of the loop's breakdown",
+    ),
+    Rule(
+        "checkpoint",
+        function=r"torch\.serialization\.(save|_save)$",
+        description="torch.save writing a checkpoint",
+    ),
+    Rule(
+        "checkpoint",
+        function=r"safetensors\..*\.save(_file|_model)?$",
+        description="safetensors saving",
+    ),
+    Rule(
+        "checkpoint",
+        function=r"torch\.distributed\.checkpoint\..*save",
+        description="torch.distributed.checkpoint save",
+    ),
+    Rule(
+        "collective",
+        file=r"torch/distributed/(distributed_c10d|_functional_collectives|"
+        r"fsdp/|algorithms/)|torch/nn/parallel/distributed\.py$",
+        description="torch.distributed collectives (all_reduce, DDP buckets, barriers)",
+    ),
+    Rule(
+        "data_wait",
+        file=r"torch/utils/data/dataloader\.py$",
+        description="iterating a DataLoader: waiting for (with num_workers=0: making) a batch",
+    ),
+    Rule(
+        "sync",
+        function=r"torch\.cuda\.(synchronize|Event\.synchronize|Stream\.synchronize)",
+        description="torch.cuda.synchronize",
+    ),
+    Rule(
+        "sync",
+        code=r"\.(item|cpu|tolist|numpy)\(\s*\)|\.nonzero\(|torch\.cuda\.synchronize",
+        description="host-device sync on the executing line: .item(), .cpu(), .tolist()",
+    ),
+    Rule(
+        "h2d_copy",
+        code=r"\.(cuda|to)\(.*(cuda|device|non_blocking)|\.cuda\(\s*\)|\.pin_memory\(",
+        description="host-to-device copy on the executing line: .to(device), .cuda()",
+    ),
+    Rule("optimizer", file=r"torch/optim/", description="optimizer step and zero_grad"),
+    Rule(
+        "backward",
+        function=r"torch\._tensor\.Tensor\.backward$|torch\.autograd\.",
+        description="autograd backward",
+    ),
+    Rule(
+        "forward",
+        file=r"torch/nn/modules/module\.py$",
+        description="calling an nn.Module (forward)",
+    ),
 )
 
 # Frames that mark a DataLoader worker's loading work (other worker threads only wait or serve).
@@ -133,19 +165,28 @@ WORKER_LOOP_RE = re.compile(r"torch/utils/data/_utils/worker\.py")
 
 # Loader stacks (DataLoader workers, or the loop thread making batches itself) in storage reads.
 IO_RULES: tuple[Rule, ...] = (
-    Rule("io", code=r"\b(open|read|readinto|readline|readlines|pread|fromfile|memmap|imread)"
-                    r"\s*\(|np\.load\(|numpy\.load\(|torch\.load\(|Image\.open\(",
-         description="reading from storage on the executing line"),
-    Rule("io", function=r"(numpy\.lib\.(npyio|format)\.|PIL\.Image\.open|"
-                        r"torch\.serialization\.load|h5py\.|lmdb|_io\.)",
-         description="library file readers (numpy, PIL, torch.load, h5py, lmdb)"),
+    Rule(
+        "io",
+        code=r"\b(open|read|readinto|readline|readlines|pread|fromfile|memmap|imread)"
+        r"\s*\(|np\.load\(|numpy\.load\(|torch\.load\(|Image\.open\(",
+        description="reading from storage on the executing line",
+    ),
+    Rule(
+        "io",
+        function=r"(numpy\.lib\.(npyio|format)\.|PIL\.Image\.open|"
+        r"torch\.serialization\.load|h5py\.|lmdb|_io\.)",
+        description="library file readers (numpy, PIL, torch.load, h5py, lmdb)",
+    ),
 )
 
 # Innermost frames that mean a thread waits for work (queues, locks, select).
 WAIT_RULES: tuple[Rule, ...] = (
-    Rule("wait", file=r"(multiprocessing/(queues|connection|synchronize|resource_sharer)\.py|"
-                      r"/queue\.py|/threading\.py|/selectors\.py|/socket\.py)$",
-         description="waiting on a queue, lock, condition or select"),
+    Rule(
+        "wait",
+        file=r"(multiprocessing/(queues|connection|synchronize|resource_sharer)\.py|"
+        r"/queue\.py|/threading\.py|/selectors\.py|/socket\.py)$",
+        description="waiting on a queue, lock, condition or select",
+    ),
 )
 
 
@@ -168,11 +209,12 @@ def _closure_phase(stack: str) -> str | None:
     """forward/backward when an optimizer step calls back into the model (LBFGS's closure):
     that time is the model's, not the optimizer's update."""
     frames = parse_stack(stack)
-    last_optim = max((i for i, fr in enumerate(frames) if _OPTIM_FILE.search(fr.file)),
-                     default=None)
+    last_optim = max(
+        (i for i, fr in enumerate(frames) if _OPTIM_FILE.search(fr.file)), default=None
+    )
     if last_optim is None:
         return None
-    inner = frames[last_optim + 1:]
+    inner = frames[last_optim + 1 :]
     if any(_BACKWARD_CALL.search(fr.dotted) for fr in inner):
         return "backward"
     if any(_MODULE_FILE.search(fr.file) for fr in inner):
@@ -234,8 +276,15 @@ def rules_from_config(entries: list[dict]) -> tuple[Rule, ...]:
         if cat not in CATEGORIES:
             raise ValueError(f"rule {i + 1}: category must be one of {', '.join(CATEGORIES)}")
         try:
-            out.append(Rule(cat, e.get("function"), e.get("file"), e.get("code"),
-                            e.get("description", "user rule")))
+            out.append(
+                Rule(
+                    cat,
+                    e.get("function"),
+                    e.get("file"),
+                    e.get("code"),
+                    e.get("description", "user rule"),
+                )
+            )
         except re.error as exc:
             raise ValueError(f"rule {i + 1}: bad regular expression: {exc}") from None
         except ValueError as exc:

@@ -8,8 +8,9 @@ from gpudiag.analyzers.results import Evidence, Finding, Location, Recommendatio
 from gpudiag.analyzers.thresholds import Thresholds
 
 
-def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds,
-                  cp: CriticalPath | None = None) -> list[Finding]:
+def sync_findings(
+    metrics: dict, sites: list[tuple[str, float]], th: Thresholds, cp: CriticalPath | None = None
+) -> list[Finding]:
     """SYNC001 with syncs per step, the GPU idle they cause and their call sites.
 
     Time the host spends blocked in a sync while the GPU computes is the GPU's own work. What
@@ -26,10 +27,19 @@ def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds,
     impact = cp.sync_bubbles
     if impact < th.sync_warn:
         return []
-    ev = [Evidence("sync_gpu_idle", round(impact, 4), "ratio", th.sync_warn, ">=",
-                   "sync_warn", "critical path (nvml + hooks)"),
-          Evidence("sync_time_ratio", round(ratio, 4), "ratio", source="in-process hooks"),
-          Evidence("syncs_per_step", round(per_step, 2), "count", source="in-process hooks")]
+    ev = [
+        Evidence(
+            "sync_gpu_idle",
+            round(impact, 4),
+            "ratio",
+            th.sync_warn,
+            ">=",
+            "sync_warn",
+            "critical path (nvml + hooks)",
+        ),
+        Evidence("sync_time_ratio", round(ratio, 4), "ratio", source="in-process hooks"),
+        Evidence("syncs_per_step", round(per_step, 2), "count", source="in-process hooks"),
+    ]
     loc = None
     where = ""
     if sites:
@@ -38,23 +48,41 @@ def sync_findings(metrics: dict, sites: list[tuple[str, float]], th: Thresholds,
             loc = Location(file, int(line), func)
         where = " Most at " + "; ".join(s for s, _ in sites[:3]) + "."
         for site, n in sites[:3]:
-            ev.append(Evidence(f"sync_site[{site}]", n, "count (1 in 16 sampled)",
-                               source="in-process hooks"))
-    msg = (f"The loop blocks on the GPU {per_step:.1f} times per step (.item(), .cpu(), "
-           f".tolist(), synchronize): each sync empties the GPU's queue, and the GPU then "
-           f"idles while the host prepares the next launches, {impact:.0%} of the loop."
-           f"{where}")
-    actions = ("keep running sums on the GPU (total += loss.detach()) and call .item() every "
-               "N steps (e.g. 50) for logging",
-               "replace data-dependent shapes (.nonzero(), boolean masks) with masked "
-               "arithmetic", "copy results with .to('cpu', non_blocking=True) into pinned "
-               "buffers and read them a step later")
+            ev.append(
+                Evidence(
+                    f"sync_site[{site}]", n, "count (1 in 16 sampled)", source="in-process hooks"
+                )
+            )
+    msg = (
+        f"The loop blocks on the GPU {per_step:.1f} times per step (.item(), .cpu(), "
+        f".tolist(), synchronize): each sync empties the GPU's queue, and the GPU then "
+        f"idles while the host prepares the next launches, {impact:.0%} of the loop."
+        f"{where}"
+    )
+    actions = (
+        "keep running sums on the GPU (total += loss.detach()) and call .item() every "
+        "N steps (e.g. 50) for logging",
+        "replace data-dependent shapes (.nonzero(), boolean masks) with masked arithmetic",
+        "copy results with .to('cpu', non_blocking=True) into pinned "
+        "buffers and read them a step later",
+    )
     idle = cp.gpu_idle or 0.0
     speed = 1.0 / max(1e-3, 1.0 - impact)
-    return [Finding("SYNC001", spec("SYNC001").title, severity("SYNC001", impact, th), 0.9,
-                    impact, msg, tuple(ev), Recommendation("Sync less: log every N steps",
-                                                           actions),
-                    speed, loc, signals=("in-process hooks", "nvml utilization"),
-                    speedup_basis=f"host work overlapping the GPU's instead of following it: "
-                                  f"the step takes max(host, GPU) instead of their sum "
-                                  f"(GPU idle {idle:.0%} now)")]
+    return [
+        Finding(
+            id="SYNC001",
+            title=spec("SYNC001").title,
+            severity=severity("SYNC001", impact, th),
+            confidence=0.9,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation("Sync less: log every N steps", actions),
+            expected_speedup=speed,
+            location=loc,
+            signals=("in-process hooks", "nvml utilization"),
+            speedup_basis=f"host work overlapping the GPU's instead of following it: "
+            f"the step takes max(host, GPU) instead of their sum "
+            f"(GPU idle {idle:.0%} now)",
+        )
+    ]

@@ -7,10 +7,17 @@ from dataclasses import dataclass, fields, replace
 
 # Each threshold's unit; one not named here is a share (of time, capacity or spend, 0..1),
 # or, when its name ends in `_s`, a duration in seconds.
-UNITS: dict[str, str] = {"min_loop_samples": "count", "min_free_cores": "cores",
-                         "max_periods": "count"}
-RANGES = {"share": "a share from 0 to 1", "seconds": "a duration in seconds, more than 0",
-          "count": "a count, a whole number from 0", "cores": "a number of CPU cores from 0"}
+UNITS: dict[str, str] = {
+    "min_loop_samples": "count",
+    "min_free_cores": "cores",
+    "max_periods": "count",
+}
+RANGES = {
+    "share": "a share from 0 to 1",
+    "seconds": "a duration in seconds, more than 0",
+    "count": "a count, a whole number from 0",
+    "cores": "a number of CPU cores from 0",
+}
 
 
 @dataclass(frozen=True)
@@ -105,8 +112,12 @@ class Thresholds:
         docs: dict[str, str] = {}
         body = ast.parse(src).body[0].body  # type: ignore[attr-defined]
         for prev, node in zip(body, body[1:], strict=False):
-            if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name)
-                    and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            if (
+                isinstance(prev, ast.AnnAssign)
+                and isinstance(prev.target, ast.Name)
+                and isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant)
+            ):
                 docs[prev.target.id] = str(node.value.value)
         return {f.name: docs.get(f.name, "") for f in fields(cls)}
 
@@ -125,11 +136,18 @@ class Thresholds:
                 raise ValueError
             value = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ValueError(f"threshold {name} needs a number ({RANGES[unit]}), "
-                             f"got {raw!r}") from None
-        ok = math.isfinite(value) and {
-            "share": 0 <= value <= 1, "seconds": value > 0,
-            "count": value >= 0 and value.is_integer(), "cores": value >= 0}[unit]
+            raise ValueError(
+                f"threshold {name} needs a number ({RANGES[unit]}), got {raw!r}"
+            ) from None
+        ok = (
+            math.isfinite(value)
+            and {
+                "share": 0 <= value <= 1,
+                "seconds": value > 0,
+                "count": value >= 0 and value.is_integer(),
+                "cores": value >= 0,
+            }[unit]
+        )
         if not ok:
             raise ValueError(f"{what}, got {raw!r}")
         return int(value) if unit == "count" else value

@@ -5,12 +5,22 @@ from __future__ import annotations
 from gpudiag.analyzers.timeline import Aggregate
 
 THROUGHPUT_UNITS = {
-    "steps": "count", "steps_per_second": "1/s", "samples_per_second": "samples/s",
-    "step_time_p50_s": "s", "step_time_p95_s": "s", "step_time_max_s": "s",
-    "data_wait_ratio": "ratio", "data_wait_per_step_s": "s", "h2d_copy_per_step_s": "s",
-    "h2d_pinned_ratio": "ratio", "syncs_per_step": "count", "sync_time_ratio": "ratio",
-    "cuda_allocated_bytes": "bytes", "cuda_reserved_bytes": "bytes",
-    "cuda_peak_bytes": "bytes", "cuda_alloc_retries": "count",
+    "steps": "count",
+    "steps_per_second": "1/s",
+    "samples_per_second": "samples/s",
+    "step_time_p50_s": "s",
+    "step_time_p95_s": "s",
+    "step_time_max_s": "s",
+    "data_wait_ratio": "ratio",
+    "data_wait_per_step_s": "s",
+    "h2d_copy_per_step_s": "s",
+    "h2d_pinned_ratio": "ratio",
+    "syncs_per_step": "count",
+    "sync_time_ratio": "ratio",
+    "cuda_allocated_bytes": "bytes",
+    "cuda_reserved_bytes": "bytes",
+    "cuda_peak_bytes": "bytes",
+    "cuda_alloc_retries": "count",
     "cuda_fragmentation_ratio": "ratio",
 }
 
@@ -38,27 +48,30 @@ def throughput_metrics(tl: Aggregate) -> dict[str, float | None]:
 
     batch = total("batch_size")
     pinned, pageable = total("h2d_pinned"), total("h2d_pageable")
-    out.update({
-        "steps_per_second": n / span,
-        "samples_per_second": batch / span if batch else None,
-        "step_time_p50_s": st.quantile(0.5),
-        "step_time_p95_s": st.quantile(0.95),
-        "step_time_max_s": st.maximum,
-        "data_wait_ratio": total("data_wait_s") / span,
-        "data_wait_per_step_s": total("data_wait_s") / n,
-        "h2d_copy_per_step_s": total("h2d_copy_s") / n,
-        "h2d_pinned_ratio": pinned / (pinned + pageable) if pinned + pageable else None,
-        "syncs_per_step": total("syncs") / n,
-        "sync_time_ratio": total("sync_time_s") / span,
-    })
-    mem = {k: _roll(tl, k, "cuda_mem") for k in ("allocated", "reserved", "peak",
-                                                  "alloc_retries", "inactive_split")}
+    out.update(
+        {
+            "steps_per_second": n / span,
+            "samples_per_second": batch / span if batch else None,
+            "step_time_p50_s": st.quantile(0.5),
+            "step_time_p95_s": st.quantile(0.95),
+            "step_time_max_s": st.maximum,
+            "data_wait_ratio": total("data_wait_s") / span,
+            "data_wait_per_step_s": total("data_wait_s") / n,
+            "h2d_copy_per_step_s": total("h2d_copy_s") / n,
+            "h2d_pinned_ratio": pinned / (pinned + pageable) if pinned + pageable else None,
+            "syncs_per_step": total("syncs") / n,
+            "sync_time_ratio": total("sync_time_s") / span,
+        }
+    )
+    mem = {
+        k: _roll(tl, k, "cuda_mem")
+        for k in ("allocated", "reserved", "peak", "alloc_retries", "inactive_split")
+    }
     if mem["peak"] is not None:
         out["cuda_allocated_bytes"] = mem["allocated"].last if mem["allocated"] else None
         out["cuda_reserved_bytes"] = mem["reserved"].maximum if mem["reserved"] else None
         out["cuda_peak_bytes"] = mem["peak"].maximum
-        out["cuda_alloc_retries"] = mem["alloc_retries"].maximum if mem["alloc_retries"] \
-            else None
+        out["cuda_alloc_retries"] = mem["alloc_retries"].maximum if mem["alloc_retries"] else None
         if mem["inactive_split"] and mem["reserved"] and mem["reserved"].last:
             out["cuda_fragmentation_ratio"] = mem["inactive_split"].last / mem["reserved"].last
     return out

@@ -61,8 +61,7 @@ class Rollup:
         self.maximum = max(self.maximum, other.maximum)
         if other.last_ns is not None and (self.last_ns is None or other.last_ns >= self.last_ns):
             self.last, self.last_ns = other.last, other.last_ns
-        if other.first_ns is not None and (self.first_ns is None
-                                           or other.first_ns < self.first_ns):
+        if other.first_ns is not None and (self.first_ns is None or other.first_ns < self.first_ns):
             self.first_ns = other.first_ns
         if other.buckets:
             if self.buckets is None:
@@ -129,8 +128,9 @@ class WindowTotals:
 class Aggregate:
     """Series rollups, stack counts and call episodes over one span of time; queryable."""
 
-    def __init__(self, max_series: int = 4000, max_threads: int = 256,
-                 max_stacks_per_thread: int = 4000) -> None:
+    def __init__(
+        self, max_series: int = 4000, max_threads: int = 256, max_stacks_per_thread: int = 4000
+    ) -> None:
         self.max_series = max_series
         self.max_threads = max_threads
         self.max_stacks_per_thread = max_stacks_per_thread
@@ -260,9 +260,15 @@ class Timeline:
     """A run's samples as time segments. `window()` merges a span of them; any other
     attribute (series, stacks, rollup(), mean(), threads()...) reads the whole run."""
 
-    def __init__(self, max_series: int = 4000, max_threads: int = 256,
-                 max_stacks_per_thread: int = 4000, skip_steps: int = 0,
-                 segment_s: float = 1.0, max_segments: int = 512) -> None:
+    def __init__(
+        self,
+        max_series: int = 4000,
+        max_threads: int = 256,
+        max_stacks_per_thread: int = 4000,
+        skip_steps: int = 0,
+        segment_s: float = 1.0,
+        max_segments: int = 512,
+    ) -> None:
         self.caps = (max_series, max_threads, max_stacks_per_thread)
         self.skip_steps = skip_steps  # warm-up: the hooks' first steps are left out
         self.segment_ns = int(segment_s * 1e9)
@@ -348,8 +354,7 @@ class Timeline:
             seg.add_window(mode, values)
             return
         if kind == "episode":
-            key = self._i((int(lab.get("tid", "0")), lab.get("thread", ""),
-                           lab.get("anchor", "")))
+            key = self._i((int(lab.get("tid", "0")), lab.get("thread", ""), lab.get("anchor", "")))
             seg.add_episode(key, values.get("episodes") or 0.0, values.get("count") or 0.0)
             return
         role = lab.get("role", "target")
@@ -368,9 +373,14 @@ class Timeline:
         """(start_ns, end_ns, aggregate) of every segment, in time order."""
         if self.origin_ns is None:
             return []
-        return [(self.origin_ns + i * self.segment_ns,
-                 self.origin_ns + (i + 1) * self.segment_ns, self.segments[i])
-                for i in sorted(self.segments)]
+        return [
+            (
+                self.origin_ns + i * self.segment_ns,
+                self.origin_ns + (i + 1) * self.segment_ns,
+                self.segments[i],
+            )
+            for i in sorted(self.segments)
+        ]
 
     def window(self, start_ns: int | None, end_ns: int | None) -> Aggregate:
         """The samples between two times, merged (segments whose middle lies inside)."""

@@ -26,7 +26,7 @@ class LoopWindow:
     run_end_ns: int | None
     start_ns: int | None
     end_ns: int | None
-    source: str   # "in-process hooks (step times)", "stacks", or "whole run"
+    source: str  # "in-process hooks (step times)", "stacks", or "whole run"
 
     @property
     def found(self) -> bool:
@@ -39,9 +39,11 @@ class LoopWindow:
             return {"startup_s": 0.0, "loop_s": 0.0, "shutdown_s": 0.0}
         a = self.start_ns if self.start_ns is not None else self.run_start_ns
         b = min(self.end_ns, self.run_end_ns) if self.end_ns is not None else self.run_end_ns
-        return {"startup_s": max(0.0, (a - self.run_start_ns) / 1e9),
-                "loop_s": max(0.0, (b - a) / 1e9),
-                "shutdown_s": max(0.0, (self.run_end_ns - b) / 1e9)}
+        return {
+            "startup_s": max(0.0, (a - self.run_start_ns) / 1e9),
+            "loop_s": max(0.0, (b - a) / 1e9),
+            "shutdown_s": max(0.0, (self.run_end_ns - b) / 1e9),
+        }
 
 
 def _hook_span(agg: Aggregate) -> tuple[int | None, int | None]:
@@ -111,7 +113,12 @@ def phase_summary(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) ->
                 label = f"{fr.function} ({fr.file}:{fr.line})" if fr else "other start-up work"
             counts[label] = counts.get(label, 0.0) + n
     n = sum(counts.values())
-    out["startup_top"] = [{"where": k, "share": round(v / n, 4)}
-                          for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:3]] \
-        if n else []
+    out["startup_top"] = (
+        [
+            {"where": k, "share": round(v / n, 4)}
+            for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+        ]
+        if n
+        else []
+    )
     return out

@@ -31,9 +31,21 @@ GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli"]
 
 
 def _start_job(workers: int, seconds: float, warmup: float) -> subprocess.Popen:
-    job = subprocess.Popen([sys.executable, str(JOB), "--workers", str(workers), "--seconds",
-                            str(seconds), "--warmup", str(warmup)], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            str(JOB),
+            "--workers",
+            str(workers),
+            "--seconds",
+            str(seconds),
+            "--warmup",
+            str(warmup),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert job.stdout is not None
     if job.stdout.readline().strip() != "ready":
         raise SystemExit("the light job did not start")
@@ -51,16 +63,22 @@ def _steps_per_s(job: subprocess.Popen) -> float:
 def _attach(pid: int, seconds: float, out: str, extra: list[str]) -> dict:
     """Run gpudiag attach; its CPU (self + waited-for children) and peak RSS, and its report."""
     t0 = time.monotonic()
-    p = subprocess.Popen([*GPUDIAG, "attach", str(pid), "-q", "--duration", str(seconds),
-                          "--out", out, *extra], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [*GPUDIAG, "attach", str(pid), "-q", "--duration", str(seconds), "--out", out, *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.monotonic() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"gpudiag attach failed: {p.stderr.read().decode() if p.stderr else ''}")
     doc = json.loads(Path(out).read_text())
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "gpudiag_maxrss_mb": usage.ru_maxrss / 1024, "report": doc}
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "gpudiag_maxrss_mb": usage.ru_maxrss / 1024,
+        "report": doc,
+    }
 
 
 def cpu_cost(workers: list[int], seconds: float, extra: list[str]) -> None:
@@ -79,13 +97,16 @@ def cpu_cost(workers: list[int], seconds: float, extra: list[str]) -> None:
             rates = {k: v["mean"] for k, v in (agent.get("rates") or {}).items()}
             peak = agent.get("peak_rss_bytes") or 0
             findings = [f["id"] for f in r["report"]["findings"]]
-            print(f"workers={w:<3} cpu {r['cpu_s']:.2f} s in {r['wall_s']:.1f} s = "
-                  f"{100 * r['cpu_s'] / r['wall_s']:.2f}% of a core "
-                  f"(while sampling, governor: {100 * (agent.get('cpu_cores') or 0):.2f}%, "
-                  f"py-spy {100 * (agent.get('py_spy_cpu_cores') or 0):.2f}%); "
-                  f"peak RSS gpudiag {r['gpudiag_maxrss_mb']:.0f} MB, with py-spy "
-                  f"{peak / 2**20:.0f} MB; loop samples {r['report']['breakdown']['samples']}; "
-                  f"findings {findings}", flush=True)
+            print(
+                f"workers={w:<3} cpu {r['cpu_s']:.2f} s in {r['wall_s']:.1f} s = "
+                f"{100 * r['cpu_s'] / r['wall_s']:.2f}% of a core "
+                f"(while sampling, governor: {100 * (agent.get('cpu_cores') or 0):.2f}%, "
+                f"py-spy {100 * (agent.get('py_spy_cpu_cores') or 0):.2f}%); "
+                f"peak RSS gpudiag {r['gpudiag_maxrss_mb']:.0f} MB, with py-spy "
+                f"{peak / 2**20:.0f} MB; loop samples {r['report']['breakdown']['samples']}; "
+                f"findings {findings}",
+                flush=True,
+            )
             print(f"             mean rates: {json.dumps(rates)}", flush=True)
 
 
@@ -97,30 +118,46 @@ def throughput(workers: int, rounds: int, seconds: float, extra: list[str]) -> N
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             res = {}
-            for mode in (("bare", "gpudiag") if r % 2 == 0 else ("gpudiag", "bare")):
+            for mode in ("bare", "gpudiag") if r % 2 == 0 else ("gpudiag", "bare"):
                 job = _start_job(workers, seconds, warmup)
                 agent = None
                 if mode == "gpudiag":
                     time.sleep(3)
-                    agent = subprocess.Popen([*GPUDIAG, "attach", str(job.pid), "-q",
-                                              "--duration", str(seconds + warmup),
-                                              "--out", f"{tmp}/r{r}.json", *extra],
-                                             stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL)
+                    agent = subprocess.Popen(
+                        [
+                            *GPUDIAG,
+                            "attach",
+                            str(job.pid),
+                            "-q",
+                            "--duration",
+                            str(seconds + warmup),
+                            "--out",
+                            f"{tmp}/r{r}.json",
+                            *extra,
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                 res[mode] = _steps_per_s(job)
                 if agent is not None:
                     agent.wait(timeout=120)
             ratios.append(res["gpudiag"] / res["bare"])
-            print(f"round {r + 1}: bare {res['bare']:.1f} steps/s, with gpudiag "
-                  f"{res['gpudiag']:.1f} steps/s, ratio {ratios[-1]:.3f}", flush=True)
-    print(f"median ratio {statistics.median(ratios):.3f} "
-          f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)})")
+            print(
+                f"round {r + 1}: bare {res['bare']:.1f} steps/s, with gpudiag "
+                f"{res['gpudiag']:.1f} steps/s, ratio {ratios[-1]:.3f}",
+                flush=True,
+            )
+    print(
+        f"median ratio {statistics.median(ratios):.3f} "
+        f"(rounds: {', '.join(f'{x:.3f}' for x in ratios)})"
+    )
 
 
 def main() -> None:
     """Run both parts."""
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--workers", type=int, nargs="*", default=[0, 4, 16])
     ap.add_argument("--rounds", type=int, default=3)

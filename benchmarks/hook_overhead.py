@@ -37,18 +37,21 @@ print((time.perf_counter() - t) / ({steps} - 200) * 1e6)
 
 
 def per_step_us(code: str, env: dict) -> float:
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
     return float(out.strip().splitlines()[-1])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=5000)
-    ap.add_argument("--micro", action="store_true",
-                    help="only time the hooks' own work per step, in-process")
+    ap.add_argument(
+        "--micro", action="store_true", help="only time the hooks' own work per step, in-process"
+    )
     args = ap.parse_args()
     if args.micro:
         micro()
@@ -70,12 +73,17 @@ def main() -> None:
         bare = per_step_us(code, bare_env)
         hooked = per_step_us(code, hooked_env)
         deltas.append(hooked - bare)
-        print(f"round {r + 1}: bare {bare:.1f} us/step, hooked {hooked:.1f} us/step, "
-              f"extra {hooked - bare:+.1f} us", flush=True)
+        print(
+            f"round {r + 1}: bare {bare:.1f} us/step, hooked {hooked:.1f} us/step, "
+            f"extra {hooked - bare:+.1f} us",
+            flush=True,
+        )
     stop.set()
     probe.close()
-    print(f"median extra cost of the hooks: {statistics.median(deltas):+.1f} us per step "
-          f"({probe.messages} messages received)")
+    print(
+        f"median extra cost of the hooks: {statistics.median(deltas):+.1f} us per step "
+        f"({probe.messages} messages received)"
+    )
 
 
 def micro(calls: int = 200_000) -> None:
@@ -105,4 +113,3 @@ def micro(calls: int = 200_000) -> None:
 
 if __name__ == "__main__":
     main()
-

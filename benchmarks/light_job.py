@@ -47,8 +47,12 @@ def main() -> None:
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(SleepyData(args.delay), batch_size=args.batch_size,
-                        num_workers=args.workers, persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        SleepyData(args.delay),
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -30,8 +30,9 @@ from gpudiag.probes.base import Sample  # noqa: E402
 
 def main() -> None:
     """Run the simulated day and print memory per hour."""
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--starved-after-h", type=float, default=20.0)
     args = ap.parse_args()
@@ -43,17 +44,22 @@ def main() -> None:
     first_hour_mb = None
     for n in range(int(args.hours * 3600)):
         t = t0 + n
-        batch = [s if s.t_ns else Sample(s.probe, int(t * 1e9), s.labels, s.values)
-                 for s in second(t, rng, n >= args.starved_after_h * 3600, n)]
+        batch = [
+            s if s.t_ns else Sample(s.probe, int(t * 1e9), s.labels, s.values)
+            for s in second(t, rng, n >= args.starved_after_h * 3600, n)
+        ]
         tl.extend(batch)
         if n % 60 == 59:
             analyze(tl)  # the live view's refresh
         if n % 3600 == 3599:
             rss = me.memory_info().rss / 2**20
             first_hour_mb = first_hour_mb or rss
-            print(f"{(n + 1) / 3600:4.0f} h  rss {rss:6.1f} MB  (+{rss - first_hour_mb:.1f} MB "
-                  f"since hour 1)  segments {len(tl.segments)}  "
-                  f"{time.monotonic() - started:.0f} s elapsed", flush=True)
+            print(
+                f"{(n + 1) / 3600:4.0f} h  rss {rss:6.1f} MB  (+{rss - first_hour_mb:.1f} MB "
+                f"since hour 1)  segments {len(tl.segments)}  "
+                f"{time.monotonic() - started:.0f} s elapsed",
+                flush=True,
+            )
     a = analyze(tl)
     print("periods:", [(p["start_s"], p["finding"]) for p in a.periods][-6:])
 

@@ -29,8 +29,9 @@ def steps_per_s(cmd: list[str]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)
     args = ap.parse_args()
@@ -43,15 +44,26 @@ def main() -> None:
                 if mode == "bare":
                     cmd = job
                 else:
-                    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", "-q",
-                           "--out", f"{tmp}/r{r}-{mode}.json", *extra, *job]
+                    cmd = [
+                        sys.executable,
+                        "-m",
+                        "gpudiag.agent.cli",
+                        "run",
+                        "-q",
+                        "--out",
+                        f"{tmp}/r{r}-{mode}.json",
+                        *extra,
+                        *job,
+                    ]
                 results[mode].append(steps_per_s(cmd))
                 print(f"round {r + 1} {mode:<12} {results[mode][-1]:.2f} steps/s", flush=True)
     base = results["bare"]
     for mode in ("nonblocking", "blocking"):
         ratios = [m / b for m, b in zip(results[mode], base, strict=True)]
-        print(f"{mode:<12} median throughput ratio {statistics.median(ratios):.3f} "
-              f"(runs: {', '.join(f'{x:.3f}' for x in ratios)})")
+        print(
+            f"{mode:<12} median throughput ratio {statistics.median(ratios):.3f} "
+            f"(runs: {', '.join(f'{x:.3f}' for x in ratios)})"
+        )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,12 @@ class ProbeStatus:
 
     def to_dict(self) -> dict:
         """Return the JSON form used in reports."""
-        out = {"name": self.name, "available": self.available,
-               "reason": self.reason, "hint": self.hint}
+        out = {
+            "name": self.name,
+            "available": self.available,
+            "reason": self.reason,
+            "hint": self.hint,
+        }
         if self.info:
             out["info"] = True
         return out
@@ -52,15 +56,22 @@ class Sample:
 
     def to_dict(self) -> dict:
         """Return the JSON form used in recordings."""
-        return {"probe": self.probe, "t_ns": self.t_ns, "labels": self.labels,
-                "values": self.values}
+        return {
+            "probe": self.probe,
+            "t_ns": self.t_ns,
+            "labels": self.labels,
+            "values": self.values,
+        }
 
     @staticmethod
     def from_dict(d: dict) -> Sample:
         """Rebuild a sample from its JSON form."""
-        return Sample(probe=str(d["probe"]), t_ns=int(d["t_ns"]),
-                      labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
-                      values=dict(d.get("values", {})))
+        return Sample(
+            probe=str(d["probe"]),
+            t_ns=int(d["t_ns"]),
+            labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
+            values=dict(d.get("values", {})),
+        )
 
 
 @dataclass(frozen=True)
@@ -77,11 +88,18 @@ def now_ns() -> int:
 
 @runtime_checkable
 class Probe(Protocol):
-    """A source of samples. `open` never raises; `sample` may raise, and the agent records it."""
+    """A source of samples. `open` never raises; `sample` may raise, and the agent records it.
+
+    Probes subclass this protocol, which gives them the defaults of its optional parts:
+    `buffered`, `problems`, `final_status` and `describe` are what the session asks every
+    probe at the end.
+    """
 
     name: str
     fields: tuple[Field, ...]
     interval_s: float
+    buffered: bool = False
+    """Samples arrive late (per window): the session drains `sample` once more after close."""
 
     def open(self, target: Target) -> ProbeStatus:
         """Prepare to sample the target; say whether that is possible."""
@@ -94,3 +112,16 @@ class Probe(Protocol):
     def close(self) -> None:
         """Release what `open` took."""
         ...
+
+    def problems(self) -> list[str]:
+        """Errors met while sampling, for the report's errors (the probe went on or stopped)."""
+        return []
+
+    def final_status(self) -> ProbeStatus | None:
+        """The status to report once closed, where sampling changed what `open` said (a GPU
+        lost, hooks that never reported); None keeps the status `open` returned."""
+        return None
+
+    def describe(self) -> dict:
+        """Facts about the hardware for the report's environment (driver, GPUs); {} if none."""
+        return {}

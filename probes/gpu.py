@@ -16,61 +16,42 @@ from typing import Any
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.gpu_visibility import has_nvidia_device_open, visible_devices
 from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
 
 # Throttle (clock event) reasons, by bit, and the cumulative field value counting its time.
 THROTTLE_REASONS = {
-    "power_cap": (0x4, 74),           # SW power cap
+    "power_cap": (0x4, 74),  # SW power cap
     "hw_slowdown": (0x8, None),
     "sw_thermal": (0x20, 269),
     "hw_thermal": (0x40, 270),
     "power_brake": (0x80, 271),
 }
 FI_PCIE_TX, FI_PCIE_RX = 197, 198
-GPM_METRICS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5,
-               "gpm_dram_bw": 10, "gpm_pcie_tx_mib_s": 20, "gpm_pcie_rx_mib_s": 21}
+GPM_METRICS = {
+    "gpm_sm_active": 2,
+    "gpm_sm_occupancy": 3,
+    "gpm_tensor_active": 5,
+    "gpm_dram_bw": 10,
+    "gpm_pcie_tx_mib_s": 20,
+    "gpm_pcie_rx_mib_s": 21,
+}
 
 # (value, NVML function, argument): read every tick, and read once per device
-TICK_QUERIES = (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None),
-                ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None),
-                ("sm_clock_mhz", "nvmlDeviceGetClockInfo", 1),
-                ("mem_clock_mhz", "nvmlDeviceGetClockInfo", 2),
-                ("temperature_c", "nvmlDeviceGetTemperature", 0))
-STATIC_QUERIES = (("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
-                  ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
-                  ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
-                  ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2))
-
-
-def has_nvidia_device_open(pids: set[int]) -> bool:
-    """True when one of the processes holds /dev/nvidiaN open (it has a CUDA context)."""
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("/dev/nvidia") and link[11:].isdigit():
-                return True
-    return False
-
-
-def visible_devices(pid: int) -> list[str] | None:
-    """The job's CUDA_VISIBLE_DEVICES entries, or None when unset (all devices visible)."""
-    try:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    except OSError:
-        return None
-    for item in env:
-        if item.startswith(b"CUDA_VISIBLE_DEVICES="):
-            value = item.split(b"=", 1)[1].decode(errors="replace").strip()
-            return [v.strip() for v in value.split(",") if v.strip()]
-    return None
+TICK_QUERIES = (
+    ("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None),
+    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None),
+    ("sm_clock_mhz", "nvmlDeviceGetClockInfo", 1),
+    ("mem_clock_mhz", "nvmlDeviceGetClockInfo", 2),
+    ("temperature_c", "nvmlDeviceGetTemperature", 0),
+)
+STATIC_QUERIES = (
+    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
+    ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
+    ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
+    ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2),
+)
 
 
 @dataclass
@@ -90,7 +71,7 @@ class Device:
     static: dict[str, float | None] | None = None  # link and clock maxima: read once
 
 
-class GpuProbe:
+class GpuProbe(Probe):
     """Samples the job's GPUs through one Nvml layer."""
 
     name = "gpu"
@@ -104,8 +85,12 @@ class GpuProbe:
         Field("job_sm_util", "ratio", "gauge", "SM utilisation of the job's processes"),
         Field("job_on_device", "ratio", "gauge", "1 when an NVML process of the job is here"),
         Field("foreign_procs", "count", "gauge", "compute processes on the GPU not the job's"),
-        Field("job_uses_gpu", "ratio", "gauge",
-              "1 when the job is in NVML's process list or holds /dev/nvidiaN open"),
+        Field(
+            "job_uses_gpu",
+            "ratio",
+            "gauge",
+            "1 when the job is in NVML's process list or holds /dev/nvidiaN open",
+        ),
         Field("pcie_tx_bytes_per_s", "bytes/s", "gauge", "PCIe bytes sent by the GPU"),
         Field("pcie_rx_bytes_per_s", "bytes/s", "gauge", "PCIe bytes received by the GPU"),
         Field("pcie_gen", "gen", "gauge", "current PCIe link generation"),
@@ -122,8 +107,10 @@ class GpuProbe:
         Field("power_default_limit_w", "W", "gauge", "the board's default power limit"),
         Field("ecc_uncorrected", "count", "counter", "volatile uncorrected ECC errors"),
         Field("lost", "ratio", "gauge", "1 when the GPU stopped answering"),
-        *(Field(f"throttle_{r}", "ratio", "gauge", f"share of time clocks were held by {r}")
-          for r in THROTTLE_REASONS),
+        *(
+            Field(f"throttle_{r}", "ratio", "gauge", f"share of time clocks were held by {r}")
+            for r in THROTTLE_REASONS
+        ),
         Field("gpm_sm_active", "ratio", "gauge", "GPM: share of SMs busy (Hopper+)"),
         Field("gpm_sm_occupancy", "ratio", "gauge", "GPM: warp occupancy (Hopper+)"),
         Field("gpm_tensor_active", "ratio", "gauge", "GPM: tensor-core activity (Hopper+)"),
@@ -132,8 +119,12 @@ class GpuProbe:
         Field("gpm_pcie_rx_mib_s", "MiB/s", "gauge", "GPM: PCIe RX (Hopper+)"),
     )
 
-    def __init__(self, nvml: Nvml | None = None, interval_s: float = 1.0,
-                 clock_ns: Callable[[], int] = now_ns) -> None:
+    def __init__(
+        self,
+        nvml: Nvml | None = None,
+        interval_s: float = 1.0,
+        clock_ns: Callable[[], int] = now_ns,
+    ) -> None:
         self.nvml = nvml or Nvml()
         self.clock_ns = clock_ns
         self.interval_s = interval_s
@@ -164,10 +155,15 @@ class GpuProbe:
                 if h is None:
                     continue
                 mem = self._memory(h, i)
-                self.devices.append(Device(
-                    i, h, _text(n.call("nvmlDeviceGetUUID", h, device=i)) or f"GPU-{i}",
-                    _text(n.call("nvmlDeviceGetName", h, device=i)) or "NVIDIA GPU",
-                    float(mem.total) if mem is not None else None))
+                self.devices.append(
+                    Device(
+                        i,
+                        h,
+                        _text(n.call("nvmlDeviceGetUUID", h, device=i)) or f"GPU-{i}",
+                        _text(n.call("nvmlDeviceGetName", h, device=i)) or "NVIDIA GPU",
+                        float(mem.total) if mem is not None else None,
+                    )
+                )
             except GpuLost as exc:
                 self.errors.append(f"GPU {i} lost while starting: {exc}")
         self.visible = visible_devices(target.pid)
@@ -179,8 +175,9 @@ class GpuProbe:
     def _memory(self, handle: Any, i: int) -> Any:
         v2 = getattr(self.nvml.mod, "nvmlMemory_v2", None)
         if v2 is not None:
-            mem = self.nvml.call("nvmlDeviceGetMemoryInfo", handle, v2, device=i,
-                                 what="nvmlDeviceGetMemoryInfo(v2)")
+            mem = self.nvml.call(
+                "nvmlDeviceGetMemoryInfo", handle, v2, device=i, what="nvmlDeviceGetMemoryInfo(v2)"
+            )
             if mem is not None:
                 return mem
         return self.nvml.call("nvmlDeviceGetMemoryInfo", handle, device=i)
@@ -191,8 +188,10 @@ class GpuProbe:
         if sup is None or not getattr(sup, "isSupportedDevice", 0):
             return
         sample = self.nvml.call("nvmlGpmSampleAlloc", device=d.index)
-        if sample is not None and self.nvml.call("nvmlGpmSampleGet", d.handle, sample,
-                                                 device=d.index) is not None:
+        if (
+            sample is not None
+            and self.nvml.call("nvmlGpmSampleGet", d.handle, sample, device=d.index) is not None
+        ):
             d.gpm_prev, d.gpm_ok = sample, hasattr(m, "c_nvmlGpmMetricsGet_t")
 
     def candidate_devices(self) -> list[Device]:
@@ -202,16 +201,30 @@ class GpuProbe:
         out = []
         for v in self.visible:
             for d in self.devices:
-                if (v.isdigit() and int(v) == d.index) or (v.startswith("GPU-") and
-                                                           d.uuid.startswith(v)):
+                if (v.isdigit() and int(v) == d.index) or (
+                    v.startswith("GPU-") and d.uuid.startswith(v)
+                ):
                     out.append(d)
         return [d for d in out if not d.lost]
 
+    def problems(self) -> list[str]:
+        """GPUs lost while starting or sampling."""
+        return list(self.errors)
+
     def describe(self) -> dict:
         """Driver and GPUs for the report's environment."""
-        return {"driver": self.driver,
-                "gpus": [{"index": d.index, "name": d.name, "uuid": d.uuid,
-                          "memory_total_bytes": d.memory_total} for d in self.devices]}
+        return {
+            "driver": self.driver,
+            "gpus": [
+                {
+                    "index": d.index,
+                    "name": d.name,
+                    "uuid": d.uuid,
+                    "memory_total_bytes": d.memory_total,
+                }
+                for d in self.devices
+            ],
+        }
 
     def final_status(self) -> ProbeStatus:
         """The probe's status at the end, with what turned out not to be available."""
@@ -227,11 +240,15 @@ class GpuProbe:
         if self.used_without_pid_match and not self.matched_pid:
             # (a job opens /dev/nvidia* a moment before NVML lists its context: a pid that
             # matched later means the namespaces agree)
-            notes.append("the job holds a GPU open but none of its pids is in NVML's process "
-                         "lists (another PID namespace, e.g. a container): sampled the "
-                         "devices it can see (CUDA_VISIBLE_DEVICES)")
-            hints.append("run gpudiag in the job's PID namespace (same container) for "
-                         "per-process GPU figures")
+            notes.append(
+                "the job holds a GPU open but none of its pids is in NVML's process "
+                "lists (another PID namespace, e.g. a container): sampled the "
+                "devices it can see (CUDA_VISIBLE_DEVICES)"
+            )
+            hints.append(
+                "run gpudiag in the job's PID namespace (same container) for "
+                "per-process GPU figures"
+            )
         if not notes:
             return st
         return ProbeStatus(self.name, True, "; ".join(notes), "; ".join(hints) or None)
@@ -283,6 +300,24 @@ class GpuProbe:
             out.append(Sample(self.name, t, labels, values))
         return out
 
+    def watch_box(self) -> None:
+        """Sample every device of the box from now on, not only the job's (`gpudiag top`)."""
+        self.visible = None
+
+    def compute_processes(self) -> dict[int, list[tuple[int, float]]]:
+        """Every compute process on the devices: pid -> [(device index, GPU memory bytes)]."""
+        out: dict[int, list[tuple[int, float]]] = {}
+        for d in self.devices:
+            procs = (
+                self.nvml.call("nvmlDeviceGetComputeRunningProcesses", d.handle, device=d.index)
+                or []
+            )
+            for p in procs:
+                out.setdefault(p.pid, []).append(
+                    (d.index, float(getattr(p, "usedGpuMemory", 0) or 0))
+                )
+        return out
+
     def _lose(self, d: Device, exc: GpuLost) -> None:
         d.lost = True
         self.errors.append(f"GPU {d.index} ({d.uuid}) lost: {exc}; sampling the others")
@@ -298,13 +333,16 @@ class GpuProbe:
                 job_mem += float(getattr(p, "usedGpuMemory", 0) or 0)
             else:
                 foreign += 1
-        vals: dict[str, float | None] = {"job_on_device": 1.0 if mine else 0.0,
-                                         "foreign_procs": float(foreign)}
+        vals: dict[str, float | None] = {
+            "job_on_device": 1.0 if mine else 0.0,
+            "foreign_procs": float(foreign),
+        }
         if mine:
             vals["job_mem_bytes"] = job_mem
         try:
-            util = n.call("nvmlDeviceGetProcessUtilization", d.handle, d.last_seen_us,
-                          device=d.index)
+            util = n.call(
+                "nvmlDeviceGetProcessUtilization", d.handle, d.last_seen_us, device=d.index
+            )
             if util is not None:
                 sm = [u.smUtil for u in util if u.pid in pids]
                 if util:
@@ -341,13 +379,15 @@ class GpuProbe:
         self._gpm(d, v)
         return v
 
-    def _queries(self, d: Device, queries: tuple[tuple[str, str, int | None], ...]
-                 ) -> dict[str, float | None]:
+    def _queries(
+        self, d: Device, queries: tuple[tuple[str, str, int | None], ...]
+    ) -> dict[str, float | None]:
         out: dict[str, float | None] = {}
         for key, fn, arg in queries:
             args = (d.handle,) if arg is None else (d.handle, arg)
-            val = self.nvml.call(fn, *args, device=d.index,
-                                 what=f"{fn}({arg})" if arg is not None else fn)
+            val = self.nvml.call(
+                fn, *args, device=d.index, what=f"{fn}({arg})" if arg is not None else fn
+            )
             if val is not None:
                 out[key] = float(val)
         return out
@@ -356,8 +396,13 @@ class GpuProbe:
         """PCIe bytes and throttle time from cumulative field values (exact deltas)."""
         n = self.nvml
         ids = [FI_PCIE_TX, FI_PCIE_RX] + [fi for _, fi in THROTTLE_REASONS.values() if fi]
-        got = n.call("nvmlDeviceGetFieldValues", d.handle, ids, device=d.index,
-                     what="nvmlDeviceGetFieldValues")
+        got = n.call(
+            "nvmlDeviceGetFieldValues",
+            d.handle,
+            ids,
+            device=d.index,
+            what="nvmlDeviceGetFieldValues",
+        )
         totals: dict[int, int] = {}
         for fv in got or []:
             if getattr(fv, "nvmlReturn", 0) == 0:
@@ -379,8 +424,7 @@ class GpuProbe:
                 v["pcie_rx_bytes_per_s"] = rx * 1024.0 if rx is not None else None
         reasons = n.call("nvmlDeviceGetCurrentClocksEventReasons", d.handle, device=d.index)
         if reasons is None:
-            reasons = n.call("nvmlDeviceGetCurrentClocksThrottleReasons", d.handle,
-                             device=d.index)
+            reasons = n.call("nvmlDeviceGetCurrentClocksThrottleReasons", d.handle, device=d.index)
         for name, (bit, fid) in THROTTLE_REASONS.items():
             if fid is not None and fid in rates:
                 v[f"throttle_{name}"] = min(1.0, rates[fid] / 1e9)  # ns of throttle per s

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 
 PSI_ROOT = Path("/proc/pressure")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -41,7 +41,7 @@ def cgroup_dir(pid: int, root: Path = CGROUP_ROOT) -> Path | None:
     return None
 
 
-class HostProbe:
+class HostProbe(Probe):
     """Samples host-wide CPU, iowait, PSI and memory; and the target's cgroup PSI when present."""
 
     name = "host"
@@ -85,9 +85,12 @@ class HostProbe:
         swap = psutil.swap_memory()
         self._prev_swap = (now_ns(), swap.sin, swap.sout)
         if "host" not in self._psi_sources:
-            return ProbeStatus(self.name, True,
-                               reason="PSI not available (/proc/pressure missing)",
-                               hint="boot a kernel >= 4.20 with psi=1 for stall metrics")
+            return ProbeStatus(
+                self.name,
+                True,
+                reason="PSI not available (/proc/pressure missing)",
+                hint="boot a kernel >= 4.20 with psi=1 for stall metrics",
+            )
         return ProbeStatus(self.name, True)
 
     def _read_psi(self, t_ns: int) -> dict[tuple[str, str], dict[str, float]]:
@@ -127,10 +130,15 @@ class HostProbe:
             busy_sum += total - idle
             iowait_sum += iowait
             total_sum += total
-            samples.append(Sample(self.name, t, {"cpu": str(i)},
-                                  {"core_util": max(0.0, (total - idle) / total)}))
-        values: dict[str, float | None] = {"cpu_count": float(len(cpu)),
-                                           "cpu_physical": self._physical}
+            samples.append(
+                Sample(
+                    self.name, t, {"cpu": str(i)}, {"core_util": max(0.0, (total - idle) / total)}
+                )
+            )
+        values: dict[str, float | None] = {
+            "cpu_count": float(len(cpu)),
+            "cpu_physical": self._physical,
+        }
         if total_sum > 0:
             values["cpu_util"] = max(0.0, busy_sum / total_sum)
             values["cpu_iowait"] = max(0.0, iowait_sum / total_sum)

@@ -16,13 +16,21 @@ import tempfile
 from array import array
 from pathlib import Path
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.inject import gpudiag_hooks
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
-STEP_FIELDS = ("step_time_s", "data_wait_s", "batch_size", "h2d_copy_s", "h2d_pinned",
-               "h2d_pageable", "syncs", "sync_time_s")
+STEP_FIELDS = (
+    "step_time_s",
+    "data_wait_s",
+    "batch_size",
+    "h2d_copy_s",
+    "h2d_pinned",
+    "h2d_pageable",
+    "syncs",
+    "sync_time_s",
+)
 
 
 def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
@@ -34,7 +42,7 @@ def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
     return out
 
 
-class HookProbe:
+class HookProbe(Probe):
     """Receives step events from the job's hooks and turns them into samples."""
 
     name = "hooks"
@@ -111,15 +119,24 @@ class HookProbe:
         if self.messages:
             return ProbeStatus(self.name, True)
         if self.optional:
-            return ProbeStatus(self.name, True, "not connected (optional): the job's own step "
-                               "timing would add exact steps/s, step-time percentiles and the "
-                               "data wait per step", "add `from gpudiag.probes.hooks import "
-                               "instrument; instrument()` at the top of the training script",
-                               info=True)
-        return ProbeStatus(self.name, True, "no step events from the job: it did not import "
-                           "torch, has no optimizer steps yet, or was not hooked",
-                           "with `gpudiag run` keep the default injection; for jobs started "
-                           "another way call gpudiag.probes.hooks.instrument() in the script")
+            return ProbeStatus(
+                self.name,
+                True,
+                "not connected (optional): the job's own step "
+                "timing would add exact steps/s, step-time percentiles and the "
+                "data wait per step",
+                "add `from gpudiag.probes.hooks import "
+                "instrument; instrument()` at the top of the training script",
+                info=True,
+            )
+        return ProbeStatus(
+            self.name,
+            True,
+            "no step events from the job: it did not import "
+            "torch, has no optimizer steps yet, or was not hooked",
+            "with `gpudiag run` keep the default injection; for jobs started "
+            "another way call gpudiag.probes.hooks.instrument() in the script",
+        )
 
     def close(self) -> None:
         """Remove the socket (a job still sending then just drops its events)."""
@@ -147,8 +164,10 @@ def decode_datagram(data: bytes) -> dict | None:
     if sep and body and len(body) % (8 * width) == 0:
         flat = array("d")
         flat.frombytes(body)
-        msg["steps"] = [[None if math.isnan(v) else v for v in flat[i:i + width]]
-                        for i in range(0, len(flat), width)]
+        msg["steps"] = [
+            [None if math.isnan(v) else v for v in flat[i : i + width]]
+            for i in range(0, len(flat), width)
+        ]
     return msg
 
 
@@ -164,16 +183,31 @@ def parse_message(msg: dict) -> list[Sample]:
         if row[1] is None:
             out.append(Sample("hooks", t_ns, {"kind": "step"}, {"first_step": 1.0}))
             continue
-        out.append(Sample("hooks", t_ns, {"kind": "step"},
-                          {k: float(v) for k, v in zip(STEP_FIELDS, row[1:], strict=True)}))
+        out.append(
+            Sample(
+                "hooks",
+                t_ns,
+                {"kind": "step"},
+                {k: float(v) for k, v in zip(STEP_FIELDS, row[1:], strict=True)},
+            )
+        )
     t = out[-1].t_ns if out else now_ns()
     for site, n in (msg.get("sites") or {}).items():
-        out.append(Sample("hooks", t, {"kind": "sync_site", "site": str(site)},
-                          {"count": float(n)}))
+        out.append(
+            Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
+        )
     mem = msg.get("mem")
     if isinstance(mem, dict) and mem:
-        out.append(Sample("hooks", t, {"kind": "cuda_mem"},
-                          {k: float(v) for k, v in mem.items()
-                           if k in ("allocated", "reserved", "peak", "alloc_retries",
-                                    "inactive_split")}))
+        out.append(
+            Sample(
+                "hooks",
+                t,
+                {"kind": "cuda_mem"},
+                {
+                    k: float(v)
+                    for k, v in mem.items()
+                    if k in ("allocated", "reserved", "peak", "alloc_retries", "inactive_split")
+                },
+            )
+        )
     return out

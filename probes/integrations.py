@@ -21,8 +21,9 @@ def lightning_callback() -> Any:
         try:
             from pytorch_lightning import Callback
         except ImportError:
-            raise ImportError("lightning_callback() needs PyTorch Lightning: "
-                              "pip install lightning") from None
+            raise ImportError(
+                "lightning_callback() needs PyTorch Lightning: pip install lightning"
+            ) from None
 
     class GpudiagCallback(Callback):
         """Installs gpudiag's in-process hooks when training is set up."""
@@ -38,8 +39,7 @@ def hf_callback() -> Any:
     try:
         from transformers import TrainerCallback
     except ImportError:
-        raise ImportError("hf_callback() needs transformers: pip install transformers") \
-            from None
+        raise ImportError("hf_callback() needs transformers: pip install transformers") from None
 
     class GpudiagCallback(TrainerCallback):
         """Installs gpudiag's in-process hooks at the start of training."""

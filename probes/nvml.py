@@ -49,8 +49,12 @@ class Nvml:
             try:
                 import pynvml
             except ImportError:
-                return ProbeStatus(name, False, "nvidia-ml-py (pynvml) is not installed",
-                                   "pip install nvidia-ml-py")
+                return ProbeStatus(
+                    name,
+                    False,
+                    "nvidia-ml-py (pynvml) is not installed",
+                    "pip install nvidia-ml-py",
+                )
             self._mod = pynvml
         m = self._mod
         try:
@@ -58,14 +62,23 @@ class Nvml:
         except m.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == getattr(m, "NVML_ERROR_LIBRARY_NOT_FOUND", -1):
-                return ProbeStatus(name, False, "no NVIDIA driver: libnvidia-ml.so not found",
-                                   DRIVER_HINT)
+                return ProbeStatus(
+                    name, False, "no NVIDIA driver: libnvidia-ml.so not found", DRIVER_HINT
+                )
             if code == getattr(m, "NVML_ERROR_DRIVER_NOT_LOADED", -1):
-                return ProbeStatus(name, False, "NVIDIA driver is installed but not loaded",
-                                   "load the kernel module (`sudo modprobe nvidia`) or reboot")
+                return ProbeStatus(
+                    name,
+                    False,
+                    "NVIDIA driver is installed but not loaded",
+                    "load the kernel module (`sudo modprobe nvidia`) or reboot",
+                )
             if code == getattr(m, "NVML_ERROR_NO_PERMISSION", -1):
-                return ProbeStatus(name, False, "no permission to use NVML",
-                                   "run as a user with access to /dev/nvidia*")
+                return ProbeStatus(
+                    name,
+                    False,
+                    "no permission to use NVML",
+                    "run as a user with access to /dev/nvidia*",
+                )
             return ProbeStatus(name, False, f"NVML failed to start: {exc}", DRIVER_HINT)
         except OSError as exc:
             return ProbeStatus(name, False, f"cannot load NVML: {exc}", DRIVER_HINT)
@@ -75,9 +88,12 @@ class Nvml:
         except m.NVMLError as exc:
             return ProbeStatus(name, False, f"NVML cannot count devices: {exc}", DRIVER_HINT)
         if count == 0:
-            return ProbeStatus(name, False, "the NVIDIA driver is loaded but sees no GPU",
-                               "check `nvidia-smi`; in a container pass the GPUs "
-                               "(--gpus all)")
+            return ProbeStatus(
+                name,
+                False,
+                "the NVIDIA driver is loaded but sees no GPU",
+                "check `nvidia-smi`; in a container pass the GPUs (--gpus all)",
+            )
         return ProbeStatus(name, True)
 
     def call(self, fn: str, *args: Any, device: int = -1, what: str | None = None) -> Any:
@@ -99,15 +115,19 @@ class Nvml:
             return func(*args)
         except m.NVMLError as exc:
             code = getattr(exc, "value", None)
-            if code in (getattr(m, "NVML_ERROR_NOT_SUPPORTED", -1),
-                        getattr(m, "NVML_ERROR_FUNCTION_NOT_FOUND", -1),
-                        getattr(m, "NVML_ERROR_NO_PERMISSION", -1)):
+            if code in (
+                getattr(m, "NVML_ERROR_NOT_SUPPORTED", -1),
+                getattr(m, "NVML_ERROR_FUNCTION_NOT_FOUND", -1),
+                getattr(m, "NVML_ERROR_NO_PERMISSION", -1),
+            ):
                 self.unsupported[key] = str(exc) or "not supported"
                 return None
             if code == getattr(m, "NVML_ERROR_NOT_FOUND", -1):
                 raise NvmlNotFound(str(exc)) from None
-            if code in (getattr(m, "NVML_ERROR_GPU_IS_LOST", -1),
-                        getattr(m, "NVML_ERROR_UNKNOWN", -1)):
+            if code in (
+                getattr(m, "NVML_ERROR_GPU_IS_LOST", -1),
+                getattr(m, "NVML_ERROR_UNKNOWN", -1),
+            ):
                 self.lost[device] = f"{fn}: {exc}"
                 raise GpuLost(device, self.lost[device]) from None
             self.unsupported[key] = f"failed: {exc}"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 
 
 @dataclass
@@ -24,7 +24,7 @@ class ThreadStat:
 def parse_stat_line(text: str) -> tuple[str, str]:
     """Return (comm, state letter) from a /proc/.../stat line; comm may hold spaces or ')'."""
     lpar, rpar = text.index("("), text.rindex(")")
-    return text[lpar + 1:rpar], text[rpar + 2:rpar + 3]
+    return text[lpar + 1 : rpar], text[rpar + 2 : rpar + 3]
 
 
 def read_threads(pid: int) -> list[ThreadStat]:
@@ -47,7 +47,7 @@ def read_threads(pid: int) -> list[ThreadStat]:
     return out
 
 
-class ProcessProbe:
+class ProcessProbe(Probe):
     """Samples the target's threads (CPU, run-queue wait, state) and its process tree."""
 
     name = "process"
@@ -84,13 +84,16 @@ class ProcessProbe:
         workers' aggregate (one read per worker process) every 1 s up to 5 s."""
         level = max(0.01, min(1.0, level))
         self.interval_s = min(max(self.base_interval_s, 1.0), self.base_interval_s / level)
-        self.workers_interval_s = min(max(self.base_workers_interval_s, 5.0),
-                                      self.base_workers_interval_s / level)
+        self.workers_interval_s = min(
+            max(self.base_workers_interval_s, 5.0), self.base_workers_interval_s / level
+        )
 
     def rates(self) -> dict[str, float]:
         """Current sampling intervals."""
-        return {"process_interval_s": self.interval_s,
-                "process_workers_interval_s": self.workers_interval_s}
+        return {
+            "process_interval_s": self.interval_s,
+            "process_workers_interval_s": self.workers_interval_s,
+        }
 
     def open(self, target: Target) -> ProbeStatus:
         """Check the target exists and that its /proc entries can be read."""
@@ -101,8 +104,12 @@ class ProcessProbe:
         except psutil.NoSuchProcess:
             return ProbeStatus(self.name, False, f"no process with pid {target.pid}")
         except psutil.AccessDenied:
-            return ProbeStatus(self.name, False, f"no permission to read /proc/{target.pid}",
-                               "run gpudiag as the job's user or as root")
+            return ProbeStatus(
+                self.name,
+                False,
+                f"no permission to read /proc/{target.pid}",
+                "run gpudiag as the job's user or as root",
+            )
         self._prev_t = now_ns()
         self._prev_scope_t = {"target": self._prev_t, "workers": self._prev_t}
         for ts in read_threads(target.pid):
@@ -125,8 +132,9 @@ class ProcessProbe:
         self._children = alive
         return list(alive.values())
 
-    def _counters(self, proc: psutil.Process, baseline: bool = False
-                  ) -> tuple[float, int, int, int, int] | None:
+    def _counters(
+        self, proc: psutil.Process, baseline: bool = False
+    ) -> tuple[float, int, int, int, int] | None:
         """Return deltas (cpu_s, read_bytes, vol, invol, rss) since last tick for one process."""
         try:
             with proc.oneshot():
@@ -174,8 +182,9 @@ class ProcessProbe:
             if prev is not None:
                 vals["cpu"] = min(1.0, max(0.0, (ts.run_ns - prev.run_ns) / dt))
                 vals["runqueue_wait"] = min(1.0, max(0.0, (ts.wait_ns - prev.wait_ns) / dt))
-            samples.append(Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid),
-                                                 "comm": ts.comm}, vals))
+            samples.append(
+                Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid), "comm": ts.comm}, vals)
+            )
         self._prev_threads = cur_threads
         assert self._root is not None
         samples.append(self._aggregate("target", [self._root], t, threads))
@@ -188,8 +197,9 @@ class ProcessProbe:
             samples.append(self._aggregate("workers", kids, t, threads))
         return samples
 
-    def _aggregate(self, scope: str, procs: list[psutil.Process], t: int,
-                   root_threads: list[ThreadStat]) -> Sample:
+    def _aggregate(
+        self, scope: str, procs: list[psutil.Process], t: int, root_threads: list[ThreadStat]
+    ) -> Sample:
         dt = max(1, t - self._prev_scope_t.get(scope, t - 1))
         self._prev_scope_t[scope] = t
         cpu_s = rb = vol = invol = rss = 0.0
@@ -212,13 +222,15 @@ class ProcessProbe:
             "threads": float(n_threads),
         }
         if procs:
-            values.update({
-                "cpu_cores": max(0.0, cpu_s / secs),
-                "rss_bytes": rss,
-                "read_bytes_per_s": max(0.0, rb / secs),
-                "ctx_voluntary_per_s": max(0.0, vol / secs),
-                "ctx_involuntary_per_s": max(0.0, invol / secs),
-            })
+            values.update(
+                {
+                    "cpu_cores": max(0.0, cpu_s / secs),
+                    "rss_bytes": rss,
+                    "read_bytes_per_s": max(0.0, rb / secs),
+                    "ctx_voluntary_per_s": max(0.0, vol / secs),
+                    "ctx_involuntary_per_s": max(0.0, invol / secs),
+                }
+            )
         if n_threads:
             values["d_state_share"] = n_d / n_threads
             values["running_share"] = n_r / n_threads

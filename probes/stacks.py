@@ -21,226 +21,36 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 
-from gpudiag.probes.base import Field, ProbeStatus, Sample, Target, now_ns
-
-_PROCESS_RE = re.compile(r'^process (\d+):"(.*?)"$')
-_PROFILE_RE = re.compile(r'^(?:Process (\d+) )?Thread (0x[0-9a-fA-F]+|\d+)(?: "(.*)")?')
-_LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
-_THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")
-
-PTRACE_HINT = ("run gpudiag as root, or allow ptrace: "
-               "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`, or "
-               "`sudo setcap cap_sys_ptrace+ep $(which py-spy)`; "
-               "in Docker add `--cap-add SYS_PTRACE`")
-
-
-@dataclass(frozen=True)
-class StackRow:
-    """One collapsed stack from py-spy: which process and thread, root-to-leaf frames, count."""
-
-    pid: int
-    tid: int
-    thread: str
-    frames: tuple[str, ...]
-    count: int
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.pyspy_output import (
+    Episode,
+    SourceLines,
+    StackRow,
+    parse_raw,
+    parse_speedscope,
+)
+from gpudiag.probes.pyspy_process import (
+    SPY_SAMPLE_BASE_S,
+    SPY_SAMPLE_PER_THREAD_S,
+    SPY_START_S,
+    SpyRun,
+    diagnose_py_spy_error,
+    find_py_spy,
+    process_age_s,
+    process_alive,
+    wait_recorder,
+)
 
 
-def parse_raw(lines: Iterable[str], default_pid: int) -> list[StackRow]:
-    """Parse py-spy's raw (collapsed) output, with or without process and thread frames."""
-    rows: list[StackRow] = []
-    for line in lines:
-        line = line.rstrip("\n")
-        if not line.strip():
-            continue
-        head, _, count_s = line.rpartition(" ")
-        try:
-            count = int(count_s)
-        except ValueError:
-            continue
-        pid, tid, thread = default_pid, 0, ""
-        parts = head.split(";")
-        i = 0
-        if parts and (m := _PROCESS_RE.match(parts[0])):
-            pid = int(m.group(1))
-            i = 1
-        if i < len(parts) and (m := _THREAD_RE.match(parts[i])):
-            tid = int(m.group(1), 0)
-            thread = (m.group(2) or "").strip()
-            i += 1
-        rows.append(StackRow(pid, tid, thread, tuple(parts[i:]), count))
-    return rows
-
-
-def is_library_frame(frame: str) -> bool:
-    """True when a 'func (file:line)' frame is in the standard library or an installed package."""
-    lpar = frame.rfind(" (")
-    path = frame[lpar + 2:] if lpar >= 0 else frame
-    return bool(_LIB_RE.search(path))
-
-
-def episode_anchor(frames: tuple[str, ...]) -> str | None:
-    """The user-code call into a library that a stack is inside, without the library's line.
-
-    Consecutive samples with the same anchor are one episode of that call (one torch.save,
-    one fetch of a batch): counting episodes tells how often a call runs and how long each takes.
-    """
-    for i, frame in enumerate(frames):
-        if i > 0 and is_library_frame(frame) and not is_library_frame(frames[i - 1]):
-            lpar = frame.rfind(" (")
-            colon = frame.rfind(":")
-            entry = frame[:colon] + ")" if lpar >= 0 and colon > lpar else frame
-            return ";".join(frames[:i] + (entry,))
-    return None
-
-
-@dataclass(frozen=True)
-class Episode:
-    """Runs of consecutive samples of one thread inside one library call (see episode_anchor)."""
-
-    pid: int
-    tid: int
-    thread: str
-    anchor: str
-    episodes: int
-    count: int
-
-
-def parse_speedscope(doc: dict, default_pid: int) -> tuple[list[StackRow], list[Episode]]:
-    """Parse py-spy's speedscope output into stack counts and call episodes per thread."""
-    frames_tbl = doc.get("shared", {}).get("frames", [])
-    names = []
-    for fr in frames_tbl:
-        line = fr.get("line")
-        loc = f"{fr.get('file', '?')}:{line}" if line is not None else str(fr.get("file", "?"))
-        names.append(f"{fr.get('name', '?')} ({loc})")
-    rows: list[StackRow] = []
-    episodes: list[Episode] = []
-    for prof in doc.get("profiles", []):
-        m = _PROFILE_RE.match(prof.get("name", ""))
-        pid = int(m.group(1)) if m and m.group(1) else default_pid
-        tid = int(m.group(2), 0) if m else 0
-        thread = (m.group(3) or "") if m else ""
-        counts: dict[tuple[str, ...], int] = {}
-        ep_runs: dict[str, list[int]] = {}
-        prev_anchor: str | None = None
-        for idx in prof.get("samples", []):
-            # speedscope lists frames root first
-            stack = tuple(names[i] for i in idx if 0 <= i < len(names))
-            counts[stack] = counts.get(stack, 0) + 1
-            if pid != default_pid:
-                continue
-            anchor = episode_anchor(stack)
-            if anchor is not None:
-                runs = ep_runs.setdefault(anchor, [0, 0])
-                runs[1] += 1
-                if anchor != prev_anchor:
-                    runs[0] += 1
-            prev_anchor = anchor
-        rows.extend(StackRow(pid, tid, thread, st, c) for st, c in counts.items())
-        episodes.extend(Episode(pid, tid, thread, a, r[0], r[1]) for a, r in ep_runs.items())
-    return rows, episodes
-
-
-class SourceLines:
-    """Reads the source line a frame points at (through /proc/PID/root for containers)."""
-
-    def __init__(self, max_entries: int = 20000, max_files: int = 64) -> None:
-        self._cache: dict[tuple[str, int], str] = {}
-        self._files: dict[str, list[str] | None] = {}
-        self.max_entries = max_entries
-        self.max_files = max_files
-
-    def line(self, pid: int, frame: str) -> str:
-        """The stripped source text of a 'func (file:line)' frame, '' when unknown."""
-        lpar = frame.rfind(" (")
-        colon = frame.rfind(":")
-        if lpar < 0 or colon < lpar:
-            return ""
-        path = frame[lpar + 2:colon]
-        try:
-            lineno = int(frame[colon + 1:].rstrip(")"))
-        except ValueError:
-            return ""
-        key = (path, lineno)
-        if key in self._cache:
-            return self._cache[key]
-        if path not in self._files:
-            lines = None
-            for cand in (path, f"/proc/{pid}/root{path}"):
-                try:
-                    with open(cand, encoding="utf-8", errors="replace") as f:
-                        lines = f.readlines()
-                    break
-                except OSError:
-                    continue
-            if len(self._files) >= self.max_files:  # whole files are kept: few of them
-                self._files.clear()
-            self._files[path] = lines
-        lines = self._files[path]
-        text = lines[lineno - 1].strip()[:200] if lines and 0 < lineno <= len(lines) else ""
-        if len(self._cache) < self.max_entries:
-            self._cache[key] = text
-        return text
-
-
-def find_py_spy() -> str | None:
-    """Locate the py-spy executable: next to this Python first (a venv), then on PATH."""
-    beside = Path(sys.executable).parent / "py-spy"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("py-spy")
-
-
-def diagnose_py_spy_error(text: str, pid: int) -> tuple[str, str | None]:
-    """Turn py-spy's error output into (reason, hint) a user can act on."""
-    low = text.lower()
-    if "permission denied" in low or "operation not permitted" in low:
-        return (f"no permission to read the memory of pid {pid} (ptrace)", PTRACE_HINT)
-    if "failed to find python version" in low or "failed to get process executable" in low:
-        return (f"pid {pid} is not a Python process (py-spy found no interpreter)",
-                "attach to the Python process of the job (the one running the training loop)")
-    if "no such process" in low or "failed to open process" in low:
-        return (f"no process with pid {pid}", None)
-    last = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return ((last[0] if last else "py-spy failed").strip()[:300], None)
-
-
-@dataclass
-class _Run:
-    """One py-spy recorder of a window: what it samples and where its output goes."""
-
-    mode: str            # "all" (loop process), "gil", or "worker"
-    pid: int
-    rate: int
-    out: str
-    proc: subprocess.Popen | None = None
-    err: str = ""
-    cpu_s: float = 0.0
-    maxrss_bytes: int = 0
-
-
-# py-spy's cost per sample of a process, from the development machine (2 cores, 2026-11):
-# about 0.15 ms plus 0.06 ms per thread (it reads every thread's stack with --idle). Used only
-# for a first guess of the rate; the agent's budget governor then measures the real cost.
-SPY_SAMPLE_BASE_S = 0.15e-3
-SPY_SAMPLE_PER_THREAD_S = 0.06e-3
-SPY_START_S = 0.01  # CPU to start one py-spy recorder (reads the interpreter's symbols)
-
-
-class StackProbe:
+class StackProbe(Probe):
     """Samples Python stacks of the target with py-spy, in rolling windows.
 
     The loop process is recorded at `rate_hz` (scaled by the budget level); the job's child
@@ -254,10 +64,19 @@ class StackProbe:
     interval_s = 0.5
     buffered = True  # samples arrive per window; drain once more after close()
     fields = (
-        Field("count", "samples", "counter", "stack samples of one thread with one stack "
-              "(workers: weighted, see weight)"),
-        Field("weight", "ratio", "gauge", "factor a worker's raw sample count was scaled by: "
-              "workers alive / workers recorded x loop rate / worker rate"),
+        Field(
+            "count",
+            "samples",
+            "counter",
+            "stack samples of one thread with one stack (workers: weighted, see weight)",
+        ),
+        Field(
+            "weight",
+            "ratio",
+            "gauge",
+            "factor a worker's raw sample count was scaled by: "
+            "workers alive / workers recorded x loop rate / worker rate",
+        ),
         Field("ticks", "samples", "counter", "sampling ticks in a window"),
         Field("duration_s", "s", "gauge", "length of a sampling window"),
         Field("rate_hz", "Hz", "gauge", "sampling rate of a window"),
@@ -267,10 +86,18 @@ class StackProbe:
         Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
     )
 
-    def __init__(self, rate_hz: int = 100, window_s: float = 3.0, gil_rate_hz: int = 25,
-                 nonblocking: bool = True, subprocesses: bool = True,
-                 startup_timeout_s: float = 10.0, worker_rate_hz: int = 20,
-                 workers_per_window: int = 1, min_rate_hz: int = 5) -> None:
+    def __init__(
+        self,
+        rate_hz: int = 100,
+        window_s: float = 3.0,
+        gil_rate_hz: int = 25,
+        nonblocking: bool = True,
+        subprocesses: bool = True,
+        startup_timeout_s: float = 10.0,
+        worker_rate_hz: int = 20,
+        workers_per_window: int = 1,
+        min_rate_hz: int = 5,
+    ) -> None:
         self.rate_hz = rate_hz
         self.gil_rate_hz = gil_rate_hz
         self.worker_rate_hz = worker_rate_hz
@@ -293,8 +120,8 @@ class StackProbe:
         self._turn = 0
         self.lean = False
         self._unreadable: set[int] = set()
-        self.spy_cpu_s = 0.0          # CPU of every finished py-spy recorder
-        self.spy_window_rss = 0       # py-spy's peak RSS in the last window, all recorders
+        self.spy_cpu_s = 0.0  # CPU of every finished py-spy recorder
+        self.spy_window_rss = 0  # py-spy's peak RSS in the last window, all recorders
         self.last_error: str | None = None
         self._sources = SourceLines()
 
@@ -307,10 +134,17 @@ class StackProbe:
         """The rates the next window will use."""
         loop = max(self.min_rate_hz, round(self.rate_hz * self.level))
         gil = max(2, round(self.gil_rate_hz * self.level)) if self.gil_rate_hz > 0 else 0
-        worker = max(2, round(self.worker_rate_hz * self.level)) \
-            if self.subprocesses and self.worker_rate_hz > 0 else 0
-        return {"stacks_loop_hz": float(loop), "stacks_gil_hz": float(gil),
-                "stacks_worker_hz": float(worker), "stacks_window_s": self.window_now()}
+        worker = (
+            max(2, round(self.worker_rate_hz * self.level))
+            if self.subprocesses and self.worker_rate_hz > 0
+            else 0
+        )
+        return {
+            "stacks_loop_hz": float(loop),
+            "stacks_gil_hz": float(gil),
+            "stacks_worker_hz": float(worker),
+            "stacks_window_s": self.window_now(),
+        }
 
     def window_now(self) -> float:
         """The window length at the current level: starting py-spy costs about 10 ms of CPU,
@@ -329,8 +163,11 @@ class StackProbe:
         per_sample = SPY_SAMPLE_BASE_S + SPY_SAMPLE_PER_THREAD_S * threads
         loop = max(self.min_rate_hz, self.rate_hz * level)
         has_workers = self.subprocesses and bool(self._workers())
-        workers = (self.worker_rate_hz * level * (SPY_SAMPLE_BASE_S + 2 * SPY_SAMPLE_PER_THREAD_S)
-                   if has_workers else 0.0)
+        workers = (
+            self.worker_rate_hz * level * (SPY_SAMPLE_BASE_S + 2 * SPY_SAMPLE_PER_THREAD_S)
+            if has_workers
+            else 0.0
+        )
         window = min(max(self.window_s, 10.0), self.window_s / max(level, 0.01) ** 0.5)
         starts = (2 + has_workers) * SPY_START_S / max(1.0, window)
         return loop * per_sample + workers + starts
@@ -363,13 +200,21 @@ class StackProbe:
         self.target = target
         self._exe = find_py_spy()
         if self._exe is None:
-            return ProbeStatus(self.name, False, "py-spy executable not found",
-                               "pip install py-spy (it is a dependency of gpudiag)")
+            return ProbeStatus(
+                self.name,
+                False,
+                "py-spy executable not found",
+                "pip install py-spy (it is a dependency of gpudiag)",
+            )
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             try:
-                res = subprocess.run([self._exe, "dump", "--pid", str(target.pid)],
-                                     capture_output=True, text=True, timeout=30)
+                res = subprocess.run(
+                    [self._exe, "dump", "--pid", str(target.pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
             except subprocess.TimeoutExpired:
                 return ProbeStatus(self.name, False, "py-spy dump timed out", None)
             if res.returncode == 0:
@@ -377,8 +222,8 @@ class StackProbe:
             reason, hint = diagnose_py_spy_error(res.stderr + res.stdout, target.pid)
             # a young interpreter may not be readable yet (no version symbol, stacks
             # changing under a read): retry; permission errors never get better
-            retryable = "permission" not in reason and _process_age_s(target.pid) < 30
-            if not retryable or time.monotonic() > deadline or not _alive(target.pid):
+            retryable = "permission" not in reason and process_age_s(target.pid) < 30
+            if not retryable or time.monotonic() > deadline or not process_alive(target.pid):
                 return ProbeStatus(self.name, False, reason, hint)
             time.sleep(0.3)
         if self.cpu_goal is not None:  # a first guess; the governor corrects it from measurements
@@ -390,12 +235,25 @@ class StackProbe:
         self._thread.start()
         return ProbeStatus(self.name, True)
 
-    def _cmd(self, run: _Run, duration: float) -> list[str]:
+    def _cmd(self, run: SpyRun, duration: float) -> list[str]:
         assert self._exe
         fmt = "raw" if run.mode == "gil" else "speedscope"
-        cmd = [self._exe, "record", "--pid", str(run.pid), "--format", fmt,
-               "--threads", "--full-filenames", "--rate", str(run.rate),
-               "--duration", str(max(1, round(duration))), "--output", run.out]
+        cmd = [
+            self._exe,
+            "record",
+            "--pid",
+            str(run.pid),
+            "--format",
+            fmt,
+            "--threads",
+            "--full-filenames",
+            "--rate",
+            str(run.rate),
+            "--duration",
+            str(max(1, round(duration))),
+            "--output",
+            run.out,
+        ]
         cmd.append("--gil" if run.mode == "gil" else "--idle")
         if self.nonblocking:
             cmd.append("--nonblocking")
@@ -410,47 +268,68 @@ class StackProbe:
             return []
         return sorted(k.pid for k in kids if k.pid not in self._unreadable)
 
-    def _plan(self, n: int) -> tuple[list[_Run], int]:
+    def _plan(self, n: int) -> tuple[list[SpyRun], int]:
         """The recorders of window n, and how many workers were alive."""
         assert self._tmp is not None and self.target is not None
         r = self.rates()
-        runs = [_Run("all", self.target.pid, int(r["stacks_loop_hz"]),
-                     os.path.join(self._tmp.name, f"w{n}-all.json"))]
+        runs = [
+            SpyRun(
+                "all",
+                self.target.pid,
+                int(r["stacks_loop_hz"]),
+                os.path.join(self._tmp.name, f"w{n}-all.json"),
+            )
+        ]
         alive = self._workers() if r["stacks_worker_hz"] > 0 else []
         gil_turn = not (self.lean and alive) or n % 2 == 1
         if r["stacks_gil_hz"] > 0 and gil_turn:
-            runs.append(_Run("gil", self.target.pid, int(r["stacks_gil_hz"]),
-                             os.path.join(self._tmp.name, f"w{n}-gil.txt")))
+            runs.append(
+                SpyRun(
+                    "gil",
+                    self.target.pid,
+                    int(r["stacks_gil_hz"]),
+                    os.path.join(self._tmp.name, f"w{n}-gil.txt"),
+                )
+            )
         if self.lean and r["stacks_gil_hz"] > 0 and gil_turn:
             alive = []
         k = min(len(alive), max(1, self.workers_per_window))
         for j in range(k):
             pid = alive[(self._turn + j) % len(alive)]
-            runs.append(_Run("worker", pid, int(r["stacks_worker_hz"]),
-                             os.path.join(self._tmp.name, f"w{n}-worker{pid}.json")))
+            runs.append(
+                SpyRun(
+                    "worker",
+                    pid,
+                    int(r["stacks_worker_hz"]),
+                    os.path.join(self._tmp.name, f"w{n}-worker{pid}.json"),
+                )
+            )
         self._turn += k
         return runs, len(alive)
 
     def _loop(self) -> None:
         assert self._tmp is not None
         n = 0
-        while not self._stop.is_set() and self.target and _alive(self.target.pid):
+        while not self._stop.is_set() and self.target and process_alive(self.target.pid):
             n += 1
             runs, alive = self._plan(n)
             window = self.window_now()
             started = time.monotonic()
             for run in runs:
                 try:
-                    run.proc = subprocess.Popen(self._cmd(run, window),
-                                                stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.PIPE, text=True)
+                    run.proc = subprocess.Popen(
+                        self._cmd(run, window),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
                 except OSError as exc:
                     self.last_error = f"cannot start py-spy: {exc}"
                     return
             with self._lock:
                 self._procs = [r.proc for r in runs if r.proc is not None]
             for run in runs:
-                _finish(run)
+                wait_recorder(run)
             with self._lock:
                 self._procs = []
                 self.spy_cpu_s += sum(r.cpu_s for r in runs)
@@ -459,12 +338,12 @@ class StackProbe:
             if not self._collect(runs, alive, duration):
                 # py-spy failed outright (target gone, or lost permission): say why, back off
                 msg = runs[0].err
-                if self.target and not _alive(self.target.pid):
+                if self.target and not process_alive(self.target.pid):
                     return
                 self.last_error = diagnose_py_spy_error(msg, self.target.pid)[0]
                 self._stop.wait(1.0)
 
-    def _read(self, run: _Run) -> tuple[list[StackRow], list[Episode]] | None:
+    def _read(self, run: SpyRun) -> tuple[list[StackRow], list[Episode]] | None:
         try:
             with open(run.out) as f:
                 if run.mode == "gil":
@@ -476,7 +355,7 @@ class StackProbe:
             return None
         return parsed
 
-    def _collect(self, runs: list[_Run], alive: int, duration: float) -> bool:
+    def _collect(self, runs: list[SpyRun], alive: int, duration: float) -> bool:
         """Parse a finished window's files into pending samples; False when the loop
         process's recording could not be read."""
         assert self.target is not None
@@ -486,29 +365,47 @@ class StackProbe:
         loop_rate = runs[0].rate
         ticks = 0
         workers_read = [r for r in runs if r.mode == "worker"]
-        weight = (alive / max(1, len(workers_read))) * loop_rate / workers_read[0].rate \
-            if workers_read else 1.0
+        weight = (
+            (alive / max(1, len(workers_read))) * loop_rate / workers_read[0].rate
+            if workers_read
+            else 1.0
+        )
         recorded = 0
         for run in runs:
             parsed = self._read(run)
             if parsed is None:
-                if run.mode == "worker" and "python" in run.err.lower() and \
-                        "version" in run.err.lower():
+                if (
+                    run.mode == "worker"
+                    and "python" in run.err.lower()
+                    and "version" in run.err.lower()
+                ):
                     self._unreadable.add(run.pid)  # a child that is not Python
                 continue
             rows, episodes = parsed
             if run.mode == "worker":
                 recorded += 1
                 for r in rows:
-                    samples.append(self._stack_sample(t, "all", r, "worker", r.count * weight,
-                                                      weight))
+                    samples.append(
+                        self._stack_sample(t, "all", r, "worker", r.count * weight, weight)
+                    )
                 continue
             loop_ok = loop_ok or run.mode == "all"
             for e in episodes:
-                samples.append(Sample(self.name, t, {
-                    "mode": run.mode, "kind": "episode", "pid": str(e.pid), "tid": str(e.tid),
-                    "thread": e.thread, "anchor": e.anchor},
-                    {"episodes": float(e.episodes), "count": float(e.count)}))
+                samples.append(
+                    Sample(
+                        self.name,
+                        t,
+                        {
+                            "mode": run.mode,
+                            "kind": "episode",
+                            "pid": str(e.pid),
+                            "tid": str(e.tid),
+                            "thread": e.thread,
+                            "anchor": e.anchor,
+                        },
+                        {"episodes": float(e.episodes), "count": float(e.count)},
+                    )
+                )
             if run.mode == "all":
                 per_thread: dict[int, int] = {}
                 for r in rows:
@@ -517,28 +414,65 @@ class StackProbe:
             for r in rows:
                 samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
             m = re.search(r"Errors:\s*(\d+)", run.err)
-            samples.append(Sample(self.name, t, {"mode": run.mode, "kind": "window"}, {
-                "ticks": float(ticks if run.mode == "all" else round(ticks * run.rate
-                                                                       / loop_rate)),
-                "duration_s": duration, "rate_hz": float(run.rate),
-                "errors": float(m.group(1)) if m else 0.0}))
+            samples.append(
+                Sample(
+                    self.name,
+                    t,
+                    {"mode": run.mode, "kind": "window"},
+                    {
+                        "ticks": float(
+                            ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
+                        ),
+                        "duration_s": duration,
+                        "rate_hz": float(run.rate),
+                        "errors": float(m.group(1)) if m else 0.0,
+                    },
+                )
+            )
         if workers_read:
-            samples.append(Sample(self.name, t, {"mode": "workers", "kind": "window"}, {
-                "duration_s": duration, "rate_hz": float(workers_read[0].rate),
-                "workers": float(alive), "recorded": float(recorded), "weight": weight}))
+            samples.append(
+                Sample(
+                    self.name,
+                    t,
+                    {"mode": "workers", "kind": "window"},
+                    {
+                        "duration_s": duration,
+                        "rate_hz": float(workers_read[0].rate),
+                        "workers": float(alive),
+                        "recorded": float(recorded),
+                        "weight": weight,
+                    },
+                )
+            )
         with self._lock:
             self._pending.extend(samples)
         return loop_ok
 
-    def _stack_sample(self, t: int, mode: str, r: StackRow, role: str, count: float,
-                      weight: float | None = None) -> Sample:
+    def _stack_sample(
+        self, t: int, mode: str, r: StackRow, role: str, count: float, weight: float | None = None
+    ) -> Sample:
         values: dict[str, float | None] = {"count": count}
         if weight is not None:
             values["weight"] = weight
-        return Sample(self.name, t, {
-            "mode": mode, "kind": "stack", "pid": str(r.pid), "tid": str(r.tid),
-            "thread": r.thread, "role": role, "stack": ";".join(r.frames),
-            "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else ""}, values)
+        return Sample(
+            self.name,
+            t,
+            {
+                "mode": mode,
+                "kind": "stack",
+                "pid": str(r.pid),
+                "tid": str(r.tid),
+                "thread": r.thread,
+                "role": role,
+                "stack": ";".join(r.frames),
+                "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else "",
+            },
+            values,
+        )
+
+    def problems(self) -> list[str]:
+        """Why py-spy last failed, if it did."""
+        return [self.last_error] if self.last_error else []
 
     def sample(self) -> list[Sample]:
         """Return the samples of the windows finished since the last call."""
@@ -562,36 +496,3 @@ class StackProbe:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-
-def _finish(run: _Run) -> None:
-    """Wait for a recorder, keeping its stderr, exit code, CPU time and peak memory."""
-    p = run.proc
-    if p is None:
-        return
-    run.err = p.stderr.read() if p.stderr else ""
-    if p.stderr:
-        p.stderr.close()
-    try:
-        _, status, usage = os.wait4(p.pid, 0)
-    except ChildProcessError:  # already reaped (close() polled it)
-        p.wait()
-        return
-    p.returncode = os.waitstatus_to_exitcode(status)
-    run.cpu_s = usage.ru_utime + usage.ru_stime
-    run.maxrss_bytes = usage.ru_maxrss * 1024
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _process_age_s(pid: int) -> float:
-    try:
-        return time.time() - psutil.Process(pid).create_time()
-    except Exception:
-        return 1e9

@@ -13,8 +13,13 @@ WORKLOADS = Path(__file__).parent / "workloads"
 
 def gpudiag(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """Run the installed CLI as a user would, capturing its output."""
-    return subprocess.run([sys.executable, "-m", "gpudiag.agent.cli", *args],
-                          capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudiag.agent.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 @pytest.fixture

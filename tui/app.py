@@ -61,8 +61,10 @@ class DiagnosisApp(App):
         state = "paused" if self.paused else ("live" if self.feed.live else "saved")
         n = len(self.doc.get("findings", []))
         extra = f" · {self.message}" if self.message else ""
-        return (f"{state} · pid {run.get('pid')} · {run.get('duration_s', 0):.0f} s · "
-                f"{n} finding{'s' if n != 1 else ''}{extra}")
+        return (
+            f"{state} · pid {run.get('pid')} · {run.get('duration_s', 0):.0f} s · "
+            f"{n} finding{'s' if n != 1 else ''}{extra}"
+        )
 
     def action_open_finding(self) -> None:
         if not isinstance(self.screen, DiagnosisScreen) or not self.doc:

@@ -15,9 +15,9 @@ class Feed:
     title: str
     snapshot: Callable[[], dict | None]
     live: bool = False
-    save: Callable[[], str] | None = None        # write the report now; returns the path
+    save: Callable[[], str] | None = None  # write the report now; returns the path
     pause: Callable[[bool], None] | None = None  # pause/resume sampling
-    stop: Callable[[], None] | None = None       # end the session (q)
+    stop: Callable[[], None] | None = None  # end the session (q)
 
 
 def static_feed(doc: dict, title: str) -> Feed:

@@ -25,7 +25,7 @@ class DiagnosisScreen(Screen):
             yield Static(id="metrics")
         yield Footer()
 
-    NARROW = 120   # below this width the numbers go under the findings, full width
+    NARROW = 120  # below this width the numbers go under the findings, full width
 
     def on_mount(self) -> None:
         self.set_class(self.app.size.width < self.NARROW, "narrow")
@@ -51,9 +51,16 @@ def finding_text(f: dict) -> Wrapped:
     """A finding's message, evidence with thresholds, fix with values, location, cost."""
     t = Wrapped()
     t.para(f"{f['id']}  {f['title']}", style="bold")
-    t.row("", [f["severity"], f"impact {f['impact']:.0%} of wall time",
-               f"expected speed-up ×{f['expected_speedup']:.2f}",
-               f"confidence {f['confidence']:.0%}"], label_width=0).blank()
+    t.row(
+        "",
+        [
+            f["severity"],
+            f"impact {f['impact']:.0%} of wall time",
+            f"expected speed-up ×{f['expected_speedup']:.2f}",
+            f"confidence {f['confidence']:.0%}",
+        ],
+        label_width=0,
+    ).blank()
     t.para(f["message"]).blank()
     if f.get("location"):
         t.para(f["location"], lead="Where: ").blank()
@@ -66,8 +73,10 @@ def finding_text(f: dict) -> Wrapped:
         unit = e.get("unit", "")
         items = [fmt_value(e.get("value"), unit)]
         if e.get("threshold") is not None:
-            items.append(f"{e.get('comparison') or ''} {e.get('setting') or 'threshold'} "
-                         f"{fmt_value(e['threshold'], unit)}".strip())
+            items.append(
+                f"{e.get('comparison') or ''} {e.get('setting') or 'threshold'} "
+                f"{fmt_value(e['threshold'], unit)}".strip()
+            )
         if e.get("source"):
             items.append(f"[{e['source']}]")
         t.row(f"  {e['metric']}", items, label_width=label_w)
@@ -105,11 +114,17 @@ HELP_KEYS = [
 
 def help_text(enabled) -> str:
     """The keys this view offers (`enabled(action)` says whether it does anything here)."""
-    keys = [f"  {key:<10} {what}" for action, key, what in HELP_KEYS
-            if action is None or enabled(action)]
-    return ("gpudiag — why the job is slow and what to change\n\n" + "\n".join(keys) +
-            "\n\nThe bar shows where the training loop's wall time goes; findings are ranked "
-            "by the share of wall time they cost (impact).\n")
+    keys = [
+        f"  {key:<10} {what}"
+        for action, key, what in HELP_KEYS
+        if action is None or enabled(action)
+    ]
+    return (
+        "gpudiag — why the job is slow and what to change\n\n"
+        + "\n".join(keys)
+        + "\n\nThe bar shows where the training loop's wall time goes; findings are ranked "
+        "by the share of wall time they cost (impact).\n"
+    )
 
 
 class HelpScreen(ModalScreen):

@@ -31,23 +31,30 @@ def gpu_text(box: dict) -> Text:
     for g in box.get("gpus", []):
         t.append(f"GPU {g['index']} {g.get('name') or ''}\n", style="bold")
         util = g.get("util_gpu")
-        t.append(f"  util {util:.0%} {spark(g.get('history', []))}" if util is not None
-                 else "  util n/a")
+        t.append(
+            f"  util {util:.0%} {spark(g.get('history', []))}" if util is not None else "  util n/a"
+        )
         if g.get("gpm_sm_active") is not None:
             t.append(f"  SM active {g['gpm_sm_active']:.0%}")
         t.append("\n")
         if g.get("mem_total_bytes"):
-            t.append(f"  VRAM {g['mem_used_bytes'] / 2**30:.1f}/{g['mem_total_bytes'] / 2**30:.0f}"
-                     " GiB")
+            t.append(
+                f"  VRAM {g['mem_used_bytes'] / 2**30:.1f}/{g['mem_total_bytes'] / 2**30:.0f} GiB"
+            )
         if g.get("pcie_rx_bytes_per_s") is not None:
-            t.append(f"  PCIe rx {g['pcie_rx_bytes_per_s'] / 1e9:.2f} GB/s tx "
-                     f"{(g.get('pcie_tx_bytes_per_s') or 0) / 1e9:.2f} GB/s"
-                     f" (gen{g.get('pcie_gen', 0):.0f} x{g.get('pcie_width', 0):.0f})")
+            t.append(
+                f"  PCIe rx {g['pcie_rx_bytes_per_s'] / 1e9:.2f} GB/s tx "
+                f"{(g.get('pcie_tx_bytes_per_s') or 0) / 1e9:.2f} GB/s"
+                f" (gen{g.get('pcie_gen', 0):.0f} x{g.get('pcie_width', 0):.0f})"
+            )
         t.append("\n")
         if g.get("sm_clock_mhz") is not None:
             t.append(f"  SM {g['sm_clock_mhz']:.0f}/{g.get('sm_clock_max_mhz') or 0:.0f} MHz")
-        held = [k[len("throttle_"):] for k, v in g.items()
-                if k.startswith("throttle_") and v and v >= 0.5]
+        held = [
+            k[len("throttle_") :]
+            for k, v in g.items()
+            if k.startswith("throttle_") and v and v >= 0.5
+        ]
         if held:
             t.append(f"  throttled: {', '.join(held)}", style="bold red")
         if g.get("power_w") is not None:
@@ -64,11 +71,15 @@ def host_text(box: dict) -> Text:
     t = Text()
     t.append("Host  ", style="bold")
     if h.get("cpu_util") is not None:
-        t.append(f"CPU {h['cpu_util']:.0%} of {h.get('cpu_count', 0):.0f} cores · iowait "
-                 f"{h.get('cpu_iowait', 0):.0%}")
+        t.append(
+            f"CPU {h['cpu_util']:.0%} of {h.get('cpu_count', 0):.0f} cores · iowait "
+            f"{h.get('cpu_iowait', 0):.0%}"
+        )
     if h.get("psi_io_some") is not None:
-        t.append(f" · PSI cpu {h.get('psi_cpu_some', 0):.0%} io {h['psi_io_some']:.0%} "
-                 f"mem {h.get('psi_memory_some', 0):.0%}")
+        t.append(
+            f" · PSI cpu {h.get('psi_cpu_some', 0):.0%} io {h['psi_io_some']:.0%} "
+            f"mem {h.get('psi_memory_some', 0):.0%}"
+        )
     if h.get("mem_total_bytes"):
         used = h["mem_total_bytes"] - h.get("mem_available_bytes", 0)
         t.append(f" · RAM {used / 2**30:.1f}/{h['mem_total_bytes'] / 2**30:.0f} GiB")
@@ -82,8 +93,11 @@ class TopApp(App):
 
     CSS_PATH = "gpudiag.tcss"
     TITLE = "gpudiag top"
-    BINDINGS = [Binding("q", "quit", "quit"), Binding("a", "attach", "attach & diagnose"),
-                Binding("question_mark", "help", "help")]
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("a", "attach", "attach & diagnose"),
+        Binding("question_mark", "help", "help"),
+    ]
 
     def __init__(self, snapshot: Callable[[], dict]) -> None:
         super().__init__()
@@ -98,8 +112,9 @@ class TopApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#procs", DataTable).add_columns("pid", "user", "GPU:VRAM", "CPU %",
-                                                        "RSS", "command")
+        self.query_one("#procs", DataTable).add_columns(
+            "pid", "user", "GPU:VRAM", "CPU %", "RSS", "command"
+        )
         self.tick()
         self.set_interval(1.0, self.tick)
 
@@ -113,12 +128,20 @@ class TopApp(App):
         table.clear()
         pids = []
         for p in self.box.get("processes", []):
-            table.add_row(str(p["pid"]), p["user"], p["gpus"], f"{p['cpu']:.0f}",
-                          f"{p['rss'] / 2**20:.0f} MiB", p["command"], key=str(p["pid"]))
+            table.add_row(
+                str(p["pid"]),
+                p["user"],
+                p["gpus"],
+                f"{p['cpu']:.0f}",
+                f"{p['rss'] / 2**20:.0f} MiB",
+                p["command"],
+                key=str(p["pid"]),
+            )
             pids.append(p["pid"])
         if table.row_count:  # the selection follows the process, not the row number
-            table.move_cursor(row=pids.index(selected) if selected in pids
-                              else min(row, table.row_count - 1))
+            table.move_cursor(
+                row=pids.index(selected) if selected in pids else min(row, table.row_count - 1)
+            )
         self._shown = pids
 
     def selected_pid(self) -> int | None:

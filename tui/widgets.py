@@ -9,11 +9,16 @@ from textual.widgets import DataTable, Static
 from gpudiag.tui.wrap import Wrapped
 
 CATEGORY_STYLE = {
-    "data_wait": ("waiting for data", "red"), "storage_io": ("storage", "magenta"),
-    "h2d_copy": ("copies", "yellow"), "forward": ("forward", "green"),
-    "backward": ("backward", "cyan"), "optimizer": ("optimizer", "blue"),
-    "sync": ("sync", "bright_red"), "checkpoint": ("checkpoint", "bright_magenta"),
-    "collective": ("collectives", "bright_blue"), "gil_wait": ("GIL wait", "bright_yellow"),
+    "data_wait": ("waiting for data", "red"),
+    "storage_io": ("storage", "magenta"),
+    "h2d_copy": ("copies", "yellow"),
+    "forward": ("forward", "green"),
+    "backward": ("backward", "cyan"),
+    "optimizer": ("optimizer", "blue"),
+    "sync": ("sync", "bright_red"),
+    "checkpoint": ("checkpoint", "bright_magenta"),
+    "collective": ("collectives", "bright_blue"),
+    "gil_wait": ("GIL wait", "bright_yellow"),
     "other": ("other", "grey50"),
 }
 
@@ -33,9 +38,11 @@ class BreakdownBar(Static):
             n = int(round(shares.get(cat, 0.0) * width))
             if n:
                 text.append("█" * n, style=style)
-        legend = [(f"{label} {shares.get(cat, 0.0):.0%}", style)
-                  for cat, (label, style) in CATEGORY_STYLE.items()
-                  if shares.get(cat, 0.0) >= 0.01]
+        legend = [
+            (f"{label} {shares.get(cat, 0.0):.0%}", style)
+            for cat, (label, style) in CATEGORY_STYLE.items()
+            if shares.get(cat, 0.0) >= 0.01
+        ]
         self.update(Group(text, Legend(legend)))
 
 
@@ -63,7 +70,7 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "note": "cyan"}
 
 def shorten(text: str, width: int) -> str:
     """`text` in `width` cells, cut with an ellipsis."""
-    return text if len(text) <= width else text[:max(0, width - 1)].rstrip() + "…"
+    return text if len(text) <= width else text[: max(0, width - 1)].rstrip() + "…"
 
 
 class FindingsTable(DataTable):
@@ -71,7 +78,7 @@ class FindingsTable(DataTable):
     severity gets its own column when there is room. Enter opens one."""
 
     FIXED = (("id", 8), ("impact", 6), ("speed-up", 8))
-    SEVERITY_FROM = 90   # table width from which the severity column is shown
+    SEVERITY_FROM = 90  # table width from which the severity column is shown
 
     findings: list[dict] = []
 
@@ -84,7 +91,7 @@ class FindingsTable(DataTable):
     def _title_width(self, severity: bool) -> int:
         width = self.size.width or self.app.size.width
         fixed = sum(w + 2 for _, w in self.FIXED) + (9 + 2 if severity else 0)
-        return max(10, width - fixed - 2 - 2)   # cell padding, scrollbar
+        return max(10, width - fixed - 2 - 2)  # cell padding, scrollbar
 
     def show(self, findings: list[dict]) -> None:
         keep = self.cursor_row
@@ -103,9 +110,11 @@ class FindingsTable(DataTable):
             cells = [Text(f["id"], style=sev)]
             if severity:
                 cells.append(Text(f["severity"], style=sev))
-            cells += [shorten(f["title"], title_w),
-                      Text(f"{f['impact']:.0%}", justify="right"),
-                      Text(f"×{f['expected_speedup']:.2f}", justify="right")]
+            cells += [
+                shorten(f["title"], title_w),
+                Text(f"{f['impact']:.0%}", justify="right"),
+                Text(f"×{f['expected_speedup']:.2f}", justify="right"),
+            ]
             self.add_row(*cells, key=f["id"])
         if findings:
             self.move_cursor(row=min(keep, len(findings) - 1))
@@ -118,37 +127,61 @@ def metrics_text(doc: dict) -> Wrapped:
     line = t.row
 
     if m.get("steps_per_second"):
-        line("throughput", [f"{m['steps_per_second']:.2f} steps/s"]
-             + ([f"{m['samples_per_second']:.0f} samples/s"]
-                if m.get("samples_per_second") else []))
-        line("step time", [f"p50 {m['step_time_p50_s'] * 1000:.0f} ms",
-                           f"p95 {m['step_time_p95_s'] * 1000:.0f} ms"])
+        line(
+            "throughput",
+            [f"{m['steps_per_second']:.2f} steps/s"]
+            + ([f"{m['samples_per_second']:.0f} samples/s"] if m.get("samples_per_second") else []),
+        )
+        line(
+            "step time",
+            [
+                f"p50 {m['step_time_p50_s'] * 1000:.0f} ms",
+                f"p95 {m['step_time_p95_s'] * 1000:.0f} ms",
+            ],
+        )
     else:
         line("throughput", ["n/a", "no in-process step timing"])
     if m.get("host_cpu_util") is not None:
-        line("host CPU", [f"{m['host_cpu_util']:.0%} of {m.get('cpu_count') or 0:.0f} cores"]
-             + ([f"iowait {m['host_iowait']:.0%}"] if m.get("host_iowait") is not None
-                else []))
+        line(
+            "host CPU",
+            [f"{m['host_cpu_util']:.0%} of {m.get('cpu_count') or 0:.0f} cores"]
+            + ([f"iowait {m['host_iowait']:.0%}"] if m.get("host_iowait") is not None else []),
+        )
     if m.get("psi_io_some") is not None:
-        line("pressure", [f"io {m['psi_io_some']:.0%}", f"cpu {m.get('psi_cpu_some') or 0:.0%}",
-                          f"memory {m.get('psi_memory_some') or 0:.0%}"])
+        line(
+            "pressure",
+            [
+                f"io {m['psi_io_some']:.0%}",
+                f"cpu {m.get('psi_cpu_some') or 0:.0%}",
+                f"memory {m.get('psi_memory_some') or 0:.0%}",
+            ],
+        )
     if m.get("workers"):
-        line("loader workers", [f"{m['workers']:.0f} using "
-                                f"{m.get('worker_cpu_cores') or 0:.1f} cores"])
+        line(
+            "loader workers",
+            [f"{m['workers']:.0f} using {m.get('worker_cpu_cores') or 0:.1f} cores"],
+        )
     gpus = [k for k in m if k.startswith("gpu") and k.endswith("_busy")]
     for k in sorted(gpus):
         idx = k[3:-5]
         peak = m.get(f"gpu{idx}_vram_peak_bytes")
-        line(f"GPU {idx}", [f"busy {m[k]:.0%}" if m[k] is not None else "busy n/a"]
-             + ([f"VRAM peak {peak / 2**30:.1f} GiB"] if peak else []))
+        line(
+            f"GPU {idx}",
+            [f"busy {m[k]:.0%}" if m[k] is not None else "busy n/a"]
+            + ([f"VRAM peak {peak / 2**30:.1f} GiB"] if peak else []),
+        )
     if not gpus:
         gpu = next((p for p in doc.get("probes", []) if p["name"] == "gpu"), None)
         if gpu and not gpu["available"]:
             t.para(f"none: {gpu['reason']}", lead="GPU".ljust(18))
     cost = doc.get("cost") or {}
     if cost.get("available"):
-        line("cost", [f"${cost['usd_per_day']:,.0f}/day",
-                      f"idle ${cost['idle']['usd_per_day']:,.0f}/day",
-                      f"at ${cost['price']['usd_per_gpu_hour']:.2f}/GPU-h"])
+        line(
+            "cost",
+            [
+                f"${cost['usd_per_day']:,.0f}/day",
+                f"idle ${cost['idle']['usd_per_day']:,.0f}/day",
+                f"at ${cost['price']['usd_per_gpu_hour']:.2f}/GPU-h",
+            ],
+        )
     return t
-

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-NUMBER = re.compile(r"^[-+×~≈$(]*\d[\d.,:]*$")   # a bare number: its unit follows it
+NUMBER = re.compile(r"^[-+×~≈$(]*\d[\d.,:]*$")  # a bare number: its unit follows it
 BREAK_AFTER = re.compile(r"(?<=[/.:])(?=[^/.:])")  # where a long name may break
 
 
@@ -41,7 +41,7 @@ def _pieces(atom: str, width: int) -> list[str]:
         lines[-1] += p
     out = []
     for ln in lines:
-        out += [ln[i:i + width] for i in range(0, len(ln), width)] or [""]
+        out += [ln[i : i + width] for i in range(0, len(ln), width)] or [""]
     return out
 
 
@@ -76,12 +76,14 @@ class Wrapped:
 
     blocks: list[Block] = field(default_factory=list)
 
-    def para(self, text: str, style: str = "", lead: str = "", indent: int = 0,
-             lead_style: str = "bold") -> Wrapped:
+    def para(
+        self, text: str, style: str = "", lead: str = "", indent: int = 0, lead_style: str = "bold"
+    ) -> Wrapped:
         """Prose: numbers stay with their units; a lead ("Fix: ", "  • ") hangs before it."""
         for line in text.split("\n"):
-            self.blocks.append(Block(atoms(line), lead, max(indent, len(lead)), " ", style,
-                                     lead_style))
+            self.blocks.append(
+                Block(atoms(line), lead, max(indent, len(lead)), " ", style, lead_style)
+            )
             lead = ""
         return self
 
@@ -98,8 +100,11 @@ class Wrapped:
         width = options.max_width
         for b in self.blocks:
             label, indent = b.label, b.label_width
-            if label.strip() and b.sep != " " and \
-                    max(map(len, b.content), default=0) > width - indent:
+            if (
+                label.strip()
+                and b.sep != " "
+                and max(map(len, b.content), default=0) > width - indent
+            ):
                 # a value wider than the room beside its label goes under it
                 yield Text(label, style=b.label_style, no_wrap=True, overflow="ellipsis")
                 label, indent = "", min(2, indent)

@@ -26,12 +26,11 @@ from array import array
 CHANNEL_ENV = "GPUDIAG_CHANNEL"
 FLUSH_S = 0.1
 MEM_EVERY_S = 2.0
-SITE_EVERY = 16           # record the call site of one sync in this many
-MAX_ROWS = 512            # steps per datagram (36 KiB), well under the socket's limits
-STEP_WIDTH = 9            # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
+SITE_EVERY = 16  # record the call site of one sync in this many
+MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
+STEP_WIDTH = 9  # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
 #                           syncs, sync s
-RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp",
-                           f"gpudiag-{os.getuid()}")
+RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"gpudiag-{os.getuid()}")
 
 
 def attach_path(pid: int) -> str:
@@ -89,9 +88,19 @@ class _State:
         now = time.perf_counter()
         prev = self.last_step if self.last_step is not None else self.loop_start
         self.last_step = now
-        self.pending.extend((time.time(), now - prev if prev is not None else math.nan,
-                             self.data_wait, self.batch, self.h2d, self.pinned, self.pageable,
-                             self.syncs, self.sync_time))
+        self.pending.extend(
+            (
+                time.time(),
+                now - prev if prev is not None else math.nan,
+                self.data_wait,
+                self.batch,
+                self.h2d,
+                self.pinned,
+                self.pageable,
+                self.syncs,
+                self.sync_time,
+            )
+        )
         self.data_wait = self.h2d = self.sync_time = 0.0
         self.batch = self.pinned = self.pageable = self.syncs = 0
         if now - self.last_flush >= FLUSH_S or len(self.pending) >= MAX_ROWS * STEP_WIDTH:
@@ -119,11 +128,13 @@ _state: _State | None = None
 def _cuda_memory(torch) -> dict:
     try:
         stats = torch.cuda.memory_stats()
-        return {"allocated": torch.cuda.memory_allocated(),
-                "reserved": torch.cuda.memory_reserved(),
-                "peak": torch.cuda.max_memory_allocated(),
-                "alloc_retries": stats.get("num_alloc_retries", 0),
-                "inactive_split": stats.get("inactive_split_bytes.all.current", 0)}
+        return {
+            "allocated": torch.cuda.memory_allocated(),
+            "reserved": torch.cuda.memory_reserved(),
+            "peak": torch.cuda.max_memory_allocated(),
+            "alloc_retries": stats.get("num_alloc_retries", 0),
+            "inactive_split": stats.get("inactive_split_bytes.all.current", 0),
+        }
     except Exception:
         return {}
 
@@ -186,6 +197,7 @@ def _install_cuda(torch, st: _State) -> None:
                 else:
                     st.pageable += 1
             return out
+
         return wrapper
 
     tensor.to, tensor.cuda = timed_copy(orig_to), timed_copy(orig_cuda)
@@ -193,8 +205,11 @@ def _install_cuda(torch, st: _State) -> None:
     def counted(orig, name):
         def wrapper(*args, **kwargs):
             first = args[0] if args else None
-            if name != "synchronize" and getattr(first, "device", None) is not None \
-                    and first.device.type != "cuda":
+            if (
+                name != "synchronize"
+                and getattr(first, "device", None) is not None
+                and first.device.type != "cuda"
+            ):
                 return orig(*args, **kwargs)
             t0 = time.perf_counter()
             out = orig(*args, **kwargs)
@@ -205,6 +220,7 @@ def _install_cuda(torch, st: _State) -> None:
                 site = f"{f.f_code.co_filename}:{f.f_lineno}:{f.f_code.co_name}:{name}"
                 st.sites[site] = st.sites.get(site, 0) + 1
             return out
+
         return wrapper
 
     for name in ("item", "cpu", "tolist"):

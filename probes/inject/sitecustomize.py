@@ -30,8 +30,9 @@ def _chain() -> None:
         if os.path.isfile(candidate):
             import importlib.util
 
-            spec = importlib.util.spec_from_file_location("_gpudiag_chained_sitecustomize",
-                                                          candidate)
+            spec = importlib.util.spec_from_file_location(
+                "_gpudiag_chained_sitecustomize", candidate
+            )
             if spec is not None and spec.loader is not None:
                 module = importlib.util.module_from_spec(spec)
                 sys.modules["_gpudiag_chained_sitecustomize"] = module

@@ -17,9 +17,21 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.mark.slow
 def test_synthetic_recording_replays_with_its_planted_starvation(tmp_path):
     out = tmp_path / "syn.jsonl.gz"
-    res = subprocess.run([sys.executable, str(BENCH / "synthetic_recording.py"), "--hours",
-                          "0.1", "--starved-after-h", "0.02", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "synthetic_recording.py"),
+            "--hours",
+            "0.1",
+            "--starved-after-h",
+            "0.02",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "rows" in res.stdout and "MiB on disk" in res.stdout
     rep = gpudiag("replay", str(out), "--format", "json", timeout=300)
@@ -32,9 +44,21 @@ def test_synthetic_recording_replays_with_its_planted_starvation(tmp_path):
 @pytest.mark.slow
 def test_agent_cost_benchmark_reports_cpu_and_rates():
     pytest.importorskip("torch")
-    res = subprocess.run([sys.executable, str(BENCH / "agent_cost.py"), "--seconds", "10",
-                          "--workers", "2", "--rounds", "0"], capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "agent_cost.py"),
+            "--seconds",
+            "10",
+            "--workers",
+            "2",
+            "--rounds",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "workers=2" in res.stdout and "% of a core" in res.stdout
     assert "stacks_loop_hz" in res.stdout

@@ -42,8 +42,14 @@ class World:
 def governed(per_hz: float) -> tuple[Governor, FakeProbe, World]:
     probe = FakeProbe()
     world = World(probe, per_hz)
-    gov = Governor(Budget(0.03, 150 * 2**20), [probe], period_s=3.0, clock=lambda: world.t,
-                   cpu_reader=lambda: world.cpu, rss_reader=lambda: world.rss)
+    gov = Governor(
+        Budget(0.03, 150 * 2**20),
+        [probe],
+        period_s=3.0,
+        clock=lambda: world.t,
+        cpu_reader=lambda: world.cpu,
+        rss_reader=lambda: world.rss,
+    )
     gov._t0 = gov._prev_t = 0.0
     return gov, probe, world
 

@@ -35,25 +35,45 @@ def test_attach_to_a_process_that_is_not_python():
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         time.sleep(0.2)
-        assert_one_line_error(gpudiag("attach", str(sleeper.pid), "--duration", "2"),
-                              "not a Python process")
+        assert_one_line_error(
+            gpudiag("attach", str(sleeper.pid), "--duration", "2"), "not a Python process"
+        )
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
 def test_attach_without_ptrace_permission(tmp_path):
-    if shutil.which("setpriv") is None or not hasattr(__import__("os"), "geteuid") or \
-            __import__("os").geteuid() != 0:
+    if (
+        shutil.which("setpriv") is None
+        or not hasattr(__import__("os"), "geteuid")
+        or __import__("os").geteuid() != 0
+    ):
         pytest.skip("needs root and setpriv to run gpudiag as an unprivileged user")
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         time.sleep(0.5)
-        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                              sys.executable, "-m", "gpudiag.agent.cli", "attach",
-                              str(job.pid), "--duration", "2", "--out",
-                              str(tmp_path / "r.json")],
-                             capture_output=True, text=True, timeout=60, cwd="/")
+        res = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "gpudiag.agent.cli",
+                "attach",
+                str(job.pid),
+                "--duration",
+                "2",
+                "--out",
+                str(tmp_path / "r.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
         if "No module named" in res.stderr or "Permission denied: '" in res.stderr:
             pytest.skip("the unprivileged user cannot read this Python environment")
         assert_one_line_error(res, "permission", "ptrace")
@@ -70,8 +90,9 @@ def test_report_of_corrupt_file(tmp_path):
 
 def test_report_of_wrongly_typed_file(tmp_path):
     bad = tmp_path / "r.json"
-    bad.write_text(json.dumps({"schema_version": "1.0", "tool": {"name": "gpudiag"},
-                               "findings": "none"}))
+    bad.write_text(
+        json.dumps({"schema_version": "1.0", "tool": {"name": "gpudiag"}, "findings": "none"})
+    )
     assert_one_line_error(gpudiag("report", str(bad)), "not a valid gpudiag report")
     other = tmp_path / "list.json"
     other.write_text("[1, 2, 3]")
@@ -98,13 +119,16 @@ def test_run_without_a_command():
     assert_one_line_error(gpudiag("run"), "needs a command")
 
 
-@pytest.mark.parametrize("args,word", [
-    (["--duration", "-3"], "more than 0"),
-    (["--duration", "soon"], "expected seconds"),
-    (["--set", "no_such_threshold=1"], "unknown threshold"),
-    (["--set", "data_wait_warn=lots"], "needs a number"),
-    (["--out", "/no/such/dir/r.json"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "args,word",
+    [
+        (["--duration", "-3"], "more than 0"),
+        (["--duration", "soon"], "expected seconds"),
+        (["--set", "no_such_threshold=1"], "unknown threshold"),
+        (["--set", "data_wait_warn=lots"], "needs a number"),
+        (["--out", "/no/such/dir/r.json"], "does not exist"),
+    ],
+)
 def test_bad_profiling_options(args, word):
     assert_one_line_error(gpudiag("run", *args, "--", sys.executable, "-c", "pass"), word)
 
@@ -114,14 +138,21 @@ def test_bad_config_file(tmp_path):
     cfg.write_text("[thresholds\n")
     assert_one_line_error(gpudiag("run", "--config", str(cfg), "--", "true"), "not valid TOML")
     cfg.write_text('[[rules]]\ncategory = "teleport"\nfile = "x"\n')
-    assert_one_line_error(gpudiag("run", "--config", str(cfg), "--", "true"),
-                          "category must be one of")
+    assert_one_line_error(
+        gpudiag("run", "--config", str(cfg), "--", "true"), "category must be one of"
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--tui", "--", "python"], ["attach", "1", "--tui"], ["report", "r.json", "--tui"],
-    ["replay", "r.jsonl.gz", "--tui"], ["top"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--tui", "--", "python"],
+        ["attach", "1", "--tui"],
+        ["report", "r.json", "--tui"],
+        ["replay", "r.jsonl.gz", "--tui"],
+        ["top"],
+    ],
+)
 def test_every_view_parses(argv):
     from gpudiag.agent.cli import build_parser
 

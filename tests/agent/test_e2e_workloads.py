@@ -41,9 +41,16 @@ def check(doc: dict, expected: str | None) -> None:
     if expected == "DATA001":
         expected = loader_finding(doc)
     serious = [f["id"] for f in doc["findings"] if f["severity"] in ("warning", "error")]
-    why = json.dumps({"findings": [(f["id"], f["impact"]) for f in doc["findings"]],
-                      "breakdown": doc["breakdown"], "errors": doc["errors"],
-                      "probes": doc["probes"], "metrics": doc["metrics"]}, indent=1)
+    why = json.dumps(
+        {
+            "findings": [(f["id"], f["impact"]) for f in doc["findings"]],
+            "breakdown": doc["breakdown"],
+            "errors": doc["errors"],
+            "probes": doc["probes"],
+            "metrics": doc["metrics"],
+        },
+        indent=1,
+    )
     if expected is None:
         assert serious == [], why
     else:
@@ -65,9 +72,20 @@ def check(doc: dict, expected: str | None) -> None:
 @pytest.mark.parametrize("name,expected", CASES)
 def test_run_mode(name, expected, tmp_path):
     out = tmp_path / "report.json"
-    res = gpudiag("run", "-q", "--duration", RUN_PROFILE_S, "--out", str(out), "--",
-                  sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", RUN_JOB_S,
-                  timeout=120)
+    res = gpudiag(
+        "run",
+        "-q",
+        "--duration",
+        RUN_PROFILE_S,
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        str(WORKLOADS / f"{name}.py"),
+        "--seconds",
+        RUN_JOB_S,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert f"Report written to {out}" in res.stdout
     doc = load_report(str(out))
@@ -81,12 +99,16 @@ def test_run_mode(name, expected, tmp_path):
 @pytest.mark.parametrize("name,expected", CASES)
 def test_attach_mode(name, expected, tmp_path):
     out = tmp_path / "report.json"
-    job = subprocess.Popen([sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", "40"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        [sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", "40"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(5)  # past the imports: attach to a job that is training
-        res = gpudiag("attach", str(job.pid), "-q", "--duration", PROFILE_S, "--out", str(out),
-                      timeout=120)
+        res = gpudiag(
+            "attach", str(job.pid), "-q", "--duration", PROFILE_S, "--out", str(out), timeout=120
+        )
         assert res.returncode == 0, res.stderr
         doc = load_report(str(out))
         assert doc["run"]["mode"] == "attach" and doc["run"]["end_reason"] == "duration_reached"
@@ -99,8 +121,16 @@ def test_attach_mode(name, expected, tmp_path):
 
 def test_run_passes_the_exit_code_through(tmp_path):
     out = tmp_path / "r.json"
-    res = gpudiag("run", "-q", "--out", str(out), "--", sys.executable, "-c",
-                  "import time, sys; time.sleep(2); sys.exit(3)")
+    res = gpudiag(
+        "run",
+        "-q",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        "-c",
+        "import time, sys; time.sleep(2); sys.exit(3)",
+    )
     assert res.returncode == 3
     doc = load_report(str(out))
     assert doc["run"]["end_reason"] == "target_exited" and doc["run"]["exit_code"] == 3
@@ -119,9 +149,21 @@ def test_attach_writes_the_report_when_the_job_dies(tmp_path):
 def test_ctrl_c_writes_the_report(tmp_path):
     out = tmp_path / "r.json"
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    agent = subprocess.Popen([sys.executable, "-m", "gpudiag.agent.cli", "attach", str(job.pid),
-                              "-q", "--out", str(out)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudiag.agent.cli",
+            "attach",
+            str(job.pid),
+            "-q",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(4)
         agent.send_signal(signal.SIGINT)

@@ -19,9 +19,20 @@ ENV = {"host": "ci", "cpu_count": 2, "python": "3.11", "torch": "2.13.0", "gpus"
 
 def report(tmp_path, name: str, dt: float, env: dict | None = None) -> str:
     now = time.time()
-    doc = build_report(analysis=analyze(hook_timeline(dt=dt)), mode="run", command=["x"],
-                       pid=1, start=now - 10, end=now, end_reason="target_exited", exit_code=0,
-                       environment=env or ENV, probes=[], errors=[], thresholds=Thresholds())
+    doc = build_report(
+        analysis=analyze(hook_timeline(dt=dt)),
+        mode="run",
+        command=["x"],
+        pid=1,
+        start=now - 10,
+        end=now,
+        end_reason="target_exited",
+        exit_code=0,
+        environment=env or ENV,
+        probes=[],
+        errors=[],
+        thresholds=Thresholds(),
+    )
     return str(write_report(doc, tmp_path / name))
 
 
@@ -32,15 +43,24 @@ def test_saved_reports_pass_and_fail(tmp_path):
     res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *same)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "gpudiag gate: PASS" in res.stdout
-    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"),
-                  "--junit-xml", str(tmp_path / "j.xml"), *slow)
+    res = gpudiag(
+        "gate",
+        "--baseline",
+        base,
+        "--out",
+        str(tmp_path / "g.json"),
+        "--junit-xml",
+        str(tmp_path / "j.xml"),
+        *slow,
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "REGRESSION steps_per_second" in res.stdout and "95% interval" in res.stdout
     assert '<failure message="steps_per_second' in (tmp_path / "j.xml").read_text()
     gate = json.loads((tmp_path / "g.json").read_text())["gate"]
     assert gate["verdict"] == "fail"
-    res = gpudiag("gate", "--baseline", base, "--exit-zero", "--out",
-                  str(tmp_path / "g.json"), *slow)
+    res = gpudiag(
+        "gate", "--baseline", base, "--exit-zero", "--out", str(tmp_path / "g.json"), *slow
+    )
     assert res.returncode == 0
 
 
@@ -55,9 +75,19 @@ def test_github_annotations_and_step_summary(tmp_path, monkeypatch):
     base = report(tmp_path, "base.json", 0.1)
     slow = [report(tmp_path, f"w{i}.json", 0.2 * (1 + 0.01 * i)) for i in range(3)]
     summary = tmp_path / "summary.md"
-    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *slow,
-                  env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary),
-                       "PATH": "/usr/bin:/bin"})
+    res = gpudiag(
+        "gate",
+        "--baseline",
+        base,
+        "--out",
+        str(tmp_path / "g.json"),
+        *slow,
+        env={
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     assert res.returncode == 1
     assert res.stdout.index("::error title=gpudiag gate: steps_per_second") >= 0
     assert "| steps_per_second | FAIL |" in summary.read_text()
@@ -70,24 +100,43 @@ def with_metrics(path: str, **metrics: float) -> str:
 
 
 def test_github_outputs_worst_first_with_limits_as_percentages(tmp_path):
-    base = with_metrics(report(tmp_path, "base.json", 0.1), steps_per_second=10.0,
-                        step_time_p50_s=0.1)
+    base = with_metrics(
+        report(tmp_path, "base.json", 0.1), steps_per_second=10.0, step_time_p50_s=0.1
+    )
     # steps/s down 20% (fails, listed first in metric order); p50 step time up 100% (worse)
-    cur = [with_metrics(report(tmp_path, f"c{i}.json", 0.1), steps_per_second=8.0 + i / 100,
-                        step_time_p50_s=0.2 + i / 1000) for i in range(3)]
+    cur = [
+        with_metrics(
+            report(tmp_path, f"c{i}.json", 0.1),
+            steps_per_second=8.0 + i / 100,
+            step_time_p50_s=0.2 + i / 1000,
+        )
+        for i in range(3)
+    ]
     summary = tmp_path / "summary.md"
-    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *cur,
-                  env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary),
-                       "PATH": "/usr/bin:/bin"})
+    res = gpudiag(
+        "gate",
+        "--baseline",
+        base,
+        "--out",
+        str(tmp_path / "g.json"),
+        *cur,
+        env={
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     assert res.returncode == 1, res.stdout
     errors = [ln.split("::")[1] for ln in res.stdout.splitlines() if ln.startswith("::error")]
-    assert errors == ["error title=gpudiag gate: step_time_p50_s regressed",
-                      "error title=gpudiag gate: steps_per_second regressed"]
+    assert errors == [
+        "error title=gpudiag gate: step_time_p50_s regressed",
+        "error title=gpudiag gate: steps_per_second regressed",
+    ]
     rows = [ln for ln in summary.read_text().splitlines() if ln.startswith("| step")]
     assert rows[0].startswith("| step_time_p50_s | FAIL |")
     assert rows[1].startswith("| steps_per_second | FAIL |")
     for row in rows:
-        assert row.endswith("| 10% |"), row   # the limit as the terminal shows it, not 0.1
+        assert row.endswith("| 10% |"), row  # the limit as the terminal shows it, not 0.1
     terminal = [ln for ln in res.stdout.splitlines() if ln.startswith("step")]
     assert terminal[0].startswith("step_time_p50_s") and terminal[0].endswith("10%")
 
@@ -98,15 +147,27 @@ def test_gate_options_after_the_report_files(tmp_path):
     res = gpudiag("gate", "--baseline", base, *same, "-q", "--out", str(tmp_path / "g.json"))
     assert res.returncode == 0, res.stderr
     assert "gpudiag gate: PASS" in res.stdout
-    res = gpudiag("gate", same[0], "--baseline", base, same[1], same[2], "--exit-zero",
-                  "--out", str(tmp_path / "g.json"))
+    res = gpudiag(
+        "gate",
+        same[0],
+        "--baseline",
+        base,
+        same[1],
+        same[2],
+        "--exit-zero",
+        "--out",
+        str(tmp_path / "g.json"),
+    )
     assert res.returncode == 0, res.stderr
 
 
-@pytest.mark.parametrize("content,word", [
-    ("not json", "not JSON"),
-    ('{"format": "gpudiag-gate-baseline", "runs": 3}', "malformed"),
-])
+@pytest.mark.parametrize(
+    "content,word",
+    [
+        ("not json", "not JSON"),
+        ('{"format": "gpudiag-gate-baseline", "runs": 3}', "malformed"),
+    ],
+)
 def test_malformed_baseline_exits_2(tmp_path, content, word):
     base = tmp_path / "b.json"
     base.write_text(content)
@@ -115,12 +176,15 @@ def test_malformed_baseline_exits_2(tmp_path, content, word):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("toml,word", [
-    ("[gate\n", "not valid TOML"),
-    ('[gate.metrics.steps_per_second]\nfail = "ten"\n', "a number or a percentage"),
-    ('[gate.metrics.my_metric]\nfail = "10%"\n', "direction must be"),
-    ('[gate.metrics.steps_per_second]\nlevel = "loud"\n', "level must be"),
-])
+@pytest.mark.parametrize(
+    "toml,word",
+    [
+        ("[gate\n", "not valid TOML"),
+        ('[gate.metrics.steps_per_second]\nfail = "ten"\n', "a number or a percentage"),
+        ('[gate.metrics.my_metric]\nfail = "10%"\n', "direction must be"),
+        ('[gate.metrics.steps_per_second]\nlevel = "loud"\n', "level must be"),
+    ],
+)
 def test_malformed_config_exits_2(tmp_path, toml, word):
     cfg = tmp_path / "gate.toml"
     cfg.write_text(toml)
@@ -133,14 +197,48 @@ def test_real_runs_baseline_pass_and_planted_slowdown(tmp_path):
     pytest.importorskip("torch")
     base = str(tmp_path / "baseline.json")
     job = [sys.executable, str(WORKLOADS / "healthy.py"), "--seconds", "5"]
-    res = gpudiag("gate", "--baseline", base, "--update-baseline", "--runs", "3", "-q", "--",
-                  *job, timeout=300)
+    res = gpudiag(
+        "gate",
+        "--baseline",
+        base,
+        "--update-baseline",
+        "--runs",
+        "3",
+        "-q",
+        "--",
+        *job,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert len(json.loads(open(base).read())["runs"]) == 3
-    res = gpudiag("gate", "--baseline", base, "--runs", "3", "-q", "--out",
-                  str(tmp_path / "g.json"), "--", *job, timeout=300)
+    res = gpudiag(
+        "gate",
+        "--baseline",
+        base,
+        "--runs",
+        "3",
+        "-q",
+        "--out",
+        str(tmp_path / "g.json"),
+        "--",
+        *job,
+        timeout=300,
+    )
     assert res.returncode in (0, 3), res.stdout + res.stderr  # never a regression
-    res = gpudiag("gate", "--baseline", base, "--runs", "3", "-q", "--out",
-                  str(tmp_path / "g.json"), "--", *job, "--data-delay", "0.15", timeout=300)
+    res = gpudiag(
+        "gate",
+        "--baseline",
+        base,
+        "--runs",
+        "3",
+        "-q",
+        "--out",
+        str(tmp_path / "g.json"),
+        "--",
+        *job,
+        "--data-delay",
+        "0.15",
+        timeout=300,
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "REGRESSION steps_per_second" in res.stdout

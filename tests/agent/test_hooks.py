@@ -29,32 +29,43 @@ def job_steps(output: str) -> tuple[int, float]:
 @pytest.mark.parametrize("name", ["healthy", "starved_loader"])
 def test_report_step_count_equals_the_jobs_own(name, tmp_path):
     out = tmp_path / "r.json"
-    res = gpudiag("run", "-q", "--out", str(out), "--", sys.executable,
-                  str(WORKLOADS / f"{name}.py"), "--seconds", "8")
+    res = gpudiag(
+        "run",
+        "-q",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        str(WORKLOADS / f"{name}.py"),
+        "--seconds",
+        "8",
+    )
     assert res.returncode == 0, res.stderr
     steps, secs = job_steps(res.stdout)
     m = json.loads(out.read_text())["metrics"]
     assert m["steps"] == steps
     assert m["steps_per_second"] == pytest.approx(steps / secs, rel=0.02)
-    assert m["samples_per_second"] == pytest.approx(m["steps_per_second"] * 64 if
-                                                    name == "healthy" else
-                                                    m["steps_per_second"] * 32, rel=0.02)
+    assert m["samples_per_second"] == pytest.approx(
+        m["steps_per_second"] * 64 if name == "healthy" else m["steps_per_second"] * 32, rel=0.02
+    )
     assert 0 < m["step_time_p50_s"] <= m["step_time_p95_s"] <= m["step_time_max_s"]
 
 
 def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(tmp_path):
     out = tmp_path / "r.json"
     env = dict(os.environ, PYTHONPATH=str(WORKLOADS))
-    job = subprocess.Popen([sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds",
-                            "30"], stdout=subprocess.DEVNULL, env=env)
+    job = subprocess.Popen(
+        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "30"],
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         time.sleep(5)
         res = gpudiag("attach", str(job.pid), "-q", "--duration", "15", "--out", str(out))
         assert res.returncode == 0, res.stderr
         doc = json.loads(out.read_text())
         exact = doc["metrics"]["data_wait_ratio"]
-        sampled = doc["breakdown"]["shares"]["data_wait"] + \
-            doc["breakdown"]["shares"]["storage_io"]
+        sampled = doc["breakdown"]["shares"]["data_wait"] + doc["breakdown"]["shares"]["storage_io"]
         assert exact > 0.3 and abs(exact - sampled) <= 0.05, (exact, sampled)
         assert doc["findings"][0]["id"] == loader_finding(doc)
         assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
@@ -64,32 +75,51 @@ def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(tmp
 
 
 def test_dead_or_absent_agent_leaves_the_job_unchanged(tmp_path):
-    code = ("import sys, torch\n"
-            "m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-            "for _ in range(300):\n"
-            "    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()\n"
-            "print('done'); sys.exit(3)\n")
+    code = (
+        "import sys, torch\n"
+        "m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(300):\n"
+        "    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()\n"
+        "print('done'); sys.exit(3)\n"
+    )
     probe = HookProbe()
     probe.open(Target(0))
     env = injection_env(dict(os.environ), probe.path)
     probe.close()  # the agent is gone before the job even starts
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 3 and res.stdout.strip() == "done"
     assert "Traceback" not in res.stderr
 
 
 def test_killing_the_agent_mid_run_leaves_the_job_running_to_completion(tmp_path):
     marker = tmp_path / "finished"
-    code = ("import time, torch, pathlib\n"
-            "m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-            "t = time.time()\n"
-            "while time.time() - t < 8:\n"
-            "    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()\n"
-            f"pathlib.Path({str(marker)!r}).write_text('ok')\n")
-    agent = subprocess.Popen([sys.executable, "-m", "gpudiag.agent.cli", "run", "-q",
-                              "--out", str(tmp_path / "r.json"), "--", sys.executable, "-c",
-                              code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    code = (
+        "import time, torch, pathlib\n"
+        "m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "t = time.time()\n"
+        "while time.time() - t < 8:\n"
+        "    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()\n"
+        f"pathlib.Path({str(marker)!r}).write_text('ok')\n"
+    )
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudiag.agent.cli",
+            "run",
+            "-q",
+            "--out",
+            str(tmp_path / "r.json"),
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(4)
     agent.send_signal(signal.SIGKILL)
     agent.wait()
@@ -106,10 +136,19 @@ def test_an_existing_sitecustomize_still_runs(tmp_path):
     (own / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
     env = injection_env(dict(os.environ, PYTHONPATH=str(own)), str(tmp_path / "none.sock"))
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [INJECT_DIR, str(own)]
-    res = subprocess.run([sys.executable, "-c", "import os, sys; "
-                          "print(os.environ.get('USER_SITE_RAN'), "
-                          "sys.modules['sitecustomize'].__file__)"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; "
+            "print(os.environ.get('USER_SITE_RAN'), "
+            "sys.modules['sitecustomize'].__file__)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     ran, ours = res.stdout.split()
     assert ran == "yes" and ours.startswith(INJECT_DIR)
 
@@ -117,15 +156,20 @@ def test_an_existing_sitecustomize_still_runs(tmp_path):
 def test_without_the_channel_the_sitecustomize_does_nothing():
     env = dict(os.environ, PYTHONPATH=INJECT_DIR)
     env.pop("GPUDIAG_CHANNEL", None)
-    res = subprocess.run([sys.executable, "-c", "import torch, sys; "
-                          "print('gpudiag_hooks' in sys.modules)"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", "import torch, sys; print('gpudiag_hooks' in sys.modules)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.stdout.strip() == "False"
 
 
 def test_parse_message_ignores_garbage():
     assert parse_message({"steps": [[1.0, 0.1]], "sites": None}) == []
-    samples = parse_message({"steps": [[1.0, None, 0, 0, 0, 0, 0, 0, 0],
-                                       [1.1, 0.1, 0.02, 32, 0, 0, 0, 2, 0.01]]})
+    samples = parse_message(
+        {"steps": [[1.0, None, 0, 0, 0, 0, 0, 0, 0], [1.1, 0.1, 0.02, 32, 0, 0, 0, 2, 0.01]]}
+    )
     assert samples[0].values == {"first_step": 1.0}
     assert samples[1].values["data_wait_s"] == 0.02 and samples[1].values["syncs"] == 2

@@ -55,8 +55,13 @@ def steps_seen(script: str, *args: str) -> tuple[float, float]:
     probe.open(Target(0))
     try:
         env = dict(os.environ, GPUDIAG_CHANNEL=probe.path or "")
-        res = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env,
-                             capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         samples = probe.sample()
     finally:

@@ -25,8 +25,21 @@ from tests.probes.fake_nvml import FakeGpu, FakeNvml
 def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
     pytest.importorskip("torch")
     rec, live, replayed = tmp_path / "run.jsonl.gz", tmp_path / "live.json", tmp_path / "r.json"
-    res = gpudiag("run", "-q", "--duration", "12", "--record", str(rec), "--out", str(live),
-                  "--", sys.executable, str(WORKLOADS / "starved_loader.py"), "--seconds", "15")
+    res = gpudiag(
+        "run",
+        "-q",
+        "--duration",
+        "12",
+        "--record",
+        str(rec),
+        "--out",
+        str(live),
+        "--",
+        sys.executable,
+        str(WORKLOADS / "starved_loader.py"),
+        "--seconds",
+        "15",
+    )
     assert res.returncode == 0, res.stderr
     assert f"Recording written to {rec}" in res.stdout
     res = gpudiag("replay", str(rec), "--out", str(replayed), "--format", "json")
@@ -72,28 +85,44 @@ def test_gpu_lost_mid_run_is_recorded_and_the_report_still_written():
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
     try:
         fake = FakeNvml([FakeGpu(job_pids=[job.pid], lost_after_s=1.5)])
-        session = Session(Target(job.pid), load_settings(None),
-                          SessionOptions(duration_s=3.5, progress=False),
-                          probes=[GpuProbe(Nvml(fake))], popen=None)
+        session = Session(
+            Target(job.pid),
+            load_settings(None),
+            SessionOptions(duration_s=3.5, progress=False),
+            probes=[GpuProbe(Nvml(fake))],
+            popen=None,
+        )
         result = session.run()
     finally:
         job.kill()
         job.wait()
     assert any("lost" in e["message"] for e in result.errors)
     assert result.timeline.matching("gpu", "util_gpu", gpu="0")  # sampled before it was lost
-    doc = build_report(analysis=result.analysis, mode="attach", command=None, pid=job.pid,
-                       start=result.start, end=result.end, end_reason=result.end_reason,
-                       exit_code=None, environment={"host": "h", "cpu_count": 1,
-                                                    "python": "3", **result.hardware},
-                       probes=result.probes, errors=result.errors,
-                       thresholds=load_settings(None).thresholds)
+    doc = build_report(
+        analysis=result.analysis,
+        mode="attach",
+        command=None,
+        pid=job.pid,
+        start=result.start,
+        end=result.end,
+        end_reason=result.end_reason,
+        exit_code=None,
+        environment={"host": "h", "cpu_count": 1, "python": "3", **result.hardware},
+        probes=result.probes,
+        errors=result.errors,
+        thresholds=load_settings(None).thresholds,
+    )
     validate(doc)
     assert doc["environment"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
 
 
 def _noisy(i: int) -> Sample:
-    return Sample("host", 1_000_000_000 * i, {"cpu": str(i % 8)},
-                  {"core_util": (i * 7919 % 1000) / 1000.0, "x": float(i * 104729 % 99991)})
+    return Sample(
+        "host",
+        1_000_000_000 * i,
+        {"cpu": str(i % 8)},
+        {"core_util": (i * 7919 % 1000) / 1000.0, "x": float(i * 104729 % 99991)},
+    )
 
 
 def test_recording_is_bounded_by_rotation_and_replays_the_newest_part(tmp_path):

@@ -24,13 +24,23 @@ def make_doc() -> dict:
         sc.window({"data_wait": 0.6, "forward": 0.2, "backward": 0.2})
     sc.host(0.2).process(0.9)
     now = time.time()
-    return build_report(analysis=analyze(sc.tl), mode="run", command=["python", "train.py"],
-                        pid=123, start=now - 15, end=now, end_reason="duration_reached",
-                        exit_code=None, environment={"host": "h", "cpu_count": 8,
-                                                     "python": "3.11.7", "gpus": []},
-                        probes=[ProbeStatus("stacks", True), ProbeStatus("gpu", False,
-                                "no NVIDIA driver", "install the driver")],
-                        errors=[], thresholds=Thresholds())
+    return build_report(
+        analysis=analyze(sc.tl),
+        mode="run",
+        command=["python", "train.py"],
+        pid=123,
+        start=now - 15,
+        end=now,
+        end_reason="duration_reached",
+        exit_code=None,
+        environment={"host": "h", "cpu_count": 8, "python": "3.11.7", "gpus": []},
+        probes=[
+            ProbeStatus("stacks", True),
+            ProbeStatus("gpu", False, "no NVIDIA driver", "install the driver"),
+        ],
+        errors=[],
+        thresholds=Thresholds(),
+    )
 
 
 def test_report_validates_and_round_trips(tmp_path):

@@ -18,8 +18,18 @@ from tests.conftest import gpudiag
 
 def test_run_format_json_stdout_is_the_report_alone(tmp_path):
     out = tmp_path / "r.json"
-    res = gpudiag("run", "-q", "--format", "json", "--out", str(out), "--", sys.executable,
-                  "-c", "print('epoch 1 loss 0.5'); print('{not json')")
+    res = gpudiag(
+        "run",
+        "-q",
+        "--format",
+        "json",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        "-c",
+        "print('epoch 1 loss 0.5'); print('{not json')",
+    )
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)  # the job's prints do not end up in it
     assert doc == load_report(str(out))
@@ -27,8 +37,18 @@ def test_run_format_json_stdout_is_the_report_alone(tmp_path):
 
 
 def test_run_format_markdown_keeps_the_job_output_apart(tmp_path):
-    res = gpudiag("run", "-q", "--format", "markdown", "--out", str(tmp_path / "r.json"), "--",
-                  sys.executable, "-c", "print('hello from ' + 'the job')")
+    res = gpudiag(
+        "run",
+        "-q",
+        "--format",
+        "markdown",
+        "--out",
+        str(tmp_path / "r.json"),
+        "--",
+        sys.executable,
+        "-c",
+        "print('hello from ' + 'the job')",
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("### gpudiag") and "hello from the job" not in res.stdout
     assert "hello from the job" in res.stderr
@@ -41,8 +61,7 @@ def test_format_help_says_where_the_job_output_goes():
         assert "--format {text,markdown,json}" in text
         described = text.rsplit("--format {text,markdown,json}", 1)[1].split(" --")[0]
         assert "markdown" in described and "json" in described, command
-    assert "job's own stdout is sent to stderr" in " ".join(gpudiag("run", "--help")
-                                                            .stdout.split())
+    assert "job's own stdout is sent to stderr" in " ".join(gpudiag("run", "--help").stdout.split())
 
 
 def test_short_summary_keeps_the_evidence_line():
@@ -69,8 +88,16 @@ def test_markdown_escapes_names_from_the_users_code(tmp_path):
 
 def test_job_that_crashes_at_once_says_so_with_its_stderr(tmp_path):
     out = tmp_path / "r.json"
-    res = gpudiag("run", "-q", "--out", str(out), "--", sys.executable,
-                  str(tmp_path / "nope.py"), cwd=tmp_path)
+    res = gpudiag(
+        "run",
+        "-q",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        str(tmp_path / "nope.py"),
+        cwd=tmp_path,
+    )
     assert res.returncode == 2  # the job's exit code, passed through
     assert "No diagnosis: the job exited with code 2 after " in res.stdout
     assert "before its training loop started" in res.stdout
@@ -86,10 +113,11 @@ def test_job_that_crashes_at_once_says_so_with_its_stderr(tmp_path):
 
 def test_traceback_tail_is_the_last_lines(tmp_path):
     script = tmp_path / "crash.py"
-    script.write_text("import sys\nfor i in range(100):\n    print(f'noise {i}', file=sys.stderr)"
-                      "\nraise RuntimeError('CUDA out of memory (planted)')\n")
-    res = gpudiag("run", "-q", "--out", str(tmp_path / "r.json"), "--", sys.executable,
-                  str(script))
+    script.write_text(
+        "import sys\nfor i in range(100):\n    print(f'noise {i}', file=sys.stderr)"
+        "\nraise RuntimeError('CUDA out of memory (planted)')\n"
+    )
+    res = gpudiag("run", "-q", "--out", str(tmp_path / "r.json"), "--", sys.executable, str(script))
     assert res.returncode == 1
     tail = res.stdout.split("Last lines of the job's stderr:")[1].splitlines()
     assert any("RuntimeError: CUDA out of memory (planted)" in ln for ln in tail)
@@ -98,10 +126,22 @@ def test_traceback_tail_is_the_last_lines(tmp_path):
 
 def test_job_left_running_keeps_a_working_stderr(tmp_path):
     done = tmp_path / "done"
-    script = (f"import sys, time\nfor i in range(40):\n    print('tick', i, file=sys.stderr, "
-              f"flush=True)\n    time.sleep(0.1)\nopen({str(done)!r}, 'w').write('ok')\n")
-    res = gpudiag("run", "-q", "--duration", "1", "--out", str(tmp_path / "r.json"), "--",
-                  sys.executable, "-c", script)
+    script = (
+        f"import sys, time\nfor i in range(40):\n    print('tick', i, file=sys.stderr, "
+        f"flush=True)\n    time.sleep(0.1)\nopen({str(done)!r}, 'w').write('ok')\n"
+    )
+    res = gpudiag(
+        "run",
+        "-q",
+        "--duration",
+        "1",
+        "--out",
+        str(tmp_path / "r.json"),
+        "--",
+        sys.executable,
+        "-c",
+        script,
+    )
     assert res.returncode == 0, res.stderr
     assert "keeps running" in res.stderr
     deadline = time.monotonic() + 20
@@ -115,8 +155,9 @@ def test_plain_attach_shows_the_hooks_as_information(tmp_path):
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         time.sleep(0.5)
-        res = gpudiag("attach", str(job.pid), "-q", "--duration", "2", "--out", str(out),
-                      timeout=60)
+        res = gpudiag(
+            "attach", str(job.pid), "-q", "--duration", "2", "--out", str(out), timeout=60
+        )
     finally:
         job.kill()
         job.wait()

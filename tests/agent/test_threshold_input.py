@@ -32,23 +32,39 @@ def test_thresholds_command_states_unit_and_range():
         assert f"({RANGES[Thresholds.unit(name)]})" in line
 
 
-@pytest.mark.parametrize("setting,words", [
-    ("data_wait_warn=5", ("data_wait_warn", "a share from 0 to 1", "'5'")),
-    ("data_wait_warn=-0.1", ("a share from 0 to 1",)),
-    ("checkpoint_warn=ten", ("checkpoint_warn", "a share from 0 to 1", "'ten'")),
-    ("min_loop_samples=1.5", ("min_loop_samples", "whole number", "'1.5'")),
-    ("min_free_cores=-2", ("min_free_cores", "CPU cores")),
-    ("data_wait_warn=nan", ("a share from 0 to 1",)),
-])
+@pytest.mark.parametrize(
+    "setting,words",
+    [
+        ("data_wait_warn=5", ("data_wait_warn", "a share from 0 to 1", "'5'")),
+        ("data_wait_warn=-0.1", ("a share from 0 to 1",)),
+        ("checkpoint_warn=ten", ("checkpoint_warn", "a share from 0 to 1", "'ten'")),
+        ("min_loop_samples=1.5", ("min_loop_samples", "whole number", "'1.5'")),
+        ("min_free_cores=-2", ("min_free_cores", "CPU cores")),
+        ("data_wait_warn=nan", ("a share from 0 to 1",)),
+    ],
+)
 def test_set_refuses_values_out_of_range(setting, words):
     res = gpudiag("run", "--set", setting, "--", sys.executable, "-c", "pass")
     assert_one_line_error(res, "--set", *words)
 
 
 def test_set_accepts_values_in_range(tmp_path):
-    res = gpudiag("run", "-q", "--set", "data_wait_warn=1", "--set", "min_loop_samples=10",
-                  "--format", "json", "--out", str(tmp_path / "r.json"), "--",
-                  sys.executable, "-c", "pass")
+    res = gpudiag(
+        "run",
+        "-q",
+        "--set",
+        "data_wait_warn=1",
+        "--set",
+        "min_loop_samples=10",
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "r.json"),
+        "--",
+        sys.executable,
+        "-c",
+        "pass",
+    )
     assert res.returncode == 0, res.stderr
     assert '"min_loop_samples": 10,' in res.stdout
 
@@ -60,11 +76,14 @@ def test_duration_thresholds_must_be_positive():
     assert Thresholds.parse("save_interval_s", "2.5") == 2.5
 
 
-@pytest.mark.parametrize("toml,words", [
-    ("[thresholds]\ndata_wait_warn = 20\n", ("cfg.toml", "data_wait_warn", "0 to 1")),
-    ("[thresholds]\nmin_loop_samples = 99.5\n", ("cfg.toml", "whole number")),
-    ("[thresholds]\ngil_wait_warn = true\n", ("cfg.toml", "gil_wait_warn")),
-])
+@pytest.mark.parametrize(
+    "toml,words",
+    [
+        ("[thresholds]\ndata_wait_warn = 20\n", ("cfg.toml", "data_wait_warn", "0 to 1")),
+        ("[thresholds]\nmin_loop_samples = 99.5\n", ("cfg.toml", "whole number")),
+        ("[thresholds]\ngil_wait_warn = true\n", ("cfg.toml", "gil_wait_warn")),
+    ],
+)
 def test_config_file_values_are_checked_too(tmp_path, toml, words):
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(toml)

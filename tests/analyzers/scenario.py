@@ -10,25 +10,29 @@ STD = "/usr/lib/python3.11"
 LOOP = "<module> (/work/train.py:80);train (/work/train.py:40)"
 STACKS = {
     "data_wait": f"{LOOP};_BaseDataLoaderIter.__next__ ({SITE}/torch/utils/data/dataloader.py:631)"
-                 f";_MultiProcessingDataLoaderIter._next_data "
-                 f"({SITE}/torch/utils/data/dataloader.py:1329)"
-                 f";Connection.poll ({STD}/multiprocessing/connection.py:257)"
-                 f";wait ({STD}/multiprocessing/connection.py:947)",
+    f";_MultiProcessingDataLoaderIter._next_data "
+    f"({SITE}/torch/utils/data/dataloader.py:1329)"
+    f";Connection.poll ({STD}/multiprocessing/connection.py:257)"
+    f";wait ({STD}/multiprocessing/connection.py:947)",
     "forward": f"{LOOP};Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
-               f";Net.forward (/work/model.py:20)",
+    f";Net.forward (/work/model.py:20)",
     "backward": f"{LOOP};Tensor.backward ({SITE}/torch/_tensor.py:522)"
-                f";backward ({SITE}/torch/autograd/__init__.py:266)",
+    f";backward ({SITE}/torch/autograd/__init__.py:266)",
     "optimizer": f"{LOOP};SGD.step ({SITE}/torch/optim/sgd.py:80)",
     "checkpoint": f"{LOOP};save_ckpt (/work/train.py:60);save ({SITE}/torch/serialization.py:628)",
     "other": f"{LOOP};log_metrics (/work/train.py:70)",
     "sync": f"{LOOP};Tensor.item ({SITE}/torch/_tensor.py:1000)"
-            f";synchronize ({SITE}/torch/cuda/__init__.py:985)",
+    f";synchronize ({SITE}/torch/cuda/__init__.py:985)",
 }
-WORKER_BUSY = ("_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308);"
-               "fetch ({SITE}/torch/utils/data/_utils/fetch.py:51);"
-               "Images.__getitem__ (/work/data.py:{line})").replace("{SITE}", SITE)
-WORKER_IDLE = (f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:290);"
-               f"Queue.get ({STD}/multiprocessing/queues.py:113)")
+WORKER_BUSY = (
+    "_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308);"
+    "fetch ({SITE}/torch/utils/data/_utils/fetch.py:51);"
+    "Images.__getitem__ (/work/data.py:{line})"
+).replace("{SITE}", SITE)
+WORKER_IDLE = (
+    f"_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:290);"
+    f"Queue.get ({STD}/multiprocessing/queues.py:113)"
+)
 
 
 class Scenario:
@@ -57,69 +61,154 @@ class Scenario:
     def _add(self, probe: str, labels: dict, values: dict) -> None:
         self.tl.add(Sample(probe, self.t, labels, values))
 
-    def window(self, shares: dict[str, float], ticks: int = 300, loop_tid: int = 100,
-               worker_io: float | None = None, worker_busy: float = 0.0, workers: int = 0,
-               gil_other: float = 0.0, saves: int = 0) -> Scenario:
+    def window(
+        self,
+        shares: dict[str, float],
+        ticks: int = 300,
+        loop_tid: int = 100,
+        worker_io: float | None = None,
+        worker_busy: float = 0.0,
+        workers: int = 0,
+        gil_other: float = 0.0,
+        saves: int = 0,
+    ) -> Scenario:
         """One 3 s py-spy window of the loop thread (plus workers and GIL samples)."""
         self.t += 3_000_000_000
         for cat, share in shares.items():
             n = round(share * ticks)
             if n:
-                self._add("stacks", {"mode": "all", "kind": "stack", "pid": "100",
-                                     "tid": str(loop_tid), "thread": "MainThread",
-                                     "role": "target", "stack": STACKS[cat], "code": ""},
-                          {"count": n})
+                self._add(
+                    "stacks",
+                    {
+                        "mode": "all",
+                        "kind": "stack",
+                        "pid": "100",
+                        "tid": str(loop_tid),
+                        "thread": "MainThread",
+                        "role": "target",
+                        "stack": STACKS[cat],
+                        "code": "",
+                    },
+                    {"count": n},
+                )
         if saves:
             anchor = f"{LOOP};save_ckpt (/work/train.py:60);save ({SITE}/torch/serialization.py)"
-            self._add("stacks", {"mode": "all", "kind": "episode", "pid": "100",
-                                 "tid": str(loop_tid), "thread": "MainThread", "anchor": anchor},
-                      {"episodes": saves, "count": round(shares.get("checkpoint", 0) * ticks)})
+            self._add(
+                "stacks",
+                {
+                    "mode": "all",
+                    "kind": "episode",
+                    "pid": "100",
+                    "tid": str(loop_tid),
+                    "thread": "MainThread",
+                    "anchor": anchor,
+                },
+                {"episodes": saves, "count": round(shares.get("checkpoint", 0) * ticks)},
+            )
         for w in range(workers):
             busy = round(worker_busy * ticks)
             io = round(busy * (worker_io or 0.0))
-            for stack, n in ((WORKER_BUSY.format(line=12), io),
-                             (WORKER_BUSY.format(line=15), busy - io),
-                             (WORKER_IDLE, ticks - busy)):
+            for stack, n in (
+                (WORKER_BUSY.format(line=12), io),
+                (WORKER_BUSY.format(line=15), busy - io),
+                (WORKER_IDLE, ticks - busy),
+            ):
                 code = "raw = f.read()" if stack.endswith(":12)") else "img = augment(img)"
                 if n:
-                    self._add("stacks", {"mode": "all", "kind": "stack", "pid": str(200 + w),
-                                         "tid": str(200 + w), "thread": "MainThread",
-                                         "role": "worker", "stack": stack, "code": code},
-                              {"count": n})
-        self._add("stacks", {"mode": "all", "kind": "window"},
-                  {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0})
+                    self._add(
+                        "stacks",
+                        {
+                            "mode": "all",
+                            "kind": "stack",
+                            "pid": str(200 + w),
+                            "tid": str(200 + w),
+                            "thread": "MainThread",
+                            "role": "worker",
+                            "stack": stack,
+                            "code": code,
+                        },
+                        {"count": n},
+                    )
+        self._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
         gil_ticks = ticks // 4
         if gil_other:
-            self._add("stacks", {"mode": "gil", "kind": "stack", "pid": "100", "tid": "101",
-                                 "thread": "metrics", "role": "target",
-                                 "stack": "Thread.run (/usr/lib/python3.11/threading.py:982);"
-                                          "aggregate (/work/metrics.py:9)", "code": ""},
-                      {"count": round(gil_other * gil_ticks)})
-        self._add("stacks", {"mode": "gil", "kind": "window"},
-                  {"ticks": gil_ticks, "duration_s": 3.0, "rate_hz": 25.0, "errors": 0})
+            self._add(
+                "stacks",
+                {
+                    "mode": "gil",
+                    "kind": "stack",
+                    "pid": "100",
+                    "tid": "101",
+                    "thread": "metrics",
+                    "role": "target",
+                    "stack": "Thread.run (/usr/lib/python3.11/threading.py:982);"
+                    "aggregate (/work/metrics.py:9)",
+                    "code": "",
+                },
+                {"count": round(gil_other * gil_ticks)},
+            )
+        self._add(
+            "stacks",
+            {"mode": "gil", "kind": "window"},
+            {"ticks": gil_ticks, "duration_s": 3.0, "rate_hz": 25.0, "errors": 0},
+        )
         return self
 
-    def host(self, cpu_util: float, iowait: float = 0.0, psi_io: float = 0.0,
-             n: int = 10) -> Scenario:
+    def host(
+        self, cpu_util: float, iowait: float = 0.0, psi_io: float = 0.0, n: int = 10
+    ) -> Scenario:
         """Host samples (one a second)."""
         for t in self._times(n, 1_000_000_000):
-            self._add_at(t, "host", {}, {"cpu_util": cpu_util, "cpu_iowait": iowait,
-                                         "cpu_count": float(self.cpu_count),
-                                         "psi_io_some": psi_io})
+            self._add_at(
+                t,
+                "host",
+                {},
+                {
+                    "cpu_util": cpu_util,
+                    "cpu_iowait": iowait,
+                    "cpu_count": float(self.cpu_count),
+                    "psi_io_some": psi_io,
+                },
+            )
         return self
 
-    def process(self, loop_cpu: float, workers: int = 0, worker_cpu: float = 0.0,
-                worker_d: float = 0.0, loop_tid: int = 100, n: int = 10,
-                read_bps: float = 0.0) -> Scenario:
+    def process(
+        self,
+        loop_cpu: float,
+        workers: int = 0,
+        worker_cpu: float = 0.0,
+        worker_d: float = 0.0,
+        loop_tid: int = 100,
+        n: int = 10,
+        read_bps: float = 0.0,
+    ) -> Scenario:
         """Process-probe samples: the loop thread's CPU share and the workers' group."""
         for t in self._times(n, 200_000_000):
-            self._add_at(t, "process", {"scope": "thread", "tid": str(loop_tid),
-                                        "comm": "python"},
-                         {"cpu": loop_cpu, "runqueue_wait": 0.0, "running": 1.0,
-                          "d_state": 0.0})
-            self._add_at(t, "process", {"scope": "target"},
-                         {"cpu_cores": loop_cpu, "procs": 1.0, "read_bytes_per_s": 0.0})
-            self._add_at(t, "process", {"scope": "workers"},
-                         {"procs": float(workers), "cpu_cores": worker_cpu,
-                          "d_state_share": worker_d, "read_bytes_per_s": read_bps})
+            self._add_at(
+                t,
+                "process",
+                {"scope": "thread", "tid": str(loop_tid), "comm": "python"},
+                {"cpu": loop_cpu, "runqueue_wait": 0.0, "running": 1.0, "d_state": 0.0},
+            )
+            self._add_at(
+                t,
+                "process",
+                {"scope": "target"},
+                {"cpu_cores": loop_cpu, "procs": 1.0, "read_bytes_per_s": 0.0},
+            )
+            self._add_at(
+                t,
+                "process",
+                {"scope": "workers"},
+                {
+                    "procs": float(workers),
+                    "cpu_cores": worker_cpu,
+                    "d_state_share": worker_d,
+                    "read_bytes_per_s": read_bps,
+                },
+            )
         return self

@@ -34,15 +34,16 @@ def test_quarter_busy_h100_with_9_gib_costs_money_and_could_be_smaller():
 def test_price_override_changes_every_money_figure_consistently():
     tl = timeline(QUARTER_BUSY_9GIB).tl
     base, dear = analyze(tl), analyze(tl, price=Price(24.58, "--price"))
-    assert dear.cost["price"] == {"usd_per_gpu_hour": 24.58, "source": "--price",
-                                  "model": None}
+    assert dear.cost["price"] == {"usd_per_gpu_hour": 24.58, "source": "--price", "model": None}
     assert dear.cost["usd_per_day"] == pytest.approx(2 * base.cost["usd_per_day"], rel=1e-3)
     assert dear.cost["idle"]["usd_per_day"] == pytest.approx(
-        2 * base.cost["idle"]["usd_per_day"], rel=1e-3)
+        2 * base.cost["idle"]["usd_per_day"], rel=1e-3
+    )
     for f_base, f_dear in zip(base.findings, dear.findings, strict=True):
         if f_base.cost:
-            assert f_dear.cost["usd_per_day"] == pytest.approx(2 * f_base.cost["usd_per_day"],
-                                                               rel=1e-2)
+            assert f_dear.cost["usd_per_day"] == pytest.approx(
+                2 * f_base.cost["usd_per_day"], rel=1e-2
+            )
 
 
 def test_findings_carry_their_cost_and_the_fixed_scenario_is_cheaper():
@@ -65,16 +66,20 @@ def test_no_gpu_shows_no_money_and_says_why():
     for _ in range(5):
         sc.window(STARVED)
     a = analyze(sc.tl, price=Price(10.0, "--price"))
-    assert a.cost == {"available": False,
-                      "reason": "no GPU used by the job: there is no GPU time to price"}
+    assert a.cost == {
+        "available": False,
+        "reason": "no GPU used by the job: there is no GPU time to price",
+    }
     assert all(f.cost is None for f in a.findings)
 
 
 def test_unknown_gpu_without_a_price_says_how_to_give_one():
     a = analyze(timeline(FakeGpu(name="Mystery Accelerator", job_pids=[ME], util=const(20))).tl)
     assert not a.cost["available"] and "--price" in a.cost["reason"]
-    a = analyze(timeline(FakeGpu(name="Mystery Accelerator", job_pids=[ME], util=const(20))).tl,
-                price_table={"default": 2.0})
+    a = analyze(
+        timeline(FakeGpu(name="Mystery Accelerator", job_pids=[ME], util=const(20))).tl,
+        price_table={"default": 2.0},
+    )
     assert a.cost["price"]["usd_per_gpu_hour"] == 2.0
 
 

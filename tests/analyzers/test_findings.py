@@ -9,8 +9,7 @@ from gpudiag.analyzers.pipeline import suggest_workers
 from gpudiag.analyzers.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 
-HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03,
-           "other": 0.02}
+HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03, "other": 0.02}
 
 
 def windows(sc: Scenario, n: int = 5, **kw) -> Scenario:
@@ -49,8 +48,11 @@ def test_starved_loader_with_idle_cores_is_data001_with_worker_count():
 
 def test_saturated_cores_give_data002_not_more_workers():
     shares = {"data_wait": 0.5, "forward": 0.2, "backward": 0.3}
-    sc = windows(Scenario(cpu_count=4), shares=shares, workers=6, worker_busy=0.95,
-                 worker_io=0.0).host(0.97).process(0.5, workers=6, worker_cpu=3.4)
+    sc = (
+        windows(Scenario(cpu_count=4), shares=shares, workers=6, worker_busy=0.95, worker_io=0.0)
+        .host(0.97)
+        .process(0.5, workers=6, worker_cpu=3.4)
+    )
     a = analyze(sc.tl)
     assert ids(a) == ["DATA002"]
     f = a.findings[0]
@@ -60,9 +62,11 @@ def test_saturated_cores_give_data002_not_more_workers():
 
 def test_storage_bound_pipeline_is_io001_when_io_stalls_confirm():
     shares = {"data_wait": 0.6, "forward": 0.15, "backward": 0.25}
-    sc = windows(Scenario(cpu_count=8), shares=shares, workers=2, worker_busy=0.9,
-                 worker_io=0.8).host(0.2, iowait=0.2, psi_io=0.3).process(
-        0.4, workers=2, worker_cpu=0.3, worker_d=0.4, read_bps=400e6)
+    sc = (
+        windows(Scenario(cpu_count=8), shares=shares, workers=2, worker_busy=0.9, worker_io=0.8)
+        .host(0.2, iowait=0.2, psi_io=0.3)
+        .process(0.4, workers=2, worker_cpu=0.3, worker_d=0.4, read_bps=400e6)
+    )
     a = analyze(sc.tl)
     assert a.findings[0].id == "IO001"
     assert a.breakdown.get("storage_io") == pytest.approx(0.48, abs=0.02)
@@ -74,8 +78,11 @@ def test_storage_bound_pipeline_is_io001_when_io_stalls_confirm():
 def test_reads_without_io_stalls_are_not_io001():
     """Reads served from the page cache: no D-state, no PSI io, no iowait."""
     shares = {"data_wait": 0.6, "forward": 0.15, "backward": 0.25}
-    sc = windows(Scenario(cpu_count=8), shares=shares, workers=2, worker_busy=0.9,
-                 worker_io=0.8).host(0.2).process(0.4, workers=2, worker_cpu=0.3)
+    sc = (
+        windows(Scenario(cpu_count=8), shares=shares, workers=2, worker_busy=0.9, worker_io=0.8)
+        .host(0.2)
+        .process(0.4, workers=2, worker_cpu=0.3)
+    )
     assert "IO001" not in ids(analyze(sc.tl))
 
 
@@ -135,14 +142,18 @@ def test_findings_sorted_by_impact():
     assert ids(analyze(sc.tl)) == ["CKPT001", "DATA001"]
 
 
-@pytest.mark.parametrize("wait,workers,free,cores,physical,need,suggest,speed", [
-    (0.6, 0, 7.0, 8, 4, 2, 2, 2.5),      # loading 1.5x compute: 2 workers hide it
-    (0.8, 0, 0.9, 2, 2, 4, 1, 1.25),     # 2 cores, one idle: one worker, loading still paces
-    (0.5, 2, 4.0, 8, 4, 4, 4, 1.5),      # 2 workers; loading scales to 3 physical cores
-    (0.94, 0, 14.4, 16, 8, 16, 14, 7.4),  # the H100 starved job: 7 cores for loaders
-])
-def test_suggest_workers_models_the_cores_there_are(wait, workers, free, cores, physical,
-                                                   need, suggest, speed):
+@pytest.mark.parametrize(
+    "wait,workers,free,cores,physical,need,suggest,speed",
+    [
+        (0.6, 0, 7.0, 8, 4, 2, 2, 2.5),  # loading 1.5x compute: 2 workers hide it
+        (0.8, 0, 0.9, 2, 2, 4, 1, 1.25),  # 2 cores, one idle: one worker, loading still paces
+        (0.5, 2, 4.0, 8, 4, 4, 4, 1.5),  # 2 workers; loading scales to 3 physical cores
+        (0.94, 0, 14.4, 16, 8, 16, 14, 7.4),  # the H100 starved job: 7 cores for loaders
+    ],
+)
+def test_suggest_workers_models_the_cores_there_are(
+    wait, workers, free, cores, physical, need, suggest, speed
+):
     plan = suggest_workers(wait, workers, free, cores, physical)
     assert (plan.need, plan.suggest) == (need, suggest)
     assert plan.speedup == pytest.approx(speed, rel=0.02)

@@ -67,8 +67,9 @@ def test_idle_gpu_with_no_stacks_is_gpu001():
     """Without stack samples neither side explains the idle: GPU001, on NVML alone."""
     sc = Scenario(cpu_count=16)
     clock = Clock()
-    probe = GpuProbe(Nvml(FakeNvml([FakeGpu(job_pids=[ME], util=const(30))], clock=clock)),
-                     clock_ns=clock.ns)
+    probe = GpuProbe(
+        Nvml(FakeNvml([FakeGpu(job_pids=[ME], util=const(30))], clock=clock)), clock_ns=clock.ns
+    )
     assert probe.open(Target(ME)).available
     for _ in range(20):
         clock.t += 1.0
@@ -90,8 +91,7 @@ def test_thermal_throttling_names_the_reason():
 
 
 def test_pcie_bound_transfers_on_a_gen4_card():
-    gpu = FakeGpu(job_pids=[ME], util=const(40), pcie_gen=4, pcie_gen_max=4,
-                  pcie_rx=const(25e9))
+    gpu = FakeGpu(job_pids=[ME], util=const(40), pcie_gen=4, pcie_gen_max=4, pcie_rx=const(25e9))
     a = analyze(timeline(gpu).tl)
     assert ids(a)[0] == "XFER001"
     ev = {e.metric: e for e in a.findings[0].evidence}
@@ -115,8 +115,12 @@ def test_vram_near_the_limit_is_mem002():
 
 
 def test_two_uneven_gpus_are_flagged():
-    a = analyze(timeline(FakeGpu(job_pids=[ME], util=const(95)),
-                         FakeGpu(uuid="GPU-1", job_pids=[ME], util=const(45))).tl)
+    a = analyze(
+        timeline(
+            FakeGpu(job_pids=[ME], util=const(95)),
+            FakeGpu(uuid="GPU-1", job_pids=[ME], util=const(45)),
+        ).tl
+    )
     assert "GPU004" in ids(a)
     f = next(f for f in a.findings if f.id == "GPU004")
     assert {e.metric for e in f.evidence} >= {"gpu_busy[gpu0]", "gpu_busy[gpu1]"}

@@ -22,9 +22,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
 TRUTH = {
     "healthy": (None, ()),
     "starved": ("DATA001", (7.5, 7.6)),
-    "starved_fixed": ("DATA002", ()),   # 16 workers gave x1.10: loaders fill the cores
+    "starved_fixed": ("DATA002", ()),  # 16 workers gave x1.10: loaders fill the cores
     "pageable": ("XFER001", (6.6, 6.3)),
-    "pageable_fixed": (None, ()),       # the link near saturation is the truth: a note
+    "pageable_fixed": (None, ()),  # the link near saturation is the truth: a note
     "launch": ("HOST001", (1.9, 2.0)),
     "launch_fixed": ("HOST001", ()),
     "fp32": ("GPU003", (5.4, 5.4)),
@@ -55,8 +55,9 @@ def test_replay_names_the_measured_cause_and_its_speedup(name):
     for m in measured:
         assert abs(top.expected_speedup / m - 1) <= 0.25, (top.expected_speedup, m)
     if a.cost.get("if_fixed"):
-        assert a.cost["if_fixed"]["expected_speedup"] == pytest.approx(top.expected_speedup,
-                                                                       rel=1e-3)
+        assert a.cost["if_fixed"]["expected_speedup"] == pytest.approx(
+            top.expected_speedup, rel=1e-3
+        )
 
 
 def test_the_loop_window_leaves_start_up_out():

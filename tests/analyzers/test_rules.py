@@ -27,8 +27,10 @@ def test_sync_inside_forward_counts_as_sync():
 
 
 def test_imports_are_startup_not_collectives():
-    stack = (f"<module> (/work/train.py:1);_find_and_load (<frozen importlib._bootstrap>:1176);"
-             f"<module> ({SITE}/torch/distributed/rpc/__init__.py:81)")
+    stack = (
+        f"<module> (/work/train.py:1);_find_and_load (<frozen importlib._bootstrap>:1176);"
+        f"<module> ({SITE}/torch/distributed/rpc/__init__.py:81)"
+    )
     assert clf.category(stack) == "startup"
 
 
@@ -44,12 +46,15 @@ def test_user_rule_comes_first():
     assert Classifier(rules).category(stack) == "data_wait"
 
 
-@pytest.mark.parametrize("entry,msg", [
-    ({"category": "nonsense", "file": "x"}, "category must be one of"),
-    ({"category": "data_wait"}, "needs function, file or code"),
-    ({"category": "data_wait", "file": "("}, "bad regular expression"),
-    ({"category": "data_wait", "file": "x", "colour": "red"}, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "entry,msg",
+    [
+        ({"category": "nonsense", "file": "x"}, "category must be one of"),
+        ({"category": "data_wait"}, "needs function, file or code"),
+        ({"category": "data_wait", "file": "("}, "bad regular expression"),
+        ({"category": "data_wait", "file": "x", "colour": "red"}, "unknown keys"),
+    ],
+)
 def test_bad_user_rules_are_explained(entry, msg):
     with pytest.raises(ValueError, match=msg):
         rules_from_config([entry])
@@ -75,8 +80,18 @@ def test_an_optimizer_closure_counts_as_the_model_s_forward_and_backward():
     site = "/v/lib/python3.11/site-packages"
     step = f"<module> (/w/t.py:1);LBFGS.step ({site}/torch/optim/lbfgs.py:300);closure (/w/t.py:50)"
     clf = Classifier()
-    assert clf.category(f"{step};Module._wrapped_call_impl ({site}/torch/nn/modules/module.py:1"
-                        f");Seq.forward (/w/t.py:20)") == "forward"
+    assert (
+        clf.category(
+            f"{step};Module._wrapped_call_impl ({site}/torch/nn/modules/module.py:1"
+            f");Seq.forward (/w/t.py:20)"
+        )
+        == "forward"
+    )
     assert clf.category(f"{step};Tensor.backward ({site}/torch/_tensor.py:522)") == "backward"
-    assert clf.category(f"<module> (/w/t.py:1);Adam.step ({site}/torch/optim/adam.py:9);"
-                        f"_single_tensor_adam ({site}/torch/optim/adam.py:40)") == "optimizer"
+    assert (
+        clf.category(
+            f"<module> (/w/t.py:1);Adam.step ({site}/torch/optim/adam.py:9);"
+            f"_single_tensor_adam ({site}/torch/optim/adam.py:40)"
+        )
+        == "optimizer"
+    )

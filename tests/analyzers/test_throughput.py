@@ -18,8 +18,9 @@ from tests.probes.test_gpu_probe import Clock
 HOST_WORK = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "other": 0.05}
 
 
-def hook_timeline(n: int = 200, dt: float = 0.1, dw: float = 0.02, syncs: int = 0,
-                  sync_t: float = 0.0) -> Timeline:
+def hook_timeline(
+    n: int = 200, dt: float = 0.1, dw: float = 0.02, syncs: int = 0, sync_t: float = 0.0
+) -> Timeline:
     tl = Timeline()
     rows = [[1000.0, None, 0, 0, 0, 0, 0, 0, 0]]
     for i in range(1, n):
@@ -48,8 +49,9 @@ def gpu_hook_timeline(util: int, shares: dict, syncs: int) -> Timeline:
     for _ in range(7):
         sc.window(shares)
     clock = Clock()
-    probe = GpuProbe(Nvml(FakeNvml([FakeGpu(job_pids=[ME], util=const(util))], clock=clock)),
-                     clock_ns=clock.ns)
+    probe = GpuProbe(
+        Nvml(FakeNvml([FakeGpu(job_pids=[ME], util=const(util))], clock=clock)), clock_ns=clock.ns
+    )
     assert probe.open(Target(ME)).available
     for _ in range(21):
         clock.t += 1.0
@@ -74,8 +76,7 @@ def test_sync001_counts_the_gpu_idle_after_syncs_and_names_the_call_site():
 
 def test_syncs_in_a_gpu_bound_job_are_not_a_finding():
     """Blocked in .item() while the GPU computes is GPU-bound time, not a stall."""
-    a = analyze(gpu_hook_timeline(97, {"sync": 0.7, "forward": 0.1, "backward": 0.2},
-                                  syncs=1))
+    a = analyze(gpu_hook_timeline(97, {"sync": 0.7, "forward": 0.1, "backward": 0.2}, syncs=1))
     assert "SYNC001" not in [f.id for f in a.findings]
 
 

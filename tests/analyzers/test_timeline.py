@@ -19,9 +19,21 @@ def test_memory_is_bounded_for_endless_series_threads_and_stacks():
     tl = Timeline(max_series=50, max_threads=5, max_stacks_per_thread=20)
     for i in range(5000):
         tl.add(Sample("process", i, {"scope": "thread", "tid": str(i)}, {"cpu": 0.5}))
-        tl.add(Sample("stacks", i, {"mode": "all", "kind": "stack", "role": "target",
-                                    "tid": str(i % 7), "thread": "t", "stack": f"f{i} (/a.py:1)"},
-                      {"count": 1}))
+        tl.add(
+            Sample(
+                "stacks",
+                i,
+                {
+                    "mode": "all",
+                    "kind": "stack",
+                    "role": "target",
+                    "tid": str(i % 7),
+                    "thread": "t",
+                    "stack": f"f{i} (/a.py:1)",
+                },
+                {"count": 1},
+            )
+        )
     assert len(tl.series) == 50
     assert tl.dropped > 0
     assert len(tl.stacks) <= 6  # 5 threads + the overflow bucket
@@ -33,9 +45,22 @@ def test_memory_is_bounded_for_endless_series_threads_and_stacks():
 def test_worker_stacks_merge_across_worker_pids():
     tl = Timeline()
     for pid in range(100):  # workers re-created every epoch
-        tl.add(Sample("stacks", pid, {"mode": "all", "kind": "stack", "role": "worker",
-                                      "pid": str(pid), "tid": str(pid), "thread": "MainThread",
-                                      "stack": "w (/a.py:1)"}, {"count": 2}))
+        tl.add(
+            Sample(
+                "stacks",
+                pid,
+                {
+                    "mode": "all",
+                    "kind": "stack",
+                    "role": "worker",
+                    "pid": str(pid),
+                    "tid": str(pid),
+                    "thread": "MainThread",
+                    "stack": "w (/a.py:1)",
+                },
+                {"count": 2},
+            )
+        )
     keys = tl.threads("all", "worker")
     assert len(keys) == 1 and tl.stacks[keys[0]][("w (/a.py:1)", "")] == 200
     assert len(tl.worker_pids) == 100

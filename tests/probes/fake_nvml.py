@@ -23,9 +23,16 @@ NVML_ERROR_UNKNOWN = 999
 
 class NVMLError(Exception):
     def __init__(self, value: int) -> None:
-        super().__init__({3: "Not Supported", 6: "Not Found", 9: "Driver Not Loaded",
-                          12: "NVML Shared Library Not Found", 13: "Function Not Found",
-                          15: "GPU is lost"}.get(value, "Unknown Error"))
+        super().__init__(
+            {
+                3: "Not Supported",
+                6: "Not Found",
+                9: "Driver Not Loaded",
+                12: "NVML Shared Library Not Found",
+                13: "Function Not Found",
+                15: "GPU is lost",
+            }.get(value, "Unknown Error")
+        )
         self.value = value
 
 
@@ -43,12 +50,12 @@ class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     memory_total: int = 80 * 2**30
-    util: Script = const(95)                # percent
+    util: Script = const(95)  # percent
     mem_util: Script = const(40)
-    mem_used: Script = const(60 * 2**30)    # whole device
-    job_mem: Script = const(60 * 2**30)     # the job's process
-    job_sm: Script = const(95)              # percent, per-process
-    pcie_rx: Script = const(2e9)            # bytes/s
+    mem_used: Script = const(60 * 2**30)  # whole device
+    job_mem: Script = const(60 * 2**30)  # the job's process
+    job_sm: Script = const(95)  # percent, per-process
+    pcie_rx: Script = const(2e9)  # bytes/s
     pcie_tx: Script = const(0.5e9)
     pcie_gen: int = 5
     pcie_gen_max: int = 5
@@ -59,16 +66,21 @@ class FakeGpu:
     throttle: dict[str, Script] = field(default_factory=dict)  # reason -> share of time
     temperature: Script = const(60)
     power: Script = const(500)
-    gpm: dict[int, Script] | None = None    # metric id -> percent, None = no GPM
-    errors: dict[str, int] = field(default_factory=dict)      # function -> NVML error
+    gpm: dict[int, Script] | None = None  # metric id -> percent, None = no GPM
+    errors: dict[str, int] = field(default_factory=dict)  # function -> NVML error
     lost_after_s: float | None = None
     job_pids: list[int] = field(default_factory=list)
     other_pids: list[int] = field(default_factory=list)
 
 
 FIELD_REASON = {74: "power_cap", 269: "sw_thermal", 270: "hw_thermal", 271: "power_brake"}
-REASON_BIT = {"power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40,
-              "power_brake": 0x80}
+REASON_BIT = {
+    "power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "power_brake": 0x80,
+}
 
 
 class FakeNvml:
@@ -86,8 +98,12 @@ class FakeNvml:
     nvmlMemory_v2 = 0x02000028
     NVML_GPM_METRICS_GET_VERSION = 1
 
-    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGpu],
+        init_error: int | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.gpus = gpus
         self.init_error = init_error
         self._t0 = time.monotonic()
@@ -148,8 +164,9 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         g = self._g(h, "nvmlDeviceGetComputeRunningProcesses")
         t = self.clock()
-        return ([SimpleNamespace(pid=p, usedGpuMemory=int(g.job_mem(t))) for p in g.job_pids]
-                + [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in g.other_pids])
+        return [SimpleNamespace(pid=p, usedGpuMemory=int(g.job_mem(t))) for p in g.job_pids] + [
+            SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in g.other_pids
+        ]
 
     def nvmlDeviceGetProcessUtilization(self, h, last_seen):
         g = self._g(h, "nvmlDeviceGetProcessUtilization")
@@ -157,8 +174,10 @@ class FakeNvml:
         if not g.job_pids:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         ts = int(t * 1e6) + 1
-        return [SimpleNamespace(pid=p, timeStamp=ts, smUtil=int(g.job_sm(t)), memUtil=0)
-                for p in g.job_pids]
+        return [
+            SimpleNamespace(pid=p, timeStamp=ts, smUtil=int(g.job_sm(t)), memUtil=0)
+            for p in g.job_pids
+        ]
 
     def nvmlDeviceGetFieldValues(self, h, ids):
         g = self._g(h, "nvmlDeviceGetFieldValues")
@@ -173,11 +192,17 @@ class FakeNvml:
                 share = g.throttle.get(FIELD_REASON[fid], const(0))(t)
                 total = self._cumulative(h, f"thr{fid}", share * 1e9)  # ns per second
             else:
-                out.append(SimpleNamespace(fieldId=fid, nvmlReturn=NVML_ERROR_NOT_SUPPORTED,
-                                           value=SimpleNamespace(ullVal=0)))
+                out.append(
+                    SimpleNamespace(
+                        fieldId=fid,
+                        nvmlReturn=NVML_ERROR_NOT_SUPPORTED,
+                        value=SimpleNamespace(ullVal=0),
+                    )
+                )
                 continue
-            out.append(SimpleNamespace(fieldId=fid, nvmlReturn=0,
-                                       value=SimpleNamespace(ullVal=total)))
+            out.append(
+                SimpleNamespace(fieldId=fid, nvmlReturn=0, value=SimpleNamespace(ullVal=total))
+            )
         return out
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
@@ -208,8 +233,7 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         g = self._g(h, "nvmlDeviceGetCurrentClocksEventReasons")
         t = self.clock()
-        return sum(bit for r, bit in REASON_BIT.items()
-                   if g.throttle.get(r, const(0))(t) >= 0.5)
+        return sum(bit for r, bit in REASON_BIT.items() if g.throttle.get(r, const(0))(t) >= 0.5)
 
     def nvmlDeviceGetTemperature(self, h, sensor):
         return int(self._g(h, "nvmlDeviceGetTemperature").temperature(self.clock()))
@@ -242,8 +266,7 @@ class FakeNvml:
 
     class c_nvmlGpmMetricsGet_t:
         def __init__(self):
-            self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0)
-                            for _ in range(32)]
+            self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(32)]
 
     def nvmlGpmMetricsGet(self, mg):
         g = self.gpus[mg.sample2.h]

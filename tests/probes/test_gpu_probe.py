@@ -60,8 +60,9 @@ def test_contract_and_values_from_exact_counters():
 
 
 def test_not_supported_is_remembered_not_retried():
-    probe, clock, fake = probe_with(FakeGpu(job_pids=[ME], errors={
-        "nvmlDeviceGetFieldValues": NVML_ERROR_NOT_SUPPORTED}))
+    probe, clock, fake = probe_with(
+        FakeGpu(job_pids=[ME], errors={"nvmlDeviceGetFieldValues": NVML_ERROR_NOT_SUPPORTED})
+    )
     probe.open(Target(ME))
     for _ in range(5):
         tick(probe, clock)
@@ -81,8 +82,9 @@ def test_process_utilisation_not_found_means_zero():
 
 
 def test_gpu_lost_mid_run_keeps_the_others():
-    probe, clock, _ = probe_with(FakeGpu(job_pids=[ME], lost_after_s=2.5),
-                                 FakeGpu(uuid="GPU-1", job_pids=[ME]))
+    probe, clock, _ = probe_with(
+        FakeGpu(job_pids=[ME], lost_after_s=2.5), FakeGpu(uuid="GPU-1", job_pids=[ME])
+    )
     probe.open(Target(ME))
     tick(probe, clock)
     tick(probe, clock)
@@ -92,10 +94,13 @@ def test_gpu_lost_mid_run_keeps_the_others():
     assert tick(probe, clock)[0].labels["gpu"] == "1"
 
 
-@pytest.mark.parametrize("err,words", [
-    (NVML_ERROR_LIBRARY_NOT_FOUND, "no NVIDIA driver"),
-    (NVML_ERROR_DRIVER_NOT_LOADED, "not loaded"),
-])
+@pytest.mark.parametrize(
+    "err,words",
+    [
+        (NVML_ERROR_LIBRARY_NOT_FOUND, "no NVIDIA driver"),
+        (NVML_ERROR_DRIVER_NOT_LOADED, "not loaded"),
+    ],
+)
 def test_no_driver_is_unavailable_with_a_hint(err, words):
     probe, _, _ = probe_with(FakeGpu(), init_error=err)
     status = probe.open(Target(ME))
@@ -109,8 +114,9 @@ def test_driver_but_no_device():
 
 
 def test_devices_of_the_job_by_pid_then_by_visibility(monkeypatch):
-    probe, clock, _ = probe_with(FakeGpu(uuid="GPU-aaa"), FakeGpu(uuid="GPU-bbb"),
-                                 FakeGpu(uuid="GPU-ccc", job_pids=[ME]))
+    probe, clock, _ = probe_with(
+        FakeGpu(uuid="GPU-aaa"), FakeGpu(uuid="GPU-bbb"), FakeGpu(uuid="GPU-ccc", job_pids=[ME])
+    )
     probe.open(Target(ME))
     assert [s.labels["gpu"] for s in tick(probe, clock)] == ["2"]
     probe2, clock2, _ = probe_with(FakeGpu(uuid="GPU-aaa"), FakeGpu(uuid="GPU-bbb"))
@@ -121,8 +127,11 @@ def test_devices_of_the_job_by_pid_then_by_visibility(monkeypatch):
 
 
 def test_visible_devices_reads_the_job_environment():
-    assert visible_devices(ME) == (os.environ["CUDA_VISIBLE_DEVICES"].split(",")
-                                   if "CUDA_VISIBLE_DEVICES" in os.environ else None)
+    assert visible_devices(ME) == (
+        os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+        if "CUDA_VISIBLE_DEVICES" in os.environ
+        else None
+    )
 
 
 def test_real_pynvml_on_a_machine_without_gpu_is_unavailable():
@@ -143,8 +152,12 @@ def test_job_in_another_pid_namespace_is_said_in_the_status(monkeypatch):
 
 
 def test_eight_gpus_in_one_pass_per_tick_with_maxima_read_once():
-    gpus = [FakeGpu(uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", job_pids=[ME],
-                    util=const_pct(10 * i)) for i in range(8)]
+    gpus = [
+        FakeGpu(
+            uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", job_pids=[ME], util=const_pct(10 * i)
+        )
+        for i in range(8)
+    ]
     probe, clock, fake = probe_with(*gpus)
     assert probe.open(Target(ME)).available
     ticks = [tick(probe, clock) for _ in range(3)]
@@ -152,8 +165,7 @@ def test_eight_gpus_in_one_pass_per_tick_with_maxima_read_once():
         assert sorted(s.labels["gpu"] for s in samples) == [str(i) for i in range(8)]
         assert len({s.t_ns for s in samples}) == 1  # one pass: one time for all eight
         assert all(s.values["pcie_gen_max"] == 5.0 for s in samples)
-    assert [s.values["util_gpu"] for s in ticks[-1]] == pytest.approx(
-        [i / 10 for i in range(8)])
+    assert [s.values["util_gpu"] for s in ticks[-1]] == pytest.approx([i / 10 for i in range(8)])
     # maxima once per device; what changes, once per device per tick
     assert fake.calls["nvmlDeviceGetMaxPcieLinkGeneration"] == 8
     assert fake.calls["nvmlDeviceGetMaxClockInfo"] == 16

@@ -13,8 +13,10 @@ from gpudiag.probes.process import ProcessProbe, parse_stat_line
 
 
 def test_parse_psi():
-    text = ("some avg10=1.00 avg60=0.50 avg300=0.10 total=12345\n"
-            "full avg10=0.00 avg60=0.00 avg300=0.00 total=678\n")
+    text = (
+        "some avg10=1.00 avg60=0.50 avg300=0.10 total=12345\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=678\n"
+    )
     assert parse_psi(text) == {"some": 12345, "full": 678}
 
 
@@ -44,11 +46,13 @@ def test_host_probe_contract():
 
 
 def test_process_probe_sees_children_and_threads():
-    code = ("import multiprocessing as mp, time\n"
-            "def spin():\n    t=time.time()\n    while time.time()-t<3: pass\n"
-            "if __name__=='__main__':\n"
-            "    ps=[mp.Process(target=spin) for _ in range(2)]\n"
-            "    [p.start() for p in ps]; [p.join() for p in ps]\n")
+    code = (
+        "import multiprocessing as mp, time\n"
+        "def spin():\n    t=time.time()\n    while time.time()-t<3: pass\n"
+        "if __name__=='__main__':\n"
+        "    ps=[mp.Process(target=spin) for _ in range(2)]\n"
+        "    [p.start() for p in ps]; [p.join() for p in ps]\n"
+    )
     job = subprocess.Popen([sys.executable, "-c", code])
     try:
         probe = ProcessProbe()

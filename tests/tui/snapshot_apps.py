@@ -18,11 +18,20 @@ START = 1_795_000_000.0
 
 
 def doc_of(tl) -> dict:
-    return build_report(analysis=analyze(tl), mode="replay", command=["python", "train.py"],
-                        pid=ME, start=START, end=START + 15, end_reason="replayed",
-                        exit_code=None, environment={"host": "h", "cpu_count": 16,
-                                                     "python": "3.11"},
-                        probes=[], errors=[], thresholds=Thresholds())
+    return build_report(
+        analysis=analyze(tl),
+        mode="replay",
+        command=["python", "train.py"],
+        pid=ME,
+        start=START,
+        end=START + 15,
+        end_reason="replayed",
+        exit_code=None,
+        environment={"host": "h", "cpu_count": 16, "python": "3.11"},
+        probes=[],
+        errors=[],
+        thresholds=Thresholds(),
+    )
 
 
 def scenario(name: str) -> dict:
@@ -34,19 +43,32 @@ def scenario(name: str) -> dict:
     if name == "healthy":
         return doc_of(timeline(FakeGpu(job_pids=[me])).tl)
     if name == "throttled":
-        return doc_of(timeline(FakeGpu(job_pids=[me], throttle={"hw_thermal": const(0.4)},
-                                       sm_clock=const(1400))).tl)
+        return doc_of(
+            timeline(
+                FakeGpu(job_pids=[me], throttle={"hw_thermal": const(0.4)}, sm_clock=const(1400))
+            ).tl
+        )
     if name == "two_gpus":
-        return doc_of(timeline(FakeGpu(job_pids=[me], util=const(95)),
-                               FakeGpu(uuid="GPU-1", job_pids=[me], util=const(45))).tl)
+        return doc_of(
+            timeline(
+                FakeGpu(job_pids=[me], util=const(95)),
+                FakeGpu(uuid="GPU-1", job_pids=[me], util=const(45)),
+            ).tl
+        )
     if name == "hooked":  # step timing from the hooks and a location deep in torch
         doc = doc_of(timeline(FakeGpu(job_pids=[me], util=const(25)), shares=STARVED).tl)
-        doc["metrics"].update(steps_per_second=17.34, samples_per_second=1109.8,
-                              step_time_p50_s=0.0571, step_time_p95_s=0.0702, workers=4.0,
-                              worker_cpu_cores=3.62)
+        doc["metrics"].update(
+            steps_per_second=17.34,
+            samples_per_second=1109.8,
+            step_time_p50_s=0.0571,
+            step_time_p95_s=0.0702,
+            workers=4.0,
+            worker_cpu_cores=3.62,
+        )
         doc["findings"][0]["location"] = (
             "/opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py:733:"
-            "_BaseDataLoaderIter.__next__")
+            "_BaseDataLoaderIter.__next__"
+        )
         return doc
     sc = Scenario(cpu_count=16)  # no GPU
     for _ in range(5):

@@ -18,11 +18,20 @@ from tests.analyzers.test_gpu_findings import STARVED, timeline
 
 def starved_doc() -> dict:
     now = time.time()
-    return build_report(analysis=analyze(timeline(QUARTER_BUSY_9GIB, shares=STARVED).tl),
-                        mode="run", command=["python", "train.py"], pid=42, start=now - 15,
-                        end=now, end_reason="duration_reached", exit_code=None,
-                        environment={"host": "h", "cpu_count": 16, "python": "3.11"},
-                        probes=[], errors=[], thresholds=Thresholds())
+    return build_report(
+        analysis=analyze(timeline(QUARTER_BUSY_9GIB, shares=STARVED).tl),
+        mode="run",
+        command=["python", "train.py"],
+        pid=42,
+        start=now - 15,
+        end=now,
+        end_reason="duration_reached",
+        exit_code=None,
+        environment={"host": "h", "cpu_count": 16, "python": "3.11"},
+        probes=[],
+        errors=[],
+        thresholds=Thresholds(),
+    )
 
 
 def run(app: DiagnosisApp, steps, size=(80, 24)):
@@ -30,6 +39,7 @@ def run(app: DiagnosisApp, steps, size=(80, 24)):
         async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await steps(pilot)
+
     asyncio.run(go())
 
 
@@ -85,9 +95,14 @@ def test_live_feed_refreshes_saves_pauses_and_stops():
         calls["save"] += 1
         return "/tmp/r.json"
 
-    feed = Feed("run pid 42", snapshot, live=True, save=save,
-                pause=lambda p: calls["pause"].append(p),
-                stop=lambda: calls.__setitem__("stop", calls["stop"] + 1))
+    feed = Feed(
+        "run pid 42",
+        snapshot,
+        live=True,
+        save=save,
+        pause=lambda p: calls["pause"].append(p),
+        stop=lambda: calls.__setitem__("stop", calls["stop"] + 1),
+    )
     app = DiagnosisApp(feed)
 
     async def steps(pilot):

@@ -22,6 +22,7 @@ def run(app: DiagnosisApp, steps, size):
         async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await steps(pilot)
+
     asyncio.run(go())
 
 
@@ -48,8 +49,9 @@ def test_findings_table_shows_id_title_impact_speedup_within_the_screen(name, si
         for row, f in enumerate(doc["findings"]):
             title = str(table.get_cell_at((row, len(labels) - 3)))
             assert len(title) <= title_w
-            assert title == f["title"] or (title.endswith("…") and
-                                           f["title"].startswith(title[:-1]))
+            assert title == f["title"] or (
+                title.endswith("…") and f["title"].startswith(title[:-1])
+            )
             assert str(table.get_cell_at((row, len(labels) - 2))) == f"{f['impact']:.0%}"
         if name == "starved":  # the long DATA001 title is shortened, not cut off silently
             assert str(table.get_cell_at((0, len(labels) - 3))).endswith("…") or size[0] > 90
@@ -60,8 +62,16 @@ def test_findings_table_shows_id_title_impact_speedup_within_the_screen(name, si
 @pytest.mark.parametrize("width", range(30, 101, 7))
 def test_panel_values_never_split_from_their_units(width):
     lines = lines_at(metrics_text(scenario("hooked")), width)
-    for value in ("17.34 steps/s", "1110 samples/s", "p50 57 ms", "p95 70 ms",
-                  "4 using 3.6 cores", "VRAM peak 60.0 GiB", "20% of 16 cores", "$295/day"):
+    for value in (
+        "17.34 steps/s",
+        "1110 samples/s",
+        "p50 57 ms",
+        "p95 70 ms",
+        "4 using 3.6 cores",
+        "VRAM peak 60.0 GiB",
+        "20% of 16 cores",
+        "$295/day",
+    ):
         assert any(value in ln for ln in lines), (value, lines)
 
 
@@ -69,8 +79,9 @@ def test_panel_values_never_split_from_their_units(width):
 def test_detail_keeps_names_and_numbers_whole(width):
     f = scenario("hooked")["findings"][0]
     lines = lines_at(finding_text(f), width)
-    assert any("_BaseDataLoaderIter.__next__" in ln or ln.strip() == "__next__"
-               for ln in lines), lines     # broken after a separator, never inside a name
+    assert any("_BaseDataLoaderIter.__next__" in ln or ln.strip() == "__next__" for ln in lines), (
+        lines
+    )  # broken after a separator, never inside a name
     for value in ("12.80 cores", "0.50 cores", "3 workers", "12.8 of", "num_workers=3"):
         assert any(value in ln for ln in lines), (value, lines)
 
@@ -85,7 +96,7 @@ def test_saved_report_does_not_offer_save_or_pause(size):
 
     async def steps(pilot):
         assert shown_keys(app) == {"q", "question_mark"}
-        await pilot.press("s", "p")   # nothing happens, nothing claims to
+        await pilot.press("s", "p")  # nothing happens, nothing claims to
         await pilot.pause()
         assert "saved" in app.status_line() and "paused" not in app.status_line()
         await pilot.press("question_mark")
@@ -100,8 +111,14 @@ def test_saved_report_does_not_offer_save_or_pause(size):
 @SMALL
 def test_live_view_offers_save_and_pause(size):
     doc = scenario("starved")
-    feed = Feed("live", lambda: doc, live=True, save=lambda: "/tmp/r.json",
-                pause=lambda paused: None, stop=lambda: None)
+    feed = Feed(
+        "live",
+        lambda: doc,
+        live=True,
+        save=lambda: "/tmp/r.json",
+        pause=lambda paused: None,
+        stop=lambda: None,
+    )
     app = DiagnosisApp(feed, clock=False)
 
     async def steps(pilot):

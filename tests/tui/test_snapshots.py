@@ -12,8 +12,9 @@ pytest.importorskip("pytest_textual_snapshot")
 from tests.tui.snapshot_apps import app  # noqa: E402
 
 SCENARIOS = ["starved", "healthy", "no_gpu", "throttled", "two_gpus", "hooked"]
-SIZES = pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)],
-                                ids=["80x24", "100x30", "160x48"])
+SIZES = pytest.mark.parametrize(
+    "size", [(80, 24), (100, 30), (160, 48)], ids=["80x24", "100x30", "160x48"]
+)
 
 
 @SIZES

@@ -6,21 +6,54 @@ import asyncio
 
 from gpudiag.tui.top import TopApp, gpu_text
 
-NO_GPU = {"gpu_status": {"name": "gpu", "available": False,
-                         "reason": "no NVIDIA driver: libnvidia-ml.so not found",
-                         "hint": "install the NVIDIA driver"},
-          "host": {"cpu_util": 0.4, "cpu_count": 2.0, "cpu_iowait": 0.0,
-                   "mem_total_bytes": 24 * 2**30, "mem_available_bytes": 20 * 2**30},
-          "gpus": []}
+NO_GPU = {
+    "gpu_status": {
+        "name": "gpu",
+        "available": False,
+        "reason": "no NVIDIA driver: libnvidia-ml.so not found",
+        "hint": "install the NVIDIA driver",
+    },
+    "host": {
+        "cpu_util": 0.4,
+        "cpu_count": 2.0,
+        "cpu_iowait": 0.0,
+        "mem_total_bytes": 24 * 2**30,
+        "mem_available_bytes": 20 * 2**30,
+    },
+    "gpus": [],
+}
 
 
 def procs(order):
-    rows = {1: {"pid": 101, "user": "u", "command": "python train.py", "gpus": "-",
-                "cpu": 90.0, "rss": 2**30, "python": True},
-            2: {"pid": 202, "user": "u", "command": "python eval.py", "gpus": "-",
-                "cpu": 10.0, "rss": 2**29, "python": True},
-            3: {"pid": 303, "user": "u", "command": "nginx", "gpus": "0:1.0GiB",
-                "cpu": 1.0, "rss": 2**20, "python": False}}
+    rows = {
+        1: {
+            "pid": 101,
+            "user": "u",
+            "command": "python train.py",
+            "gpus": "-",
+            "cpu": 90.0,
+            "rss": 2**30,
+            "python": True,
+        },
+        2: {
+            "pid": 202,
+            "user": "u",
+            "command": "python eval.py",
+            "gpus": "-",
+            "cpu": 10.0,
+            "rss": 2**29,
+            "python": True,
+        },
+        3: {
+            "pid": 303,
+            "user": "u",
+            "command": "nginx",
+            "gpus": "0:1.0GiB",
+            "cpu": 1.0,
+            "rss": 2**20,
+            "python": False,
+        },
+    }
     return [rows[i] for i in order]
 
 
@@ -36,12 +69,13 @@ def test_attach_follows_the_selected_process_across_refreshes():
     async def go():
         async with app.run_test(size=(120, 30)) as pilot:
             await pilot.pause()
-            await pilot.press("down")          # python eval.py (202)
+            await pilot.press("down")  # python eval.py (202)
             state["i"] = 1
-            app.tick()                         # the order changes under the cursor
+            app.tick()  # the order changes under the cursor
             await pilot.pause()
             await pilot.press("a")
             await pilot.pause()
+
     asyncio.run(go())
     assert app.return_value == 202
 
@@ -56,6 +90,7 @@ def test_attach_refuses_a_non_python_process():
             await pilot.pause()
             assert app.is_running
             await pilot.press("q")
+
     asyncio.run(go())
     assert app.return_value is None
 
@@ -65,7 +100,7 @@ def test_box_sampler_lists_python_processes_and_says_there_is_no_gpu():
     import sys
     import time
 
-    from gpudiag.agent.top import BoxSampler
+    from gpudiag.probes.box import BoxSampler
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     sampler = BoxSampler()

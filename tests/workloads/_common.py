@@ -15,8 +15,12 @@ def parse_args(description: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-delay", type=float, default=0.0,
-                   help="seconds added to every batch's loading (a planted slowdown)")
+    p.add_argument(
+        "--data-delay",
+        type=float,
+        default=0.0,
+        help="seconds added to every batch's loading (a planted slowdown)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     return args
@@ -24,13 +28,23 @@ def parse_args(description: str) -> argparse.Namespace:
 
 def small_cnn(width: int = 16) -> nn.Module:
     """A tiny CNN for 3x32x32 inputs."""
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(),
-                         nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(width * 16, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, width, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(width * 16, 10),
+    )
 
 
-def train(model: nn.Module, batches: Callable[[], Iterable], seconds: float,
-          after_step: Callable[[int], None] | None = None) -> int:
+def train(
+    model: nn.Module,
+    batches: Callable[[], Iterable],
+    seconds: float,
+    after_step: Callable[[int], None] | None = None,
+) -> int:
     """Train until `seconds` pass, epoch after epoch; print and return the step count."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     t0 = time.time()

@@ -23,11 +23,16 @@ if __name__ == "__main__":
     def start_metrics(step):
         if step == 1:  # the aggregator starts with training, as a metrics thread would
             for i in range(2):
-                threading.Thread(target=summarise_metrics, args=(stop,), name=f"metrics-{i}",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=summarise_metrics, args=(stop,), name=f"metrics-{i}", daemon=True
+                ).start()
 
     data = TensorDataset(torch.randn(2048, 3, 32, 32), torch.randint(0, 10, (2048,)))
     model = small_cnn()
-    train(model, lambda: DataLoader(data, batch_size=32, shuffle=True), args.seconds,
-          after_step=start_metrics)
+    train(
+        model,
+        lambda: DataLoader(data, batch_size=32, shuffle=True),
+        args.seconds,
+        after_step=start_metrics,
+    )
     stop.set()

@@ -16,5 +16,8 @@ if __name__ == "__main__":
             time.sleep(args.data_delay)  # only with --data-delay: the gate's regression case
         return default_collate(items)
 
-    train(model, lambda: DataLoader(data, batch_size=64, shuffle=True, collate_fn=collate),
-          args.seconds)
+    train(
+        model,
+        lambda: DataLoader(data, batch_size=64, shuffle=True, collate_fn=collate),
+        args.seconds,
+    )

@@ -10,5 +10,6 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 if __name__ == "__main__":
     args = parse_args(__doc__)
-    train(small_cnn(), lambda: DataLoader(SlowAugment(), batch_size=32, num_workers=0),
-          args.seconds)
+    train(
+        small_cnn(), lambda: DataLoader(SlowAugment(), batch_size=32, num_workers=0), args.seconds
+    )

@@ -23,5 +23,10 @@ if __name__ == "__main__":
     args = parse_args(__doc__)
     workers = 2 * (os.cpu_count() or 1)
     model = small_cnn()
-    train(model, lambda: DataLoader(VeryHeavyDecode(), batch_size=32, num_workers=workers,
-                                    persistent_workers=True), args.seconds)
+    train(
+        model,
+        lambda: DataLoader(
+            VeryHeavyDecode(), batch_size=32, num_workers=workers, persistent_workers=True
+        ),
+        args.seconds,
+    )

@@ -43,5 +43,14 @@ if __name__ == "__main__":
         make_files(d, 24)
         print("data ready", file=sys.stderr, flush=True)
         model = small_cnn(width=8)
-        train(model, lambda: DataLoader(UncachedFiles(d, 24), batch_size=8, num_workers=2,
-                                        shuffle=True, persistent_workers=True), args.seconds)
+        train(
+            model,
+            lambda: DataLoader(
+                UncachedFiles(d, 24),
+                batch_size=8,
+                num_workers=2,
+                shuffle=True,
+                persistent_workers=True,
+            ),
+            args.seconds,
+        )

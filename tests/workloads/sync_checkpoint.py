@@ -24,5 +24,9 @@ if __name__ == "__main__":
             if step % 10 == 0:
                 save_checkpoint(model, ema, path)
 
-        train(model, lambda: DataLoader(data, batch_size=32, shuffle=True), args.seconds,
-              after_step=maybe_save)
+        train(
+            model,
+            lambda: DataLoader(data, batch_size=32, shuffle=True),
+            args.seconds,
+            after_step=maybe_save,
+        )

@@ -22,9 +22,14 @@ Verdict = Literal["pass", "warn", "fail", "inconclusive", "skipped"]
 
 # What gpudiag knows about each metric's good direction.
 DIRECTIONS: dict[str, Direction] = {
-    "steps_per_second": "higher", "samples_per_second": "higher",
-    "step_time_p50_s": "lower", "step_time_p95_s": "lower", "data_wait_ratio": "lower",
-    "cuda_peak_bytes": "lower", "gpu_busy": "higher", "gpu_sm_active": "higher",
+    "steps_per_second": "higher",
+    "samples_per_second": "higher",
+    "step_time_p50_s": "lower",
+    "step_time_p95_s": "lower",
+    "data_wait_ratio": "lower",
+    "cuda_peak_bytes": "lower",
+    "gpu_busy": "higher",
+    "gpu_sm_active": "higher",
     "sync_time_ratio": "lower",
 }
 
@@ -49,7 +54,7 @@ class Comparison:
     verdict: Verdict
     baseline: float | None
     current: float | None
-    delta: float | None          # relative change (+ = higher), or absolute for budgets
+    delta: float | None  # relative change (+ = higher), or absolute for budgets
     ci_low: float | None
     ci_high: float | None
     n_baseline: int
@@ -62,8 +67,13 @@ class Comparison:
         return asdict(self)
 
 
-def bootstrap_ratio_ci(base: list[float], cur: list[float], resamples: int = 2000,
-                       seed: int = 1234, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ratio_ci(
+    base: list[float],
+    cur: list[float],
+    resamples: int = 2000,
+    seed: int = 1234,
+    level: float = 0.95,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of median(cur) / median(base)."""
     rng = random.Random(seed)
     ratios = []
@@ -78,27 +88,52 @@ def bootstrap_ratio_ci(base: list[float], cur: list[float], resamples: int = 200
     return lo, hi
 
 
-def bootstrap_median_ci(values: list[float], resamples: int = 2000, seed: int = 1234,
-                        level: float = 0.95) -> tuple[float, float]:
+def bootstrap_median_ci(
+    values: list[float], resamples: int = 2000, seed: int = 1234, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the median."""
     rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(values, k=len(values)))
-                  for _ in range(resamples))
-    return (meds[int((1 - level) / 2 * (len(meds) - 1))],
-            meds[int((1 + level) / 2 * (len(meds) - 1))])
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return (
+        meds[int((1 - level) / 2 * (len(meds) - 1))],
+        meds[int((1 + level) / 2 * (len(meds) - 1))],
+    )
 
 
-def compare(limit: Limit, base: list[float], cur: list[float], min_effect: float = 0.02,
-            min_runs: int = 3) -> Comparison:
+def compare(
+    limit: Limit, base: list[float], cur: list[float], min_effect: float = 0.02, min_runs: int = 3
+) -> Comparison:
     """The verdict for one metric (see the module docstring)."""
     base = [v for v in base if v is not None]
     cur = [v for v in cur if v is not None]
     if limit.level == "off":
-        return Comparison(limit.metric, "skipped", None, None, None, None, None, len(base),
-                          len(cur), None, "level off")
+        return Comparison(
+            limit.metric,
+            "skipped",
+            None,
+            None,
+            None,
+            None,
+            None,
+            len(base),
+            len(cur),
+            None,
+            "level off",
+        )
     if not cur or (limit.relative and not base):
-        return Comparison(limit.metric, "skipped", _med(base), _med(cur), None, None, None,
-                          len(base), len(cur), None, "metric not measured")
+        return Comparison(
+            limit.metric,
+            "skipped",
+            _med(base),
+            _med(cur),
+            None,
+            None,
+            None,
+            len(base),
+            len(cur),
+            None,
+            "metric not measured",
+        )
     worse_sign = -1.0 if limit.direction == "higher" else 1.0
     if not limit.relative:
         lo, hi = bootstrap_median_ci(cur) if len(cur) > 1 else (cur[0], cur[0])
@@ -120,8 +155,9 @@ def compare(limit: Limit, base: list[float], cur: list[float], min_effect: float
             verdict, reason = "pass", "within budget"
         if verdict == "fail" and limit.level == "warn":
             verdict = "warn"
-        return Comparison(limit.metric, verdict, None, value, value, lo, hi, 0, len(cur), fail,
-                          reason)
+        return Comparison(
+            limit.metric, verdict, None, value, value, lo, hi, 0, len(cur), fail, reason
+        )
     b, c = statistics.median(base), statistics.median(cur)
     ratio = c / b if b else float("inf")
     delta = ratio - 1.0
@@ -132,7 +168,7 @@ def compare(limit: Limit, base: list[float], cur: list[float], min_effect: float
         lo, hi = bootstrap_ratio_ci(base, cur)
         enough = True
     lo_d, hi_d = lo - 1.0, hi - 1.0
-    worst = hi_d if worse_sign > 0 else lo_d      # the end of the interval on the bad side
+    worst = hi_d if worse_sign > 0 else lo_d  # the end of the interval on the bad side
     best = lo_d if worse_sign > 0 else hi_d
     fail, warn = limit.fail, limit.warn
 
@@ -142,8 +178,10 @@ def compare(limit: Limit, base: list[float], cur: list[float], min_effect: float
     if worse_than(best, fail) and enough:
         verdict, reason = "fail", "whole interval worse than the fail limit"
     elif worse_than(delta, fail):
-        verdict, reason = "inconclusive", ("too few runs" if not enough else
-                                           "interval straddles the fail limit")
+        verdict, reason = (
+            "inconclusive",
+            ("too few runs" if not enough else "interval straddles the fail limit"),
+        )
     elif not enough and worse_than(worst, fail):
         verdict, reason = "inconclusive", "too few runs"
     elif worse_than(worst, fail) and worse_than(delta, warn):
@@ -155,8 +193,9 @@ def compare(limit: Limit, base: list[float], cur: list[float], min_effect: float
         verdict, reason = "pass", "within limits"
     if verdict == "fail" and limit.level == "warn":
         verdict = "warn"
-    return Comparison(limit.metric, verdict, b, c, delta, lo_d, hi_d, len(base), len(cur), fail,
-                      reason)
+    return Comparison(
+        limit.metric, verdict, b, c, delta, lo_d, hi_d, len(base), len(cur), fail, reason
+    )
 
 
 def _med(values: list[float]) -> float | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from gpudiag.analyzers.compare import Limit, bootstrap_ratio_ci, compare, overall
+from gpudiag.analyzers.gate_stats import Limit, bootstrap_ratio_ci, compare, overall
 
 SPS = Limit("steps_per_second", "higher", warn=0.05, fail=0.10)
 
@@ -68,6 +68,8 @@ def test_level_warn_never_fails_and_off_is_skipped():
 def test_bootstrap_is_deterministic_and_overall_takes_the_worst():
     a, b = noisy(10, 6, seed=3), noisy(9, 6, seed=4)
     assert bootstrap_ratio_ci(a, b) == bootstrap_ratio_ci(a, b)
-    cs = [compare(SPS, noisy(10, 5), noisy(10, 5, seed=9)),
-          compare(SPS, noisy(10, 5), noisy(5, 5, seed=9))]
+    cs = [
+        compare(SPS, noisy(10, 5), noisy(10, 5, seed=9)),
+        compare(SPS, noisy(10, 5), noisy(5, 5, seed=9)),
+    ]
     assert overall(cs) == "fail"

@@ -1,0 +1,87 @@
+"""Launching the job to profile (`run`, `gate`): the in-process hooks injected into its
+environment, its Python process found below launchers, a session set up on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+
+from gpudiag.agent.config import Settings
+from gpudiag.agent.errors import UsageError
+from gpudiag.agent.session import Session, SessionOptions, default_probes
+from gpudiag.probes.base import ProbeStatus, Target
+from gpudiag.probes.inprocess import HookProbe, injection_env
+
+
+@dataclass
+class Job:
+    """A launched job and the hooks probe its environment points at (None: not injected)."""
+
+    command: list[str]
+    popen: subprocess.Popen
+    hooks: HookProbe | None
+
+    def session(
+        self, settings: Settings, opts: SessionOptions, target: int | None = None, sink=None
+    ) -> Session:
+        """A session on the job's Python process (`target`, else found), with the hooks."""
+        if target is None:
+            target = find_python_process(self.popen)
+        probes = default_probes(opts) + ([self.hooks] if self.hooks is not None else [])
+        session = Session(
+            Target(target), settings, opts, probes=probes, popen=self.popen, sink=sink
+        )
+        if self.hooks is not None:
+            session.statuses[self.hooks.name] = ProbeStatus(self.hooks.name, True)
+        return session
+
+
+def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) -> Job:
+    """Start `command`; with `inject`, the in-process hooks (exact step timing) are added to
+    its environment when their socket can be made. UsageError when it cannot start."""
+    hooks = HookProbe() if inject else None
+    env = None
+    if hooks is not None:
+        if hooks.open(Target(0)).available:
+            env = injection_env(dict(os.environ), hooks.path or "")
+        else:
+            hooks = None
+    try:
+        popen = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)
+    except OSError as exc:
+        if hooks is not None:
+            hooks.close()
+        why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
+        raise UsageError(
+            f"cannot start {command[0]!r}: {why.get(type(exc), exc.strerror)}"
+        ) from None
+    return Job(command, popen, hooks)
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False
+
+
+def find_python_process(popen: subprocess.Popen, wait_s: float = 10.0) -> int:
+    """The launched job's Python process: itself, or (for `bash train.sh`-style launchers)
+    the first Python process started below it within `wait_s` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and popen.poll() is None:
+        if _is_python(popen.pid):
+            return popen.pid
+        try:
+            kids = psutil.Process(popen.pid).children(recursive=True)
+        except psutil.Error:
+            break
+        for kid in sorted(kids, key=lambda k: k.pid):
+            if _is_python(kid.pid):
+                return kid.pid
+        time.sleep(0.1)
+    return popen.pid

@@ -1,0 +1,216 @@
+"""Profiling a job for `run` and `attach`: the session set up from the command line's
+options, a recording beside it, and the report written and summarised at the end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from gpudiag.agent.config import Settings
+from gpudiag.agent.environment import describe_environment
+from gpudiag.agent.errors import UsageError
+from gpudiag.agent.joboutput import StderrTee
+from gpudiag.agent.launch import Job, launch
+from gpudiag.agent.recording import Recorder
+from gpudiag.agent.render import render_markdown, render_text
+from gpudiag.agent.report import default_report_name, report_of, write_report
+from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
+from gpudiag.probes.base import Target
+from gpudiag.probes.gpu import hardware_summary
+from gpudiag.probes.inject.gpudiag_hooks import attach_path
+from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.stacks import StackProbe
+
+EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+
+
+def session_options(args: argparse.Namespace) -> SessionOptions:
+    """The sampling options `run` and `attach` take."""
+    budget = getattr(args, "cpu_budget", 3.0)
+    return SessionOptions(
+        duration_s=args.duration,
+        rate_hz=args.rate,
+        window_s=args.window,
+        nonblocking=not args.blocking,
+        progress=not args.quiet,
+        cpu_budget=budget / 100.0 if budget else None,
+    )
+
+
+def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int) -> Recorder | None:
+    if not getattr(args, "record", None):
+        return None
+    return Recorder(
+        args.record,
+        {
+            "environment": describe_environment(pid, hardware_summary()),
+            "run": {"mode": mode, "command": command, "pid": pid},
+        },
+        max_bytes=int(args.record_max_mb * 1024 * 1024),
+    )
+
+
+def print_summary(doc: dict, fmt: str) -> None:
+    """The summary on stdout: json (the whole report), markdown or text."""
+    if fmt == "json":
+        print(json.dumps(doc, indent=2))
+    elif fmt == "markdown":
+        print(render_markdown(doc))
+    else:
+        print(render_text(doc, verbose=False))
+
+
+def finish(
+    result: SessionResult,
+    args: argparse.Namespace,
+    mode: str,
+    command: list[str],
+    pid: int,
+    out: str,
+    settings: Settings,
+    recorder: Recorder | None = None,
+    stderr_tail: list[str] | None = None,
+) -> dict:
+    """Close the recording, write the report, print the summary and where the files are."""
+    env = describe_environment(pid, result.hardware)
+    if recorder is not None:
+        recorder.close(
+            {
+                "probes": [p.to_dict() for p in result.probes],
+                "errors": result.errors,
+                "end_reason": result.end_reason,
+                "exit_code": result.exit_code,
+                "start": result.start,
+                "end": result.end,
+                "environment": env,
+                "agent": result.agent,
+            }
+        )
+    doc = report_of(result, mode=mode, command=command, pid=pid, settings=settings, environment=env)
+    if stderr_tail:
+        doc["run"]["stderr_tail"] = stderr_tail
+    path = write_report(doc, out)
+    fmt = getattr(args, "format", "text")
+    print_summary(doc, fmt)
+    note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
+    print(
+        f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})", file=note
+    )
+    if recorder is not None:
+        print(
+            f"Recording written to {recorder.path}  (gpudiag replay {shlex.quote(recorder.path)})",
+            file=note,
+        )
+    return doc
+
+
+def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
+    """Launch the job, profile it, write the report; the job's exit code (or ours)."""
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
+    job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    err_r, err_w = os.pipe()
+    try:
+        job = launch(command, inject=not args.no_inject, stdout=job_stdout, stderr=err_w)
+    except UsageError:
+        os.close(err_r)
+        raise
+    finally:
+        os.close(err_w)
+    tee = StderrTee(err_r)
+    try:
+        return _profile_launched(args, job, settings, tee)
+    finally:
+        tee.close()
+
+
+def _profile_launched(
+    args: argparse.Namespace, job: Job, settings: Settings, tee: StderrTee
+) -> int:
+    popen, command = job.popen, job.command
+    out = args.out or default_report_name(popen.pid, time.time())
+    opts = session_options(args)
+    session = job.session(settings, opts)
+    target = session.target.pid
+    recorder = _recorder(args, "run", command, target)
+    session.sink = recorder.write if recorder else None
+    if not args.quiet:
+        session.log(
+            f"profiling pid {popen.pid} ({' '.join(command)})"
+            + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
+        )
+    if args.tui:
+        from gpudiag.agent.live import run_with_tui
+
+        session.log = lambda msg: None  # the UI shows the status
+        result = run_with_tui(session, "run", command, target, out)
+    else:
+        result = session.run()
+    failed = result.exit_code not in (None, 0)
+    finish(
+        result,
+        args,
+        "run",
+        command,
+        target,
+        out,
+        settings,
+        recorder,
+        stderr_tail=tee.lines() if failed else None,
+    )
+    if result.end_reason == "duration_reached":
+        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
+        return EXIT_OK
+    if result.exit_code is not None:
+        return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
+    return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
+
+
+def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
+    """Profile a running job; UsageError when its stacks cannot be read at all."""
+    opts = session_options(args)
+    session = Session(
+        Target(pid),
+        settings,
+        opts,
+        probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
+    )
+    stacks = next(p for p in session.probes if isinstance(p, StackProbe))
+    stacks.startup_timeout_s = 0.0
+    status = session.open_probe(stacks)
+    if not status.available:
+        for p in session.probes:
+            if p is not stacks:
+                p.close()
+        hint = f" ({status.hint})" if status.hint else ""
+        raise UsageError(f"cannot attach: {status.reason}{hint}")
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = [c.decode(errors="replace") for c in command if c]
+    except OSError:
+        cmdline = []
+    out = args.out or default_report_name(pid, time.time())
+    if not args.quiet:
+        session.log(
+            f"attached to pid {pid} ({' '.join(cmdline)})"
+            + (
+                f" for {args.duration:.0f} s"
+                if args.duration
+                else "; Ctrl-C stops and writes the report"
+            )
+        )
+    recorder = _recorder(args, "attach", cmdline, pid)
+    session.sink = recorder.write if recorder else None
+    if args.tui:
+        from gpudiag.agent.live import run_with_tui
+
+        session.log = lambda msg: None
+        result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
+    else:
+        result = session.run(preopened={stacks.name: status})
+    finish(result, args, "attach", cmdline, pid, out, settings, recorder)
+    return EXIT_OK

@@ -1,0 +1,162 @@
+"""py-spy's output parsed: collapsed stacks (raw format), speedscope profiles with the runs
+of samples inside one library call (episodes), and the source lines frames point at."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_PROCESS_RE = re.compile(r'^process (\d+):"(.*?)"$')
+_PROFILE_RE = re.compile(r'^(?:Process (\d+) )?Thread (0x[0-9a-fA-F]+|\d+)(?: "(.*)")?')
+_LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
+_THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")
+
+
+@dataclass(frozen=True)
+class StackRow:
+    """One collapsed stack from py-spy: which process and thread, root-to-leaf frames, count."""
+
+    pid: int
+    tid: int
+    thread: str
+    frames: tuple[str, ...]
+    count: int
+
+
+def parse_raw(lines: Iterable[str], default_pid: int) -> list[StackRow]:
+    """Parse py-spy's raw (collapsed) output, with or without process and thread frames."""
+    rows: list[StackRow] = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        head, _, count_s = line.rpartition(" ")
+        try:
+            count = int(count_s)
+        except ValueError:
+            continue
+        pid, tid, thread = default_pid, 0, ""
+        parts = head.split(";")
+        i = 0
+        if parts and (m := _PROCESS_RE.match(parts[0])):
+            pid = int(m.group(1))
+            i = 1
+        if i < len(parts) and (m := _THREAD_RE.match(parts[i])):
+            tid = int(m.group(1), 0)
+            thread = (m.group(2) or "").strip()
+            i += 1
+        rows.append(StackRow(pid, tid, thread, tuple(parts[i:]), count))
+    return rows
+
+
+def is_library_frame(frame: str) -> bool:
+    """True when a 'func (file:line)' frame is in the standard library or an installed package."""
+    lpar = frame.rfind(" (")
+    path = frame[lpar + 2 :] if lpar >= 0 else frame
+    return bool(_LIB_RE.search(path))
+
+
+def episode_anchor(frames: tuple[str, ...]) -> str | None:
+    """The user-code call into a library that a stack is inside, without the library's line.
+
+    Consecutive samples with the same anchor are one episode of that call (one torch.save,
+    one fetch of a batch): counting episodes tells how often a call runs and how long each takes.
+    """
+    for i, frame in enumerate(frames):
+        if i > 0 and is_library_frame(frame) and not is_library_frame(frames[i - 1]):
+            lpar = frame.rfind(" (")
+            colon = frame.rfind(":")
+            entry = frame[:colon] + ")" if lpar >= 0 and colon > lpar else frame
+            return ";".join(frames[:i] + (entry,))
+    return None
+
+
+@dataclass(frozen=True)
+class Episode:
+    """Runs of consecutive samples of one thread inside one library call (see episode_anchor)."""
+
+    pid: int
+    tid: int
+    thread: str
+    anchor: str
+    episodes: int
+    count: int
+
+
+def parse_speedscope(doc: dict, default_pid: int) -> tuple[list[StackRow], list[Episode]]:
+    """Parse py-spy's speedscope output into stack counts and call episodes per thread."""
+    frames_tbl = doc.get("shared", {}).get("frames", [])
+    names = []
+    for fr in frames_tbl:
+        line = fr.get("line")
+        loc = f"{fr.get('file', '?')}:{line}" if line is not None else str(fr.get("file", "?"))
+        names.append(f"{fr.get('name', '?')} ({loc})")
+    rows: list[StackRow] = []
+    episodes: list[Episode] = []
+    for prof in doc.get("profiles", []):
+        m = _PROFILE_RE.match(prof.get("name", ""))
+        pid = int(m.group(1)) if m and m.group(1) else default_pid
+        tid = int(m.group(2), 0) if m else 0
+        thread = (m.group(3) or "") if m else ""
+        counts: dict[tuple[str, ...], int] = {}
+        ep_runs: dict[str, list[int]] = {}
+        prev_anchor: str | None = None
+        for idx in prof.get("samples", []):
+            # speedscope lists frames root first
+            stack = tuple(names[i] for i in idx if 0 <= i < len(names))
+            counts[stack] = counts.get(stack, 0) + 1
+            if pid != default_pid:
+                continue
+            anchor = episode_anchor(stack)
+            if anchor is not None:
+                runs = ep_runs.setdefault(anchor, [0, 0])
+                runs[1] += 1
+                if anchor != prev_anchor:
+                    runs[0] += 1
+            prev_anchor = anchor
+        rows.extend(StackRow(pid, tid, thread, st, c) for st, c in counts.items())
+        episodes.extend(Episode(pid, tid, thread, a, r[0], r[1]) for a, r in ep_runs.items())
+    return rows, episodes
+
+
+class SourceLines:
+    """Reads the source line a frame points at (through /proc/PID/root for containers)."""
+
+    def __init__(self, max_entries: int = 20000, max_files: int = 64) -> None:
+        self._cache: dict[tuple[str, int], str] = {}
+        self._files: dict[str, list[str] | None] = {}
+        self.max_entries = max_entries
+        self.max_files = max_files
+
+    def line(self, pid: int, frame: str) -> str:
+        """The stripped source text of a 'func (file:line)' frame, '' when unknown."""
+        lpar = frame.rfind(" (")
+        colon = frame.rfind(":")
+        if lpar < 0 or colon < lpar:
+            return ""
+        path = frame[lpar + 2 : colon]
+        try:
+            lineno = int(frame[colon + 1 :].rstrip(")"))
+        except ValueError:
+            return ""
+        key = (path, lineno)
+        if key in self._cache:
+            return self._cache[key]
+        if path not in self._files:
+            lines = None
+            for cand in (path, f"/proc/{pid}/root{path}"):
+                try:
+                    with open(cand, encoding="utf-8", errors="replace") as f:
+                        lines = f.readlines()
+                    break
+                except OSError:
+                    continue
+            if len(self._files) >= self.max_files:  # whole files are kept: few of them
+                self._files.clear()
+            self._files[path] = lines
+        lines = self._files[path]
+        text = lines[lineno - 1].strip()[:200] if lines and 0 < lineno <= len(lines) else ""
+        if len(self._cache) < self.max_entries:
+            self._cache[key] = text
+        return text

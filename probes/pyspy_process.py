@@ -1,0 +1,100 @@
+"""Running py-spy: finding it, explaining its errors, one recorder of a window and its
+cost, and the target-process checks the stack probe retries on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+PTRACE_HINT = (
+    "run gpudiag as root, or allow ptrace: "
+    "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`, or "
+    "`sudo setcap cap_sys_ptrace+ep $(which py-spy)`; "
+    "in Docker add `--cap-add SYS_PTRACE`"
+)
+
+
+def find_py_spy() -> str | None:
+    """Locate the py-spy executable: next to this Python first (a venv), then on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def diagnose_py_spy_error(text: str, pid: int) -> tuple[str, str | None]:
+    """Turn py-spy's error output into (reason, hint) a user can act on."""
+    low = text.lower()
+    if "permission denied" in low or "operation not permitted" in low:
+        return (f"no permission to read the memory of pid {pid} (ptrace)", PTRACE_HINT)
+    if "failed to find python version" in low or "failed to get process executable" in low:
+        return (
+            f"pid {pid} is not a Python process (py-spy found no interpreter)",
+            "attach to the Python process of the job (the one running the training loop)",
+        )
+    if "no such process" in low or "failed to open process" in low:
+        return (f"no process with pid {pid}", None)
+    last = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return ((last[0] if last else "py-spy failed").strip()[:300], None)
+
+
+@dataclass
+class SpyRun:
+    """One py-spy recorder of a window: what it samples and where its output goes."""
+
+    mode: str  # "all" (loop process), "gil", or "worker"
+    pid: int
+    rate: int
+    out: str
+    proc: subprocess.Popen | None = None
+    err: str = ""
+    cpu_s: float = 0.0
+    maxrss_bytes: int = 0
+
+
+# py-spy's cost per sample of a process, from the development machine (2 cores, 2026-11):
+# about 0.15 ms plus 0.06 ms per thread (it reads every thread's stack with --idle). Used only
+# for a first guess of the rate; the agent's budget governor then measures the real cost.
+SPY_SAMPLE_BASE_S = 0.15e-3
+SPY_SAMPLE_PER_THREAD_S = 0.06e-3
+SPY_START_S = 0.01  # CPU to start one py-spy recorder (reads the interpreter's symbols)
+
+
+def wait_recorder(run: SpyRun) -> None:
+    """Wait for a recorder, keeping its stderr, exit code, CPU time and peak memory."""
+    p = run.proc
+    if p is None:
+        return
+    run.err = p.stderr.read() if p.stderr else ""
+    if p.stderr:
+        p.stderr.close()
+    try:
+        _, status, usage = os.wait4(p.pid, 0)
+    except ChildProcessError:  # already reaped (close() polled it)
+        p.wait()
+        return
+    p.returncode = os.waitstatus_to_exitcode(status)
+    run.cpu_s = usage.ru_utime + usage.ru_stime
+    run.maxrss_bytes = usage.ru_maxrss * 1024
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def process_age_s(pid: int) -> float:
+    try:
+        return time.time() - psutil.Process(pid).create_time()
+    except Exception:
+        return 1e9

@@ -1,0 +1,52 @@
+"""The finding catalogue: one place for ids, titles, categories and severity rules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpudiag.analyzers.catalogue import CATALOGUE, about_time_in, severity
+from gpudiag.analyzers.results import Finding, Recommendation
+from gpudiag.analyzers.thresholds import Thresholds
+
+ANALYZERS = Path(__file__).resolve().parents[2] / "analyzers"
+
+
+def finding(fid: str, impact: float = 0.5) -> Finding:
+    return Finding(
+        id=fid,
+        title=CATALOGUE[fid].title,
+        severity="warning",
+        confidence=0.9,
+        impact=impact,
+        message="",
+        evidence=(),
+        recommendation=Recommendation("", ()),
+        expected_speedup=1.0,
+    )
+
+
+def test_every_emitted_id_is_in_the_catalogue():
+    emitted = set()
+    for path in ANALYZERS.glob("*.py"):
+        emitted |= set(re.findall(r'\bid="([A-Z]+\d+)"', path.read_text()))
+    assert emitted and emitted <= set(CATALOGUE)
+
+
+def test_gpu_finding_at_error_impact_is_an_error():
+    th = Thresholds()
+    assert severity("GPU001", 0.95, th) == "error"
+    assert severity("GPU001", th.error_impact / 2, th) == "warning"
+    assert severity("MEM001", 0.95, th) == "note"
+
+
+def test_findings_are_built_by_keyword_only():
+    with pytest.raises(TypeError):
+        Finding("GPU001", "t", "warning", 0.9, 0.5, "", (), Recommendation("", ()), 1.0)
+
+
+def test_findings_about_a_breakdown_category_whatever_their_id():
+    assert about_time_in([finding("CKPT001")], "checkpoint")
+    assert not about_time_in([finding("DATA001"), finding("GPU001")], "checkpoint")
