@@ -4,51 +4,14 @@ from __future__ import annotations
 
 import re
 
+from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value
 from gpudiag.analyzers.results import CATEGORIES
 
-LABELS = {
-    "data_wait": "waiting for data (CPU)",
-    "storage_io": "waiting on storage",
-    "h2d_copy": "host-to-device copies",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "sync": "host-device sync",
-    "checkpoint": "checkpoint saves",
-    "collective": "collectives",
-    "gil_wait": "waiting for the GIL",
-    "other": "other",
-}
-
-
-def fmt_value(value: float | None, unit: str) -> str:
-    """A number with its unit, human-sized."""
-    if value is None:
-        return "n/a"
-    if unit == "ratio":
-        return f"{value:.1%}"
-    if unit == "bytes":
-        for u, d in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if abs(value) >= d:
-                return f"{value / d:.1f} {u}"
-        return f"{value:.0f} B"
-    if unit == "bytes/s":
-        return f"{value / 1e6:.1f} MB/s"
-    if float(value).is_integer():
-        return f"{value:.0f} {unit}".strip()
-    return f"{value:.2f} {unit}".strip()
+__all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
 
 
 def _evidence_line(e: dict) -> str:
-    line = f"{e['metric']} = {fmt_value(e.get('value'), e.get('unit', ''))}"
-    if e.get("threshold") is not None:
-        line += (
-            f" ({e.get('comparison') or 'vs'} {e.get('setting') or 'threshold'} "
-            f"{fmt_value(e['threshold'], e.get('unit', ''))})"
-        )
-    if e.get("source"):
-        line += f" [{e['source']}]"
-    return line
+    return " ".join(evidence_parts(e))
 
 
 def md_escape(text: str) -> str:

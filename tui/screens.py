@@ -8,7 +8,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Static
 
-from gpudiag.agent.render import fmt_value
+from gpudiag.agent.formatting import evidence_parts
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
 
@@ -62,6 +62,8 @@ def finding_text(f: dict) -> Wrapped:
         label_width=0,
     ).blank()
     t.para(f["message"]).blank()
+    if f.get("speedup_basis"):
+        t.para(f["speedup_basis"], lead="Speed-up: ").blank()
     if f.get("location"):
         t.para(f["location"], lead="Where: ").blank()
     t.para(f["recommendation"]["summary"], lead="Fix: ")
@@ -70,16 +72,7 @@ def finding_text(f: dict) -> Wrapped:
     t.blank().para("Evidence", style="bold")
     label_w = min(36, max((len(e["metric"]) for e in f["evidence"]), default=0) + 4)
     for e in f["evidence"]:
-        unit = e.get("unit", "")
-        items = [fmt_value(e.get("value"), unit)]
-        if e.get("threshold") is not None:
-            items.append(
-                f"{e.get('comparison') or ''} {e.get('setting') or 'threshold'} "
-                f"{fmt_value(e['threshold'], unit)}".strip()
-            )
-        if e.get("source"):
-            items.append(f"[{e['source']}]")
-        t.row(f"  {e['metric']}", items, label_width=label_w)
+        t.row(f"  {e['metric']}", evidence_parts(e, with_metric=False), label_width=label_w)
     if f.get("cost") and "usd_per_day" in f["cost"]:
         t.blank().para(f"Cost: ${f['cost']['usd_per_day']:,.0f}/day", style="bold")
     return t

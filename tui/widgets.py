@@ -6,21 +6,24 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from gpudiag.agent.formatting import SHORT_LABELS
 from gpudiag.tui.wrap import Wrapped
 
-CATEGORY_STYLE = {
-    "data_wait": ("waiting for data", "red"),
-    "storage_io": ("storage", "magenta"),
-    "h2d_copy": ("copies", "yellow"),
-    "forward": ("forward", "green"),
-    "backward": ("backward", "cyan"),
-    "optimizer": ("optimizer", "blue"),
-    "sync": ("sync", "bright_red"),
-    "checkpoint": ("checkpoint", "bright_magenta"),
-    "collective": ("collectives", "bright_blue"),
-    "gil_wait": ("GIL wait", "bright_yellow"),
-    "other": ("other", "grey50"),
+_STYLES = {
+    "data_wait": "red",
+    "storage_io": "magenta",
+    "h2d_copy": "yellow",
+    "forward": "green",
+    "backward": "cyan",
+    "optimizer": "blue",
+    "sync": "bright_red",
+    "checkpoint": "bright_magenta",
+    "collective": "bright_blue",
+    "gil_wait": "bright_yellow",
+    "other": "grey50",
 }
+# (label, colour) per breakdown category; the labels are the summaries' short ones
+CATEGORY_STYLE = {c: (SHORT_LABELS[c], style) for c, style in _STYLES.items()}
 
 
 class BreakdownBar(Static):

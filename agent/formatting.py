@@ -1,0 +1,54 @@
+"""How report values read, written once for the text and markdown renderers and the TUI:
+category labels, values with their units, evidence with the threshold it crossed."""
+
+from __future__ import annotations
+
+# (long label for summaries, short label for the TUI's legend) per breakdown category
+CATEGORY_LABELS: dict[str, tuple[str, str]] = {
+    "data_wait": ("waiting for data (CPU)", "waiting for data"),
+    "storage_io": ("waiting on storage", "storage"),
+    "h2d_copy": ("host-to-device copies", "copies"),
+    "forward": ("forward", "forward"),
+    "backward": ("backward", "backward"),
+    "optimizer": ("optimizer", "optimizer"),
+    "sync": ("host-device sync", "sync"),
+    "checkpoint": ("checkpoint saves", "checkpoint"),
+    "collective": ("collectives", "collectives"),
+    "gil_wait": ("waiting for the GIL", "GIL wait"),
+    "other": ("other", "other"),
+}
+LABELS = {c: long for c, (long, _short) in CATEGORY_LABELS.items()}
+SHORT_LABELS = {c: short for c, (_long, short) in CATEGORY_LABELS.items()}
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    """A number with its unit, human-sized."""
+    if value is None:
+        return "n/a"
+    if unit == "ratio":
+        return f"{value:.1%}"
+    if unit == "bytes":
+        for u, d in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if abs(value) >= d:
+                return f"{value / d:.1f} {u}"
+        return f"{value:.0f} B"
+    if unit == "bytes/s":
+        return f"{value / 1e6:.1f} MB/s"
+    if float(value).is_integer():
+        return f"{value:.0f} {unit}".strip()
+    return f"{value:.2f} {unit}".strip()
+
+
+def evidence_parts(e: dict, with_metric: bool = True) -> list[str]:
+    """An evidence item as parts: 'metric = value', '(>= setting threshold)', '[source]'."""
+    unit = e.get("unit", "")
+    value = fmt_value(e.get("value"), unit)
+    parts = [f"{e['metric']} = {value}" if with_metric else value]
+    if e.get("threshold") is not None:
+        parts.append(
+            f"({e.get('comparison') or 'vs'} {e.get('setting') or 'threshold'} "
+            f"{fmt_value(e['threshold'], unit)})"
+        )
+    if e.get("source"):
+        parts.append(f"[{e['source']}]")
+    return parts
