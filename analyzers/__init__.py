@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudiag.analyzers.catalogue import category, explains_gpu_idle, spec
+from gpudiag.analyzers.catalogue import category, explains_gpu_idle, severity, spec
 from gpudiag.analyzers.checkpoint import checkpoint_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
@@ -269,7 +269,7 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
         Finding(
             id="START001",
             title=spec("START001").title,
-            severity="note",
+            severity=severity("START001", 0.0, th),
             confidence=0.9,
             impact=0.0,
             message=msg,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudiag.analyzers.catalogue import about_time_in, explains_gpu_idle
+from gpudiag.analyzers.catalogue import about_time_in, explains_gpu_idle, severity, spec
 from gpudiag.analyzers.gpu_stats import GIB, GpuStats
 from gpudiag.analyzers.prices import AS_OF, MODELS, SPOT_NOTE, Price, by_key, identify
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
@@ -219,8 +219,8 @@ def _cost001(
     # its impact is 0 so that it ranks after them; its size is in `cost`.
     return Finding(
         id="COST001",
-        title="Money spent on GPU time the job leaves idle",
-        severity="warning",
+        title=spec("COST001").title,
+        severity=severity("COST001", 0.0, th),
         confidence=0.8,
         impact=0.0,
         message=msg,

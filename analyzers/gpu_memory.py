@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.gpu_stats import GIB, GpuStats, gpu_evidence
 from gpudiag.analyzers.prices import MODELS
 from gpudiag.analyzers.results import Finding, Recommendation
@@ -46,8 +47,8 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
         return [
             Finding(
                 id="MEM002",
-                title="VRAM near the limit",
-                severity="warning",
+                title=spec("MEM002").title,
+                severity=severity("MEM002", 0.0, th),
                 confidence=0.8,
                 impact=0.0,
                 message=msg,
@@ -98,8 +99,8 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
     return [
         Finding(
             id="MEM001",
-            title="VRAM headroom: the job uses a small share of GPU memory",
-            severity="note",
+            title=spec("MEM001").title,
+            severity=severity("MEM001", 0.0, th),
             confidence=0.8,
             impact=0.0,
             message=msg,
