@@ -17,26 +17,9 @@ from typing import Any
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.gpu_counters import THROTTLE_REASONS, field_counters, gpm_metrics
 from gpudiag.probes.gpu_visibility import has_nvidia_device_open, visible_devices
 from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
-
-# Throttle (clock event) reasons, by bit, and the cumulative field value counting its time.
-THROTTLE_REASONS = {
-    "power_cap": (0x4, 74),  # SW power cap
-    "hw_slowdown": (0x8, None),
-    "sw_thermal": (0x20, 269),
-    "hw_thermal": (0x40, 270),
-    "power_brake": (0x80, 271),
-}
-FI_PCIE_TX, FI_PCIE_RX = 197, 198
-GPM_METRICS = {
-    "gpm_sm_active": 2,
-    "gpm_sm_occupancy": 3,
-    "gpm_tensor_active": 5,
-    "gpm_dram_bw": 10,
-    "gpm_pcie_tx_mib_s": 20,
-    "gpm_pcie_rx_mib_s": 21,
-}
 
 # (value, NVML function, argument): read every tick, and read once per device
 TICK_QUERIES = (
@@ -375,8 +358,8 @@ class GpuProbe(Probe):
         ecc = n.call("nvmlDeviceGetTotalEccErrors", h, 1, 0, device=i)  # uncorrected, volatile
         if ecc is not None:
             v["ecc_uncorrected"] = float(ecc)
-        self._fields(d, t, v)
-        self._gpm(d, v)
+        field_counters(self.nvml, d, t, v)
+        gpm_metrics(self.nvml, d, v)
         return v
 
     def _queries(
@@ -391,71 +374,6 @@ class GpuProbe(Probe):
             if val is not None:
                 out[key] = float(val)
         return out
-
-    def _fields(self, d: Device, t: int, v: dict[str, float | None]) -> None:
-        """PCIe bytes and throttle time from cumulative field values (exact deltas)."""
-        n = self.nvml
-        ids = [FI_PCIE_TX, FI_PCIE_RX] + [fi for _, fi in THROTTLE_REASONS.values() if fi]
-        got = n.call(
-            "nvmlDeviceGetFieldValues",
-            d.handle,
-            ids,
-            device=d.index,
-            what="nvmlDeviceGetFieldValues",
-        )
-        totals: dict[int, int] = {}
-        for fv in got or []:
-            if getattr(fv, "nvmlReturn", 0) == 0:
-                totals[int(fv.fieldId)] = int(fv.value.ullVal)
-        rates: dict[int, float] = {}
-        for fid, total in totals.items():
-            prev = d.prev_fields.get(fid)
-            d.prev_fields[fid] = (t, total)
-            if prev is not None and t > prev[0] and total >= prev[1]:
-                rates[fid] = (total - prev[1]) / ((t - prev[0]) / 1e9)
-        if FI_PCIE_TX in rates:
-            v["pcie_tx_bytes_per_s"] = rates[FI_PCIE_TX]
-            v["pcie_rx_bytes_per_s"] = rates.get(FI_PCIE_RX)
-        elif FI_PCIE_TX not in totals:
-            tx = n.call("nvmlDeviceGetPcieThroughput", d.handle, 0, device=d.index)
-            rx = n.call("nvmlDeviceGetPcieThroughput", d.handle, 1, device=d.index)
-            if tx is not None:  # KB/s over a 20 ms window: a point sample
-                v["pcie_tx_bytes_per_s"] = tx * 1024.0
-                v["pcie_rx_bytes_per_s"] = rx * 1024.0 if rx is not None else None
-        reasons = n.call("nvmlDeviceGetCurrentClocksEventReasons", d.handle, device=d.index)
-        if reasons is None:
-            reasons = n.call("nvmlDeviceGetCurrentClocksThrottleReasons", d.handle, device=d.index)
-        for name, (bit, fid) in THROTTLE_REASONS.items():
-            if fid is not None and fid in rates:
-                v[f"throttle_{name}"] = min(1.0, rates[fid] / 1e9)  # ns of throttle per s
-            elif reasons is not None:
-                v[f"throttle_{name}"] = 1.0 if int(reasons) & bit else 0.0
-
-    def _gpm(self, d: Device, v: dict[str, float | None]) -> None:
-        """GPM metrics (Hopper+) between the previous sample and now (>= 100 ms apart)."""
-        if not d.gpm_ok:
-            return
-        m, n = self.nvml.mod, self.nvml
-        cur = n.call("nvmlGpmSampleAlloc", device=d.index)
-        if cur is None or n.call("nvmlGpmSampleGet", d.handle, cur, device=d.index) is None:
-            d.gpm_ok = False
-            return
-        mg = m.c_nvmlGpmMetricsGet_t()
-        mg.version = getattr(m, "NVML_GPM_METRICS_GET_VERSION", 1)
-        mg.numMetrics = len(GPM_METRICS)
-        mg.sample1, mg.sample2 = d.gpm_prev, cur
-        for k, mid in enumerate(GPM_METRICS.values()):
-            mg.metrics[k].metricId = mid
-        res = n.call("nvmlGpmMetricsGet", mg, device=d.index)
-        n.call("nvmlGpmSampleFree", d.gpm_prev, device=d.index)
-        d.gpm_prev = cur
-        if res is None:
-            return
-        for k, name in enumerate(GPM_METRICS):
-            met = res.metrics[k]
-            if getattr(met, "nvmlReturn", 0) == 0:
-                val = float(met.value)
-                v[name] = val / 100.0 if "mib_s" not in name else val
 
     def close(self) -> None:
         """Shut NVML down."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -38,9 +37,6 @@ from gpudiag.probes.pyspy_output import (
     parse_speedscope,
 )
 from gpudiag.probes.pyspy_process import (
-    SPY_SAMPLE_BASE_S,
-    SPY_SAMPLE_PER_THREAD_S,
-    SPY_START_S,
     SpyRun,
     diagnose_py_spy_error,
     find_py_spy,
@@ -48,9 +44,16 @@ from gpudiag.probes.pyspy_process import (
     process_alive,
     wait_recorder,
 )
+from gpudiag.probes.stack_rates import StackRates
+from gpudiag.probes.stack_samples import (
+    episode_sample,
+    stack_sample,
+    window_sample,
+    workers_window_sample,
+)
 
 
-class StackProbe(Probe):
+class StackProbe(StackRates, Probe):
     """Samples Python stacks of the target with py-spy, in rolling windows.
 
     The loop process is recorded at `rate_hz` (scaled by the budget level); the job's child
@@ -124,75 +127,6 @@ class StackProbe(Probe):
         self.spy_window_rss = 0  # py-spy's peak RSS in the last window, all recorders
         self.last_error: str | None = None
         self._sources = SourceLines()
-
-    # ---- rates --------------------------------------------------------------------------
-    def set_level(self, level: float) -> None:
-        """Scale the sampling rates (1.0 = as configured); applies from the next window."""
-        self.level = max(0.0, min(1.0, level))
-
-    def rates(self) -> dict[str, float]:
-        """The rates the next window will use."""
-        loop = max(self.min_rate_hz, round(self.rate_hz * self.level))
-        gil = max(2, round(self.gil_rate_hz * self.level)) if self.gil_rate_hz > 0 else 0
-        worker = (
-            max(2, round(self.worker_rate_hz * self.level))
-            if self.subprocesses and self.worker_rate_hz > 0
-            else 0
-        )
-        return {
-            "stacks_loop_hz": float(loop),
-            "stacks_gil_hz": float(gil),
-            "stacks_worker_hz": float(worker),
-            "stacks_window_s": self.window_now(),
-        }
-
-    def window_now(self) -> float:
-        """The window length at the current level: starting py-spy costs about 10 ms of CPU,
-        so below full rate windows grow (up to 10 s) and fewer recorders are started."""
-        longest = max(self.window_s, 10.0)
-        return round(min(longest, self.window_s / max(self.level, 0.01) ** 0.5), 1)
-
-    def estimate_cost(self, level: float = 1.0) -> float:
-        """First guess of py-spy's CPU (cores) at a level, from the target's thread count."""
-        if self.target is None:
-            return 0.0
-        try:
-            threads = len(os.listdir(f"/proc/{self.target.pid}/task"))
-        except OSError:
-            threads = 1
-        per_sample = SPY_SAMPLE_BASE_S + SPY_SAMPLE_PER_THREAD_S * threads
-        loop = max(self.min_rate_hz, self.rate_hz * level)
-        has_workers = self.subprocesses and bool(self._workers())
-        workers = (
-            self.worker_rate_hz * level * (SPY_SAMPLE_BASE_S + 2 * SPY_SAMPLE_PER_THREAD_S)
-            if has_workers
-            else 0.0
-        )
-        window = min(max(self.window_s, 10.0), self.window_s / max(level, 0.01) ** 0.5)
-        starts = (2 + has_workers) * SPY_START_S / max(1.0, window)
-        return loop * per_sample + workers + starts
-
-    def cpu_s(self) -> float:
-        """CPU seconds py-spy has used so far: finished recorders and the running ones."""
-        with self._lock:
-            total, running = self.spy_cpu_s, list(self._procs)
-        for p in running:
-            try:
-                ct = psutil.Process(p.pid).cpu_times()
-                total += ct.user + ct.system
-            except psutil.Error:
-                pass
-        return total
-
-    def child_rss_bytes(self) -> int:
-        """Peak resident memory of py-spy in the last window (all recorders together)."""
-        return self.spy_window_rss
-
-    def shed_memory(self) -> None:
-        """Over the memory budget: drop the source-line cache, and from now on run the GIL
-        and the worker recorders in alternate windows (one py-spy fewer at a time)."""
-        self._sources = SourceLines(self._sources.max_entries)
-        self.lean = True
 
     # ---- lifecycle ----------------------------------------------------------------------
     def open(self, target: Target) -> ProbeStatus:
@@ -390,22 +324,7 @@ class StackProbe(Probe):
                     )
                 continue
             loop_ok = loop_ok or run.mode == "all"
-            for e in episodes:
-                samples.append(
-                    Sample(
-                        self.name,
-                        t,
-                        {
-                            "mode": run.mode,
-                            "kind": "episode",
-                            "pid": str(e.pid),
-                            "tid": str(e.tid),
-                            "thread": e.thread,
-                            "anchor": e.anchor,
-                        },
-                        {"episodes": float(e.episodes), "count": float(e.count)},
-                    )
-                )
+            samples += [episode_sample(self.name, t, run.mode, e) for e in episodes]
             if run.mode == "all":
                 per_thread: dict[int, int] = {}
                 for r in rows:
@@ -413,35 +332,12 @@ class StackProbe(Probe):
                 ticks = max(per_thread.values(), default=0)
             for r in rows:
                 samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
-            m = re.search(r"Errors:\s*(\d+)", run.err)
-            samples.append(
-                Sample(
-                    self.name,
-                    t,
-                    {"mode": run.mode, "kind": "window"},
-                    {
-                        "ticks": float(
-                            ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
-                        ),
-                        "duration_s": duration,
-                        "rate_hz": float(run.rate),
-                        "errors": float(m.group(1)) if m else 0.0,
-                    },
-                )
-            )
+            n = ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
+            samples.append(window_sample(self.name, t, run, n, duration))
         if workers_read:
             samples.append(
-                Sample(
-                    self.name,
-                    t,
-                    {"mode": "workers", "kind": "window"},
-                    {
-                        "duration_s": duration,
-                        "rate_hz": float(workers_read[0].rate),
-                        "workers": float(alive),
-                        "recorded": float(recorded),
-                        "weight": weight,
-                    },
+                workers_window_sample(
+                    self.name, t, workers_read[0].rate, duration, alive, recorded, weight
                 )
             )
         with self._lock:
@@ -451,24 +347,8 @@ class StackProbe(Probe):
     def _stack_sample(
         self, t: int, mode: str, r: StackRow, role: str, count: float, weight: float | None = None
     ) -> Sample:
-        values: dict[str, float | None] = {"count": count}
-        if weight is not None:
-            values["weight"] = weight
-        return Sample(
-            self.name,
-            t,
-            {
-                "mode": mode,
-                "kind": "stack",
-                "pid": str(r.pid),
-                "tid": str(r.tid),
-                "thread": r.thread,
-                "role": role,
-                "stack": ";".join(r.frames),
-                "code": self._sources.line(r.pid, r.frames[-1]) if r.frames else "",
-            },
-            values,
-        )
+        code = self._sources.line(r.pid, r.frames[-1]) if r.frames else ""
+        return stack_sample(self.name, t, mode, r, role, count, code, weight)
 
     def problems(self) -> list[str]:
         """Why py-spy last failed, if it did."""
