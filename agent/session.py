@@ -233,7 +233,7 @@ class Session:
     def progress_line(self, elapsed: float) -> str:
         """One status line: time so far and the evidence collected."""
         with self._lock:
-            w = self.timeline.windows.get("all")
+            w = self.timeline.window_totals("all")
             ticks = int(w.ticks) if w else 0
         left = ""
         if self.opts.duration_s is not None:
@@ -312,7 +312,7 @@ class Session:
             if (
                 stacks_ok is not None
                 and stacks_ok.available
-                and not self.timeline.windows.get("all")
+                and not self.timeline.window_totals("all")
             ):
                 self.error(
                     "stacks",

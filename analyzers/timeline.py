@@ -391,6 +391,17 @@ class Timeline:
                 out.merge(seg)
         return out
 
+    def window_totals(self, mode: str = "all") -> WindowTotals | None:
+        """py-spy window totals of one mode over the run, without merging every segment's
+        stacks (cheap enough for a progress line)."""
+        out = None
+        for seg in self.segments.values():
+            w = seg.windows.get(mode)
+            if w is not None:
+                out = out or WindowTotals()
+                out.merge(w)
+        return out
+
     def whole(self) -> Aggregate:
         """The whole run as one aggregate (cached until the next sample)."""
         if self._merged is None:

@@ -98,3 +98,21 @@ def test_a_job_healthy_then_starved_reports_both_periods():
     assert len(tops) == 4
     assert tops[:2] == [None, None] and tops[2:] == ["DATA001", "DATA001"]
     assert a.findings[0].id == "DATA001"  # the whole loop: half of it starved
+
+
+def test_window_totals_match_the_whole_run_without_merging_it():
+    tl = Timeline(max_segments=4)
+    for i in range(20):
+        tl.add(
+            Sample(
+                "stacks",
+                i * 3 * 10**9,
+                {"mode": "all", "kind": "window"},
+                {"ticks": 300.0, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0.0},
+            )
+        )
+    w = tl.window_totals("all")
+    assert (
+        (w.windows, w.ticks) == (20, 6000.0) == (tl.windows["all"].windows, tl.windows["all"].ticks)
+    )
+    assert tl.window_totals("gil") is None
