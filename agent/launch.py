@@ -27,14 +27,22 @@ class Job:
         self, settings: Settings, opts: SessionOptions, target: int | None = None, sink=None
     ) -> Session:
         """A session on the job's Python process (`target`, else found), with the hooks."""
+        from gpudiag.agent.ranks import is_launcher, primary_of, setup_ranks, wait_for_ranks
+
+        ranks = []
         if target is None:
-            target = find_python_process(self.popen)
+            if is_launcher(self.command):
+                alive = lambda: self.popen.poll() is None  # noqa: E731
+                ranks = wait_for_ranks(self.popen.pid, alive)
+            target = primary_of(ranks).pid if ranks else find_python_process(self.popen)
         probes = default_probes(opts) + ([self.hooks] if self.hooks is not None else [])
         session = Session(
             Target(target), settings, opts, probes=probes, popen=self.popen, sink=sink
         )
         if self.hooks is not None:
             session.statuses[self.hooks.name] = ProbeStatus(self.hooks.name, True)
+        if ranks:
+            setup_ranks(session, ranks, self.popen.pid)
         return session
 
 

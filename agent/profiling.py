@@ -16,6 +16,7 @@ from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.launch import Job, launch
+from gpudiag.agent.ranks import primary_of, setup_ranks
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import default_report_name, report_of, write_report
@@ -24,6 +25,7 @@ from gpudiag.probes.base import Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.ranks import sibling_ranks
 from gpudiag.probes.stacks import StackProbe
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
@@ -138,6 +140,7 @@ def _profile_launched(
     target = session.target.pid
     recorder = _recorder(args, "run", command, target)
     session.sink = recorder.write if recorder else None
+    _on_hang(session, "run", command, target, out, settings)
     if not args.quiet:
         session.log(
             f"profiling pid {popen.pid} ({' '.join(command)})"
@@ -170,15 +173,39 @@ def _profile_launched(
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
 
 
+def _on_hang(
+    session: Session, mode: str, command: list[str], pid: int, out: str, settings: Settings
+) -> None:
+    """A multi-rank job: when it hangs, write the report (DIST002, every rank's stack) to
+    `out` at once, while the job is still hung; the final report replaces it at the end."""
+    if session.ranks is None:
+        return
+
+    def write() -> None:
+        doc = report_of(
+            session.result_so_far(), mode=mode, command=command, pid=pid, settings=settings
+        )
+        path = write_report(doc, out)
+        session.log(f"the job hangs (DIST002): report written to {path} while it is hung")
+
+    session.ranks.on_hang = write
+
+
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     """Profile a running job; UsageError when its stacks cannot be read at all."""
     opts = session_options(args)
+    ranks = sibling_ranks(pid)
+    root = pid
+    if ranks:
+        pid = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid)
     session = Session(
         Target(pid),
         settings,
         opts,
         probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
     )
+    if len(ranks) > 1:
+        setup_ranks(session, ranks, root)
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0
     status = session.open_probe(stacks)
@@ -205,6 +232,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
         )
     recorder = _recorder(args, "attach", cmdline, pid)
     session.sink = recorder.write if recorder else None
+    _on_hang(session, "attach", cmdline, pid, out, settings)
     if args.tui:
         from gpudiag.agent.live import run_with_tui
 

@@ -128,7 +128,7 @@ def report_of(
     the probes described."""
     if environment is None:
         environment = describe_environment(pid, result.hardware)
-    return build_report(
+    doc = build_report(
         analysis=result.analysis,
         mode=mode,
         command=command,
@@ -144,6 +144,9 @@ def report_of(
         settings_source=settings.source,
         agent=result.agent,
     )
+    if result.distributed:
+        doc.update(result.distributed)  # a multi-rank job: `ranks` and `distributed`
+    return doc
 
 
 def validate(doc: dict) -> None:

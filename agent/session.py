@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpudiag.agent.budget import Budget, Governor
 from gpudiag.agent.config import Settings
@@ -55,6 +55,7 @@ class SessionResult:
     timeline: Timeline = field(repr=False, default_factory=Timeline)
     hardware: dict = field(default_factory=dict)
     agent: dict | None = None  # the agent's own cost and its effective sampling rates
+    distributed: dict | None = None  # a multi-rank job: the report's `ranks`, `distributed`
 
 
 def default_probes(opts: SessionOptions) -> list[Probe]:
@@ -106,6 +107,7 @@ class Session:
         self.paused = False
         self.start_time = time.time()
         self.governor: Governor | None = None
+        self.ranks = None  # agent.ranks.RankSet for a multi-rank job (agent.ranks.setup_ranks)
         if opts.cpu_budget is not None:
             self.governor = Governor(
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
@@ -127,7 +129,7 @@ class Session:
         if not samples or self.paused:
             return
         with self._lock:  # the recording keeps the order the timeline saw
-            self.timeline.extend(samples)
+            self.timeline.extend(samples if self.ranks is None else self.ranks.route(samples))
             if self.sink is not None:
                 self.sink(samples)
 
@@ -194,6 +196,8 @@ class Session:
                 self._threads.append(th)
         if self.governor is not None:
             self.governor.start()
+        if self.ranks is not None:
+            self.ranks.start(self.settings.thresholds)
         reason = self._wait(start)
         return self.finish(start, reason)
 
@@ -262,13 +266,26 @@ class Session:
                 self.settings.price_table,
             )
 
+    def _with_ranks(self, analysis: Analysis) -> tuple[Analysis, dict | None]:
+        """A multi-rank job: the DIST findings added, and the report's rank sections."""
+        if self.ranks is None:
+            return analysis, None
+        with self._lock:
+            gpu = self.statuses.get("gpu")
+            found, section = self.ranks.section(
+                self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
+            )
+        merged = sorted([*analysis.findings, *found], key=lambda f: -f.impact)
+        return replace(analysis, findings=tuple(merged)), section
+
     def result_so_far(self) -> SessionResult:
         """What was collected so far, analysed (for live views; the session runs on)."""
         probes = [
             self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting") for p in self.probes
         ]
+        analysis, dist = self._with_ranks(self.snapshot())
         return SessionResult(
-            self.snapshot(),
+            analysis,
             probes,
             list(self.errors),
             self.start_time,
@@ -276,6 +293,7 @@ class Session:
             "stopped",
             self.exit_code,
             agent=self.governor.summary() if self.governor else None,
+            distributed=dist,
         )
 
     def finish(self, start: float, reason: str) -> SessionResult:
@@ -283,6 +301,8 @@ class Session:
         self._stop.set()
         if self.governor is not None:
             self.governor.stop()
+        if self.ranks is not None:
+            self.ranks.stop()
         old_int = None
         if threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
@@ -328,6 +348,7 @@ class Session:
                     self.settings.price,
                     self.settings.price_table,
                 )
+            analysis, dist = self._with_ranks(analysis)
             statuses = [
                 self.statuses.get(p.name)
                 or ProbeStatus(p.name, False, "not started (session ended first)")
@@ -350,6 +371,7 @@ class Session:
                 self.timeline,
                 hardware,
                 agent,
+                dist,
             )
         finally:
             if old_int is not None:

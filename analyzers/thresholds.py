@@ -11,6 +11,7 @@ UNITS: dict[str, str] = {
     "min_loop_samples": "count",
     "min_free_cores": "cores",
     "max_periods": "count",
+    "dist_min_rank_samples": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -100,6 +101,14 @@ class Thresholds:
     """A verdict whose top finding is at least this likely is stated as sure."""
     min_confidence: float = 0.5
     """Findings less likely than this to be above their threshold (sampling noise) are dropped."""
+    dist_min_rank_samples: int = 60
+    """DIST001/DIST003: stack samples of a rank's loop needed before its shares are compared."""
+    dist_straggler_gap: float = 0.10
+    """DIST001: share of the step the other ranks wait in collectives beyond the straggler."""
+    dist_comm_warn: float = 0.30
+    """DIST003: share of every rank's step spent inside collectives (no straggler)."""
+    dist_hang_s: float = 60.0
+    """DIST002: seconds without a finished step on any rank that make the job hung."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

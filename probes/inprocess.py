@@ -17,6 +17,8 @@ from array import array
 from pathlib import Path
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.collectives import FIELDS as COLLECTIVE_FIELDS
+from gpudiag.probes.collectives import RankLabels
 from gpudiag.probes.inject import gpudiag_hooks
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
@@ -63,6 +65,7 @@ class HookProbe(Probe):
         Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
         Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+        *COLLECTIVE_FIELDS,
     )
 
     def __init__(self, path: str | None = None, optional: bool = False) -> None:
@@ -71,6 +74,7 @@ class HookProbe(Probe):
         self.optional = optional  # attach: the job connects only if it called instrument()
         self._sock: socket.socket | None = None
         self.messages = 0
+        self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -109,7 +113,7 @@ class HookProbe(Probe):
             if msg is None:
                 continue
             self.messages += 1
-            out += parse_message(msg)
+            out += self.labels.tag(msg, parse_message(msg))
         return out
 
     def final_status(self) -> ProbeStatus:

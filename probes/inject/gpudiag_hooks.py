@@ -174,10 +174,23 @@ def _install(torch) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
+    _install_dist(torch, st)
     if torch.cuda.is_available():
         st.cuda = True
         _install_cuda(torch, st)
     atexit.register(st.flush)
+
+
+def _install_dist(torch, st: _State) -> None:
+    """Collective counters per rank (gpudiag_dist, beside this file)."""
+    try:
+        try:
+            from . import gpudiag_dist
+        except ImportError:
+            import gpudiag_dist
+        gpudiag_dist.install(torch, st.channel.path)
+    except Exception as exc:  # never break the job
+        print(f"gpudiag: collective hooks not installed: {exc}", file=sys.stderr)
 
 
 def _install_cuda(torch, st: _State) -> None:
