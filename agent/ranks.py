@@ -186,7 +186,7 @@ class RankSet:
                 {
                     "steps": s.steps,
                     "step_time_s": s.step_time_s,
-                    "breakdown": s.parts,
+                    "breakdown": s.parts if s.samples else {},
                     "stack_samples": s.samples,
                     "collective_share_hooks": s.collective_share_hooks,
                 }

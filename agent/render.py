@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value
+from gpudiag.agent.render_ranks import rank_lines
 from gpudiag.analyzers.results import CATEGORIES
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
@@ -186,6 +187,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     else:
         out.append("No stack samples of the loop: no time breakdown (see probes below).")
     out.append("")
+    out += rank_lines(doc)
     findings = doc["findings"]
     if not findings:
         out.append(
