@@ -276,7 +276,15 @@ class Session:
                 self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
             )
         merged = sorted([*analysis.findings, *found], key=lambda f: -f.impact)
-        return replace(analysis, findings=tuple(merged)), section
+        verdict = analysis.verdict
+        if found:  # the verdict rests on the main rank's samples; a DIST finding leads it
+            from gpudiag.analyzers import verdict_of
+
+            samples = float(analysis.breakdown.samples)
+            verdict = verdict_of(
+                merged, samples, analysis.metrics.get("steps"), self.settings.thresholds
+            )
+        return replace(analysis, findings=tuple(merged), verdict=verdict), section
 
     def result_so_far(self) -> SessionResult:
         """What was collected so far, analysed (for live views; the session runs on)."""

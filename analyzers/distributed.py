@@ -11,6 +11,7 @@ wait; then the analysis says the signal is missing instead of guessing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.catalogue import severity, spec
@@ -143,11 +144,17 @@ def _dist001(culprit: RankStats, victims: list[RankStats], lost: float, th: Thre
         ),
     }.get(own, (f"profile rank {culprit.rank} alone: `gpudiag attach {culprit.pid}`",))
     speedup = 1.0 / max(0.05, 1.0 - lost)
+    # how likely the smallest gap is above the threshold, from the stack samples behind it
+    v = min(victims, key=_wait)
+    p1, p2 = _wait(v), _wait(culprit)
+    se = math.sqrt(p1 * (1 - p1) / max(1, v.samples) + p2 * (1 - p2) / max(1, culprit.samples))
+    z = (p1 - p2 - th.dist_straggler_gap) / max(se, 1e-6)
+    confidence = 0.5 * (1 + math.erf(z / math.sqrt(2)))
     return Finding(
         id="DIST001",
         title=spec("DIST001").title,
         severity=severity("DIST001", lost, th),
-        confidence=min(1.0, 0.5 + min(culprit.samples, *(v.samples for v in victims)) / 400),
+        confidence=confidence,
         impact=min(1.0, lost),
         message=msg,
         evidence=(

@@ -1,0 +1,90 @@
+"""End to end: `gpudiag run -- torchrun --nproc-per-node 2` on a tiny gloo job with a planted
+straggler, a planted hang, or nothing wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudiag.agent.report import load_report
+from tests.conftest import WORKLOADS, gpudiag
+
+pytest.importorskip("torch")
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+JOB = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOADS / "dist_train.py")]
+# enough stack samples of each rank's loop in a short job on a shared 2-core machine
+SAMPLING = ["--cpu-budget", "0", "--rate", "50", "--window", "2"]
+
+
+def run_job(tmp_path: Path, env: dict[str, str], seconds: str = "10") -> dict:
+    out = tmp_path / "r.json"
+    res = gpudiag(
+        "run", *SAMPLING, "--out", str(out), "--", *JOB, "--seconds", seconds,
+        env={**os.environ, **env}, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return load_report(str(out))
+
+
+def why(doc: dict) -> str:
+    keep = ("ranks", "distributed", "errors", "probes")
+    return json.dumps({k: doc.get(k) for k in keep} | {"findings": doc["findings"]}, indent=1)
+
+
+def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
+    doc = run_job(tmp_path, {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"})
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    assert all(r["world_size"] == 2 and r["pid"] for r in doc["ranks"])
+    dist = [f for f in doc["findings"] if f["id"] == "DIST001"]
+    assert dist, why(doc)
+    assert "rank 1 on" in dist[0]["message"] and "DataLoader" in dist[0]["message"]
+    assert doc["distributed"]["straggler"]["straggler"] == 1
+    r0, r1 = doc["ranks"]
+    assert r0["breakdown"]["collectives"] > r1["breakdown"]["collectives"]
+    assert r1["breakdown"]["data"] > 0.3
+    assert r0["collective_share_hooks"] > 0.3  # the in-process hooks saw the wait too
+    text = gpudiag("report", str(tmp_path / "r.json")).stdout
+    assert "<- straggler" in text and "Ranks (2)" in text
+
+
+def test_balanced_job_has_no_distributed_warning(tmp_path):
+    doc = run_job(tmp_path, {})
+    assert len(doc["ranks"]) == 2, why(doc)
+    serious = [f["id"] for f in doc["findings"] if f["id"].startswith("DIST")]
+    assert serious == [], why(doc)
+    assert all(r["steps"] and r["steps"] > 10 for r in doc["ranks"]), why(doc)
+
+
+def test_hang_report_is_written_while_hung_and_names_the_rank(tmp_path):
+    out = tmp_path / "hang.json"
+    env = {**os.environ, "GPUDIAG_TEST_HANG_RANK": "1", "GPUDIAG_TEST_HANG_STEP": "15"}
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", *SAMPLING, "--set",
+           "dist_hang_s=4", "--out", str(out), "--", *JOB, "--seconds", "100"]  # fmt: skip
+    p = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.5)
+        assert out.exists(), "no report while the job hung"
+        assert p.poll() is None  # the job is still hung when the report is there
+        doc = load_report(str(out))
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    hang = [f for f in doc["findings"] if f["id"] == "DIST002"]
+    assert hang, why(doc)
+    msg = hang[0]["message"]
+    assert "Rank(s) 0 wait in all_reduce" in msg and "rank 1 is not in it" in msg, msg
+    assert "wait_for_signal_file" in msg
+    stacks = doc["distributed"]["hang"]["stacks"]
+    assert any("all_reduce" in f for f in stacks["0"])
+    assert any("wait_for_signal_file" in f for f in stacks["1"])
