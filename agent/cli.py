@@ -86,6 +86,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """One job report from per-host reports; printed, and written with --out."""
+    from gpudiag.agent.merge import merge_reports
+
+    settings = load_settings(args.config, args.overrides)
+    if args.out:
+        check_writable(args.out)
+    doc = merge_reports(list(args.reports), settings.thresholds)
+    print_summary(doc, args.format)
+    if args.out:
+        path = write_report(doc, args.out)
+        note = sys.stdout if args.format == "text" else sys.stderr
+        print(f"Job report written to {path}", file=note)
+    else:
+        validate(doc)
+    return EXIT_OK
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Analyse a recording and print (and optionally write) the report."""
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
@@ -169,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             "attach": cmd_attach,
             "report": cmd_report,
             "replay": cmd_replay,
+            "merge": cmd_merge,
             "thresholds": cmd_thresholds,
             "top": cmd_top,
             "gate": cmd_gate,

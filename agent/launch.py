@@ -28,6 +28,7 @@ class Job:
     ) -> Session:
         """A session on the job's Python process (`target`, else found), with the hooks."""
         from gpudiag.agent.ranks import is_launcher, primary_of, setup_ranks, wait_for_ranks
+        from gpudiag.probes.ranks import rank_process
 
         ranks = []
         if target is None:
@@ -41,6 +42,9 @@ class Job:
         )
         if self.hooks is not None:
             session.statuses[self.hooks.name] = ProbeStatus(self.hooks.name, True)
+        if not ranks:  # one rank of a job started per rank (srun, a per-host script)
+            me = rank_process(target)
+            ranks = [me] if me is not None else []
         if ranks:
             setup_ranks(session, ranks, self.popen.pid)
         return session

@@ -334,7 +334,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to profile (default: 15)",
     )
     p.add_argument("--out", metavar="FILE", help="report file (default: ./gpudiag-demo.json)")
+    _merge_parser(sub)
     return parser
+
+
+def _merge_parser(sub) -> None:
+    """`gpudiag merge A.json B.json ... --out JOB.json`: one job report from per-host ones."""
+    p = sub.add_parser(
+        "merge",
+        help="one job report from the reports of its hosts (or ranks)",
+        description="Merge the reports each host's gpudiag wrote for its ranks into one "
+        "job report: every rank in one view, the straggler analysis across hosts, the "
+        "hosts' clocks aligned on the steps.",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT.json", help="per-host reports")
+    p.add_argument("--out", metavar="FILE", help="write the job report here")
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="summary on stdout (default: text)",
+    )
+    p.add_argument("--config", metavar="FILE", help="thresholds from this TOML file")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one threshold (repeatable)",
+    )
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

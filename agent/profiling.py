@@ -204,7 +204,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
         opts,
         probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
     )
-    if len(ranks) > 1:
+    if ranks:
         setup_ranks(session, ranks, root)
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0

@@ -182,6 +182,8 @@ class RankSet:
         for s in stats:
             d = self.ranks[s.rank].to_dict()
             d["gpu"] = s.gpu
+            roll = self.timelines[s.rank].rollup("hooks", "step_time_s", kind="step")
+            d["last_step_t"] = roll.last_ns / 1e9 if roll and roll.last_ns else None
             d.update(
                 {
                     "steps": s.steps,
