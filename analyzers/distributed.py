@@ -85,27 +85,55 @@ def straggler(ranks: list[RankStats], th: Thresholds) -> tuple[list[Finding], di
     victims = [r for r in known if r is not culprit]
     gaps = [_wait(v) - _wait(culprit) for v in victims]
     lost = sum(gaps) / len(gaps)
-    if min(gaps) >= th.dist_straggler_gap:
+    hidden = _hidden_wait(known, th)
+    if min(gaps) >= th.dist_straggler_gap and (hidden is None or hidden[1] <= lost):
         return [_dist001(culprit, victims, lost, th)], {
             "decided": True,
             "straggler": culprit.rank,
+        }
+    if hidden is not None:  # a larger wait hidden under backward (DDP) than in collectives
+        culprit, lost = hidden
+        victims = [r for r in known if r is not culprit]
+        return [_dist001(culprit, victims, lost, th, hidden=True)], {
+            "decided": True,
+            "straggler": culprit.rank,
+            "basis": "the others' wait hidden under backward (DDP): inferred from shares",
         }
     times = [r.step_time_s for r in known if r.step_time_s]
     out: list[Finding] = []
     if min(_wait(r) for r in known) >= th.dist_comm_warn:
         out.append(_dist003(known, th))
     spread = [r.parts.get("compute", 0.0) for r in known]
-    if not any(_wait(r) > 0 for r in known) and max(spread) - min(spread) >= th.dist_straggler_gap:
+    if max(spread) - min(spread) >= th.dist_straggler_gap:
         return out, {
             "decided": False,
-            "reason": "no rank's stacks show time inside collectives, yet the ranks' "
-            "compute shares differ: with DDP the all-reduce wait is hidden under "
-            "backward (C++), so the straggler cannot be told from its victims here",
+            "reason": "the ranks wait about as long in collectives, yet their compute shares "
+            "differ: with DDP the all-reduce wait is hidden under backward (C++), so a rank "
+            "slow in its own backward cannot be told from its victims by the stacks; "
+            "compare the ranks' GPUs (throttling, other processes)",
         }
     reason = "every rank waits about as long in collectives: no straggler"
     if times and max(times) > 0:
         reason += f" (step time {min(times) * 1e3:.0f}-{max(times) * 1e3:.0f} ms)"
     return out, {"decided": True, "straggler": None, "reason": reason}
+
+
+def _hidden_wait(ranks: list[RankStats], th: Thresholds) -> tuple[RankStats, float] | None:
+    """DDP: the victims' wait is inside their backward. A rank that spends a share of its
+    step outside compute (its data, copies, checkpoint) that the others spend in compute
+    instead is the straggler; the others' extra compute share is what they lose."""
+    best: tuple[RankStats, float] | None = None
+    for c in ranks:
+        others = [r for r in ranks if r is not c]
+        deficit = min(r.parts.get("compute", 0.0) for r in others) - c.parts.get("compute", 0.0)
+        excess = max(
+            c.parts.get(p, 0.0) - max(r.parts.get(p, 0.0) for r in others)
+            for p in ("data", "copies", "checkpoint")
+        )
+        lost = min(deficit, excess)
+        if lost >= th.dist_straggler_gap and (best is None or lost > best[1]):
+            best = (c, lost)
+    return best
 
 
 def _label(r: RankStats) -> str:
@@ -114,22 +142,40 @@ def _label(r: RankStats) -> str:
     return f"rank {r.rank}{where}{gpu}"
 
 
-def _dist001(culprit: RankStats, victims: list[RankStats], lost: float, th: Thresholds) -> Finding:
+def _dist001(
+    culprit: RankStats,
+    victims: list[RankStats],
+    lost: float,
+    th: Thresholds,
+    hidden: bool = False,
+) -> Finding:
     mean = {
         p: sum(v.parts.get(p, 0.0) for v in victims) / len(victims)
         for p in RANK_PARTS
         if p != "collectives"
     }
-    excess = {p: culprit.parts.get(p, 0.0) - m for p, m in mean.items()}
+    excess = {
+        p: culprit.parts.get(p, 0.0) - m for p, m in mean.items() if not (hidden and p == "compute")
+    }
     own, extra = max(excess.items(), key=lambda kv: kv[1])
     cause = CAUSES[own] if extra > 0 else "its own cause is not visible in its stacks"
     names = ", ".join(str(v.rank) for v in victims)
     step = culprit.step_time_s
     per_step = f" ({lost * step * 1e3:.0f} ms of every {step * 1e3:.0f} ms step)" if step else ""
+    if hidden:
+        where = (
+            f"rank(s) {names} wait for it: their compute share is {lost:.0%} of the step "
+            f"larger than its own{per_step}, the wait DDP's all-reduce hides under backward "
+            "(inferred: no stack shows the collective)"
+        )
+    else:
+        where = (
+            f"rank(s) {names} wait for it inside collectives {lost:.0%} of their step more "
+            f"than it does{per_step}; it waits in collectives only {_wait(culprit):.0%} of "
+            "its step"
+        )
     msg = (
-        f"{_label(culprit)} is the straggler: rank(s) {names} wait for it inside collectives "
-        f"{lost:.0%} of their step more than it does{per_step}; it waits in collectives only "
-        f"{_wait(culprit):.0%} of its step. Its own cause: {cause} "
+        f"{_label(culprit)} is the straggler: {where}. Its own cause: {cause} "
         f"({own} {culprit.parts.get(own, 0.0):.0%} of its step vs {mean[own]:.0%} on the others)."
     )
     actions = {
@@ -148,6 +194,8 @@ def _dist001(culprit: RankStats, victims: list[RankStats], lost: float, th: Thre
     v = min(victims, key=_wait)
     p1, p2 = _wait(v), _wait(culprit)
     se = math.sqrt(p1 * (1 - p1) / max(1, v.samples) + p2 * (1 - p2) / max(1, culprit.samples))
+    if hidden:
+        p1, p2 = lost, 0.0
     z = (p1 - p2 - th.dist_straggler_gap) / max(se, 1e-6)
     confidence = 0.5 * (1 + math.erf(z / math.sqrt(2)))
     return Finding(

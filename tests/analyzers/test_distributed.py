@@ -56,9 +56,28 @@ def test_too_few_samples_says_it_cannot_decide():
     assert "dist_min_rank_samples" in decision["reason"]
 
 
-def test_hidden_ddp_wait_is_said_not_guessed():
-    # DDP: the all-reduce wait is inside backward (C++), no stack shows a collective
-    ranks = [rank(0, compute=0.9), rank(1, compute=0.4, data=0.5)]
+def test_ddp_loader_straggler_is_found_from_the_wait_hidden_in_backward():
+    # DDP: the all-reduce wait is inside backward (C++), no stack shows a collective; the
+    # victim's compute holds the time the culprit spends on its data
+    ranks = [rank(0, compute=0.95, collectives=0.02), rank(1, compute=0.25, data=0.65)]
+    found, decision = straggler(ranks, TH)
+    assert [f.id for f in found] == ["DIST001"] and decision["straggler"] == 1
+    assert "hides under backward" in found[0].message and "DataLoader" in found[0].message
+
+
+def test_ddp_hidden_wait_outweighs_a_small_visible_collective():
+    # the culprit waits a little in an end-of-step broadcast; the big wait is hidden
+    ranks = [
+        rank(0, compute=0.9, collectives=0.005),
+        rank(1, compute=0.2, data=0.65, collectives=0.12),
+    ]
+    found, decision = straggler(ranks, TH)
+    assert decision["straggler"] == 1 and "DataLoader" in found[0].message
+
+
+def test_ddp_rank_slow_in_backward_is_said_not_guessed():
+    # a rank slow in its own backward makes every rank's backward long: no verdict
+    ranks = [rank(0, compute=0.95, collectives=0.02), rank(1, compute=0.7, other=0.25)]
     found, decision = straggler(ranks, TH)
     assert found == [] and not decision["decided"]
     assert "DDP" in decision["reason"]
