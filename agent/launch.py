@@ -60,6 +60,10 @@ def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) ->
             env = injection_env(dict(os.environ), hooks.path or "")
         else:
             hooks = None
+    from gpudiag.agent.ranks import flight_recorder_env, is_launcher
+
+    if is_launcher(command):  # NCCL's flight recorder: collective sequence numbers per rank
+        env = flight_recorder_env(env if env is not None else dict(os.environ))
     try:
         popen = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:

@@ -18,7 +18,7 @@ from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample, Target
 from gpudiag.probes.inprocess import HookProbe
-from gpudiag.probes.ranks import RankInfo, find_ranks
+from gpudiag.probes.ranks import RankInfo, find_ranks, read_environ
 from gpudiag.probes.stack_dump import dump_main_stack
 from gpudiag.probes.stacks import StackProbe
 
@@ -27,6 +27,32 @@ LAUNCHER_RE = re.compile(
     r"^torch\.distributed\.(run|launch)$"
 )
 DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns after set-up)
+
+
+FLIGHT_RECORDER = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+
+
+def flight_recorder_env(env: dict[str, str]) -> dict[str, str]:
+    """The job's environment with PyTorch's NCCL flight recorder on (each rank keeps its last
+    2000 collectives with sequence numbers and states; dumped on a watchdog timeout), unless
+    the user set it; NCCL-less jobs ignore it."""
+    out = dict(env)
+    for k, v in FLIGHT_RECORDER.items():
+        out.setdefault(k, v)
+    return out
+
+
+def flight_recorder_note(pid: int) -> str:
+    """Whether a rank runs with the NCCL flight recorder, in words for the report."""
+    env = read_environ(pid) or {}
+    size = env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "")
+    if size.isdigit() and int(size) > 0:
+        return f"NCCL flight recorder on (TORCH_NCCL_TRACE_BUFFER_SIZE={size}) for NCCL jobs"
+    return (
+        "NCCL flight recorder off (TORCH_NCCL_TRACE_BUFFER_SIZE unset or 0): for NCCL jobs "
+        "the collectives' sequence numbers come only from gpudiag's hooks; start the job "
+        "with `gpudiag run` or set TORCH_NCCL_TRACE_BUFFER_SIZE=2000"
+    )
 
 
 def is_launcher(command: list[str]) -> bool:
@@ -90,6 +116,7 @@ class RankSet:
         self.root_pid = primary.pid
         for r in ranks:
             self.add(r)
+        self.recorder_note = flight_recorder_note(primary.pid)  # read while it runs
 
     # ---- membership ---------------------------------------------------------------------
     def add(self, info: RankInfo) -> bool:
@@ -194,7 +221,8 @@ class RankSet:
                 }
             )
             ranks.append(d)
-        dist = {"straggler": decision, "hang": self.hang, "notes": list(self.notes)}
+        notes = [self.recorder_note, *self.notes]
+        dist = {"straggler": decision, "hang": self.hang, "notes": notes}
         return findings, {"ranks": ranks, "distributed": dist}
 
     # ---- the watcher --------------------------------------------------------------------

@@ -50,6 +50,7 @@ def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
     assert r0["breakdown"]["collectives"] > r1["breakdown"]["collectives"]
     assert r1["breakdown"]["data"] > 0.3
     assert r0["collective_share_hooks"] > 0.3  # the in-process hooks saw the wait too
+    assert any("flight recorder on" in n for n in doc["distributed"]["notes"])
     text = gpudiag("report", str(tmp_path / "r.json")).stdout
     assert "<- straggler" in text and "Ranks (2)" in text
 
@@ -88,3 +89,42 @@ def test_hang_report_is_written_while_hung_and_names_the_rank(tmp_path):
     stacks = doc["distributed"]["hang"]["stacks"]
     assert any("all_reduce" in f for f in stacks["0"])
     assert any("wait_for_signal_file" in f for f in stacks["1"])
+
+
+@pytest.mark.slow
+def test_ddp_straggler_is_found_though_its_wait_hides_under_backward(tmp_path):
+    doc = run_job(tmp_path, {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"})
+    assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
+
+
+def test_attach_to_one_rank_profiles_every_rank(tmp_path):
+    from gpudiag.probes.ranks import find_ranks
+
+    job = subprocess.Popen(
+        [*JOB, "--seconds", "40"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        ranks: list = []
+        deadline = time.monotonic() + 60
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ranks = find_ranks(job.pid)
+        assert len(ranks) == 2
+        time.sleep(3)  # past the imports
+        out = tmp_path / "a.json"
+        res = gpudiag(
+            "attach", str(ranks[1].pid), *SAMPLING, "--duration", "8", "--out", str(out),
+            timeout=120,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        doc = load_report(str(out))
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    assert {r["pid"] for r in doc["ranks"]} == {r.pid for r in ranks}
+    assert all(r["stack_samples"] > 0 for r in doc["ranks"]), why(doc)
+    assert doc["run"]["pid"] == ranks[1].pid  # the rank the user named leads the report

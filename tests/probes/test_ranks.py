@@ -75,3 +75,18 @@ def test_attach_to_one_rank_finds_the_others(launcher):
     finally:
         lone.kill()
         lone.wait()
+
+
+def test_flight_recorder_is_switched_on_unless_the_user_chose():
+    from gpudiag.agent.ranks import flight_recorder_env, is_launcher
+
+    env = flight_recorder_env({"PATH": "/bin"})
+    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert (
+        flight_recorder_env({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})["TORCH_NCCL_TRACE_BUFFER_SIZE"]
+        == "0"
+    )
+    assert is_launcher(["/venv/bin/torchrun", "--nproc-per-node", "2", "t.py"])
+    assert is_launcher(["python", "-m", "torch.distributed.run", "t.py"])
+    assert is_launcher(["accelerate", "launch", "t.py"])
+    assert not is_launcher(["python", "train.py"])
