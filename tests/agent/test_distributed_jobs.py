@@ -128,3 +128,19 @@ def test_attach_to_one_rank_profiles_every_rank(tmp_path):
     assert {r["pid"] for r in doc["ranks"]} == {r.pid for r in ranks}
     assert all(r["stack_samples"] > 0 for r in doc["ranks"]), why(doc)
     assert doc["run"]["pid"] == ranks[1].pid  # the rank the user named leads the report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workload,lib", [("dist_lightning.py", "lightning"), ("dist_accelerate.py", "accelerate")]
+)
+def test_lightning_ddp_and_accelerate_straggler_under_torchrun(tmp_path, workload, lib):
+    pytest.importorskip(lib)
+    out = tmp_path / "r.json"
+    job = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOADS / workload), "10"]
+    env = {**os.environ, "GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
+    res = gpudiag("run", *SAMPLING, "--out", str(out), "--", *job, env=env, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = load_report(str(out))
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
