@@ -117,6 +117,8 @@ class RankSet:
         for r in ranks:
             self.add(r)
         self.recorder_note = flight_recorder_note(primary.pid)  # read while it runs
+        if hooks is not None:
+            hooks.labels.enabled = True
 
     # ---- membership ---------------------------------------------------------------------
     def add(self, info: RankInfo) -> bool:
@@ -142,10 +144,13 @@ class RankSet:
         )
 
     # ---- samples ------------------------------------------------------------------------
-    def route(self, samples: list[Sample]) -> list[Sample]:
-        """Put each rank's samples into its timeline (rank label dropped); return those of
-        the main timeline: unlabelled ones and the primary rank's."""
+    def route(self, samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+        """Put each rank's samples into its timeline (rank label dropped). Returns the main
+        timeline's samples (unlabelled ones and the primary rank's, unlabelled) and the other
+        ranks' (labelled): a recording holds both, and a replay that leaves the labelled ones
+        out rebuilds the main timeline exactly."""
         main: list[Sample] = []
+        others: list[Sample] = []
         per: dict[int, list[Sample]] = {}
         primary = self.primary.rank
         for s in samples:
@@ -161,12 +166,14 @@ class RankSet:
             rank = int(lab) if lab.isdigit() else -1
             if rank == primary:
                 main.append(bare)
+            else:
+                others.append(s)
             per.setdefault(rank, []).append(bare)
         for rank, items in per.items():
             tl = self.timelines.get(rank)
             if tl is not None:
                 tl.extend(items)
-        return main
+        return main, others
 
     # ---- analysis -----------------------------------------------------------------------
     def stats(self, th: Thresholds, rules=()) -> list[RankStats]:

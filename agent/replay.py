@@ -16,7 +16,9 @@ def replay_report(path: str, settings: Settings) -> dict:
     """The report of the recording at `path`, analysed with `settings`."""
     rec = open_recording(path)
     tl = Timeline()
-    tl.extend(rec.samples())  # a stream: the file is never held in memory
+    # a stream: the file is never held in memory; other ranks' samples (label `rank`) are
+    # not the main timeline's
+    tl.extend(s for s in rec.samples() if "rank" not in s.labels)
     analysis = analyze(
         tl, settings.thresholds, settings.rules, settings.price, settings.price_table
     )

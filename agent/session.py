@@ -129,7 +129,12 @@ class Session:
         if not samples or self.paused:
             return
         with self._lock:  # the recording keeps the order the timeline saw
-            self.timeline.extend(samples if self.ranks is None else self.ranks.route(samples))
+            if self.ranks is not None:  # a multi-rank job: each rank's own timeline too
+                main, others = self.ranks.route(samples)
+                samples = main + others
+            else:
+                main = samples
+            self.timeline.extend(main)
             if self.sink is not None:
                 self.sink(samples)
 

@@ -92,14 +92,17 @@ class RankLabels:
         self.states: dict[int, CollectiveState] = {}  # by rank
         self.last_step: dict[int, float] = {}  # rank -> monotonic time of its last step
         self.steps: dict[int, int] = {}
+        self.enabled = False  # label only when the session follows ranks (agent.ranks)
 
     def tag(self, msg: dict, samples: list[Sample]) -> list[Sample]:
         """The samples of one datagram, labelled with the sender's rank when it is known."""
         pid = msg.get("pid")
-        _, state = (None, None)
+        state = None
         if "dist" in msg:
             extra, state = parse_dist(msg)
             samples = samples + extra
+        if not self.enabled:
+            return samples
         with self.lock:
             if state is not None and state.rank is not None and isinstance(pid, int):
                 self.ranks.setdefault(pid, state.rank)

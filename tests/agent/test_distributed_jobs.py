@@ -23,10 +23,10 @@ JOB = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOADS / "dist_
 SAMPLING = ["--cpu-budget", "0", "--rate", "50", "--window", "2"]
 
 
-def run_job(tmp_path: Path, env: dict[str, str], seconds: str = "10") -> dict:
+def run_job(tmp_path: Path, env: dict[str, str], seconds: str = "10", *extra: str) -> dict:
     out = tmp_path / "r.json"
     res = gpudiag(
-        "run", *SAMPLING, "--out", str(out), "--", *JOB, "--seconds", seconds,
+        "run", *SAMPLING, *extra, "--out", str(out), "--", *JOB, "--seconds", seconds,
         env={**os.environ, **env}, timeout=180,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
@@ -39,8 +39,13 @@ def why(doc: dict) -> str:
 
 
 def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
-    doc = run_job(tmp_path, {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"})
+    rec = str(tmp_path / "rec.jsonl.gz")
+    env = {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
+    doc = run_job(tmp_path, env, "10", "--record", rec)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    # the recording holds every rank; its replay rebuilds the main rank's view exactly
+    replay = json.loads(gpudiag("replay", rec, "--format", "json").stdout)
+    assert replay["breakdown"] == doc["breakdown"]
     assert all(r["world_size"] == 2 and r["pid"] for r in doc["ranks"])
     dist = [f for f in doc["findings"] if f["id"] == "DIST001"]
     assert dist, why(doc)

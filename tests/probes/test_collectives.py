@@ -37,6 +37,7 @@ def test_datagram_gives_step_and_op_samples_with_declared_fields():
 
 def test_samples_are_labelled_by_rank_and_steps_counted():
     labels = RankLabels()
+    labels.enabled = True
     out = labels.tag(MSG, [])
     assert out and all(s.labels["rank"] == "1" for s in out)
     step_msg = {"v": 2, "pid": 4242, "width": 9, "steps": [[1.0, 0.1, 0, 1, 0, 0, 0, 0, 0]]}
@@ -47,8 +48,15 @@ def test_samples_are_labelled_by_rank_and_steps_counted():
 
 def test_unknown_process_stays_unlabelled():
     msg = {"v": 2, "pid": 7, "width": 9, "steps": [[1.0, 0.1, 0, 1, 0, 0, 0, 0, 0]]}
-    out = RankLabels().tag(msg, parse_message(msg))
+    labels = RankLabels()
+    labels.enabled = True
+    out = labels.tag(msg, parse_message(msg))
     assert out[0].labels == {"kind": "step"}
+
+
+def test_a_session_not_following_ranks_keeps_its_samples_unlabelled():
+    out = RankLabels().tag(MSG, [])  # a job that set RANK itself, profiled as one process
+    assert out and all("rank" not in s.labels for s in out)
 
 
 def test_malformed_dist_parts_are_skipped():
