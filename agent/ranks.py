@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung
+from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
 from gpudiag.analyzers.distributed import RankStats, rank_parts, straggler
 from gpudiag.analyzers.results import Finding
 from gpudiag.analyzers.thresholds import Thresholds
@@ -113,6 +113,7 @@ class RankSet:
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
         self.add_probe: Callable[[RankInfo], None] = lambda info: None
+        self._recheck_at = 0.0
         self.root_pid = primary.pid
         for r in ranks:
             self.add(r)
@@ -229,6 +230,11 @@ class RankSet:
             )
             ranks.append(d)
         notes = [self.recorder_note, *self.notes]
+        if self.hooks is None or not self.hooks.labels.steps:
+            notes.append(
+                "hangs (DIST002) not watched: no step events from the ranks' in-process hooks "
+                "(`gpudiag run` injects them; a job profiled with attach needs instrument())"
+            )
         dist = {"straggler": decision, "hang": self.hang, "notes": notes}
         return findings, {"ranks": ranks, "distributed": dist}
 
@@ -298,6 +304,8 @@ class RankSet:
             return
         if self.hang is not None and self.hang.get("ongoing"):
             return
+        if time.monotonic() < self._recheck_at:
+            return
         dumped = []
         stacks: dict[str, list[str]] = {}
         errors: dict[str, str] = {}
@@ -307,6 +315,17 @@ class RankSet:
                 errors[str(r.rank)] = err
             stacks[str(r.rank)] = list(frames)
             dumped.append(replace(r, stack=frames))
+        if not any(r.inside_op or stack_collective(r.stack) for r in dumped):
+            # a long evaluation or save looks the same: a hang needs a rank left waiting
+            # in a collective; look again after another dist_hang_s
+            self._recheck_at = time.monotonic() + th.dist_hang_s
+            note = (
+                f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
+                "not reported as a hang (an evaluation or a long save looks the same)"
+            )
+            if note not in self.notes[-1:]:
+                self.notes.append(note)
+            return
         self.hang_finding = hang_finding(dumped, quiet, th)
         self.hang = {
             "ongoing": True,
