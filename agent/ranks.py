@@ -60,13 +60,26 @@ def is_launcher(command: list[str]) -> bool:
     return any(LAUNCHER_RE.search(a) for a in command[:4])
 
 
-def wait_for_ranks(root_pid: int, alive: Callable[[], bool], timeout_s: float = 30.0) -> list:
-    """The ranks below a launcher, once some have started and their count held for 1 s."""
-    deadline = time.monotonic() + timeout_s
+def wait_for_ranks(
+    root_pid: int, alive: Callable[[], bool], timeout_s: float = 30.0, plain_s: float = 5.0
+) -> list:
+    """The ranks below a launcher, once some have started and their count held for 1 s; []
+    when the launcher ran a plain (rank-less) Python child for `plain_s` (one process)."""
+    import psutil
+
+    start = time.monotonic()
+    deadline = start + timeout_s
     found: list[RankInfo] = []
     stable_since = time.monotonic()
     while time.monotonic() < deadline and alive():
         now = find_ranks(root_pid)
+        if not now and time.monotonic() - start >= plain_s:
+            try:
+                kids = [k.name() for k in psutil.Process(root_pid).children(recursive=True)]
+            except psutil.Error:
+                kids = []
+            if any(name.startswith("python") for name in kids):
+                return []
         if [r.pid for r in now] != [r.pid for r in found]:
             found, stable_since = now, time.monotonic()
         want = found[0].world_size if found else None

@@ -90,3 +90,21 @@ def test_flight_recorder_is_switched_on_unless_the_user_chose():
     assert is_launcher(["python", "-m", "torch.distributed.run", "t.py"])
     assert is_launcher(["accelerate", "launch", "t.py"])
     assert not is_launcher(["python", "train.py"])
+
+
+def test_a_launcher_running_one_plain_process_is_not_waited_for_long():
+    from gpudiag.agent.ranks import wait_for_ranks
+
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+         "'import time; time.sleep(30)'])"]
+    )  # fmt: skip
+    try:
+        t0 = time.monotonic()
+        assert wait_for_ranks(p.pid, lambda: p.poll() is None, timeout_s=25, plain_s=1) == []
+        assert time.monotonic() - t0 < 20
+    finally:
+        for kid in psutil.Process(p.pid).children(recursive=True):
+            kid.kill()
+        p.kill()
+        p.wait()
