@@ -5,9 +5,10 @@ line, when the session ended cleanly, is a footer with the probes' status, the e
 the run ended. A recording cut short (agent killed) still replays.
 
 Two layouts. `windows` (the default, version 2) holds the live timeline's segments, one per
-line, each written once it is complete (at least every 30 s): its size and replay time grow
-with the number of segments, which the timeline bounds by doubling their length as the run
-grows, so a day replays in seconds and the analysis is the live run's. `samples` (version 1)
+line, each written once it is complete (and everything at least every 2 minutes): its size
+and replay time grow with the number of segments, which the timeline bounds by doubling
+their length as the run grows, so a day replays in seconds and the analysis is the live
+run's. `samples` (version 1)
 holds every sample, one per line: for probe bug reports; it grows with the run.
 
 Size is bounded by rotation: when the file passes half of `max_bytes` (compressed), it is
@@ -191,7 +192,7 @@ class Recording:
                 current = path
             try:
                 origin, start, width = (int(x) for x in obj["segment"])
-                agg = decoder.decode(obj, tl.caps)
+                agg = decoder.decode(obj, tl.caps, start)
             except (KeyError, TypeError, ValueError, IndexError):
                 raise UsageError(f"{path}: line {n} is not a timeline window") from None
             if width <= 0:

@@ -19,7 +19,7 @@ from gpudiag.probes.base import Sample
 BASE_NS = 1_000_000_000
 MAX_SEGMENTS = 512  # the live timeline's default
 LAG_NS = 5_000_000_000  # a segment is complete this long after its end (py-spy windows lag)
-FLUSH_NS = 30_000_000_000  # at least this often (in sample time) everything is written
+FLUSH_NS = 120_000_000_000  # at least this often (in sample time) everything is written
 
 
 class SegmentBuffer:
@@ -69,6 +69,6 @@ class SegmentBuffer:
     def _take(self, done: Callable[[int], bool]) -> list[dict]:
         tl = self._tl
         return [
-            {"segment": [tl.origin_ns, start, end - start], **self.encoder.encode(seg)}
+            {"segment": [tl.origin_ns, start, end - start], **self.encoder.encode(seg, start)}
             for start, end, seg in tl.take(done)
         ]

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from gpudiag.analyzers.timeline import Aggregate, Rollup, ThreadKey, WindowTotals
 
+MAX_TABLE = 100_000  # entries; past this the table starts again (a row says so)
+
 
 class Encoder:
     """Turns aggregates into rows, numbering keys and strings once per file."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_table: int = MAX_TABLE) -> None:
         self._ids: dict[tuple, int] = {}
         self._new: list[list] = []
+        self._max = max_table
 
     def reset(self) -> None:
         """Forget the table (a new file starts: it must define its keys again)."""
@@ -31,8 +34,12 @@ class Encoder:
             self._new.append(_entry_json(entry))
         return got
 
-    def encode(self, agg: Aggregate) -> dict:
-        """The JSON-ready form of one aggregate (with the table entries it introduced)."""
+    def encode(self, agg: Aggregate, base_ns: int = 0) -> dict:
+        """The JSON-ready form of one aggregate (with the table entries it introduced); its
+        times are written relative to `base_ns` (shorter numbers)."""
+        restart = len(self._ids) > self._max  # a run whose stacks keep changing: stay bounded
+        if restart:
+            self.reset()
         series = []
         for (probe, name, labels), r in agg.series.items():
             if not r.count:
@@ -40,7 +47,8 @@ class Encoder:
             kid = self._id(("k", probe, name, labels))
             buckets = [x for b, n in r.buckets.items() for x in (b, n)] if r.buckets else None
             series.append(
-                [kid, r.count, r.total, r.minimum, r.maximum, r.last, r.first_ns, r.last_ns]
+                [kid, r.count, r.total, r.minimum, r.maximum, r.last, _rel(r.first_ns, base_ns)]
+                + [_rel(r.last_ns, base_ns)]
                 + ([buckets] if r.buckets is not None else [])
             )
         stacks = []
@@ -55,7 +63,7 @@ class Encoder:
             for (tid, thread, anchor), (ep, count) in agg.episodes.items()
         ]
         row = {
-            "span": [agg.start_ns, agg.end_ns],
+            "span": [_rel(agg.start_ns, base_ns), _rel(agg.end_ns, base_ns)],
             "series": series,
             "stacks": stacks,
             "episodes": episodes,
@@ -67,8 +75,18 @@ class Encoder:
             "dropped": agg.dropped,
             "new": self._new[:],
         }
+        if restart:
+            row["restart"] = True
         self._new.clear()
         return row
+
+
+def _rel(t: int | None, base: int) -> int | None:
+    return None if t is None else t - base
+
+
+def _abs(t, base: int) -> int | None:
+    return None if t is None else int(t) + base
 
 
 def _entry_json(entry: tuple) -> list:
@@ -100,18 +118,29 @@ class Decoder:
             else:
                 raise ValueError(f"unknown table entry {tag!r}")
 
-    def decode(self, row: dict, caps: tuple[int, int, int] = (4000, 256, 4000)) -> Aggregate:
-        """The aggregate of one row (ValueError, KeyError, TypeError or IndexError when the
-        row is malformed)."""
+    def decode(
+        self, row: dict, caps: tuple[int, int, int] = (4000, 256, 4000), base_ns: int = 0
+    ) -> Aggregate:
+        """The aggregate of one row, its times relative to `base_ns` (ValueError, KeyError,
+        TypeError or IndexError when the row is malformed)."""
+        if row.get("restart"):
+            self.reset()
         self._learn(row.get("new") or [])
         t = self._table
         agg = Aggregate(*caps)
         start, end = row["span"]
-        agg.start_ns = None if start is None else int(start)
-        agg.end_ns = None if end is None else int(end)
+        agg.start_ns, agg.end_ns = _abs(start, base_ns), _abs(end, base_ns)
         for item in row["series"]:
             kid, count, total, lo, hi, last, first_ns, last_ns = item[:8]
-            r = Rollup(int(count), float(total), float(lo), float(hi), last, first_ns, last_ns)
+            r = Rollup(
+                int(count),
+                float(total),
+                float(lo),
+                float(hi),
+                last,
+                None if first_ns is None else first_ns + base_ns,
+                None if last_ns is None else last_ns + base_ns,
+            )
             if len(item) > 8:
                 flat = item[8] or []
                 r.buckets = {int(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}

@@ -127,9 +127,13 @@ def test_a_windows_recording_cut_short_replays_what_was_written(tmp_path):
 
 def test_rotation_redefines_the_keys_in_each_file(tmp_path):
     path = tmp_path / "rot.jsonl.gz"
-    rec = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=30_000)
+    rec = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=60_000)
     for i in range(3000):
-        rec.write(_tick(i))
+        cores = [
+            Sample("host", 1_000_000_000 * i, {"cpu": str(c)}, {"core_util": (i * c % 97) / 97})
+            for c in range(32)
+        ]
+        rec.write(_tick(i) + cores)
     rec.close(FOOTER)
     assert rec.rotations >= 1
     res = gpudiag("replay", str(path), "--format", "json")
@@ -149,3 +153,17 @@ def test_a_broken_window_line_is_refused_in_one_line(tmp_path):
     res = gpudiag("replay", str(path))
     assert res.returncode == 2 and "line 2 is not a timeline window" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_the_key_table_stays_bounded_when_stacks_keep_changing():
+    from gpudiag.analyzers.segment_codec import Decoder, Encoder
+
+    enc, dec = Encoder(max_table=50), Decoder()
+    for i in range(40):
+        tl = Timeline()
+        tl.extend(_tick(3 * i))
+        tl.add(Sample("gpu", 3 * i, {"gpu": f"x{i}"}, {"util_gpu": 1.0}))  # a new key each time
+        row = json.loads(json.dumps(enc.encode(tl.whole())))
+        agg = dec.decode(row)
+        assert agg.rollup("gpu", "util_gpu", gpu=f"x{i}").count == 1
+        assert len(enc._ids) <= 60 and len(dec._table) <= 60
