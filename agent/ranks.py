@@ -160,9 +160,8 @@ class RankSet:
     # ---- samples ------------------------------------------------------------------------
     def route(self, samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
         """Put each rank's samples into its timeline (rank label dropped). Returns the main
-        timeline's samples (unlabelled ones and the primary rank's, unlabelled) and the other
-        ranks' (labelled): a recording holds both, and a replay that leaves the labelled ones
-        out rebuilds the main timeline exactly."""
+        timeline's samples (unlabelled ones and the primary rank's, unlabelled; what a
+        recording keeps) and the other ranks' (labelled)."""
         main: list[Sample] = []
         others: list[Sample] = []
         per: dict[int, list[Sample]] = {}

@@ -9,16 +9,12 @@ from gpudiag.agent.recording import open_recording
 from gpudiag.agent.report import report_of
 from gpudiag.agent.session import SessionResult
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.timeline import Timeline
 
 
 def replay_report(path: str, settings: Settings) -> dict:
     """The report of the recording at `path`, analysed with `settings`."""
     rec = open_recording(path)
-    tl = Timeline()
-    # a stream: the file is never held in memory; other ranks' samples (label `rank`) are
-    # not the main timeline's
-    tl.extend(s for s in rec.samples() if "rank" not in s.labels)
+    tl = rec.timeline()  # a stream: the file is never held in memory
     analysis = analyze(
         tl, settings.thresholds, settings.rules, settings.price, settings.price_table
     )

@@ -130,11 +130,8 @@ class Session:
             return
         with self._lock:  # the recording keeps the order the timeline saw
             if self.ranks is not None:  # a multi-rank job: each rank's own timeline too
-                main, others = self.ranks.route(samples)
-                samples = main + others
-            else:
-                main = samples
-            self.timeline.extend(main)
+                samples, _others = self.ranks.route(samples)  # a recording: the main rank
+            self.timeline.extend(samples)
             if self.sink is not None:
                 self.sink(samples)
 
