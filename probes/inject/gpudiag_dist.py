@@ -137,8 +137,10 @@ class _Dist:
 _dist: _Dist | None = None
 
 
-def _wrap(dist: _Dist, name: str, orig):
+def _wrap(dist: _Dist, name: str, orig, compiling=lambda: False):
     def collective(*args, **kwargs):
+        if compiling():  # traced by torch.compile: stay out of its graph
+            return orig(*args, **kwargs)
         dist.enter(name)
         t0 = time.perf_counter()
         try:
@@ -165,15 +167,12 @@ def install(torch, channel: str | None = None) -> bool:
     if not getattr(tdist, "is_available", lambda: False)():
         return False
     _dist = _Dist(channel or os.environ.get(CHANNEL_ENV))
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
     for name in COLLECTIVES:
         orig = getattr(tdist, name, None)
-        if (
-            orig is None
-            or getattr(orig, "__wrapped__", None) is not None
-            and hasattr(orig, "__gpudiag__")
-        ):
+        if orig is None or hasattr(orig, "__gpudiag__"):
             continue
-        wrapped = _wrap(_dist, name, orig)
+        wrapped = _wrap(_dist, name, orig, compiling)
         wrapped.__gpudiag__ = True  # type: ignore[attr-defined]
         setattr(tdist, name, wrapped)
     from torch.optim.optimizer import register_optimizer_step_post_hook
