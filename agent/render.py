@@ -254,6 +254,9 @@ def render_markdown(doc: dict) -> str:
             if s >= 0.005:
                 out.append(f"| {LABELS[c]} | {s:.1%} |")
         out.append("")
+    ranks = rank_lines(doc)
+    if ranks:  # a multi-rank job: the rows per rank (and a hang's stacks) as they print
+        out += ["```", *ranks[:-1], "```", ""]
     if doc["findings"]:
         out += [
             "| # | id | severity | finding | impact | speed-up |",

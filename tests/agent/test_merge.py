@@ -88,3 +88,12 @@ def test_bad_input_is_one_line(base, tmp_path):
     assert res.returncode == 2 and "at least two reports" in res.stderr
     res = gpudiag("merge", a, str(tmp_path / "missing.json"))
     assert res.returncode == 2 and "not found" in res.stderr
+
+
+def test_markdown_summary_has_the_rank_rows(base, tmp_path):
+    from gpudiag.agent.render import render_markdown
+
+    a = host_report(base, tmp_path, "a.json", 0, "node-a", compute=0.3, collectives=0.65)
+    doc = load_report(a)
+    md = render_markdown(doc)
+    assert "```\nRanks (1)" in md and "node-a" in md
