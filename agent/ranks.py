@@ -29,29 +29,47 @@ LAUNCHER_RE = re.compile(
 DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns after set-up)
 
 
-FLIGHT_RECORDER = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+FR_SIZE_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # new name, old name
+FR_NEW_NAME_FROM = (2, 8)  # torch releases that read TORCH_FR_BUFFER_SIZE (and warn on the old)
+
+
+def _torch_version() -> tuple[int, int] | None:
+    """The installed torch's (major, minor), from its metadata (torch is not imported)."""
+    try:
+        from importlib.metadata import version
+
+        major, minor = version("torch").split(".")[:2]
+        return int(major), int(minor)
+    except Exception:
+        return None
 
 
 def flight_recorder_env(env: dict[str, str]) -> dict[str, str]:
     """The job's environment with PyTorch's NCCL flight recorder on (each rank keeps its last
     2000 collectives with sequence numbers and states; dumped on a watchdog timeout), unless
-    the user set it; NCCL-less jobs ignore it."""
+    the user set it; NCCL-less jobs ignore it. The buffer variable's name follows the
+    installed torch: newer releases warn at every rank's start on the old one."""
     out = dict(env)
-    for k, v in FLIGHT_RECORDER.items():
-        out.setdefault(k, v)
+    if any(k in out for k in FR_SIZE_NAMES):
+        return out
+    ver = _torch_version()
+    out[FR_SIZE_NAMES[0] if ver is None or ver >= FR_NEW_NAME_FROM else FR_SIZE_NAMES[1]] = "2000"
+    out.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     return out
 
 
 def flight_recorder_note(pid: int) -> str:
     """Whether a rank runs with the NCCL flight recorder, in words for the report."""
     env = read_environ(pid) or {}
-    size = env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "")
-    if size.isdigit() and int(size) > 0:
-        return f"NCCL flight recorder on (TORCH_NCCL_TRACE_BUFFER_SIZE={size}) for NCCL jobs"
+    for name in FR_SIZE_NAMES:
+        size = env.get(name, "")
+        if size.isdigit() and int(size) > 0:
+            return f"NCCL flight recorder on ({name}={size}) for NCCL jobs"
     return (
-        "NCCL flight recorder off (TORCH_NCCL_TRACE_BUFFER_SIZE unset or 0): for NCCL jobs "
+        "NCCL flight recorder off (TORCH_FR_BUFFER_SIZE unset or 0): for NCCL jobs "
         "the collectives' sequence numbers come only from gpudiag's hooks; start the job "
-        "with `gpudiag run` or set TORCH_NCCL_TRACE_BUFFER_SIZE=2000"
+        "with `gpudiag run` or set TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE "
+        "before torch 2.8)"
     )
 
 

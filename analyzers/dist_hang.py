@@ -135,8 +135,9 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
             summary,
             (
                 "compare the ranks' stacks in the report's distributed.hang.stacks",
-                "set TORCH_NCCL_TRACE_BUFFER_SIZE=2000 and TORCH_NCCL_DUMP_ON_TIMEOUT=1 for "
-                "NCCL jobs so collectives' sequence numbers are kept",
+                "set TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE before torch 2.8) "
+                "and TORCH_NCCL_DUMP_ON_TIMEOUT=1 for NCCL jobs so collectives' sequence "
+                "numbers are kept",
             ),
         ),
         expected_speedup=1.0,

@@ -81,11 +81,11 @@ def test_flight_recorder_is_switched_on_unless_the_user_chose():
     from gpudiag.agent.ranks import flight_recorder_env, is_launcher
 
     env = flight_recorder_env({"PATH": "/bin"})
-    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
-    assert (
-        flight_recorder_env({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})["TORCH_NCCL_TRACE_BUFFER_SIZE"]
-        == "0"
-    )
+    # torch 2.13 here: the new name (the old one makes every rank warn at start)
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    mine = flight_recorder_env({"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"})
+    assert mine["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "0" and "TORCH_FR_BUFFER_SIZE" not in mine
     assert is_launcher(["/venv/bin/torchrun", "--nproc-per-node", "2", "t.py"])
     assert is_launcher(["python", "-m", "torch.distributed.run", "t.py"])
     assert is_launcher(["accelerate", "launch", "t.py"])
