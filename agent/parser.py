@@ -147,6 +147,31 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _export_options(p: argparse.ArgumentParser) -> None:
+    """--speedscope and --trace: exports other tools open, made from the report."""
+    p.add_argument(
+        "--speedscope",
+        metavar="FILE",
+        help="also write the loop thread's stacks as a speedscope profile (speedscope.app)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="also write the run's timeline (and the profiler capture) as a Chrome/Perfetto "
+        "JSON trace (ui.perfetto.dev, chrome://tracing)",
+    )
+
+
+def _capture_steps(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of steps, got {text!r}") from None
+    if not 1 <= v <= 1000:
+        raise argparse.ArgumentTypeError(f"must be 1..1000 steps, got {v}")
+    return v
+
+
 def _budget(text: str) -> float:
     try:
         value = float(text)
@@ -181,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not add the in-process hooks (exact step timing) to the job",
     )
+    p.add_argument(
+        "--capture-steps",
+        type=_capture_steps,
+        metavar="N",
+        help="switch the PyTorch profiler on inside the job for N steps (after the warm-up "
+        "steps), then off; its summary goes in the report's `capture` (needs the hooks)",
+    )
+    _export_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     p = sub.add_parser(
@@ -191,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
+    _export_options(p)
 
     p = sub.add_parser(
         "report",
@@ -200,11 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a report written by gpudiag run/attach")
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "html"),
         default="text",
         help="text (the full diagnosis with evidence), markdown (for tickets and "
-        "pull requests) or json (the report itself) (default: text)",
+        "pull requests), json (the report itself) or html (one self-contained page with "
+        "the timeline, findings and flame graph; opens offline) (default: text)",
     )
+    p.add_argument("--out", metavar="FILE", help="write the rendering to FILE, not stdout")
+    _export_options(p)
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser(
@@ -226,11 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
     _price_options(p)
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "html"),
         default="text",
-        help="summary on stdout: text, markdown or json (the whole report) (default: text)",
+        help="summary on stdout: text, markdown, json (the whole report) or html (the "
+        "self-contained page) (default: text)",
     )
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
+    _export_options(p)
 
     sub.add_parser(
         "schema",

@@ -128,7 +128,7 @@ def report_of(
     the probes described."""
     if environment is None:
         environment = describe_environment(pid, result.hardware)
-    return build_report(
+    doc = build_report(
         analysis=result.analysis,
         mode=mode,
         command=command,
@@ -144,6 +144,10 @@ def report_of(
         settings_source=settings.source,
         agent=result.agent,
     )
+    from gpudiag.agent.evidence import evidence_views
+
+    doc.update(evidence_views(result.timeline, settings.rules, result.analysis.profile.thread))
+    return doc
 
 
 def validate(doc: dict) -> None:

@@ -63,6 +63,12 @@ class HookProbe(Probe):
         Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
         Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+        Field(
+            "capture_steps",
+            "count",
+            "gauge",
+            "steps in a profiler capture (its summary is the sample's `summary` label)",
+        ),
     )
 
     def __init__(self, path: str | None = None, optional: bool = False) -> None:
@@ -195,6 +201,17 @@ def parse_message(msg: dict) -> list[Sample]:
     for site, n in (msg.get("sites") or {}).items():
         out.append(
             Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
+        )
+    cap = msg.get("capture")
+    if isinstance(cap, dict) and isinstance(cap.get("steps"), list):
+        t_cap = int(float(cap.get("t0") or t / 1e9) * 1e9)
+        out.append(
+            Sample(
+                "hooks",
+                t_cap,
+                {"kind": "capture", "summary": json.dumps(cap, separators=(",", ":"))},
+                {"capture_steps": float(len(cap["steps"]))},
+            )
         )
     mem = msg.get("mem")
     if isinstance(mem, dict) and mem:

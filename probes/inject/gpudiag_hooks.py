@@ -174,10 +174,26 @@ def _install(torch) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
+    _install_capture(torch, st)
     if torch.cuda.is_available():
         st.cuda = True
         _install_cuda(torch, st)
     atexit.register(st.flush)
+
+
+def _install_capture(torch, st: _State) -> None:
+    """`--capture-steps N`: the bounded profiler capture (gpudiag_capture.py), when asked."""
+    if not os.environ.get("GPUDIAG_CAPTURE_STEPS"):
+        return
+    try:
+        from . import gpudiag_capture
+    except ImportError:  # loaded as a top-level module by sitecustomize
+        import gpudiag_capture
+    cap = gpudiag_capture.from_env(torch, st.channel.path or attach_path(os.getpid()))
+    if cap is not None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: cap.on_step())
 
 
 def _install_cuda(torch, st: _State) -> None:
