@@ -32,7 +32,7 @@ if __name__ == "__main__":
     print(
         json.dumps(
             {
-                "step_times": [b - a for a, b in zip(ends, ends[1:])],
+                "step_times": [b - a for a, b in zip(ends[:-1], ends[1:], strict=True)],
                 "profiler_on": bool(torch.autograd._profiler_enabled()),
             }
         )
