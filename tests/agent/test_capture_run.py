@@ -1,0 +1,61 @@
+"""`gpudiag run --capture-steps N`: the capture's summary lands in the report, the HTML page
+and the Chrome trace."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpudiag.agent.html_report import render_html
+from gpudiag.agent.report import load_report
+from tests.conftest import WORKLOADS, gpudiag
+
+CHROME = json.loads(
+    (Path(__file__).parents[1] / "schemas" / "chrome-trace-event.schema.json").read_text()
+)
+
+
+def test_run_with_capture_steps_puts_the_summary_in_the_report(tmp_path):
+    pytest.importorskip("torch")
+    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    res = gpudiag(
+        "run",
+        "-q",
+        "--capture-steps",
+        "3",
+        "--out",
+        str(out),
+        "--trace",
+        str(trace),
+        "--",
+        sys.executable,
+        str(WORKLOADS / "capture_job.py"),
+        "40",
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = load_report(str(out))  # validates against the schema
+    cap = doc["capture"]
+    assert len(cap["steps"]) == 3 and cap["device"] == "cpu"
+    assert 0 <= cap["start_s_run"] <= doc["run"]["duration_s"]
+    assert "Profiler capture" in render_html(doc) and "3 steps captured on cpu" in render_html(doc)
+    t = json.loads(trace.read_text())
+    jsonschema.validate(t, CHROME)
+    steps = [e for e in t["traceEvents"] if e.get("cat") == "capture"]
+    assert [e["name"] for e in steps] == ["step 1", "step 2", "step 3"]
+    assert any(e.get("cat") == "CPU ops (loop thread)" for e in t["traceEvents"])
+
+
+def test_capture_steps_without_hooks_is_a_usage_error(tmp_path):
+    res = gpudiag("run", "--no-inject", "--capture-steps", "3", "--", sys.executable, "-c", "pass")
+    assert res.returncode == 2
+    assert "needs the in-process hooks" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_capture_steps_must_be_positive():
+    res = gpudiag("run", "--capture-steps", "0", "--", sys.executable, "-c", "pass")
+    assert res.returncode == 2 and "1..1000" in res.stderr
