@@ -247,6 +247,14 @@ class Session:
         """Ask the session to end (from another thread)."""
         self._stop.set()
 
+    def request_capture(self, steps: int = 10) -> str:
+        """Ask the job's in-process hooks for a profiler capture of `steps` steps; a line
+        saying what happens."""
+        hooks = next((p for p in self.probes if hasattr(p, "request_capture")), None)
+        if hooks is None or not hooks.request_capture(steps):
+            return "no capture: the job has no in-process hooks (gpudiag run, instrument())"
+        return f"capture of {steps} steps asked for: it lands in the report"
+
     def pause(self, paused: bool) -> None:
         """While paused, samples are not collected (the job runs on untouched)."""
         self.paused = paused

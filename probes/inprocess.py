@@ -118,6 +118,20 @@ class HookProbe(Probe):
             out += parse_message(msg)
         return out
 
+    def request_capture(self, steps: int) -> bool:
+        """Ask the job's hooks for a profiler capture of `steps` steps (they look for the
+        request every 0.5 s); False when there is no socket to put it beside."""
+        if not self.path or not 1 <= steps <= 1000:
+            return False
+        tmp = f"{self.path}.capture.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(str(int(steps)))
+            os.replace(tmp, self.path + ".capture")
+        except OSError:
+            return False
+        return True
+
     def final_status(self) -> ProbeStatus:
         """Available, and whether the job's hooks ever reported."""
         if self._sock is None and self.path is None:
@@ -149,7 +163,7 @@ class HookProbe(Probe):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for path in (self.path, self._dir):
+        for path in (self.path and self.path + ".capture", self.path, self._dir):
             if path and os.path.exists(path):
                 try:
                     (os.rmdir if os.path.isdir(path) else os.unlink)(path)

@@ -23,6 +23,9 @@ import tempfile
 import time
 
 CAPTURE_ENV = "GPUDIAG_CAPTURE_STEPS"
+REQUEST_SUFFIX = ".capture"  # the agent asks for a capture in a file beside its socket
+POLL_S = 0.5  # how often the job looks for that file (one failed open() when absent)
+MAX_STEPS = 1000
 AFTER_ENV = "GPUDIAG_CAPTURE_AFTER"
 DEFAULT_AFTER = 5
 TOP = 20
@@ -243,6 +246,47 @@ class Capture:
             return False
         finally:
             sock.close()
+
+
+class Watcher:
+    """Per optimizer step: drives the capture asked for at start (GPUDIAG_CAPTURE_STEPS) or
+    later, by the agent writing a step count to `<socket>.capture` (`gpudiag attach`, the TUI's
+    `c` key); one capture at a time."""
+
+    def __init__(self, torch, channel: str | None) -> None:
+        self.torch = torch
+        self.channel = channel
+        self.request = (channel + REQUEST_SUFFIX) if channel else None
+        self.capture = from_env(torch, channel)
+        self.next_poll = 0.0
+        self.captures: list[dict] = []
+
+    def on_step(self) -> None:
+        """Called after every optimizer step; a few hundred ns when nothing is asked for."""
+        cap = self.capture
+        if cap is not None and not cap.done:
+            cap.on_step()
+            if cap.done and cap.summary is not None:
+                self.captures.append(cap.summary)
+            return
+        if self.request is None:
+            return
+        now = time.perf_counter()
+        if now < self.next_poll:
+            return
+        self.next_poll = now + POLL_S
+        try:
+            with open(self.request) as f:
+                text = f.read(16)
+            os.unlink(self.request)
+        except OSError:
+            return
+        try:
+            n = int(text.strip())
+        except ValueError:
+            return
+        if 1 <= n <= MAX_STEPS:
+            self.capture = Capture(self.torch, self.channel, n, after=1)
 
 
 def from_env(torch, channel: str | None) -> Capture | None:

@@ -182,18 +182,16 @@ def _install(torch) -> None:
 
 
 def _install_capture(torch, st: _State) -> None:
-    """`--capture-steps N`: the bounded profiler capture (gpudiag_capture.py), when asked."""
-    if not os.environ.get("GPUDIAG_CAPTURE_STEPS"):
-        return
+    """The bounded profiler capture (gpudiag_capture.py): at start with `--capture-steps N`,
+    or when the agent asks for one later."""
     try:
         from . import gpudiag_capture
     except ImportError:  # loaded as a top-level module by sitecustomize
         import gpudiag_capture
-    cap = gpudiag_capture.from_env(torch, st.channel.path or attach_path(os.getpid()))
-    if cap is not None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+    watcher = gpudiag_capture.Watcher(torch, st.channel.path or attach_path(os.getpid()))
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(lambda opt, args, kwargs: cap.on_step())
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: watcher.on_step())
 
 
 def _install_cuda(torch, st: _State) -> None:

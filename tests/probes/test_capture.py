@@ -126,3 +126,55 @@ def test_summary_of_a_cuda_trace_sorts_copies_syncs_and_tensor_cores():
     )
     assert cap["steps"][0]["busy_s"] == pytest.approx(500 / 1e6)
     assert cap["steps"][1]["busy_s"] == pytest.approx(150 / 1e6)
+
+
+def test_a_capture_asked_for_by_the_agent_is_taken(tmp_path):
+    """`c` in the TUI / the agent's request: a file beside the socket that the hooks read."""
+    pytest.importorskip("torch")
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.inprocess import HookProbe
+
+    probe = HookProbe(path=str(tmp_path / "agent.sock"))
+    assert probe.open(Target(0)).available
+    try:
+        assert probe.request_capture(3)
+        assert (tmp_path / "agent.sock.capture").read_text() == "3"
+        res = subprocess.run(
+            [sys.executable, str(WORKLOADS / "capture_job.py"), "20"],
+            env=injection_env(dict(os.environ), probe.path),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert res.returncode == 0, res.stderr
+        samples = probe.sample()
+    finally:
+        probe.close()
+    caps = [s for s in samples if s.labels.get("kind") == "capture"]
+    assert len(caps) == 1 and caps[0].values["capture_steps"] == 3.0
+    assert not (tmp_path / "agent.sock.capture").exists()  # the job took the request
+    assert json.loads(res.stdout.strip().splitlines()[-1])["profiler_on"] is False
+
+
+def test_no_capture_without_a_request(tmp_path):
+    """The hooks alone never switch the profiler on."""
+    pytest.importorskip("torch")
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.inprocess import HookProbe
+
+    probe = HookProbe(path=str(tmp_path / "agent.sock"))
+    probe.open(Target(0))
+    try:
+        res = subprocess.run(
+            [sys.executable, str(WORKLOADS / "capture_job.py"), "10"],
+            env=injection_env(dict(os.environ), probe.path),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        samples = probe.sample()
+    finally:
+        probe.close()
+    assert res.returncode == 0, res.stderr
+    assert [s for s in samples if s.labels.get("kind") == "step"]
+    assert not [s for s in samples if s.labels.get("kind") == "capture"]
