@@ -181,6 +181,10 @@ def _capture(doc: dict) -> str:
             else ""
         )
         + ". Blue: busy, red: idle.</p>"
+        + "".join(
+            f"<p><b>{'✔' if c['confirms'] else '✘'}</b> {_e(c['statement'])}</p>"
+            for c in cap.get("checks", [])
+        )
     )
     return (
         head

@@ -144,10 +144,11 @@ def report_of(
         settings_source=settings.source,
         agent=result.agent,
     )
-    from gpudiag.agent.evidence import evidence_views
+    from gpudiag.agent.evidence import add_evidence_views
 
-    doc.update(evidence_views(result.timeline, settings.rules, result.analysis.profile.thread))
-    return doc
+    return add_evidence_views(
+        doc, result.timeline, settings.rules, result.analysis.profile.thread, settings.thresholds
+    )
 
 
 def validate(doc: dict) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from gpudiag.analyzers.catalogue import explains_gpu_idle
+from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Aggregate, Timeline
 
 MAX_ROWS = 50  # top ops, kernels, copies, syncs kept
@@ -57,3 +59,81 @@ def capture_of(tl: Timeline | Aggregate) -> dict | None:
 
 def _row_ok(r: dict) -> bool:
     return isinstance(r.get("name"), str) and _num(r.get("time_s")) is not None
+
+
+def _ev(metric: str, value: float, unit: str, **kw) -> dict:
+    return {"metric": metric, "value": round(value, 6), "unit": unit, "source": "capture", **kw}
+
+
+def capture_checks(
+    findings: list[dict], cap: dict, gpu_idle: float | None, th: Thresholds
+) -> tuple[list[dict], dict[str, list[dict]]]:
+    """What the capture says about each finding it bears on: (checks, evidence by finding
+    id). A check is {finding, confirms, statement}; only CUDA captures test GPU findings."""
+    steps = cap.get("steps") or []
+    total = sum(s["dur_s"] for s in steps)
+    if cap.get("device") != "cuda" or total <= 0:
+        return [], {}
+    idle = sum(s.get("idle_s") or 0.0 for s in steps) / total
+    checks: list[dict] = []
+    evidence: dict[str, list[dict]] = {}
+    for f in findings:
+        fid = f["id"]
+        ev: list[dict] = []
+        verdict: bool | None = None
+        why = ""
+        if explains_gpu_idle(fid) and gpu_idle:
+            need = th.capture_idle_confirm * gpu_idle
+            verdict = idle >= need
+            ev.append(
+                _ev(
+                    "capture_gpu_idle_share",
+                    idle,
+                    "ratio",
+                    threshold=round(need, 6),
+                    comparison=">=",
+                    setting="capture_idle_confirm",
+                )
+            )
+            why = f"the GPU idled {idle:.0%} of the {len(steps)} captured steps"
+        if fid == "XFER001":
+            pageable = sum(
+                c.get("bytes", 0)
+                for c in cap.get("copies", [])
+                if c.get("kind") == "pageable" and c.get("direction") == "HtoD"
+            )
+            ev.append(_ev("capture_pageable_h2d_bytes", float(pageable), "bytes"))
+            verdict = bool(pageable) if verdict is None else (verdict and bool(pageable))
+            why += f"; {pageable / 2**20:.0f} MiB copied from pageable memory"
+        if fid == "GPU003" and cap.get("tensor_core_share") is not None:
+            share = cap["tensor_core_share"]
+            ev.append(
+                _ev(
+                    "capture_tensor_core_share",
+                    share,
+                    "ratio",
+                    threshold=th.capture_tensor_core_min,
+                    comparison="<",
+                    setting="capture_tensor_core_min",
+                )
+            )
+            verdict = share < th.capture_tensor_core_min
+            why = f"{share:.0%} of matrix-kernel time ran on tensor cores"
+        if fid == "SYNC001" and cap.get("syncs"):
+            n = sum(s.get("count", 0) for s in cap["syncs"])
+            gap = sum(s.get("gpu_gap_after_s", 0.0) for s in cap["syncs"])
+            ev.append(_ev("capture_syncs_per_step", n / len(steps), "count"))
+            ev.append(_ev("capture_gpu_gap_after_syncs_s", gap, "s"))
+            why += f"; {n} syncs left the GPU idle {gap * 1000:.1f} ms in all"
+        if verdict is None:
+            continue
+        evidence[fid] = ev
+        word = "confirms" if verdict else "does not confirm"
+        checks.append(
+            {
+                "finding": fid,
+                "confirms": verdict,
+                "statement": f"the capture {word} {fid}: {why.strip('; ')}",
+            }
+        )
+    return checks, evidence
