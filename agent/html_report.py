@@ -200,6 +200,40 @@ def _capture(doc: dict) -> str:
     )
 
 
+def _num(v, pct: bool = False) -> str:
+    if not isinstance(v, (int, float)):
+        return "n/a" if v is None else str(v)
+    return f"{v:+.1%}" if pct else f"{v:.4g}"
+
+
+def _gate(doc: dict) -> str:
+    """The CI gate's comparison with its baseline, failures first."""
+    gate = doc.get("gate")
+    if not gate:
+        return ""
+    order = ["fail", "inconclusive", "warn", "pass"]
+    comps = sorted(
+        gate.get("comparisons", []),
+        key=lambda c: order.index(c["verdict"]) if c["verdict"] in order else 9,
+    )
+    colour = {"fail": "#d62728", "warn": "#f0a30a", "inconclusive": "#777", "pass": "#54a24b"}
+    rows = "".join(
+        f'<tr><td><code>{_e(c["metric"])}</code></td><td style="color:'
+        f'{colour.get(c["verdict"], "#222")}"><b>{_e(c["verdict"].upper())}</b></td>'
+        f"<td>{_num(c.get('baseline'))}</td><td>{_num(c.get('current'))}</td>"
+        f"<td>{_num(c.get('delta'), True)}</td><td>[{_num(c.get('ci_low'), True)}, "
+        f"{_num(c.get('ci_high'), True)}]</td><td>{c['n_baseline']}/{c['n_current']}</td></tr>"
+        for c in comps
+    )
+    note = f"<p>{_e(gate['note'])}</p>" if gate.get("note") else ""
+    return (
+        f"<h2>CI gate: {_e(gate['verdict'].upper())}</h2>"
+        f"<p class=muted>baseline {_e(gate.get('baseline', ''))}</p>{note}"
+        "<table><tr><th>metric</th><th>verdict</th><th>baseline</th><th>current</th>"
+        f"<th>delta</th><th>95% interval</th><th>n (b/c)</th></tr>{rows}</table>"
+    )
+
+
 def render_html(doc: dict) -> str:
     """The whole report as one self-contained HTML page."""
     run = doc.get("run") or {}
@@ -224,6 +258,7 @@ def render_html(doc: dict) -> str:
         f"{run.get('duration_s', 0):.0f} s · {_e(env.get('host', ''))} · Python "
         f"{_e(env.get('python', ''))} · torch {_e(env.get('torch') or 'n/a')}</p>",
         _cards(doc),
+        _gate(doc),
         "<h2>Timeline</h2>",
         "<p class=muted>GPU utilisation, the loop thread's phases (its stack samples, per "
         "window) and the steps the hooks timed, over the run.</p>",

@@ -331,6 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-zero", action="store_true", help="report but exit 0 (still 2 on errors)")
     p.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file")
     p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the last run's report with the comparison as one HTML page",
+    )
+    p.add_argument(
         "--out",
         metavar="FILE",
         help="report of the last run with the gate result (default: ./gpudiag-gate-<time>.json)",

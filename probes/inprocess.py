@@ -143,10 +143,12 @@ class HookProbe(Probe):
                 self.name,
                 True,
                 "not connected (optional): the job's own step "
-                "timing would add exact steps/s, step-time percentiles and the "
-                "data wait per step",
+                "timing would add exact steps/s, step-time percentiles, the "
+                "data wait per step and profiler captures (loading them into a running "
+                "job needs Python 3.14's sys.remote_exec, not used yet)",
                 "add `from gpudiag.probes.hooks import "
-                "instrument; instrument()` at the top of the training script",
+                "instrument; instrument()` at the top of the training script, or "
+                "start it with `gpudiag run -- CMD`",
                 info=True,
             )
         return ProbeStatus(

@@ -136,3 +136,22 @@ def test_headless_chromium_shows_the_chart_and_findings(tmp_path, starved):
         timeout=120,
     ).stdout
     assert "DATA001" in dom and "<svg" in dom
+
+
+def test_gate_writes_its_comparison_as_html(tmp_path):
+    from tests.agent.test_gate import report
+
+    base = report(tmp_path, "base.json", 0.1)
+    slow = [report(tmp_path, f"w{i}.json", 0.15 * (1 + 0.01 * i)) for i in range(3)]
+    page = tmp_path / "g.html"
+    res = gpudiag(
+        "gate", "--baseline", base, "--out", str(tmp_path / "g.json"), "--html", str(page), *slow
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    text = page.read_text()
+    assert "CI gate: FAIL" in text and "steps_per_second" in text
+    assert text.index("FAIL</b>") < text.index("PASS</b>") if "PASS</b>" in text else True
+    assert not REMOTE.search(text)
+    # the saved gate report renders the same section
+    res = gpudiag("report", str(tmp_path / "g.json"), "--format", "html")
+    assert "CI gate: FAIL" in res.stdout
