@@ -69,11 +69,15 @@ def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) ->
     if capture and capture.get("steps"):
         c0 = capture.get("start_s_run")
         if isinstance(c0, (int, float)):
-            cw = max(2.0, w * (capture.get("window_s") or 0.0) / end)
+            cw = max(5.0, w * (capture.get("window_s") or 0.0) / end)
+            out.append(
+                f'<text x="{x(c0) + cw / 2:.1f}" y="{bottom + 26}" text-anchor="middle" '
+                'fill="#a07000">capture</text>'
+            )
             out.append(
                 f'<rect x="{x(c0):.1f}" y="{top0 - 8}" width="{cw:.1f}" '
                 f'height="{bottom - top0 + 8}"'
-                ' fill="#ffe08a" opacity="0.5"><title>profiler capture</title></rect>'
+                ' fill="#f0b400" opacity="0.55"><title>profiler capture</title></rect>'
             )
     for i, name in enumerate(lanes):
         top = top0 + i * (lane + 26)

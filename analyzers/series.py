@@ -135,6 +135,9 @@ def loop_stacks(tl: Timeline, clf: Classifier, thread: ThreadKey | None = None) 
     stacks = []
     rest = 0.0
     for (stack, code), count in ranked:
+        cat = clf.category(stack, code)
+        if cat == "startup":  # imports inside the loop's first window: not the loop's work
+            continue
         if len(stacks) >= MAX_STACKS or not stack:
             rest += count
             continue
@@ -144,9 +147,7 @@ def loop_stacks(tl: Timeline, clf: Classifier, thread: ThreadKey | None = None) 
                 index[fr] = len(frames)
                 frames.append(fr)
             ids.append(index[fr])
-        stacks.append(
-            {"frames": ids, "count": round(count, 3), "category": clf.category(stack, code)}
-        )
+        stacks.append({"frames": ids, "count": round(count, 3), "category": cat})
     if rest > 0:
         index.setdefault("(other stacks)", len(frames))
         if len(frames) == index["(other stacks)"]:
@@ -156,7 +157,7 @@ def loop_stacks(tl: Timeline, clf: Classifier, thread: ThreadKey | None = None) 
         )
     return {
         "thread": f"{thread.thread} (tid {thread.tid})",
-        "samples": round(sum(table.values()), 3),
+        "samples": round(sum(s["count"] for s in stacks), 3),
         "frames": frames,
         "stacks": stacks,
     }
