@@ -206,8 +206,12 @@ class Session:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_term)
         next_progress = time.monotonic() + 5.0
+        from gpudiag.agent.autocapture import AutoCapture
+
+        auto = AutoCapture(self)
         try:
             while True:
+                auto.tick()
                 if not self.target_alive():
                     return "target_exited"
                 elapsed = time.time() - start
