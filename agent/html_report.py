@@ -62,7 +62,8 @@ def _cards(doc: dict) -> str:
     cp = doc.get("critical_path") or {}
     cost = doc.get("cost") or {}
     verdict = doc.get("verdict") or {}
-    cards = [("Verdict", verdict.get("finding") or "healthy", verdict.get("statement", ""))]
+    top = verdict.get("finding") or ("healthy" if verdict.get("sure", True) else "not sure yet")
+    cards = [("Verdict", top, verdict.get("statement", ""))]
     if m.get("steps_per_s") is not None:
         cards.append(("Steps/s", f"{m['steps_per_s']:.2f}", "in-process hooks"))
     if cp.get("gpu_idle") is not None:
@@ -109,6 +110,13 @@ def _finding(f: dict) -> str:
         f"<p><b>Fix:</b> {_e(rec.get('summary', ''))}</p><ul>{actions}</ul>"
         f"{where}{speed_line}</div>"
     )
+
+
+def _no_findings(doc: dict) -> str:
+    verdict = doc.get("verdict") or {}
+    if verdict.get("sure", True):
+        return "<p>No findings: the job looks healthy.</p>"
+    return f"<p>No findings yet: {_e(verdict.get('statement', 'too few samples'))}.</p>"
 
 
 def _gpu_panels(doc: dict) -> str:
@@ -270,7 +278,7 @@ def render_html(doc: dict) -> str:
         _legend([c for c, v in shares.items() if v > 0]),
         "<pre>" + _e("\n".join(phase_lines(doc))) + "</pre>",
         f"<h2>Findings ({len(findings)})</h2>",
-        "".join(_finding(f) for f in findings) or "<p>No findings: the job looks healthy.</p>",
+        "".join(_finding(f) for f in findings) or _no_findings(doc),
         "<h2>GPUs</h2>",
         _gpu_panels(doc),
         "<h2>Money</h2>",
