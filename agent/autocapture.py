@@ -37,6 +37,15 @@ class AutoCapture:
 
     def tick(self) -> str | None:
         """Check when due; the line logged when a capture was asked for, else None."""
+        asked = getattr(self.session, "capture_steps", None)  # attach --capture-steps N
+        if asked:
+            hooks = next((p for p in self.session.probes if hasattr(p, "request_capture")), None)
+            if hooks is not None and getattr(hooks, "messages", 0):
+                self.session.capture_steps = None
+                self.done = True  # the one capture of this session
+                line = self.session.request_capture(asked)
+                self.session.log(line)
+                return line
         if self.done or self.clock() < self.next_check:
             return None
         self.next_check = self.clock() + CHECK_EVERY_S

@@ -224,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
+    p.add_argument(
+        "--capture-steps",
+        type=_capture_steps,
+        metavar="N",
+        help="once the job's hooks connect (it called instrument()), switch the PyTorch "
+        "profiler on in it for N steps; the summary goes in the report's `capture`",
+    )
     _export_options(p)
 
     p = sub.add_parser(

@@ -230,6 +230,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
         )
     recorder = _recorder(args, "attach", cmdline, pid)
     session.sink = recorder.write if recorder else None
+    session.capture_steps = getattr(args, "capture_steps", None)  # asked once the job connects
     if args.tui:
         from gpudiag.agent.live import run_with_tui
 

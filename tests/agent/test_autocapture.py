@@ -66,3 +66,14 @@ def test_no_capture_without_hooks_gpu_or_with_a_host_verdict():
         auto = AutoCapture(s, clock=lambda: now[0])
         auto.next_check = 0.0
         assert auto.tick() is None and s.asked == []
+
+
+def test_attach_capture_steps_is_asked_as_soon_as_the_job_connects():
+    s = FakeSession(("DATA001", "error", ("stacks",)), messages=0)
+    s.capture_steps = 7
+    auto = AutoCapture(s, clock=lambda: 0.0)
+    assert auto.tick() is None  # the job's hooks have not connected yet
+    s.probes[0].messages = 1
+    assert auto.tick() == "capture of 7 steps asked for"
+    assert s.asked == [7] and s.capture_steps is None
+    assert auto.tick() is None and s.asked == [7]

@@ -59,3 +59,40 @@ def test_capture_steps_without_hooks_is_a_usage_error(tmp_path):
 def test_capture_steps_must_be_positive():
     res = gpudiag("run", "--capture-steps", "0", "--", sys.executable, "-c", "pass")
     assert res.returncode == 2 and "1..1000" in res.stderr
+
+
+def test_attach_capture_steps_on_an_instrumented_job(tmp_path):
+    """attach --capture-steps N: asked through the request file once the job's hooks connect."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import time
+
+    out = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(WORKLOADS))
+    job = subprocess.Popen(
+        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "40"],
+        stdout=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        time.sleep(5)
+        res = gpudiag(
+            "attach",
+            str(job.pid),
+            "-q",
+            "--duration",
+            "12",
+            "--capture-steps",
+            "4",
+            "--out",
+            str(out),
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        doc = load_report(str(out))
+        assert len(doc["capture"]["steps"]) == 4
+        assert doc["capture"]["top_ops"]
+    finally:
+        job.kill()
+        job.wait()
