@@ -155,3 +155,22 @@ def test_gate_writes_its_comparison_as_html(tmp_path):
     # the saved gate report renders the same section
     res = gpudiag("report", str(tmp_path / "g.json"), "--format", "html")
     assert "CI gate: FAIL" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("chromium"), reason="chromium is not installed")
+def test_the_demo_as_a_page_in_headless_chromium(tmp_path):
+    """The README's recipe: gpudiag demo, then --format html, then the screenshot script."""
+    pytest.importorskip("torch")
+    Image = pytest.importorskip("PIL.Image")
+    rep, html, png = tmp_path / "demo.json", tmp_path / "demo.html", tmp_path / "demo.png"
+    res = gpudiag("demo", "--duration", "25", "--out", str(rep), timeout=300)
+    assert res.returncode == 0, res.stderr
+    res = gpudiag("report", str(rep), "--format", "html", "--out", str(html))
+    assert res.returncode == 0, res.stderr
+    page = html.read_text()
+    assert not REMOTE.search(page) and "Flame graph of the loop thread" in page
+    res = subprocess.run(["sh", str(SCRIPT), str(html), str(png)], capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    colours = Image.open(png).convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50
