@@ -42,9 +42,12 @@ def session_options(args: argparse.Namespace) -> SessionOptions:
     )
 
 
-def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int) -> Recorder | None:
+def _recorder(
+    args: argparse.Namespace, mode: str, command: list[str], pid: int, session: Session
+) -> Recorder | None:
     if not getattr(args, "record", None):
         return None
+    timeline = session.timeline
     return Recorder(
         args.record,
         {
@@ -52,6 +55,8 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int)
             "run": {"mode": mode, "command": command, "pid": pid},
         },
         max_bytes=int(args.record_max_mb * 1024 * 1024),
+        layout=args.record_layout,
+        width_ns=lambda: timeline.segment_ns,  # called under the session's ingest lock
     )
 
 
@@ -161,7 +166,7 @@ def _profile_launched(
     opts = session_options(args)
     session = job.session(settings, opts)
     target = session.target.pid
-    recorder = _recorder(args, "run", command, target)
+    recorder = _recorder(args, "run", command, target, session)
     session.sink = recorder.write if recorder else None
     if not args.quiet:
         session.log(
@@ -228,7 +233,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
                 else "; Ctrl-C stops and writes the report"
             )
         )
-    recorder = _recorder(args, "attach", cmdline, pid)
+    recorder = _recorder(args, "attach", cmdline, pid, session)
     session.sink = recorder.write if recorder else None
     session.capture_steps = getattr(args, "capture_steps", None)  # asked once the job connects
     if args.tui:

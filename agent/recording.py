@@ -1,8 +1,15 @@
-"""Recordings: every sample of a run as gzip JSON Lines, replayable through the analyzers.
+"""Recordings: a run's data as gzip JSON Lines, replayable through the analyzers.
 
-Line 1 is a header (format, version, environment, the run); then one sample per line; the
-last line, when the session ended cleanly, is a footer with the probes' status, the errors
-and how the run ended. A recording cut short (agent killed) still replays.
+Line 1 is a header (format, version, layout, environment, the run); then the data; the last
+line, when the session ended cleanly, is a footer with the probes' status, the errors and how
+the run ended. A recording cut short (agent killed) still replays.
+
+Two layouts. `windows` (the default, version 2) holds the live timeline's segments, one per
+line, each written once it is complete (and everything at least every 2 minutes): its size
+and replay time grow with the number of segments, which the timeline bounds by doubling
+their length as the run grows, so a day replays in seconds and the analysis is the live
+run's. `samples` (version 1)
+holds every sample, one per line: for probe bug reports; it grows with the run.
 
 Size is bounded by rotation: when the file passes half of `max_bytes` (compressed), it is
 renamed to FILE.1 (replacing an older FILE.1) and a new FILE starts with the same header and
@@ -18,14 +25,18 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.segment_buffer import SegmentBuffer
+from gpudiag.analyzers.segment_codec import Decoder
+from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample
 
 FORMAT = "gpudiag-recording"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # windows; samples recordings are version 1
+LAYOUTS = ("windows", "samples")
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024  # 1 GiB on disk, FILE and FILE.1 together
 
 
@@ -33,17 +44,30 @@ class Recorder:
     """Appends samples to a gzip JSON Lines file; safe to call from several threads.
 
     `max_bytes` bounds the recording on disk (see the module's note on rotation); None keeps
-    everything in one file.
+    everything in one file. `layout` is "windows" or "samples" (see the module's note);
+    `width_ns` gives the live timeline's segment length, so that the windows written are
+    the live run's.
     """
 
-    def __init__(self, path: str, header: dict, max_bytes: int | None = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        path: str,
+        header: dict,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        layout: str = "windows",
+        width_ns: Callable[[], int] | None = None,
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise UsageError(f"unknown recording layout {layout!r}: use one of {LAYOUTS}")
         self.path = path
         self.max_bytes = max_bytes
         self.segment = 0
         self.rotations = 0
+        self._buffer = SegmentBuffer(width_ns) if layout == "windows" else None
         self._header = {
             "format": FORMAT,
-            "version": FORMAT_VERSION,
+            "version": FORMAT_VERSION if layout == "windows" else 1,
+            "layout": layout,
             "recording_id": uuid.uuid4().hex,
             **header,
         }
@@ -56,6 +80,8 @@ class Recorder:
         except OSError as exc:
             raise UsageError(f"cannot write recording {self.path}: {exc.strerror}") from None
         self._f = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
+        if self._buffer is not None:
+            self._buffer.encoder.reset()  # each file defines the keys it uses
         self._write({**self._header, "segment": self.segment})
 
     def _write(self, obj: dict) -> None:
@@ -74,8 +100,12 @@ class Recorder:
         with self._lock:
             if self._f.closed:
                 return
-            for s in samples:
-                self._write(s.to_dict())
+            if self._buffer is not None:
+                for row in self._buffer.add(samples):
+                    self._write(row)
+            else:
+                for s in samples:
+                    self._write(s.to_dict())
             if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
                 self._rotate()
 
@@ -84,6 +114,9 @@ class Recorder:
         with self._lock:
             if self._f.closed:
                 return
+            if self._buffer is not None:
+                for row in self._buffer.flush():
+                    self._write(row)
             if footer is not None:
                 self._write(
                     {
@@ -117,8 +150,12 @@ class Recording:
             for p in (self.footer or {}).get("probes", [])
         ]
 
-    def samples(self) -> Iterator[Sample]:
-        """Every sample, oldest first, read line by line (the previous segment first)."""
+    @property
+    def layout(self) -> str:
+        """ "windows" (timeline segments) or "samples" (every sample)."""
+        return str(self.header.get("layout") or "samples")
+
+    def _rows(self) -> Iterator[tuple[str, int, dict]]:
         files = ([self.previous] if self.previous else []) + [self.path]
         for path in files:
             lines = iter_lines(path)
@@ -127,10 +164,41 @@ class Recording:
                 if obj.get("footer"):
                     self.footer = obj
                     continue
-                try:
-                    yield Sample.from_dict(obj)
-                except (KeyError, TypeError, ValueError):
-                    raise UsageError(f"{path}: line {n} is not a sample") from None
+                yield path, n, obj
+
+    def samples(self) -> Iterator[Sample]:
+        """Every sample, oldest first, read line by line (the previous segment first); a
+        windows recording has none (UsageError)."""
+        if self.layout != "samples":
+            raise UsageError(f"{self.path} holds timeline windows, not samples")
+        for path, n, obj in self._rows():
+            try:
+                yield Sample.from_dict(obj)
+            except (KeyError, TypeError, ValueError):
+                raise UsageError(f"{path}: line {n} is not a sample") from None
+
+    def timeline(self, tl: Timeline | None = None) -> Timeline:
+        """The run's timeline (folded into `tl` when given), read from the file as a stream
+        (either layout)."""
+        tl = Timeline() if tl is None else tl
+        if self.layout == "samples":
+            tl.extend(self.samples())
+            return tl
+        decoder = Decoder()
+        current = None
+        for path, n, obj in self._rows():
+            if path != current:
+                decoder.reset()  # each file defines its own keys
+                current = path
+            try:
+                origin, start, width = (int(x) for x in obj["segment"])
+                agg = decoder.decode(obj, tl.caps, start)
+            except (KeyError, TypeError, ValueError, IndexError):
+                raise UsageError(f"{path}: line {n} is not a timeline window") from None
+            if width <= 0:
+                raise UsageError(f"{path}: line {n} has a window of {width} ns")
+            tl.add_segment(origin, start, width, agg)
+        return tl
 
 
 def iter_lines(path: str) -> Iterator[dict]:
@@ -163,10 +231,10 @@ def _header(path: str) -> dict:
     header = next(iter_lines(path), None)
     if header is None or header.get("format") != FORMAT:
         raise UsageError(f"{path} is not a gpudiag recording (no header)")
-    if header.get("version") != FORMAT_VERSION:
+    if header.get("version") not in (1, FORMAT_VERSION):
         raise UsageError(
             f"{path} is recording format {header.get('version')!r}; this "
-            f"gpudiag reads {FORMAT_VERSION}"
+            f"gpudiag reads 1 and {FORMAT_VERSION}"
         )
     return header
 
