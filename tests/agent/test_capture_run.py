@@ -10,7 +10,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from gpudiag.agent.config import load_settings
 from gpudiag.agent.html_report import render_html
+from gpudiag.agent.replay import replay_report
 from gpudiag.agent.report import load_report
 from tests.conftest import WORKLOADS, gpudiag
 
@@ -21,12 +23,14 @@ CHROME = json.loads(
 
 def test_run_with_capture_steps_puts_the_summary_in_the_report(tmp_path):
     pytest.importorskip("torch")
-    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    out, trace, rec = tmp_path / "r.json", tmp_path / "t.json", tmp_path / "rec.jsonl.gz"
     res = gpudiag(
         "run",
         "-q",
         "--capture-steps",
         "3",
+        "--record",
+        str(rec),
         "--out",
         str(out),
         "--trace",
@@ -48,6 +52,10 @@ def test_run_with_capture_steps_puts_the_summary_in_the_report(tmp_path):
     steps = [e for e in t["traceEvents"] if e.get("cat") == "capture"]
     assert [e["name"] for e in steps] == ["step 1", "step 2", "step 3"]
     assert any(e.get("cat") == "CPU ops (loop thread)" for e in t["traceEvents"])
+    # the recording keeps the capture: the replayed report has the same summary
+    replayed = replay_report(str(rec), load_settings(None, None))
+    assert replayed["capture"]["steps"] == cap["steps"]
+    assert replayed["capture"]["top_ops"] == cap["top_ops"]
 
 
 def test_capture_steps_without_hooks_is_a_usage_error(tmp_path):
