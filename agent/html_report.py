@@ -171,6 +171,20 @@ def _rows(rows: list[dict], cols: tuple[str, ...]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _idle_line(cap: dict) -> str:
+    idle = cap.get("idle_by_host_s") or {}
+    total = sum(idle.values())
+    if total <= 0:
+        return ""
+    names = {"data": "waiting for data", "sync": "in a sync", "launch": "launching kernels"}
+    parts = ", ".join(
+        f"{names.get(k, 'in Python / own code')} {v / total:.0%}"
+        for k, v in sorted(idle.items(), key=lambda kv: -kv[1])
+        if v > 0
+    )
+    return f"<p>While idle, the loop thread was {_e(parts)}.</p>"
+
+
 def _capture(doc: dict) -> str:
     cap = doc.get("capture")
     if not cap:
@@ -189,6 +203,7 @@ def _capture(doc: dict) -> str:
             else ""
         )
         + ". Blue: busy, red: idle.</p>"
+        + _idle_line(cap)
         + "".join(
             f"<p><b>{'✔' if c['confirms'] else '✘'}</b> {_e(c['statement'])}</p>"
             for c in cap.get("checks", [])

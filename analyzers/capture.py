@@ -42,6 +42,11 @@ def capture_of(tl: Timeline | Aggregate) -> dict | None:
     for k in ("window_s", "cost_s"):
         if _num(raw.get(k)) is not None:
             out[k] = max(0.0, _num(raw.get(k)))
+    idle_by = raw.get("idle_by_host_s")
+    if isinstance(idle_by, dict):
+        out["idle_by_host_s"] = {
+            str(k): max(0.0, float(v)) for k, v in idle_by.items() if _num(v) is not None
+        }
     share = _num(raw.get("tensor_core_share"))
     out["tensor_core_share"] = None if share is None else min(1.0, max(0.0, share))
     for k in KEYS:

@@ -55,6 +55,20 @@ def _union(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
     return total
 
 
+def _gaps(intervals: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The parts of [lo, hi] that no interval covers."""
+    out, end = [], lo
+    for a, b in sorted(intervals):
+        if a > end:
+            out.append((end, min(a, hi)))
+        end = max(end, b)
+        if end >= hi:
+            break
+    if end < hi:
+        out.append((end, hi))
+    return [(a, b) for a, b in out if b > a]
+
+
 def _short(name: str) -> str:
     return name if len(name) <= NAME_MAX else name[: NAME_MAX - 3] + "..."
 
@@ -87,11 +101,30 @@ def summarise(trace: dict, marks: list[float]) -> dict:
     device = "cuda" if gpu else "cpu"
     busy_src = [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in (gpu if gpu else ops)]
     t0 = steps[0]["ts"] if steps else min((e["ts"] for e in evs), default=0.0)
+    runtime = by_cat.get("cuda_runtime", [])
+    host = {  # what the loop thread did, by priority, to explain the idle gaps
+        "data": [
+            e
+            for e in by_cat.get("user_annotation", [])
+            if e["name"].startswith("enumerate(DataLoader)")
+        ],
+        "sync": [e for e in runtime if e["name"].startswith(SYNC_CALLS)],
+        "launch": [e for e in runtime if e["name"].startswith(("cudaLaunch", "cuLaunch"))],
+    }
+    spans = {k: [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v] for k, v in host.items()}
+    idle_by = {k: 0.0 for k in (*host, "python")}
     rows = []
     for i, s in enumerate(steps):
         a, b = s["ts"], s["ts"] + s.get("dur", 0.0)
         dur = (marks[i + 1] - marks[i]) if i + 1 < len(marks) else (b - a) / 1e6
         busy = min(dur, _union(busy_src, a, b) / 1e6)
+        for x, y in _gaps(busy_src, a, b):
+            left = y - x
+            for k, iv in spans.items():
+                got = min(left, _union(iv, x, y))
+                idle_by[k] += got
+                left -= got
+            idle_by["python"] += left
         rows.append(
             {
                 "start_s": round((a - t0) / 1e6, 6),
@@ -146,6 +179,9 @@ def summarise(trace: dict, marks: list[float]) -> dict:
             for n, (c, t, g) in sorted(syncs.items())
         ],
         "tensor_core_share": round(tc / mt, 4) if mt > 0 else None,
+        # the idle gaps by what the loop thread was in: DataLoader, a sync, a kernel launch,
+        # or none of those (Python, the job's own code)
+        "idle_by_host_s": {k: round(v / 1e6, 6) for k, v in idle_by.items()},
         "events": [
             {
                 "name": _short(e["name"]),

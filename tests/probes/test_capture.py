@@ -60,6 +60,9 @@ def test_n_steps_are_captured_and_sent_once(captured):
     assert "aten::addmm" in names or "aten::linear" in names
     assert cap["copies"] == [] and cap["tensor_core_share"] is None  # CPU: no device work
     assert 0 < len(cap["events"]) <= 500 and cap["cost_s"] > 0
+    idle = cap["idle_by_host_s"]  # the job sleeps 4 ms in one step in 7, outside any op
+    assert idle["python"] > 0 and idle["sync"] == idle["launch"] == 0.0
+    assert sum(idle.values()) == pytest.approx(sum(s["idle_s"] for s in cap["steps"]), abs=2e-3)
     for s in cap["steps"]:
         assert 0 <= s["busy_s"] <= s["dur_s"] and s["idle_s"] == pytest.approx(
             s["dur_s"] - s["busy_s"], abs=1e-5
@@ -112,6 +115,8 @@ def test_summary_of_a_cuda_trace_sorts_copies_syncs_and_tensor_cores():
             x("kernel", "ampere_sgemm_128x64_nn", 300, 300, 7),
             x("kernel", "sm80_xmma_gemm_bf16bf16_bf16f32", 1100, 100, 7),
             x("cuda_runtime", "cudaStreamSynchronize", 600, 100),
+            x("user_annotation", "enumerate(DataLoader)#_Iter.__next__", 1000, 10),
+            x("cuda_runtime", "cudaLaunchKernel", 1090, 10),
         ]
     }
     cap = summarise(trace, [0.0, 0.001, 0.002])
@@ -126,6 +131,10 @@ def test_summary_of_a_cuda_trace_sorts_copies_syncs_and_tensor_cores():
     )
     assert cap["steps"][0]["busy_s"] == pytest.approx(500 / 1e6)
     assert cap["steps"][1]["busy_s"] == pytest.approx(150 / 1e6)
+    idle = cap["idle_by_host_s"]
+    assert idle["sync"] == pytest.approx(100 / 1e6)  # 600-700 while the GPU idled
+    assert idle["data"] == pytest.approx(10 / 1e6) and idle["launch"] == pytest.approx(10 / 1e6)
+    assert sum(idle.values()) == pytest.approx((500 + 850) / 1e6)
 
 
 def test_a_capture_asked_for_by_the_agent_is_taken(tmp_path):
