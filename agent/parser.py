@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.parser_evidence import capture_option, export_options
 from gpudiag.agent.report import tool_version
 
 DESCRIPTION = """\
@@ -153,31 +154,6 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _export_options(p: argparse.ArgumentParser) -> None:
-    """--speedscope and --trace: exports other tools open, made from the report."""
-    p.add_argument(
-        "--speedscope",
-        metavar="FILE",
-        help="also write the loop thread's stacks as a speedscope profile (speedscope.app)",
-    )
-    p.add_argument(
-        "--trace",
-        metavar="FILE",
-        help="also write the run's timeline (and the profiler capture) as a Chrome/Perfetto "
-        "JSON trace (ui.perfetto.dev, chrome://tracing)",
-    )
-
-
-def _capture_steps(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of steps, got {text!r}") from None
-    if not 1 <= v <= 1000:
-        raise argparse.ArgumentTypeError(f"must be 1..1000 steps, got {v}")
-    return v
-
-
 def _budget(text: str) -> float:
     try:
         value = float(text)
@@ -212,14 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not add the in-process hooks (exact step timing) to the job",
     )
-    p.add_argument(
-        "--capture-steps",
-        type=_capture_steps,
-        metavar="N",
-        help="switch the PyTorch profiler on inside the job for N steps (after the warm-up "
-        "steps), then off; its summary goes in the report's `capture` (needs the hooks)",
-    )
-    _export_options(p)
+    capture_option(p, "run")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     p = sub.add_parser(
@@ -230,14 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
-    p.add_argument(
-        "--capture-steps",
-        type=_capture_steps,
-        metavar="N",
-        help="once the job's hooks connect (it called instrument()), switch the PyTorch "
-        "profiler on in it for N steps; the summary goes in the report's `capture`",
-    )
-    _export_options(p)
+    capture_option(p, "attach")
 
     p = sub.add_parser(
         "report",
@@ -254,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the timeline, findings and flame graph; opens offline) (default: text)",
     )
     p.add_argument("--out", metavar="FILE", help="write the rendering to FILE, not stdout")
-    _export_options(p)
+    export_options(p)
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser(
@@ -282,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         "self-contained page) (default: text)",
     )
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
-    _export_options(p)
+    export_options(p)
 
     sub.add_parser(
         "schema",
