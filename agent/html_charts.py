@@ -58,7 +58,8 @@ def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) ->
             f'<rect x="{left}" y="{top0 - 8}" width="{x(lo) - left:.1f}" '
             f'height="{bottom - top0 + 8}" fill="#f3f3f3"><title>start-up</title></rect>'
         )
-        out.append(f'<text x="{left + 3}" y="{top0 - 12}" fill="#777">start-up</text>')
+        if x(lo) - left > 70:  # room for the label
+            out.append(f'<text x="{left + 3}" y="{top0 - 12}" fill="#777">start-up</text>')
     if hi is not None and hi < end:
         out.append(
             f'<rect x="{x(hi):.1f}" y="{top0 - 8}" width="{left + w - x(hi):.1f}" '
@@ -93,13 +94,15 @@ def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) ->
     axis_y = bottom + 14
     for k in range(6):
         t = end * k / 5
-        out.append(f'<text x="{x(t):.1f}" y="{axis_y}" text-anchor="middle">{_fmt_s(t)}</text>')
+        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
+        out.append(f'<text x="{x(t):.1f}" y="{axis_y}" text-anchor="{anchor}">{_fmt_s(t)}</text>')
     out.append("</svg>")
     return "".join(out)
 
 
 def _gpu_lane(pts, gpus, x, top, lane, left) -> str:
-    out = [f'<text x="{left - 6}" y="{top + 12}" text-anchor="end">GPU %</text>']
+    out = [f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">100%</text>']
+    out.append(f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">GPU util</text>')
     out.append(f'<text x="{left - 6}" y="{top + lane}" text-anchor="end">0</text>')
     for j, g in enumerate(gpus):
         path = []
@@ -114,15 +117,13 @@ def _gpu_lane(pts, gpus, x, top, lane, left) -> str:
             f'<path d="{" ".join(path)}" fill="none" stroke="{col}" stroke-width="1.6">'
             f"<title>GPU {escape(g)} utilisation (NVML)</title></path>"
         )
-        out.append(
-            f'<text x="{left + 6 + 60 * j}" y="{top + 12}" fill="{col}">GPU {escape(g)}</text>'
-        )
     return "".join(out)
 
 
 def _phase_lane(pts, x, top, lane, left) -> str:
     """Each stack window's phases as a stacked column from the previous window's end."""
-    out = [f'<text x="{left - 6}" y="{top + 12}" text-anchor="end">phases</text>']
+    out = [f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">100%</text>']
+    out.append(f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">phases</text>')
     prev = 0.0
     for p in pts:
         t1 = p["t_s"] + p["dur_s"]
@@ -142,7 +143,7 @@ def _phase_lane(pts, x, top, lane, left) -> str:
 
 
 def _step_lane(pts, x, top, lane, left) -> str:
-    out = [f'<text x="{left - 6}" y="{top + 12}" text-anchor="end">steps/s</text>']
+    out = [f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">steps/s</text>']
     rates = [p["steps"] / p["dur_s"] for p in pts if p["dur_s"] > 0]
     peak = max(rates, default=0.0)
     if peak <= 0:
@@ -151,7 +152,7 @@ def _step_lane(pts, x, top, lane, left) -> str:
             "(the in-process hooks were not connected)</text>"
         )
         return "".join(out)
-    out.append(f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">{peak:.0f}</text>')
+    out.append(f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{peak:.3g}</text>')
     for p in pts:
         if p["dur_s"] <= 0 or not p["steps"]:
             continue
@@ -167,6 +168,13 @@ def _step_lane(pts, x, top, lane, left) -> str:
             f'height="{h:.1f}" fill="#4c78a8"><title>{tip}</title></rect>'
         )
     return "".join(out)
+
+
+def gpu_legend(series: dict) -> list[tuple[str, str]]:
+    """(label, colour) of each GPU line in the timeline, in drawing order."""
+    pts = series.get("points") or []
+    gpus = sorted({g for p in pts for g in p.get("gpu_util", {})}, key=lambda g: (len(g), g))
+    return [(f"GPU {g}", GPU_COLORS[j % len(GPU_COLORS)]) for j, g in enumerate(gpus)]
 
 
 def breakdown_svg(shares: dict, width: int = 960) -> str:

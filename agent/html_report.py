@@ -15,6 +15,7 @@ from gpudiag.agent.html_charts import (
     capture_steps_svg,
     color,
     flame_svg,
+    gpu_legend,
     timeline_svg,
 )
 from gpudiag.agent.render import cost_lines, phase_lines
@@ -46,13 +47,13 @@ def _e(v) -> str:
     return escape(str(v))
 
 
-def _legend(categories) -> str:
+def _legend(categories, extra: list[tuple[str, str]] = ()) -> str:
+    items = [(col, label) for label, col in extra] + [
+        (color(c), LABELS.get(c, c)) for c in categories
+    ]
     return (
         "<div class=legend>"
-        + "".join(
-            f'<span><i style="background:{color(c)}"></i>{_e(LABELS.get(c, c))}</span>'
-            for c in categories
-        )
+        + "".join(f'<span><i style="background:{c}"></i>{_e(t)}</span>' for c, t in items)
         + "</div>"
     )
 
@@ -286,7 +287,7 @@ def render_html(doc: dict) -> str:
         "<p class=muted>GPU utilisation, the loop thread's phases (its stack samples, per "
         "window) and the steps the hooks timed, over the run.</p>",
         timeline_svg(series, doc.get("capture")),
-        _legend(cats),
+        _legend(cats, gpu_legend(series)),
         "<h2>Where the loop's time goes</h2>",
         f"<p class=muted>{_e((doc.get('breakdown') or {}).get('basis', ''))}</p>",
         breakdown_svg(shares),
