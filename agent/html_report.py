@@ -177,7 +177,12 @@ def _idle_line(cap: dict) -> str:
     total = sum(idle.values())
     if total <= 0:
         return ""
-    names = {"data": "waiting for data", "sync": "in a sync", "launch": "launching kernels"}
+    names = {
+        "data": "waiting for data",
+        "sync": "in a sync",
+        "launch": "launching kernels",
+        "profiler": "switching the profiler on",
+    }
     parts = ", ".join(
         f"{names.get(k, 'in Python / own code')} {v / total:.0%}"
         for k, v in sorted(idle.items(), key=lambda kv: -kv[1])

@@ -112,7 +112,7 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         "launch": [e for e in runtime if e["name"].startswith(("cudaLaunch", "cuLaunch"))],
     }
     spans = {k: [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v] for k, v in host.items()}
-    idle_by = {k: 0.0 for k in (*host, "python")}
+    idle_by = {k: 0.0 for k in (*host, "python", "profiler")}
     rows = []
     for i, s in enumerate(steps):
         a, b = s["ts"], s["ts"] + s.get("dur", 0.0)
@@ -125,6 +125,9 @@ def summarise(trace: dict, marks: list[float]) -> dict:
                 idle_by[k] += got
                 left -= got
             idle_by["python"] += left
+        # the step as the hooks time it, less its marked range: switching the profiler on
+        # (first step) and the marks themselves
+        idle_by["profiler"] += max(0.0, dur * 1e6 - (b - a))
         rows.append(
             {
                 "start_s": round((a - t0) / 1e6, 6),
@@ -212,9 +215,24 @@ class Capture:
         self.summary: dict | None = None
 
     def on_step(self) -> None:
-        """Called after every optimizer step."""
+        """Called after every optimizer step. Never raises: a failing capture is given up
+        (profiler off, one line on stderr) and the job goes on."""
         if self.done:
             return
+        try:
+            self._step()
+        except Exception as exc:
+            self.done = True
+            self.summary = None
+            try:
+                if self.prof is not None:
+                    self.prof.stop()
+            except Exception:
+                pass
+            self.prof = None
+            print(f"gpudiag: profiler capture given up: {exc}", file=sys.stderr)
+
+    def _step(self) -> None:
         self.seen += 1
         if self.prof is None:
             if self.seen >= self.after:

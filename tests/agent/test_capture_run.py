@@ -46,7 +46,7 @@ def test_run_with_capture_steps_puts_the_summary_in_the_report(tmp_path):
     cap = doc["capture"]
     assert len(cap["steps"]) == 3 and cap["device"] == "cpu"
     assert 0 <= cap["start_s_run"] <= doc["run"]["duration_s"]
-    assert set(cap["idle_by_host_s"]) == {"data", "sync", "launch", "python"}
+    assert set(cap["idle_by_host_s"]) == {"data", "sync", "launch", "python", "profiler"}
     assert "Profiler capture" in render_html(doc) and "3 steps captured on cpu" in render_html(doc)
     t = json.loads(trace.read_text())
     jsonschema.validate(t, CHROME)

@@ -15,7 +15,7 @@ from gpudiag.probes.inject.gpudiag_capture import summarise
 from gpudiag.probes.inprocess import decode_datagram, injection_env, parse_message
 from tests.conftest import WORKLOADS
 
-N, AFTER, STEPS = 5, 4, 30
+N, AFTER, STEPS = 8, 4, 30
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_n_steps_are_captured_and_sent_once(captured):
     assert 0 < len(cap["events"]) <= 500 and cap["cost_s"] > 0
     idle = cap["idle_by_host_s"]  # the job sleeps 4 ms in one step in 7, outside any op
     assert idle["python"] > 0 and idle["sync"] == idle["launch"] == 0.0
-    assert sum(idle.values()) == pytest.approx(sum(s["idle_s"] for s in cap["steps"]), abs=2e-3)
+    assert sum(idle.values()) == pytest.approx(sum(s["idle_s"] for s in cap["steps"]), abs=1e-3)
     for s in cap["steps"]:
         assert 0 <= s["busy_s"] <= s["dur_s"] and s["idle_s"] == pytest.approx(
             s["dur_s"] - s["busy_s"], abs=1e-5
@@ -82,7 +82,11 @@ def test_step_times_match_the_hooks_and_the_jobs_own(captured):
     # last captured step, which also carry switching the profiler on and off (cost_s)
     # (the job's list starts at its second step: step_times[k] is step k + 2, 1-based)
     own = job["step_times"][AFTER - 1 : AFTER - 1 + N]
-    assert got[1:-1] == pytest.approx(own[1:-1], rel=0.05, abs=5e-4)
+    # the job's clock is read after opt.step() returns, the capture's inside its hook: the
+    # machine may preempt the job between the two (one late boundary moves two steps), so
+    # most steps, not all, must agree
+    close = [g == pytest.approx(o, rel=0.1, abs=1e-3) for g, o in zip(got, own, strict=True)]
+    assert sum(close[1:-1]) >= (N - 2) / 2, (got, own)
     assert sum(got) == pytest.approx(cap["window_s"], rel=1e-3)
 
 
@@ -135,6 +139,7 @@ def test_summary_of_a_cuda_trace_sorts_copies_syncs_and_tensor_cores():
     assert idle["sync"] == pytest.approx(100 / 1e6)  # 600-700 while the GPU idled
     assert idle["data"] == pytest.approx(10 / 1e6) and idle["launch"] == pytest.approx(10 / 1e6)
     assert sum(idle.values()) == pytest.approx((500 + 850) / 1e6)
+    assert idle["profiler"] == 0.0  # the marks and the marked ranges agree here
 
 
 def test_a_capture_asked_for_by_the_agent_is_taken(tmp_path):
@@ -187,3 +192,20 @@ def test_no_capture_without_a_request(tmp_path):
     assert res.returncode == 0, res.stderr
     assert [s for s in samples if s.labels.get("kind") == "step"]
     assert not [s for s in samples if s.labels.get("kind") == "capture"]
+
+
+def test_a_failing_capture_never_breaks_the_job(capsys):
+    """An error inside the profiler (here: export fails) switches it off and is one line."""
+    torch = pytest.importorskip("torch")
+    from gpudiag.probes.inject.gpudiag_capture import Capture
+
+    cap = Capture(torch, None, steps=2, after=1)
+    m = torch.nn.Linear(4, 1)
+    for _ in range(5):
+        m(torch.randn(2, 4)).sum().backward()
+        if cap.prof is not None:
+            cap.prof.export_chrome_trace = lambda path: (_ for _ in ()).throw(OSError("disk full"))
+        cap.on_step()
+    assert cap.done and cap.summary is None and cap.prof is None
+    assert not torch.autograd._profiler_enabled()
+    assert "profiler capture given up: disk full" in capsys.readouterr().err
