@@ -14,6 +14,7 @@ Imports nothing from gpudiag (the job may run in another environment).
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -44,29 +45,40 @@ TENSOR_CORE_RE = re.compile(
 )
 
 
-def _union(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """Length of the union of intervals clipped to [lo, hi]."""
-    total, end = 0.0, lo
-    for a, b in sorted(intervals):
-        a, b = max(a, end), min(b, hi)
-        if b > a:
-            total += b - a
-            end = b
-    return total
+class _Spans:
+    """The union of intervals as disjoint sorted ones, queried by bisection (a capture of a
+    big CUDA job holds tens of thousands of kernels: no query may scan them all)."""
 
+    def __init__(self, intervals: list[tuple[float, float]]) -> None:
+        starts: list[float] = []
+        ends: list[float] = []
+        for a, b in sorted(intervals):
+            if ends and a <= ends[-1]:
+                ends[-1] = max(ends[-1], b)
+            else:
+                starts.append(a)
+                ends.append(b)
+        self.starts, self.ends = starts, ends
 
-def _gaps(intervals: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
-    """The parts of [lo, hi] that no interval covers."""
-    out, end = [], lo
-    for a, b in sorted(intervals):
-        if a > end:
-            out.append((end, min(a, hi)))
-        end = max(end, b)
-        if end >= hi:
-            break
-    if end < hi:
-        out.append((end, hi))
-    return [(a, b) for a, b in out if b > a]
+    def covered(self, lo: float, hi: float) -> float:
+        """Length of [lo, hi] the intervals cover."""
+        total, i = 0.0, bisect.bisect_right(self.ends, lo)
+        while i < len(self.starts) and self.starts[i] < hi:
+            total += min(self.ends[i], hi) - max(self.starts[i], lo)
+            i += 1
+        return total
+
+    def gaps(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """The parts of [lo, hi] the intervals leave uncovered."""
+        out, end, i = [], lo, bisect.bisect_right(self.ends, lo)
+        while i < len(self.starts) and self.starts[i] < hi:
+            if self.starts[i] > end:
+                out.append((end, self.starts[i]))
+            end = max(end, self.ends[i])
+            i += 1
+        if end < hi:
+            out.append((end, hi))
+        return out
 
 
 def _short(name: str) -> str:
@@ -99,7 +111,7 @@ def summarise(trace: dict, marks: list[float]) -> dict:
     loop_tid = steps[0].get("tid") if steps else None
     ops = [e for e in by_cat.get("cpu_op", []) if loop_tid is None or e.get("tid") == loop_tid]
     device = "cuda" if gpu else "cpu"
-    busy_src = [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in (gpu if gpu else ops)]
+    busy_src = _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in (gpu if gpu else ops)])
     t0 = steps[0]["ts"] if steps else min((e["ts"] for e in evs), default=0.0)
     runtime = by_cat.get("cuda_runtime", [])
     host = {  # what the loop thread did, by priority, to explain the idle gaps
@@ -111,17 +123,19 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         "sync": [e for e in runtime if e["name"].startswith(SYNC_CALLS)],
         "launch": [e for e in runtime if e["name"].startswith(("cudaLaunch", "cuLaunch"))],
     }
-    spans = {k: [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v] for k, v in host.items()}
+    spans = {
+        k: _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v]) for k, v in host.items()
+    }
     idle_by = {k: 0.0 for k in (*host, "python", "profiler")}
     rows = []
     for i, s in enumerate(steps):
         a, b = s["ts"], s["ts"] + s.get("dur", 0.0)
         dur = (marks[i + 1] - marks[i]) if i + 1 < len(marks) else (b - a) / 1e6
-        busy = min(dur, _union(busy_src, a, b) / 1e6)
-        for x, y in _gaps(busy_src, a, b):
+        busy = min(dur, busy_src.covered(a, b) / 1e6)
+        for x, y in busy_src.gaps(a, b):
             left = y - x
             for k, iv in spans.items():
-                got = min(left, _union(iv, x, y))
+                got = min(left, iv.covered(x, y))
                 idle_by[k] += got
                 left -= got
             idle_by["python"] += left
@@ -155,7 +169,8 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         if not e["name"].startswith(SYNC_CALLS):
             continue
         end = e["ts"] + e.get("dur", 0.0)
-        nxt = next((t for t in gpu_starts if t >= end), None)
+        j = bisect.bisect_left(gpu_starts, end)
+        nxt = gpu_starts[j] if j < len(gpu_starts) else None
         s = syncs.setdefault(e["name"], [0, 0.0, 0.0])
         s[0] += 1
         s[1] += e.get("dur", 0.0)
