@@ -209,3 +209,14 @@ def test_a_failing_capture_never_breaks_the_job(capsys):
     assert cap.done and cap.summary is None and cap.prof is None
     assert not torch.autograd._profiler_enabled()
     assert "profiler capture given up: disk full" in capsys.readouterr().err
+
+
+def test_spans_merge_nested_and_overlapping_intervals():
+    from gpudiag.probes.inject.gpudiag_capture import _Spans
+
+    sp = _Spans([(5, 8), (0, 10), (12, 15), (14, 20), (30, 31)])
+    assert sp.covered(0, 40) == 10 + 8 + 1
+    assert sp.covered(9, 13) == 1 + 1
+    assert sp.gaps(0, 40) == [(10, 12), (20, 30), (31, 40)]
+    assert sp.gaps(-5, 3) == [(-5, 0)]
+    assert _Spans([]).gaps(1, 2) == [(1, 2)] and _Spans([]).covered(1, 2) == 0
