@@ -50,7 +50,13 @@ class Job:
         return session
 
 
-def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) -> Job:
+def launch(
+    command: list[str],
+    inject: bool = True,
+    stdout=None,
+    stderr=None,
+    extra_env: dict[str, str] | None = None,
+) -> Job:
     """Start `command`; with `inject`, the in-process hooks (exact step timing) are added to
     its environment when their socket can be made. UsageError when it cannot start."""
     hooks = HookProbe() if inject else None
@@ -58,6 +64,7 @@ def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) ->
     if hooks is not None:
         if hooks.open(Target(0)).available:
             env = injection_env(dict(os.environ), hooks.path or "")
+            env.update(extra_env or {})
         else:
             hooks = None
     from gpudiag.agent.ranks import flight_recorder_env, is_launcher

@@ -45,6 +45,7 @@ def run_with_tui(
         save=save,
         pause=session.pause,
         stop=session.stop,
+        capture=session.request_capture,
     )
     DiagnosisApp(feed).run()
     session.stop()

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.parser_evidence import capture_option, export_options
 from gpudiag.agent.report import tool_version
 
 DESCRIPTION = """\
@@ -187,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not add the in-process hooks (exact step timing) to the job",
     )
+    capture_option(p, "run")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     p = sub.add_parser(
@@ -197,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
+    capture_option(p, "attach")
 
     p = sub.add_parser(
         "report",
@@ -206,11 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a report written by gpudiag run/attach")
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "html"),
         default="text",
         help="text (the full diagnosis with evidence), markdown (for tickets and "
-        "pull requests) or json (the report itself) (default: text)",
+        "pull requests), json (the report itself) or html (one self-contained page with "
+        "the timeline, findings and flame graph; opens offline) (default: text)",
     )
+    p.add_argument("--out", metavar="FILE", help="write the rendering to FILE, not stdout")
+    export_options(p)
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser(
@@ -232,11 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     _price_options(p)
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "html"),
         default="text",
-        help="summary on stdout: text, markdown or json (the whole report) (default: text)",
+        help="summary on stdout: text, markdown, json (the whole report) or html (the "
+        "self-contained page) (default: text)",
     )
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
+    export_options(p)
 
     sub.add_parser(
         "schema",
@@ -297,6 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--exit-zero", action="store_true", help="report but exit 0 (still 2 on errors)")
     p.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the last run's report with the comparison as one HTML page",
+    )
     p.add_argument(
         "--out",
         metavar="FILE",

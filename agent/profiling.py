@@ -64,7 +64,11 @@ def _recorder(
 
 def print_summary(doc: dict, fmt: str) -> None:
     """The summary on stdout: json (the whole report), markdown or text."""
-    if fmt == "json":
+    if fmt == "html":
+        from gpudiag.agent.html_report import render_html
+
+        print(render_html(doc), end="")
+    elif fmt == "json":
         print(json.dumps(doc, indent=2))
     elif fmt == "markdown":
         print(render_markdown(doc))
@@ -108,6 +112,11 @@ def finish(
     print(
         f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})", file=note
     )
+    if getattr(args, "speedscope", None) or getattr(args, "trace", None):
+        from gpudiag.agent.exports import write_exports
+
+        for line in write_exports(doc, args.speedscope, args.trace):
+            print(line, file=note)
     if recorder is not None:
         print(
             f"Recording written to {recorder.path}  (gpudiag replay {shlex.quote(recorder.path)})",
@@ -116,13 +125,29 @@ def finish(
     return doc
 
 
+def capture_env(args: argparse.Namespace) -> dict[str, str]:
+    """The job's environment for `--capture-steps N` (empty without it)."""
+    n = getattr(args, "capture_steps", None)
+    if not n:
+        return {}
+    if args.no_inject:
+        raise UsageError("--capture-steps needs the in-process hooks: drop --no-inject")
+    return {"GPUDIAG_CAPTURE_STEPS": str(n)}
+
+
 def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
     """Launch the job, profile it, write the report; the job's exit code (or ours)."""
     # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
     job_stdout = None if args.format == "text" else sys.stderr.fileno()
     err_r, err_w = os.pipe()
     try:
-        job = launch(command, inject=not args.no_inject, stdout=job_stdout, stderr=err_w)
+        job = launch(
+            command,
+            inject=not args.no_inject,
+            stdout=job_stdout,
+            stderr=err_w,
+            extra_env=capture_env(args),
+        )
     except UsageError:
         os.close(err_r)
         raise
@@ -238,6 +263,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     recorder = _recorder(args, "attach", cmdline, pid, session)
     session.sink = recorder.write if recorder else None
     _on_hang(session, "attach", cmdline, pid, out, settings)
+    session.capture_steps = getattr(args, "capture_steps", None)  # asked once the job connects
     if args.tui:
         from gpudiag.agent.live import run_with_tui
 

@@ -146,7 +146,11 @@ def report_of(
     )
     if result.distributed:
         doc.update(result.distributed)  # a multi-rank job: `ranks` and `distributed`
-    return doc
+    from gpudiag.agent.evidence import add_evidence_views
+
+    return add_evidence_views(
+        doc, result.timeline, settings.rules, result.analysis.profile.thread, settings.thresholds
+    )
 
 
 def validate(doc: dict) -> None:

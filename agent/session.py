@@ -212,8 +212,12 @@ class Session:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_term)
         next_progress = time.monotonic() + 5.0
+        from gpudiag.agent.autocapture import AutoCapture
+
+        auto = AutoCapture(self)
         try:
             while True:
+                auto.tick()
                 if not self.target_alive():
                     return "target_exited"
                 elapsed = time.time() - start
@@ -252,6 +256,14 @@ class Session:
     def stop(self) -> None:
         """Ask the session to end (from another thread)."""
         self._stop.set()
+
+    def request_capture(self, steps: int = 10) -> str:
+        """Ask the job's in-process hooks for a profiler capture of `steps` steps; a line
+        saying what happens."""
+        hooks = next((p for p in self.probes if hasattr(p, "request_capture")), None)
+        if hooks is None or not hooks.request_capture(steps):
+            return "no capture: the job has no in-process hooks (gpudiag run, instrument())"
+        return f"capture of {steps} steps asked for: it lands in the report"
 
     def pause(self, paused: bool) -> None:
         """While paused, samples are not collected (the job runs on untouched)."""

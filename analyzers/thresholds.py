@@ -69,6 +69,11 @@ class Thresholds:
     """GPU003: SM activity needed before missing tensor-core use matters."""
     tensor_active_max: float = 0.05
     """GPU003: tensor-core activity at or below which matrix work is plain fp32."""
+    capture_idle_confirm: float = 0.50
+    """Capture: a GPU-idle finding is confirmed when the captured steps' GPU idle share is at
+    least this share of the GPU idle NVML measured over the loop (refuted below)."""
+    capture_tensor_core_min: float = 0.50
+    """Capture: share of matrix-kernel time on tensor cores below which GPU003 is confirmed."""
     pcie_saturation: float = 0.70
     """XFER001: host-to-device bytes/s as a share of the link's capacity."""
     pcie_busy_max: float = 0.70
