@@ -154,6 +154,33 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a TCP port, got {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {v}")
+    return v
+
+
+def _metrics_options(p: argparse.ArgumentParser, required: bool = False) -> None:
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        required=required,
+        metavar="PORT",
+        help="serve the live findings as Prometheus metrics on http://ADDR:PORT/metrics",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the metrics endpoint listens on (default: 127.0.0.1; 0.0.0.0 for "
+        "every interface)",
+    )
+
+
 def _budget(text: str) -> float:
     try:
         value = float(text)
@@ -189,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not add the in-process hooks (exact step timing) to the job",
     )
     capture_option(p, "run")
+    _metrics_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     p = sub.add_parser(
@@ -200,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
     capture_option(p, "attach")
+    _metrics_options(p)
 
     p = sub.add_parser(
         "report",

@@ -16,6 +16,7 @@ from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.launch import Job, launch
+from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
 from gpudiag.agent.ranks import primary_of, setup_ranks
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.render import render_markdown, render_text
@@ -60,6 +61,24 @@ def _recorder(
         layout=args.record_layout,
         width_ns=lambda: timeline.segment_ns,  # called under the session's ingest lock
     )
+
+
+def _serve(
+    args: argparse.Namespace,
+    server: MetricsServer | None,
+    session: Session,
+    mode: str,
+    command: list[str],
+    pid: int,
+) -> None:
+    """Show the session on the metrics endpoint, when there is one."""
+    if server is None:
+        return
+    from gpudiag.agent.live import live_doc
+
+    serve_session(server, session, lambda: live_doc(session, mode, command, pid), pid, command)
+    if not getattr(args, "quiet", False):
+        session.log(f"metrics on {server.url}")
 
 
 def print_summary(doc: dict, fmt: str) -> None:
@@ -139,6 +158,7 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
     """Launch the job, profile it, write the report; the job's exit code (or ours)."""
     # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
     job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    server = open_metrics(args)
     err_r, err_w = os.pipe()
     try:
         job = launch(
@@ -150,18 +170,24 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         )
     except UsageError:
         os.close(err_r)
+        if server is not None:
+            server.close()
         raise
     finally:
         os.close(err_w)
     tee = StderrTee(err_r)
     try:
-        return _profile_launched(args, job, settings, tee)
+        return _profile_launched(args, job, settings, tee, server)
     finally:
         tee.close()
 
 
 def _profile_launched(
-    args: argparse.Namespace, job: Job, settings: Settings, tee: StderrTee
+    args: argparse.Namespace,
+    job: Job,
+    settings: Settings,
+    tee: StderrTee,
+    server: MetricsServer | None = None,
 ) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
@@ -176,13 +202,18 @@ def _profile_launched(
             f"profiling pid {popen.pid} ({' '.join(command)})"
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
-    if args.tui:
-        from gpudiag.agent.live import run_with_tui
+    _serve(args, server, session, "run", command, target)
+    try:
+        if args.tui:
+            from gpudiag.agent.live import run_with_tui
 
-        session.log = lambda msg: None  # the UI shows the status
-        result = run_with_tui(session, "run", command, target, out)
-    else:
-        result = session.run()
+            session.log = lambda msg: None  # the UI shows the status
+            result = run_with_tui(session, "run", command, target, out)
+        else:
+            result = session.run()
+    finally:
+        if server is not None:
+            server.close()
     failed = result.exit_code not in (None, 0)
     finish(
         result,
@@ -223,6 +254,17 @@ def _on_hang(
 
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     """Profile a running job; UsageError when its stacks cannot be read at all."""
+    server = open_metrics(args)
+    try:
+        return _attach(args, pid, settings, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _attach(
+    args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
+) -> int:
     opts = session_options(args)
     ranks = sibling_ranks(pid)
     root = pid
@@ -264,12 +306,17 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     session.sink = recorder.write if recorder else None
     _on_hang(session, "attach", cmdline, pid, out, settings)
     session.capture_steps = getattr(args, "capture_steps", None)  # asked once the job connects
-    if args.tui:
-        from gpudiag.agent.live import run_with_tui
+    _serve(args, server, session, "attach", cmdline, pid)
+    try:
+        if args.tui:
+            from gpudiag.agent.live import run_with_tui
 
-        session.log = lambda msg: None
-        result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
-    else:
-        result = session.run(preopened={stacks.name: status})
+            session.log = lambda msg: None
+            result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
+        else:
+            result = session.run(preopened={stacks.name: status})
+    finally:
+        if server is not None:
+            server.collector.jobs = lambda: []
     finish(result, args, "attach", cmdline, pid, out, settings, recorder)
     return EXIT_OK
