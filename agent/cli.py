@@ -185,6 +185,14 @@ def _browse(doc: dict, title: str) -> int:
     return EXIT_OK
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Profile every job on the box and serve the findings until Ctrl-C/SIGTERM/--duration."""
+    from gpudiag.agent.watch import watch_command
+
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    return watch_command(args, settings)
+
+
 def cmd_thresholds(args: argparse.Namespace) -> int:
     """Print each threshold, its default, unit and range, and its meaning."""
     from gpudiag.analyzers.thresholds import RANGES
@@ -220,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             "thresholds": cmd_thresholds,
             "top": cmd_top,
             "gate": cmd_gate,
+            "watch": cmd_watch,
         }[args.command]
         return handler(args)
     except UsageError as exc:
