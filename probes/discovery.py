@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DCGM_NAMES = ("dcgm-exporter", "nv-hostengine")
+DCGM_NOTE = "NVML GPM conflicts with DCGM's profiling module: SM and tensor activity not sampled"
+DCGM_HINT = (
+    "read SM and tensor activity from dcgm-exporter's DCGM_FI_PROF_* metrics; they join "
+    "gpudiag's on the UUID and Hostname labels"
+)
 PROC = Path("/proc")
 
 
@@ -106,3 +111,9 @@ def dcgm_process(procs: Iterable[ProcInfo] | None = None) -> ProcInfo | None:
         if p.name in DCGM_NAMES or exe in DCGM_NAMES or p.name.startswith("dcgm-exporter"):
             return p
     return None
+
+
+def dcgm_running() -> str | None:
+    """'dcgm-exporter (pid N)' or 'nv-hostengine (pid N)' when one runs, else None."""
+    p = dcgm_process()
+    return None if p is None else f"{p.name} (pid {p.pid})"
