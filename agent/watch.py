@@ -22,7 +22,7 @@ from gpudiag.agent.live import live_doc
 from gpudiag.agent.metrics import LiveJob
 from gpudiag.agent.session import Session, SessionOptions, default_probes
 from gpudiag.probes.base import Target
-from gpudiag.probes.discovery import find_jobs, list_processes
+from gpudiag.probes.discovery import dcgm_process, find_jobs, list_processes
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.stacks import StackProbe
@@ -221,7 +221,13 @@ class Watcher:
         """Node-level gauges for the endpoint."""
         with self._lock:
             n = sum(1 for w in self.jobs.values() if w.thread.is_alive())
-        out = {"jobs_watched": (n, "jobs gpudiag watch profiles now")}
+        out = {
+            "jobs_watched": (n, "jobs gpudiag watch profiles now"),
+            "dcgm_running": (
+                1.0 if dcgm_process() is not None else 0.0,
+                "1 when dcgm-exporter or nv-hostengine runs here (NVML GPM is then left off)",
+            ),
+        }
         if self.cpu_budget is not None:
             out["watch_cpu_budget_cores"] = (self.cpu_budget, "CPU budget across every job")
             out["watch_rss_budget_bytes"] = (self.rss_budget_bytes, "memory budget, every job")
