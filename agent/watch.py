@@ -119,7 +119,9 @@ class Watcher:
         """The root pids of the jobs on the box now."""
         if self.discover is not None:
             return self.discover()
-        return find_jobs(list_processes(), self._gpu_pids(), match=self.match)
+        with self._lock:
+            known = set(self.jobs)
+        return find_jobs(list_processes(), self._gpu_pids(), match=self.match, known=known)
 
     # ---- jobs -----------------------------------------------------------------------------
     def live_jobs(self) -> list[LiveJob]:
@@ -135,6 +137,7 @@ class Watcher:
                 if not w.thread.is_alive():
                     del self.jobs[pid]
                     self.log(f"pid {pid} ended; no longer watched")
+        self.skipped &= pids  # a pid that comes back later is another process
         for pid in sorted(pids - set(self.jobs) - self.skipped):
             self._start(pid)
         self._rebalance()

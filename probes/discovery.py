@@ -75,33 +75,39 @@ def find_jobs(
     torch_check: Callable[[int], bool] = has_torch,
     me: int | None = None,
     match: re.Pattern[str] | None = None,
+    known: Iterable[int] = (),
 ) -> list[int]:
     """The root pids of the jobs on the box: GPU processes and Python processes with torch,
     less any process whose parent is one of them, gpudiag (`me`) and its children, and, with
-    `match`, those whose command line does not match."""
+    `match`, those whose command line does not match. `known` jobs (already watched) and
+    their children are not read again."""
     me = os.getpid() if me is None else me
     by_pid = {p.pid: p for p in procs}
-    gpu = set(gpu_pids)
+    gpu, known = set(gpu_pids), set(known)
+
+    def ancestor_in(pid: int, pids: set[int]) -> bool:
+        seen = set()
+        parent = by_pid[pid].ppid if pid in by_pid else 0
+        while parent and parent not in seen:
+            if parent in pids:
+                return True
+            seen.add(parent)
+            parent = by_pid[parent].ppid if parent in by_pid else 0
+        return False
+
     found = {
         p.pid
         for p in by_pid.values()
         if p.pid != me
         and p.ppid != me
         and (match is None or match.search(" ".join(p.cmdline)))
-        and (p.pid in gpu or (_is_python(p) and torch_check(p.pid)))
+        and (
+            p.pid in gpu
+            or p.pid in known
+            or (_is_python(p) and not ancestor_in(p.pid, known) and torch_check(p.pid))
+        )
     }
-
-    def ancestor_found(pid: int) -> bool:
-        seen = set()
-        parent = by_pid[pid].ppid if pid in by_pid else 0
-        while parent and parent not in seen:
-            if parent in found:
-                return True
-            seen.add(parent)
-            parent = by_pid[parent].ppid if parent in by_pid else 0
-        return False
-
-    return sorted(pid for pid in found if not ancestor_found(pid))
+    return sorted(pid for pid in found if not ancestor_in(pid, found))
 
 
 def dcgm_process(procs: Iterable[ProcInfo] | None = None) -> ProcInfo | None:

@@ -33,6 +33,25 @@ def test_discovery_finds_job_roots_not_workers_nor_gpudiag():
     assert jobs == [100, 300, 500]
 
 
+def test_discovery_does_not_read_known_jobs_and_their_workers_again():
+    read = []
+
+    def check(pid: int) -> bool:
+        read.append(pid)
+        return pid in TORCH
+
+    jobs = find_jobs(BOX, [], check, me=400, known=[100])
+    assert jobs == [100, 500] and 100 not in read and 101 not in read
+
+
+def test_watch_bad_match_is_one_line_and_exit_2():
+    from tests.conftest import gpudiag
+
+    res = gpudiag("watch", "--match", "(", "--metrics-port", "0", "--duration", "1")
+    assert res.returncode == 2 and res.stderr.startswith("gpudiag: error: --match")
+    assert "Traceback" not in res.stderr
+
+
 def test_discovery_match_keeps_only_matching_commands():
     jobs = find_jobs(BOX, [], TORCH.__contains__, me=400, match=re.compile(r"other\.py"))
     assert jobs == [500]
