@@ -27,6 +27,11 @@ from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.stacks import StackProbe
 
+# with many jobs under one budget, each job's sampling may go lower than attach's floor: the
+# loop down to 1 Hz (a verdict then takes minutes, which a daemon has)
+WATCH_MIN_LEVEL = 0.01
+WATCH_MIN_RATE_HZ = 1
+
 
 class SharedCpu:
     """gpudiag's own CPU time split evenly between the jobs it watches: a counter that grows
@@ -69,6 +74,12 @@ class SharedGovernor(Governor):
         own = psutil.Process().memory_info().rss // max(1, self.jobs)
         kids = sum(int(p.child_rss_bytes()) for p in self.probes if hasattr(p, "child_rss_bytes"))
         return own + kids
+
+    def set_level(self, level: float) -> None:
+        """As Governor.set_level, down to WATCH_MIN_LEVEL: many jobs share one budget."""
+        self.level = max(WATCH_MIN_LEVEL, min(1.0, level))
+        for p in self._adaptive():
+            p.set_level(self.level)
 
     def rebudget(self, budget: Budget, jobs: int) -> None:
         """A new share of the total budget."""
@@ -152,14 +163,17 @@ class Watcher:
             log=lambda msg: self.log(f"pid {pid}: {msg}"),
         )
         if self.cpu_budget is not None:
+            n = len(self.jobs) + 1  # the probes' first guess is made at this job's share
             session.governor = SharedGovernor(
-                Budget(self.cpu_budget, self.rss_budget_bytes),
+                Budget(self.cpu_budget / n, self.rss_budget_bytes // n),
                 session.probes,
                 period_s=max(1.0, opts.window_s),
                 shared=self.shared,
+                jobs=n,
             )
         stacks = next(p for p in session.probes if isinstance(p, StackProbe))
         stacks.startup_timeout_s = 0.0
+        stacks.min_rate_hz = min(stacks.min_rate_hz, WATCH_MIN_RATE_HZ)
         status = session.open_probe(stacks)
         if not status.available:
             for p in session.probes:

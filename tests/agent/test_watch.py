@@ -146,3 +146,26 @@ def test_watch_shows_two_jobs_and_drops_the_one_that_ends(tmp_path):
             p.wait()
         watch.terminate()  # SIGTERM: stops cleanly
         assert watch.wait(timeout=60) == 0, watch.stderr.read()
+
+
+class _Adaptive:
+    """A probe the governor turns: its level and py-spy goal."""
+
+    def __init__(self) -> None:
+        self.level, self.cpu_goal = 1.0, None
+
+    def set_level(self, level: float) -> None:
+        self.level = level
+
+
+def test_each_job_gets_its_share_of_the_budget_and_may_go_below_attach_floor():
+    from gpudiag.agent.budget import MIN_LEVEL, SPY_SHARE, Budget
+    from gpudiag.agent.watch import WATCH_MIN_LEVEL, SharedGovernor
+
+    probe = _Adaptive()
+    gov = SharedGovernor(Budget(0.10, 400 << 20), [probe], shared=SharedCpu(lambda: 0.0))
+    gov.rebudget(Budget(0.10 / 16, (400 << 20) // 16), 16)
+    assert gov.budget.cpu_cores == pytest.approx(0.00625) and gov.jobs == 16
+    assert probe.cpu_goal == pytest.approx(0.00625 * gov.target_share * SPY_SHARE)
+    gov.set_level(0.0001)
+    assert probe.level == WATCH_MIN_LEVEL < MIN_LEVEL
