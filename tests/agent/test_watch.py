@@ -120,7 +120,7 @@ def test_watch_shows_two_jobs_and_drops_the_one_that_ends(tmp_path):
                 both = _pids(scrape(url))
             except OSError:
                 continue
-            if {a, b} <= set(both):
+            if all(both.get(p, set()) & {"DATA001", "DATA002"} for p in (a, b)):
                 break
         assert {a, b} <= set(both), both
         assert both[a] & {"DATA001", "DATA002"} and both[b] & {"DATA001", "DATA002"}
