@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+import psutil
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpudiag.agent.identity import LABELS, hostname
@@ -188,6 +189,7 @@ class GpudiagCollector(Collector):
                         gpu_fams[k].add_metric(lv, float(v))
         yield from fam.values()
         yield from gpu_fams.values()
+        yield from own_cost(host)
         h = self.health()
         for name, (value, doc) in sorted(h.items()):
             g = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["Hostname"])
@@ -244,3 +246,30 @@ def gpu_idle(doc: dict) -> float | None:
     if cost.get("gpu_idle_share") is not None:
         return float(cost["gpu_idle_share"])
     return None
+
+
+def own_cost(host: str) -> list[Metric]:
+    """gpudiag's CPU seconds and resident memory, its py-spy recorders included (the process
+    collector's `gpudiag_process_*` count gpudiag's process alone and carry no Hostname)."""
+    me = psutil.Process()
+    t = me.cpu_times()
+    cpu = t.user + t.system + t.children_user + t.children_system
+    rss = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            ct = child.cpu_times()
+            cpu += ct.user + ct.system
+            rss += child.memory_info().rss
+        except psutil.Error:
+            pass
+    c = CounterMetricFamily(
+        f"{PREFIX}_cpu_seconds", "CPU of gpudiag and its py-spy recorders", labels=["Hostname"]
+    )
+    c.add_metric([host], cpu)
+    m = GaugeMetricFamily(
+        f"{PREFIX}_resident_memory_bytes",
+        "resident memory of gpudiag and its live py-spy recorders",
+        labels=["Hostname"],
+    )
+    m.add_metric([host], float(rss))
+    return [c, m]

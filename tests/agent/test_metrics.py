@@ -165,6 +165,9 @@ def test_collector_serves_findings_gpus_and_health_with_job_labels():
     up = {s.labels["probe"]: s.value for s in fams["gpudiag_probe_up"]}
     assert up == {"stacks": 1.0, "gpu": 0.0}
     assert fams["gpudiag_process_resident_memory_bytes"][0].value > 0
+    (rss,) = fams["gpudiag_resident_memory_bytes"]
+    assert rss.labels == {"Hostname": rss.labels["Hostname"]} and rss.value > 0
+    assert [s.name for s in fams["gpudiag_cpu_seconds"]] == ["gpudiag_cpu_seconds_total"]
 
 
 def test_port_in_use_is_one_line_and_exit_2(tmp_path):
