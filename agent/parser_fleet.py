@@ -37,6 +37,16 @@ def metrics_options(p: argparse.ArgumentParser, default_port: int | None = None)
     )
 
 
+def _recent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return v
+
+
 def add_watch_parser(sub: argparse._SubParsersAction) -> None:
     """The `watch` subcommand and its options."""
     p = sub.add_parser(
@@ -69,6 +79,14 @@ def add_watch_parser(sub: argparse._SubParsersAction) -> None:
         default=5.0,
         metavar="SECONDS",
         help="how often to look for new and ended jobs (default: 5)",
+    )
+    p.add_argument(
+        "--recent",
+        type=_recent,
+        default=600.0,
+        metavar="SECONDS",
+        help="findings cover each job's last SECONDS, so that they follow a job that "
+        "changes (default: 600; 0: the whole time it was watched)",
     )
     p.add_argument(
         "--match",

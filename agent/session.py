@@ -269,11 +269,14 @@ class Session:
         """While paused, samples are not collected (the job runs on untouched)."""
         self.paused = paused
 
-    def snapshot(self) -> Analysis:
-        """An analysis of what was collected so far (for live views)."""
+    def snapshot(self, recent_s: float | None = None) -> Analysis:
+        """An analysis of what was collected so far (for live views); with `recent_s`, of
+        the last that many seconds of it only (a daemon's findings stay current)."""
         with self._lock:
+            tl = self.timeline
+            spans = tl.spans() if recent_s is not None else []
             return analyze(
-                self.timeline,
+                tl.window(spans[-1][1] - int(recent_s * 1e9), None) if spans else tl,
                 self.settings.thresholds,
                 self.settings.rules,
                 self.settings.price,
@@ -300,12 +303,13 @@ class Session:
             )
         return replace(analysis, findings=tuple(merged), verdict=verdict), section
 
-    def result_so_far(self) -> SessionResult:
-        """What was collected so far, analysed (for live views; the session runs on)."""
+    def result_so_far(self, recent_s: float | None = None) -> SessionResult:
+        """What was collected so far, analysed (for live views; the session runs on); with
+        `recent_s`, its last that many seconds only."""
         probes = [
             self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting") for p in self.probes
         ]
-        analysis, dist = self._with_ranks(self.snapshot())
+        analysis, dist = self._with_ranks(self.snapshot(recent_s))
         return SessionResult(
             analysis,
             probes,

@@ -111,6 +111,7 @@ class Watcher:
     discover: Callable[[], list[int]] | None = None
     log: Callable[[str], None] = lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
     refresh_s: float = 5.0
+    recent_s: float | None = 600.0  # findings over the last this many seconds; None: all
     jobs: dict[int, Watched] = field(default_factory=dict)
     skipped: set[int] = field(default_factory=set)
     shared: SharedCpu = field(default_factory=SharedCpu)
@@ -186,7 +187,7 @@ class Watcher:
         command = ident["command"].split()
 
         def report() -> dict:
-            return live_doc(session, "attach", command, pid)
+            return live_doc(session, "attach", command, pid, self.recent_s)
 
         live = LiveJob(ident, report, refresh_s=self.refresh_s)
         session.sink = live.tap
@@ -287,6 +288,7 @@ def watch_command(args, settings: Settings) -> int:
         rss_budget_bytes=int(args.memory_budget * 1024 * 1024),
         match=match,
         log=log,
+        recent_s=args.recent or None,
     )
     server = MetricsServer(args.metrics_addr, args.metrics_port, watcher.live_jobs, watcher.health)
     stop = threading.Event()

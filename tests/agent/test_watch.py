@@ -169,3 +169,28 @@ def test_each_job_gets_its_share_of_the_budget_and_may_go_below_attach_floor():
     assert probe.cpu_goal == pytest.approx(0.00625 * gov.target_share * SPY_SHARE)
     gov.set_level(0.0001)
     assert probe.level == WATCH_MIN_LEVEL < MIN_LEVEL
+
+
+def test_recent_findings_follow_a_job_that_changed():
+    import os
+
+    from gpudiag.agent.config import Settings
+    from gpudiag.agent.session import Session, SessionOptions
+    from gpudiag.analyzers.thresholds import Thresholds
+    from gpudiag.probes.base import Target
+    from tests.analyzers.scenario import Scenario
+    from tests.analyzers.test_findings import HEALTHY
+
+    starved = {"data_wait": 0.6, "forward": 0.15, "backward": 0.2, "optimizer": 0.05}
+    sc = Scenario(cpu_count=8)
+    for _ in range(40):  # two minutes starved, then fixed for two minutes
+        sc.window(shares=starved)
+    for _ in range(40):
+        sc.window(shares=HEALTHY)
+    sc.host(0.15).process(0.9)
+    opts = SessionOptions(cpu_budget=None, progress=False)
+    session = Session(Target(os.getpid()), Settings(Thresholds(), (), None), opts, probes=[])
+    session.timeline = sc.tl
+    whole = [f.id for f in session.snapshot().findings]
+    recent = [f.id for f in session.snapshot(recent_s=60).findings]
+    assert "DATA001" in whole and "DATA001" not in recent
