@@ -150,11 +150,13 @@ class Watcher:
                     del self.jobs[pid]
                     self.log(f"pid {pid} ended; no longer watched")
         self.skipped &= pids  # a pid that comes back later is another process
-        for pid in sorted(pids - set(self.jobs) - self.skipped):
-            self._start(pid)
+        new = sorted(pids - set(self.jobs) - self.skipped)
+        for pid in new:
+            self._start(pid, len(self.jobs) + len(new))
         self._rebalance()
 
-    def _start(self, pid: int) -> None:
+    def _start(self, pid: int, jobs: int = 1) -> None:
+        """Attach to `pid`; its probes' first guess is made at a share of `jobs`."""
         opts = SessionOptions(**{**self.opts.__dict__, "cpu_budget": None, "progress": False})
         session = Session(
             Target(pid),
@@ -164,7 +166,7 @@ class Watcher:
             log=lambda msg: self.log(f"pid {pid}: {msg}"),
         )
         if self.cpu_budget is not None:
-            n = len(self.jobs) + 1  # the probes' first guess is made at this job's share
+            n = max(1, jobs)
             session.governor = SharedGovernor(
                 Budget(self.cpu_budget / n, self.rss_budget_bytes // n),
                 session.probes,
