@@ -20,11 +20,13 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.identity import job_identity
 from gpudiag.agent.live import live_doc
 from gpudiag.agent.metrics import LiveJob
+from gpudiag.agent.ranks import primary_of, setup_ranks
 from gpudiag.agent.session import Session, SessionOptions, default_probes
 from gpudiag.probes.base import Target
 from gpudiag.probes.discovery import dcgm_process, find_jobs, list_processes
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.ranks import sibling_ranks
 from gpudiag.probes.stacks import StackProbe
 
 # with many jobs under one budget, each job's sampling may go lower than attach's floor: the
@@ -158,13 +160,17 @@ class Watcher:
     def _start(self, pid: int, jobs: int = 1) -> None:
         """Attach to `pid`; its probes' first guess is made at a share of `jobs`."""
         opts = SessionOptions(**{**self.opts.__dict__, "cpu_budget": None, "progress": False})
+        ranks = sibling_ranks(pid)  # a launcher (torchrun): profile its ranks, as attach does
+        main = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid) if ranks else pid
         session = Session(
-            Target(pid),
+            Target(main),
             self.settings,
             opts,
-            probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
+            probes=default_probes(opts) + [HookProbe(attach_path(main), optional=True)],
             log=lambda msg: self.log(f"pid {pid}: {msg}"),
         )
+        if ranks:
+            setup_ranks(session, ranks, pid)
         if self.cpu_budget is not None:
             n = max(1, jobs)
             session.governor = SharedGovernor(
