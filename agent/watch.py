@@ -20,10 +20,10 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.identity import job_identity
 from gpudiag.agent.live import live_doc
 from gpudiag.agent.metrics import LiveJob
-from gpudiag.agent.ranks import primary_of, setup_ranks
+from gpudiag.agent.ranks import is_launcher, primary_of, setup_ranks
 from gpudiag.agent.session import Session, SessionOptions, default_probes
 from gpudiag.probes.base import Target
-from gpudiag.probes.discovery import dcgm_process, find_jobs, list_processes
+from gpudiag.probes.discovery import dcgm_process, find_jobs, list_processes, read_proc
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.ranks import sibling_ranks
@@ -154,13 +154,18 @@ class Watcher:
         self.skipped &= pids  # a pid that comes back later is another process
         new = sorted(pids - set(self.jobs) - self.skipped)
         for pid in new:
-            self._start(pid, len(self.jobs) + len(new))
+            ranks = sibling_ranks(pid)
+            info = read_proc(pid)
+            if not ranks and info is not None and is_launcher(list(info.cmdline)):
+                continue  # a launcher (torchrun) before its ranks start: look again next time
+            self._start(pid, len(self.jobs) + len(new), ranks)
         self._rebalance()
 
-    def _start(self, pid: int, jobs: int = 1) -> None:
-        """Attach to `pid`; its probes' first guess is made at a share of `jobs`."""
+    def _start(self, pid: int, jobs: int = 1, ranks: list | None = None) -> None:
+        """Attach to `pid` (and to its `ranks` when it is a launcher, as attach does); its
+        probes' first guess is made at a share of `jobs`."""
         opts = SessionOptions(**{**self.opts.__dict__, "cpu_budget": None, "progress": False})
-        ranks = sibling_ranks(pid)  # a launcher (torchrun): profile its ranks, as attach does
+        ranks = ranks or []
         main = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid) if ranks else pid
         session = Session(
             Target(main),

@@ -194,3 +194,50 @@ def test_recent_findings_follow_a_job_that_changed():
     whole = [f.id for f in session.snapshot().findings]
     recent = [f.id for f in session.snapshot(recent_s=60).findings]
     assert "DATA001" in whole and "DATA001" not in recent
+
+
+def test_watch_shows_a_torchrun_job_once_with_its_ranks(tmp_path):
+    """The launcher is the job (its ranks are not jobs of their own); its ranks are profiled
+    as `attach` does, so the straggler finding reaches the metrics."""
+    pytest.importorskip("torch")
+    import os
+    from pathlib import Path
+
+    shutil.copy(WORKLOADS / "dist_train.py", tmp_path / "dist_train.py")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    env = {**os.environ, "GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
+    job = subprocess.Popen(
+        [torchrun, "--standalone", "--nproc-per-node", "2", str(tmp_path / "dist_train.py")]
+        + ["--seconds", "60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    port = free_port()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag.agent.cli", "watch", "--metrics-port", str(port)]
+        + ["--match", re.escape(str(tmp_path)), "--interval", "1", "--window", "2"]
+        + ["--cpu-budget", "0", "--rate", "50", "--duration", "70"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        jobs: dict = {}
+        for _ in range(60):
+            time.sleep(1)
+            try:
+                jobs = _pids(scrape(url))
+            except OSError:
+                continue
+            if "DIST001" in jobs.get(str(job.pid), set()):
+                break
+        assert set(jobs) == {str(job.pid)}, jobs  # one job: the launcher, not each rank
+        assert "DIST001" in jobs[str(job.pid)], jobs
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait()
+        watch.terminate()
+        assert watch.wait(timeout=60) == 0, watch.stderr.read()
