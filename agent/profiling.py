@@ -17,6 +17,7 @@ from gpudiag.agent.errors import UsageError
 from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.recording import Recorder
+from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import default_report_name, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
@@ -93,7 +94,7 @@ def finish(
         )
     doc = report_of(result, mode=mode, command=command, pid=pid, settings=settings, environment=env)
     if stderr_tail:
-        doc["run"]["stderr_tail"] = stderr_tail
+        doc["run"]["stderr_tail"] = redact_lines(stderr_tail)
     path = write_report(doc, out)
     fmt = getattr(args, "format", "text")
     print_summary(doc, fmt)
@@ -140,7 +141,7 @@ def _profile_launched(
     session.sink = recorder.write if recorder else None
     if not args.quiet:
         session.log(
-            f"profiling pid {popen.pid} ({' '.join(command)})"
+            f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
     if args.tui:
@@ -196,7 +197,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     out = args.out or default_report_name(pid, time.time())
     if not args.quiet:
         session.log(
-            f"attached to pid {pid} ({' '.join(cmdline)})"
+            f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"
             + (
                 f" for {args.duration:.0f} s"
                 if args.duration

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.redact import redact_argv
 from gpudiag.probes.base import ProbeStatus, Sample
 
 FORMAT = "gpudiag-recording"
@@ -41,6 +42,9 @@ class Recorder:
         self.max_bytes = max_bytes
         self.segment = 0
         self.rotations = 0
+        header = dict(header)
+        if isinstance(header.get("run"), dict):  # secrets never reach a recording
+            header["run"] = {**header["run"], "command": redact_argv(header["run"].get("command"))}
         self._header = {
             "format": FORMAT,
             "version": FORMAT_VERSION,

@@ -15,6 +15,7 @@ import jsonschema
 
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.redact import redact_argv
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
@@ -79,7 +80,7 @@ def build_report(
     metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
     run = {
         "mode": mode,
-        "command": command,
+        "command": redact_argv(command),  # secrets never reach a report
         "pid": pid,
         "start": iso(start),
         "end": iso(end),
