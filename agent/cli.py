@@ -182,6 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # a bug of gpudiag's: one line, exit 2 (GPUDIAG_DEBUG=1: traceback)
+        if os.environ.get("GPUDIAG_DEBUG"):
+            raise
+        print(
+            f"gpudiag: internal error: {type(exc).__name__}: {str(exc)[:300]} "
+            "(please report it; GPUDIAG_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -171,6 +171,26 @@ def _profile_launched(
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
 
 
+def other_user(pid: int) -> str | None:
+    """Why another user's process cannot be read (None when it is ours, or we are root):
+    gpudiag never raises its privileges, so only the OS's ptrace rules decide."""
+    import psutil
+
+    me = os.geteuid()
+    try:
+        uid = psutil.Process(pid).uids().real
+        name = psutil.Process(pid).username()
+    except (psutil.Error, KeyError):
+        return None
+    if me == 0 or uid == me:
+        return None
+    return (
+        f"pid {pid} belongs to user {name!r} and gpudiag runs as uid {me}; the operating "
+        "system does not let one user read another user's process (run gpudiag as that "
+        "user, or as root)"
+    )
+
+
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     """Profile a running job; UsageError when its stacks cannot be read at all."""
     opts = session_options(args)
@@ -188,7 +208,7 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
             if p is not stacks:
                 p.close()
         hint = f" ({status.hint})" if status.hint else ""
-        raise UsageError(f"cannot attach: {status.reason}{hint}")
+        raise UsageError(f"cannot attach: {other_user(pid) or status.reason}{hint}")
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         cmdline = [c.decode(errors="replace") for c in command if c]

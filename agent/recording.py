@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import threading
 import uuid
@@ -129,12 +130,65 @@ class Recording:
             next(lines, None)  # the header
             for n, obj in enumerate(lines, 2):
                 if obj.get("footer"):
-                    self.footer = obj
+                    self.footer = checked_footer(obj, f"{path}: line {n}")
                     continue
-                try:
-                    yield Sample.from_dict(obj)
-                except (KeyError, TypeError, ValueError):
-                    raise UsageError(f"{path}: line {n} is not a sample") from None
+                yield sample_of(obj, f"{path}: line {n}")
+
+
+MAX_T_NS = 2**63 - 1
+
+
+def sample_of(obj: dict, where: str) -> Sample:
+    """A recorded sample, its types checked (a number or None per value, text labels);
+    UsageError naming the line when it is not one: nothing malformed reaches the analyzers."""
+    probe, t_ns = obj.get("probe"), obj.get("t_ns")
+    labels, values = obj.get("labels", {}), obj.get("values", {})
+    if (
+        not isinstance(probe, str)
+        or not _is_number(t_ns)
+        or not 0 <= t_ns <= MAX_T_NS
+        or not isinstance(labels, dict)
+        or not isinstance(values, dict)
+        or not all(isinstance(v, (str, int, float)) for v in labels.values())
+    ):
+        raise UsageError(f"{where} is not a sample")
+    for name, v in values.items():  # NaN is a value probes write (json's NaN): kept as is
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise UsageError(f"{where}: value {str(name)[:40]!r} is not a number")
+    return Sample(
+        probe,
+        int(t_ns),
+        {str(k): str(v) for k, v in labels.items()},
+        {str(k): (None if v is None else float(v)) for k, v in values.items()},
+    )
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def checked_footer(obj: dict, where: str) -> dict:
+    """The footer with its types checked; UsageError when malformed."""
+    probes, errors = obj.get("probes", []), obj.get("errors", [])
+    ok = (
+        isinstance(probes, list)
+        and all(
+            isinstance(p, dict)
+            and isinstance(p.get("name"), str)
+            and isinstance(p.get("available"), bool)
+            and all(isinstance(p.get(k), (str, type(None))) for k in ("reason", "hint"))
+            for p in probes
+        )
+        and isinstance(errors, list)
+        and all(isinstance(e, dict) for e in errors)
+        and all(obj.get(k) is None or _is_number(obj[k]) for k in ("start", "end"))
+        and (obj.get("exit_code") is None or type(obj["exit_code"]) is int)
+        and isinstance(obj.get("environment", {}), (dict, type(None)))
+        and isinstance(obj.get("agent"), (dict, type(None)))
+    )
+    if not ok:
+        raise UsageError(f"{where}: the recording's footer is malformed")
+    return obj
 
 
 def iter_lines(path: str) -> Iterator[dict]:
@@ -172,6 +226,20 @@ def _header(path: str) -> dict:
             f"{path} is recording format {header.get('version')!r}; this "
             f"gpudiag reads {FORMAT_VERSION}"
         )
+    run = header.get("run", {})
+    if (
+        not isinstance(run, dict)
+        or not isinstance(header.get("environment", {}), dict)
+        or type(header.get("segment", 0)) is not int
+        or not (run.get("pid") is None or type(run["pid"]) is int)
+        or not (
+            run.get("command") is None
+            or (
+                isinstance(run["command"], list) and all(isinstance(c, str) for c in run["command"])
+            )
+        )
+    ):
+        raise UsageError(f"{path}: the recording's header is malformed")
     return header
 
 

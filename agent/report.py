@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gpudiag.agent.session import SessionResult
 
 SCHEMA_VERSION = "1.0"
+MAX_REPORT_BYTES = 64 * 1024 * 1024  # reports are kilobytes; refuse to load a runaway file
 
 
 def tool_version() -> str:
@@ -195,6 +196,8 @@ def load_report(path: str) -> dict:
     if p.is_dir():
         raise UsageError(f"{path} is a directory, not a report file")
     try:
+        if p.stat().st_size > MAX_REPORT_BYTES:
+            raise UsageError(f"{path} is too large to be a gpudiag report")
         doc = json.loads(p.read_text())
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a gpudiag report (not text)") from None

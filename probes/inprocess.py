@@ -160,7 +160,9 @@ def decode_datagram(data: bytes) -> dict | None:
         return None
     if not isinstance(msg, dict):
         return None
-    width = int(msg.get("width", 9) or 9)
+    width = msg.get("width", 9) or 9
+    if type(width) is not int or not 1 <= width <= 64:
+        return None  # not our hooks' datagram: dropped
     if sep and body and len(body) % (8 * width) == 0:
         flat = array("d")
         flat.frombytes(body)
@@ -176,12 +178,17 @@ def parse_message(msg: dict) -> list[Sample]:
     out: list[Sample] = []
     if not isinstance(msg, dict):
         return out
-    for row in msg.get("steps", []):
+    steps = msg.get("steps", [])
+    for row in steps if isinstance(steps, list) else []:
         if not isinstance(row, list) or len(row) != 9:
             continue
+        if not _numbers(row[:1]) or not math.isfinite(row[0]) or abs(row[0]) > 1e10:
+            continue  # data only: a malformed row is dropped, never evaluated
         t_ns = int(float(row[0]) * 1e9)
         if row[1] is None:
             out.append(Sample("hooks", t_ns, {"kind": "step"}, {"first_step": 1.0}))
+            continue
+        if not _numbers(row[1:]):
             continue
         out.append(
             Sample(
@@ -192,10 +199,12 @@ def parse_message(msg: dict) -> list[Sample]:
             )
         )
     t = out[-1].t_ns if out else now_ns()
-    for site, n in (msg.get("sites") or {}).items():
-        out.append(
-            Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
-        )
+    sites = msg.get("sites")
+    for site, n in (sites.items() if isinstance(sites, dict) else ()):
+        if _numbers([n]):
+            out.append(
+                Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
+            )
     mem = msg.get("mem")
     if isinstance(mem, dict) and mem:
         out.append(
@@ -207,7 +216,12 @@ def parse_message(msg: dict) -> list[Sample]:
                     k: float(v)
                     for k, v in mem.items()
                     if k in ("allocated", "reserved", "peak", "alloc_retries", "inactive_split")
+                    and _numbers([v])
                 },
             )
         )
     return out
+
+
+def _numbers(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
