@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,8 @@ from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import default_report_name, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
-from gpudiag.probes.base import Target
+from gpudiag.agent.signals import StopSignals
+from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
@@ -123,19 +125,34 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
     finally:
         os.close(err_w)
     tee = StderrTee(err_r)
+
+    def pass_on(signum: int, count: int) -> None:
+        # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
+        # gpudiag (a terminal's Ctrl-C already reaches the whole foreground group)
+        if signum != signal.SIGINT and job.popen.returncode is None:
+            os.kill(job.popen.pid, signum)
+
     try:
-        return _profile_launched(args, job, settings, tee)
+        if args.tui:
+            return _profile_launched(args, job, settings, tee)
+        with StopSignals(pass_on) as stops:
+            return _profile_launched(args, job, settings, tee, stops)
     finally:
         tee.close()
 
 
 def _profile_launched(
-    args: argparse.Namespace, job: Job, settings: Settings, tee: StderrTee
+    args: argparse.Namespace,
+    job: Job,
+    settings: Settings,
+    tee: StderrTee,
+    stops: StopSignals | None = None,
 ) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
     opts = session_options(args)
     session = job.session(settings, opts)
+    session.stop_signals = stops
     target = session.target.pid
     recorder = _recorder(args, "run", command, target)
     session.sink = recorder.write if recorder else None
@@ -166,8 +183,18 @@ def _profile_launched(
     if result.end_reason == "duration_reached":
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
-    if result.exit_code is not None:
-        return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
+    code = result.exit_code
+    if code is None and popen.poll() is None and stops is not None:
+        # never leave the job orphaned: wait for it, unless the user interrupts again
+        print(
+            f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
+            "(interrupt again to leave it running)",
+            file=sys.stderr,
+            flush=True,
+        )
+        code = popen.wait()
+    if code is not None:
+        return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
 
 
@@ -215,6 +242,23 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     except OSError:
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
+    if args.tui:
+        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings)
+    with StopSignals() as stops:
+        session.stop_signals = stops
+        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings)
+
+
+def _attach_profile(
+    args: argparse.Namespace,
+    session: Session,
+    stacks: StackProbe,
+    status: ProbeStatus,
+    pid: int,
+    cmdline: list[str],
+    out: str,
+    settings: Settings,
+) -> int:
     if not args.quiet:
         session.log(
             f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"

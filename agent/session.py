@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from gpudiag.agent.budget import Budget, Governor
 from gpudiag.agent.config import Settings
+from gpudiag.agent.signals import StopSignals
+from gpudiag.agent.targetwatch import TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
@@ -106,6 +108,8 @@ class Session:
         self.paused = False
         self.start_time = time.time()
         self.governor: Governor | None = None
+        self.stop_signals: StopSignals | None = None  # set by run/attach: signals as a flag
+        self._watch: TargetWatch | None = None
         if opts.cpu_budget is not None:
             self.governor = Governor(
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
@@ -162,22 +166,31 @@ class Session:
 
     # ---- lifecycle ----------------------------------------------------------------------
     def target_alive(self) -> bool:
-        """Whether the job still runs (for a launched job, reaps it and keeps its exit code)."""
+        """Whether the job still runs (for a launched job, reaps it and keeps its exit code);
+        a pid that now runs another program (exec) or belongs to a new process counts as
+        ended, and the report's errors say which."""
         if self.popen is not None:
             code = self.popen.poll()
             if code is not None:
                 self.exit_code = code
+                if code < 0:
+                    name = signal.Signals(-code).name if -code in signal.valid_signals() else code
+                    self.error("target", f"the job was killed by {name}")
                 return False
-            return True
-        try:
-            with open(f"/proc/{self.target.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        except OSError:
+            if self.popen.pid != self.target.pid:
+                return True  # a launcher's Python child: followed through the launcher
+        if not running(self.target.pid):
             return False
+        why = self._watch.changed() if self._watch is not None else None
+        if why is not None:
+            self.error("target", why)
+            return False
+        return True
 
     def run(self, preopened: dict[str, ProbeStatus] | None = None) -> SessionResult:
         """Sample until a stop condition; then close the probes and analyse."""
         start = self.start_time = time.time()
+        self._watch = TargetWatch(self.target.pid)
         self.statuses.update(preopened or {})
         for probe in self.probes:
             if probe.name in self.statuses:
@@ -203,11 +216,16 @@ class Session:
         def on_term(signum, frame):
             raise _Interrupted()
 
-        if threading.current_thread() is threading.main_thread():
+        own_handler = (
+            self.stop_signals is None and threading.current_thread() is threading.main_thread()
+        )
+        if own_handler:
             signal.signal(signal.SIGTERM, on_term)
         next_progress = time.monotonic() + 5.0
         try:
             while True:
+                if self.stop_signals is not None and self.stop_signals.stopping:
+                    raise _Interrupted()
                 if not self.target_alive():
                     return "target_exited"
                 elapsed = time.time() - start
@@ -227,7 +245,7 @@ class Session:
                     pass
             return "interrupted"
         finally:
-            if threading.current_thread() is threading.main_thread():
+            if own_handler:
                 signal.signal(signal.SIGTERM, old_term)
 
     def progress_line(self, elapsed: float) -> str:
@@ -284,7 +302,7 @@ class Session:
         if self.governor is not None:
             self.governor.stop()
         old_int = None
-        if threading.current_thread() is threading.main_thread():
+        if self.stop_signals is None and threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
         try:
             for probe in self.probes:
