@@ -97,8 +97,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _browse(doc, f"replay {args.file}")
     print_summary(doc, args.format)
     if args.out:
+        try:
+            path = write_report(doc, args.out)
+        except OSError as exc:  # disk full, folder gone: the summary above still stands
+            raise UsageError(f"cannot write the report to {args.out}: {exc.strerror}") from None
         print(
-            f"Report written to {write_report(doc, args.out)}",
+            f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,
         )
     return EXIT_OK

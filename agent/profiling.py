@@ -97,18 +97,31 @@ def finish(
     doc = report_of(result, mode=mode, command=command, pid=pid, settings=settings, environment=env)
     if stderr_tail:
         doc["run"]["stderr_tail"] = redact_lines(stderr_tail)
-    path = write_report(doc, out)
+    if recorder is not None and recorder.failed:
+        doc["errors"].append(
+            {"source": "recording", "message": f"recording stopped: {recorder.failed}", "t": None}
+        )
+    try:
+        path, failed = write_report(doc, out), None
+    except OSError as exc:  # disk full, folder gone: no half-written file is left behind
+        path, failed = None, f"cannot write the report to {out}: {exc.strerror or exc}"
     fmt = getattr(args, "format", "text")
-    print_summary(doc, fmt)
+    print_summary(doc, fmt)  # the summary still shows what was found
     note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
-    print(
-        f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})", file=note
-    )
-    if recorder is not None:
+    if path is not None:
+        print(
+            f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
+            file=note,
+        )
+    if recorder is not None and not recorder.failed:
         print(
             f"Recording written to {recorder.path}  (gpudiag replay {shlex.quote(recorder.path)})",
             file=note,
         )
+    elif recorder is not None:
+        print(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
+    if failed:
+        raise UsageError(failed)
     return doc
 
 

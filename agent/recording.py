@@ -43,6 +43,7 @@ class Recorder:
         self.max_bytes = max_bytes
         self.segment = 0
         self.rotations = 0
+        self.failed: str | None = None  # why writing stopped (disk full): the run goes on
         header = dict(header)
         if isinstance(header.get("run"), dict):  # secrets never reach a recording
             header["run"] = {**header["run"], "command": redact_argv(header["run"].get("command"))}
@@ -79,27 +80,41 @@ class Recorder:
         with self._lock:
             if self._f.closed:
                 return
-            for s in samples:
-                self._write(s.to_dict())
-            if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
-                self._rotate()
+            try:
+                for s in samples:
+                    self._write(s.to_dict())
+                if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
+                    self._rotate()
+            except (OSError, UsageError) as exc:  # never let a full disk stop the sampling
+                self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        for f in (self._f, self._raw):
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def close(self, footer: dict | None = None) -> None:
         """Write the footer (if given) and close the file."""
         with self._lock:
             if self._f.closed:
                 return
-            if footer is not None:
-                self._write(
-                    {
-                        "footer": True,
-                        "segments": self.segment + 1,
-                        "rotations": self.rotations,
-                        **footer,
-                    }
-                )
-            self._f.close()
-            self._raw.close()
+            try:
+                if footer is not None:
+                    self._write(
+                        {
+                            "footer": True,
+                            "segments": self.segment + 1,
+                            "rotations": self.rotations,
+                            **footer,
+                        }
+                    )
+                self._f.close()
+                self._raw.close()
+            except OSError as exc:
+                self._fail(exc)
 
 
 @dataclass

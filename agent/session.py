@@ -41,6 +41,7 @@ class SessionOptions:
     skip_steps: int = 0
     cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
     rss_budget_bytes: int = 150 * 1024 * 1024
+    probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
 
 
 @dataclass
@@ -110,6 +111,8 @@ class Session:
         self.governor: Governor | None = None
         self.stop_signals: StopSignals | None = None  # set by run/attach: signals as a flag
         self._watch: TargetWatch | None = None
+        self._busy: dict[str, float] = {}  # probe name -> when its current call started
+        self.hung: set[str] = set()
         if opts.cpu_budget is not None:
             self.governor = Governor(
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
@@ -120,11 +123,15 @@ class Session:
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
         """Open one probe, turning an unexpected exception into an unavailable status."""
+        self._busy[probe.name] = time.monotonic()
         try:
             status = probe.open(self.target)
         except Exception as exc:  # a probe must never take the session down
             status = ProbeStatus(probe.name, False, f"failed to start: {exc}")
-        self.statuses[probe.name] = status
+        finally:
+            self._busy.pop(probe.name, None)
+        if probe.name not in self.hung:
+            self.statuses[probe.name] = status
         return status
 
     def _ingest(self, samples: list[Sample]) -> None:
@@ -136,13 +143,18 @@ class Session:
                 self.sink(samples)
 
     def _run_probe(self, probe: Probe) -> None:
-        while not self._stop.is_set():
-            t0 = time.monotonic()
+        while not self._stop.is_set() and probe.name not in self.hung:
+            t0 = self._busy[probe.name] = time.monotonic()
             try:
-                self._ingest(probe.sample())
+                samples = probe.sample()
             except Exception as exc:
                 self.error(probe.name, f"stopped sampling: {type(exc).__name__}: {exc}")
                 return
+            finally:
+                self._busy.pop(probe.name, None)
+            if probe.name in self.hung:
+                return  # timed out meanwhile: what it returns late is dropped
+            self._ingest(samples)
             self._stop.wait(max(0.0, probe.interval_s - (time.monotonic() - t0)))
 
     def start_probe(self, probe: Probe) -> None:
@@ -226,6 +238,7 @@ class Session:
             while True:
                 if self.stop_signals is not None and self.stop_signals.stopping:
                     raise _Interrupted()
+                self.check_hung()
                 if not self.target_alive():
                     return "target_exited"
                 elapsed = time.time() - start
@@ -247,6 +260,18 @@ class Session:
         finally:
             if own_handler:
                 signal.signal(signal.SIGTERM, old_term)
+
+    def check_hung(self) -> None:
+        """Mark a probe whose call has run past `probe_timeout_s` as failed; its thread is
+        left behind (a daemon), the other probes keep their own cadence."""
+        limit = self.opts.probe_timeout_s
+        for name, since in list(self._busy.items()):
+            if name not in self.hung and time.monotonic() - since > limit:
+                self.hung.add(name)
+                self.statuses[name] = ProbeStatus(
+                    name, False, f"timed out: a call took more than {limit:g} s (hung)"
+                )
+                self.error(name, f"timed out after {limit:g} s; marked failed, the rest went on")
 
     def progress_line(self, elapsed: float) -> str:
         """One status line: time so far and the evidence collected."""
@@ -305,14 +330,18 @@ class Session:
         if self.stop_signals is None and threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
         try:
-            for probe in self.probes:
+            self.check_hung()
+            live = [p for p in self.probes if p.name not in self.hung]
+            for probe in live:  # a hung probe's close() could hang too: left alone
                 try:
                     probe.close()
                 except Exception as exc:
                     self.error(probe.name, f"failed to close: {exc}")
+            deadline = time.monotonic() + 20
             for th in self._threads:
-                th.join(timeout=20)
-            for probe in self.probes:
+                if th.name.rsplit("-", 1)[-1] not in self.hung:
+                    th.join(timeout=max(0.1, deadline - time.monotonic()))
+            for probe in live:
                 if (
                     probe.buffered
                     and self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available

@@ -200,7 +200,7 @@ def parse_message(msg: dict) -> list[Sample]:
         )
     t = out[-1].t_ns if out else now_ns()
     sites = msg.get("sites")
-    for site, n in (sites.items() if isinstance(sites, dict) else ()):
+    for site, n in sites.items() if isinstance(sites, dict) else ():
         if _numbers([n]):
             out.append(
                 Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
