@@ -33,12 +33,6 @@ def no_diagnosis_line(doc: dict) -> str | None:
     need = doc.get("thresholds", {}).get("min_loop_samples", 0)
     if samples >= need:
         return None
-    stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
-    if stacks is not None and not stacks["available"] and not samples:
-        return (
-            "No diagnosis: the stack probe is unavailable (see its fix under Probes): the time "
-            "breakdown and the findings that need stacks cannot be made, however long it runs."
-        )
     if run.get("end_reason") == "target_exited":
         code = run.get("exit_code")
         exited = f"the job exited with code {code}" if code is not None else "the job exited"
@@ -49,6 +43,12 @@ def no_diagnosis_line(doc: dict) -> str | None:
         if not samples and sampled and not doc["metrics"].get("steps"):
             return f"No diagnosis: {exited}, before its training loop started."
         return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
+    stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
+    if stacks is not None and not stacks["available"] and not samples:
+        return (
+            "No diagnosis: the stack probe is unavailable (see its fix under Probes): the time "
+            "breakdown and the findings that need stacks cannot be made, however long it runs."
+        )
     return (
         f"No diagnosis: {samples} loop samples, {need:.0f} needed (profile longer with --duration)."
     )

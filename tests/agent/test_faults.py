@@ -255,3 +255,32 @@ def test_recording_cut_by_a_full_disk_still_replays(tmp_path):
     cut.write_bytes(gzip.compress(gzip.decompress(data)[:200_000]))
     res = gpudiag("replay", str(cut), "--format", "json")
     assert res.returncode in (0, 2) and "Traceback" not in res.stderr
+
+
+CHURN = """
+import multiprocessing as mp, os, signal, time
+def work(i):
+    time.sleep(0.3)
+    return i
+if __name__ == "__main__":
+    with mp.Pool(2, maxtasksperchild=1) as pool:  # every task a new worker process
+        res = pool.map_async(work, range(12))
+        time.sleep(1.5)
+        os.kill(pool._pool[0].pid, signal.SIGKILL)  # a worker dies; the pool replaces it
+        res.wait(30)
+    time.sleep(0.5)
+"""
+
+
+def test_workers_dying_and_replaced_keep_every_probe_going(tmp_path):
+    script = tmp_path / "churn.py"
+    script.write_text(CHURN)
+    out = tmp_path / "r.json"
+    res = gpudiag("run", "--no-inject", "-q", "--out", str(out), "--", sys.executable, str(script))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    validate(doc)
+    assert doc["run"]["end_reason"] == "target_exited" and doc["run"]["exit_code"] == 0
+    assert not [e for e in doc["errors"] if "stopped sampling" in e["message"]], doc["errors"]
+    status = {p["name"]: p for p in doc["probes"]}
+    assert status["process"]["available"] and status["stacks"]["available"]
