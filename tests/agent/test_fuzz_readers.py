@@ -27,8 +27,12 @@ from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.inprocess import decode_datagram, parse_message
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
+# the normal suite replays the same examples every run (stable CI); set
+# GPUDIAG_FUZZ_EXAMPLES=2000 to hunt for new crashes with fresh random ones
+DEEP = os.environ.get("GPUDIAG_FUZZ_EXAMPLES")
 FUZZ = settings(
-    max_examples=int(os.environ.get("GPUDIAG_FUZZ_EXAMPLES", "40")),
+    max_examples=int(DEEP or 40),
+    derandomize=not DEEP,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
