@@ -27,6 +27,7 @@ from gpudiag.agent.report import (
     validate,
     write_report,
 )
+from gpudiag.agent.targetwatch import running
 from gpudiag.analyzers.thresholds import Thresholds
 
 __all__ = ["build_parser", "main"]
@@ -59,6 +60,8 @@ def parse_pid(text: str) -> int:
         raise UsageError(f"no process with pid {pid}")
     if pid == os.getpid():
         raise UsageError("cannot attach to gpudiag itself")
+    if not running(pid):
+        raise UsageError(f"pid {pid} has already exited (a zombie its parent has not reaped)")
     return pid
 
 

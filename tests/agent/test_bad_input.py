@@ -131,6 +131,15 @@ def test_bad_config_files(tmp_path, toml, words):
     assert_one_line_error(gpudiag("run", "--config", str(cfg), "--", "true"), words)
 
 
+def test_attach_to_a_zombie():
+    done = subprocess.Popen(["true"])
+    try:
+        time.sleep(0.5)  # exited, not reaped: a zombie
+        assert_one_line_error(gpudiag("attach", str(done.pid)), "already exited")
+    finally:
+        done.wait()
+
+
 def test_another_users_process_is_explained(monkeypatch):
     """gpudiag never raises its privileges: it says whose process it is and what to do."""
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
