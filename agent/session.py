@@ -123,13 +123,10 @@ class Session:
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
         """Open one probe, turning an unexpected exception into an unavailable status."""
-        self._busy[probe.name] = time.monotonic()
-        try:
+        try:  # (open may take long: py-spy waits for a young interpreter; not timed)
             status = probe.open(self.target)
         except Exception as exc:  # a probe must never take the session down
             status = ProbeStatus(probe.name, False, f"failed to start: {exc}")
-        finally:
-            self._busy.pop(probe.name, None)
         if probe.name not in self.hung:
             self.statuses[probe.name] = status
         return status
