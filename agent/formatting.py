@@ -52,3 +52,18 @@ def evidence_parts(e: dict, with_metric: bool = True) -> list[str]:
     if e.get("source"):
         parts.append(f"[{e['source']}]")
     return parts
+
+
+def clock(seconds: float) -> str:
+    """Seconds as h:mm:ss."""
+    h, rem = divmod(int(seconds), 3600)
+    return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
+
+
+def period_parts(p: dict) -> tuple[str, list[str]]:
+    """One period of a long loop: its span ("0:00:00-0:10:00") and what it had (its top
+    finding with impact, or no bottleneck; the GPU's idle share)."""
+    what = [f"{p['finding']} ({p['impact']:.0%})" if p.get("finding") else "no bottleneck"]
+    if p.get("gpu_idle") is not None:
+        what.append(f"GPU idle {p['gpu_idle']:.0%}")
+    return f"{clock(p['start_s'])}-{clock(p['end_s'])}", what

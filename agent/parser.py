@@ -145,8 +145,14 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--record",
         metavar="FILE",
-        help="also write every sample to FILE (gzip JSON Lines) for `gpudiag "
-        "replay` and bug reports",
+        help="also write the run to FILE (gzip JSON Lines) for `gpudiag replay` and bug reports",
+    )
+    p.add_argument(
+        "--record-layout",
+        choices=("windows", "samples"),
+        default="windows",
+        help="windows: the timeline's segments (small, a day replays in seconds; default); "
+        "samples: every sample (grows with the run; for probe bug reports)",
     )
     p.add_argument(
         "--record-max-mb",
@@ -154,7 +160,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
         default=1024,
         metavar="MB",
         help="bound on the recording's size on disk: past half of it FILE is "
-        "rotated to FILE.1, dropping the oldest samples (default: 1024)",
+        "rotated to FILE.1, dropping the oldest data (default: 1024)",
     )
     p.add_argument(
         "--format",

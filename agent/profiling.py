@@ -45,9 +45,12 @@ def session_options(args: argparse.Namespace) -> SessionOptions:
     )
 
 
-def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int) -> Recorder | None:
+def _recorder(
+    args: argparse.Namespace, mode: str, command: list[str], pid: int, session: Session
+) -> Recorder | None:
     if not getattr(args, "record", None):
         return None
+    timeline = session.timeline
     return Recorder(
         args.record,
         {
@@ -55,6 +58,8 @@ def _recorder(args: argparse.Namespace, mode: str, command: list[str], pid: int)
             "run": {"mode": mode, "command": command, "pid": pid},
         },
         max_bytes=int(args.record_max_mb * 1024 * 1024),
+        layout=args.record_layout,
+        width_ns=lambda: timeline.segment_ns,  # called under the session's ingest lock
     )
 
 
@@ -167,7 +172,7 @@ def _profile_launched(
     session = job.session(settings, opts)
     session.stop_signals = stops
     target = session.target.pid
-    recorder = _recorder(args, "run", command, target)
+    recorder = _recorder(args, "run", command, target, session)
     session.sink = recorder.write if recorder else None
     if not args.quiet:
         session.log(
@@ -281,7 +286,7 @@ def _attach_profile(
                 else "; Ctrl-C stops and writes the report"
             )
         )
-    recorder = _recorder(args, "attach", cmdline, pid)
+    recorder = _recorder(args, "attach", cmdline, pid, session)
     session.sink = recorder.write if recorder else None
     if args.tui:
         from gpudiag.agent.live import run_with_tui

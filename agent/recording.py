@@ -1,8 +1,15 @@
-"""Recordings: every sample of a run as gzip JSON Lines, replayable through the analyzers.
+"""Recordings: a run's data as gzip JSON Lines, replayable through the analyzers.
 
-Line 1 is a header (format, version, environment, the run); then one sample per line; the
-last line, when the session ended cleanly, is a footer with the probes' status, the errors
-and how the run ended. A recording cut short (agent killed) still replays.
+Line 1 is a header (format, version, layout, environment, the run); then the data; the last
+line, when the session ended cleanly, is a footer with the probes' status, the errors and how
+the run ended. A recording cut short (agent killed) still replays.
+
+Two layouts. `windows` (the default, version 2) holds the live timeline's segments, one per
+line, each written once it is complete (and everything at least every 2 minutes): its size
+and replay time grow with the number of segments, which the timeline bounds by doubling
+their length as the run grows, so a day replays in seconds and the analysis is the live
+run's. `samples` (version 1)
+holds every sample, one per line: for probe bug reports; it grows with the run.
 
 Size is bounded by rotation: when the file passes half of `max_bytes` (compressed), it is
 renamed to FILE.1 (replacing an older FILE.1) and a new FILE starts with the same header and
@@ -19,15 +26,19 @@ import math
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.redact import redact_argv
+from gpudiag.agent.segment_buffer import SegmentBuffer
+from gpudiag.analyzers.segment_codec import Decoder
+from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample
 
 FORMAT = "gpudiag-recording"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # windows; samples recordings are version 1
+LAYOUTS = ("windows", "samples")
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024  # 1 GiB on disk, FILE and FILE.1 together
 
 
@@ -35,10 +46,21 @@ class Recorder:
     """Appends samples to a gzip JSON Lines file; safe to call from several threads.
 
     `max_bytes` bounds the recording on disk (see the module's note on rotation); None keeps
-    everything in one file.
+    everything in one file. `layout` is "windows" or "samples" (see the module's note);
+    `width_ns` gives the live timeline's segment length, so that the windows written are
+    the live run's.
     """
 
-    def __init__(self, path: str, header: dict, max_bytes: int | None = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        path: str,
+        header: dict,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        layout: str = "windows",
+        width_ns: Callable[[], int] | None = None,
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise UsageError(f"unknown recording layout {layout!r}: use one of {LAYOUTS}")
         self.path = path
         self.max_bytes = max_bytes
         self.segment = 0
@@ -47,9 +69,11 @@ class Recorder:
         header = dict(header)
         if isinstance(header.get("run"), dict):  # secrets never reach a recording
             header["run"] = {**header["run"], "command": redact_argv(header["run"].get("command"))}
+        self._buffer = SegmentBuffer(width_ns) if layout == "windows" else None
         self._header = {
             "format": FORMAT,
-            "version": FORMAT_VERSION,
+            "version": FORMAT_VERSION if layout == "windows" else 1,
+            "layout": layout,
             "recording_id": uuid.uuid4().hex,
             **header,
         }
@@ -62,6 +86,8 @@ class Recorder:
         except OSError as exc:
             raise UsageError(f"cannot write recording {self.path}: {exc.strerror}") from None
         self._f = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
+        if self._buffer is not None:
+            self._buffer.encoder.reset()  # each file defines the keys it uses
         self._write({**self._header, "segment": self.segment})
 
     def _write(self, obj: dict) -> None:
@@ -81,8 +107,12 @@ class Recorder:
             if self._f.closed:
                 return
             try:
-                for s in samples:
-                    self._write(s.to_dict())
+                if self._buffer is not None:
+                    for row in self._buffer.add(samples):
+                        self._write(row)
+                else:
+                    for s in samples:
+                        self._write(s.to_dict())
                 if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
                     self._rotate()
             except (OSError, UsageError) as exc:  # never let a full disk stop the sampling
@@ -102,6 +132,9 @@ class Recorder:
             if self._f.closed:
                 return
             try:
+                if self._buffer is not None:
+                    for row in self._buffer.flush():
+                        self._write(row)
                 if footer is not None:
                     self._write(
                         {
@@ -137,8 +170,12 @@ class Recording:
             for p in (self.footer or {}).get("probes", [])
         ]
 
-    def samples(self) -> Iterator[Sample]:
-        """Every sample, oldest first, read line by line (the previous segment first)."""
+    @property
+    def layout(self) -> str:
+        """ "windows" (timeline segments) or "samples" (every sample)."""
+        return str(self.header.get("layout") or "samples")
+
+    def _rows(self) -> Iterator[tuple[str, int, dict]]:
         files = ([self.previous] if self.previous else []) + [self.path]
         for path in files:
             lines = iter_lines(path)
@@ -147,7 +184,38 @@ class Recording:
                 if obj.get("footer"):
                     self.footer = checked_footer(obj, f"{path}: line {n}")
                     continue
-                yield sample_of(obj, f"{path}: line {n}")
+                yield path, n, obj
+
+    def samples(self) -> Iterator[Sample]:
+        """Every sample, oldest first, read line by line (the previous segment first); a
+        windows recording has none (UsageError)."""
+        if self.layout != "samples":
+            raise UsageError(f"{self.path} holds timeline windows, not samples")
+        for path, n, obj in self._rows():
+            yield sample_of(obj, f"{path}: line {n}")
+
+    def timeline(self, tl: Timeline | None = None) -> Timeline:
+        """The run's timeline (folded into `tl` when given), read from the file as a stream
+        (either layout)."""
+        tl = Timeline() if tl is None else tl
+        if self.layout == "samples":
+            tl.extend(self.samples())
+            return tl
+        decoder = Decoder()
+        current = None
+        for path, n, obj in self._rows():
+            if path != current:
+                decoder.reset()  # each file defines its own keys
+                current = path
+            try:
+                origin, start, width = (int(x) for x in obj["segment"])
+                agg = decoder.decode(obj, tl.caps, start)
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
+                raise UsageError(f"{path}: line {n} is not a timeline window") from None
+            if width <= 0:
+                raise UsageError(f"{path}: line {n} has a window of {width} ns")
+            tl.add_segment(origin, start, width, agg)
+        return tl
 
 
 MAX_T_NS = 2**63 - 1
@@ -236,22 +304,22 @@ def _header(path: str) -> dict:
     header = next(iter_lines(path), None)
     if header is None or header.get("format") != FORMAT:
         raise UsageError(f"{path} is not a gpudiag recording (no header)")
-    if header.get("version") != FORMAT_VERSION:
+    if header.get("version") not in (1, FORMAT_VERSION):
         raise UsageError(
             f"{path} is recording format {header.get('version')!r}; this "
-            f"gpudiag reads {FORMAT_VERSION}"
+            f"gpudiag reads 1 and {FORMAT_VERSION}"
         )
     run = header.get("run", {})
+    command = run.get("command") if isinstance(run, dict) else None
     if (
         not isinstance(run, dict)
         or not isinstance(header.get("environment", {}), dict)
         or type(header.get("segment", 0)) is not int
+        or header.get("layout") not in (None, "windows", "samples")
         or not (run.get("pid") is None or type(run["pid"]) is int)
         or not (
-            run.get("command") is None
-            or (
-                isinstance(run["command"], list) and all(isinstance(c, str) for c in run["command"])
-            )
+            command is None
+            or (isinstance(command, list) and all(isinstance(c, str) for c in command))
         )
     ):
         raise UsageError(f"{path}: the recording's header is malformed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value
+from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, period_parts
 from gpudiag.analyzers.results import CATEGORIES
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
@@ -166,15 +166,9 @@ def period_lines(doc: dict) -> list[str]:
         return []
     out = ["Over time (from the loop's start):"]
     for p in periods:
-        what = f"{p['finding']} ({p['impact']:.0%})" if p.get("finding") else "no bottleneck"
-        idle = f", GPU idle {p['gpu_idle']:.0%}" if p.get("gpu_idle") is not None else ""
-        out.append(f"  {_clock(p['start_s'])}-{_clock(p['end_s'])}  {what}{idle}")
+        span, what = period_parts(p)
+        out.append(f"  {span}  {', '.join(what)}")
     return out
-
-
-def _clock(seconds: float) -> str:
-    h, rem = divmod(int(seconds), 3600)
-    return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
 
 
 def render_text(doc: dict, verbose: bool = True) -> str:

@@ -12,14 +12,12 @@ from gpudiag.agent.recording import open_recording
 from gpudiag.agent.report import report_of, validate
 from gpudiag.agent.session import SessionResult
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.timeline import Timeline
 
 
 def replay_report(path: str, settings: Settings) -> dict:
     """The report of the recording at `path`, analysed with `settings`."""
     rec = open_recording(path)
-    tl = Timeline()
-    tl.extend(rec.samples())  # a stream: the file is never held in memory
+    tl = rec.timeline()  # a stream: the file is never held in memory
     analysis = analyze(
         tl, settings.thresholds, settings.rules, settings.price, settings.price_table
     )

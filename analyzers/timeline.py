@@ -24,7 +24,16 @@ _LOG_STEP = math.log(1.02)
 _INTERN_MAX = 200_000
 
 
-@dataclass
+def segment_width_ns(elapsed_ns: int, base_ns: int, max_segments: int) -> int:
+    """The segment length a timeline with no gaps has after `elapsed_ns`: the base length,
+    doubled until the run fits in `max_segments` segments."""
+    width = base_ns
+    while elapsed_ns // width + 1 > max_segments:
+        width *= 2
+    return width
+
+
+@dataclass(slots=True)
 class Rollup:
     """Running statistics of one series."""
 
@@ -44,25 +53,32 @@ class Rollup:
             self.buckets[b] = self.buckets.get(b, 0) + 1
         self.count += 1
         self.total += value
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
+        if value < self.minimum:
+            self.minimum = value
+        if value > self.maximum:
+            self.maximum = value
         if self.last_ns is None or t_ns >= self.last_ns:
             self.last, self.last_ns = value, t_ns
         if self.first_ns is None or t_ns < self.first_ns:
             self.first_ns = t_ns
 
     def merge(self, other: Rollup) -> None:
-        """Fold another rollup of the same series in."""
-        if other.count == 0:
+        """Fold another rollup of the same series in (the hot path of coarsening, windows
+        and replay: comparisons rather than calls)."""
+        if not other.count:
             return
         self.count += other.count
         self.total += other.total
-        self.minimum = min(self.minimum, other.minimum)
-        self.maximum = max(self.maximum, other.maximum)
-        if other.last_ns is not None and (self.last_ns is None or other.last_ns >= self.last_ns):
-            self.last, self.last_ns = other.last, other.last_ns
-        if other.first_ns is not None and (self.first_ns is None or other.first_ns < self.first_ns):
-            self.first_ns = other.first_ns
+        if other.minimum < self.minimum:
+            self.minimum = other.minimum
+        if other.maximum > self.maximum:
+            self.maximum = other.maximum
+        last_ns = other.last_ns
+        if last_ns is not None and (self.last_ns is None or last_ns >= self.last_ns):
+            self.last, self.last_ns = other.last, last_ns
+        first_ns = other.first_ns
+        if first_ns is not None and (self.first_ns is None or first_ns < self.first_ns):
+            self.first_ns = first_ns
         if other.buckets:
             if self.buckets is None:
                 self.buckets = {}
@@ -218,6 +234,17 @@ class Aggregate:
                 self.worker_pids.add(pid)
         self.dropped += other.dropped
 
+    def absorb(self, other: Aggregate) -> None:
+        """Take an empty aggregate's place with another's content (no copies: `other` must
+        not be used afterwards)."""
+        self.start_ns, self.end_ns = other.start_ns, other.end_ns
+        self.series, self.stacks, self.episodes = other.series, other.stacks, other.episodes
+        self.windows, self.worker_pids, self.dropped = (
+            other.windows,
+            other.worker_pids,
+            other.dropped,
+        )
+
     # ---- queries ------------------------------------------------------------------------
     @property
     def duration_s(self) -> float:
@@ -338,7 +365,7 @@ class Timeline:
             return
         lk = self._i(tuple(sorted(lab.items())))
         for name, value in sample.values.items():
-            if value is None:
+            if value is None or not math.isfinite(value):  # NaN would poison every mean
                 continue
             seg.add_value(self._i((sample.probe, name, lk)), t, float(value))
 
@@ -346,6 +373,21 @@ class Timeline:
         """Fold many samples in, in order."""
         for s in samples:
             self.add(s)
+
+    def add_segment(self, origin_ns: int, start_ns: int, width_ns: int, agg: Aggregate) -> None:
+        """Fold in a segment recorded by another timeline with the same origin (a windows
+        recording): the timeline first coarsens to at least the segment's width, as the
+        recording one had, so replaying the segments gives the live timeline's segments."""
+        self._merged = None
+        if self.origin_ns is None:
+            self.origin_ns = origin_ns
+        while self.segment_ns < width_ns:
+            self._coarsen()
+        seg = self._segment(start_ns)
+        if not seg.series and not seg.stacks and not seg.episodes and seg.start_ns is None:
+            seg.absorb(agg)
+        else:
+            seg.merge(agg)
 
     def _add_stack(self, seg: Aggregate, lab: dict, values: dict) -> None:
         kind = lab.get("kind", "stack")
@@ -381,6 +423,18 @@ class Timeline:
             )
             for i in sorted(self.segments)
         ]
+
+    def take(self, done) -> list[tuple[int, int, Aggregate]]:
+        """Remove and return the segments (start_ns, end_ns, aggregate) whose end `done`
+        accepts, in time order (a recording's buffer hands them to the file)."""
+        out = []
+        for start, end, seg in self.spans():
+            if done(end):
+                del self.segments[(start - self.origin_ns) // self.segment_ns]
+                out.append((start, end, seg))
+        if out:
+            self._merged = None
+        return out
 
     def window(self, start_ns: int | None, end_ns: int | None) -> Aggregate:
         """The samples between two times, merged (segments whose middle lies inside)."""

@@ -7,18 +7,22 @@ input pipeline from `--starved-after-h` on: host (1 Hz, per core), process (thre
 at 100 Hz, GIL at 25 Hz, one worker in turn), GPU (8 devices, 1 Hz) and hook rows (steps,
 CUDA memory). The rates are the configured maxima; the budget governor only lowers them.
 
-    python benchmarks/synthetic_recording.py --hours 24 --out /tmp/day.jsonl.gz
-    gpudiag replay /tmp/day.jsonl.gz
+    python benchmarks/synthetic_recording.py --hours 24 --out /tmp/day.jsonl.gz --replay
 
-Prints the rows written and the file's size. `--max-mb` applies the recorder's rotation
-(default: off, to measure a whole day's size).
+Prints the rows written and the file's size; with `--replay`, then times `gpudiag replay` of
+it (wall and CPU seconds, peak RSS) and prints its top finding. `--max-mb` applies the
+recorder's rotation (default: off, to measure a whole day's size).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import resource
+import subprocess
+import sys
 import time
 
 from gpudiag.agent.recording import Recorder
@@ -339,6 +343,28 @@ def _stack(
     )
 
 
+def time_replay(path: str) -> None:
+    """Replay the recording in a child process; print its wall and CPU time and peak RSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "gpudiag.agent.cli", "replay", path, "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    if res.returncode != 0:
+        sys.exit(f"replay failed: {res.stderr.strip()}")
+    doc = json.loads(res.stdout.split("\nReport written")[0])
+    top = doc["findings"][0]["id"] if doc["findings"] else "none"
+    print(
+        f"replay: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {after.ru_maxrss / 1024:.0f} MB; "
+        f"top finding {top}; periods {len(doc.get('periods') or [])}"
+    )
+
+
 def main() -> None:
     """Write the recording; print rows, size and how long writing took."""
     ap = argparse.ArgumentParser(
@@ -354,6 +380,10 @@ def main() -> None:
         help="rotate like `--record-max-mb` (default: keep everything)",
     )
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--layout", choices=("windows", "samples"), default="windows", help="as --record-layout"
+    )
+    ap.add_argument("--replay", action="store_true", help="then time `gpudiag replay` of it")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     t0 = 1.8e9
@@ -377,7 +407,7 @@ def main() -> None:
         "run": {"mode": "attach", "command": ["python", TRAIN], "pid": PID},
     }
     max_bytes = int(args.max_mb * 2**20) if args.max_mb else None
-    rec = Recorder(args.out, header, max_bytes=max_bytes)
+    rec = Recorder(args.out, header, max_bytes=max_bytes, layout=args.layout)
     started = time.monotonic()
     rows = 0
     seconds = int(args.hours * 3600)
@@ -414,6 +444,8 @@ def main() -> None:
         f"{size / 2**20:.1f} MiB on disk ({size / max(1, seconds) * 86400 / 2**30:.2f} GiB "
         f"a day), {rec.rotations} rotations, written in {time.monotonic() - started:.0f} s"
     )
+    if args.replay:
+        time_replay(args.out)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ gpm_prev; these functions update it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpudiag.probes.nvml import Nvml
@@ -93,4 +94,6 @@ def gpm_metrics(n: Nvml, d: Any, v: dict[str, float | None]) -> None:
         met = res.metrics[k]
         if getattr(met, "nvmlReturn", 0) == 0:
             val = float(met.value)
+            if not math.isfinite(val):  # seen on an H100: DRAM bandwidth NaN on the first pair
+                continue
             v[name] = val / 100.0 if "mib_s" not in name else val

@@ -6,7 +6,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudiag.agent.formatting import SHORT_LABELS
+from gpudiag.agent.formatting import SHORT_LABELS, period_parts
 from gpudiag.tui.wrap import Wrapped
 
 _STYLES = {
@@ -187,4 +187,15 @@ def metrics_text(doc: dict) -> Wrapped:
                 f"at ${cost['price']['usd_per_gpu_hour']:.2f}/GPU-h",
             ],
         )
+    periods = doc.get("periods") or []
+    if periods:
+        t.blank().para("Over time (from the loop's start)", style="bold")
+        if len(periods) > MAX_PERIODS:
+            t.para(f"{len(periods) - MAX_PERIODS} earlier periods: see the report")
+        for p in periods[-MAX_PERIODS:]:
+            span, what = period_parts(p)
+            line(span, what)
     return t
+
+
+MAX_PERIODS = 12  # the newest periods shown in the numbers panel

@@ -27,6 +27,7 @@ def test_synthetic_recording_replays_with_its_planted_starvation(tmp_path):
             "0.02",
             "--out",
             str(out),
+            "--replay",
         ],
         capture_output=True,
         text=True,
@@ -34,6 +35,7 @@ def test_synthetic_recording_replays_with_its_planted_starvation(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert "rows" in res.stdout and "MiB on disk" in res.stdout
+    assert "s CPU, peak RSS" in res.stdout and "top finding DATA001" in res.stdout
     rep = gpudiag("replay", str(out), "--format", "json", timeout=300)
     assert rep.returncode == 0, rep.stderr
     doc = json.loads(rep.stdout.split("\nReport written")[0])

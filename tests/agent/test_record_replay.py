@@ -1,4 +1,4 @@
-"""--record writes every sample; `gpudiag replay` gives the live run's findings back."""
+"""--record writes the run; `gpudiag replay` gives the live run's findings back."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
 
 def test_recording_round_trip_and_cut_short(tmp_path):
     path = tmp_path / "r.jsonl.gz"
-    r = Recorder(str(path), {"environment": {"host": "h"}, "run": {"pid": 1}})
+    r = Recorder(str(path), {"environment": {"host": "h"}, "run": {"pid": 1}}, layout="samples")
     samples = [Sample("host", i, {}, {"cpu_util": 0.5}) for i in range(10)]
     r.write(samples)
     r.close({"probes": [], "errors": [], "end_reason": "stopped"})
@@ -62,7 +62,7 @@ def test_recording_round_trip_and_cut_short(tmp_path):
     assert got == samples and rec.footer["end_reason"] == "stopped"
     # a recording whose writer died (no footer, no gzip trailer) still replays
     cut = tmp_path / "cut.jsonl.gz"
-    w = Recorder(str(cut), {"run": {"pid": 1}})
+    w = Recorder(str(cut), {"run": {"pid": 1}}, layout="samples")
     w.write(samples)
     w._f.flush()  # what reached the disk before the agent was killed
     rec, got = read_recording(str(cut))
@@ -127,7 +127,7 @@ def _noisy(i: int) -> Sample:
 
 def test_recording_is_bounded_by_rotation_and_replays_the_newest_part(tmp_path):
     path = tmp_path / "long.jsonl.gz"
-    r = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=40_000)
+    r = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=40_000, layout="samples")
     for i in range(0, 20_000, 100):
         r.write([_noisy(j) for j in range(i, i + 100)])
     r.close({"probes": [], "errors": [], "end_reason": "stopped"})

@@ -116,3 +116,17 @@ def test_window_totals_match_the_whole_run_without_merging_it():
         (w.windows, w.ticks) == (20, 6000.0) == (tl.windows["all"].windows, tl.windows["all"].ticks)
     )
     assert tl.window_totals("gil") is None
+
+
+def test_a_nan_value_is_left_out_instead_of_poisoning_the_mean():
+    """An H100's first GPM pair gave DRAM bandwidth NaN: the mean must stay a number."""
+    from gpudiag.probes.base import Sample
+
+    tl = Timeline()
+    tl.extend(
+        [
+            Sample("gpu", 1, {"gpu": "0"}, {"gpm_dram_bw": float("nan")}),
+            Sample("gpu", 2, {"gpu": "0"}, {"gpm_dram_bw": 0.5}),
+        ]
+    )
+    assert tl.mean("gpu", "gpm_dram_bw", gpu="0") == 0.5

@@ -66,7 +66,8 @@ def test_process_probe_sees_children_and_threads():
         _check_contract(probe, samples)
         workers = [s for s in samples if s.labels.get("scope") == "workers"][0]
         assert workers.values["procs"] == 2.0
-        assert 0.5 < workers.values["cpu_cores"] <= 2.5  # two spinning children on <=2 cores
+        # two spinning children on <=2 cores; a box busy with other work gives them less
+        assert 0.1 < workers.values["cpu_cores"] <= 2.5
         threads = [s for s in samples if s.labels.get("scope") == "thread"]
         assert any(s.labels["tid"] == str(job.pid) for s in threads)
     finally:

@@ -129,3 +129,31 @@ def test_live_view_offers_save_and_pause(size):
         assert "save the report now" in help_text and "pause / resume" in help_text
 
     run(app, steps, size)
+
+
+def test_a_long_run_shows_which_period_had_which_finding():
+    """A job healthy for 20 hours and starved for 4 says so in the numbers panel too."""
+    doc = dict(scenario("hooked"))
+    doc["periods"] = [
+        {
+            "start_s": h * 3600.0,
+            "end_s": (h + 1) * 3600.0,
+            "finding": None,
+            "impact": 0.0,
+            "gpu_idle": 0.05,
+        }
+        for h in range(20)
+    ] + [
+        {
+            "start_s": h * 3600.0,
+            "end_s": (h + 1) * 3600.0,
+            "finding": "DATA001",
+            "impact": 0.6,
+            "gpu_idle": 0.62,
+        }
+        for h in range(20, 24)
+    ]
+    text = "\n".join(lines_at(metrics_text(doc), 60))
+    assert "Over time" in text and "12 earlier periods: see the report" in text
+    assert "23:00:00-24:00:00" in text and "DATA001 (60%)" in text
+    assert "19:00:00-20:00:00" in text and "no bottleneck" in text
