@@ -54,7 +54,10 @@ def iso(t: float | None) -> str | None:
     """ISO 8601 UTC text for a Unix time."""
     if t is None:
         return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # a time no clock can show (bad recording)
+        return None
 
 
 def build_report(

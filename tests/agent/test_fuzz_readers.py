@@ -176,6 +176,58 @@ def test_recording_reader_mutated_samples(mutations):
         validate(doc)  # what replay made is a valid report
 
 
+@lru_cache(maxsize=1)
+def _windows_lines() -> list[dict]:
+    """A windows-layout recording (the default) of the fixture's first samples."""
+    from gpudiag.agent.recording import Recorder, sample_of
+
+    path = tempfile.NamedTemporaryFile(suffix=".jsonl.gz", delete=False).name
+    rec = Recorder(path, {"run": {"command": ["python", "t.py"], "pid": 1}}, layout="windows")
+    lines = _fixture_lines()
+    rec.write([sample_of(x, "fixture") for x in lines[1:-1]])
+    rec.close({"probes": [], "errors": []})
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def _mutate_deep(obj, path: list[int], value) -> None:
+    """Replace one value somewhere inside a JSON object (chosen by `path`)."""
+    for step in path:
+        kids = sorted(obj) if isinstance(obj, dict) else list(range(len(obj)))
+        if not kids:
+            return
+        key = kids[step % len(kids)]
+        if not isinstance(obj[key], (dict, list)) or not obj[key]:
+            obj[key] = value
+            return
+        obj = obj[key]
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=50),
+            st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=5),
+            junk,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_windows_recording_reader_mutated(mutations):
+    lines = json.loads(json.dumps(_windows_lines()))
+    for index, where, value in mutations:
+        _mutate_deep(lines[index % len(lines)], where, value)
+    text = "\n".join(json.dumps(x) for x in lines) + "\n"
+    path = _tmp(gzip.compress(text.encode(), compresslevel=1), ".jsonl.gz")
+    doc = _refused_or_read(replay_report, path, load_settings(None))
+    if doc is not None:
+        from gpudiag.agent.report import validate
+
+        validate(doc)
+
+
 @FUZZ
 @given(st.binary(max_size=300), st.booleans())
 def test_recording_reader_bytes(data, compress):
@@ -314,6 +366,22 @@ def test_regression_recording_keeps_nan_values(tmp_path):
     """NaN is what a probe writes for an unmeasured GPM counter: not refused, as live."""
     rec = _refused_or_read(replay_report, str(FIXTURE), load_settings(None))
     assert rec is not None and rec["findings"]
+
+
+@pytest.mark.parametrize(
+    "value", [9.223372036854776e27, 9.223372036854774e27, 2.534023007991795e20]
+)
+def test_regression_windows_recording_with_times_out_of_range(value):
+    lines = json.loads(json.dumps(_windows_lines()))
+    _mutate_deep(lines[1], [0], False)
+    _mutate_deep(lines[1], [3, 1], value)
+    text = "\n".join(json.dumps(x) for x in lines) + "\n"
+    path = _tmp(gzip.compress(text.encode()), ".jsonl.gz")
+    doc = _refused_or_read(replay_report, path, load_settings(None))  # was OverflowError
+    if doc is not None:
+        from gpudiag.agent.report import validate
+
+        validate(doc)
 
 
 def test_regression_baseline_with_text_metrics(tmp_path):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpudiag.agent.recording import Recorder, read_recording
+from gpudiag.agent.recording import Recorder, open_recording
 from gpudiag.agent.redact import (
     MASK,
     is_secret_name,
@@ -73,7 +73,7 @@ def test_recorder_header_is_redacted(tmp_path):
     path = tmp_path / "r.jsonl.gz"
     cmd = ["python", "train.py", "--api-key", "abc", "--url=https://u:pw@h/x"]
     Recorder(str(path), {"run": {"mode": "run", "command": cmd, "pid": 1}}).close({})
-    rec, _ = read_recording(str(path))
+    rec = open_recording(str(path))
     assert rec.header["run"]["command"] == [
         "python",
         "train.py",
