@@ -24,7 +24,12 @@ class StopSignals:
     the signal on to a launched job); it must not block.
     """
 
-    def __init__(self, on_signal: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_signal: Callable[[int, int], None] | None = None,
+        signals: tuple[int, ...] = STOP_SIGNALS,
+    ) -> None:
+        self.signals = signals
         self.signum: int | None = None
         self.count = 0
         self.on_signal = on_signal
@@ -54,7 +59,7 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            for s in STOP_SIGNALS:
+            for s in self.signals:
                 self._old[s] = signal.signal(s, self._handle)
         return self
 

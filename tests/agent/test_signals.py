@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -218,3 +219,28 @@ def test_stop_signals_flag_then_exit(capfd):
     assert seen == [(signal.SIGTERM, 1), (signal.SIGINT, 2)]
     assert signal.getsignal(signal.SIGTERM) is not stops._handle  # restored
     assert "interrupted again" in capfd.readouterr().err
+
+
+def test_sigterm_quits_the_live_ui_and_the_session_ends():
+    """`--tui`: SIGTERM quits the UI as `q` does, so the caller still writes the report."""
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.live import run_with_tui
+    from gpudiag.agent.session import Session, SessionOptions
+    from gpudiag.probes.base import Target
+
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        session = Session(
+            Target(job.pid),
+            load_settings(None),
+            SessionOptions(progress=False, cpu_budget=None),
+            probes=[],
+        )
+        timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        timer.start()
+        result = run_with_tui(session, "attach", ["x"], job.pid, "unused.json", headless=True)
+        assert result.end_reason == "stopped"
+        assert job.poll() is None  # the job was not touched
+    finally:
+        job.kill()
+        job.wait()
