@@ -39,21 +39,21 @@ def attach_path(pid: int) -> str:
     return os.path.join(RUNTIME_DIR, f"agent-{pid}.sock")
 
 
-_PRIVATE: dict[str, bool] = {}
+_PRIVATE: set[str] = set()
 
 
 def private_folder(folder: str) -> bool:
     """Whether the channel's folder is a real folder of this user that no one else can
-    enter (checked once per folder; a folder another user made in /tmp is refused)."""
+    enter (a folder another user made in /tmp is refused; a good answer is remembered)."""
     if folder not in _PRIVATE:
         try:
             st = os.lstat(folder)
         except OSError:
             return False  # not there (yet): no agent listening
-        _PRIVATE[folder] = (
-            stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
-        )
-    return _PRIVATE[folder]
+        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+            return False
+        _PRIVATE.add(folder)
+    return True
 
 
 class _Channel:

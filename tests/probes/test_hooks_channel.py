@@ -101,7 +101,7 @@ def test_datagrams_from_another_user_are_refused():
 
 
 def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpudiag_hooks, "_PRIVATE", {})
+    monkeypatch.setattr(gpudiag_hooks, "_PRIVATE", set())
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o777)
