@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, period_parts
+from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.analyzers.results import CATEGORIES
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
@@ -56,7 +57,7 @@ def no_diagnosis_line(doc: dict) -> str | None:
 
 def stderr_tail_lines(doc: dict) -> list[str]:
     """The last lines the job wrote to stderr, when it failed."""
-    tail = doc["run"].get("stderr_tail") or []
+    tail = redact_lines(doc["run"].get("stderr_tail")) or []  # also reports from before
     if not tail:
         return []
     return ["", "Last lines of the job's stderr:"] + [f"  | {ln}" for ln in tail]
@@ -72,7 +73,7 @@ def _probe_state(p: dict) -> str:
 
 def _header(doc: dict) -> list[str]:
     run = doc["run"]
-    cmd = " ".join(run.get("command") or []) or "?"
+    cmd = " ".join(redact_argv(run.get("command")) or []) or "?"
     who = f"pid {run['pid']}" if run.get("pid") is not None else "recording"
     reason = run["end_reason"].replace("_", " ")
     extra = f", job exit code {run['exit_code']}" if run.get("exit_code") is not None else ""
@@ -285,7 +286,7 @@ def render_markdown(doc: dict) -> str:
             out.append("")
     else:
         out += [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
-        tail = doc["run"].get("stderr_tail") or []
+        tail = redact_lines(doc["run"].get("stderr_tail")) or []
         if tail:
             out += (
                 ["Last lines of the job's stderr:", "", "```"]

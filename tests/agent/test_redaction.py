@@ -121,3 +121,19 @@ def test_run_report_and_recording_hide_the_api_key(tmp_path):
     replayed = gpudiag("replay", str(rec), "--format", "json")
     assert replayed.returncode == 0, replayed.stderr
     assert SECRET not in replayed.stdout
+
+
+def test_reports_written_before_redaction_are_shown_redacted(tmp_path):
+    """A report saved by an older gpudiag (secrets as is) is rendered with them hidden."""
+    from pathlib import Path
+
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.render import render_markdown, render_text
+    from gpudiag.agent.replay import replay_report
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
+    doc = replay_report(str(fixture), load_settings(None))
+    doc["run"]["command"] = ["python", "train.py", "--api-key", SECRET]
+    doc["run"]["stderr_tail"] = [f"bad key {SECRET}"]
+    for text in (render_text(doc), render_markdown(doc)):
+        assert SECRET not in text
