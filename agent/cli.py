@@ -42,7 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    for path in (args.out, args.record):
+    for path in (args.out, args.record, args.speedscope, args.trace):
         if path:
             check_writable(path)
     return run_job(args, command, settings)
@@ -69,7 +69,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     """Profile a running job; exit 2 when it cannot be read at all."""
     pid = parse_pid(args.pid)
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    for path in (args.out, args.record):
+    for path in (args.out, args.record, args.speedscope, args.trace):
         if path:
             check_writable(path)
     return attach_job(args, pid, settings)
@@ -78,15 +78,58 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Render a saved report."""
     doc = load_report(args.file)
+    if args.out:
+        check_writable(args.out)
     if args.tui:
         return _browse(doc, f"report {args.file}")
-    if args.format == "json":
-        print(json.dumps(doc, indent=2))
+    if args.format == "html":
+        from gpudiag.agent.html_report import render_html
+
+        text = render_html(doc)
+    elif args.format == "json":
+        text = json.dumps(doc, indent=2) + "\n"
     elif args.format == "markdown":
-        print(render_markdown(doc), end="")
+        text = render_markdown(doc)
     else:
-        print(render_text(doc))
+        text = render_text(doc) + "\n"
+    if args.out:
+        from gpudiag.agent.exports import write_text
+
+        print(f"{args.format} written to {write_text(text, args.out)}", file=sys.stderr)
+    else:
+        print(text, end="")
+    _exports(doc, args)
     return EXIT_OK
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    """One job report from per-host reports; printed, and written with --out."""
+    from gpudiag.agent.merge import merge_reports
+
+    settings = load_settings(args.config, args.overrides)
+    if args.out:
+        check_writable(args.out)
+    doc = merge_reports(list(args.reports), settings.thresholds)
+    print_summary(doc, args.format)
+    if args.out:
+        path = write_report(doc, args.out)
+        note = sys.stdout if args.format == "text" else sys.stderr
+        print(f"Job report written to {path}", file=note)
+    else:
+        validate(doc)
+    return EXIT_OK
+
+
+def _exports(doc: dict, args: argparse.Namespace) -> None:
+    """Write --speedscope / --trace when asked; say where on stderr."""
+    if getattr(args, "speedscope", None) or getattr(args, "trace", None):
+        from gpudiag.agent.exports import write_exports
+
+        for path in (args.speedscope, args.trace):
+            if path:
+                check_writable(path)
+        for line in write_exports(doc, args.speedscope, args.trace):
+            print(line, file=sys.stderr)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -94,6 +137,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
     if args.out:
         check_writable(args.out)
+    for path in (args.speedscope, args.trace):
+        if path:
+            check_writable(path)
     doc = replay_report(args.file, settings)
     validate(doc)
     if args.tui:
@@ -108,6 +154,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,
         )
+    _exports(doc, args)
     return EXIT_OK
 
 
@@ -145,6 +192,14 @@ def _browse(doc: dict, title: str) -> int:
     return EXIT_OK
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Profile every job on the box and serve the findings until Ctrl-C/SIGTERM/--duration."""
+    from gpudiag.agent.watch import watch_command
+
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    return watch_command(args, settings)
+
+
 def cmd_thresholds(args: argparse.Namespace) -> int:
     """Print each threshold, its default, unit and range, and its meaning."""
     from gpudiag.analyzers.thresholds import RANGES
@@ -176,9 +231,11 @@ def main(argv: list[str] | None = None) -> int:
             "attach": cmd_attach,
             "report": cmd_report,
             "replay": cmd_replay,
+            "merge": cmd_merge,
             "thresholds": cmd_thresholds,
             "top": cmd_top,
             "gate": cmd_gate,
+            "watch": cmd_watch,
         }[args.command]
         return handler(args)
     except UsageError as exc:

@@ -304,8 +304,9 @@ def gate_command(args: argparse.Namespace) -> int:
     warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
     if runs < 1 or warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
-    if args.junit_xml:
-        check_writable(args.junit_xml)
+    for path in (args.junit_xml, getattr(args, "html", None)):
+        if path:
+            check_writable(path)
     if args.cmd is not None:
         command = args.cmd
         if not command:
@@ -349,4 +350,9 @@ def gate_command(args: argparse.Namespace) -> int:
     out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_report(last, out)
     print(f"Report with the gate result written to {out}")
+    if getattr(args, "html", None):
+        from gpudiag.agent.exports import write_text
+        from gpudiag.agent.html_report import render_html
+
+        print(f"HTML page written to {write_text(render_html(last), args.html)}")
     return 0 if args.exit_zero else EXIT[verdict]

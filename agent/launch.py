@@ -27,18 +27,36 @@ class Job:
         self, settings: Settings, opts: SessionOptions, target: int | None = None, sink=None
     ) -> Session:
         """A session on the job's Python process (`target`, else found), with the hooks."""
+        from gpudiag.agent.ranks import is_launcher, primary_of, setup_ranks, wait_for_ranks
+        from gpudiag.probes.ranks import rank_process
+
+        ranks = []
         if target is None:
-            target = find_python_process(self.popen)
+            if is_launcher(self.command):
+                alive = lambda: self.popen.poll() is None  # noqa: E731
+                ranks = wait_for_ranks(self.popen.pid, alive)
+            target = primary_of(ranks).pid if ranks else find_python_process(self.popen)
         probes = default_probes(opts) + ([self.hooks] if self.hooks is not None else [])
         session = Session(
             Target(target), settings, opts, probes=probes, popen=self.popen, sink=sink
         )
         if self.hooks is not None:
             session.statuses[self.hooks.name] = ProbeStatus(self.hooks.name, True)
+        if not ranks:  # one rank of a job started per rank (srun, a per-host script)
+            me = rank_process(target)
+            ranks = [me] if me is not None else []
+        if ranks:
+            setup_ranks(session, ranks, self.popen.pid)
         return session
 
 
-def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) -> Job:
+def launch(
+    command: list[str],
+    inject: bool = True,
+    stdout=None,
+    stderr=None,
+    extra_env: dict[str, str] | None = None,
+) -> Job:
     """Start `command`; with `inject`, the in-process hooks (exact step timing) are added to
     its environment when their socket can be made. UsageError when it cannot start."""
     hooks = HookProbe() if inject else None
@@ -46,8 +64,13 @@ def launch(command: list[str], inject: bool = True, stdout=None, stderr=None) ->
     if hooks is not None:
         if hooks.open(Target(0)).available:
             env = injection_env(dict(os.environ), hooks.path or "")
+            env.update(extra_env or {})
         else:
             hooks = None
+    from gpudiag.agent.ranks import flight_recorder_env, is_launcher
+
+    if is_launcher(command):  # NCCL's flight recorder: collective sequence numbers per rank
+        env = flight_recorder_env(env if env is not None else dict(os.environ))
     try:
         popen = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:

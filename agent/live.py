@@ -11,10 +11,16 @@ from gpudiag.agent.session import Session, SessionResult
 from gpudiag.agent.signals import StopSignals
 
 
-def live_doc(session: Session, mode: str, command: list[str], pid: int) -> dict:
-    """A report document of the session so far."""
+def live_doc(
+    session: Session, mode: str, command: list[str], pid: int, recent_s: float | None = None
+) -> dict:
+    """A report document of the session so far (with `recent_s`: of its last seconds)."""
     return report_of(
-        session.result_so_far(), mode=mode, command=command, pid=pid, settings=session.settings
+        session.result_so_far(recent_s),
+        mode=mode,
+        command=command,
+        pid=pid,
+        settings=session.settings,
     )
 
 
@@ -50,6 +56,7 @@ def run_with_tui(
         save=save,
         pause=session.pause,
         stop=session.stop,
+        capture=session.request_capture,
     )
     app = DiagnosisApp(feed)
 

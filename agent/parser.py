@@ -7,6 +7,7 @@ import math
 import sys
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.parser_evidence import capture_option, export_options
 from gpudiag.agent.report import tool_version
 
 DESCRIPTION = """\
@@ -191,6 +192,8 @@ def _budget(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
+    from gpudiag.agent.parser_fleet import add_watch_parser, metrics_options
+
     parser = _Parser(
         prog="gpudiag",
         description=DESCRIPTION,
@@ -213,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not add the in-process hooks (exact step timing) to the job",
     )
+    capture_option(p, "run")
+    metrics_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
     p = sub.add_parser(
@@ -223,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("pid", help="process id of the job's Python process")
     _profiling_options(p)
+    capture_option(p, "attach")
+    metrics_options(p)
+
+    add_watch_parser(sub)
 
     p = sub.add_parser(
         "report",
@@ -232,11 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a report written by gpudiag run/attach")
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "html"),
         default="text",
         help="text (the full diagnosis with evidence), markdown (for tickets and "
-        "pull requests) or json (the report itself) (default: text)",
+        "pull requests), json (the report itself) or html (one self-contained page with "
+        "the timeline, findings and flame graph; opens offline) (default: text)",
     )
+    p.add_argument("--out", metavar="FILE", help="write the rendering to FILE, not stdout")
+    export_options(p)
     p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")
 
     p = sub.add_parser(
@@ -258,11 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     _price_options(p)
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "html"),
         default="text",
-        help="summary on stdout: text, markdown or json (the whole report) (default: text)",
+        help="summary on stdout: text, markdown, json (the whole report) or html (the "
+        "self-contained page) (default: text)",
     )
     p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
+    export_options(p)
 
     sub.add_parser(
         "schema",
@@ -324,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-zero", action="store_true", help="report but exit 0 (still 2 on errors)")
     p.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file")
     p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the last run's report with the comparison as one HTML page",
+    )
+    p.add_argument(
         "--out",
         metavar="FILE",
         help="report of the last run with the gate result (default: ./gpudiag-gate-<time>.json)",
@@ -366,7 +385,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to profile (default: 15)",
     )
     p.add_argument("--out", metavar="FILE", help="report file (default: ./gpudiag-demo.json)")
+    _merge_parser(sub)
     return parser
+
+
+def _merge_parser(sub) -> None:
+    """`gpudiag merge A.json B.json ... --out JOB.json`: one job report from per-host ones."""
+    p = sub.add_parser(
+        "merge",
+        help="one job report from the reports of its hosts (or ranks)",
+        description="Merge the reports each host's gpudiag wrote for its ranks into one "
+        "job report: every rank in one view, the straggler analysis across hosts, the "
+        "hosts' clocks aligned on the steps.",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT.json", help="per-host reports")
+    p.add_argument("--out", metavar="FILE", help="write the job report here")
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="summary on stdout (default: text)",
+    )
+    p.add_argument("--config", metavar="FILE", help="thresholds from this TOML file")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one threshold (repeatable)",
+    )
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

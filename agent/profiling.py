@@ -17,6 +17,8 @@ from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.launch import Job, launch
+from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
+from gpudiag.agent.ranks import primary_of, setup_ranks
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
@@ -27,6 +29,7 @@ from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.ranks import sibling_ranks
 from gpudiag.probes.stacks import StackProbe
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
@@ -63,9 +66,31 @@ def _recorder(
     )
 
 
+def _serve(
+    args: argparse.Namespace,
+    server: MetricsServer | None,
+    session: Session,
+    mode: str,
+    command: list[str],
+    pid: int,
+) -> None:
+    """Show the session on the metrics endpoint, when there is one."""
+    if server is None:
+        return
+    from gpudiag.agent.live import live_doc
+
+    serve_session(server, session, lambda: live_doc(session, mode, command, pid), pid, command)
+    if not getattr(args, "quiet", False):
+        session.log(f"metrics on {server.url}")
+
+
 def print_summary(doc: dict, fmt: str) -> None:
     """The summary on stdout: json (the whole report), markdown or text."""
-    if fmt == "json":
+    if fmt == "html":
+        from gpudiag.agent.html_report import render_html
+
+        print(render_html(doc), end="")
+    elif fmt == "json":
         print(json.dumps(doc, indent=2))
     elif fmt == "markdown":
         print(render_markdown(doc))
@@ -118,6 +143,11 @@ def finish(
             f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
             file=note,
         )
+    if getattr(args, "speedscope", None) or getattr(args, "trace", None):
+        from gpudiag.agent.exports import write_exports
+
+        for line in write_exports(doc, args.speedscope, args.trace):
+            print(line, file=note)
     if recorder is not None and not recorder.failed:
         print(
             f"Recording written to {recorder.path}  (gpudiag replay {shlex.quote(recorder.path)})",
@@ -130,15 +160,34 @@ def finish(
     return doc
 
 
+def capture_env(args: argparse.Namespace) -> dict[str, str]:
+    """The job's environment for `--capture-steps N` (empty without it)."""
+    n = getattr(args, "capture_steps", None)
+    if not n:
+        return {}
+    if args.no_inject:
+        raise UsageError("--capture-steps needs the in-process hooks: drop --no-inject")
+    return {"GPUDIAG_CAPTURE_STEPS": str(n)}
+
+
 def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
     """Launch the job, profile it, write the report; the job's exit code (or ours)."""
     # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
     job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    server = open_metrics(args)
     err_r, err_w = os.pipe()
     try:
-        job = launch(command, inject=not args.no_inject, stdout=job_stdout, stderr=err_w)
+        job = launch(
+            command,
+            inject=not args.no_inject,
+            stdout=job_stdout,
+            stderr=err_w,
+            extra_env=capture_env(args),
+        )
     except UsageError:
         os.close(err_r)
+        if server is not None:
+            server.close()
         raise
     finally:
         os.close(err_w)
@@ -152,9 +201,9 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
 
     try:
         if args.tui:
-            return _profile_launched(args, job, settings, tee)
+            return _profile_launched(args, job, settings, tee, server)
         with StopSignals(pass_on) as stops:
-            return _profile_launched(args, job, settings, tee, stops)
+            return _profile_launched(args, job, settings, tee, server, stops)
     finally:
         tee.close()
 
@@ -164,6 +213,7 @@ def _profile_launched(
     job: Job,
     settings: Settings,
     tee: StderrTee,
+    server: MetricsServer | None = None,
     stops: StopSignals | None = None,
 ) -> int:
     popen, command = job.popen, job.command
@@ -174,18 +224,24 @@ def _profile_launched(
     target = session.target.pid
     recorder = _recorder(args, "run", command, target, session)
     session.sink = recorder.write if recorder else None
+    _on_hang(session, "run", command, target, out, settings)
     if not args.quiet:
         session.log(
             f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
-    if args.tui:
-        from gpudiag.agent.live import run_with_tui
+    _serve(args, server, session, "run", command, target)
+    try:
+        if args.tui:
+            from gpudiag.agent.live import run_with_tui
 
-        session.log = lambda msg: None  # the UI shows the status
-        result = run_with_tui(session, "run", command, target, out)
-    else:
-        result = session.run()
+            session.log = lambda msg: None  # the UI shows the status
+            result = run_with_tui(session, "run", command, target, out)
+        else:
+            result = session.run()
+    finally:
+        if server is not None:
+            server.close()
     failed = result.exit_code not in (None, 0)
     finish(
         result,
@@ -236,15 +292,50 @@ def other_user(pid: int) -> str | None:
     )
 
 
+def _on_hang(
+    session: Session, mode: str, command: list[str], pid: int, out: str, settings: Settings
+) -> None:
+    """A multi-rank job: when it hangs, write the report (DIST002, every rank's stack) to
+    `out` at once, while the job is still hung; the final report replaces it at the end."""
+    if session.ranks is None:
+        return
+
+    def write() -> None:
+        doc = report_of(
+            session.result_so_far(), mode=mode, command=command, pid=pid, settings=settings
+        )
+        path = write_report(doc, out)
+        session.log(f"the job hangs (DIST002): report written to {path} while it is hung")
+
+    session.ranks.on_hang = write
+
+
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     """Profile a running job; UsageError when its stacks cannot be read at all."""
+    server = open_metrics(args)
+    try:
+        return _attach(args, pid, settings, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _attach(
+    args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
+) -> int:
     opts = session_options(args)
+    ranks = sibling_ranks(pid)
+    root = pid
+    if ranks:
+        pid = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid)
     session = Session(
         Target(pid),
         settings,
         opts,
         probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
     )
+    if ranks:
+        setup_ranks(session, ranks, root)
     stacks = next(p for p in session.probes if isinstance(p, StackProbe))
     stacks.startup_timeout_s = 0.0
     status = session.open_probe(stacks)
@@ -261,10 +352,10 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
     if args.tui:
-        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings)
+        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
     with StopSignals() as stops:
         session.stop_signals = stops
-        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings)
+        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
 
 
 def _attach_profile(
@@ -276,6 +367,7 @@ def _attach_profile(
     cmdline: list[str],
     out: str,
     settings: Settings,
+    server: MetricsServer | None,
 ) -> int:
     if not args.quiet:
         session.log(
@@ -288,12 +380,19 @@ def _attach_profile(
         )
     recorder = _recorder(args, "attach", cmdline, pid, session)
     session.sink = recorder.write if recorder else None
-    if args.tui:
-        from gpudiag.agent.live import run_with_tui
+    _on_hang(session, "attach", cmdline, pid, out, settings)
+    session.capture_steps = getattr(args, "capture_steps", None)  # asked once the job connects
+    _serve(args, server, session, "attach", cmdline, pid)
+    try:
+        if args.tui:
+            from gpudiag.agent.live import run_with_tui
 
-        session.log = lambda msg: None
-        result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
-    else:
-        result = session.run(preopened={stacks.name: status})
+            session.log = lambda msg: None
+            result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
+        else:
+            result = session.run(preopened={stacks.name: status})
+    finally:
+        if server is not None:
+            server.collector.jobs = lambda: []
     finish(result, args, "attach", cmdline, pid, out, settings, recorder)
     return EXIT_OK

@@ -6,6 +6,7 @@ import re
 
 from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, period_parts
 from gpudiag.agent.redact import redact_argv, redact_lines
+from gpudiag.agent.render_ranks import rank_lines
 from gpudiag.analyzers.results import CATEGORIES
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
@@ -187,6 +188,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     else:
         out.append("No stack samples of the loop: no time breakdown (see probes below).")
     out.append("")
+    out += rank_lines(doc)
     findings = doc["findings"]
     if not findings:
         out.append(
@@ -259,6 +261,9 @@ def render_markdown(doc: dict) -> str:
             if s >= 0.005:
                 out.append(f"| {LABELS[c]} | {s:.1%} |")
         out.append("")
+    ranks = rank_lines(doc)
+    if ranks:  # a multi-rank job: the rows per rank (and a hang's stacks) as they print
+        out += ["```", *ranks[:-1], "```", ""]
     if doc["findings"]:
         out += [
             "| # | id | severity | finding | impact | speed-up |",

@@ -133,7 +133,7 @@ def report_of(
     the probes described."""
     if environment is None:
         environment = describe_environment(pid, result.hardware)
-    return build_report(
+    doc = build_report(
         analysis=result.analysis,
         mode=mode,
         command=command,
@@ -148,6 +148,13 @@ def report_of(
         thresholds=settings.thresholds,
         settings_source=settings.source,
         agent=result.agent,
+    )
+    if result.distributed:
+        doc.update(result.distributed)  # a multi-rank job: `ranks` and `distributed`
+    from gpudiag.agent.evidence import add_evidence_views
+
+    return add_evidence_views(
+        doc, result.timeline, settings.rules, result.analysis.profile.thread, settings.thresholds
     )
 
 

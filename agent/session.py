@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpudiag.agent.budget import Budget, Governor
 from gpudiag.agent.config import Settings
@@ -58,6 +58,7 @@ class SessionResult:
     timeline: Timeline = field(repr=False, default_factory=Timeline)
     hardware: dict = field(default_factory=dict)
     agent: dict | None = None  # the agent's own cost and its effective sampling rates
+    distributed: dict | None = None  # a multi-rank job: the report's `ranks`, `distributed`
 
 
 def default_probes(opts: SessionOptions) -> list[Probe]:
@@ -113,6 +114,7 @@ class Session:
         self._watch: TargetWatch | None = None
         self._busy: dict[str, float] = {}  # probe name -> when its current call started
         self.hung: set[str] = set()
+        self.ranks = None  # agent.ranks.RankSet for a multi-rank job (agent.ranks.setup_ranks)
         if opts.cpu_budget is not None:
             self.governor = Governor(
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
@@ -135,6 +137,8 @@ class Session:
         if not samples or self.paused:
             return
         with self._lock:  # the recording keeps the order the timeline saw
+            if self.ranks is not None:  # a multi-rank job: each rank's own timeline too
+                samples, _others = self.ranks.route(samples)  # a recording: the main rank
             self.timeline.extend(samples)
             if self.sink is not None:
                 self.sink(samples)
@@ -216,6 +220,8 @@ class Session:
                 self._threads.append(th)
         if self.governor is not None:
             self.governor.start()
+        if self.ranks is not None:
+            self.ranks.start(self.settings.thresholds)
         reason = self._wait(start)
         return self.finish(start, reason)
 
@@ -231,11 +237,15 @@ class Session:
         if own_handler:
             signal.signal(signal.SIGTERM, on_term)
         next_progress = time.monotonic() + 5.0
+        from gpudiag.agent.autocapture import AutoCapture
+
+        auto = AutoCapture(self)
         try:
             while True:
                 if self.stop_signals is not None and self.stop_signals.stopping:
                     raise _Interrupted()
                 self.check_hung()
+                auto.tick()
                 if not self.target_alive():
                     return "target_exited"
                 elapsed = time.time() - start
@@ -287,28 +297,61 @@ class Session:
         """Ask the session to end (from another thread)."""
         self._stop.set()
 
+    def request_capture(self, steps: int = 10) -> str:
+        """Ask the job's in-process hooks for a profiler capture of `steps` steps; a line
+        saying what happens."""
+        hooks = next((p for p in self.probes if hasattr(p, "request_capture")), None)
+        if hooks is None or not hooks.request_capture(steps):
+            return "no capture: the job has no in-process hooks (gpudiag run, instrument())"
+        return f"capture of {steps} steps asked for: it lands in the report"
+
     def pause(self, paused: bool) -> None:
         """While paused, samples are not collected (the job runs on untouched)."""
         self.paused = paused
 
-    def snapshot(self) -> Analysis:
-        """An analysis of what was collected so far (for live views)."""
+    def snapshot(self, recent_s: float | None = None) -> Analysis:
+        """An analysis of what was collected so far (for live views); with `recent_s`, of
+        the last that many seconds of it only (a daemon's findings stay current)."""
         with self._lock:
+            tl = self.timeline
+            spans = tl.spans() if recent_s is not None else []
             return analyze(
-                self.timeline,
+                tl.window(spans[-1][1] - int(recent_s * 1e9), None) if spans else tl,
                 self.settings.thresholds,
                 self.settings.rules,
                 self.settings.price,
                 self.settings.price_table,
             )
 
-    def result_so_far(self) -> SessionResult:
-        """What was collected so far, analysed (for live views; the session runs on)."""
+    def _with_ranks(self, analysis: Analysis) -> tuple[Analysis, dict | None]:
+        """A multi-rank job: the DIST findings added, and the report's rank sections."""
+        if self.ranks is None:
+            return analysis, None
+        with self._lock:
+            gpu = self.statuses.get("gpu")
+            found, section = self.ranks.section(
+                self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
+            )
+        merged = sorted([*analysis.findings, *found], key=lambda f: -f.impact)
+        verdict = analysis.verdict
+        if found:  # the verdict rests on the main rank's samples; a DIST finding leads it
+            from gpudiag.analyzers import verdict_of
+
+            samples = float(analysis.breakdown.samples)
+            verdict = verdict_of(
+                merged, samples, analysis.metrics.get("steps"), self.settings.thresholds
+            )
+        return replace(analysis, findings=tuple(merged), verdict=verdict), section
+
+    def result_so_far(self, recent_s: float | None = None) -> SessionResult:
+        """What was collected so far, analysed (for live views; the session runs on); with
+        `recent_s`, its last that many seconds only."""
         probes = [
             self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting") for p in self.probes
         ]
+        analysis, dist = self._with_ranks(self.snapshot(recent_s))
         return SessionResult(
-            self.snapshot(),
+            analysis,
             probes,
             list(self.errors),
             self.start_time,
@@ -316,6 +359,7 @@ class Session:
             "stopped",
             self.exit_code,
             agent=self.governor.summary() if self.governor else None,
+            distributed=dist,
         )
 
     def finish(self, start: float, reason: str) -> SessionResult:
@@ -323,6 +367,8 @@ class Session:
         self._stop.set()
         if self.governor is not None:
             self.governor.stop()
+        if self.ranks is not None:
+            self.ranks.stop()
         old_int = None
         if self.stop_signals is None and threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
@@ -372,6 +418,7 @@ class Session:
                     self.settings.price,
                     self.settings.price_table,
                 )
+            analysis, dist = self._with_ranks(analysis)
             statuses = [
                 self.statuses.get(p.name)
                 or ProbeStatus(p.name, False, "not started (session ended first)")
@@ -394,6 +441,7 @@ class Session:
                 self.timeline,
                 hardware,
                 agent,
+                dist,
             )
         finally:
             if old_int is not None:

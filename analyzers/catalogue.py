@@ -93,6 +93,26 @@ CATALOGUE: dict[str, Spec] = {
             None,
             always_note=True,
         ),
+        Spec(
+            "DIST001",
+            "A straggler rank makes the other ranks wait in collectives",
+            "distributed",
+            False,
+            time_in="collective",
+        ),
+        Spec(
+            "DIST002",
+            "Hang: no rank makes progress; a rank is not in the collective the others wait in",
+            "distributed",
+            False,
+        ),
+        Spec(
+            "DIST003",
+            "Communication-bound: every rank spends a large share of its step in collectives",
+            "distributed",
+            False,
+            time_in="collective",
+        ),
     )
 }
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 # gpudiag's own code that runs inside the job (the in-process hooks) is never the user's
-_OWN_RE = re.compile(r"(^|/)gpudiag_hooks\.py$|/gpudiag/(probes|agent|analyzers)/")
+_OWN_RE = re.compile(r"(^|/)gpudiag_(hooks|dist)\.py$|/gpudiag/(probes|agent|analyzers)/")
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,18 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule(
         "collective",
         file=r"torch/distributed/(distributed_c10d|_functional_collectives|"
-        r"fsdp/|algorithms/)|torch/nn/parallel/distributed\.py$",
-        description="torch.distributed collectives (all_reduce, DDP buckets, barriers)",
+        r"fsdp/|algorithms/)",
+        description="torch.distributed collectives (all_reduce, reduce_scatter, all_gather, "
+        "barrier, broadcast; FSDP)",
+    ),
+    Rule(
+        "collective",
+        function=r"torch\.nn\.parallel\.distributed\.(DistributedDataParallel\.)?"
+        r"(_sync_buffers|_sync_module_buffers|_sync_params_and_buffers|"
+        r"_distributed_broadcast_coalesced|_default_broadcast_coalesced|"
+        r"_check_global_requires_backward_grad_sync|_match_all_reduce_for_bwd_pass)$",
+        description="DDP's own collectives in forward (buffer broadcasts, join); its gradient "
+        "all-reduce runs in C++ under backward and is not visible in Python stacks",
     ),
     Rule(
         "data_wait",

@@ -11,6 +11,7 @@ UNITS: dict[str, str] = {
     "min_loop_samples": "count",
     "min_free_cores": "cores",
     "max_periods": "count",
+    "dist_min_rank_samples": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -68,6 +69,11 @@ class Thresholds:
     """GPU003: SM activity needed before missing tensor-core use matters."""
     tensor_active_max: float = 0.05
     """GPU003: tensor-core activity at or below which matrix work is plain fp32."""
+    capture_idle_confirm: float = 0.50
+    """Capture: a GPU-idle finding is confirmed when the captured steps' GPU idle share is at
+    least this share of the GPU idle NVML measured over the loop (refuted below)."""
+    capture_tensor_core_min: float = 0.50
+    """Capture: share of matrix-kernel time on tensor cores below which GPU003 is confirmed."""
     pcie_saturation: float = 0.70
     """XFER001: host-to-device bytes/s as a share of the link's capacity."""
     pcie_busy_max: float = 0.70
@@ -100,6 +106,14 @@ class Thresholds:
     """A verdict whose top finding is at least this likely is stated as sure."""
     min_confidence: float = 0.5
     """Findings less likely than this to be above their threshold (sampling noise) are dropped."""
+    dist_min_rank_samples: int = 60
+    """DIST001/DIST003: stack samples of a rank's loop needed before its shares are compared."""
+    dist_straggler_gap: float = 0.10
+    """DIST001: share of the step the other ranks wait in collectives beyond the straggler."""
+    dist_comm_warn: float = 0.30
+    """DIST003: share of every rank's step spent inside collectives (no straggler)."""
+    dist_hang_s: float = 60.0
+    """DIST002: seconds without a finished step on any rank that make the job hung."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

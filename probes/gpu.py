@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.discovery import DCGM_HINT, DCGM_NOTE, dcgm_running
 from gpudiag.probes.gpu_counters import THROTTLE_REASONS, field_counters, gpm_metrics
 from gpudiag.probes.gpu_visibility import has_nvidia_device_open, visible_devices
 from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
@@ -107,8 +108,11 @@ class GpuProbe(Probe):
         nvml: Nvml | None = None,
         interval_s: float = 1.0,
         clock_ns: Callable[[], int] = now_ns,
+        dcgm: Callable[[], str | None] | None = None,
     ) -> None:
         self.nvml = nvml or Nvml()
+        self.dcgm = dcgm or dcgm_running
+        self.dcgm_seen: str | None = None  # the DCGM process that turned GPM off
         self.clock_ns = clock_ns
         self.interval_s = interval_s
         self.target: Target | None = None
@@ -150,7 +154,8 @@ class GpuProbe(Probe):
             except GpuLost as exc:
                 self.errors.append(f"GPU {i} lost while starting: {exc}")
         self.visible = visible_devices(target.pid)
-        for d in self.devices:
+        self.dcgm_seen = self.dcgm() if self.devices else None
+        for d in self.devices if self.dcgm_seen is None else ():
             self._init_gpm(d)
         self._status = ProbeStatus(self.name, True)
         return self._status
@@ -220,6 +225,9 @@ class GpuProbe(Probe):
             notes.append("not available on this GPU/driver: " + ", ".join(missing))
             if any("Gpm" in k for k in missing):
                 hints.append("GPM metrics need a Hopper or newer GPU and a recent driver")
+        if self.dcgm_seen is not None:
+            notes.append(f"GPM off: {self.dcgm_seen} runs here ({DCGM_NOTE})")
+            hints.append(DCGM_HINT)
         if self.used_without_pid_match and not self.matched_pid:
             # (a job opens /dev/nvidia* a moment before NVML lists its context: a pid that
             # matched later means the namespaces agree)

@@ -22,6 +22,8 @@ from array import array
 from pathlib import Path
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.collectives import FIELDS as COLLECTIVE_FIELDS
+from gpudiag.probes.collectives import RankLabels
 from gpudiag.probes.inject import gpudiag_hooks
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
@@ -68,6 +70,13 @@ class HookProbe(Probe):
         Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
         Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+        *COLLECTIVE_FIELDS,
+        Field(
+            "capture_steps",
+            "count",
+            "gauge",
+            "steps in a profiler capture (its summary is the sample's `summary` label)",
+        ),
     )
 
     def __init__(self, path: str | None = None, optional: bool = False) -> None:
@@ -77,6 +86,7 @@ class HookProbe(Probe):
         self._sock: socket.socket | None = None
         self.messages = 0
         self.rejected = 0  # datagrams from another user, dropped
+        self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -131,7 +141,7 @@ class HookProbe(Probe):
             if msg is None:
                 continue
             self.messages += 1
-            out += parse_message(msg)
+            out += self.labels.tag(msg, parse_message(msg))
         return out
 
     @staticmethod
@@ -145,6 +155,20 @@ class HookProbe(Probe):
                 return uid == os.geteuid()
         return False
 
+    def request_capture(self, steps: int) -> bool:
+        """Ask the job's hooks for a profiler capture of `steps` steps (they look for the
+        request every 0.5 s); False when there is no socket to put it beside."""
+        if not self.path or not 1 <= steps <= 1000:
+            return False
+        tmp = f"{self.path}.capture.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(str(int(steps)))
+            os.replace(tmp, self.path + ".capture")
+        except OSError:
+            return False
+        return True
+
     def final_status(self) -> ProbeStatus:
         """Available, and whether the job's hooks ever reported."""
         if self._sock is None and self.path is None:
@@ -156,10 +180,12 @@ class HookProbe(Probe):
                 self.name,
                 True,
                 "not connected (optional): the job's own step "
-                "timing would add exact steps/s, step-time percentiles and the "
-                "data wait per step",
+                "timing would add exact steps/s, step-time percentiles, the "
+                "data wait per step and profiler captures (loading them into a running "
+                "job needs Python 3.14's sys.remote_exec, not used yet)",
                 "add `from gpudiag.probes.hooks import "
-                "instrument; instrument()` at the top of the training script",
+                "instrument; instrument()` at the top of the training script, or "
+                "start it with `gpudiag run -- CMD`",
                 info=True,
             )
         return ProbeStatus(
@@ -176,7 +202,7 @@ class HookProbe(Probe):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for path in (self.path, self._dir):
+        for path in (self.path and self.path + ".capture", self.path, self._dir):
             if path and os.path.exists(path):
                 try:
                     (os.rmdir if os.path.isdir(path) else os.unlink)(path)
@@ -238,6 +264,20 @@ def parse_message(msg: dict) -> list[Sample]:
             out.append(
                 Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
             )
+    cap = msg.get("capture")
+    if isinstance(cap, dict) and isinstance(cap.get("steps"), list):
+        try:
+            t_cap = int(float(cap.get("t0") or t / 1e9) * 1e9)
+        except (TypeError, ValueError, OverflowError):
+            t_cap = t  # data only: a malformed time is replaced, never trusted
+        out.append(
+            Sample(
+                "hooks",
+                t_cap,
+                {"kind": "capture", "summary": json.dumps(cap, separators=(",", ":"))},
+                {"capture_steps": float(len(cap["steps"]))},
+            )
+        )
     mem = msg.get("mem")
     if isinstance(mem, dict) and mem:
         out.append(

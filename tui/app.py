@@ -18,6 +18,7 @@ class DiagnosisApp(App):
         Binding("q", "quit_feed", "quit"),
         Binding("s", "save", "save report"),
         Binding("p", "pause", "pause"),
+        Binding("c", "capture", "capture steps"),
         Binding("question_mark", "help", "help"),
         Binding("enter", "open_finding", "details", show=False),
     ]
@@ -37,6 +38,8 @@ class DiagnosisApp(App):
             return self.feed.save is not None
         if action == "pause":
             return self.feed.pause is not None
+        if action == "capture":
+            return self.feed.capture is not None
         return True
 
     def on_mount(self) -> None:
@@ -93,6 +96,11 @@ class DiagnosisApp(App):
         self.paused = not self.paused
         self.feed.pause(self.paused)
         self.refresh_feed()
+
+    def action_capture(self) -> None:
+        if self.feed.capture is not None:
+            self.message = self.feed.capture()
+            self.refresh_feed()
 
     def action_quit_feed(self) -> None:
         if self.feed.stop is not None:

@@ -18,6 +18,7 @@ class Feed:
     save: Callable[[], str] | None = None  # write the report now; returns the path
     pause: Callable[[bool], None] | None = None  # pause/resume sampling
     stop: Callable[[], None] | None = None  # end the session (q)
+    capture: Callable[[], str] | None = None  # ask the job for a profiler capture (c)
 
 
 def static_feed(doc: dict, title: str) -> Feed:

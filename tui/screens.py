@@ -100,6 +100,7 @@ HELP_KEYS = [
     (None, "Esc", "back"),
     ("save", "s", "save the report now"),
     ("pause", "p", "pause / resume sampling"),
+    ("capture", "c", "profiler capture of 10 steps in the job (needs the hooks)"),
     (None, "q", "quit (a live view writes the report first)"),
     (None, "?", "this help"),
 ]

@@ -177,6 +177,7 @@ def metrics_text(doc: dict) -> Wrapped:
         gpu = next((p for p in doc.get("probes", []) if p["name"] == "gpu"), None)
         if gpu and not gpu["available"]:
             t.para(f"none: {gpu['reason']}", lead="GPU".ljust(18))
+    rank_rows(doc, line)
     cost = doc.get("cost") or {}
     if cost.get("available"):
         line(
@@ -199,3 +200,18 @@ def metrics_text(doc: dict) -> Wrapped:
 
 
 MAX_PERIODS = 12  # the newest periods shown in the numbers panel
+
+
+def rank_rows(doc: dict, line) -> None:
+    """A multi-rank job: one row per rank (step time, data/compute/collective shares, GPU),
+    the straggler marked."""
+    strag = ((doc.get("distributed") or {}).get("straggler") or {}).get("straggler")
+    for r in doc.get("ranks") or []:
+        bd = r.get("breakdown") or {}
+        st = r.get("step_time_s")
+        parts = [f"step {st * 1000:.0f} ms" if st else "step n/a"]
+        parts += [f"{k[:4]} {bd[k]:.0%}" for k in ("data", "compute", "collectives") if k in bd]
+        if r.get("gpu") is not None:
+            parts.append(f"GPU {r['gpu']}")
+        mark = " straggler" if strag is not None and r["rank"] == strag else ""
+        line(f"rank {r['rank']}{mark}", parts)

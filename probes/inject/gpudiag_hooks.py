@@ -195,10 +195,40 @@ def _install(torch) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
+    _install_dist(torch, st)
+    try:
+        _install_capture(torch, st)
+    except Exception as exc:  # the step timing works without it
+        print(f"gpudiag: profiler capture not available: {exc}", file=sys.stderr)
     if torch.cuda.is_available():
         st.cuda = True
         _install_cuda(torch, st)
     atexit.register(st.flush)
+
+
+def _install_dist(torch, st: _State) -> None:
+    """Collective counters per rank (gpudiag_dist, beside this file)."""
+    try:
+        try:
+            from . import gpudiag_dist
+        except ImportError:
+            import gpudiag_dist
+        gpudiag_dist.install(torch, st.channel.path)
+    except Exception as exc:  # never break the job
+        print(f"gpudiag: collective hooks not installed: {exc}", file=sys.stderr)
+
+
+def _install_capture(torch, st: _State) -> None:
+    """The bounded profiler capture (gpudiag_capture.py): at start with `--capture-steps N`,
+    or when the agent asks for one later."""
+    try:
+        from . import gpudiag_capture
+    except ImportError:  # loaded as a top-level module by sitecustomize
+        import gpudiag_capture
+    watcher = gpudiag_capture.Watcher(torch, st.channel.path or attach_path(os.getpid()))
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: watcher.on_step())
 
 
 def _install_cuda(torch, st: _State) -> None:

@@ -64,3 +64,34 @@ def test_agent_cost_benchmark_reports_cpu_and_rates():
     assert res.returncode == 0, res.stderr
     assert "workers=2" in res.stdout and "% of a core" in res.stdout
     assert "stacks_loop_hz" in res.stdout
+
+
+@pytest.mark.slow
+def test_capture_benchmark_shows_the_speed_after_equals_before():
+    pytest.importorskip("torch")
+    res = subprocess.run(
+        [sys.executable, str(BENCH / "capture_overhead.py"), "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("with capture: median"))
+    assert 0.8 < float(line.rsplit(" ", 1)[1]) < 1.25
+    assert "profiler on after: True" not in res.stdout
+
+
+@pytest.mark.slow
+def test_watch_cost_benchmark_measures_watch_over_its_jobs():
+    pytest.importorskip("torch")
+    res = subprocess.run(
+        [sys.executable, str(BENCH / "watch_cost.py"), "--jobs", "2", "--seconds", "20"]
+        + ["--settle", "10", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(res.stdout)
+    assert row["jobs"] == 2 and row["jobs_shown"] == 2 and row["exit_status"] == 0
+    assert 0 < row["cpu_cores_whole_run"] < 2 and row["peak_rss_mb"] > 10

@@ -127,6 +127,8 @@ def test_run_without_a_command():
         (["--set", "no_such_threshold=1"], "unknown threshold"),
         (["--set", "data_wait_warn=lots"], "needs a number"),
         (["--out", "/no/such/dir/r.json"], "does not exist"),
+        (["--metrics-port", "70000"], "0..65535"),
+        (["--metrics-port", "http"], "expected a TCP port"),
     ],
 )
 def test_bad_profiling_options(args, word):

@@ -58,8 +58,11 @@ def test_format_help_says_where_the_job_output_goes():
     for command in ("run", "attach", "report", "replay"):
         res = gpudiag(command, "--help")
         text = " ".join(res.stdout.split())
-        assert "--format {text,markdown,json}" in text
-        described = text.rsplit("--format {text,markdown,json}", 1)[1].split(" --")[0]
+        # report and replay also render the HTML page
+        choices = "{text,markdown,json,html}" if command in ("report", "replay") else None
+        choices = choices or "{text,markdown,json}"
+        assert f"--format {choices}" in text
+        described = text.rsplit(f"--format {choices}", 1)[1].split(" --")[0]
         assert "markdown" in described and "json" in described, command
     assert "job's own stdout is sent to stderr" in " ".join(gpudiag("run", "--help").stdout.split())
 

@@ -39,6 +39,15 @@ def test_collectives():
     assert clf.category(stack) == "collective"
 
 
+def test_ddp_forward_is_forward_and_its_broadcasts_are_collectives():
+    ddp = f"{SITE}/torch/nn/parallel/distributed.py"
+    fwd = f"{LOOP};forward ({ddp}:1600);_run_ddp_forward ({ddp}:1500)"
+    fwd += f";_call_impl ({SITE}/torch/nn/modules/module.py:1750);forward (/work/model.py:9)"
+    assert clf.category(fwd) != "collective"
+    sync = f"{LOOP};forward ({ddp}:1600);_sync_buffers ({ddp}:1900)"
+    assert clf.category(sync) == "collective"
+
+
 def test_user_rule_comes_first():
     rules = rules_from_config([{"category": "data_wait", "function": r"my_pkg\.loader\.fetch$"}])
     stack = f"{LOOP};fetch (/work/my_pkg/loader.py:12)"

@@ -175,3 +175,31 @@ def test_eight_gpus_in_one_pass_per_tick_with_maxima_read_once():
 
 def const_pct(v: float):
     return lambda t: v
+
+
+def test_gpm_is_used_without_dcgm():
+    gpm = {2: const_pct(60), 5: const_pct(30)}
+    probe, clock, _ = probe_with(FakeGpu(job_pids=[ME], gpm=gpm))
+    probe.dcgm = lambda: None
+    assert probe.open(Target(ME)).available
+    tick(probe, clock)
+    (s,) = tick(probe, clock)
+    assert s.values["gpm_sm_active"] == pytest.approx(0.6)
+    assert "GPM off" not in (probe.final_status().reason or "")
+
+
+def test_a_running_dcgm_exporter_turns_gpm_off_and_says_so():
+    from gpudiag.probes.discovery import ProcInfo, dcgm_process
+
+    box = [ProcInfo(7, 1, "dcgm-exporter", ("/usr/bin/dcgm-exporter",))]
+    gpm = {2: const_pct(60), 5: const_pct(30)}
+    probe, clock, fake = probe_with(FakeGpu(job_pids=[ME], gpm=gpm))
+    probe.dcgm = lambda: f"{dcgm_process(box).name} (pid 7)"
+    assert probe.open(Target(ME)).available
+    tick(probe, clock)
+    (s,) = tick(probe, clock)
+    assert s.values.get("gpm_sm_active") is None  # fell back: no GPM sample taken
+    assert fake.calls.get("nvmlGpmSampleGet", 0) == 0
+    st = probe.final_status()
+    assert st.available and "GPM off: dcgm-exporter (pid 7)" in st.reason
+    assert "DCGM_FI_PROF" in st.hint

@@ -135,3 +135,20 @@ def test_no_endpoint_listens_on_every_interface_by_default():
         for path in (ROOT / folder).rglob("*.py"):
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 assert not pattern.search(line), f"{path}:{n}: {line.strip()}"
+
+
+def test_every_metrics_endpoint_defaults_to_localhost():
+    """Each command with a metrics endpoint listens on 127.0.0.1 unless told otherwise."""
+    import argparse
+
+    from gpudiag.agent.parser import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    checked = 0
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if action.dest == "metrics_addr":
+                assert action.default == "127.0.0.1", name
+                checked += 1
+    assert checked >= 1  # run, attach, watch...

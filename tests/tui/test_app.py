@@ -118,3 +118,46 @@ def test_live_feed_refreshes_saves_pauses_and_stops():
 
     run(app, steps)
     assert calls["stop"] == 1
+
+
+def test_metrics_panel_has_one_row_per_rank_with_the_straggler_marked():
+    from gpudiag.tui.widgets import metrics_text
+
+    bd = {"data": 0.7, "compute": 0.2, "collectives": 0.1}
+    doc = {
+        "metrics": {},
+        "probes": [],
+        "ranks": [
+            {"rank": 0, "step_time_s": 0.13, "breakdown": {"collectives": 0.9}, "gpu": "0"},
+            {"rank": 1, "step_time_s": 0.13, "breakdown": bd, "gpu": "1"},
+        ],
+        "distributed": {"straggler": {"straggler": 1}},
+    }
+    text = metrics_text(doc).plain(80)
+    assert "rank 0" in text and "coll 90%" in text
+    assert "rank 1 straggler" in text and "data 70%" in text and "GPU 1" in text
+    assert "rank" not in metrics_text({"metrics": {}, "probes": []}).plain(80)
+
+
+def test_c_asks_a_live_job_for_a_capture_and_says_so():
+    asked = []
+
+    def capture() -> str:
+        asked.append(1)
+        return "capture of 10 steps asked for"
+
+    doc = starved_doc()
+    app = DiagnosisApp(Feed("run pid 1", lambda: doc, live=True, capture=capture), clock=False)
+
+    async def steps(pilot):
+        await pilot.press("c")
+        await pilot.pause()
+        assert asked == [1]
+        assert "capture of 10 steps asked for" in app.status_line()
+
+    run(app, steps)
+
+
+def test_c_does_nothing_on_a_saved_report():
+    app = DiagnosisApp(static_feed(starved_doc(), "report"))
+    assert app.check_action("capture", ()) is False

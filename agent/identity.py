@@ -1,0 +1,151 @@
+"""A job's identity as the cluster sees it, for metric labels: Kubernetes pod, namespace and
+container (the process's cgroup and the downward-API variables), Slurm job and step (its
+environment), its user and a short command with secrets left out.
+
+Every value is bounded: no step numbers, no paths, no free text longer than `COMMAND_MAX`.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import socket
+from pathlib import Path
+
+COMMAND_MAX = 80  # characters of the command label
+SECRET_OPTION = re.compile(r"(key|token|password|passwd|secret|credential)", re.IGNORECASE)
+REDACTED = "<redacted>"
+# the pod's UID and the container's id in a kubepods cgroup path, for both cgroup drivers:
+#   /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/
+#       cri-containerd-<id>.scope
+#   /kubepods/burstable/pod<uid>/<id>
+_POD_UID = re.compile(r"kubepods.*?pod([0-9a-fA-F]{8}[-_][0-9a-fA-F_-]{27})")
+_CONTAINER = re.compile(r"(?:docker|cri-containerd|crio|containerd)-([0-9a-f]{12,64})\.scope$")
+_CONTAINER_PLAIN = re.compile(r"/pod[0-9a-fA-F_-]{36}/([0-9a-f]{12,64})$")
+
+LABELS = (
+    "pid",
+    "user",
+    "command",
+    "pod",
+    "namespace",
+    "container",
+    "pod_uid",
+    "slurm_job_id",
+    "slurm_step_id",
+    "Hostname",
+)
+"""Every job label, in order; a value that is not known is the empty string."""
+
+
+def hostname() -> str:
+    """The node's name, as dcgm-exporter writes it in its `Hostname` label."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def parse_cgroup(text: str) -> dict[str, str]:
+    """The pod UID and container id in a /proc/PID/cgroup text (empty when not in a pod)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1].strip()
+        m = _POD_UID.search(path)
+        if not m:
+            continue
+        out["pod_uid"] = m.group(1).replace("_", "-")
+        c = _CONTAINER.search(path) or _CONTAINER_PLAIN.search(path)
+        if c:
+            out["container_id"] = c.group(1)[:12]
+        break
+    return out
+
+
+def redact_command(argv: list[str], limit: int = COMMAND_MAX) -> str:
+    """A short command for a label: program and script by base name, values of options named
+    like a secret (`--api-key X`, `--token=X`, `--db-password X`) dropped, paths cut to
+    their base name, at most `limit` characters."""
+    words: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            words.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and SECRET_OPTION.search(arg.split("=", 1)[0]):
+            if "=" in arg:
+                words.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                words.append(arg)
+                hide_next = True
+            continue
+        if "=" in arg and SECRET_OPTION.search(arg.split("=", 1)[0]):  # KEY=value
+            words.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            continue
+        if "/" in arg:
+            head, _, value = arg.rpartition("=") if arg.startswith("-") else ("", "", arg)
+            base = value.rstrip("/").rsplit("/", 1)[-1] or value
+            arg = f"{head}={base}" if head else base
+        words.append(arg)
+    text = " ".join(words)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def _user(pid: int) -> str:
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return ""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def identity_from(
+    pid: int, argv: list[str], cgroup: str, env: dict[str, str], user: str, host: str
+) -> dict[str, str]:
+    """The job labels from what /proc says about it (see LABELS)."""
+    cg = parse_cgroup(cgroup)
+    in_pod = bool(cg) or "KUBERNETES_SERVICE_HOST" in env
+    pod = env.get("POD_NAME") or (env.get("HOSTNAME", "") if in_pod else "")
+    step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or ""
+    return {
+        "pid": str(pid),
+        "user": user,
+        "command": redact_command(argv),
+        "pod": pod,
+        "namespace": env.get("POD_NAMESPACE", ""),
+        "container": env.get("CONTAINER_NAME") or cg.get("container_id", ""),
+        "pod_uid": cg.get("pod_uid", ""),
+        "slurm_job_id": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "",
+        "slurm_step_id": step,
+        "Hostname": host,
+    }
+
+
+def job_identity(pid: int, argv: list[str] | None = None) -> dict[str, str]:
+    """The labels of the job with root process `pid` (what cannot be read is empty)."""
+    if argv is None:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+        except OSError:
+            argv = []
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        cgroup = ""
+    return identity_from(pid, argv, cgroup, _environ(pid), _user(pid), hostname())

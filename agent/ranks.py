@@ -1,0 +1,419 @@
+"""A distributed job's local ranks inside one session: each rank's stacks sampled (the budget's
+rates split between them), its samples kept in its own timeline, the ranks compared (DIST001,
+DIST003), and a watcher that explains a hang (DIST002) while the job is still hung."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
+from gpudiag.analyzers.distributed import RankStats, rank_parts, straggler
+from gpudiag.analyzers.results import Finding
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.timeline import Timeline
+from gpudiag.probes.base import ProbeStatus, Sample, Target
+from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.ranks import RankInfo, find_ranks, read_environ
+from gpudiag.probes.stack_dump import dump_main_stack
+from gpudiag.probes.stacks import StackProbe
+
+LAUNCHER_RE = re.compile(
+    r"(^|/)(torchrun|accelerate|deepspeed|srun|mpirun|lightning)$|"
+    r"^torch\.distributed\.(run|launch)$"
+)
+DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns after set-up)
+
+
+FR_SIZE_NAMES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # new name, old name
+FR_NEW_NAME_FROM = (2, 8)  # torch releases that read TORCH_FR_BUFFER_SIZE (and warn on the old)
+
+
+def _torch_version() -> tuple[int, int] | None:
+    """The installed torch's (major, minor), from its metadata (torch is not imported)."""
+    try:
+        from importlib.metadata import version
+
+        major, minor = version("torch").split(".")[:2]
+        return int(major), int(minor)
+    except Exception:
+        return None
+
+
+def flight_recorder_env(env: dict[str, str]) -> dict[str, str]:
+    """The job's environment with PyTorch's NCCL flight recorder on (each rank keeps its last
+    2000 collectives with sequence numbers and states; dumped on a watchdog timeout), unless
+    the user set it; NCCL-less jobs ignore it. The buffer variable's name follows the
+    installed torch: newer releases warn at every rank's start on the old one."""
+    out = dict(env)
+    if any(k in out for k in FR_SIZE_NAMES):
+        return out
+    ver = _torch_version()
+    out[FR_SIZE_NAMES[0] if ver is None or ver >= FR_NEW_NAME_FROM else FR_SIZE_NAMES[1]] = "2000"
+    out.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    return out
+
+
+def flight_recorder_note(pid: int) -> str:
+    """Whether a rank runs with the NCCL flight recorder, in words for the report."""
+    env = read_environ(pid) or {}
+    for name in FR_SIZE_NAMES:
+        size = env.get(name, "")
+        if size.isdigit() and int(size) > 0:
+            return f"NCCL flight recorder on ({name}={size}) for NCCL jobs"
+    return (
+        "NCCL flight recorder off (TORCH_FR_BUFFER_SIZE unset or 0): for NCCL jobs "
+        "the collectives' sequence numbers come only from gpudiag's hooks; start the job "
+        "with `gpudiag run` or set TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE "
+        "before torch 2.8)"
+    )
+
+
+def is_launcher(command: list[str]) -> bool:
+    """Whether a command starts a multi-rank launcher (torchrun, accelerate, srun...)."""
+    return any(LAUNCHER_RE.search(a) for a in command[:4])
+
+
+def wait_for_ranks(
+    root_pid: int, alive: Callable[[], bool], timeout_s: float = 30.0, plain_s: float = 5.0
+) -> list:
+    """The ranks below a launcher, once some have started and their count held for 1 s; []
+    when the launcher ran a plain (rank-less) Python child for `plain_s` (one process)."""
+    import psutil
+
+    start = time.monotonic()
+    deadline = start + timeout_s
+    found: list[RankInfo] = []
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline and alive():
+        now = find_ranks(root_pid)
+        if not now and time.monotonic() - start >= plain_s:
+            try:
+                kids = [k.name() for k in psutil.Process(root_pid).children(recursive=True)]
+            except psutil.Error:
+                kids = []
+            if any(name.startswith("python") for name in kids):
+                return []
+        if [r.pid for r in now] != [r.pid for r in found]:
+            found, stable_since = now, time.monotonic()
+        want = found[0].world_size if found else None
+        if found and (len(found) == want or time.monotonic() - stable_since >= 1.0):
+            return found
+        time.sleep(0.1)
+    return found
+
+
+class RankStackProbe(StackProbe):
+    """The stack probe of one non-primary rank: its samples carry the rank's label."""
+
+    def __init__(self, rank: int, pid: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.rank = rank
+        self.pid = pid
+        self.name = f"stacks-rank{rank}"
+
+    def open(self, target: Target) -> ProbeStatus:
+        """Open on this rank's process (the session's target is the primary rank)."""
+        return super().open(Target(self.pid))
+
+    def sample(self) -> list[Sample]:
+        """The rank's finished windows, as `stacks` samples labelled with the rank."""
+        lab = str(self.rank)
+        return [
+            Sample("stacks", s.t_ns, {**s.labels, "rank": lab}, s.values) for s in super().sample()
+        ]
+
+
+class RankSet:
+    """The local ranks of the job a session watches."""
+
+    def __init__(self, ranks: list[RankInfo], primary: RankInfo, hooks: HookProbe | None) -> None:
+        self.ranks: dict[int, RankInfo] = {}
+        self.primary = primary
+        self.hooks = hooks
+        self.timelines: dict[int, Timeline] = {}
+        self.hang: dict | None = None
+        self.hang_finding: Finding | None = None
+        self.on_hang: Callable[[], None] | None = None
+        self.notes: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+        self.add_probe: Callable[[RankInfo], None] = lambda info: None
+        self._recheck_at = 0.0
+        self.root_pid = primary.pid
+        for r in ranks:
+            self.add(r)
+        self.recorder_note = flight_recorder_note(primary.pid)  # read while it runs
+        if hooks is not None:
+            hooks.labels.enabled = True
+
+    # ---- membership ---------------------------------------------------------------------
+    def add(self, info: RankInfo) -> bool:
+        """Register a rank (False when known); its hooks' datagrams get its label."""
+        if info.rank in self.ranks:
+            return False
+        self.ranks[info.rank] = info
+        self.timelines[info.rank] = Timeline()
+        if self.hooks is not None:
+            with self.hooks.labels.lock:
+                self.hooks.labels.ranks[info.pid] = info.rank
+        return True
+
+    def stack_probe(self, info: RankInfo, rate_hz: int, window_s: float, nonblocking: bool):
+        """A stack probe for a non-primary rank, at its share of the rates."""
+        return RankStackProbe(
+            info.rank,
+            info.pid,
+            rate_hz=rate_hz,
+            window_s=window_s,
+            gil_rate_hz=0,
+            nonblocking=nonblocking,
+        )
+
+    # ---- samples ------------------------------------------------------------------------
+    def route(self, samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+        """Put each rank's samples into its timeline (rank label dropped). Returns the main
+        timeline's samples (unlabelled ones and the primary rank's, unlabelled; what a
+        recording keeps) and the other ranks' (labelled)."""
+        main: list[Sample] = []
+        others: list[Sample] = []
+        per: dict[int, list[Sample]] = {}
+        primary = self.primary.rank
+        for s in samples:
+            lab = s.labels.get("rank")
+            if lab is None:
+                main.append(s)
+                if s.probe == "stacks":
+                    per.setdefault(primary, []).append(s)
+                continue
+            bare = Sample(
+                s.probe, s.t_ns, {k: v for k, v in s.labels.items() if k != "rank"}, s.values
+            )
+            rank = int(lab) if lab.isdigit() else -1
+            if rank == primary:
+                main.append(bare)
+            else:
+                others.append(s)
+            per.setdefault(rank, []).append(bare)
+        for rank, items in per.items():
+            tl = self.timelines.get(rank)
+            if tl is not None:
+                tl.extend(items)
+        return main, others
+
+    # ---- analysis -----------------------------------------------------------------------
+    def stats(self, th: Thresholds, rules=()) -> list[RankStats]:
+        """Each rank's summary from its own timeline."""
+        out = []
+        for rank, info in sorted(self.ranks.items()):
+            an = analyze(self.timelines[rank], th, rules)
+            m = an.metrics
+            sps = m.get("steps_per_second")
+            coll = self.timelines[rank].rollup("hooks", "collective_s", kind="collective_step")
+            steps = self.timelines[rank].rollup("hooks", "step_time_s", kind="step")
+            share = None
+            if coll is not None and steps is not None and steps.total > 0:
+                share = min(1.0, coll.total / steps.total)
+            out.append(
+                RankStats(
+                    rank=rank,
+                    pid=info.pid,
+                    host=info.host,
+                    gpu=info.gpu,
+                    parts=rank_parts(an.breakdown),
+                    samples=an.breakdown.samples,
+                    steps=int(m["steps"]) if m.get("steps") is not None else None,
+                    step_time_s=1.0 / sps if sps else None,
+                    collective_share_hooks=share,
+                )
+            )
+        return out
+
+    def section(self, th: Thresholds, rules=(), gpus: bool = True) -> tuple[list[Finding], dict]:
+        """The DIST findings and the report's `ranks` and `distributed` parts; without
+        `gpus` (no GPU seen) the ranks' GPUs are left unknown."""
+        stats = self.stats(th, rules)
+        if not gpus:
+            stats = [replace(s, gpu=None) for s in stats]
+        findings, decision = straggler(stats, th)
+        if self.hang_finding is not None:
+            findings = [self.hang_finding] + findings
+        ranks = []
+        for s in stats:
+            d = self.ranks[s.rank].to_dict()
+            d["gpu"] = s.gpu
+            roll = self.timelines[s.rank].rollup("hooks", "step_time_s", kind="step")
+            d["last_step_t"] = roll.last_ns / 1e9 if roll and roll.last_ns else None
+            d.update(
+                {
+                    "steps": s.steps,
+                    "step_time_s": s.step_time_s,
+                    "breakdown": s.parts if s.samples else {},
+                    "stack_samples": s.samples,
+                    "collective_share_hooks": s.collective_share_hooks,
+                }
+            )
+            ranks.append(d)
+        notes = [self.recorder_note, *self.notes]
+        if self.hooks is None or not self.hooks.labels.steps:
+            notes.append(
+                "hangs (DIST002) not watched: no step events from the ranks' in-process hooks "
+                "(`gpudiag run` injects them; a job profiled with attach needs instrument())"
+            )
+        dist = {"straggler": decision, "hang": self.hang, "notes": notes}
+        return findings, {"ranks": ranks, "distributed": dist}
+
+    # ---- the watcher --------------------------------------------------------------------
+    def start(self, th: Thresholds) -> None:
+        """Look for late ranks (for DISCOVER_S) and check for a hang every second."""
+        add_probe, root_pid = self.add_probe, self.root_pid
+
+        def run() -> None:
+            while not self._stop.wait(1.0):
+                try:
+                    if time.monotonic() - self._started < DISCOVER_S:
+                        for info in find_ranks(root_pid):
+                            if self.add(info):
+                                add_probe(info)
+                    self.check_hang(th)
+                except Exception as exc:  # the watcher must never take the session down
+                    self.notes.append(f"rank watcher: {type(exc).__name__}: {exc}")
+                    return
+
+        self._thread = threading.Thread(target=run, name="gpudiag-ranks", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the watcher."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def hang_ranks(self) -> list[HangRank]:
+        """Each rank's progress and collective state as the hooks last told it."""
+        if self.hooks is None:
+            return []
+        lab = self.hooks.labels
+        now = time.monotonic()
+        out = []
+        with lab.lock:
+            for rank, info in sorted(self.ranks.items()):
+                st = lab.states.get(rank)
+                last = lab.last_step.get(rank)
+                inside_s = None
+                if st is not None and st.inside_s is not None:
+                    inside_s = st.inside_s + (now - st.received)
+                out.append(
+                    HangRank(
+                        rank=rank,
+                        pid=info.pid,
+                        host=info.host,
+                        steps=lab.steps.get(rank, 0),
+                        last_step_age_s=None if last is None else now - last,
+                        seq=st.seq if st else None,
+                        inside_op=st.inside_op if st else None,
+                        inside_seq=st.inside_seq if st else None,
+                        inside_s=inside_s,
+                    )
+                )
+        return out
+
+    def check_hang(self, th: Thresholds) -> None:
+        """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
+        call `on_hang` (once per hang; a step on any rank ends it)."""
+        ranks = self.hang_ranks()
+        quiet = is_hung(ranks, th)
+        if quiet is None:
+            if self.hang is not None and self.hang.get("ongoing"):
+                self.hang["ongoing"] = False
+            return
+        if self.hang is not None and self.hang.get("ongoing"):
+            return
+        if time.monotonic() < self._recheck_at:
+            return
+        dumped = []
+        stacks: dict[str, list[str]] = {}
+        errors: dict[str, str] = {}
+        for r in ranks:
+            frames, err = dump_main_stack(r.pid) if r.pid else ((), "no pid")
+            if err:
+                errors[str(r.rank)] = err
+            stacks[str(r.rank)] = list(frames)
+            dumped.append(replace(r, stack=frames))
+        if not any(r.inside_op or stack_collective(r.stack) for r in dumped):
+            # a long evaluation or save looks the same: a hang needs a rank left waiting
+            # in a collective; look again after another dist_hang_s
+            self._recheck_at = time.monotonic() + th.dist_hang_s
+            note = (
+                f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
+                "not reported as a hang (an evaluation or a long save looks the same)"
+            )
+            if note not in self.notes[-1:]:
+                self.notes.append(note)
+            return
+        self.hang_finding = hang_finding(dumped, quiet, th)
+        self.hang = {
+            "ongoing": True,
+            "detected": time.time(),
+            "seconds_without_step": round(quiet, 1),
+            "stacks": stacks,
+            "stack_errors": errors,
+            "collectives": {
+                str(r.rank): {"seq": r.seq, "inside": r.inside_op, "inside_seq": r.inside_seq}
+                for r in ranks
+            },
+        }
+        if self.on_hang is not None:
+            self.on_hang()
+
+
+def primary_of(ranks: list[RankInfo]) -> RankInfo:
+    """The rank the main timeline follows: the lowest."""
+    return min(ranks, key=lambda r: r.rank)
+
+
+def setup_ranks(session, ranks: list[RankInfo], root_pid: int) -> RankSet:
+    """Make `session` follow every rank: a stack probe per non-primary rank, the rates split
+    between ranks, the hooks' datagrams labelled by rank. The session's target is the
+    primary rank (the lowest)."""
+    opts = session.opts
+    n = max(1, len(ranks))
+    hooks = next((p for p in session.probes if isinstance(p, HookProbe)), None)
+    primary = next((r for r in ranks if r.pid == session.target.pid), primary_of(ranks))
+    rs = RankSet(ranks, primary, hooks)
+    session.ranks = rs
+    for p in session.probes:
+        if type(p) is StackProbe:
+            p.rate_hz = max(5, p.rate_hz // n)
+            p.gil_rate_hz = max(2, p.gil_rate_hz // n) if p.gil_rate_hz else 0
+    for info in ranks:
+        if info.pid != session.target.pid:
+            session.probes.append(
+                rs.stack_probe(info, max(5, opts.rate_hz // n), opts.window_s, opts.nonblocking)
+            )
+    rs.add_probe = add_rank_probe_fn(session, opts, n)
+    rs.root_pid = root_pid
+    return rs
+
+
+def add_rank_probe_fn(session, opts, n: int) -> Callable[[RankInfo], None]:
+    """How the watcher adds a late rank's stack probe to a running session."""
+
+    def add(info: RankInfo) -> None:
+        if info.pid == session.target.pid:
+            return
+        probe = session.ranks.stack_probe(
+            info, max(5, opts.rate_hz // max(1, n)), opts.window_s, opts.nonblocking
+        )
+        session.probes.append(probe)
+        st = probe.open(Target(info.pid))
+        session.statuses[probe.name] = st
+        if st.available:
+            session.start_probe(probe)
+
+    return add

@@ -1,0 +1,151 @@
+"""End to end: `gpudiag run -- torchrun --nproc-per-node 2` on a tiny gloo job with a planted
+straggler, a planted hang, or nothing wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudiag.agent.report import load_report
+from tests.conftest import WORKLOADS, gpudiag
+
+pytest.importorskip("torch")
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+JOB = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOADS / "dist_train.py")]
+# enough stack samples of each rank's loop in a short job on a shared 2-core machine
+SAMPLING = ["--cpu-budget", "0", "--rate", "50", "--window", "2"]
+
+
+def run_job(tmp_path: Path, env: dict[str, str], seconds: str = "10", *extra: str) -> dict:
+    out = tmp_path / "r.json"
+    res = gpudiag(
+        "run", *SAMPLING, *extra, "--out", str(out), "--", *JOB, "--seconds", seconds,
+        env={**os.environ, **env}, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return load_report(str(out))
+
+
+def why(doc: dict) -> str:
+    keep = ("ranks", "distributed", "errors", "probes")
+    return json.dumps({k: doc.get(k) for k in keep} | {"findings": doc["findings"]}, indent=1)
+
+
+def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
+    rec = str(tmp_path / "rec.jsonl.gz")
+    env = {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
+    doc = run_job(tmp_path, env, "10", "--record", rec)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    # the recording holds every rank; its replay rebuilds the main rank's view exactly
+    replay = json.loads(gpudiag("replay", rec, "--format", "json").stdout)
+    assert replay["breakdown"] == doc["breakdown"]
+    assert all(r["world_size"] == 2 and r["pid"] for r in doc["ranks"])
+    dist = [f for f in doc["findings"] if f["id"] == "DIST001"]
+    assert dist, why(doc)
+    assert "rank 1 on" in dist[0]["message"] and "DataLoader" in dist[0]["message"]
+    assert doc["distributed"]["straggler"]["straggler"] == 1
+    r0, r1 = doc["ranks"]
+    assert r0["breakdown"]["collectives"] > r1["breakdown"]["collectives"]
+    assert r1["breakdown"]["data"] > 0.3
+    assert r0["collective_share_hooks"] > 0.3  # the in-process hooks saw the wait too
+    assert any("flight recorder on" in n for n in doc["distributed"]["notes"])
+    text = gpudiag("report", str(tmp_path / "r.json")).stdout
+    assert "<- straggler" in text and "Ranks (2)" in text
+
+
+def test_balanced_job_has_no_distributed_warning(tmp_path):
+    doc = run_job(tmp_path, {})
+    assert len(doc["ranks"]) == 2, why(doc)
+    serious = [f["id"] for f in doc["findings"] if f["id"].startswith("DIST")]
+    assert serious == [], why(doc)
+    assert all(r["steps"] and r["steps"] > 10 for r in doc["ranks"]), why(doc)
+
+
+def test_hang_report_is_written_while_hung_and_names_the_rank(tmp_path):
+    out = tmp_path / "hang.json"
+    env = {**os.environ, "GPUDIAG_TEST_HANG_RANK": "1", "GPUDIAG_TEST_HANG_STEP": "15"}
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", *SAMPLING, "--set",
+           "dist_hang_s=4", "--out", str(out), "--", *JOB, "--seconds", "100"]  # fmt: skip
+    p = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.5)
+        assert out.exists(), "no report while the job hung"
+        assert p.poll() is None  # the job is still hung when the report is there
+        doc = load_report(str(out))
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    hang = [f for f in doc["findings"] if f["id"] == "DIST002"]
+    assert hang, why(doc)
+    msg = hang[0]["message"]
+    assert "Rank(s) 0 wait in all_reduce" in msg and "rank 1 is not in it" in msg, msg
+    assert "wait_for_signal_file" in msg
+    stacks = doc["distributed"]["hang"]["stacks"]
+    assert any("all_reduce" in f for f in stacks["0"])
+    assert any("wait_for_signal_file" in f for f in stacks["1"])
+
+
+@pytest.mark.slow
+def test_ddp_straggler_is_found_though_its_wait_hides_under_backward(tmp_path):
+    doc = run_job(tmp_path, {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"})
+    assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
+
+
+def test_attach_to_one_rank_profiles_every_rank(tmp_path):
+    from gpudiag.probes.ranks import find_ranks
+
+    job = subprocess.Popen(
+        [*JOB, "--seconds", "40"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        ranks: list = []
+        deadline = time.monotonic() + 60
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ranks = find_ranks(job.pid)
+        assert len(ranks) == 2
+        time.sleep(3)  # past the imports
+        out = tmp_path / "a.json"
+        res = gpudiag(
+            "attach", str(ranks[1].pid), *SAMPLING, "--duration", "8", "--out", str(out),
+            timeout=120,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        doc = load_report(str(out))
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    assert {r["pid"] for r in doc["ranks"]} == {r.pid for r in ranks}
+    assert all(r["stack_samples"] > 0 for r in doc["ranks"]), why(doc)
+    assert doc["run"]["pid"] == ranks[1].pid  # the rank the user named leads the report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workload,lib", [("dist_lightning.py", "lightning"), ("dist_accelerate.py", "accelerate")]
+)
+def test_lightning_ddp_and_accelerate_straggler_under_torchrun(tmp_path, workload, lib):
+    pytest.importorskip(lib)
+    out = tmp_path / "r.json"
+    job = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOADS / workload), "10"]
+    env = {**os.environ, "GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
+    res = gpudiag("run", *SAMPLING, "--out", str(out), "--", *job, env=env, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = load_report(str(out))
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
+    assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)

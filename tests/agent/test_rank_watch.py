@@ -1,0 +1,50 @@
+"""The rank watcher's hang check, with scripted hooks state and stack dumps."""
+
+from __future__ import annotations
+
+import time
+
+from gpudiag.agent import ranks as ranks_mod
+from gpudiag.agent.ranks import RankSet
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.probes.collectives import CollectiveState
+from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.ranks import RankInfo
+
+TH = Thresholds(dist_hang_s=5.0)
+C10D = "/v/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def rank_set(inside: dict[int, str | None], stacks: dict[int, tuple], monkeypatch) -> RankSet:
+    hooks = HookProbe()
+    infos = [RankInfo(r, r, 2, 900 + r, "h", None, "run:x") for r in (0, 1)]
+    rs = RankSet(infos, infos[0], hooks)
+    lab = hooks.labels
+    old = time.monotonic() - 30
+    for r in (0, 1):
+        lab.steps[r], lab.last_step[r] = 50, old
+        lab.states[r] = CollectiveState(
+            900 + r, r, 10 + (r == 0), 10, inside[r], 11 if inside[r] else None, 20.0, old
+        )
+    monkeypatch.setattr(ranks_mod, "dump_main_stack", lambda pid: (stacks[pid - 900], None))
+    return rs
+
+
+def test_a_rank_left_out_of_the_collective_is_a_hang_reported_once(monkeypatch):
+    stacks = {0: (f"all_reduce ({C10D}:1)",), 1: ("load (/u/train.py:7)",)}
+    rs = rank_set({0: "all_reduce", 1: None}, stacks, monkeypatch)
+    calls = []
+    rs.on_hang = lambda: calls.append(1)
+    rs.check_hang(TH)
+    rs.check_hang(TH)
+    assert calls == [1]
+    assert rs.hang_finding is not None and "rank 1 is not in it" in rs.hang_finding.message
+    assert rs.hang["stacks"]["1"] == ["load (/u/train.py:7)"]
+
+
+def test_a_long_evaluation_without_collectives_is_not_a_hang(monkeypatch):
+    stacks = {0: ("evaluate (/u/train.py:30)",), 1: ("evaluate (/u/train.py:30)",)}
+    rs = rank_set({0: None, 1: None}, stacks, monkeypatch)
+    rs.on_hang = lambda: (_ for _ in ()).throw(AssertionError("reported"))
+    rs.check_hang(TH)
+    assert rs.hang_finding is None and "not reported as a hang" in rs.notes[-1]

@@ -1,0 +1,243 @@
+"""`gpudiag watch`: job discovery, the shared budget, and two real jobs on the box."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpudiag.agent.watch import SharedCpu
+from gpudiag.probes.discovery import ProcInfo, dcgm_process, find_jobs
+from tests.agent.test_metrics import free_port, scrape
+from tests.conftest import WORKLOADS
+
+BOX = [
+    ProcInfo(1, 0, "systemd", ("/sbin/init",)),
+    ProcInfo(100, 1, "python3", ("python3", "train.py")),  # torch
+    ProcInfo(101, 100, "python3", ("python3", "train.py")),  # its DataLoader worker
+    ProcInfo(200, 1, "python3", ("python3", "serve.py")),  # python without torch
+    ProcInfo(300, 1, "tritonserver", ("tritonserver",)),  # on a GPU, not Python
+    ProcInfo(400, 1, "python3", ("python3", "-m", "gpudiag.agent.cli", "watch")),  # gpudiag
+    ProcInfo(401, 400, "py-spy", ("py-spy", "record")),
+    ProcInfo(500, 1, "python3", ("python3", "other.py")),  # torch
+]
+TORCH = {100, 101, 400, 500}
+
+
+def test_discovery_finds_job_roots_not_workers_nor_gpudiag():
+    jobs = find_jobs(BOX, gpu_pids=[300, 101], torch_check=TORCH.__contains__, me=400)
+    assert jobs == [100, 300, 500]
+
+
+def test_discovery_does_not_read_known_jobs_and_their_workers_again():
+    read = []
+
+    def check(pid: int) -> bool:
+        read.append(pid)
+        return pid in TORCH
+
+    jobs = find_jobs(BOX, [], check, me=400, known=[100])
+    assert jobs == [100, 500] and 100 not in read and 101 not in read
+
+
+def test_watch_bad_match_is_one_line_and_exit_2():
+    from tests.conftest import gpudiag
+
+    res = gpudiag("watch", "--match", "(", "--metrics-port", "0", "--duration", "1")
+    assert res.returncode == 2 and res.stderr.startswith("gpudiag: error: --match")
+    assert "Traceback" not in res.stderr
+
+
+def test_discovery_match_keeps_only_matching_commands():
+    jobs = find_jobs(BOX, [], TORCH.__contains__, me=400, match=re.compile(r"other\.py"))
+    assert jobs == [500]
+
+
+def test_dcgm_is_found_by_process_name():
+    assert dcgm_process(BOX) is None
+    exporter = ProcInfo(9, 1, "dcgm-exporter", ("/usr/bin/dcgm-exporter", "-f", "x.csv"))
+    assert dcgm_process([*BOX, exporter]) == exporter
+    engine = ProcInfo(10, 1, "nv-hostengine", ("/usr/bin/nv-hostengine", "-n"))
+    assert dcgm_process([engine]) == engine
+
+
+def test_process_cpu_is_shared_evenly_between_jobs():
+    cpu = [0.0]
+    shared = SharedCpu(lambda: cpu[0])
+    shared.set_jobs(1)
+    cpu[0] = 2.0
+    assert shared.per_job_s() == 2.0  # one job: all of it
+    shared.set_jobs(4)
+    cpu[0] = 6.0
+    assert shared.per_job_s() == 3.0  # four jobs: a quarter of the next 4 s each
+
+
+def _copy_job(tmp_path, name: str) -> str:
+    shutil.copy(WORKLOADS / "_common.py", tmp_path / "_common.py")
+    shutil.copy(WORKLOADS / "starved_loader.py", tmp_path / name)
+    return str(tmp_path / name)
+
+
+def _pids(fams: dict, family: str = "gpudiag_finding_impact_ratio") -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for s in fams.get(family, []):
+        out.setdefault(s.labels["pid"], set()).add(s.labels.get("finding", ""))
+    return out
+
+
+def test_watch_shows_two_jobs_and_drops_the_one_that_ends(tmp_path):
+    pytest.importorskip("torch")
+    short = subprocess.Popen(
+        [sys.executable, _copy_job(tmp_path, "job_a.py"), "--seconds", "25"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    long = subprocess.Popen(
+        [sys.executable, _copy_job(tmp_path, "job_b.py"), "--seconds", "60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    port = free_port()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag.agent.cli", "watch", "--metrics-port", str(port)]
+        + ["--match", re.escape(str(tmp_path)), "--interval", "1", "--window", "1"]
+        + ["--cpu-budget", "0", "--duration", "55"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    a, b = str(short.pid), str(long.pid)
+    try:
+        both: dict = {}
+        for _ in range(60):  # both jobs, each with its own findings
+            time.sleep(1)
+            try:
+                both = _pids(scrape(url))
+            except OSError:
+                continue
+            if all(both.get(p, set()) & {"DATA001", "DATA002"} for p in (a, b)):
+                break
+        assert {a, b} <= set(both), both
+        assert both[a] & {"DATA001", "DATA002"} and both[b] & {"DATA001", "DATA002"}
+        fams = scrape(url)
+        commands = {
+            s.labels["pid"]: s.labels["command"] for s in fams["gpudiag_job_profiled_seconds"]
+        }
+        assert "job_a.py" in commands[a] and "job_b.py" in commands[b]
+        assert short.wait(timeout=60) == 0
+        gone: dict = {}
+        for _ in range(20):  # the ended job disappears; the other stays
+            time.sleep(1)
+            fams = scrape(url)
+            gone = _pids(fams, "gpudiag_job_profiled_seconds")
+            if a not in gone:
+                break
+        assert a not in gone and b in gone, gone
+        assert fams["gpudiag_jobs_watched"][0].value == 1
+        assert a not in _pids(fams)
+    finally:
+        for p in (short, long):
+            p.kill()
+            p.wait()
+        watch.terminate()  # SIGTERM: stops cleanly
+        assert watch.wait(timeout=60) == 0, watch.stderr.read()
+
+
+class _Adaptive:
+    """A probe the governor turns: its level and py-spy goal."""
+
+    def __init__(self) -> None:
+        self.level, self.cpu_goal = 1.0, None
+
+    def set_level(self, level: float) -> None:
+        self.level = level
+
+
+def test_each_job_gets_its_share_of_the_budget_and_may_go_below_attach_floor():
+    from gpudiag.agent.budget import MIN_LEVEL, SPY_SHARE, Budget
+    from gpudiag.agent.watch import WATCH_MIN_LEVEL, SharedGovernor
+
+    probe = _Adaptive()
+    gov = SharedGovernor(Budget(0.10, 400 << 20), [probe], shared=SharedCpu(lambda: 0.0))
+    gov.rebudget(Budget(0.10 / 16, (400 << 20) // 16), 16)
+    assert gov.budget.cpu_cores == pytest.approx(0.00625) and gov.jobs == 16
+    assert probe.cpu_goal == pytest.approx(0.00625 * gov.target_share * SPY_SHARE)
+    gov.set_level(0.0001)
+    assert probe.level == WATCH_MIN_LEVEL < MIN_LEVEL
+
+
+def test_recent_findings_follow_a_job_that_changed():
+    import os
+
+    from gpudiag.agent.config import Settings
+    from gpudiag.agent.session import Session, SessionOptions
+    from gpudiag.analyzers.thresholds import Thresholds
+    from gpudiag.probes.base import Target
+    from tests.analyzers.scenario import Scenario
+    from tests.analyzers.test_findings import HEALTHY
+
+    starved = {"data_wait": 0.6, "forward": 0.15, "backward": 0.2, "optimizer": 0.05}
+    sc = Scenario(cpu_count=8)
+    for _ in range(40):  # two minutes starved, then fixed for two minutes
+        sc.window(shares=starved)
+    for _ in range(40):
+        sc.window(shares=HEALTHY)
+    sc.host(0.15).process(0.9)
+    opts = SessionOptions(cpu_budget=None, progress=False)
+    session = Session(Target(os.getpid()), Settings(Thresholds(), (), None), opts, probes=[])
+    session.timeline = sc.tl
+    whole = [f.id for f in session.snapshot().findings]
+    recent = [f.id for f in session.snapshot(recent_s=60).findings]
+    assert "DATA001" in whole and "DATA001" not in recent
+
+
+def test_watch_shows_a_torchrun_job_once_with_its_ranks(tmp_path):
+    """The launcher is the job (its ranks are not jobs of their own); its ranks are profiled
+    as `attach` does, so the straggler finding reaches the metrics."""
+    pytest.importorskip("torch")
+    import os
+    from pathlib import Path
+
+    shutil.copy(WORKLOADS / "dist_train.py", tmp_path / "dist_train.py")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    env = {**os.environ, "GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
+    job = subprocess.Popen(
+        [torchrun, "--standalone", "--nproc-per-node", "2", str(tmp_path / "dist_train.py")]
+        + ["--seconds", "60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    port = free_port()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag.agent.cli", "watch", "--metrics-port", str(port)]
+        + ["--match", re.escape(str(tmp_path)), "--interval", "1", "--window", "2"]
+        + ["--cpu-budget", "0", "--rate", "50", "--duration", "70"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        jobs: dict = {}
+        for _ in range(60):
+            time.sleep(1)
+            try:
+                jobs = _pids(scrape(url))
+            except OSError:
+                continue
+            if "DIST001" in jobs.get(str(job.pid), set()):
+                break
+        assert set(jobs) == {str(job.pid)}, jobs  # one job: the launcher, not each rank
+        assert "DIST001" in jobs[str(job.pid)], jobs
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait()
+        watch.terminate()
+        assert watch.wait(timeout=60) == 0, watch.stderr.read()
