@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from gpudiag.agent.budget import Budget, Governor
 from gpudiag.agent.config import Settings
 from gpudiag.agent.signals import StopSignals
-from gpudiag.agent.targetwatch import TargetWatch, running
+from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
@@ -112,8 +112,8 @@ class Session:
         self.governor: Governor | None = None
         self.stop_signals: StopSignals | None = None  # set by run/attach: signals as a flag
         self._watch: TargetWatch | None = None
-        self._busy: dict[str, float] = {}  # probe name -> when its current call started
-        self.hung: set[str] = set()
+        self.hangs = HangWatch(opts.probe_timeout_s)
+        self.hung = self.hangs.hung  # names of probes timed out
         self.ranks = None  # agent.ranks.RankSet for a multi-rank job (agent.ranks.setup_ranks)
         if opts.cpu_budget is not None:
             self.governor = Governor(
@@ -145,14 +145,14 @@ class Session:
 
     def _run_probe(self, probe: Probe) -> None:
         while not self._stop.is_set() and probe.name not in self.hung:
-            t0 = self._busy[probe.name] = time.monotonic()
+            t0 = self.hangs.begin(probe.name)
             try:
                 samples = probe.sample()
             except Exception as exc:
                 self.error(probe.name, f"stopped sampling: {type(exc).__name__}: {exc}")
                 return
             finally:
-                self._busy.pop(probe.name, None)
+                self.hangs.end(probe.name)
             if probe.name in self.hung:
                 return  # timed out meanwhile: what it returns late is dropped
             self._ingest(samples)
@@ -269,16 +269,11 @@ class Session:
                 signal.signal(signal.SIGTERM, old_term)
 
     def check_hung(self) -> None:
-        """Mark a probe whose call has run past `probe_timeout_s` as failed; its thread is
-        left behind (a daemon), the other probes keep their own cadence."""
-        limit = self.opts.probe_timeout_s
-        for name, since in list(self._busy.items()):
-            if name not in self.hung and time.monotonic() - since > limit:
-                self.hung.add(name)
-                self.statuses[name] = ProbeStatus(
-                    name, False, f"timed out: a call took more than {limit:g} s (hung)"
-                )
-                self.error(name, f"timed out after {limit:g} s; marked failed, the rest went on")
+        """Mark a probe whose call has run past `probe_timeout_s` as failed (see HangWatch)."""
+        for name in self.hangs.overdue():
+            why = f"timed out: a call took more than {self.hangs.limit_s:g} s (hung)"
+            self.statuses[name] = ProbeStatus(name, False, why)
+            self.error(name, f"{why}; marked failed, the rest went on")
 
     def progress_line(self, elapsed: float) -> str:
         """One status line: time so far and the evidence collected."""

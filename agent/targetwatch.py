@@ -1,9 +1,10 @@
-"""Whether the watched pid is still the job: not exited, not a zombie, not replaced by
-another program (`exec`), and not a new process that reused the number after the job ended."""
+"""Whether the watched pid is still the job (not exited, not a zombie, not replaced by another
+program with `exec`, not a new process that reused the number), and which probes hang."""
 
 from __future__ import annotations
 
 import os
+import time
 
 
 def identity(pid: int) -> tuple[str | None, str | None]:
@@ -50,3 +51,31 @@ class TargetWatch:
                 "the Python job; profiling stopped"
             )
         return None
+
+
+class HangWatch:
+    """Which probes' calls have run past `limit_s`: such a probe is hung; its thread (a
+    daemon) is left behind, the other probes keep their own cadence."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.busy: dict[str, float] = {}  # probe name -> when its current call started
+        self.hung: set[str] = set()
+
+    def begin(self, name: str) -> float:
+        """A call of probe `name` starts now (its start time)."""
+        self.busy[name] = t = time.monotonic()
+        return t
+
+    def end(self, name: str) -> None:
+        """The call returned."""
+        self.busy.pop(name, None)
+
+    def overdue(self) -> list[str]:
+        """Probes newly found hung (each named once)."""
+        now = time.monotonic()
+        late = [
+            n for n, t in list(self.busy.items()) if n not in self.hung and now - t > self.limit_s
+        ]
+        self.hung.update(late)
+        return late
