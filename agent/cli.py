@@ -27,6 +27,7 @@ from gpudiag.agent.report import (
     validate,
     write_report,
 )
+from gpudiag.agent.targetwatch import running
 from gpudiag.analyzers.thresholds import Thresholds
 
 __all__ = ["build_parser", "main"]
@@ -59,6 +60,8 @@ def parse_pid(text: str) -> int:
         raise UsageError(f"no process with pid {pid}")
     if pid == os.getpid():
         raise UsageError("cannot attach to gpudiag itself")
+    if not running(pid):
+        raise UsageError(f"pid {pid} has already exited (a zombie its parent has not reaped)")
     return pid
 
 
@@ -143,8 +146,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _browse(doc, f"replay {args.file}")
     print_summary(doc, args.format)
     if args.out:
+        try:
+            path = write_report(doc, args.out)
+        except OSError as exc:  # disk full, folder gone: the summary above still stands
+            raise UsageError(f"cannot write the report to {args.out}: {exc.strerror}") from None
         print(
-            f"Report written to {write_report(doc, args.out)}",
+            f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,
         )
     _exports(doc, args)
@@ -239,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # a bug of gpudiag's: one line, exit 2 (GPUDIAG_DEBUG=1: traceback)
+        if os.environ.get("GPUDIAG_DEBUG"):
+            raise
+        print(
+            f"gpudiag: internal error: {type(exc).__name__}: {str(exc)[:300]} "
+            "(please report it; GPUDIAG_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

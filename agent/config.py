@@ -28,18 +28,43 @@ class Settings:
     price_table: dict[str, float] | None = None
 
 
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a settings file is a few KiB; refuse a runaway file
+
+
 def read_section(path: Path, whole_file: bool) -> dict:
     """gpudiag's table of a TOML file: [tool.gpudiag] (of a pyproject.toml), or, with
     `whole_file`, the whole file when it has no [tool] table. UsageError when unreadable."""
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UsageError(f"config {path} is too large for a settings file")
         data = tomllib.loads(path.read_text())
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"config {path} is not a TOML file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config {path} is not valid TOML: {exc}") from None
     if whole_file and "tool" not in data:
         return data
-    return data.get("tool", {}).get("gpudiag", {})
+    tool = data.get("tool", {})
+    section = tool.get("gpudiag", {}) if isinstance(tool, dict) else {}
+    if not isinstance(section, dict):
+        raise UsageError(f"config {path}: [tool.gpudiag] must be a table")
+    return section
+
+
+def _table(section: dict, key: str, source: str | None) -> dict:
+    value = section.get(key) or {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{source or 'settings'}: [{key}] must be a table of name = value")
+    return value
+
+
+def _rule_list(section: dict, source: str | None) -> list:
+    value = section.get("rules") or []
+    if not isinstance(value, list):
+        raise UsageError(f"{source or 'settings'}: rules must be an array of tables ([[rules]])")
+    return value
 
 
 def _price_table(raw: object, where: str) -> dict[str, float]:
@@ -89,8 +114,8 @@ def load_settings(
             raise UsageError(f"--set needs name=value, got {item!r}")
         cli_over[name.strip()] = value.strip()
     try:
-        thresholds = Thresholds().with_overrides(dict(section.get("thresholds", {}) or {}))
-        rules = rules_from_config(list(section.get("rules", []) or []))
+        thresholds = Thresholds().with_overrides(dict(_table(section, "thresholds", source)))
+        rules = rules_from_config(list(_rule_list(section, source)))
     except ValueError as exc:
         raise UsageError(f"{source or 'settings'}: {exc}") from None
     try:

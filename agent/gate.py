@@ -19,7 +19,13 @@ from pathlib import Path
 from gpudiag.agent.config import load_settings, read_section
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.gate_output import github_outputs, junit_xml, print_result
-from gpudiag.agent.report import check_writable, load_report, report_of, write_report
+from gpudiag.agent.report import (
+    MAX_REPORT_BYTES,
+    check_writable,
+    load_report,
+    report_of,
+    write_report,
+)
 from gpudiag.analyzers.gate_stats import DIRECTIONS, Comparison, Limit, compare, overall
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
@@ -149,6 +155,8 @@ def load_baseline(path: str) -> tuple[list[dict], dict]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"baseline not found: {path}")
+    if p.stat().st_size > MAX_REPORT_BYTES:
+        raise UsageError(f"baseline {path} is too large to be a gpudiag baseline")
     try:
         doc = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -160,6 +168,11 @@ def load_baseline(path: str) -> tuple[list[dict], dict]:
         if (
             not isinstance(runs, list)
             or not all(isinstance(r, dict) for r in runs)
+            or not all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                for r in runs
+                for v in r.values()
+            )
             or not isinstance(doc.get("fingerprint"), dict)
         ):
             raise UsageError(f"baseline {path} is malformed (runs and fingerprint needed)")

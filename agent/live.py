@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import threading
 
 from gpudiag.agent.report import report_of, write_report
 from gpudiag.agent.session import Session, SessionResult
+from gpudiag.agent.signals import StopSignals
 
 
 def live_doc(
@@ -28,8 +31,10 @@ def run_with_tui(
     pid: int,
     out: str,
     preopened: dict | None = None,
+    headless: bool = False,
 ) -> SessionResult:
-    """Show the live diagnosis until `q` (or the job ends and the user quits)."""
+    """Show the live diagnosis until `q` (or the job ends and the user quits); SIGTERM or
+    SIGHUP quit the UI the same way, so the report is still written (a second: at once)."""
     from gpudiag.tui.app import DiagnosisApp
     from gpudiag.tui.feeds import Feed
 
@@ -53,7 +58,18 @@ def run_with_tui(
         stop=session.stop,
         capture=session.request_capture,
     )
-    DiagnosisApp(feed).run()
+    app = DiagnosisApp(feed)
+
+    def quit_app(signum: int, count: int) -> None:
+        session.stop()
+        if count == 1:  # from the handler: hand the exit to the UI's own event loop
+            try:
+                asyncio.get_running_loop().call_soon_threadsafe(app.exit)
+            except RuntimeError:
+                pass
+
+    with StopSignals(quit_app, signals=(signal.SIGTERM, signal.SIGHUP)):
+        app.run(headless=headless)
     session.stop()
     worker.join()
     return box["result"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from gpudiag.agent.errors import UsageError
@@ -34,8 +35,33 @@ def _positive(value: str) -> float:
         v = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
+    if not v > 0 or not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number more than 0, got {value!r}")
+    return v
+
+
+def _bounded(low: float, high: float, unit: str):
+    """An argparse type: a number from `low` to `high` (in `unit`)."""
+
+    def parse(value: str) -> float:
+        try:
+            v = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {unit}, got {value!r}") from None
+        if not low <= v <= high:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be {low:g} to {high:g} {unit}, got {value!r}")
+        return v
+
+    return parse
+
+
+def _price(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected USD per GPU-hour, got {value!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite price, got {value!r}")
     return v
 
 
@@ -52,7 +78,7 @@ def _rate(value: str) -> int:
 def _price_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--price",
-        type=float,
+        type=_price,
         metavar="USD_PER_GPU_HOUR",
         help="GPU-hour price for the money figures (default: [tool.gpudiag.prices]"
         ", else the built-in reference table)",
@@ -92,7 +118,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--window",
-        type=_positive,
+        type=_bounded(0.5, 60.0, "seconds"),
         default=3.0,
         metavar="SECONDS",
         help="py-spy sampling window; stacks arrive once per window (default: 3)",
@@ -131,7 +157,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--record-max-mb",
-        type=_positive,
+        type=_bounded(1.0, 1024.0 * 1024.0, "MB"),
         default=1024,
         metavar="MB",
         help="bound on the recording's size on disk: past half of it FILE is "
@@ -159,7 +185,7 @@ def _budget(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 100:
+    if not 0 <= value <= 100:  # also refuses nan
         raise argparse.ArgumentTypeError("give a percentage of one core, 0 to 100")
     return value
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,10 +20,12 @@ from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
 from gpudiag.agent.ranks import primary_of, setup_ranks
 from gpudiag.agent.recording import Recorder
+from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import default_report_name, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
-from gpudiag.probes.base import Target
+from gpudiag.agent.signals import StopSignals
+from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
@@ -123,24 +126,37 @@ def finish(
         )
     doc = report_of(result, mode=mode, command=command, pid=pid, settings=settings, environment=env)
     if stderr_tail:
-        doc["run"]["stderr_tail"] = stderr_tail
-    path = write_report(doc, out)
+        doc["run"]["stderr_tail"] = redact_lines(stderr_tail)
+    if recorder is not None and recorder.failed:
+        doc["errors"].append(
+            {"source": "recording", "message": f"recording stopped: {recorder.failed}", "t": None}
+        )
+    try:
+        path, failed = write_report(doc, out), None
+    except OSError as exc:  # disk full, folder gone: no half-written file is left behind
+        path, failed = None, f"cannot write the report to {out}: {exc.strerror or exc}"
     fmt = getattr(args, "format", "text")
-    print_summary(doc, fmt)
+    print_summary(doc, fmt)  # the summary still shows what was found
     note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
-    print(
-        f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})", file=note
-    )
+    if path is not None:
+        print(
+            f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
+            file=note,
+        )
     if getattr(args, "speedscope", None) or getattr(args, "trace", None):
         from gpudiag.agent.exports import write_exports
 
         for line in write_exports(doc, args.speedscope, args.trace):
             print(line, file=note)
-    if recorder is not None:
+    if recorder is not None and not recorder.failed:
         print(
             f"Recording written to {recorder.path}  (gpudiag replay {shlex.quote(recorder.path)})",
             file=note,
         )
+    elif recorder is not None:
+        print(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
+    if failed:
+        raise UsageError(failed)
     return doc
 
 
@@ -176,8 +192,18 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
     finally:
         os.close(err_w)
     tee = StderrTee(err_r)
+
+    def pass_on(signum: int, count: int) -> None:
+        # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
+        # gpudiag (a terminal's Ctrl-C already reaches the whole foreground group)
+        if signum != signal.SIGINT and job.popen.returncode is None:
+            os.kill(job.popen.pid, signum)
+
     try:
-        return _profile_launched(args, job, settings, tee, server)
+        if args.tui:
+            return _profile_launched(args, job, settings, tee, server)
+        with StopSignals(pass_on) as stops:
+            return _profile_launched(args, job, settings, tee, server, stops)
     finally:
         tee.close()
 
@@ -188,18 +214,20 @@ def _profile_launched(
     settings: Settings,
     tee: StderrTee,
     server: MetricsServer | None = None,
+    stops: StopSignals | None = None,
 ) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
     opts = session_options(args)
     session = job.session(settings, opts)
+    session.stop_signals = stops
     target = session.target.pid
     recorder = _recorder(args, "run", command, target, session)
     session.sink = recorder.write if recorder else None
     _on_hang(session, "run", command, target, out, settings)
     if not args.quiet:
         session.log(
-            f"profiling pid {popen.pid} ({' '.join(command)})"
+            f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
     _serve(args, server, session, "run", command, target)
@@ -229,9 +257,39 @@ def _profile_launched(
     if result.end_reason == "duration_reached":
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
-    if result.exit_code is not None:
-        return result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
+    code = result.exit_code
+    if code is None and popen.poll() is None and stops is not None:
+        # never leave the job orphaned: wait for it, unless the user interrupts again
+        print(
+            f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
+            "(interrupt again to leave it running)",
+            file=sys.stderr,
+            flush=True,
+        )
+        code = popen.wait()
+    if code is not None:
+        return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
+
+
+def other_user(pid: int) -> str | None:
+    """Why another user's process cannot be read (None when it is ours, or we are root):
+    gpudiag never raises its privileges, so only the OS's ptrace rules decide."""
+    import psutil
+
+    me = os.geteuid()
+    try:
+        uid = psutil.Process(pid).uids().real
+        name = psutil.Process(pid).username()
+    except (psutil.Error, KeyError):
+        return None
+    if me == 0 or uid == me:
+        return None
+    return (
+        f"pid {pid} belongs to user {name!r} and gpudiag runs as uid {me}; the operating "
+        "system does not let one user read another user's process (run gpudiag as that "
+        "user, or as root)"
+    )
 
 
 def _on_hang(
@@ -286,16 +344,34 @@ def _attach(
             if p is not stacks:
                 p.close()
         hint = f" ({status.hint})" if status.hint else ""
-        raise UsageError(f"cannot attach: {status.reason}{hint}")
+        raise UsageError(f"cannot attach: {other_user(pid) or status.reason}{hint}")
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         cmdline = [c.decode(errors="replace") for c in command if c]
     except OSError:
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
+    if args.tui:
+        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
+    with StopSignals() as stops:
+        session.stop_signals = stops
+        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
+
+
+def _attach_profile(
+    args: argparse.Namespace,
+    session: Session,
+    stacks: StackProbe,
+    status: ProbeStatus,
+    pid: int,
+    cmdline: list[str],
+    out: str,
+    settings: Settings,
+    server: MetricsServer | None,
+) -> int:
     if not args.quiet:
         session.log(
-            f"attached to pid {pid} ({' '.join(cmdline)})"
+            f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"
             + (
                 f" for {args.duration:.0f} s"
                 if args.duration

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import threading
 import uuid
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.redact import redact_argv
 from gpudiag.agent.segment_buffer import SegmentBuffer
 from gpudiag.analyzers.segment_codec import Decoder
 from gpudiag.analyzers.timeline import Timeline
@@ -63,6 +65,10 @@ class Recorder:
         self.max_bytes = max_bytes
         self.segment = 0
         self.rotations = 0
+        self.failed: str | None = None  # why writing stopped (disk full): the run goes on
+        header = dict(header)
+        if isinstance(header.get("run"), dict):  # secrets never reach a recording
+            header["run"] = {**header["run"], "command": redact_argv(header["run"].get("command"))}
         self._buffer = SegmentBuffer(width_ns) if layout == "windows" else None
         self._header = {
             "format": FORMAT,
@@ -100,34 +106,48 @@ class Recorder:
         with self._lock:
             if self._f.closed:
                 return
-            if self._buffer is not None:
-                for row in self._buffer.add(samples):
-                    self._write(row)
-            else:
-                for s in samples:
-                    self._write(s.to_dict())
-            if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
-                self._rotate()
+            try:
+                if self._buffer is not None:
+                    for row in self._buffer.add(samples):
+                        self._write(row)
+                else:
+                    for s in samples:
+                        self._write(s.to_dict())
+                if self.max_bytes is not None and self._raw.tell() >= self.max_bytes // 2:
+                    self._rotate()
+            except (OSError, UsageError) as exc:  # never let a full disk stop the sampling
+                self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        for f in (self._f, self._raw):
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def close(self, footer: dict | None = None) -> None:
         """Write the footer (if given) and close the file."""
         with self._lock:
             if self._f.closed:
                 return
-            if self._buffer is not None:
-                for row in self._buffer.flush():
-                    self._write(row)
-            if footer is not None:
-                self._write(
-                    {
-                        "footer": True,
-                        "segments": self.segment + 1,
-                        "rotations": self.rotations,
-                        **footer,
-                    }
-                )
-            self._f.close()
-            self._raw.close()
+            try:
+                if self._buffer is not None:
+                    for row in self._buffer.flush():
+                        self._write(row)
+                if footer is not None:
+                    self._write(
+                        {
+                            "footer": True,
+                            "segments": self.segment + 1,
+                            "rotations": self.rotations,
+                            **footer,
+                        }
+                    )
+                self._f.close()
+                self._raw.close()
+            except OSError as exc:
+                self._fail(exc)
 
 
 @dataclass
@@ -162,7 +182,7 @@ class Recording:
             next(lines, None)  # the header
             for n, obj in enumerate(lines, 2):
                 if obj.get("footer"):
-                    self.footer = obj
+                    self.footer = checked_footer(obj, f"{path}: line {n}")
                     continue
                 yield path, n, obj
 
@@ -172,10 +192,7 @@ class Recording:
         if self.layout != "samples":
             raise UsageError(f"{self.path} holds timeline windows, not samples")
         for path, n, obj in self._rows():
-            try:
-                yield Sample.from_dict(obj)
-            except (KeyError, TypeError, ValueError):
-                raise UsageError(f"{path}: line {n} is not a sample") from None
+            yield sample_of(obj, f"{path}: line {n}")
 
     def timeline(self, tl: Timeline | None = None) -> Timeline:
         """The run's timeline (folded into `tl` when given), read from the file as a stream
@@ -193,12 +210,68 @@ class Recording:
             try:
                 origin, start, width = (int(x) for x in obj["segment"])
                 agg = decoder.decode(obj, tl.caps, start)
-            except (KeyError, TypeError, ValueError, IndexError):
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
                 raise UsageError(f"{path}: line {n} is not a timeline window") from None
             if width <= 0:
                 raise UsageError(f"{path}: line {n} has a window of {width} ns")
             tl.add_segment(origin, start, width, agg)
         return tl
+
+
+MAX_T_NS = 2**63 - 1
+
+
+def sample_of(obj: dict, where: str) -> Sample:
+    """A recorded sample, its types checked (a number or None per value, text labels);
+    UsageError naming the line when it is not one: nothing malformed reaches the analyzers."""
+    probe, t_ns = obj.get("probe"), obj.get("t_ns")
+    labels, values = obj.get("labels", {}), obj.get("values", {})
+    if (
+        not isinstance(probe, str)
+        or not _is_number(t_ns)
+        or not 0 <= t_ns <= MAX_T_NS
+        or not isinstance(labels, dict)
+        or not isinstance(values, dict)
+        or not all(isinstance(v, (str, int, float)) for v in labels.values())
+    ):
+        raise UsageError(f"{where} is not a sample")
+    for name, v in values.items():  # NaN is a value probes write (json's NaN): kept as is
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise UsageError(f"{where}: value {str(name)[:40]!r} is not a number")
+    return Sample(
+        probe,
+        int(t_ns),
+        {str(k): str(v) for k, v in labels.items()},
+        {str(k): (None if v is None else float(v)) for k, v in values.items()},
+    )
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def checked_footer(obj: dict, where: str) -> dict:
+    """The footer with its types checked; UsageError when malformed."""
+    probes, errors = obj.get("probes", []), obj.get("errors", [])
+    ok = (
+        isinstance(probes, list)
+        and all(
+            isinstance(p, dict)
+            and isinstance(p.get("name"), str)
+            and isinstance(p.get("available"), bool)
+            and all(isinstance(p.get(k), (str, type(None))) for k in ("reason", "hint"))
+            for p in probes
+        )
+        and isinstance(errors, list)
+        and all(isinstance(e, dict) for e in errors)
+        and all(obj.get(k) is None or _is_number(obj[k]) for k in ("start", "end"))
+        and (obj.get("exit_code") is None or type(obj["exit_code"]) is int)
+        and isinstance(obj.get("environment", {}), (dict, type(None)))
+        and isinstance(obj.get("agent"), (dict, type(None)))
+    )
+    if not ok:
+        raise UsageError(f"{where}: the recording's footer is malformed")
+    return obj
 
 
 def iter_lines(path: str) -> Iterator[dict]:
@@ -236,6 +309,20 @@ def _header(path: str) -> dict:
             f"{path} is recording format {header.get('version')!r}; this "
             f"gpudiag reads 1 and {FORMAT_VERSION}"
         )
+    run = header.get("run", {})
+    command = run.get("command") if isinstance(run, dict) else None
+    if (
+        not isinstance(run, dict)
+        or not isinstance(header.get("environment", {}), dict)
+        or type(header.get("segment", 0)) is not int
+        or header.get("layout") not in (None, "windows", "samples")
+        or not (run.get("pid") is None or type(run["pid"]) is int)
+        or not (
+            command is None
+            or (isinstance(command, list) and all(isinstance(c, str) for c in command))
+        )
+    ):
+        raise UsageError(f"{path}: the recording's header is malformed")
     return header
 
 

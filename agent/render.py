@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, period_parts
+from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render_ranks import rank_lines
 from gpudiag.analyzers.results import CATEGORIES
 
@@ -44,6 +45,12 @@ def no_diagnosis_line(doc: dict) -> str | None:
         if not samples and sampled and not doc["metrics"].get("steps"):
             return f"No diagnosis: {exited}, before its training loop started."
         return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
+    stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
+    if stacks is not None and not stacks["available"] and not samples:
+        return (
+            "No diagnosis: the stack probe is unavailable (see its fix under Probes): the time "
+            "breakdown and the findings that need stacks cannot be made, however long it runs."
+        )
     return (
         f"No diagnosis: {samples} loop samples, {need:.0f} needed (profile longer with --duration)."
     )
@@ -51,7 +58,7 @@ def no_diagnosis_line(doc: dict) -> str | None:
 
 def stderr_tail_lines(doc: dict) -> list[str]:
     """The last lines the job wrote to stderr, when it failed."""
-    tail = doc["run"].get("stderr_tail") or []
+    tail = redact_lines(doc["run"].get("stderr_tail")) or []  # also reports from before
     if not tail:
         return []
     return ["", "Last lines of the job's stderr:"] + [f"  | {ln}" for ln in tail]
@@ -67,7 +74,7 @@ def _probe_state(p: dict) -> str:
 
 def _header(doc: dict) -> list[str]:
     run = doc["run"]
-    cmd = " ".join(run.get("command") or []) or "?"
+    cmd = " ".join(redact_argv(run.get("command")) or []) or "?"
     who = f"pid {run['pid']}" if run.get("pid") is not None else "recording"
     reason = run["end_reason"].replace("_", " ")
     extra = f", job exit code {run['exit_code']}" if run.get("exit_code") is not None else ""
@@ -284,7 +291,7 @@ def render_markdown(doc: dict) -> str:
             out.append("")
     else:
         out += [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
-        tail = doc["run"].get("stderr_tail") or []
+        tail = redact_lines(doc["run"].get("stderr_tail")) or []
         if tail:
             out += (
                 ["Last lines of the job's stderr:", "", "```"]

@@ -3,10 +3,13 @@ would have written."""
 
 from __future__ import annotations
 
+import jsonschema
+
 from gpudiag.agent.config import Settings
 from gpudiag.agent.environment import describe_environment
+from gpudiag.agent.errors import UsageError
 from gpudiag.agent.recording import open_recording
-from gpudiag.agent.report import report_of
+from gpudiag.agent.report import report_of, validate
 from gpudiag.agent.session import SessionResult
 from gpudiag.analyzers import analyze
 
@@ -43,7 +46,7 @@ def replay_report(path: str, settings: Settings) -> dict:
     environment = (
         foot.get("environment") or rec.header.get("environment") or describe_environment(None)
     )
-    return report_of(
+    doc = report_of(
         result,
         mode="replay",
         command=run.get("command"),
@@ -51,3 +54,12 @@ def replay_report(path: str, settings: Settings) -> dict:
         settings=settings,
         environment=environment,
     )
+    try:
+        validate(doc)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(x) for x in exc.absolute_path) or "(top level)"
+        raise UsageError(
+            f"{path}: the recording's header or footer is malformed (report {where}: "
+            f"{exc.message[:120]})"
+        ) from None
+    return doc

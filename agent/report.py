@@ -15,6 +15,7 @@ import jsonschema
 
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.redact import redact_argv
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from gpudiag.agent.session import SessionResult
 
 SCHEMA_VERSION = "1.0"
+MAX_REPORT_BYTES = 64 * 1024 * 1024  # reports are kilobytes; refuse to load a runaway file
 
 
 def tool_version() -> str:
@@ -52,7 +54,10 @@ def iso(t: float | None) -> str | None:
     """ISO 8601 UTC text for a Unix time."""
     if t is None:
         return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # a time no clock can show (bad recording)
+        return None
 
 
 def build_report(
@@ -79,7 +84,7 @@ def build_report(
     metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
     run = {
         "mode": mode,
-        "command": command,
+        "command": redact_argv(command),  # secrets never reach a report
         "pid": pid,
         "start": iso(start),
         "end": iso(end),
@@ -201,6 +206,8 @@ def load_report(path: str) -> dict:
     if p.is_dir():
         raise UsageError(f"{path} is a directory, not a report file")
     try:
+        if p.stat().st_size > MAX_REPORT_BYTES:
+            raise UsageError(f"{path} is too large to be a gpudiag report")
         doc = json.loads(p.read_text())
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a gpudiag report (not text)") from None

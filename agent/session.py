@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from gpudiag.agent.budget import Budget, Governor
 from gpudiag.agent.config import Settings
+from gpudiag.agent.signals import StopSignals
+from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
@@ -39,6 +41,7 @@ class SessionOptions:
     skip_steps: int = 0
     cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
     rss_budget_bytes: int = 150 * 1024 * 1024
+    probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
 
 
 @dataclass
@@ -107,6 +110,10 @@ class Session:
         self.paused = False
         self.start_time = time.time()
         self.governor: Governor | None = None
+        self.stop_signals: StopSignals | None = None  # set by run/attach: signals as a flag
+        self._watch: TargetWatch | None = None
+        self.hangs = HangWatch(opts.probe_timeout_s)
+        self.hung = self.hangs.hung  # names of probes timed out
         self.ranks = None  # agent.ranks.RankSet for a multi-rank job (agent.ranks.setup_ranks)
         if opts.cpu_budget is not None:
             self.governor = Governor(
@@ -118,11 +125,12 @@ class Session:
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
         """Open one probe, turning an unexpected exception into an unavailable status."""
-        try:
+        try:  # (open may take long: py-spy waits for a young interpreter; not timed)
             status = probe.open(self.target)
         except Exception as exc:  # a probe must never take the session down
             status = ProbeStatus(probe.name, False, f"failed to start: {exc}")
-        self.statuses[probe.name] = status
+        if probe.name not in self.hung:
+            self.statuses[probe.name] = status
         return status
 
     def _ingest(self, samples: list[Sample]) -> None:
@@ -136,13 +144,18 @@ class Session:
                 self.sink(samples)
 
     def _run_probe(self, probe: Probe) -> None:
-        while not self._stop.is_set():
-            t0 = time.monotonic()
+        while not self._stop.is_set() and probe.name not in self.hung:
+            t0 = self.hangs.begin(probe.name)
             try:
-                self._ingest(probe.sample())
+                samples = probe.sample()
             except Exception as exc:
                 self.error(probe.name, f"stopped sampling: {type(exc).__name__}: {exc}")
                 return
+            finally:
+                self.hangs.end(probe.name)
+            if probe.name in self.hung:
+                return  # timed out meanwhile: what it returns late is dropped
+            self._ingest(samples)
             self._stop.wait(max(0.0, probe.interval_s - (time.monotonic() - t0)))
 
     def start_probe(self, probe: Probe) -> None:
@@ -166,22 +179,31 @@ class Session:
 
     # ---- lifecycle ----------------------------------------------------------------------
     def target_alive(self) -> bool:
-        """Whether the job still runs (for a launched job, reaps it and keeps its exit code)."""
+        """Whether the job still runs (for a launched job, reaps it and keeps its exit code);
+        a pid that now runs another program (exec) or belongs to a new process counts as
+        ended, and the report's errors say which."""
         if self.popen is not None:
             code = self.popen.poll()
             if code is not None:
                 self.exit_code = code
+                if code < 0:
+                    name = signal.Signals(-code).name if -code in signal.valid_signals() else code
+                    self.error("target", f"the job was killed by {name}")
                 return False
-            return True
-        try:
-            with open(f"/proc/{self.target.pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        except OSError:
+            if self.popen.pid != self.target.pid:
+                return True  # a launcher's Python child: followed through the launcher
+        if not running(self.target.pid):
             return False
+        why = self._watch.changed() if self._watch is not None else None
+        if why is not None:
+            self.error("target", why)
+            return False
+        return True
 
     def run(self, preopened: dict[str, ProbeStatus] | None = None) -> SessionResult:
         """Sample until a stop condition; then close the probes and analyse."""
         start = self.start_time = time.time()
+        self._watch = TargetWatch(self.target.pid)
         self.statuses.update(preopened or {})
         for probe in self.probes:
             if probe.name in self.statuses:
@@ -209,7 +231,10 @@ class Session:
         def on_term(signum, frame):
             raise _Interrupted()
 
-        if threading.current_thread() is threading.main_thread():
+        own_handler = (
+            self.stop_signals is None and threading.current_thread() is threading.main_thread()
+        )
+        if own_handler:
             signal.signal(signal.SIGTERM, on_term)
         next_progress = time.monotonic() + 5.0
         from gpudiag.agent.autocapture import AutoCapture
@@ -217,6 +242,9 @@ class Session:
         auto = AutoCapture(self)
         try:
             while True:
+                if self.stop_signals is not None and self.stop_signals.stopping:
+                    raise _Interrupted()
+                self.check_hung()
                 auto.tick()
                 if not self.target_alive():
                     return "target_exited"
@@ -237,8 +265,15 @@ class Session:
                     pass
             return "interrupted"
         finally:
-            if threading.current_thread() is threading.main_thread():
+            if own_handler:
                 signal.signal(signal.SIGTERM, old_term)
+
+    def check_hung(self) -> None:
+        """Mark a probe whose call has run past `probe_timeout_s` as failed (see HangWatch)."""
+        for name in self.hangs.overdue():
+            why = f"timed out: a call took more than {self.hangs.limit_s:g} s (hung)"
+            self.statuses[name] = ProbeStatus(name, False, why)
+            self.error(name, f"{why}; marked failed, the rest went on")
 
     def progress_line(self, elapsed: float) -> str:
         """One status line: time so far and the evidence collected."""
@@ -330,17 +365,21 @@ class Session:
         if self.ranks is not None:
             self.ranks.stop()
         old_int = None
-        if threading.current_thread() is threading.main_thread():
+        if self.stop_signals is None and threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
         try:
-            for probe in self.probes:
+            self.check_hung()
+            live = [p for p in self.probes if p.name not in self.hung]
+            for probe in live:  # a hung probe's close() could hang too: left alone
                 try:
                     probe.close()
                 except Exception as exc:
                     self.error(probe.name, f"failed to close: {exc}")
+            deadline = time.monotonic() + 20
             for th in self._threads:
-                th.join(timeout=20)
-            for probe in self.probes:
+                if th.name.rsplit("-", 1)[-1] not in self.hung:
+                    th.join(timeout=max(0.1, deadline - time.monotonic()))
+            for probe in live:
                 if (
                     probe.buffered
                     and self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available

@@ -2,8 +2,11 @@
 
 `gpudiag run` creates the socket before launching the job and passes its path in
 GPUDIAG_CHANNEL with the hooks' folder first on PYTHONPATH; `gpudiag attach PID` creates it
-at the path an `instrument()`-ed job looks for. The folder is private (0700), the socket
-0600; reads are non-blocking and bounded per tick.
+at the path an `instrument()`-ed job looks for. The folder is private (0700, owned by this
+user: one made by another user, or a link, is refused), the socket 0600, and each datagram's
+sender is checked by the kernel's credentials (SCM_CREDENTIALS): only this user's are read.
+What arrives is data (a JSON header and packed doubles), never code; reads are
+non-blocking and bounded per tick.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import json
 import math
 import os
 import socket
+import stat
+import struct
 import tempfile
 from array import array
 from pathlib import Path
@@ -80,6 +85,7 @@ class HookProbe(Probe):
         self.optional = optional  # attach: the job connects only if it called instrument()
         self._sock: socket.socket | None = None
         self.messages = 0
+        self.rejected = 0  # datagrams from another user, dropped
         self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
 
     def open(self, target: Target) -> ProbeStatus:
@@ -91,12 +97,25 @@ class HookProbe(Probe):
             else:
                 folder = os.path.dirname(self.path)
                 os.makedirs(folder, mode=0o700, exist_ok=True)
+                st = os.lstat(folder)
+                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                    path, self.path = self.path, None
+                    return ProbeStatus(
+                        self.name,
+                        False,
+                        f"{folder} is not this user's own folder (a link, or made by uid "
+                        f"{st.st_uid}): the hooks' socket is not put there",
+                        f"remove {folder}, or set XDG_RUNTIME_DIR to a private folder "
+                        f"({os.path.basename(path)} goes in gpudiag-<uid> under it)",
+                    )
                 os.chmod(folder, 0o700)
                 if os.path.exists(self.path):
                     os.unlink(self.path)
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sock.bind(self.path)
             os.chmod(self.path, 0o600)
+            if hasattr(socket, "SO_PASSCRED"):  # the kernel tells who sent each datagram
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             self._sock.setblocking(False)
         except OSError as exc:
@@ -110,17 +129,31 @@ class HookProbe(Probe):
             return out
         for _ in range(MAX_DATAGRAMS_PER_TICK):
             try:
-                data = self._sock.recv(1 << 20)
+                data, anc, _, _ = self._sock.recvmsg(1 << 20, socket.CMSG_SPACE(12))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
                 break
+            if not self._from_us(anc):
+                self.rejected += 1
+                continue
             msg = decode_datagram(data)
             if msg is None:
                 continue
             self.messages += 1
             out += self.labels.tag(msg, parse_message(msg))
         return out
+
+    @staticmethod
+    def _from_us(ancillary: list) -> bool:
+        """Whether the sender's uid (SCM_CREDENTIALS) is ours; True where the OS has none."""
+        if not hasattr(socket, "SCM_CREDENTIALS"):
+            return True
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+                _pid, uid, _gid = struct.unpack("iII", data[:12])
+                return uid == os.geteuid()
+        return False
 
     def request_capture(self, steps: int) -> bool:
         """Ask the job's hooks for a profiler capture of `steps` steps (they look for the
@@ -186,7 +219,9 @@ def decode_datagram(data: bytes) -> dict | None:
         return None
     if not isinstance(msg, dict):
         return None
-    width = int(msg.get("width", 9) or 9)
+    width = msg.get("width", 9) or 9
+    if type(width) is not int or not 1 <= width <= 64:
+        return None  # not our hooks' datagram: dropped
     if sep and body and len(body) % (8 * width) == 0:
         flat = array("d")
         flat.frombytes(body)
@@ -202,12 +237,17 @@ def parse_message(msg: dict) -> list[Sample]:
     out: list[Sample] = []
     if not isinstance(msg, dict):
         return out
-    for row in msg.get("steps", []):
+    steps = msg.get("steps", [])
+    for row in steps if isinstance(steps, list) else []:
         if not isinstance(row, list) or len(row) != 9:
             continue
+        if not _numbers(row[:1]) or not math.isfinite(row[0]) or abs(row[0]) > 1e10:
+            continue  # data only: a malformed row is dropped, never evaluated
         t_ns = int(float(row[0]) * 1e9)
         if row[1] is None:
             out.append(Sample("hooks", t_ns, {"kind": "step"}, {"first_step": 1.0}))
+            continue
+        if not _numbers(row[1:]):
             continue
         out.append(
             Sample(
@@ -218,13 +258,18 @@ def parse_message(msg: dict) -> list[Sample]:
             )
         )
     t = out[-1].t_ns if out else now_ns()
-    for site, n in (msg.get("sites") or {}).items():
-        out.append(
-            Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
-        )
+    sites = msg.get("sites")
+    for site, n in sites.items() if isinstance(sites, dict) else ():
+        if _numbers([n]):
+            out.append(
+                Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
+            )
     cap = msg.get("capture")
     if isinstance(cap, dict) and isinstance(cap.get("steps"), list):
-        t_cap = int(float(cap.get("t0") or t / 1e9) * 1e9)
+        try:
+            t_cap = int(float(cap.get("t0") or t / 1e9) * 1e9)
+        except (TypeError, ValueError, OverflowError):
+            t_cap = t  # data only: a malformed time is replaced, never trusted
         out.append(
             Sample(
                 "hooks",
@@ -244,7 +289,12 @@ def parse_message(msg: dict) -> list[Sample]:
                     k: float(v)
                     for k, v in mem.items()
                     if k in ("allocated", "reserved", "peak", "alloc_retries", "inactive_split")
+                    and _numbers([v])
                 },
             )
         )
     return out
+
+
+def _numbers(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

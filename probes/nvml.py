@@ -2,8 +2,8 @@
 
 * NotSupported / FunctionNotFound (and a missing binding in an old nvidia-ml-py) mean "not
   available": remembered per call and device, reported once, never retried.
-* GpuIsLost / Unknown mark the device lost: `GpuLost` is raised, the caller records it and
-  carries on with the other devices.
+* GpuIsLost / Unknown / DriverNotLoaded (a driver reload mid-run) mark the device lost:
+  `GpuLost` is raised, the caller records it and carries on with the other devices.
 * A missing library or driver gives a ProbeStatus that says why and how to fix it.
 """
 
@@ -127,6 +127,8 @@ class Nvml:
             if code in (
                 getattr(m, "NVML_ERROR_GPU_IS_LOST", -1),
                 getattr(m, "NVML_ERROR_UNKNOWN", -1),
+                getattr(m, "NVML_ERROR_DRIVER_NOT_LOADED", -1),  # driver unloaded mid-run
+                getattr(m, "NVML_ERROR_UNINITIALIZED", -1),
             ):
                 self.lost[device] = f"{fn}: {exc}"
                 raise GpuLost(device, self.lost[device]) from None

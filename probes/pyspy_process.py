@@ -45,6 +45,22 @@ def diagnose_py_spy_error(text: str, pid: int) -> tuple[str, str | None]:
     return ((last[0] if last else "py-spy failed").strip()[:300], None)
 
 
+CRASH_HINT = (
+    "update py-spy (`pip install -U py-spy`) or try `--blocking`; if it persists, report "
+    "py-spy's message above to https://github.com/benfred/py-spy/issues"
+)
+
+
+def crash_reason(text: str, run: SpyRun, pid: int) -> tuple[str, str | None]:
+    """(reason, fix) for a py-spy recorder that produced nothing: denied, or crashed."""
+    reason, hint = diagnose_py_spy_error(text, pid)
+    code = run.proc.returncode if run.proc is not None else None
+    if hint is None and code not in (None, 0, 1):
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return f"py-spy crashed ({how}): {reason}", CRASH_HINT
+    return reason, hint or (CRASH_HINT if "panicked" in text else None)
+
+
 @dataclass
 class SpyRun:
     """One py-spy recorder of a window: what it samples and where its output goes."""

@@ -38,6 +38,7 @@ from gpudiag.probes.pyspy_output import (
 )
 from gpudiag.probes.pyspy_process import (
     SpyRun,
+    crash_reason,
     diagnose_py_spy_error,
     find_py_spy,
     process_age_s,
@@ -126,6 +127,8 @@ class StackProbe(StackRates, Probe):
         self.spy_cpu_s = 0.0  # CPU of every finished py-spy recorder
         self.spy_window_rss = 0  # py-spy's peak RSS in the last window, all recorders
         self.last_error: str | None = None
+        self.last_hint: str | None = None
+        self.windows_read = self.windows_failed = 0  # windows whose loop recording was read
         self._sources = SourceLines()
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -274,8 +277,11 @@ class StackProbe(StackRates, Probe):
                 msg = runs[0].err
                 if self.target and not process_alive(self.target.pid):
                     return
-                self.last_error = diagnose_py_spy_error(msg, self.target.pid)[0]
+                self.windows_failed += 1
+                self.last_error, self.last_hint = crash_reason(msg, runs[0], self.target.pid)
                 self._stop.wait(1.0)
+            else:
+                self.windows_read += 1
 
     def _read(self, run: SpyRun) -> tuple[list[StackRow], list[Episode]] | None:
         try:
@@ -353,6 +359,25 @@ class StackProbe(StackRates, Probe):
     def problems(self) -> list[str]:
         """Why py-spy last failed, if it did."""
         return [self.last_error] if self.last_error else []
+
+    def final_status(self) -> ProbeStatus | None:
+        """Unavailable (py-spy failed in every window) or degraded, with why and the fix."""
+        if not self.windows_failed or not self.last_error:
+            return None
+        if not self.windows_read:
+            return ProbeStatus(
+                self.name,
+                False,
+                f"py-spy failed in every window: {self.last_error}",
+                self.last_hint,
+            )
+        total = self.windows_read + self.windows_failed
+        return ProbeStatus(
+            self.name,
+            True,
+            f"py-spy failed in {self.windows_failed} of {total} windows: {self.last_error}",
+            self.last_hint,
+        )
 
     def sample(self) -> list[Sample]:
         """Return the samples of the windows finished since the last call."""

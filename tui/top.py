@@ -9,6 +9,8 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
+from gpudiag.agent.redact import redact_text
+
 SPARK = " ▁▂▃▄▅▆▇█"
 
 
@@ -134,7 +136,7 @@ class TopApp(App):
                 p["gpus"],
                 f"{p['cpu']:.0f}",
                 f"{p['rss'] / 2**20:.0f} MiB",
-                p["command"],
+                redact_text(p["command"]),  # other users' secrets stay hidden
                 key=str(p["pid"]),
             )
             pids.append(p["pid"])

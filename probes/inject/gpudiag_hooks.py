@@ -19,6 +19,7 @@ import json
 import math
 import os
 import socket
+import stat
 import sys
 import time
 from array import array
@@ -38,6 +39,23 @@ def attach_path(pid: int) -> str:
     return os.path.join(RUNTIME_DIR, f"agent-{pid}.sock")
 
 
+_PRIVATE: set[str] = set()
+
+
+def private_folder(folder: str) -> bool:
+    """Whether the channel's folder is a real folder of this user that no one else can
+    enter (a folder another user made in /tmp is refused; a good answer is remembered)."""
+    if folder not in _PRIVATE:
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            return False  # not there (yet): no agent listening
+        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
+            return False
+        _PRIVATE.add(folder)
+    return True
+
+
 class _Channel:
     """Non-blocking datagram sender to the agent's socket."""
 
@@ -51,6 +69,9 @@ class _Channel:
     def send(self, payload: dict, rows: array | None = None) -> bool:
         """One datagram: a JSON header line, then the step rows as packed doubles."""
         path = self.path or attach_path(os.getpid())
+        if not private_folder(os.path.dirname(path)):
+            self.dropped += 1  # someone else's folder: never hand them the job's data
+            return False
         data = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
         if rows is not None:
             data += rows.tobytes()

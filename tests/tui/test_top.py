@@ -115,3 +115,19 @@ def test_box_sampler_lists_python_processes_and_says_there_is_no_gpu():
     assert row["python"] and "time.sleep(30)" in row["command"]
     if not box["gpu_status"]["available"]:
         assert box["gpus"] == [] and box["gpu_status"]["reason"]
+
+
+def test_other_jobs_secrets_are_hidden_in_the_process_table():
+    row = dict(procs([1])[0], command="python train.py --api-key sk-abcdefghijklmnopqrstuv --lr 1")
+    app = TopApp(lambda: dict(NO_GPU, processes=[row]))
+
+    async def go():
+        async with app.run_test(size=(160, 30)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#procs")
+            shown = " ".join(str(c) for c in table.get_row_at(0))
+            assert "sk-abcdefghijklmnopqrstuv" not in shown
+            assert "--api-key *** --lr 1" in shown
+            await pilot.press("q")
+
+    asyncio.run(go())

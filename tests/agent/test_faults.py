@@ -1,0 +1,286 @@
+"""Faults gpudiag must survive: a probe that hangs, py-spy missing, denied or crashing, NVML
+failing mid-run, a full disk or a vanished output folder. Each leaves a report (or, where
+the report itself cannot be written, one clear error and the summary)."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudiag.agent import cli
+from gpudiag.agent.config import load_settings
+from gpudiag.agent.recording import Recorder
+from gpudiag.agent.render import render_text
+from gpudiag.agent.report import report_of, validate
+from gpudiag.agent.session import Session, SessionOptions, default_probes
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target
+from gpudiag.probes.gpu import GpuProbe
+from gpudiag.probes.nvml import Nvml
+from tests.agent.test_cli_errors import assert_one_line_error
+from tests.agent.test_signals import wait_for
+from tests.conftest import gpudiag
+from tests.probes.fake_nvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_NOT_SUPPORTED,
+    FakeGpu,
+    FakeNvml,
+)
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
+
+
+@pytest.fixture
+def sleeper():
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    time.sleep(0.3)
+    yield job
+    job.kill()
+    job.wait()
+
+
+class Ticker(Probe):
+    """A healthy probe: one sample per tick."""
+
+    name, interval_s = "host", 0.1
+    fields = (Field("n", "count", "gauge", "ticks"),)
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def open(self, target: Target) -> ProbeStatus:
+        return ProbeStatus(self.name, True)
+
+    def sample(self) -> list[Sample]:
+        self.ticks += 1
+        return [Sample(self.name, time.time_ns(), {}, {"n": float(self.ticks)})]
+
+    def close(self) -> None:
+        pass
+
+
+class Hanger(Ticker):
+    """A probe whose second sample never returns (a hung driver call)."""
+
+    name = "gpu"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def sample(self) -> list[Sample]:
+        if self.ticks >= 1:
+            self.release.wait()
+        return super().sample()
+
+    def close(self) -> None:
+        raise AssertionError("a hung probe's close() must not be called")
+
+
+def session(pid: int, probes: list, **opts) -> Session:
+    return Session(
+        Target(pid),
+        load_settings(None),
+        SessionOptions(progress=False, cpu_budget=None, **opts),
+        probes=probes,
+    )
+
+
+def test_a_hung_probe_is_timed_out_and_the_others_keep_sampling(sleeper):
+    ticker, hanger = Ticker(), Hanger()
+    s = session(sleeper.pid, [ticker, hanger], duration_s=3.0, probe_timeout_s=1.0)
+    try:
+        result = s.run()
+    finally:
+        hanger.release.set()
+    status = {p.name: p for p in result.probes}
+    assert not status["gpu"].available and "timed out" in (status["gpu"].reason or "")
+    assert status["host"].available
+    assert any(e["source"] == "gpu" and "timed out" in e["message"] for e in result.errors)
+    assert ticker.ticks >= 10  # the healthy probe went on sampling through the hang
+
+
+FAKE_SPY = {
+    "denied": 'echo "Error: Permission denied (os error 13)" >&2; exit 1',
+    "crash": 'if [ "$1" = dump ]; then exit 0; fi\n'
+    "echo \"thread 'main' panicked at 'index out of bounds'\" >&2; exit 101",
+}
+
+
+@pytest.mark.parametrize(
+    "mode, reason, fix",
+    [
+        ("missing", "py-spy executable not found", "pip install py-spy"),
+        ("denied", "no permission", "--cap-add SYS_PTRACE"),
+        ("crash", "py-spy crashed (exit code 101)", "pip install -U py-spy"),
+    ],
+)
+def test_py_spy_missing_denied_or_crashing(monkeypatch, tmp_path, sleeper, mode, reason, fix):
+    exe = None
+    if mode in FAKE_SPY:
+        exe = tmp_path / "py-spy"
+        exe.write_text("#!/bin/sh\n" + FAKE_SPY[mode] + "\n")
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr("gpudiag.probes.stacks.find_py_spy", lambda: exe and str(exe))
+    opts = SessionOptions(duration_s=3.0, window_s=1.0, progress=False, cpu_budget=None)
+    s = Session(Target(sleeper.pid), load_settings(None), opts, probes=default_probes(opts)[:3])
+    result = s.run()
+    doc = report_of(result, mode="attach", command=None, pid=sleeper.pid, settings=s.settings)
+    validate(doc)
+    stacks = next(p for p in doc["probes"] if p["name"] == "stacks")
+    assert not stacks["available"]
+    assert reason in stacks["reason"] and fix in stacks["hint"]
+    assert doc["findings"] == []  # no guessing without stacks
+    text = render_text(doc)
+    assert "the findings that need stacks cannot be made" in text and fix in text
+    if mode == "denied":
+        assert "kernel.yama" in stacks["hint"] or "ptrace_scope" in stacks["hint"]
+
+
+@pytest.mark.parametrize(
+    "function, error, words",
+    [
+        # a MIG slice or driver that stops supporting a call: degraded, the call named
+        (
+            "nvmlDeviceGetUtilizationRates",
+            NVML_ERROR_NOT_SUPPORTED,
+            "nvmlDeviceGetUtilizationRates",
+        ),
+        # the driver reloaded under the job: the GPU is recorded as lost
+        ("nvmlDeviceGetPowerUsage", NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+    ],
+)
+def test_nvml_failing_mid_run_is_recorded_and_degraded(sleeper, function, error, words):
+    gpu = FakeGpu(job_pids=[sleeper.pid])
+    fake = FakeNvml([gpu])
+    threading.Timer(1.2, lambda: gpu.errors.update({function: error})).start()
+    s = session(sleeper.pid, [GpuProbe(Nvml(fake))], duration_s=3.0)
+    result = s.run()
+    doc = report_of(result, mode="attach", command=None, pid=sleeper.pid, settings=s.settings)
+    validate(doc)
+    gpu_status = next(p for p in doc["probes"] if p["name"] == "gpu")
+    said = json.dumps(doc["errors"]) + json.dumps(gpu_status)
+    assert words.lower() in said.lower(), said
+    assert result.timeline.matching("gpu", "util_gpu", gpu="0")  # sampled before it failed
+
+
+def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
+    rec = Recorder("/dev/full", {"run": {"command": ["x"]}})
+    for i in range(3000):
+        rec.write([Sample("host", i, {}, {"x": float(i), "y": float(i * 7919 % 104729)})])
+    rec.close({"probes": []})
+    assert rec.failed == os.strerror(errno.ENOSPC)
+
+
+def test_a_full_disk_for_the_report_is_one_error_after_the_summary(monkeypatch, tmp_path, capsys):
+    import gpudiag.agent.report as report
+
+    def full(doc, f, **kw):
+        f.write('{"schema_version": "1.0", ')  # half a report...
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(report.json, "dump", full)
+    out = tmp_path / "r.json"
+    assert cli.main(["replay", str(FIXTURE), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "Verdict:" in captured.out or "CKPT001" in captured.out  # the summary still printed
+    err = captured.err.strip().splitlines()
+    assert err == [f"gpudiag: error: cannot write the report to {out}: No space left on device"]
+    assert list(tmp_path.iterdir()) == []  # ...never left behind
+
+
+def test_output_folder_gone_during_the_run(tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudiag.agent.cli",
+            "run",
+            "--no-inject",
+            "--out",
+            str(folder / "r.json"),
+            "--record",
+            str(folder / "r.jsonl.gz"),
+            "--",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(4)",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    head = wait_for(agent, "profiling pid")
+    (folder / "r.jsonl.gz").unlink()
+    folder.rmdir()
+    out, err = agent.communicate(timeout=60)
+    err = head + err
+    res = subprocess.CompletedProcess(agent.args, agent.returncode, out, err)
+    assert "Probes:" in out  # the summary still printed
+    assert_one_line_error(
+        subprocess.CompletedProcess(
+            agent.args,
+            agent.returncode,
+            out,
+            "\n".join(ln for ln in err.splitlines() if "error:" in ln),
+        ),
+        "cannot write the report to",
+        "No such file or directory",
+    )
+    assert "Traceback" not in res.stderr
+
+
+def test_unwritable_report_folder_is_refused_before_starting(tmp_path):
+    assert_one_line_error(
+        gpudiag("run", "--out", str(tmp_path / "no" / "r.json"), "--", "true"), "does not exist"
+    )
+    assert_one_line_error(gpudiag("run", "--out", str(tmp_path), "--", "true"), "is a directory")
+
+
+def test_recording_cut_by_a_full_disk_still_replays(tmp_path):
+    """What reached the disk before it filled up is a valid (cut short) recording."""
+    data = FIXTURE.read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(gzip.decompress(data)[:200_000]))
+    res = gpudiag("replay", str(cut), "--format", "json")
+    assert res.returncode in (0, 2) and "Traceback" not in res.stderr
+
+
+CHURN = """
+import multiprocessing as mp, os, signal, time
+def work(i):
+    time.sleep(0.3)
+    return i
+if __name__ == "__main__":
+    with mp.Pool(2, maxtasksperchild=1) as pool:  # every task a new worker process
+        res = pool.map_async(work, range(12))
+        time.sleep(1.5)
+        os.kill(pool._pool[0].pid, signal.SIGKILL)  # a worker dies; the pool replaces it
+        res.wait(30)
+    time.sleep(0.5)
+"""
+
+
+def test_workers_dying_and_replaced_keep_every_probe_going(tmp_path):
+    script = tmp_path / "churn.py"
+    script.write_text(CHURN)
+    out = tmp_path / "r.json"
+    res = gpudiag("run", "--no-inject", "-q", "--out", str(out), "--", sys.executable, str(script))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    validate(doc)
+    assert doc["run"]["end_reason"] == "target_exited" and doc["run"]["exit_code"] == 0
+    assert not [e for e in doc["errors"] if "stopped sampling" in e["message"]], doc["errors"]
+    status = {p["name"]: p for p in doc["probes"]}
+    assert status["process"]["available"] and status["stacks"]["available"]

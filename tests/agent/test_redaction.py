@@ -1,0 +1,139 @@
+"""Secrets on the job's command line never reach a report, a recording or gpudiag's lines."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+
+import pytest
+
+from gpudiag.agent.recording import Recorder, open_recording
+from gpudiag.agent.redact import (
+    MASK,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_lines,
+    redact_text,
+)
+from tests.conftest import gpudiag
+
+SECRET = "sk-live-0123456789abcdefSECRET"
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--api-key", "abc123"], ["--api-key", MASK]),
+        (["--api-key=abc123"], ["--api-key=" + MASK]),
+        (["--token", "t", "--password=p"], ["--token", MASK, "--password=" + MASK]),
+        (["--hf_token", "x", "--apiKey", "y"], ["--hf_token", MASK, "--apiKey", MASK]),
+        (["HF_TOKEN=hf_abc", "WANDB_API_KEY=w"], ["HF_TOKEN=" + MASK, "WANDB_API_KEY=" + MASK]),
+        (["AWS_SECRET_ACCESS_KEY=s", "python"], ["AWS_SECRET_ACCESS_KEY=" + MASK, "python"]),
+        (["--data", "https://bob:pw@host/x"], ["--data", f"https://bob:{MASK}@host/x"]),
+        (["git+https://ghp_tok@github.com/r"], [f"git+https://{MASK}@github.com/r"]),
+        (["train.py", SECRET], ["train.py", MASK]),  # a known token shape, positional
+        (["-H", "Authorization: Bearer abc"], ["-H", f"Authorization: Bearer {MASK}"]),
+        # nothing secret (None): left exactly as it was
+        (["--tokenizer", "gpt2", "--max-tokens", "5"], None),
+        (["--lr=0.1", "--keep", "3", "--monkey", "x"], None),
+        (["--token", "--lr", "1"], None),  # a flag without its value
+        (["ssh://host/path", "user@host"], None),
+    ],
+)
+def test_command_line_secrets_are_hidden(argv, expected):
+    assert redact_argv(argv) == (argv if expected is None else expected)
+
+
+def test_secret_names():
+    for name in ("--api-key", "HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "apiKey"):
+        assert is_secret_name(name), name
+    for name in ("--tokenizer", "--max-tokens", "--keep", "PATH", "--monkey", "--passes"):
+        assert not is_secret_name(name), name
+
+
+def test_text_and_environment_redaction():
+    line = "auth failed: --api-key abc; WANDB_API_KEY=zzz password: hunter2 at https://u:p@x.org"
+    out = redact_text(line)
+    for secret in ("abc", "zzz", "hunter2", ":p@"):
+        assert secret not in out
+    assert out.startswith("auth failed: --api-key ***")
+    assert redact_text("Namespace(api_key='abc', lr=0.1)") == "Namespace(api_key=***, lr=0.1)"
+    assert redact_text("step 5 loss 0.3 tokenizer gpt2") == "step 5 loss 0.3 tokenizer gpt2"
+    assert redact_env({"HF_TOKEN": "a", "PATH": "/bin", "DB": "postgres://u:p@h/d"}) == {
+        "HF_TOKEN": MASK,
+        "PATH": "/bin",
+        "DB": f"postgres://u:{MASK}@h/d",
+    }
+    assert redact_lines(None) is None
+
+
+def test_recorder_header_is_redacted(tmp_path):
+    path = tmp_path / "r.jsonl.gz"
+    cmd = ["python", "train.py", "--api-key", "abc", "--url=https://u:pw@h/x"]
+    Recorder(str(path), {"run": {"mode": "run", "command": cmd, "pid": 1}}).close({})
+    rec = open_recording(str(path))
+    assert rec.header["run"]["command"] == [
+        "python",
+        "train.py",
+        "--api-key",
+        MASK,
+        f"--url=https://u:{MASK}@h/x",
+    ]
+    assert b"abc" not in gzip.decompress(path.read_bytes())
+
+
+# the job fails (so its stderr tail goes into the report) after echoing its secret
+JOB = (
+    "import sys, time; time.sleep(1.0); "
+    "print('auth failed for --api-key', sys.argv[2], file=sys.stderr); "
+    "sys.exit(3 if sys.argv[2].endswith('SECRET') else 4)"
+)
+
+
+def test_run_report_and_recording_hide_the_api_key(tmp_path):
+    out, rec = tmp_path / "r.json", tmp_path / "r.jsonl.gz"
+    res = gpudiag(
+        "run",
+        "--no-inject",
+        "--out",
+        str(out),
+        "--record",
+        str(rec),
+        "--",
+        sys.executable,
+        "-c",
+        JOB,
+        "--api-key",
+        SECRET,
+        "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz",
+    )
+    assert res.returncode == 3, res.stderr  # the job itself got the real key
+    report = out.read_text()
+    recording = gzip.decompress(rec.read_bytes()).decode()
+    for text in (report, recording, res.stdout):
+        assert SECRET not in text and "hf_abcdefghijklmnopqrstuvwxyz" not in text
+    doc = json.loads(report)
+    assert doc["run"]["command"][-3:] == ["--api-key", MASK, "HF_TOKEN=" + MASK]
+    assert any("auth failed for --api-key ***" in ln for ln in doc["run"]["stderr_tail"])
+    assert "--api-key ***" in res.stderr  # gpudiag's own "profiling pid" line
+    replayed = gpudiag("replay", str(rec), "--format", "json")
+    assert replayed.returncode == 0, replayed.stderr
+    assert SECRET not in replayed.stdout
+
+
+def test_reports_written_before_redaction_are_shown_redacted(tmp_path):
+    """A report saved by an older gpudiag (secrets as is) is rendered with them hidden."""
+    from pathlib import Path
+
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.render import render_markdown, render_text
+    from gpudiag.agent.replay import replay_report
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
+    doc = replay_report(str(fixture), load_settings(None))
+    doc["run"]["command"] = ["python", "train.py", "--api-key", SECRET]
+    doc["run"]["stderr_tail"] = [f"bad key {SECRET}"]
+    for text in (render_text(doc), render_markdown(doc)):
+        assert SECRET not in text

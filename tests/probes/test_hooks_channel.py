@@ -1,0 +1,154 @@
+"""The hooks' channel is private to the job's user and carries only data."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import stat
+import time
+from array import array
+from pathlib import Path
+
+import pytest
+
+from gpudiag.probes.base import Target
+from gpudiag.probes.inject import gpudiag_hooks
+from gpudiag.probes.inprocess import HookProbe
+
+ROOT = Path(__file__).parents[2]
+
+
+def datagram(step_s: float = 0.5) -> bytes:
+    rows = array("d", [time.time(), step_s, 0.1, 32, 0, 0, 0, 0, 0])
+    return json.dumps({"v": 2, "width": 9}).encode() + b"\n" + rows.tobytes()
+
+
+def test_run_channel_is_a_private_folder_and_socket():
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    try:
+        folder = os.path.dirname(probe.path)
+        st = os.lstat(folder)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(os.stat(probe.path).st_mode) == 0o600
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender.sendto(datagram(), probe.path)
+        samples = probe.sample()
+        assert [s.values["step_time_s"] for s in samples] == [0.5]
+    finally:
+        probe.close()
+    assert not os.path.exists(folder)  # nothing left behind
+
+
+def test_attach_folder_made_by_someone_else_or_a_link_is_refused(tmp_path):
+    target = tmp_path / "real"
+    target.mkdir()
+    link = tmp_path / "gpudiag-link"
+    link.symlink_to(target)
+    status = HookProbe(str(link / "agent-1.sock"), optional=True).open(Target(0))
+    assert not status.available and "not this user's own folder" in status.reason
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    squat = tmp_path / "gpudiag-squat"
+    squat.mkdir(mode=0o777)
+    os.chown(squat, 65534, 65534)
+    status = HookProbe(str(squat / "agent-1.sock"), optional=True).open(Target(0))
+    assert not status.available and "made by uid 65534" in status.reason
+    assert not (squat / "agent-1.sock").exists()
+
+
+def test_attach_folder_of_ours_is_made_private(tmp_path):
+    folder = tmp_path / "gpudiag-me"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    probe = HookProbe(str(folder / "agent-1.sock"), optional=True)
+    assert probe.open(Target(0)).available
+    try:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    finally:
+        probe.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.geteuid() != 0, reason="needs root to setuid")
+def test_datagrams_from_another_user_are_refused():
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    try:
+        codes = {}
+        for mode in (0o600, 0o666):  # as made; and as if its permissions had been opened up
+            os.chmod(probe.path, mode)
+            os.chmod(os.path.dirname(probe.path), 0o700 if mode == 0o600 else 0o755)
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    s.sendto(datagram(9.0), probe.path)
+                    os._exit(0)
+                except PermissionError:
+                    os._exit(13)
+                except BaseException:
+                    os._exit(1)
+            codes[mode] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        assert codes[0o600] == 13  # the file permissions keep other users out...
+        assert codes[0o666] == 0
+        assert probe.sample() == [] and probe.rejected == 1  # ...and so do the credentials
+    finally:
+        probe.close()
+
+
+def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpudiag_hooks, "_PRIVATE", set())
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)
+    channel = gpudiag_hooks._Channel(str(open_folder / "hooks.sock"))
+    assert channel.send({"v": 2}) is False and channel.dropped == 1
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    try:
+        channel = gpudiag_hooks._Channel(probe.path)
+        assert channel.send({"v": 2, "width": 9}, array("d", [time.time(), 0.25] + [0] * 7))
+        assert [s.values["step_time_s"] for s in probe.sample()] == [0.25]
+    finally:
+        probe.close()
+
+
+def test_nothing_read_is_ever_executed():
+    """Reports, recordings, config files and the hooks' datagrams are parsed as data (JSON,
+    TOML, packed doubles): no pickle, eval or exec anywhere in gpudiag."""
+    pattern = re.compile(r"\b(pickle|marshal|shelve)\b|(?<![\w.])(eval|exec)\(|yaml\.load\(")
+    for folder in ("agent", "probes", "analyzers", "tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                assert not pattern.search(line), f"{path}:{n}: {line.strip()}"
+
+
+def test_no_endpoint_listens_on_every_interface_by_default():
+    """Any network endpoint binds 127.0.0.1 unless the user says otherwise: no all-interfaces
+    address is written into gpudiag's code as a default."""
+    pattern = re.compile(r"""["'](0\.0\.0\.0|::|\[::\])["']""")
+    for folder in ("agent", "probes", "tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                assert not pattern.search(line), f"{path}:{n}: {line.strip()}"
+
+
+def test_every_metrics_endpoint_defaults_to_localhost():
+    """Each command with a metrics endpoint listens on 127.0.0.1 unless told otherwise."""
+    import argparse
+
+    from gpudiag.agent.parser import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    checked = 0
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if action.dest == "metrics_addr":
+                assert action.default == "127.0.0.1", name
+                checked += 1
+    assert checked >= 1  # run, attach, watch...
