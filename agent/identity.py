@@ -13,9 +13,9 @@ import re
 import socket
 from pathlib import Path
 
+from gpudiag.agent.redact import redact_argv
+
 COMMAND_MAX = 80  # characters of the command label
-SECRET_OPTION = re.compile(r"(key|token|password|passwd|secret|credential)", re.IGNORECASE)
-REDACTED = "<redacted>"
 # the pod's UID and the container's id in a kubepods cgroup path, for both cgroup drivers:
 #   /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/
 #       cri-containerd-<id>.scope
@@ -61,26 +61,11 @@ def parse_cgroup(text: str) -> dict[str, str]:
 
 
 def redact_command(argv: list[str], limit: int = COMMAND_MAX) -> str:
-    """A short command for a label: program and script by base name, values of options named
-    like a secret (`--api-key X`, `--token=X`, `--db-password X`) dropped, paths cut to
-    their base name, at most `limit` characters."""
+    """A short command for a label: secrets hidden as in reports (agent/redact.py: values of
+    options and variables named like keys, tokens or passwords, URL credentials, token
+    shapes), paths cut to their base name, at most `limit` characters."""
     words: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            words.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-") and SECRET_OPTION.search(arg.split("=", 1)[0]):
-            if "=" in arg:
-                words.append(arg.split("=", 1)[0] + "=" + REDACTED)
-            else:
-                words.append(arg)
-                hide_next = True
-            continue
-        if "=" in arg and SECRET_OPTION.search(arg.split("=", 1)[0]):  # KEY=value
-            words.append(arg.split("=", 1)[0] + "=" + REDACTED)
-            continue
+    for arg in redact_argv(argv) or []:
         if "/" in arg:
             head, _, value = arg.rpartition("=") if arg.startswith("-") else ("", "", arg)
             base = value.rstrip("/").rsplit("/", 1)[-1] or value

@@ -95,7 +95,8 @@ def test_command_label_drops_secrets_and_stays_short():
     )
     for secret in ("sk-123", "hf_abc", "hunter2", "xyz", "/mnt"):
         assert secret not in cmd
-    assert "--api-key <redacted>" in cmd and "--hf-token=<redacted>" in cmd
+    assert "--api-key ***" in cmd and "--hf-token=***" in cmd
+    assert "--max-tokens 512" in redact_command(["python", "t.py", "--max-tokens", "512"])
     assert len(redact_command(["python", "x" * 500])) <= 80
 
 
