@@ -9,7 +9,8 @@ rows in order rebuilds the same table. Pure data: nothing here reads or writes f
 
 from __future__ import annotations
 
-from gpudiag.analyzers.timeline import Aggregate, Rollup, ThreadKey, WindowTotals
+from gpudiag.analyzers.rollup import Rollup, ThreadKey, WindowTotals
+from gpudiag.analyzers.timeline import Aggregate
 
 MAX_TABLE = 100_000  # entries; past this the table starts again (a row says so)
 
