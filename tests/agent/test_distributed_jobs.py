@@ -3,6 +3,7 @@ straggler, a planted hang, or nothing wrong."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpudiag.agent.report import load_report
@@ -60,6 +62,20 @@ def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
     assert "<- straggler" in text and "Ranks (2)" in text
 
 
+def kill_tree(pid: int) -> None:
+    """Kill a launcher and every process below it: a hung rank may have left the launcher's
+    process group, and would otherwise wait in its collective for gloo's 30-minute timeout."""
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def test_balanced_job_has_no_distributed_warning(tmp_path):
     doc = run_job(tmp_path, {})
     assert len(doc["ranks"]) == 2, why(doc)
@@ -84,7 +100,7 @@ def test_hang_report_is_written_while_hung_and_names_the_rank(tmp_path):
         assert p.poll() is None  # the job is still hung when the report is there
         doc = load_report(str(out))
     finally:
-        os.killpg(p.pid, signal.SIGKILL)
+        kill_tree(p.pid)
         p.wait()
     hang = [f for f in doc["findings"] if f["id"] == "DIST002"]
     assert hang, why(doc)
@@ -127,7 +143,7 @@ def test_attach_to_one_rank_profiles_every_rank(tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         doc = load_report(str(out))
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
+        kill_tree(job.pid)
         job.wait()
     assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
     assert {r["pid"] for r in doc["ranks"]} == {r.pid for r in ranks}
