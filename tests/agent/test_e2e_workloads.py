@@ -27,6 +27,16 @@ CASES = [
     ("sync_checkpoint", "CKPT001"),
     ("inline_tokenizer", "HOST001"),  # an inference loop: no optimizer, user code inline
 ]
+# Each planted cause runs end to end in the normal suite in one mode (30 to 40 s each);
+# the other mode is marked slow (`-m slow` runs every pair) to keep the suite near 10 min.
+RUN_NORMAL = {"healthy", "starved_loader", "sync_checkpoint", "inline_tokenizer"}
+
+
+def _in(mode_normal: set[str]) -> list:
+    return [
+        pytest.param(n, e, marks=() if n in mode_normal else pytest.mark.slow, id=f"{n}-{e}")
+        for n, e in CASES
+    ]
 
 
 def loader_finding(doc: dict) -> str:
@@ -69,7 +79,7 @@ def check(doc: dict, expected: str | None) -> None:
         assert not [f for f in doc["findings"] if f["id"].startswith(("GPU", "MEM", "THROT"))]
 
 
-@pytest.mark.parametrize("name,expected", CASES)
+@pytest.mark.parametrize("name,expected", _in(RUN_NORMAL))
 def test_run_mode(name, expected, tmp_path):
     out = tmp_path / "report.json"
     res = gpudiag(
@@ -96,7 +106,7 @@ def test_run_mode(name, expected, tmp_path):
         assert f"{expected} " in res.stdout and "Why: " in res.stdout and "(>= " in res.stdout
 
 
-@pytest.mark.parametrize("name,expected", CASES)
+@pytest.mark.parametrize("name,expected", _in({n for n, _ in CASES} - RUN_NORMAL))
 def test_attach_mode(name, expected, tmp_path):
     out = tmp_path / "report.json"
     job = subprocess.Popen(

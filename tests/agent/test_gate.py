@@ -193,6 +193,7 @@ def test_malformed_config_exits_2(tmp_path, toml, word):
     assert res.returncode == 2 and word in res.stderr, res.stderr
 
 
+@pytest.mark.slow  # about 70 s: five real runs; the gate's logic is tested on scripted runs
 def test_real_runs_baseline_pass_and_planted_slowdown(tmp_path):
     pytest.importorskip("torch")
     base = str(tmp_path / "baseline.json")

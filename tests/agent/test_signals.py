@@ -27,6 +27,12 @@ TERM_AWARE = (
 )
 
 
+def _default_hup() -> None:
+    # under `nohup` (a CI runner may use it) SIGHUP is ignored, and an ignored signal stays
+    # ignored across exec: the job would never see the SIGHUP gpudiag passes on
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def start(*args: str, cwd=None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "gpudiag.agent.cli", *args],
@@ -34,6 +40,7 @@ def start(*args: str, cwd=None) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
+        preexec_fn=_default_hup,
     )
 
 
