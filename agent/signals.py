@@ -2,7 +2,8 @@
 terminal closed) all stop profiling and the report is still written; a second one exits at
 once, without the report.
 
-The handler only sets a flag (no locks, no exceptions mid-report): the session's wait loop
+SIGHUP ignored when gpudiag starts (`nohup gpudiag run ...`) stays ignored, as it does for
+the job. The handler only sets a flag (no locks, no exceptions mid-report): the session's wait loop
 sees it within 0.2 s. A second signal raises SystemExit(128 + signal), which unwinds through
 the `finally` blocks (a half-written report's temporary file is removed).
 """
@@ -60,6 +61,8 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for s in self.signals:
+                if s == signal.SIGHUP and signal.getsignal(s) is signal.SIG_IGN:
+                    continue  # `nohup gpudiag ...`: the user chose to outlive the terminal
                 self._old[s] = signal.signal(s, self._handle)
         return self
 

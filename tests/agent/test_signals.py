@@ -251,3 +251,16 @@ def test_sigterm_quits_the_live_ui_and_the_session_ends():
     finally:
         job.kill()
         job.wait()
+
+
+def test_nohup_keeps_sighup_ignored():
+    """`nohup gpudiag run ...`: closing the terminal must not stop the profiling."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with StopSignals() as stops:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)
+            assert not stops.stopping
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)
