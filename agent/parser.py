@@ -90,6 +90,18 @@ def _price_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def settings_options(p: argparse.ArgumentParser, config_help: str) -> None:
+    """--config FILE and --set NAME=VALUE (repeatable): thresholds and rules."""
+    p.add_argument("--config", metavar="FILE", help=config_help)
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        dest="overrides",
+        help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)",
+    )
+
+
 def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--duration",
@@ -129,18 +141,9 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
         help="pause the job for each stack sample (consistent stacks, higher "
         "cost to the job; the default reads without pausing; see README)",
     )
-    p.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML file with [thresholds] and [[rules]] (default: "
-        "[tool.gpudiag] of ./pyproject.toml)",
-    )
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="NAME=VALUE",
-        dest="overrides",
-        help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)",
+    settings_options(
+        p,
+        "TOML file with [thresholds] and [[rules]] (default: [tool.gpudiag] of ./pyproject.toml)",
     )
     _price_options(p)
     p.add_argument(
@@ -259,14 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="a recording (.jsonl.gz) written by run/attach --record")
     p.add_argument("--out", metavar="FILE", help="also write the report to FILE")
-    p.add_argument("--config", metavar="FILE", help="thresholds and rules, as for run")
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="NAME=VALUE",
-        dest="overrides",
-        help="override one threshold (repeatable)",
-    )
+    settings_options(p, "thresholds and rules, as for run")
     _price_options(p)
     p.add_argument(
         "--format",
@@ -406,15 +402,7 @@ def _merge_parser(sub) -> None:
         default="text",
         help="summary on stdout (default: text)",
     )
-    p.add_argument("--config", metavar="FILE", help="thresholds from this TOML file")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override one threshold (repeatable)",
-    )
+    settings_options(p, "thresholds from this TOML file")
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpudiag.agent.parser import _budget, _positive, _price_options, _rate
+from gpudiag.agent.parser import _budget, _positive, _price_options, _rate, settings_options
 
 
 def _port(text: str) -> int:
@@ -101,13 +101,6 @@ def add_watch_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--rate", type=_rate, default=100, metavar="HZ", help="py-spy rate at most")
     p.add_argument("--window", type=_positive, default=3.0, metavar="SECONDS", help="py-spy window")
-    p.add_argument("--config", metavar="FILE", help="thresholds and rules, as for run")
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="NAME=VALUE",
-        dest="overrides",
-        help="override one threshold (repeatable)",
-    )
+    settings_options(p, "thresholds and rules, as for run")
     _price_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no log lines on stderr")
