@@ -13,15 +13,27 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+FINDINGS = ROOT / "docs" / "findings.md"
 
 
 def test_findings_table_renders_every_row_as_a_table_row():
-    text = README.read_text()
+    text = FINDINGS.read_text()
     ids = re.findall(r"^\| ([A-Z]+\d{3}) \|", text, flags=re.M)
     assert {"DATA001", "CKPT001", "GPU001", "COST001"} <= set(ids)
     html = MarkdownIt("gfm-like").render(text)
     cells = set(re.findall(r"<td>([A-Z]+\d{3})</td>", html))
     assert set(ids) == cells  # none left as raw pipes in a paragraph
+
+
+def test_readme_links_to_docs_that_exist():
+    """The short README points at the reference in docs/: every link resolves, every page is
+    linked."""
+    links = set(re.findall(r"\]\((docs/[^)#]+)", README.read_text()))
+    assert links, "the README links no reference page"
+    for link in links:
+        assert (ROOT / link).is_file(), link
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages <= links, sorted(pages - links)
 
 
 def quick_start_command() -> str:
