@@ -133,8 +133,8 @@ def finish(
         )
     try:
         path, failed = write_report(doc, out), None
-    except OSError as exc:  # disk full, folder gone: no half-written file is left behind
-        path, failed = None, f"cannot write the report to {out}: {exc.strerror or exc}"
+    except UsageError as exc:  # disk full, folder gone: nothing half-written is left behind
+        path, failed = None, str(exc)
     fmt = getattr(args, "format", "text")
     print_summary(doc, fmt)  # the summary still shows what was found
     note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
