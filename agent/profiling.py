@@ -4,7 +4,6 @@ options, a recording beside it, and the report written and summarised at the end
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -23,6 +22,7 @@ from gpudiag.agent.recording import Recorder
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import default_report_name, report_of, write_report
+from gpudiag.agent.safeio import dumps_json
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
 from gpudiag.agent.signals import StopSignals
 from gpudiag.probes.base import ProbeStatus, Target
@@ -91,7 +91,7 @@ def print_summary(doc: dict, fmt: str) -> None:
 
         print(render_html(doc), end="")
     elif fmt == "json":
-        print(json.dumps(doc, indent=2))
+        print(dumps_json(doc, indent=2))  # strict JSON: never a NaN token
     elif fmt == "markdown":
         print(render_markdown(doc))
     else:

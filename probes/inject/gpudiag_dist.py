@@ -24,6 +24,11 @@ import socket
 import threading
 import time
 
+try:
+    from . import gpudiag_channel as _channel
+except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_channel as _channel
+
 CHANNEL_ENV = "GPUDIAG_CHANNEL"
 SEND_S = 0.5
 MAX_STEP_ROWS = 256
@@ -122,6 +127,8 @@ class _Dist:
             f"agent-{os.getpid()}.sock",
         )
         data = json.dumps(self.message(), separators=(",", ":")).encode()
+        if not _channel.private_path(path):
+            return  # someone else's folder: never hand them the job's collectives
         try:
             self.sock.sendto(data, path)
             self.sent += 1

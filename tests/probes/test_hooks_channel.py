@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inject import gpudiag_hooks
+from gpudiag.probes.inject import gpudiag_channel, gpudiag_hooks
 from gpudiag.probes.inprocess import HookProbe
 
 ROOT = Path(__file__).parents[2]
@@ -101,7 +101,7 @@ def test_datagrams_from_another_user_are_refused():
 
 
 def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpudiag_hooks, "_PRIVATE", set())
+    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o777)
