@@ -177,8 +177,9 @@ def parse_toml(data: bytes, where: str) -> dict:
         raise UsageError(f"{where} is not valid TOML: {exc}") from None
     except RecursionError:
         raise UsageError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:
-        raise UsageError(f"{where}: {exc}") from None
+    except ValueError as exc:  # a float out of range, or an integer past Python's digit limit
+        why = "integer too large" if "digits" in str(exc) else str(exc)
+        raise UsageError(f"{where}: {why}") from None
     check_value(value, where)
     return value
 
