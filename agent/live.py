@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+from collections.abc import Callable
 
 from gpudiag.agent.report import report_of, write_report
 from gpudiag.agent.session import Session, SessionResult
@@ -32,9 +33,11 @@ def run_with_tui(
     out: str,
     preopened: dict | None = None,
     headless: bool = False,
+    pass_on: Callable[[int, int], None] | None = None,
 ) -> SessionResult:
     """Show the live diagnosis until `q` (or the job ends and the user quits); SIGTERM or
-    SIGHUP quit the UI the same way, so the report is still written (a second: at once)."""
+    SIGHUP quit the UI the same way, so the report is still written (a second: at once),
+    and are handed to `pass_on` (`run` passes them on to its job, as without the UI)."""
     from gpudiag.tui.app import DiagnosisApp
     from gpudiag.tui.feeds import Feed
 
@@ -61,6 +64,8 @@ def run_with_tui(
     app = DiagnosisApp(feed)
 
     def quit_app(signum: int, count: int) -> None:
+        if pass_on is not None:
+            pass_on(signum, count)
         session.stop()
         if count == 1:  # from the handler: hand the exit to the UI's own event loop
             try:

@@ -9,6 +9,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpudiag.agent.config import Settings
@@ -200,8 +201,8 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
             os.kill(job.popen.pid, signum)
 
     try:
-        if args.tui:
-            return _profile_launched(args, job, settings, tee, server)
+        if args.tui:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
+            return _profile_launched(args, job, settings, tee, server, pass_on=pass_on)
         with StopSignals(pass_on) as stops:
             return _profile_launched(args, job, settings, tee, server, stops)
     finally:
@@ -215,6 +216,7 @@ def _profile_launched(
     tee: StderrTee,
     server: MetricsServer | None = None,
     stops: StopSignals | None = None,
+    pass_on: Callable[[int, int], None] | None = None,
 ) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
@@ -231,12 +233,20 @@ def _profile_launched(
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
     _serve(args, server, session, "run", command, target)
+    passed: list[int] = []  # signals the UI passed on to the job
     try:
         if args.tui:
             from gpudiag.agent.live import run_with_tui
 
             session.log = lambda msg: None  # the UI shows the status
-            result = run_with_tui(session, "run", command, target, out)
+            relay = None
+            if pass_on is not None:
+
+                def relay(signum: int, count: int) -> None:
+                    passed.append(signum)
+                    pass_on(signum, count)
+
+            result = run_with_tui(session, "run", command, target, out, pass_on=relay)
         else:
             result = session.run()
     finally:
@@ -258,7 +268,9 @@ def _profile_launched(
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
-    if code is None and popen.poll() is None and stops is not None:
+    if code is None and passed and popen.poll() is not None:
+        code = popen.returncode  # the job ended on the signal the UI passed on
+    if code is None and popen.poll() is None and (stops is not None or passed):
         # never leave the job orphaned: wait for it, unless the user interrupts again
         print(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
@@ -266,7 +278,12 @@ def _profile_launched(
             file=sys.stderr,
             flush=True,
         )
-        code = popen.wait()
+        if stops is not None:
+            code = popen.wait()
+        else:  # after the UI: its handlers are gone; a new one passes on, a second exits
+            with StopSignals(pass_on) as again:
+                again.count = 1
+                code = popen.wait()
     if code is not None:
         return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
