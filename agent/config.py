@@ -66,6 +66,14 @@ def _price_table(raw: object, where: str) -> dict[str, float]:
     return out
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file(), False where the folder cannot be searched (was an internal error)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def load_settings(
     config: str | None,
     overrides: list[str] | None = None,
@@ -85,7 +93,7 @@ def load_settings(
         section, source = read_section(path, whole_file=True), str(path)
     else:
         pp = (cwd or Path.cwd()) / "pyproject.toml"
-        if pp.is_file():
+        if _is_file(pp):
             try:
                 section = read_section(pp, whole_file=False)
                 source = f"{pp} [tool.gpudiag]" if section else None
