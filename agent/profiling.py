@@ -15,6 +15,7 @@ from pathlib import Path
 from gpudiag.agent.config import Settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.identity import other_user
 from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
@@ -287,26 +288,6 @@ def _profile_launched(
     if code is not None:
         return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
-
-
-def other_user(pid: int) -> str | None:
-    """Why another user's process cannot be read (None when it is ours, or we are root):
-    gpudiag never raises its privileges, so only the OS's ptrace rules decide."""
-    import psutil
-
-    me = os.geteuid()
-    try:
-        uid = psutil.Process(pid).uids().real
-        name = psutil.Process(pid).username()
-    except (psutil.Error, KeyError):
-        return None
-    if me == 0 or uid == me:
-        return None
-    return (
-        f"pid {pid} belongs to user {name!r} and gpudiag runs as uid {me}; the operating "
-        "system does not let one user read another user's process (run gpudiag as that "
-        "user, or as root)"
-    )
 
 
 def _on_hang(
