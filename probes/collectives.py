@@ -31,6 +31,7 @@ class CollectiveState:
     inside_seq: int | None
     inside_s: float | None
     received: float  # monotonic time the agent got it
+    ddp_hook: str | None = None  # how DDP's gradient all-reduce is timed, in words
 
 
 def _num(v: object) -> float | None:
@@ -78,6 +79,9 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
         inside_seq=int(_num(inside.get("seq")) or 0) if inside else None,
         inside_s=_num(inside.get("since_s")) if inside else None,
         received=time.monotonic(),
+        ddp_hook=str((d.get("ddp") or {}).get("hook"))[:120]
+        if isinstance(d.get("ddp"), dict) and (d.get("ddp") or {}).get("hook")
+        else None,
     )
     return out, state
 
