@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
-from gpudiag.analyzers.distributed import RankStats, rank_parts, straggler
+from gpudiag.analyzers.distributed import RANK_PARTS, RankStats, rank_parts, straggler
+from gpudiag.analyzers.loop import location_of
 from gpudiag.analyzers.results import Finding
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Timeline
@@ -230,6 +231,8 @@ class RankSet:
                     steps=int(m["steps"]) if m.get("steps") is not None else None,
                     step_time_s=1.0 / sps if sps else None,
                     collective_share_hooks=share,
+                    locations=_part_locations(an.profile.stacks_by_category),
+                    detail=dict(an.breakdown.shares),
                 )
             )
         return out
@@ -370,6 +373,17 @@ class RankSet:
         }
         if self.on_hang is not None:
             self.on_hang()
+
+
+def _part_locations(by_cat: dict) -> dict[str, str]:
+    """Each rank part's hottest user frame (file:line:function), from the loop's stacks."""
+    out: dict[str, str] = {}
+    for part, cats in RANK_PARTS.items():
+        stacks = sorted((s for c in cats for s in by_cat.get(c, ())), key=lambda s: -s.count)
+        loc = location_of(tuple(stacks))
+        if loc is not None:
+            out[part] = f"{loc.file}:{loc.line}:{loc.function}"
+    return out
 
 
 def primary_of(ranks: list[RankInfo]) -> RankInfo:
