@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from gpudiag.agent import rank_hang
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
+from gpudiag.analyzers.dist_hang import HangRank
 from gpudiag.analyzers.distributed import RANK_PARTS, RankStats, rank_parts, straggler
 from gpudiag.analyzers.loop import location_of
 from gpudiag.analyzers.results import Finding
@@ -20,7 +21,6 @@ from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample, Target
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.ranks import RankInfo, find_ranks, read_environ
-from gpudiag.probes.stack_dump import dump_main_stack
 from gpudiag.probes.stacks import StackProbe
 
 LAUNCHER_RE = re.compile(
@@ -147,6 +147,9 @@ class RankSet:
         self.add_probe: Callable[[RankInfo], None] = lambda info: None
         self._recheck_at = 0.0
         self.root_pid = primary.pid
+        self.recorder: dict = {}  # rank -> RecorderRank, from the flight recorder's dumps
+        self._fr_prefix: str | None = None
+        self._wall_start = time.time()
         for r in ranks:
             self.add(r)
         self.recorder_note = flight_recorder_note(primary.pid)  # read while it runs
@@ -244,6 +247,7 @@ class RankSet:
         if not gpus:
             stats = [replace(s, gpu=None) for s in stats]
         findings, decision = straggler(stats, th)
+        rank_hang.recorder_hang(self, th)
         if self.hang_finding is not None:
             findings = [self.hang_finding] + findings
         ranks = []
@@ -299,80 +303,11 @@ class RankSet:
 
     def hang_ranks(self) -> list[HangRank]:
         """Each rank's progress and collective state as the hooks last told it."""
-        if self.hooks is None:
-            return []
-        lab = self.hooks.labels
-        now = time.monotonic()
-        out = []
-        with lab.lock:
-            for rank, info in sorted(self.ranks.items()):
-                st = lab.states.get(rank)
-                last = lab.last_step.get(rank)
-                inside_s = None
-                if st is not None and st.inside_s is not None:
-                    inside_s = st.inside_s + (now - st.received)
-                out.append(
-                    HangRank(
-                        rank=rank,
-                        pid=info.pid,
-                        host=info.host,
-                        steps=lab.steps.get(rank, 0),
-                        last_step_age_s=None if last is None else now - last,
-                        seq=st.seq if st else None,
-                        inside_op=st.inside_op if st else None,
-                        inside_seq=st.inside_seq if st else None,
-                        inside_s=inside_s,
-                    )
-                )
-        return out
+        return rank_hang.hang_ranks(self)
 
     def check_hang(self, th: Thresholds) -> None:
-        """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
-        call `on_hang` (once per hang; a step on any rank ends it)."""
-        ranks = self.hang_ranks()
-        quiet = is_hung(ranks, th)
-        if quiet is None:
-            if self.hang is not None and self.hang.get("ongoing"):
-                self.hang["ongoing"] = False
-            return
-        if self.hang is not None and self.hang.get("ongoing"):
-            return
-        if time.monotonic() < self._recheck_at:
-            return
-        dumped = []
-        stacks: dict[str, list[str]] = {}
-        errors: dict[str, str] = {}
-        for r in ranks:
-            frames, err = dump_main_stack(r.pid) if r.pid else ((), "no pid")
-            if err:
-                errors[str(r.rank)] = err
-            stacks[str(r.rank)] = list(frames)
-            dumped.append(replace(r, stack=frames))
-        if not any(r.inside_op or stack_collective(r.stack) for r in dumped):
-            # a long evaluation or save looks the same: a hang needs a rank left waiting
-            # in a collective; look again after another dist_hang_s
-            self._recheck_at = time.monotonic() + th.dist_hang_s
-            note = (
-                f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
-                "not reported as a hang (an evaluation or a long save looks the same)"
-            )
-            if note not in self.notes[-1:]:
-                self.notes.append(note)
-            return
-        self.hang_finding = hang_finding(dumped, quiet, th)
-        self.hang = {
-            "ongoing": True,
-            "detected": time.time(),
-            "seconds_without_step": round(quiet, 1),
-            "stacks": stacks,
-            "stack_errors": errors,
-            "collectives": {
-                str(r.rank): {"seq": r.seq, "inside": r.inside_op, "inside_seq": r.inside_seq}
-                for r in ranks
-            },
-        }
-        if self.on_hang is not None:
-            self.on_hang()
+        """When no rank stepped for the hang threshold: DIST002 (agent/rank_hang.py)."""
+        rank_hang.check_hang(self, th)
 
 
 def _part_locations(by_cat: dict) -> dict[str, str]:

@@ -96,6 +96,8 @@ class RankLabels:
         self.states: dict[int, CollectiveState] = {}  # by rank
         self.last_step: dict[int, float] = {}  # rank -> monotonic time of its last step
         self.steps: dict[int, int] = {}
+        self.step_ns: dict[int, int] = {}  # rank -> its last step's time (ns, the job's clock)
+        self.longest: dict[int, float] = {}  # rank -> its longest interval between steps (s)
         self.enabled = False  # label only when the session follows ranks (agent.ranks)
 
     def tag(self, msg: dict, samples: list[Sample]) -> list[Sample]:
@@ -115,7 +117,13 @@ class RankLabels:
                 return samples
             if state is not None:
                 self.states[rank] = state
-            n = sum(1 for s in samples if s.labels.get("kind") == "step")
+            times = sorted(s.t_ns for s in samples if s.labels.get("kind") == "step")
+            n = len(times)
+            for t in times:
+                prev = self.step_ns.get(rank)
+                if prev is not None and t > prev:
+                    self.longest[rank] = max(self.longest.get(rank, 0.0), (t - prev) / 1e9)
+                self.step_ns[rank] = t
             if n:
                 self.steps[rank] = self.steps.get(rank, 0) + n
                 self.last_step[rank] = time.monotonic()
