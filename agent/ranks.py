@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpudiag.agent import rank_hang
+from gpudiag.agent.rank_gpus import gpu_stats, rank_device
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.dist_hang import HangRank
 from gpudiag.analyzers.distributed import RANK_PARTS, RankStats, rank_parts, straggler
@@ -19,6 +20,7 @@ from gpudiag.analyzers.results import Finding
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample, Target
+from gpudiag.probes.gpu import GpuProbe
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.ranks import RankInfo, find_ranks, read_environ
 from gpudiag.probes.stacks import StackProbe
@@ -150,6 +152,9 @@ class RankSet:
         self.recorder: dict = {}  # rank -> RecorderRank, from the flight recorder's dumps
         self._fr_prefix: str | None = None
         self._wall_start = time.time()
+        self.gpu_basis: dict[int, str] = {}  # rank -> how its GPU is known (nvml, env)
+        self.gpu_probe = None  # the session's GpuProbe: which device each rank's pid is on
+        self.main_timeline: Callable[[], Timeline | None] = lambda: None
         for r in ranks:
             self.add(r)
         self.recorder_note = flight_recorder_note(primary.pid)  # read while it runs
@@ -214,7 +219,11 @@ class RankSet:
     def stats(self, th: Thresholds, rules=()) -> list[RankStats]:
         """Each rank's summary from its own timeline."""
         out = []
+        devices = dict(getattr(self.gpu_probe, "pid_devices", {}) or {})
+        main_tl = self.main_timeline()
         for rank, info in sorted(self.ranks.items()):
+            gpu, basis = rank_device(info, devices)
+            self.gpu_basis[rank] = basis
             an = analyze(self.timelines[rank], th, rules)
             m = an.metrics
             sps = m.get("steps_per_second")
@@ -228,7 +237,8 @@ class RankSet:
                     rank=rank,
                     pid=info.pid,
                     host=info.host,
-                    gpu=info.gpu,
+                    gpu=gpu,
+                    gpu_stats=gpu_stats(main_tl, gpu),
                     parts=rank_parts(an.breakdown),
                     samples=an.breakdown.samples,
                     steps=int(m["steps"]) if m.get("steps") is not None else None,
@@ -245,7 +255,7 @@ class RankSet:
         `gpus` (no GPU seen) the ranks' GPUs are left unknown."""
         stats = self.stats(th, rules)
         if not gpus:
-            stats = [replace(s, gpu=None) for s in stats]
+            stats = [replace(s, gpu=None, gpu_stats={}) for s in stats]
         findings, decision = straggler(stats, th)
         rank_hang.recorder_hang(self, th)
         if self.hang_finding is not None:
@@ -254,6 +264,9 @@ class RankSet:
         for s in stats:
             d = self.ranks[s.rank].to_dict()
             d["gpu"] = s.gpu
+            if s.gpu is not None:
+                d["gpu_basis"] = self.gpu_basis.get(s.rank)
+                d["gpu_stats"] = s.gpu_stats
             roll = self.timelines[s.rank].rollup("hooks", "step_time_s", kind="step")
             d["last_step_t"] = roll.last_ns / 1e9 if roll and roll.last_ns else None
             d.update(
@@ -347,6 +360,10 @@ def setup_ranks(session, ranks: list[RankInfo], root_pid: int) -> RankSet:
             )
     rs.add_probe = add_rank_probe_fn(session, opts, n)
     rs.root_pid = root_pid
+    rs.gpu_probe = next((p for p in session.probes if isinstance(p, GpuProbe)), None)
+    if rs.gpu_probe is not None:  # the other ranks are not the primary's children
+        rs.gpu_probe.extra_pids |= {r.pid for r in ranks if r.pid}
+    rs.main_timeline = lambda: session.timeline
     return rs
 
 
@@ -354,6 +371,8 @@ def add_rank_probe_fn(session, opts, n: int) -> Callable[[RankInfo], None]:
     """How the watcher adds a late rank's stack probe to a running session."""
 
     def add(info: RankInfo) -> None:
+        if session.ranks.gpu_probe is not None and info.pid:
+            session.ranks.gpu_probe.extra_pids.add(info.pid)
         if info.pid == session.target.pid:
             return
         probe = session.ranks.stack_probe(

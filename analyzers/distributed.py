@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.dist_gpu import gpu_cause
 from gpudiag.analyzers.results import Breakdown, Evidence, Finding, Location, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -57,6 +58,7 @@ class RankStats:
     location: str | None = None  # its hottest user frame (file:line:function)
     locations: dict[str, str] = field(default_factory=dict)  # part -> its hottest user frame
     detail: dict[str, float] = field(default_factory=dict)  # Breakdown shares (forward, ...)
+    gpu_stats: dict[str, float] = field(default_factory=dict)  # its GPU's means (NVML)
 
 
 def rank_parts(bd: Breakdown) -> dict[str, float]:
@@ -233,6 +235,12 @@ def _dist001(
     cause = CAUSES[own] if extra > 0 else "its own cause is not visible in its stacks"
     if wait is not _wait and parts is None:
         cause = f"not named: fewer than {th.dist_min_rank_samples} stack samples of a rank's loop"
+    no_stacks = wait is not _wait and parts is None
+    by_gpu = (
+        gpu_cause(culprit.gpu, culprit.gpu_stats, th) if own == "compute" or no_stacks else None
+    )
+    if by_gpu is not None:
+        cause, own = by_gpu[0], "compute"
     names = ", ".join(str(v.rank) for v in victims)
     step = culprit.step_time_s
     per_step = f" ({lost * step * 1e3:.0f} ms of every {step * 1e3:.0f} ms step)" if step else ""
@@ -310,6 +318,7 @@ def _dist001(
             ),
             Evidence(f"rank{culprit.rank}_{own}_share", share, "share"),
             Evidence(f"rank{culprit.rank}_collective_share", wait(culprit), "share"),
+            *((by_gpu[1],) if by_gpu else ()),
         ),
         recommendation=Recommendation(f"Make rank {culprit.rank} keep pace", actions),
         expected_speedup=speedup,
