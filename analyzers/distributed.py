@@ -185,16 +185,15 @@ def _straggler_measured(ranks: list[RankStats], th: Thresholds) -> tuple[list[Fi
 
 def _hidden_wait(ranks: list[RankStats], th: Thresholds) -> tuple[RankStats, float] | None:
     """DDP: the victims' wait is inside their backward. A rank that spends a share of its
-    step outside compute (its data, copies, checkpoint) that the others spend in compute
-    instead is the straggler; the others' extra compute share is what they lose."""
+    step outside compute (its data, copies, checkpoint, or its own loop work when the stacks
+    place that in the user's code) that the others spend in compute instead is the straggler;
+    the others' extra compute share is what they lose."""
     best: tuple[RankStats, float] | None = None
     for c in ranks:
         others = [r for r in ranks if r is not c]
         deficit = min(r.parts.get("compute", 0.0) for r in others) - c.parts.get("compute", 0.0)
-        excess = max(
-            c.parts.get(p, 0.0) - max(r.parts.get(p, 0.0) for r in others)
-            for p in ("data", "copies", "checkpoint")
-        )
+        own = ("data", "copies", "checkpoint") + (("other",) if c.locations.get("other") else ())
+        excess = max(c.parts.get(p, 0.0) - max(r.parts.get(p, 0.0) for r in others) for p in own)
         lost = min(deficit, excess)
         if lost >= th.dist_straggler_gap and (best is None or lost > best[1]):
             best = (c, lost)

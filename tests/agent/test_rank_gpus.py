@@ -78,3 +78,13 @@ def test_without_nvml_a_ranks_gpu_comes_from_its_environment():
     info = RankInfo(1, 1, 2, 77, "h", "3", "run:x")  # CUDA_VISIBLE_DEVICES=2,3 LOCAL_RANK=1
     assert rank_device(info, {}) == ("3", "env")
     assert rank_device(info, {77: 0}) == ("0", "nvml")
+
+
+def test_the_tui_rank_rows_show_each_ranks_gpu_and_its_throttling():
+    from gpudiag.tui.widgets import rank_rows
+
+    _, section = two_rank_job(throttled=True).section(Thresholds())
+    rows: list[tuple[str, list[str]]] = []
+    rank_rows(section, lambda label, parts: rows.append((label, parts)))
+    text = " | ".join(" ".join(p) for _, p in rows)
+    assert "GPU 0 util 95%" in text and "GPU 1 util 95% hw_thermal 8" in text, text

@@ -85,3 +85,11 @@ def test_every_rank_waiting_long_is_communication_bound():
     ranks = [rank(0, 0.45, compute=0.5), rank(1, 0.42, compute=0.5)]
     found, decision = straggler(ranks, TH)
     assert [f.id for f in found] == ["DIST003"] and decision["straggler"] is None
+
+
+def test_without_hooks_the_loop_straggler_is_inferred_when_its_work_is_in_user_code():
+    # attach without instrument(): no measured wait; rank 1's own loop work has a user frame
+    ranks = [rank(0, None, steps=0, compute=0.99), rank(1, None, steps=0, compute=0.1)]
+    found, decision = straggler(ranks, TH)
+    assert decision["straggler"] == 1 and "/u/train.py:30:main" in found[0].message
+    assert "inferred" in found[0].message
