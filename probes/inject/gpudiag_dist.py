@@ -250,6 +250,12 @@ def _install_ddp(st: _Dist) -> None:
         name = getattr(hook, "__qualname__", "hook")
         if not name.startswith("_reducer_allreduce"):  # DDP's own mixed-precision hook
             st.ddp["hook"] = f"user: {name[:60]}, timed by wrapping it"
+        box = getattr(self, "_gpudiag_box", None)
+        if box is not None:  # ours is registered (DDP takes one): route to the user's hook
+            self._check_comm_hook(hook)
+            box[0] = (hook, state)
+            self._comm_hooks.append((hook, state))
+            return None
         return orig_register(self, state, timed_hook(st, hook))
 
     def register_builtin(self, comm_hook_type):
@@ -263,7 +269,15 @@ def _install_ddp(st: _Dist) -> None:
             python_reducer = getattr(self, "_use_python_reducer", False)
             if not self._comm_hooks and not getattr(self, "_gpudiag_builtin", False):
                 if not python_reducer:
-                    orig_register(self, None, timed_hook(st, allreduce_hook))
+                    box = [(allreduce_hook, None)]  # a hook registered later replaces it
+
+                    def dispatch(state, bucket, box=box):
+                        hook, hook_state = box[0]
+                        return hook(hook_state, bucket)
+
+                    orig_register(self, None, timed_hook(st, dispatch))
+                    self._gpudiag_box = box
+                    self._comm_hooks.clear()  # the user may still register theirs
                     st.ddp.setdefault("hook", "timing hook around DDP's default all-reduce")
         return orig_pre(self, *inputs, **kwargs)
 

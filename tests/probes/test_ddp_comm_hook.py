@@ -24,9 +24,18 @@ if os.environ.get("USER_HOOK"):
         return allreduce_hook(state, bucket)
     model.register_comm_hook(None, my_hook)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    model(torch.randn(4, 8)).sum().backward()
+calls = []
+for i in range(3):
+    out = model(torch.randn(4, 8))
+    if os.environ.get("LATE_HOOK") and i == 1:  # after the first forward: ours is there
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        def late_hook(state, bucket):
+            calls.append(1)
+            return allreduce_hook(state, bucket)
+        model.register_comm_hook(None, late_hook)
+    out.sum().backward()
     opt.step()
+assert calls == ([1, 1] if os.environ.get("LATE_HOOK") else []), calls
 time.sleep(1.2)  # the sender's turn
 dist.destroy_process_group()
 """
@@ -67,3 +76,9 @@ def test_a_users_own_comm_hook_is_wrapped_and_still_timed():
     assert ops.get("ddp_allreduce") == 3.0, ops
     assert len(steps) == 3
     assert states and "user: " in (states[0].ddp_hook or "") and "my_hook" in states[0].ddp_hook
+
+
+def test_a_hook_registered_after_the_first_forward_replaces_the_default_and_is_timed():
+    ops, steps, states = run_job({"LATE_HOOK": "1"})  # the job asserts its hook ran twice
+    assert ops.get("ddp_allreduce") == 3.0, ops
+    assert "late_hook" in (states[0].ddp_hook or "")
