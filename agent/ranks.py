@@ -230,7 +230,10 @@ class RankSet:
             coll = self.timelines[rank].rollup("hooks", "collective_s", kind="collective_step")
             steps = self.timelines[rank].rollup("hooks", "step_time_s", kind="step")
             share = None
-            if coll is not None and steps is not None and steps.total > 0:
+            both = _paired_share(self.timelines[rank])
+            if both is not None:  # collective time and step length from the same rows
+                share = both
+            elif coll is not None and steps is not None and steps.total > 0:
                 share = min(1.0, coll.total / steps.total)
             out.append(
                 RankStats(
@@ -321,6 +324,16 @@ class RankSet:
     def check_hang(self, th: Thresholds) -> None:
         """When no rank stepped for the hang threshold: DIST002 (agent/rank_hang.py)."""
         rank_hang.check_hang(self, th)
+
+
+def _paired_share(tl: Timeline) -> float | None:
+    """Time in collectives / step length, both from the collective hooks' own rows (a lost
+    datagram loses both together); None for hooks that do not send the step's length."""
+    length = tl.rollup("hooks", "collective_step_s", kind="collective_step")
+    coll = tl.rollup("hooks", "collective_s", kind="collective_step")
+    if length is None or coll is None or length.total <= 0 or length.count != coll.count:
+        return None
+    return min(1.0, coll.total / length.total)
 
 
 def _part_locations(by_cat: dict) -> dict[str, str]:

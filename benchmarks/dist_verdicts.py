@@ -152,6 +152,14 @@ def hang_mode(hang_s: float, tmp: Path) -> str:
     return f"{'named rank1' if named else 'not named'}, {within} dist_hang_s+2 s"
 
 
+def keep(tmp: Path, into: Path, name: str) -> None:
+    """The run's report(s) kept for a look at an odd answer."""
+    into.mkdir(parents=True, exist_ok=True)
+    for f in ("r.json", "a.json", "h.json"):
+        if (tmp / f).exists():
+            (tmp / f).rename(into / f"{name}-{f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=10)
@@ -160,6 +168,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["run", "attach"])
     ap.add_argument("--hang-s", type=float, default=4.0, help="dist_hang_s for the hang runs")
     ap.add_argument("--json", help="write the counts here")
+    ap.add_argument("--keep", help="copy every run's report into this folder")
     args = ap.parse_args()
     counts: dict[str, Counter] = {}
     with tempfile.TemporaryDirectory() as d:
@@ -179,6 +188,8 @@ def main() -> None:
                         got = attach_mode(plant, args.seconds, tmp)
                     counts[key][got] += 1
                     print(f"{key} #{i + 1}: {got}", flush=True)
+                    if args.keep:
+                        keep(tmp, Path(args.keep), f"{plant}-{mode}-{i + 1}")
     print()
     for key, c in counts.items():
         print(f"{key:16} " + ", ".join(f"{n}x {a}" for a, n in c.most_common()))

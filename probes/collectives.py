@@ -14,6 +14,7 @@ FIELDS = (
     Field("collective_s", "s", "gauge", "host time inside torch.distributed collectives in a step"),
     Field("collectives", "count", "gauge", "collectives called in a step"),
     Field("seq", "count", "gauge", "collectives the rank started so far (its sequence number)"),
+    Field("collective_step_s", "s", "gauge", "the step's length, sent with its collective time"),
     Field("calls", "count", "gauge", "calls of one collective so far"),
     Field("collective_time_s", "s", "gauge", "host time inside one collective so far"),
 )
@@ -45,16 +46,16 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
         return [], None
     out: list[Sample] = []
     for row in d.get("steps") or []:
-        if not isinstance(row, list) or len(row) != 4 or any(_num(v) is None for v in row):
+        if not isinstance(row, list) or len(row) not in (4, 5) or any(_num(v) is None for v in row):
             continue
-        out.append(
-            Sample(
-                "hooks",
-                int(float(row[0]) * 1e9),
-                {"kind": "collective_step"},
-                {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])},
-            )
-        )
+        vals = {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])}
+        kind = "collective_step"
+        if len(row) == 5:  # the step's length too; 0 for the first step (start-up, apart)
+            if float(row[4]) > 0:
+                vals["collective_step_s"] = float(row[4])
+            else:
+                kind = "collective_first_step"
+        out.append(Sample("hooks", int(float(row[0]) * 1e9), {"kind": kind}, vals))
     t = int((_num(d.get("t")) or time.time()) * 1e9)
     for op, vals in (d.get("ops") or {}).items():
         if isinstance(vals, list) and len(vals) == 2 and all(_num(v) is not None for v in vals):

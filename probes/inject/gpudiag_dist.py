@@ -62,7 +62,8 @@ class _Dist:
         self.local = threading.local()  # .hook set while a timed DDP hook runs
         self.step_time = 0.0  # seconds inside collectives since the last optimizer step
         self.step_calls = 0
-        self.steps: list[list[float]] = []  # [wall time, collective s, calls, last seq]
+        self.steps: list[list[float]] = []  # [wall time, collective s, calls, last seq, step s]
+        self.last_step = 0.0  # wall time of the last optimizer step
         self.sent = 0
         self.thread: threading.Thread | None = None
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -95,8 +96,12 @@ class _Dist:
 
     def on_step(self) -> None:
         with self.lock:
-            if len(self.steps) < MAX_STEP_ROWS:
-                self.steps.append([time.time(), self.step_time, self.step_calls, self.seq])
+            now = time.time()
+            if len(self.steps) < MAX_STEP_ROWS:  # the step's own length rides along, so a
+                # lost datagram loses a step's collectives and its length together
+                step_s = now - self.last_step if self.last_step else 0.0
+                self.steps.append([now, self.step_time, self.step_calls, self.seq, step_s])
+            self.last_step = now
             self.step_time = 0.0
             self.step_calls = 0
 

@@ -88,3 +88,18 @@ def test_the_tui_rank_rows_show_each_ranks_gpu_and_its_throttling():
     rank_rows(section, lambda label, parts: rows.append((label, parts)))
     text = " | ".join(" ".join(p) for _, p in rows)
     assert "GPU 0 util 95%" in text and "GPU 1 util 95% hw_thermal 8" in text, text
+
+
+def test_the_measured_share_survives_lost_datagrams():
+    # the step events of rank 0 arrive for a third of the steps only (datagrams dropped on a
+    # busy box); its collective rows carry their step's length, so its share stays 60%
+    rs = two_rank_job(throttled=False)
+    tl = Timeline()
+    for i, s in enumerate(hook_samples(0.06)):
+        if s.labels["kind"] == "collective_step":
+            s.values["collective_step_s"] = 0.1
+        if s.labels["kind"] == "collective_step" or i % 6 == 0:
+            tl.extend([s])
+    rs.timelines[0] = tl
+    r0 = next(s for s in rs.stats(Thresholds()) if s.rank == 0)
+    assert abs(r0.collective_share_hooks - 0.6) < 0.01
