@@ -37,6 +37,8 @@ COLLECTIVES = (
     "all_gather",
     "all_gather_into_tensor",
     "all_gather_object",
+    "all_gather_single",  # FSDP's all-gather (torch 2.10+ name)
+    "reduce_scatter_single",  # FSDP's gradient reduce-scatter
     "all_to_all",
     "all_to_all_single",
     "barrier",
