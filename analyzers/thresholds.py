@@ -12,6 +12,8 @@ UNITS: dict[str, str] = {
     "min_free_cores": "cores",
     "max_periods": "count",
     "dist_min_rank_samples": "count",
+    "dist_min_rank_steps": "count",
+    "dist_hang_steps": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -114,6 +116,12 @@ class Thresholds:
     """DIST003: share of every rank's step spent inside collectives (no straggler)."""
     dist_hang_s: float = 60.0
     """DIST002: seconds without a finished step on any rank that make the job hung."""
+    dist_min_rank_steps: int = 10
+    """DIST001/DIST003: steps timed by the collective hooks on every rank before the ranks'
+    measured waits in collectives decide (else the stacks' shares do)."""
+    dist_hang_steps: int = 5
+    """DIST002: the hang threshold is at least this many of the job's longest step so far
+    (a slow step, an evaluation or a save between steps), never below dist_hang_s."""
 
     @classmethod
     def names(cls) -> dict[str, str]:
