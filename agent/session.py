@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gpudiag.agent.budget import Budget, Governor
+from gpudiag.agent.budget import Budget, Governor, loop_window_samples
 from gpudiag.agent.config import Settings
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
+from gpudiag.analyzers.rules import Classifier
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.gpu import GpuProbe
@@ -120,7 +121,13 @@ class Session:
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
                 self.probes,
                 period_s=max(1.0, opts.window_s),
+                verdict_samples=settings.thresholds.min_loop_samples,
+                loop_samples=self._loop_samples,
             )
+
+    def _loop_samples(self) -> float:
+        with self._lock:  # the governor's thread; the timeline is filled meanwhile
+            return loop_window_samples(self.timeline, Classifier(self.settings.rules))
 
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
