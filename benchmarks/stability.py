@@ -109,8 +109,8 @@ def summarize(name: str, looks: list[dict]) -> dict:
     ok = [x for x in looks if "error" not in x]
     tops = [x["top"] for x in ok if x["sure"]]
     modal, modal_n = Counter(tops).most_common(1)[0] if tops else (None, 0)
-    samples = [x["samples"] for x in ok if x["samples"] is not None]
-    cpu = [x["agent_cpu_cores"] for x in ok if x["agent_cpu_cores"] is not None]
+    samples = [x["samples"] for x in ok if x.get("samples") is not None]
+    cpu = [x["agent_cpu_cores"] for x in ok if x.get("agent_cpu_cores") is not None]
     return {
         "n": len(looks),
         "errors": len(looks) - len(ok),
