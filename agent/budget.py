@@ -10,9 +10,10 @@ in the rest over a run of a minute or more.
 
 The budget buys the verdict's samples first: until the stack probe has the loop samples a
 verdict rests on (`verdict_samples`, with a margin for the set-up the analyzers leave out),
-the governor aims at the whole budget (`VERDICT_SHARE`) and does not pay back what was spent
-before (a `run`'s start-up is sampled too); once they are in, it tapers to `target_share` of
-the budget over the whole run, so that the cost of a long look still averages under it.
+the governor aims at the whole budget (`VERDICT_SHARE`); once they are in, it tapers to
+`target_share` of the budget over the run since the loop was found, paying back what the
+verdict's samples overspent, so that the cost of a long look still averages under it. A
+`run`'s start-up, sampled before the loop is found, is not paid back out of the loop.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ class Governor:
     _cost: float | None = None
     _hold_until: float = 0.0
     verdict_at_s: float | None = None  # when the verdict's samples were in (from start)
-    _taper_t0: float | None = None
-    _taper_cpu0: float = 0.0
+    _loop_t0: float | None = None
+    _loop_cpu0: float = 0.0
+    _before: tuple[float, float] = (0.0, 0.0)  # time and CPU at the previous step
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
@@ -205,6 +207,7 @@ class Governor:
             levels = [float(p.level) for p in self._adaptive() if hasattr(p, "level")]
             self.set_level(min(levels, default=self.level))
         cost = max(0.0, (cpu - self._prev_cpu) / dt)
+        self._before = (self._prev_t if self._prev_t is not None else now, self._prev_cpu)
         self._prev_t, self._prev_cpu = now, cpu
         self.periods += 1
         if cost > self.budget.cpu_cores:
@@ -216,23 +219,19 @@ class Governor:
             for p in self.probes:
                 if hasattr(p, "shed_memory"):
                     p.shed_memory()
+        if self._loop_t0 is None and (self.loop_samples is None or self.loop_samples() > 0):
+            # the loop is found: what is spent from here on is paid back (once the verdict
+            # has its samples); a `run`'s start-up before it is not
+            self._loop_t0, self._loop_cpu0 = self._before
         if now < self._hold_until:  # the last change is not in force everywhere yet
             return
         self._cost = cost if self._cost is None else 0.5 * self._cost + 0.5 * cost
         early = self.early()
-        if self.verdict_at_s is not None and self._taper_t0 is None:
-            # the verdict has its samples: from now on the run's cost is paid back to the
-            # goal; what the verdict's samples cost (a `run`'s start-up too) is not
-            self._taper_t0, self._taper_cpu0 = now, cpu
         goal = self.budget.cpu_cores * (VERDICT_SHARE if early else self.target_share)
         # the budget is an average: what was overspent (the first guess, a busy spell, the
         # verdict's samples) is paid back by looking at the whole run's cost as well as the
         # recent one, once the verdict has its samples
-        t0, cpu0 = (
-            (self._taper_t0, self._taper_cpu0)
-            if self._taper_t0 is not None
-            else (self._t0 if self._t0 is not None else now, self._cpu0)
-        )
+        t0, cpu0 = self._loop_t0 if self._loop_t0 is not None else now, self._loop_cpu0
         so_far = (cpu - cpu0) / max(1e-6, now - t0)
         payback = so_far if self.periods > 1 and not early and now - t0 > 0 else 0.0
         ratio = goal / max(self._cost, payback, 1e-6)

@@ -151,7 +151,7 @@ def test_run_and_attach_get_comparable_loop_samples():
     run_loop, _, _ = looked(startup_s=10, loop_s=15, verdict_samples=150)
     attach_loop, _, _ = looked(startup_s=0, loop_s=15, verdict_samples=150)
     assert run_loop >= 0.85 * attach_loop, (run_loop, attach_loop)
-    # before: the start-up's sampling was paid back out of the loop
+    # without the verdict-first phase the start-up's cost is paid back out of the loop
     old_run, _, _ = looked(startup_s=10, loop_s=15, verdict_samples=0)
     assert old_run < 0.85 * attach_loop
 
