@@ -47,6 +47,7 @@ def session_options(args: argparse.Namespace) -> SessionOptions:
         nonblocking=not args.blocking,
         progress=not args.quiet,
         cpu_budget=budget / 100.0 if budget else None,
+        until_sure=bool(getattr(args, "until_sure", False)),
     )
 
 
@@ -265,7 +266,7 @@ def _profile_launched(
         recorder,
         stderr_tail=tee.lines() if failed else None,
     )
-    if result.end_reason == "duration_reached":
+    if result.end_reason in ("duration_reached", "verdict_sure"):
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
