@@ -259,7 +259,7 @@ def table(rows: list[dict]) -> str:
     """The markdown table: verdict per mode and look, predicted vs measured."""
     head = (
         "| script | fix timed | measured (median bare -> fixed steps/s, spread) | truth "
-        "| `run` | `attach` | right | stable |\n|---|---|---|---|---|---|---|---|\n"
+        "| `run` | `attach` | right | stable | load |\n|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
@@ -277,7 +277,8 @@ def table(rows: list[dict]) -> str:
             f"| {r['script']} | `{r['fix']}` | {meas} | {t.get('truth') or 'none'} "
             f"| {_cell(r['run'])} | {_cell(r['attach'])} "
             f"| {rj['right_n']}/{rj['n']} + {aj['right_n']}/{aj['n']} "
-            f"| {'yes' if rj['stable'] and aj['stable'] else 'no'} |"
+            f"| {'yes' if rj['stable'] and aj['stable'] else 'no'} "
+            f"| {r['load_before']:.1f}-{r['load_after']:.1f} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -300,6 +301,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timing-from", help="reuse the timings of an earlier --json")
     ap.add_argument("--reports-dir", help="where the reports go (default: a new temp dir)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--table-from", help="only print the table of an earlier --json")
     a = ap.parse_args(argv)
     names = [n for n in a.scripts.split(",") if n]
     bad = [n for n in names if n not in BY_NAME]
@@ -315,6 +317,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the table; write --json."""
     a = parse(argv)
+    if a.table_from:
+        try:
+            print(table(json.loads(Path(a.table_from).read_text())["rows"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"public_scripts: cannot read --table-from: {e}", file=sys.stderr)
+            return 2
+        return 0
     timings: dict = {}
     if a.timing_from:
         try:

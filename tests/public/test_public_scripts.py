@@ -13,10 +13,12 @@ from benchmarks.public_scripts import (
     SCRIPTS,
     judge,
     look,
+    main,
     order,
     parse,
     rate_of,
     spread,
+    table,
     verdict_of,
 )
 
@@ -75,6 +77,36 @@ def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         parse(argv)
     assert e.value.code == 2 and "public_scripts:" in capsys.readouterr().err
+
+
+def test_table_row_says_predicted_measured_and_right():
+    lk = {"top": "CKPT001", "sure": True, "predicted": 1.5}
+    row = {
+        "script": "lightning_ckpt",
+        "fix": "--ckpt-every 0",
+        "timing": {
+            "bare_steps_s": [2.0, 2.2],
+            "fixed_steps_s": [4.0, 4.4],
+            "bare_spread": 0.1,
+            "fixed_spread": 0.1,
+            "speedup": 2.0,
+            "truth": "CKPT001",
+        },
+        "run": [lk, {"top": None, "sure": False}],
+        "attach": [lk, lk],
+        "run_judged": judge([lk, {"top": None}], "CKPT001"),
+        "attach_judged": judge([lk, lk], "CKPT001"),
+        "load_before": 1.0,
+        "load_after": 2.5,
+    }
+    line = table([row]).splitlines()[-1]
+    assert "x2.00 (2.10 -> 4.20" in line and "CKPT001 x1.50, none (not sure)" in line
+    assert "| 1/2 + 2/2 | no | 1.0-2.5 |" in line
+
+
+def test_unreadable_table_from_exits_2(tmp_path, capsys):
+    assert main(["--table-from", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read --table-from" in capsys.readouterr().err
 
 
 @pytest.mark.slow
