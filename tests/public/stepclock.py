@@ -1,6 +1,7 @@
 """Time-bounded training for the public scripts: each script calls `clock.step()` once per
 optimizer step and stops when it returns True. PUBLIC_SECONDS (default 30) bounds the
-training time; at the end (or on SIGTERM/SIGINT) it prints `steps: N in S s`, the steps after
+training time after the warm-up steps (so a slow start on a busy box still leaves a
+measurement); at the end (or on SIGTERM/SIGINT) it prints `steps: N in S s`, the steps after
 PUBLIC_WARMUP steps (default 3) and the time they took: the harness's throughput."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class StepClock:
         now = time.monotonic()
         if self.n == self.warmup:
             self.t0 = now
-        return now - self.start >= self.seconds
+        return self.t0 is not None and now - self.t0 >= self.seconds
 
     def report(self) -> None:
         """Print the steady-state step count and time once."""
