@@ -123,7 +123,7 @@ def _analyze_view(
 ) -> Analysis:
     stats = [s for s in gpu_stats(view) if s.samples > 0]
     uses_gpu = any(s.job_uses_gpu for s in stats)
-    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu)
+    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min)
     metrics = host_metrics(view)
     # step rows only exist inside the loop: read them over the whole run, so no step at the
     # window's edges is lost

@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields, replace
 # or, when its name ends in `_s`, a duration in seconds.
 UNITS: dict[str, str] = {
     "min_loop_samples": "count",
+    "gil_min_ticks": "count",
+    "gil_min_readings": "count",
     "min_free_cores": "cores",
     "max_periods": "count",
     "dist_min_rank_samples": "count",
@@ -45,6 +47,10 @@ class Thresholds:
     """GIL001: estimated share of loop time spent waiting for the GIL."""
     gil_other_min: float = 0.20
     """GIL001: share of time other threads of the job must hold the GIL."""
+    gil_min_ticks: int = 30
+    """GIL001: py-spy --gil ticks that let GIL001 stand without min_loop_samples stack samples."""
+    gil_min_readings: int = 3
+    """GIL001: schedstat readings of the loop thread (one per 0.2-1 s) beside gil_min_ticks."""
     checkpoint_warn: float = 0.05
     """CKPT001: share of loop time inside synchronous checkpoint saves."""
     checkpoint_error: float = 0.20
