@@ -14,10 +14,11 @@ from gpudiag.analyzers.gpu_stats import gpu_compute, gpu_stats, job_gpu_idle, li
 from gpudiag.analyzers.host_bound import host_findings
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics
-from gpudiag.analyzers.pipeline import data_findings, io_findings
+from gpudiag.analyzers.pipeline import data_findings
 from gpudiag.analyzers.prices import Price
 from gpudiag.analyzers.results import Breakdown, Evidence, Finding, Recommendation
 from gpudiag.analyzers.rules import Classifier, Rule
+from gpudiag.analyzers.storage import io_findings
 from gpudiag.analyzers.sync import sync_findings
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.throughput import sync_sites, throughput_metrics

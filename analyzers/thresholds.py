@@ -34,7 +34,11 @@ class Thresholds:
     data_wait_error: float = 0.40
     """DATA001/DATA002: share that makes it an error."""
     min_free_cores: float = 0.5
-    """DATA001 vs DATA002: idle CPU cores (host average) needed for more workers to help."""
+    """DATA001: idle CPU cores (host average) below which computing loaders are told to get
+    cheaper first (the advice is graded; the id does not change with it)."""
+    loader_wait_min: float = 0.5
+    """DATA001: loaders' off-CPU share of their loading time (schedstat) from which they wait
+    rather than compute, and more workers overlap the waits whatever the idle cores."""
     storage_io_warn: float = 0.10
     """IO001: share of loop time lost to storage reads in the input pipeline."""
     io_dstate_min: float = 0.10
