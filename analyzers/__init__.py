@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.catalogue import category, explains_gpu_idle, severity, spec
 from gpudiag.analyzers.checkpoint import checkpoint_findings
+from gpudiag.analyzers.contention import contention_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.gil import gil_findings
@@ -166,6 +167,7 @@ def _analyze_view(
         view, profile, clf, th, caused("checkpoint"), gpu_compute(stats)
     )
     findings += host_findings(view, profile, clf, shares, cp, metrics, th)
+    findings += contention_findings(view, profile, metrics, th, idle)
     findings += gpu_findings(stats, findings, th, cp, metrics)
     for st in stats:
         metrics[f"gpu{st.index}_busy"] = st.busy

@@ -12,13 +12,18 @@ from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 def loader_on_cpu(profile: LoopProfile, metrics: dict, workers: int) -> float | None:
     """Share of the loaders' loading time spent on a CPU (running or runnable), from schedstat.
 
-    Workers: their CPU (cores) over their number. The loop thread loading with num_workers=0:
+    Workers: their CPU and run-queue wait (cores: a worker waiting for a CPU on a busy box
+    computes, it does not wait on I/O) over their number. The loop thread loading with
+    num_workers=0:
     the CPU it used beyond the rest of the step (which runs on the CPU), over the time it
     spent loading. None when not measured.
     """
     if workers > 0:
         cores = metrics.get("worker_cpu_cores")
-        return None if cores is None else min(1.0, max(0.0, cores / workers))
+        if cores is None:
+            return None
+        cores += metrics.get("worker_runqueue_cores") or 0.0
+        return min(1.0, max(0.0, cores / workers))
     load = profile.share("data_wait")
     if profile.loop_cpu is None or load <= 0:
         return None

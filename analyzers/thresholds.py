@@ -12,6 +12,7 @@ UNITS: dict[str, str] = {
     "gil_min_ticks": "count",
     "gil_min_readings": "count",
     "min_free_cores": "cores",
+    "others_min_cores": "cores",
     "max_periods": "count",
     "dist_min_rank_samples": "count",
 }
@@ -39,6 +40,10 @@ class Thresholds:
     loader_wait_min: float = 0.5
     """DATA001: loaders' off-CPU share of their loading time (schedstat) from which they wait
     rather than compute, and more workers overlap the waits whatever the idle cores."""
+    host_contention_warn: float = 0.15
+    """HOST002: share of wall time the loop thread is runnable but waiting for a CPU."""
+    others_min_cores: float = 0.5
+    """HOST002: CPU cores other processes must use for them to be the cause."""
     storage_io_warn: float = 0.10
     """IO001: share of loop time lost to storage reads in the input pipeline."""
     io_dstate_min: float = 0.10
