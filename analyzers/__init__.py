@@ -222,6 +222,8 @@ def verdict_of(
     """
     top = next((f for f in findings if f.severity in ("error", "warning")), None)
     enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
+    # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
+    enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
     basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps else "")
     if not enough:
         return {
