@@ -195,16 +195,37 @@ def _analyze_view(
         cost,
         phases,
         cp,
-        verdict_of(findings, profile.samples, metrics.get("steps"), th),
+        verdict_of(findings, profile.samples, metrics.get("steps"), th, unjudged(profile, th)),
     )
 
 
+def unjudged(profile, th: Thresholds) -> tuple[str, ...]:
+    """The checks that rest on the loop's stack samples and did not have enough of them."""
+    if profile.samples >= th.min_loop_samples:
+        return ()
+    out = ["checkpoint", "storage", "host-bound"]
+    g = profile.gil
+    if g is None or g.ticks < th.gil_min_ticks or g.readings < th.gil_min_readings:
+        out.append("GIL")
+    return tuple(out)
+
+
 def verdict_of(
-    findings: list[Finding], samples: float, steps: float | None, th: Thresholds
+    findings: list[Finding],
+    samples: float,
+    steps: float | None,
+    th: Thresholds,
+    not_judged: tuple[str, ...] = (),
 ) -> dict:
-    """How sure the top verdict is, from the samples it rests on."""
+    """How sure the top verdict is, from the samples it rests on.
+
+    `not_judged`: checks that lacked their evidence; with none of the others crossing its
+    threshold the verdict names them and is not sure (timed steps judge the data wait only).
+    """
     top = next((f for f in findings if f.severity in ("error", "warning")), None)
     enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
+    # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
+    enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
     basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps else "")
     if not enough:
         return {
@@ -213,6 +234,15 @@ def verdict_of(
             "confidence": round(top.confidence, 3) if top else None,
             "statement": f"not sure yet: {basis}, {th.min_loop_samples} samples needed; "
             "profile longer (--duration)",
+        }
+    if top is None and not_judged:
+        return {
+            "finding": None,
+            "sure": False,
+            "confidence": None,
+            "statement": f"no bottleneck crossed its threshold in the checks that had their "
+            f"evidence ({basis}); not judged: {', '.join(not_judged)} "
+            f"({th.min_loop_samples} loop stack samples needed); profile longer (--duration)",
         }
     if top is None:
         return {
