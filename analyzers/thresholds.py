@@ -10,6 +10,8 @@ from dataclasses import dataclass, fields, replace
 UNITS: dict[str, str] = {
     "min_loop_samples": "count",
     "gil_min_ticks": "count",
+    "host_other_cores_min": "cores",
+    "host_min_loop_samples": "count",
     "gil_min_readings": "count",
     "min_free_cores": "cores",
     "max_periods": "count",
@@ -65,6 +67,12 @@ class Thresholds:
     """HOST001: optimizer share of the loop from which a per-parameter optimizer is the fix."""
     host_user_code_warn: float = 0.30
     """HOST001: share of the loop spent in the job's own Python (not the model, not a library)."""
+    host_runqueue_warn: float = 0.30
+    """HOST002: share of the loop thread's time runnable but waiting for a CPU (schedstat)."""
+    host_min_loop_samples: int = 30
+    """HOST002: loop stack samples that identify the loop thread whose run-queue wait counts."""
+    host_other_cores_min: float = 0.5
+    """HOST002: CPU cores the processes outside the job must use to be named the cause."""
     startup_note: float = 0.30
     """START001: share of the run spent before the first step (run mode) for a note."""
     startup_note_min_s: float = 10.0

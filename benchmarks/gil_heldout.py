@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "tests", "workloads", "gil_mlp.py")
 CONTENTION = ("dict", "log", "pool")
@@ -29,9 +28,10 @@ def look(mode: str, kind: str, n: int, seconds: float, out: str) -> dict:
     if mode == "run":
         subprocess.run(gd + common + ["--", *job], capture_output=True, timeout=300)
     else:
-        p = subprocess.Popen(job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(job, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            time.sleep(6)  # start-up: the loop is running when a user attaches
+            assert p.stdout is not None
+            p.stdout.readline()  # "training": attach once the loop runs, as a user would
             subprocess.run(gd + [str(p.pid)] + common, capture_output=True, timeout=300)
         finally:
             p.kill()
