@@ -6,13 +6,13 @@ from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.catalogue import category, explains_gpu_idle, severity, spec
 from gpudiag.analyzers.checkpoint import checkpoint_findings
-from gpudiag.analyzers.contention import contention_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.gil import gil_findings
 from gpudiag.analyzers.gpu import gpu_findings
 from gpudiag.analyzers.gpu_stats import gpu_compute, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.host_bound import host_findings
+from gpudiag.analyzers.host_contention import host_contention_findings
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics
 from gpudiag.analyzers.pipeline import data_findings
@@ -167,7 +167,7 @@ def _analyze_view(
         view, profile, clf, th, caused("checkpoint"), gpu_compute(stats)
     )
     findings += host_findings(view, profile, clf, shares, cp, metrics, th)
-    findings += contention_findings(view, profile, metrics, th, idle)
+    findings += host_contention_findings(view, profile, th)
     findings += gpu_findings(stats, findings, th, cp, metrics)
     for st in stats:
         metrics[f"gpu{st.index}_busy"] = st.busy

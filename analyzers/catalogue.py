@@ -69,7 +69,7 @@ CATALOGUE: dict[str, Spec] = {
         ),
         Spec(
             "HOST002",
-            "Other processes take the CPU the job's threads wait for",
+            "Other processes on the box take the CPU the job's threads need",
             "host",
             True,
         ),

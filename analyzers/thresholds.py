@@ -10,9 +10,10 @@ from dataclasses import dataclass, fields, replace
 UNITS: dict[str, str] = {
     "min_loop_samples": "count",
     "gil_min_ticks": "count",
+    "host_other_cores_min": "cores",
+    "host_min_loop_samples": "count",
     "gil_min_readings": "count",
     "min_free_cores": "cores",
-    "others_min_cores": "cores",
     "max_periods": "count",
     "dist_min_rank_samples": "count",
     "dist_min_rank_steps": "count",
@@ -42,10 +43,6 @@ class Thresholds:
     loader_wait_min: float = 0.5
     """DATA001: loaders' off-CPU share of their loading time (schedstat) from which they wait
     rather than compute, and more workers overlap the waits whatever the idle cores."""
-    host_contention_warn: float = 0.15
-    """HOST002: share of wall time the loop thread is runnable but waiting for a CPU."""
-    others_min_cores: float = 0.5
-    """HOST002: CPU cores other processes must use for them to be the cause."""
     storage_io_warn: float = 0.10
     """IO001: share of loop time lost to storage reads in the input pipeline."""
     io_dstate_min: float = 0.10
@@ -72,6 +69,12 @@ class Thresholds:
     """HOST001: optimizer share of the loop from which a per-parameter optimizer is the fix."""
     host_user_code_warn: float = 0.30
     """HOST001: share of the loop spent in the job's own Python (not the model, not a library)."""
+    host_runqueue_warn: float = 0.30
+    """HOST002: share of the loop thread's time runnable but waiting for a CPU (schedstat)."""
+    host_min_loop_samples: int = 30
+    """HOST002: loop stack samples that identify the loop thread whose run-queue wait counts."""
+    host_other_cores_min: float = 0.5
+    """HOST002: CPU cores the processes outside the job must use to be named the cause."""
     startup_note: float = 0.30
     """START001: share of the run spent before the first step (run mode) for a note."""
     startup_note_min_s: float = 10.0

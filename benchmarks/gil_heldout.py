@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 WORKLOAD = os.path.join(os.path.dirname(__file__), "..", "tests", "workloads", "gil_mlp.py")
 CONTENTION = ("dict", "log", "pool")
@@ -29,9 +28,10 @@ def look(mode: str, kind: str, n: int, seconds: float, out: str) -> dict:
     if mode == "run":
         subprocess.run(gd + common + ["--", *job], capture_output=True, timeout=300)
     else:
-        p = subprocess.Popen(job, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(job, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
-            time.sleep(6)  # start-up: the loop is running when a user attaches
+            assert p.stdout is not None
+            p.stdout.readline()  # "training": attach once the loop runs, as a user would
             subprocess.run(gd + [str(p.pid)] + common, capture_output=True, timeout=300)
         finally:
             p.kill()
@@ -66,7 +66,8 @@ def main() -> None:
                     )
                     right += ok
                     sure = rep.get("verdict", {}).get("sure")
-                    tops.append(f"{top}{'' if sure else '?'}")
+                    others = "+".join(f["id"] for f in fs[1:3])
+                    tops.append(f"{top}{'' if sure else '?'}" + (f"(+{others})" if others else ""))
                 print(
                     f"{kind}:{n} {mode:6} {right}/{a.n} right  tops: {' '.join(map(str, tops))}",
                     flush=True,

@@ -95,6 +95,7 @@ def main() -> None:
             threading.Thread(
                 target=targets[args.kind], args=(stop,), name=f"{args.kind}-{i}", daemon=True
             ).start()
+    print("training", flush=True)  # the loop runs: a user would attach now
     t0 = time.time()
     steps = 0
     while time.time() - t0 < args.seconds:
