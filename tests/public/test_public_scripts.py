@@ -11,6 +11,7 @@ import pytest
 from benchmarks.public_scripts import (
     BY_NAME,
     SCRIPTS,
+    decided,
     judge,
     look,
     main,
@@ -70,6 +71,13 @@ def test_verdict_and_judge():
     j = judge([v, none], None)
     assert not j["right"] and not j["stable"] and j["right_n"] == 1
     assert not judge([{"error": "x"}, none], None)["right"]  # a failed look is not right
+    assert judge([v, v], "CKPT001", known=False)["right"] is None  # noisy timing: no truth
+
+
+def test_noisy_rounds_decide_nothing():
+    assert decided([1.0, 1.1, 1.05], [2.0, 2.1])
+    assert not decided([0.14, 0.89, 0.3], [2.49, 0.38])  # load 9 on 2 cores, measured
+    assert not decided([], [1.0])
 
 
 @pytest.mark.parametrize("argv", [["--scripts", "nope"], ["--looks", "0"], ["--time-s", "-1"]])
@@ -90,6 +98,7 @@ def test_table_row_says_predicted_measured_and_right():
             "bare_spread": 0.1,
             "fixed_spread": 0.1,
             "speedup": 2.0,
+            "decided": True,
             "truth": "CKPT001",
         },
         "run": [lk, {"top": None, "sure": False}],
