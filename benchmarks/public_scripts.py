@@ -291,10 +291,13 @@ def table(rows: list[dict]) -> str:
         else:
             meas = t.get("error", "?")
         rj, aj = r["run_judged"], r["attach_judged"]
+        right = f"{rj['right_n']}/{rj['n']} + {aj['right_n']}/{aj['n']}"
+        if not t.get("decided", False):
+            right = "no truth"
         lines.append(
             f"| {r['script']} | `{r['fix']}` | {meas} | {truth_cell(t)} "
             f"| {_cell(r['run'])} | {_cell(r['attach'])} "
-            f"| {rj['right_n']}/{rj['n']} + {aj['right_n']}/{aj['n']} "
+            f"| {right} "
             f"| {'yes' if rj['stable'] and aj['stable'] else 'no'} "
             f"| {r['load_before']:.1f}-{r['load_after']:.1f} |"
         )
