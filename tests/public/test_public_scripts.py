@@ -20,6 +20,7 @@ from benchmarks.public_scripts import (
     rate_of,
     spread,
     table,
+    time_fix,
     verdict_of,
 )
 
@@ -72,6 +73,16 @@ def test_verdict_and_judge():
     assert not j["right"] and not j["stable"] and j["right_n"] == 1
     assert not judge([{"error": "x"}, none], None)["right"]  # a failed look is not right
     assert judge([v, v], "CKPT001", known=False)["right"] is None  # noisy timing: no truth
+
+
+def test_a_round_that_times_out_is_lost_not_fatal(monkeypatch):
+    import subprocess
+
+    def hang(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(subprocess, "run", hang)
+    assert time_fix(BY_NAME["mnist"], 1, 1.0)["error"] == "the job printed no step count"
 
 
 def test_noisy_rounds_decide_nothing():
