@@ -24,7 +24,10 @@ from benchmarks.public_scripts import (
     verdict_of,
 )
 
-# measured by benchmarks/public_scripts.py (docs/public-scripts.md)
+# Measured by hand on a quiet box (load 0.1-1.6), one bare/fixed pair of 8-15 s each
+# (docs/public-scripts.md): lightning x1.74 without step checkpoints; hf_trainer x1.6-1.9 with
+# 2 workers; the others x0.93-1.06. The benchmark's interleaved rounds at load 3-24 decided
+# nothing (spread 35-923%): re-measure on a quieter box before trusting these as fixtures.
 TRUTH = {
     "mnist": None,
     "dcgan": None,
