@@ -113,6 +113,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "checkpoint",
+        function=r"(^|\.)(_?save_checkpoint|_atomic_save)$",
+        description="a checkpoint save callback (Lightning, Hugging Face Trainer) and the "
+        "file write after serialisation (Lightning's _atomic_save: torch.save into memory, "
+        "then the write through fsspec)",
+    ),
+    Rule(
+        "checkpoint",
         function=r"safetensors\..*\.save(_file|_model)?$",
         description="safetensors saving",
     ),

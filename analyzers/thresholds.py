@@ -9,6 +9,10 @@ from dataclasses import dataclass, fields, replace
 # or, when its name ends in `_s`, a duration in seconds.
 UNITS: dict[str, str] = {
     "min_loop_samples": "count",
+    "gil_min_ticks": "count",
+    "host_other_cores_min": "cores",
+    "host_min_loop_samples": "count",
+    "gil_min_readings": "count",
     "min_free_cores": "cores",
     "max_periods": "count",
     "dist_min_rank_samples": "count",
@@ -32,7 +36,11 @@ class Thresholds:
     data_wait_error: float = 0.40
     """DATA001/DATA002: share that makes it an error."""
     min_free_cores: float = 0.5
-    """DATA001 vs DATA002: idle CPU cores (host average) needed for more workers to help."""
+    """DATA001: idle CPU cores (host average) below which computing loaders are told to get
+    cheaper first (the advice is graded; the id does not change with it)."""
+    loader_wait_min: float = 0.5
+    """DATA001: loaders' off-CPU share of their loading time (schedstat) from which they wait
+    rather than compute, and more workers overlap the waits whatever the idle cores."""
     storage_io_warn: float = 0.10
     """IO001: share of loop time lost to storage reads in the input pipeline."""
     io_dstate_min: float = 0.10
@@ -45,6 +53,10 @@ class Thresholds:
     """GIL001: estimated share of loop time spent waiting for the GIL."""
     gil_other_min: float = 0.20
     """GIL001: share of time other threads of the job must hold the GIL."""
+    gil_min_ticks: int = 30
+    """GIL001: py-spy --gil ticks that let GIL001 stand without min_loop_samples stack samples."""
+    gil_min_readings: int = 3
+    """GIL001: schedstat readings of the loop thread (one per 0.2-1 s) beside gil_min_ticks."""
     checkpoint_warn: float = 0.05
     """CKPT001: share of loop time inside synchronous checkpoint saves."""
     checkpoint_error: float = 0.20
@@ -55,6 +67,12 @@ class Thresholds:
     """HOST001: optimizer share of the loop from which a per-parameter optimizer is the fix."""
     host_user_code_warn: float = 0.30
     """HOST001: share of the loop spent in the job's own Python (not the model, not a library)."""
+    host_runqueue_warn: float = 0.30
+    """HOST002: share of the loop thread's time runnable but waiting for a CPU (schedstat)."""
+    host_min_loop_samples: int = 30
+    """HOST002: loop stack samples that identify the loop thread whose run-queue wait counts."""
+    host_other_cores_min: float = 0.5
+    """HOST002: CPU cores the processes outside the job must use to be named the cause."""
     startup_note: float = 0.30
     """START001: share of the run spent before the first step (run mode) for a note."""
     startup_note_min_s: float = 10.0

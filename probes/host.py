@@ -62,10 +62,20 @@ class HostProbe(Probe):
         Field("mem_total_bytes", "bytes", "gauge", "physical memory"),
         Field("swap_in_bytes_per_s", "bytes/s", "gauge", "swap-in rate"),
         Field("swap_out_bytes_per_s", "bytes/s", "gauge", "swap-out rate"),
+        Field(
+            "other_cpu_cores",
+            "cores",
+            "gauge",
+            "CPU of processes outside the job and gpudiag (scope others: all of them; "
+            "scope other, labels pid and comm: the top ones)",
+        ),
     )
 
-    def __init__(self, interval_s: float = 1.0) -> None:
+    def __init__(self, interval_s: float = 1.0, others_interval_s: float = 5.0) -> None:
         self.interval_s = interval_s
+        self.others_interval_s = others_interval_s
+        self._target_pid: int | None = None
+        self._prev_others: tuple[int, dict[int, tuple[str, float]]] | None = None
         self._prev_cpu: list | None = None
         self._prev_psi: dict[tuple[str, str], tuple[int, int]] = {}
         self._prev_swap: tuple[int, int, int] | None = None
@@ -81,6 +91,8 @@ class HostProbe(Probe):
         if cg is not None and (cg / "io.pressure").exists():
             self._psi_sources["cgroup"] = cg
         self._prev_cpu = psutil.cpu_times(percpu=True)
+        self._target_pid = target.pid
+        self._others(now_ns())  # the first scan: CPU is counted from here
         self._read_psi(now_ns())
         swap = psutil.swap_memory()
         self._prev_swap = (now_ns(), swap.sin, swap.sout)
@@ -157,7 +169,56 @@ class HostProbe(Probe):
             else:
                 samples.append(Sample(self.name, t, {"scope": scope}, dict(vals)))
         samples.append(Sample(self.name, t, {}, values))
+        samples += self._others(t)
         return samples
+
+    def _others(self, t: int, top: int = 5) -> list[Sample]:
+        """CPU of the processes outside the job (and outside gpudiag) since the last scan:
+        all of them, and the top ones by pid and name (HOST002 names them)."""
+        if self._prev_others is not None and (t - self._prev_others[0]) / 1e9 < (
+            self.others_interval_s * 0.95
+        ):
+            return []
+        mine = {os.getpid()}
+        for root in (self._target_pid, os.getpid()):
+            try:
+                p = psutil.Process(root) if root else None
+                if p is not None:
+                    mine.add(p.pid)
+                    mine.update(k.pid for k in p.children(recursive=True))
+            except psutil.Error:
+                pass
+        cur: dict[int, tuple[str, float]] = {}
+        for p in psutil.process_iter(["pid", "name", "cpu_times"]):
+            info = p.info
+            ct = info.get("cpu_times")
+            if info["pid"] in mine or ct is None:
+                continue
+            cur[info["pid"]] = (info.get("name") or "?", ct.user + ct.system)
+        prev, self._prev_others = self._prev_others, (t, cur)
+        if prev is None or t <= prev[0]:
+            return []
+        dt = (t - prev[0]) / 1e9
+        used = [
+            (pid, name, max(0.0, (cpu - prev[1][pid][1]) / dt))
+            for pid, (name, cpu) in cur.items()
+            if pid in prev[1]
+        ]
+        used.sort(key=lambda u: -u[2])
+        out = [
+            Sample(self.name, t, {"scope": "others"}, {"other_cpu_cores": sum(u[2] for u in used)})
+        ]
+        for pid, name, cores in used[:top]:
+            if cores >= 0.05:
+                out.append(
+                    Sample(
+                        self.name,
+                        t,
+                        {"scope": "other", "pid": str(pid), "comm": name},
+                        {"other_cpu_cores": cores},
+                    )
+                )
+        return out
 
     def close(self) -> None:
         """Nothing to release."""

@@ -57,12 +57,27 @@ def is_library_frame(frame: str) -> bool:
     return bool(_LIB_RE.search(path))
 
 
+# the outermost frame of a checkpoint save: a save callback (Lightning, Hugging Face Trainer),
+# Lightning's _atomic_save (torch.save into memory, then the fsspec file write), torch.save
+SAVE_FRAME_RE = re.compile(
+    r"^(\w+\.)*(_?save_checkpoint|_atomic_save) \(|^save \(.*torch/serialization\.py:"
+)
+
+
 def episode_anchor(frames: tuple[str, ...]) -> str | None:
     """The user-code call into a library that a stack is inside, without the library's line.
 
     Consecutive samples with the same anchor are one episode of that call (one torch.save,
     one fetch of a batch): counting episodes tells how often a call runs and how long each takes.
     """
+    for i, frame in enumerate(frames):
+        # a checkpoint save anchors its own episode even deep inside a library (Lightning's
+        # Trainer.fit): one save, serialisation and the file write after it, is one episode
+        if i > 0 and SAVE_FRAME_RE.match(frame):
+            lpar = frame.rfind(" (")
+            colon = frame.rfind(":")
+            entry = frame[:colon] + ")" if lpar >= 0 and colon > lpar else frame
+            return ";".join(frames[:i] + (entry,))
     for i, frame in enumerate(frames):
         if i > 0 and is_library_frame(frame) and not is_library_frame(frames[i - 1]):
             lpar = frame.rfind(" (")

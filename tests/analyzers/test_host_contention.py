@@ -1,0 +1,55 @@
+"""HOST002: other processes take the CPU the job's loop thread needs (direct signals only)."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.catalogue import spec
+from tests.analyzers.scenario import Scenario
+
+HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03, "other": 0.02}
+
+
+def scenario(runqueue: float, others: float, loop_cpu: float = 0.6) -> Scenario:
+    sc = Scenario(cpu_count=2)
+    for _ in range(5):
+        sc.window(HEALTHY)
+    sc.host(0.99)
+    for i, t in enumerate(sc._times(10, 200_000_000)):
+        sc._add_at(
+            t,
+            "process",
+            {"scope": "thread", "tid": "100", "comm": "python"},
+            {"cpu": loop_cpu, "runqueue_wait": runqueue, "running": 1.0, "d_state": 0.0},
+        )
+        if i % 2 == 0:
+            sc._add_at(t, "host", {"scope": "others"}, {"other_cpu_cores": others})
+            sc._add_at(
+                t,
+                "host",
+                {"scope": "other", "pid": "4242", "comm": "burner"},
+                {"other_cpu_cores": others * 0.9},
+            )
+    return sc
+
+
+def test_other_processes_taking_the_cpu_is_host002_naming_them():
+    a = analyze(scenario(runqueue=0.4, others=1.0).tl)
+    f = next(f for f in a.findings if f.id == "HOST002")
+    assert f.severity in ("warning", "error")
+    assert "pid 4242 'burner' 0.9 cores" in f.message
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["loop_thread_runqueue_wait"].setting == "host_runqueue_warn"
+    assert ev["other_processes_cpu_cores"].setting == "host_other_cores_min"
+    assert spec("HOST002").category == "host"
+
+
+def test_a_busy_box_without_the_loop_waiting_for_a_cpu_is_not_host002():
+    """Others use the CPU but the loop thread gets a core when it needs one."""
+    a = analyze(scenario(runqueue=0.05, others=1.5).tl)
+    assert "HOST002" not in [f.id for f in a.findings]
+
+
+def test_the_loop_waiting_on_its_own_threads_is_not_host002():
+    """Run-queue wait with nothing else on the box: the job competes with itself."""
+    a = analyze(scenario(runqueue=0.4, others=0.1).tl)
+    assert "HOST002" not in [f.id for f in a.findings]
