@@ -66,7 +66,8 @@ def main() -> None:
                     )
                     right += ok
                     sure = rep.get("verdict", {}).get("sure")
-                    tops.append(f"{top}{'' if sure else '?'}")
+                    others = "+".join(f["id"] for f in fs[1:3])
+                    tops.append(f"{top}{'' if sure else '?'}" + (f"(+{others})" if others else ""))
                 print(
                     f"{kind}:{n} {mode:6} {right}/{a.n} right  tops: {' '.join(map(str, tops))}",
                     flush=True,
