@@ -10,10 +10,11 @@ in the rest over a run of a minute or more.
 
 The budget buys the verdict's samples first: until the stack probe has the loop samples a
 verdict rests on (`verdict_samples`, with a margin for the set-up the analyzers leave out),
-the governor aims at the whole budget (`VERDICT_SHARE`); once they are in, it tapers to
-`target_share` of the budget over the run since the loop was found, paying back what the
-verdict's samples overspent, so that the cost of a long look still averages under it. A
-`run`'s start-up, sampled before the loop is found, is not paid back out of the loop.
+the governor aims at most of the budget (`VERDICT_SHARE`, for `VERDICT_MAX_S` at most); once
+they are in, it tapers to `target_share` of the budget over the run since the loop was
+found, paying back what the verdict's samples overspent, so that the cost of a long look
+still averages under it. A `run`'s start-up, sampled before the loop is found, is not paid
+back out of the loop.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from gpudiag.analyzers.window import find_loop_window
 
 MIN_LEVEL = 0.05
 SPY_SHARE = 0.7  # the part of the CPU goal the first guess gives py-spy
-VERDICT_SHARE = 1.0  # the part of the CPU budget aimed at until the verdict has its samples
+VERDICT_SHARE = 0.85  # the part of the CPU budget aimed at until the verdict has its samples
+VERDICT_MAX_S = 30.0  # and for this long at most after the loop is found (bounds the overspend)
 VERDICT_MARGIN = 1.2  # loop samples wanted per sample a verdict needs (a margin for the ones
 # the analyzers drop: warm-up steps, the edges of the loop window)
 
@@ -132,15 +134,13 @@ class Governor:
         """True while the verdict still lacks its loop samples (the budget buys those first)."""
         if self.verdict_samples <= 0 or self.loop_samples is None or self.verdict_at_s is not None:
             return False
-        if self.loop_samples() >= self.verdict_samples * VERDICT_MARGIN:
-            t0 = self._t0 if self._t0 is not None else self.clock()
-            self.verdict_at_s = round(self.clock() - t0, 1)
+        now = self.clock()
+        late = self._loop_t0 is not None and now - self._loop_t0 > VERDICT_MAX_S
+        if late or self.loop_samples() >= self.verdict_samples * VERDICT_MARGIN:
+            t0 = self._t0 if self._t0 is not None else now
+            self.verdict_at_s = round(now - t0, 1)
             return False
         return True
-
-    def _share(self) -> float:
-        early = self.verdict_samples > 0 and self.loop_samples is not None
-        return VERDICT_SHARE if early else self.target_share
 
     def _adaptive(self) -> list[Any]:
         return [p for p in self.probes if hasattr(p, "set_level")]
@@ -149,7 +149,9 @@ class Governor:
         # py-spy's share of the goal, for the stack probe's first guess when it opens
         for p in self.probes:
             if hasattr(p, "cpu_goal"):
-                p.cpu_goal = self.budget.cpu_cores * self._share() * SPY_SHARE
+                # a first guess from a thread count: kept at the long-run goal even while the
+                # verdict's samples are bought (it misjudges a busy box; measurements raise it)
+                p.cpu_goal = self.budget.cpu_cores * self.target_share * SPY_SHARE
 
     # ---- control ------------------------------------------------------------------------
     def start(self) -> None:

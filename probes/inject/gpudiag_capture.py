@@ -132,6 +132,7 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         k: _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v]) for k, v in host.items()
     }
     idle_by = {k: 0.0 for k in (*host, "python", "profiler")}
+    over = 0.0
     rows = []
     for i, s in enumerate(steps):
         a, b = s["ts"], s["ts"] + s.get("dur", 0.0)
@@ -147,6 +148,7 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         # the step as the hooks time it, less its marked range: switching the profiler on
         # (first step) and the marks themselves
         idle_by["profiler"] += max(0.0, dur * 1e6 - (b - a))
+        over += max(0.0, (b - a) - dur * 1e6)  # the marked range outlasting the step
         rows.append(
             {
                 "start_s": round((a - t0) / 1e6, 6),
@@ -205,6 +207,9 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         # the idle gaps by what the loop thread was in: DataLoader, a sync, a kernel launch,
         # or none of those (Python, the job's own code)
         "idle_by_host_s": {k: round(v / 1e6, 6) for k, v in idle_by.items()},
+        # how much longer the profiler's marked steps ran than the hooks timed them (a busy
+        # box delays the marks): by that much the idle split can exceed the steps' idle_s
+        "marks_over_steps_s": round(over / 1e6, 6),
         "events": [
             {
                 "name": _short(e["name"]),

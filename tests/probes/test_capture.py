@@ -62,7 +62,11 @@ def test_n_steps_are_captured_and_sent_once(captured):
     assert 0 < len(cap["events"]) <= 500 and cap["cost_s"] > 0
     idle = cap["idle_by_host_s"]  # the job sleeps 4 ms in one step in 7, outside any op
     assert idle["python"] > 0 and idle["sync"] == idle["launch"] == 0.0
-    assert sum(idle.values()) == pytest.approx(sum(s["idle_s"] for s in cap["steps"]), abs=1e-3)
+    # equal up to what the run measured: the marked steps outlasting the hooks' step times, and
+    # the rounding of each value to the microsecond
+    slack = cap["marks_over_steps_s"] + 1e-6 * (len(idle) + len(cap["steps"]))
+    assert 0 <= cap["marks_over_steps_s"]
+    assert sum(idle.values()) == pytest.approx(sum(s["idle_s"] for s in cap["steps"]), abs=slack)
     for s in cap["steps"]:
         assert 0 <= s["busy_s"] <= s["dur_s"] and s["idle_s"] == pytest.approx(
             s["dur_s"] - s["busy_s"], abs=1e-5
