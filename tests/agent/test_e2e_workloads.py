@@ -42,17 +42,29 @@ def _in(mode_normal: set[str]) -> list:
 
 
 def loader_finding(doc: dict) -> str:
-    """DATA001 when the box had an idle core for a worker, else DATA002 (num_workers=0 on a
-    saturated CPU: a worker would only compete for the cores). On a shared 2-core test machine
-    either can be right; the report's own evidence says which."""
-    free = doc["metrics"].get("host_free_cores")
-    return "DATA001" if free is None or free >= 0.5 else "DATA002"
+    """The loader-bound cause is DATA001 whatever the box's idle cores (one cause, one id: the
+    idle-cores reading grades its advice, it never changes the id). The report's evidence
+    carries the reading the advice rests on."""
+    top = next(f for f in doc["findings"] if f["id"] == "DATA001")
+    assert any(e["metric"] == "host_free_cores" for e in top["evidence"]), top
+    return "DATA001"
+
+
+def serious_ids(doc: dict) -> list[str]:
+    """Warnings and errors in rank order, less HOST002: the tests run beside a process burning
+    a core, and the job waiting for a CPU behind it is a true finding of that box (its
+    evidence names the process), not of the planted workload."""
+    return [
+        f["id"]
+        for f in doc["findings"]
+        if f["severity"] in ("warning", "error") and f["id"] != "HOST002"
+    ]
 
 
 def check(doc: dict, expected: str | None) -> None:
     if expected == "DATA001":
         expected = loader_finding(doc)
-    serious = [f["id"] for f in doc["findings"] if f["severity"] in ("warning", "error")]
+    serious = serious_ids(doc)
     why = json.dumps(
         {
             "findings": [(f["id"], f["impact"]) for f in doc["findings"]],
