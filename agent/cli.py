@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "schema":
             print(schema_text(), end="")
             return EXIT_OK
+        if args.command == "try":
+            from gpudiag.agent.parser_try import cmd_try
+
+            return cmd_try(args)
         if args.command == "demo":
             from gpudiag.agent.demo import cmd_demo
 

@@ -196,6 +196,7 @@ def _budget(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from gpudiag.agent.parser_fleet import add_watch_parser, metrics_options
+    from gpudiag.agent.parser_try import add_try_parser
 
     parser = _Parser(
         prog="gpudiag",
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     metrics_options(p)
 
     add_watch_parser(sub)
+    add_try_parser(sub)
 
     p = sub.add_parser(
         "report",

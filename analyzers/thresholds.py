@@ -114,6 +114,8 @@ class Thresholds:
     """DIST003: share of every rank's step spent inside collectives (no straggler)."""
     dist_hang_s: float = 60.0
     """DIST002: seconds without a finished step on any rank that make the job hung."""
+    trial_tolerance: float = 0.15
+    """try: a prediction held when it lies in the measured 95% interval widened by this share."""
 
     @classmethod
     def names(cls) -> dict[str, str]:
