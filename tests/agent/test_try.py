@@ -1,0 +1,208 @@
+"""gpudiag try: the verdict, the in-process fixes (CPU, GPU-only ones with their flags), the
+command line, and small jobs end to end (a fix applied, a crash under a fix as a result)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpudiag.agent.parser_try import parse_fix
+from gpudiag.agent.trial import change_line, check_fix, rate_after
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.trials import judge
+from gpudiag.probes.inprocess import INJECT_DIR
+from tests.conftest import gpudiag
+
+TH = Thresholds()
+
+
+def test_judge_held_missed_slower_failed():
+    base, fast = [2.0, 2.1, 1.9], [4.0, 4.2, 3.9]
+    assert judge(base, fast, 2.0, TH).verdict == "held"
+    assert judge(base, fast, 6.0, TH).verdict == "missed"
+    assert judge(base, [1.0, 1.1, 0.9], 2.0, TH).verdict == "slower"
+    assert judge([], fast, 2.0, TH).verdict == "failed"
+    res = judge(base, fast, 2.0, TH)
+    assert res.interval[0] <= res.measured <= res.interval[1]
+    assert "trial_tolerance" in res.reason
+
+
+def test_rate_after_uses_only_the_window():
+    times = [0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 10.0]
+    rate, n = rate_after(times, 1.0, 3.0)
+    assert n == 4 and rate == pytest.approx(1.0)
+
+
+def test_parse_fix_and_numerics_opt_in():
+    fix = parse_fix("dataloader:num_workers=6,persistent_workers=true")
+    assert fix == {"kind": "dataloader", "values": {"num_workers": 6, "persistent_workers": True}}
+    assert check_fix(fix, False) is None
+    assert "allow-numerics" in check_fix({"kind": "tf32", "values": {}}, False)
+    assert check_fix({"kind": "tf32", "values": {}}, True) is None
+    assert "unknown" in check_fix({"kind": "magic", "values": {}}, True)
+
+
+def test_change_line_names_the_finding_location():
+    fix = {"kind": "dataloader", "values": {"num_workers": 6, "persistent_workers": True}}
+    assert change_line(fix, "train.py:42:main") == (
+        "train.py:42: DataLoader(..., num_workers=6, persistent_workers=True)"
+    )
+
+
+def _in_job(fix: dict, body: str, tmp_path) -> subprocess.CompletedProcess:
+    """Run `body` in a fresh interpreter with the fix installed as the hooks would."""
+    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
+    env = dict(os.environ, GPUDIAG_FIX=json.dumps(fix), PYTHONPATH=INJECT_DIR)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+
+
+def test_dataloader_fix_sets_the_values(tmp_path):
+    fix = {
+        "kind": "dataloader",
+        "values": {
+            "num_workers": 2,
+            "persistent_workers": True,
+            "prefetch_factor": 4,
+            "pin_memory": False,
+        },
+    }
+    out = _in_job(
+        fix,
+        """
+        from torch.utils.data import DataLoader
+        dl = DataLoader(list(range(8)), batch_size=2, num_workers=0)
+        print(dl.num_workers, dl.persistent_workers, dl.prefetch_factor)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "True", "4"]
+
+
+def test_optimizer_fix_sets_foreach(tmp_path):
+    out = _in_job(
+        {"kind": "optimizer", "values": {"foreach": True}},
+        """
+        m = torch.nn.Linear(2, 2)
+        print(torch.optim.SGD(m.parameters(), lr=0.1).defaults["foreach"],
+              torch.optim.Adam(m.parameters()).defaults["foreach"])
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
+
+
+def test_gpu_flags_cudnn_benchmark_and_tf32(tmp_path):
+    """GPU-only fixes set torch's flags; on CPU the flags are what can be checked."""
+    out = _in_job(
+        {"kind": "cudnn_benchmark", "values": {}},
+        """
+        print(torch.backends.cudnn.benchmark)
+    """,
+        tmp_path,
+    )
+    assert out.stdout.split() == ["True"], out.stderr
+    out = _in_job(
+        {"kind": "tf32", "values": {}},
+        """
+        print(torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    """,
+        tmp_path,
+    )
+    assert out.stdout.split() == ["True", "high"], out.stderr
+
+
+def test_checkpoint_fix_saves_every_kth_and_the_last(tmp_path):
+    out = _in_job(
+        {"kind": "checkpoint", "values": {"every": 3}},
+        """
+        import os
+        for i in range(1, 5):
+            torch.save({"i": i}, f"ck{i}.pt")
+        print(sorted(os.listdir(".")))
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['ck3.pt']"  # during the run: only the 3rd
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck3.pt", "ck4.pt"]  # + the last
+
+
+def test_bad_fix_and_numerics_are_one_line_exit_2():
+    r = gpudiag("try", "--fix", "magic:x=1", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown fix kind" in r.stderr
+    r = gpudiag("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and "--allow-numerics" in r.stderr
+    r = gpudiag("try", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and "--fix or --from" in r.stderr
+
+
+JOB = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return torch.zeros(4), 0
+
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+dl = DataLoader(Slow(), batch_size=4, num_workers=0)
+if dl.num_workers > 0 and "--crash-with-workers" in sys.argv:
+    raise SystemExit("refusing workers")
+for x, y in dl:
+    m(x).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_try_end_to_end_on_a_small_job(tmp_path, crash):
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    out = tmp_path / "trials.json"
+    args = [sys.executable, str(job)] + (["--crash-with-workers"] if crash else [])
+    r = gpudiag(
+        "try",
+        "--fix",
+        "dataloader:num_workers=1",
+        "--rounds",
+        "1",
+        "--seconds",
+        "1.5",
+        "--warmup",
+        "0.5",
+        "--out",
+        str(out),
+        "--",
+        *args,
+        timeout=300,
+    )
+    trial = json.loads(out.read_text())["trials"][0]
+    assert "round 1/1" in r.stderr
+    if crash:
+        assert r.returncode == 1 and trial["verdict"] == "failed"
+        assert "refusing workers" in trial["reason"]
+        assert trial["baseline_steps_per_s"]  # the job as it is still ran
+    else:
+        assert r.returncode == 0, r.stderr
+        assert trial["applied"] == "DataLoader(num_workers=1)"
+        assert trial["baseline_steps_per_s"] and trial["fixed_steps_per_s"]
+        assert trial["interval"][0] <= trial["measured"] <= trial["interval"][1]
+        assert "change: DataLoader(..., num_workers=1)" in r.stdout
