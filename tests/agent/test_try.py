@@ -206,3 +206,37 @@ def test_try_end_to_end_on_a_small_job(tmp_path, crash):
         assert trial["baseline_steps_per_s"] and trial["fixed_steps_per_s"]
         assert trial["interval"][0] <= trial["measured"] <= trial["interval"][1]
         assert "change: DataLoader(..., num_workers=1)" in r.stdout
+
+
+def test_trials_in_report_summary_html_and_tui():
+    """A report with `trials` validates; the summary, HTML page and TUI detail show them."""
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.html_report import render_html
+    from gpudiag.agent.render import render_text
+    from gpudiag.agent.replay import replay_report
+    from gpudiag.agent.report import validate
+    from gpudiag.agent.trial import with_trials
+    from gpudiag.tui.screens import finding_text
+    from tests.agent.test_html_report import H100
+
+    doc = replay_report(str(H100 / "starved.jsonl.gz"), load_settings(None, None))
+    data = next(f for f in doc["findings"] if f["id"] == "DATA001")
+    assert data["fix"]["kind"] == "dataloader" and data["fix"]["values"]["num_workers"] > 0
+    doc["trials"] = [
+        {
+            "finding": "DATA001",
+            "fix": data["fix"],
+            "predicted": 2.0,
+            "measured": 1.8,
+            "interval": [1.6, 2.1],
+            "rounds": 3,
+            "verdict": "held",
+            "reason": "r",
+            "change": "train.py:42: DataLoader(..., num_workers=6)",
+        }
+    ]
+    validate(doc)
+    assert "x1.80 [1.60, 2.10] over 3 rounds" in render_text(doc)
+    assert "train.py:42: DataLoader(..., num_workers=6)" in render_html(doc)
+    shown = next(f for f in with_trials(doc) if f["id"] == "DATA001")
+    assert "x1.80" in str(finding_text(shown))
