@@ -46,6 +46,7 @@ def add_try_parser(sub) -> None:
     p.add_argument(
         "--allow-numerics", action="store_true", help="allow fixes that change numerics (tf32)"
     )
+    p.add_argument("--allow-compile", action="store_true", help="allow torch.compile of the model")
     p.add_argument("--out", metavar="FILE", help="write the report (with `trials`) here")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
@@ -129,7 +130,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     if not plans:
         raise UsageError("no finding in the report carries a fix that can be tried")
     for plan in plans:
-        why = check_fix(plan.fix, args.allow_numerics)
+        why = check_fix(plan.fix, args.allow_numerics, args.allow_compile)
         if why:
             raise UsageError(why)
         plan.rounds, plan.seconds, plan.warmup = args.rounds, args.seconds, args.warmup

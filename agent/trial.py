@@ -209,13 +209,15 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
     }
 
 
-def check_fix(fix: dict, allow_numerics: bool) -> str | None:
-    """Why a fix cannot be tried (unknown kind, numerics not allowed), or None."""
+def check_fix(fix: dict, allow_numerics: bool, allow_compile: bool = False) -> str | None:
+    """Why a fix cannot be tried (unknown kind, numerics or compile not allowed), or None."""
     kind = fix.get("kind")
     if kind not in KINDS:
         return f"unknown fix kind {kind!r} (one of: {', '.join(KINDS)})"
     if kind in NUMERICS and not allow_numerics:
         return f"{kind} changes the job's numerics: add --allow-numerics to try it"
+    if kind == "compile" and not allow_compile:
+        return "torch.compile is opt-in: add --allow-compile to try it"
     return None
 
 

@@ -45,6 +45,8 @@ def test_parse_fix_and_numerics_opt_in():
     assert "allow-numerics" in check_fix({"kind": "tf32", "values": {}}, False)
     assert check_fix({"kind": "tf32", "values": {}}, True) is None
     assert "unknown" in check_fix({"kind": "magic", "values": {}}, True)
+    assert "--allow-compile" in check_fix({"kind": "compile", "values": {}}, True)
+    assert check_fix({"kind": "compile", "values": {}}, False, True) is None
 
 
 def test_change_line_names_the_finding_location():
@@ -240,3 +242,19 @@ def test_trials_in_report_summary_html_and_tui():
     assert "train.py:42: DataLoader(..., num_workers=6)" in render_html(doc)
     shown = next(f for f in with_trials(doc) if f["id"] == "DATA001")
     assert "x1.80" in str(finding_text(shown))
+
+
+@pytest.mark.parametrize(
+    "recording,fid,kind", [("fp32", "GPU003", "tf32"), ("ckpt", "CKPT001", "checkpoint")]
+)
+def test_findings_carry_their_fix_as_data(recording, fid, kind):
+    """Real H100 recordings: the finding's fix is in the report as kind and values."""
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.replay import replay_report
+    from tests.agent.test_html_report import H100
+
+    doc = replay_report(str(H100 / f"{recording}.jsonl.gz"), load_settings(None, None))
+    f = next(f for f in doc["findings"] if f["id"] == fid)
+    assert f["fix"]["kind"] == kind
+    if kind == "checkpoint":
+        assert f["fix"]["values"]["every"] >= 2
