@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from gpudiag.agent.errors import UsageError
 
@@ -49,6 +50,38 @@ def add_try_parser(sub) -> None:
     p.add_argument("--allow-compile", action="store_true", help="allow torch.compile of the model")
     p.add_argument("--out", metavar="FILE", help="write the report (with `trials`) here")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+
+
+def add_run_try_option(p: argparse.ArgumentParser) -> None:
+    """`gpudiag run --try`: diagnose, then try the fixes the findings carry."""
+    p.add_argument(
+        "--try",
+        dest="try_fixes",
+        action="store_true",
+        help="after the diagnosis, try the findings' fixes as `gpudiag try --from` does "
+        "(3 rounds of 10 s per arm; the report gets `trials`)",
+    )
+
+
+def run_then_try(args: argparse.Namespace, command: list[str], rc: int) -> int:
+    """After `run` wrote its report: try its findings' fixes and add `trials` to it."""
+    try_args = argparse.Namespace(
+        cmd=command,
+        fix=[],
+        from_report=args.out,
+        finding=None,
+        rounds=3,
+        seconds=10.0,
+        warmup=5.0,
+        allow_numerics=False,
+        allow_compile=False,
+        out=args.out,
+    )
+    try:
+        cmd_try(try_args)
+    except UsageError as exc:  # nothing to try is a result of the diagnosis, not an error
+        print(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
+    return rc
 
 
 def _count(text: str) -> int:

@@ -258,3 +258,20 @@ def test_findings_carry_their_fix_as_data(recording, fid, kind):
     assert f["fix"]["kind"] == kind
     if kind == "checkpoint":
         assert f["fix"]["values"]["every"] >= 2
+
+
+def test_run_try_diagnoses_then_says_what_it_tried(tmp_path):
+    """`run --try` writes the report; a diagnosis with no fix to try says so, exit as the job."""
+    job = tmp_path / "short.py"
+    job.write_text(
+        "import time, torch\nm = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nt0 = time.time()\n"
+        "while time.time() - t0 < 3:\n    m(torch.zeros(8, 4)).sum().backward()\n    opt.step()\n"
+    )
+    out = tmp_path / "r.json"
+    r = gpudiag(
+        "run", "--try", "-q", "--out", str(out), "--", sys.executable, str(job), timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+    assert "nothing tried" in r.stderr or "gpudiag try: round" in r.stderr
