@@ -16,7 +16,7 @@ class TrialResult:
 
     measured: float | None
     interval: tuple[float, float] | None
-    verdict: str  # held, missed, slower, failed
+    verdict: str  # held, missed, slower, failed, no prediction
     reason: str
 
 
@@ -26,7 +26,7 @@ def judge(
     """Compare per-round step rates of the two arms.
 
     slower: the whole interval is under 1; held: the prediction lies in the interval widened
-    by `trial_tolerance`; missed otherwise (or no prediction to hold)."""
+    by `trial_tolerance`; missed otherwise; no prediction when none was made."""
     if not base or not fixed or min(base) <= 0:
         return TrialResult(None, None, "failed", "no steps measured in one of the arms")
     measured = statistics.median(fixed) / statistics.median(base)
@@ -39,7 +39,7 @@ def judge(
     if hi < 1.0:
         return TrialResult(measured, (lo, hi), "slower", f"{where}: the fix slows the job")
     if predicted is None:
-        return TrialResult(measured, (lo, hi), "missed", f"{where}; no prediction to hold")
+        return TrialResult(measured, (lo, hi), "no prediction", f"{where}; nothing predicted")
     inside = lo * (1 - tol) <= predicted <= hi * (1 + tol)
     verdict = "held" if inside else "missed"
     return TrialResult(

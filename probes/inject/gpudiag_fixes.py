@@ -189,8 +189,12 @@ def install(torch) -> None:
     """Apply GPUDIAG_FIX and start the step log; nothing when neither is set."""
     spec = os.environ.get(FIX_ENV)
     if spec:
-        fix = json.loads(spec)
-        KINDS[fix["kind"]](torch, fix.get("values") or {})
+        try:
+            fix = json.loads(spec)
+            KINDS[fix["kind"]](torch, fix.get("values") or {})
+        except Exception as exc:  # never break the job's other hooks; the trial sees it
+            print(f"gpudiag try: fix not applied: {exc!r}", file=sys.stderr)
+            spec = None
     path = os.environ.get(STEPS_ENV)
     if path:
         if spec:

@@ -27,6 +27,7 @@ def test_judge_held_missed_slower_failed():
     assert judge(base, fast, 6.0, TH).verdict == "missed"
     assert judge(base, [1.0, 1.1, 0.9], 2.0, TH).verdict == "slower"
     assert judge([], fast, 2.0, TH).verdict == "failed"
+    assert judge(base, fast, None, TH).verdict == "no prediction"
     res = judge(base, fast, 2.0, TH)
     assert res.interval[0] <= res.measured <= res.interval[1]
     assert "trial_tolerance" in res.reason
@@ -141,6 +142,28 @@ def test_checkpoint_fix_saves_every_kth_and_the_last(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['ck3.pt']"  # during the run: only the 3rd
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck3.pt", "ck4.pt"]  # + the last
+
+
+def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
+    """A bad fix value is said, not raised: the job's other hooks and the step log go on."""
+    steps = tmp_path / "steps"
+    code = (
+        "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n"
+        "m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n    m(torch.zeros(1, 2)).sum().backward(); o.step()\n"
+    )
+    env = dict(
+        os.environ,
+        GPUDIAG_FIX='{"kind": "nope"}',
+        GPUDIAG_TRY_STEPS=str(steps),
+        PYTHONPATH=INJECT_DIR,
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0 and "fix not applied" in r.stderr
+    lines = steps.read_text().splitlines()
+    assert len(lines) == 3 and not any(ln.startswith("# applied") for ln in lines)
 
 
 def test_bad_fix_and_numerics_are_one_line_exit_2():
