@@ -45,7 +45,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     for path in (args.out, args.record, args.speedscope, args.trace):
         if path:
             check_writable(path)
-    return run_job(args, command, settings)
+    if not args.try_fixes:
+        return run_job(args, command, settings)
+    from gpudiag.agent.parser_try import run_then_try
+
+    args.out = args.out or f"gpudiag-try-{os.getpid()}.json"
+    return run_then_try(args, command, run_job(args, command, settings))
 
 
 def parse_pid(text: str) -> int:
@@ -220,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "schema":
             print(schema_text(), end="")
             return EXIT_OK
+        if args.command == "try":
+            from gpudiag.agent.parser_try import cmd_try
+
+            return cmd_try(args)
         if args.command == "demo":
             from gpudiag.agent.demo import cmd_demo
 

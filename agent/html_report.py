@@ -19,6 +19,7 @@ from gpudiag.agent.html_charts import (
     timeline_svg,
 )
 from gpudiag.agent.render import cost_lines, phase_lines
+from gpudiag.agent.trial import trial_lines
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;background:#fafafa;
@@ -300,6 +301,9 @@ def render_html(doc: dict) -> str:
         "<pre>" + _e("\n".join(phase_lines(doc))) + "</pre>",
         f"<h2>Findings ({len(findings)})</h2>",
         "".join(_finding(f) for f in findings) or _no_findings(doc),
+        ("<h2>Fix trials</h2><pre>" + _e("\n".join(trial_lines(doc)[1:])) + "</pre>")
+        if doc.get("trials")
+        else "",
         "<h2>GPUs</h2>",
         _gpu_panels(doc),
         "<h2>Money</h2>",

@@ -201,6 +201,7 @@ def _budget(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from gpudiag.agent.parser_fleet import add_watch_parser, metrics_options
+    from gpudiag.agent.parser_try import add_run_try_option, add_try_parser
 
     parser = _Parser(
         prog="gpudiag",
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not add the in-process hooks (exact step timing) to the job",
     )
     capture_option(p, "run")
+    add_run_try_option(p)
     metrics_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
@@ -240,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     metrics_options(p)
 
     add_watch_parser(sub)
+    add_try_parser(sub)
 
     p = sub.add_parser(
         "report",

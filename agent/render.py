@@ -7,6 +7,7 @@ import re
 from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, period_parts
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render_ranks import rank_lines
+from gpudiag.agent.trial import trial_lines
 from gpudiag.analyzers.results import CATEGORIES
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
@@ -223,6 +224,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
+    out += trial_lines(doc)
     verdict = doc.get("verdict") or {}
     if verdict.get("statement") and (
         verdict.get("sure") or verdict.get("finding") or "not judged" in verdict["statement"]

@@ -138,6 +138,10 @@ def checkpoint_findings(
             expected_speedup=speedup_from_impact(stall),
             location=loc,
             signals=("stacks",),
+            fix={
+                "kind": "checkpoint",
+                "values": {"every": max(2, math.ceil(share / th.checkpoint_warn * 2))},
+            },
             speedup_basis=f"the blocking saves ({share:.0%} of the loop, device-to-host copies "
             "and the write included) taken off the loop"
             + (f", less the {drain:.1%} they wait for queued GPU work" if drain else ""),

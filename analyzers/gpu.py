@@ -227,6 +227,7 @@ def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
             expected_speedup=speed,
             signals=("nvml gpm",),
             speedup_basis=basis,
+            fix={"kind": "tf32", "values": {}},
         )
     ]
 

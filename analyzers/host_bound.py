@@ -161,6 +161,9 @@ def host_findings(
             location=None,
             signals=("nvml utilization", "stacks", "procfs"),
             speedup_basis=basis,
+            fix={"kind": "optimizer", "values": {"fused": True}}
+            if summary.startswith("Use a fused")
+            else None,
         )
     ]
 

@@ -81,4 +81,5 @@ def waiting_loaders_finding(
         speedup_basis=f"{n} loaders waiting in parallel against the rest of the step "
         f"({rest:.0%} of it)"
         + ("; capped by the GPU's busy time" if floor and speed == floor else ""),
+        fix={"kind": "dataloader", "values": {"num_workers": n, "persistent_workers": True}},
     )

@@ -330,5 +330,9 @@ def data_findings(
             location=loc,
             signals=("stacks", "procfs"),
             speedup_basis=basis,
+            fix={
+                "kind": "dataloader",
+                "values": {"num_workers": plan.suggest, "persistent_workers": True},
+            },
         )
     ]

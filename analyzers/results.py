@@ -111,6 +111,7 @@ class Finding:
     cost: dict | None = None
     signals: tuple[str, ...] = field(default=())
     speedup_basis: str = ""  # one line: how expected_speedup was made (model, bound)
+    fix: dict | None = None  # {"kind": ..., "values": {...}}: applicable from outside (try)
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""

@@ -140,6 +140,8 @@ class Thresholds:
     dist_hang_steps: int = 5
     """DIST002: the hang threshold is at least this many of the job's longest step so far
     (a slow step, an evaluation or a save between steps), never below dist_hang_s."""
+    trial_tolerance: float = 0.15
+    """try: a prediction held when it lies in the measured 95% interval widened by this share."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

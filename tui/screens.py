@@ -9,6 +9,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Static
 
 from gpudiag.agent.formatting import evidence_parts
+from gpudiag.agent.trial import summary_line, with_trials
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
 
@@ -43,7 +44,7 @@ class DiagnosisScreen(Screen):
         if doc is None:
             return
         self.query_one(BreakdownBar).show(doc.get("breakdown"))
-        self.query_one(FindingsTable).show(doc.get("findings", []))
+        self.query_one(FindingsTable).show(with_trials(doc) if doc.get("findings") else [])
         self.query_one("#metrics", Static).update(metrics_text(doc))
 
 
@@ -69,6 +70,9 @@ def finding_text(f: dict) -> Wrapped:
     t.para(f["recommendation"]["summary"], lead="Fix: ")
     for a in f["recommendation"]["actions"]:
         t.para(a, lead="  • ", lead_style="")
+    if f.get("trial"):
+        t.blank().para(summary_line(f["trial"]), lead="Tried: ")
+        t.para(f["trial"].get("change") or "", lead="Change: ")
     t.blank().para("Evidence", style="bold")
     label_w = min(36, max((len(e["metric"]) for e in f["evidence"]), default=0) + 4)
     for e in f["evidence"]:

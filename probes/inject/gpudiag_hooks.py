@@ -188,6 +188,7 @@ def _install(torch) -> None:
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
     _install_dist(torch, st)
+    _sibling("gpudiag_fixes").install(torch)  # gpudiag try: GPUDIAG_FIX, when set
     try:
         _install_capture(torch, st)
     except Exception as exc:  # the step timing works without it
@@ -196,6 +197,13 @@ def _install(torch) -> None:
         st.cuda = True
         _install_cuda(torch, st)
     atexit.register(st.flush)
+
+
+def _sibling(name: str):
+    """A module beside this file, whether loaded as a package or by sitecustomize."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{name}" if __package__ else name)
 
 
 def _install_dist(torch, st: _State) -> None:

@@ -1,0 +1,300 @@
+"""gpudiag try: the verdict, the in-process fixes (CPU, GPU-only ones with their flags), the
+command line, and small jobs end to end (a fix applied, a crash under a fix as a result)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpudiag.agent.parser_try import parse_fix
+from gpudiag.agent.trial import change_line, check_fix, rate_after
+from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.trials import judge
+from gpudiag.probes.inprocess import INJECT_DIR
+from tests.conftest import gpudiag
+
+TH = Thresholds()
+
+
+def test_judge_held_missed_slower_failed():
+    base, fast = [2.0, 2.1, 1.9], [4.0, 4.2, 3.9]
+    assert judge(base, fast, 2.0, TH).verdict == "held"
+    assert judge(base, fast, 6.0, TH).verdict == "missed"
+    assert judge(base, [1.0, 1.1, 0.9], 2.0, TH).verdict == "slower"
+    assert judge([], fast, 2.0, TH).verdict == "failed"
+    assert judge(base, fast, None, TH).verdict == "no prediction"
+    res = judge(base, fast, 2.0, TH)
+    assert res.interval[0] <= res.measured <= res.interval[1]
+    assert "trial_tolerance" in res.reason
+
+
+def test_rate_after_uses_only_the_window():
+    times = [0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 10.0]
+    rate, n = rate_after(times, 1.0, 3.0)
+    assert n == 4 and rate == pytest.approx(1.0)
+
+
+def test_parse_fix_and_numerics_opt_in():
+    fix = parse_fix("dataloader:num_workers=6,persistent_workers=true")
+    assert fix == {"kind": "dataloader", "values": {"num_workers": 6, "persistent_workers": True}}
+    assert check_fix(fix, False) is None
+    assert "allow-numerics" in check_fix({"kind": "tf32", "values": {}}, False)
+    assert check_fix({"kind": "tf32", "values": {}}, True) is None
+    assert "unknown" in check_fix({"kind": "magic", "values": {}}, True)
+    assert "--allow-compile" in check_fix({"kind": "compile", "values": {}}, True)
+    assert check_fix({"kind": "compile", "values": {}}, False, True) is None
+
+
+def test_change_line_names_the_finding_location():
+    fix = {"kind": "dataloader", "values": {"num_workers": 6, "persistent_workers": True}}
+    assert change_line(fix, "train.py:42:main") == (
+        "train.py:42: DataLoader(..., num_workers=6, persistent_workers=True)"
+    )
+
+
+def _in_job(fix: dict, body: str, tmp_path) -> subprocess.CompletedProcess:
+    """Run `body` in a fresh interpreter with the fix installed as the hooks would."""
+    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
+    env = dict(os.environ, GPUDIAG_FIX=json.dumps(fix), PYTHONPATH=INJECT_DIR)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+
+
+def test_dataloader_fix_sets_the_values(tmp_path):
+    fix = {
+        "kind": "dataloader",
+        "values": {
+            "num_workers": 2,
+            "persistent_workers": True,
+            "prefetch_factor": 4,
+            "pin_memory": False,
+        },
+    }
+    out = _in_job(
+        fix,
+        """
+        from torch.utils.data import DataLoader
+        dl = DataLoader(list(range(8)), batch_size=2, num_workers=0)
+        print(dl.num_workers, dl.persistent_workers, dl.prefetch_factor)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "True", "4"]
+
+
+def test_optimizer_fix_sets_foreach(tmp_path):
+    out = _in_job(
+        {"kind": "optimizer", "values": {"foreach": True}},
+        """
+        m = torch.nn.Linear(2, 2)
+        print(torch.optim.SGD(m.parameters(), lr=0.1).defaults["foreach"],
+              torch.optim.Adam(m.parameters()).defaults["foreach"])
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
+
+
+def test_gpu_flags_cudnn_benchmark_and_tf32(tmp_path):
+    """GPU-only fixes set torch's flags; on CPU the flags are what can be checked."""
+    out = _in_job(
+        {"kind": "cudnn_benchmark", "values": {}},
+        """
+        print(torch.backends.cudnn.benchmark)
+    """,
+        tmp_path,
+    )
+    assert out.stdout.split() == ["True"], out.stderr
+    out = _in_job(
+        {"kind": "tf32", "values": {}},
+        """
+        print(torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+    """,
+        tmp_path,
+    )
+    assert out.stdout.split() == ["True", "high"], out.stderr
+
+
+def test_checkpoint_fix_saves_every_kth_and_the_last(tmp_path):
+    out = _in_job(
+        {"kind": "checkpoint", "values": {"every": 3}},
+        """
+        import os
+        for i in range(1, 5):
+            torch.save({"i": i}, f"ck{i}.pt")
+        print(sorted(os.listdir(".")))
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['ck3.pt']"  # during the run: only the 3rd
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck3.pt", "ck4.pt"]  # + the last
+
+
+def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
+    """A bad fix value is said, not raised: the job's other hooks and the step log go on."""
+    steps = tmp_path / "steps"
+    code = (
+        "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n"
+        "m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n    m(torch.zeros(1, 2)).sum().backward(); o.step()\n"
+    )
+    env = dict(
+        os.environ,
+        GPUDIAG_FIX='{"kind": "nope"}',
+        GPUDIAG_TRY_STEPS=str(steps),
+        PYTHONPATH=INJECT_DIR,
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0 and "fix not applied" in r.stderr
+    lines = steps.read_text().splitlines()
+    assert len(lines) == 3 and not any(ln.startswith("# applied") for ln in lines)
+
+
+def test_bad_fix_and_numerics_are_one_line_exit_2():
+    r = gpudiag("try", "--fix", "magic:x=1", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown fix kind" in r.stderr
+    r = gpudiag("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and "--allow-numerics" in r.stderr
+    r = gpudiag("try", "--", sys.executable, "-c", "pass")
+    assert r.returncode == 2 and "--fix or --from" in r.stderr
+
+
+JOB = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        time.sleep(0.005)
+        return torch.zeros(4), 0
+
+m = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+dl = DataLoader(Slow(), batch_size=4, num_workers=0)
+if dl.num_workers > 0 and "--crash-with-workers" in sys.argv:
+    raise SystemExit("refusing workers")
+for x, y in dl:
+    m(x).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_try_end_to_end_on_a_small_job(tmp_path, crash):
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    out = tmp_path / "trials.json"
+    args = [sys.executable, str(job)] + (["--crash-with-workers"] if crash else [])
+    r = gpudiag(
+        "try",
+        "--fix",
+        "dataloader:num_workers=1",
+        "--rounds",
+        "1",
+        "--seconds",
+        "1.5",
+        "--warmup",
+        "0.5",
+        "--out",
+        str(out),
+        "--",
+        *args,
+        timeout=300,
+    )
+    trial = json.loads(out.read_text())["trials"][0]
+    assert "round 1/1" in r.stderr
+    if crash:
+        assert r.returncode == 1 and trial["verdict"] == "failed"
+        assert "refusing workers" in trial["reason"]
+        assert trial["baseline_steps_per_s"]  # the job as it is still ran
+    else:
+        assert r.returncode == 0, r.stderr
+        assert trial["applied"] == "DataLoader(num_workers=1)"
+        assert trial["baseline_steps_per_s"] and trial["fixed_steps_per_s"]
+        assert trial["interval"][0] <= trial["measured"] <= trial["interval"][1]
+        assert "change: DataLoader(..., num_workers=1)" in r.stdout
+
+
+def test_trials_in_report_summary_html_and_tui():
+    """A report with `trials` validates; the summary, HTML page and TUI detail show them."""
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.html_report import render_html
+    from gpudiag.agent.render import render_text
+    from gpudiag.agent.replay import replay_report
+    from gpudiag.agent.report import validate
+    from gpudiag.agent.trial import with_trials
+    from gpudiag.tui.screens import finding_text
+    from tests.agent.test_html_report import H100
+
+    doc = replay_report(str(H100 / "starved.jsonl.gz"), load_settings(None, None))
+    data = next(f for f in doc["findings"] if f["id"] == "DATA001")
+    assert data["fix"]["kind"] == "dataloader" and data["fix"]["values"]["num_workers"] > 0
+    doc["trials"] = [
+        {
+            "finding": "DATA001",
+            "fix": data["fix"],
+            "predicted": 2.0,
+            "measured": 1.8,
+            "interval": [1.6, 2.1],
+            "rounds": 3,
+            "verdict": "held",
+            "reason": "r",
+            "change": "train.py:42: DataLoader(..., num_workers=6)",
+        }
+    ]
+    validate(doc)
+    assert "x1.80 [1.60, 2.10] over 3 rounds" in render_text(doc)
+    assert "train.py:42: DataLoader(..., num_workers=6)" in render_html(doc)
+    shown = next(f for f in with_trials(doc) if f["id"] == "DATA001")
+    assert "x1.80" in str(finding_text(shown))
+
+
+@pytest.mark.parametrize(
+    "recording,fid,kind", [("fp32", "GPU003", "tf32"), ("ckpt", "CKPT001", "checkpoint")]
+)
+def test_findings_carry_their_fix_as_data(recording, fid, kind):
+    """Real H100 recordings: the finding's fix is in the report as kind and values."""
+    from gpudiag.agent.config import load_settings
+    from gpudiag.agent.replay import replay_report
+    from tests.agent.test_html_report import H100
+
+    doc = replay_report(str(H100 / f"{recording}.jsonl.gz"), load_settings(None, None))
+    f = next(f for f in doc["findings"] if f["id"] == fid)
+    assert f["fix"]["kind"] == kind
+    if kind == "checkpoint":
+        assert f["fix"]["values"]["every"] >= 2
+
+
+def test_run_try_diagnoses_then_says_what_it_tried(tmp_path):
+    """`run --try` writes the report; a diagnosis with no fix to try says so, exit as the job."""
+    job = tmp_path / "short.py"
+    job.write_text(
+        "import time, torch\nm = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\nt0 = time.time()\n"
+        "while time.time() - t0 < 3:\n    m(torch.zeros(8, 4)).sum().backward()\n    opt.step()\n"
+    )
+    out = tmp_path / "r.json"
+    r = gpudiag(
+        "run", "--try", "-q", "--out", str(out), "--", sys.executable, str(job), timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+    assert "nothing tried" in r.stderr or "gpudiag try: round" in r.stderr
