@@ -192,3 +192,10 @@ def test_a_bad_file_mode_is_refused_before_anything_runs(tmp_path):
     )
     assert_one_line_error(res, "GPUDIAG_FILE_MODE='0777'")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_target_is_written_in_place_never_renamed_over():
+    """As root a rename over /dev/null would replace the device node for the whole box."""
+    write_text("x\n", "/dev/null")
+    safeio.create_stream("/dev/null", "recording").close()
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
