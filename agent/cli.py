@@ -26,7 +26,7 @@ from gpudiag.agent.report import (
     validate,
     write_report,
 )
-from gpudiag.agent.safeio import dumps_json
+from gpudiag.agent.safeio import dumps_json, file_mode
 from gpudiag.agent.targetwatch import running
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        file_mode()  # a bad GPUDIAG_FILE_MODE is refused before profiling, not at the end
         if args.command == "schema":
             print(schema_text(), end="")
             return EXIT_OK

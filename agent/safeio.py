@@ -224,6 +224,20 @@ def _private_temp(folder: str, name: str) -> tuple[int, str]:
     raise FileExistsError(17, "no free temporary name")
 
 
+def _special(path: str) -> bool:
+    """Whether `path` is an existing device or FIFO (`/dev/null`, `/dev/full`): written in
+    place, never renamed over (as root that would replace the device node)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
+
+
+def _open_special(path: str) -> int:
+    return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
 def create_stream(path: str | os.PathLike, what: str = "file") -> IO[bytes]:
     """A new, empty file at `path` for streaming writes (a recording), made like
     `atomic_write` makes its files: whatever stood at `path` (a planted link) is replaced,
@@ -231,6 +245,10 @@ def create_stream(path: str | os.PathLike, what: str = "file") -> IO[bytes]:
     path = os.fspath(path)
     tmp = None
     try:
+        if _special(path):
+            fd = _open_special(path)
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "wb")
         fd, tmp = _private_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
         f = os.fdopen(fd, "wb")
         os.fchmod(fd, file_mode())
@@ -254,6 +272,12 @@ def atomic_write(
     payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = fd = None
     try:
+        if _special(path):
+            fd = _open_special(path)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+            return os.path.abspath(path)
         fd, tmp = _private_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
         view = memoryview(payload)
         while view:

@@ -177,3 +177,25 @@ def test_run_keeps_the_jobs_exit_code_when_an_export_hits_a_full_disk(tmp_path):
         assert "internal error" not in res.stderr
         assert sorted(p.name for p in full.iterdir()) == ["filler"]
     assert (tmp_path / "r.json").is_file()
+
+
+def test_a_bad_file_mode_is_refused_before_anything_runs(tmp_path):
+    res = gpudiag(
+        "run",
+        "--out",
+        str(tmp_path / "r.json"),
+        "--",
+        sys.executable,
+        "-c",
+        "pass",
+        env=dict(os.environ, GPUDIAG_FILE_MODE="0777"),
+    )
+    assert_one_line_error(res, "GPUDIAG_FILE_MODE='0777'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_target_is_written_in_place_never_renamed_over():
+    """As root a rename over /dev/null would replace the device node for the whole box."""
+    write_text("x\n", "/dev/null")
+    safeio.create_stream("/dev/null", "recording").close()
+    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
