@@ -124,6 +124,20 @@ def attach_mode(plant: str, seconds: float, tmp: Path) -> str:
         job.wait()
 
 
+def why_not(p: subprocess.Popen, out: Path) -> str:
+    """Ctrl-C to gpudiag for its final report: the ranks it followed and its notes."""
+    if p.poll() is not None:
+        return f" (gpudiag exited rc={p.returncode})"
+    p.send_signal(signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        p.wait(timeout=60)
+    if not out.exists():
+        return " (no final report either)"
+    doc = json.loads(out.read_text())
+    notes = (doc.get("distributed") or {}).get("notes") or []
+    return f" (final report: {len(doc.get('ranks') or [])} ranks; notes: {notes[-2:]})"
+
+
 def hang_mode(hang_s: float, tmp: Path) -> str:
     """DIST002 while hung: whether it names rank 1, and the seconds from start to report."""
     out = tmp / "h.json"
@@ -137,7 +151,7 @@ def hang_mode(hang_s: float, tmp: Path) -> str:
         while not out.exists() and time.monotonic() < deadline and p.poll() is None:
             time.sleep(0.25)
         if not out.exists():
-            return "no report while hung"
+            return "no report while hung" + why_not(p, out)
         time.sleep(0.5)
         doc = json.loads(out.read_text())
     finally:

@@ -233,11 +233,13 @@ def test_ddp_rank_that_stops_calling_backward_is_named_hung(tmp_path):
     finally:
         kill_tree(p.pid)
         p.wait()
+    assert len(doc.get("ranks") or []) == 2, why(doc)  # the ranks were followed
     hang = [f for f in doc["findings"] if f["id"] == "DIST002"]
     assert hang, why(doc)
     msg = hang[0]["message"]
     assert "Rank(s) 0 wait in DDP's gradient all-reduce" in msg and "rank 1 is not in it" in msg
     assert "dist_ddp.py" in msg and ":stalled" in msg, msg
+    assert doc.get("distributed", {}).get("hang"), why(doc)
     assert doc["distributed"]["hang"]["collectives"]["0"]["inside"] == "ddp_allreduce"
 
 
