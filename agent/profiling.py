@@ -18,18 +18,18 @@ from gpudiag.agent.errors import UsageError
 from gpudiag.agent.joboutput import StderrTee
 from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
-from gpudiag.agent.ranks import primary_of, setup_ranks
+from gpudiag.agent.ranks import setup_ranks
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import default_report_name, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
 from gpudiag.agent.signals import StopSignals
+from gpudiag.agent.targets import choose_target
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
-from gpudiag.probes.ranks import sibling_ranks
 from gpudiag.probes.stacks import StackProbe
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
@@ -324,10 +324,8 @@ def _attach(
     args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
 ) -> int:
     opts = session_options(args)
-    ranks = sibling_ranks(pid)
-    root = pid
-    if ranks:
-        pid = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid)
+    choice = choose_target(pid)
+    ranks, root, pid = choice.ranks, choice.root, choice.pid
     session = Session(
         Target(pid),
         settings,
@@ -351,6 +349,8 @@ def _attach(
     except OSError:
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
+    if not args.quiet:
+        session.log(f"profiling {choice.why}")
     if args.tui:
         return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
     with StopSignals() as stops:
