@@ -235,6 +235,7 @@ def data_findings(
                 signals=("stacks", "procfs"),
                 speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
                 + (", capped by the GPU's busy time)" if floor else ")"),
+                speedup_kind="bound",
             )
         ]
     idle = (
@@ -377,5 +378,6 @@ def io_findings(
             signals=("stacks", "procfs", "psi"),
             speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
             "(the storage wait removed)",
+            speedup_kind="bound",
         )
     ]

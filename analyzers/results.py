@@ -111,6 +111,7 @@ class Finding:
     cost: dict | None = None
     signals: tuple[str, ...] = field(default=())
     speedup_basis: str = ""  # one line: how expected_speedup was made (model, bound)
+    speedup_kind: str = "model"  # "model": what the named fix should give; "bound": at most
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""

@@ -8,7 +8,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Static
 
-from gpudiag.agent.formatting import evidence_parts
+from gpudiag.agent.formatting import evidence_parts, is_bound, speedup_text
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
 
@@ -56,7 +56,7 @@ def finding_text(f: dict) -> Wrapped:
         [
             f["severity"],
             f"impact {f['impact']:.0%} of wall time",
-            f"expected speed-up ×{f['expected_speedup']:.2f}",
+            f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} {speedup_text(f)}",
             f"confidence {f['confidence']:.0%}",
         ],
         label_width=0,
