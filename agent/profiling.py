@@ -15,14 +15,14 @@ from pathlib import Path
 from gpudiag.agent.config import Settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.joboutput import StderrTee
+from gpudiag.agent.joboutput import StderrTee, job_log_path
 from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
 from gpudiag.agent.ranks import setup_ranks
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
-from gpudiag.agent.report import default_report_name, report_of, write_report
+from gpudiag.agent.report import check_writable, default_report_name, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targets import choose_target
@@ -172,15 +172,19 @@ def capture_env(args: argparse.Namespace) -> dict[str, str]:
 
 def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
     """Launch the job, profile it, write the report; the job's exit code (or ours)."""
-    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr;
+    # under the terminal UI both go to its log panel and a file, never over the UI
     job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    log_path = job_log_path(args.out) if args.tui else None
+    if log_path:
+        check_writable(log_path)
     server = open_metrics(args)
     err_r, err_w = os.pipe()
     try:
         job = launch(
             command,
             inject=not args.no_inject,
-            stdout=job_stdout,
+            stdout=err_w if log_path else job_stdout,
             stderr=err_w,
             extra_env=capture_env(args),
         )
@@ -191,7 +195,7 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         raise
     finally:
         os.close(err_w)
-    tee = StderrTee(err_r)
+    tee = StderrTee(err_r, log_path)
 
     def pass_on(signum: int, count: int) -> None:
         # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
@@ -233,10 +237,11 @@ def _profile_launched(
     _serve(args, server, session, "run", command, target)
     try:
         if args.tui:
-            from gpudiag.agent.live import run_with_tui
+            from gpudiag.agent.live import JobView, run_with_tui
 
             session.log = lambda msg: None  # the UI shows the status
-            result = run_with_tui(session, "run", command, target, out)
+            view = JobView(popen, tee.take_lines, tee.log_path)
+            result = run_with_tui(session, "run", command, target, out, job=view)
         else:
             result = session.run()
     finally:
@@ -258,7 +263,9 @@ def _profile_launched(
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
-    if code is None and popen.poll() is None and stops is not None:
+    if tee.log_path:
+        print(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
+    if code is None and popen.poll() is None and (stops is not None or args.tui):
         # never leave the job orphaned: wait for it, unless the user interrupts again
         print(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
@@ -266,7 +273,12 @@ def _profile_launched(
             file=sys.stderr,
             flush=True,
         )
-        code = popen.wait()
+        try:
+            code = popen.wait()
+        except KeyboardInterrupt:  # the second interrupt: leave it running
+            return EXIT_INTERRUPTED
+    elif code is None and popen.returncode is not None:
+        code = popen.returncode  # it ended after the session stopped (q under --tui)
     if code is not None:
         return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
