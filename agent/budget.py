@@ -7,6 +7,13 @@ sampling cost stays under a budget: by default 3% of one core and 150 MB, whatev
 of DataLoader workers, threads and GPUs. It aims at `target_share` (70%) of the CPU budget, over the
 recent periods and over the whole run, so that gpudiag's start-up and its final analysis fit
 in the rest over a run of a minute or more.
+
+The budget buys the verdict's samples first: until the stack probe has the loop samples a
+verdict rests on (`verdict_samples`, with a margin for the set-up the analyzers leave out),
+the governor aims at the whole budget (`VERDICT_SHARE`); once they are in, it tapers to
+`target_share` of the budget over the run since the loop was found, paying back what the
+verdict's samples overspent, so that the cost of a long look still averages under it. A
+`run`'s start-up, sampled before the loop is found, is not paid back out of the loop.
 """
 
 from __future__ import annotations
@@ -19,8 +26,15 @@ from typing import Any
 
 import psutil
 
+from gpudiag.analyzers.rules import Classifier
+from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.window import find_loop_window
+
 MIN_LEVEL = 0.05
 SPY_SHARE = 0.7  # the part of the CPU goal the first guess gives py-spy
+VERDICT_SHARE = 1.0  # the part of the CPU budget aimed at until the verdict has its samples
+VERDICT_MARGIN = 1.2  # loop samples wanted per sample a verdict needs (a margin for the ones
+# the analyzers drop: warm-up steps, the edges of the loop window)
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,8 @@ class Governor:
     probes: list[Any]
     period_s: float = 3.0
     target_share: float = 0.7
+    verdict_samples: int = 0  # loop samples a verdict needs; 0: no verdict-first phase
+    loop_samples: Callable[[], float] | None = None  # the loop thread's samples in the loop
     clock: Callable[[], float] = time.monotonic
     cpu_reader: Callable[[], float] | None = None
     rss_reader: Callable[[], int] | None = None
@@ -82,6 +98,10 @@ class Governor:
     _prev_cpu: float = 0.0
     _cost: float | None = None
     _hold_until: float = 0.0
+    verdict_at_s: float | None = None  # when the verdict's samples were in (from start)
+    _loop_t0: float | None = None
+    _loop_cpu0: float = 0.0
+    _before: tuple[float, float] = (0.0, 0.0)  # time and CPU at the previous step
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
@@ -108,6 +128,20 @@ class Governor:
         kids = sum(int(p.child_rss_bytes()) for p in self.probes if hasattr(p, "child_rss_bytes"))
         return own + kids
 
+    def early(self) -> bool:
+        """True while the verdict still lacks its loop samples (the budget buys those first)."""
+        if self.verdict_samples <= 0 or self.loop_samples is None or self.verdict_at_s is not None:
+            return False
+        if self.loop_samples() >= self.verdict_samples * VERDICT_MARGIN:
+            t0 = self._t0 if self._t0 is not None else self.clock()
+            self.verdict_at_s = round(self.clock() - t0, 1)
+            return False
+        return True
+
+    def _share(self) -> float:
+        early = self.verdict_samples > 0 and self.loop_samples is not None
+        return VERDICT_SHARE if early else self.target_share
+
     def _adaptive(self) -> list[Any]:
         return [p for p in self.probes if hasattr(p, "set_level")]
 
@@ -115,7 +149,7 @@ class Governor:
         # py-spy's share of the goal, for the stack probe's first guess when it opens
         for p in self.probes:
             if hasattr(p, "cpu_goal"):
-                p.cpu_goal = self.budget.cpu_cores * self.target_share * SPY_SHARE
+                p.cpu_goal = self.budget.cpu_cores * self._share() * SPY_SHARE
 
     # ---- control ------------------------------------------------------------------------
     def start(self) -> None:
@@ -173,6 +207,7 @@ class Governor:
             levels = [float(p.level) for p in self._adaptive() if hasattr(p, "level")]
             self.set_level(min(levels, default=self.level))
         cost = max(0.0, (cpu - self._prev_cpu) / dt)
+        self._before = (self._prev_t if self._prev_t is not None else now, self._prev_cpu)
         self._prev_t, self._prev_cpu = now, cpu
         self.periods += 1
         if cost > self.budget.cpu_cores:
@@ -184,17 +219,25 @@ class Governor:
             for p in self.probes:
                 if hasattr(p, "shed_memory"):
                     p.shed_memory()
+        if self._loop_t0 is None and (self.loop_samples is None or self.loop_samples() > 0):
+            # the loop is found: what is spent from here on is paid back (once the verdict
+            # has its samples); a `run`'s start-up before it is not
+            self._loop_t0, self._loop_cpu0 = self._before
         if now < self._hold_until:  # the last change is not in force everywhere yet
             return
         self._cost = cost if self._cost is None else 0.5 * self._cost + 0.5 * cost
-        goal = self.budget.cpu_cores * self.target_share
-        # the budget is an average: what was overspent (the first guess, a busy spell) is
-        # paid back by looking at the whole run's cost as well as the recent one
-        t0 = self._t0 if self._t0 is not None else now
-        so_far = (cpu - self._cpu0) / max(1e-6, now - t0)
-        ratio = goal / max(self._cost, so_far if self.periods > 1 else 0.0, 1e-6)
+        early = self.early()
+        goal = self.budget.cpu_cores * (VERDICT_SHARE if early else self.target_share)
+        # the budget is an average: what was overspent (the first guess, a busy spell, the
+        # verdict's samples) is paid back by looking at the whole run's cost as well as the
+        # recent one, once the verdict has its samples
+        t0, cpu0 = self._loop_t0 if self._loop_t0 is not None else now, self._loop_cpu0
+        so_far = (cpu - cpu0) / max(1e-6, now - t0)
+        payback = so_far if self.periods > 1 and not early and now - t0 > 0 else 0.0
+        ratio = goal / max(self._cost, payback, 1e-6)
         # move only on a clear miss: rate changes are what the analyzers least like
-        if ratio < 1.0 or (ratio > 1.5 and self.level < 1.0):
+        raise_at = 1.2 if early else 1.5  # the verdict's samples are worth a change
+        if ratio < 1.0 or (ratio > raise_at and self.level < 1.0):
             new = self.level * min(2.0, max(0.25, ratio)) ** 0.8
             if abs(new - self.level) > 0.01:
                 self.adjustments += 1
@@ -234,6 +277,8 @@ class Governor:
             "rss_over_budget": self.rss_over_budget,
             "level": round(self.level, 3),
             "adjustments": self.adjustments,
+            "verdict_samples": self.verdict_samples or None,
+            "verdict_samples_at_s": self.verdict_at_s,
             "periods_over_budget": self.over_budget_periods,
             "periods": self.periods,
             "rates": {
@@ -241,3 +286,13 @@ class Governor:
                 for k, v in sorted(self._last.items())
             },
         }
+
+
+def loop_window_samples(timeline: Timeline, classifier: Classifier) -> float:
+    """Stack samples of the busiest target thread inside the loop window so far (the job's
+    start-up left out, as the analyzers leave it out): what a verdict's samples count."""
+    win = find_loop_window(timeline, classifier)
+    if not win.found:
+        return 0.0
+    agg = timeline.window(win.start_ns, win.end_ns)
+    return max((sum(agg.stacks[k].values()) for k in agg.threads("all", "target")), default=0.0)

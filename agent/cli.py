@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -27,6 +26,7 @@ from gpudiag.agent.report import (
     validate,
     write_report,
 )
+from gpudiag.agent.safeio import dumps_json
 from gpudiag.agent.targetwatch import running
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -87,7 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         text = render_html(doc)
     elif args.format == "json":
-        text = json.dumps(doc, indent=2) + "\n"
+        text = dumps_json(doc, indent=2) + "\n"
     elif args.format == "markdown":
         text = render_markdown(doc)
     else:
@@ -95,7 +95,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out:
         from gpudiag.agent.exports import write_text
 
-        print(f"{args.format} written to {write_text(text, args.out)}", file=sys.stderr)
+        where = write_text(text, args.out, what=f"{args.format} report")
+        print(f"{args.format} written to {where}", file=sys.stderr)
     else:
         print(text, end="")
     _exports(doc, args)
@@ -146,10 +147,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _browse(doc, f"replay {args.file}")
     print_summary(doc, args.format)
     if args.out:
-        try:
-            path = write_report(doc, args.out)
-        except OSError as exc:  # disk full, folder gone: the summary above still stands
-            raise UsageError(f"cannot write the report to {args.out}: {exc.strerror}") from None
+        path = write_report(doc, args.out)  # WriteError names the file; the summary stands
         print(
             f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,

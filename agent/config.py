@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.safeio import parse_toml, read_bounded
 from gpudiag.analyzers.prices import Price
 from gpudiag.analyzers.rules import Rule, rules_from_config
 from gpudiag.analyzers.thresholds import Thresholds
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -31,19 +26,10 @@ class Settings:
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a settings file is a few KiB; refuse a runaway file
 
 
-def read_section(path: Path, whole_file: bool) -> dict:
+def read_section(path: Path, whole_file: bool, what: str = "config file") -> dict:
     """gpudiag's table of a TOML file: [tool.gpudiag] (of a pyproject.toml), or, with
     `whole_file`, the whole file when it has no [tool] table. UsageError when unreadable."""
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise UsageError(f"config {path} is too large for a settings file")
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise UsageError(f"cannot read config {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"config {path} is not a TOML file (not UTF-8 text)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"config {path} is not valid TOML: {exc}") from None
+    data = parse_toml(read_bounded(path, MAX_CONFIG_BYTES, what), f"{what} {path}")
     if whole_file and "tool" not in data:
         return data
     tool = data.get("tool", {})
@@ -72,12 +58,20 @@ def _price_table(raw: object, where: str) -> dict[str, float]:
         raise UsageError(f"{where}: [prices] must be a table of GPU model = USD per GPU-hour")
     out = {}
     for k, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
             raise UsageError(
-                f"{where}: price for {k!r} must be a non-negative number (USD per GPU-hour)"
+                f"{where}: price for {k!r} must be a finite non-negative number (USD per GPU-hour)"
             )
         out[str(k)] = float(v)
     return out
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file(), False where the folder cannot be searched (was an internal error)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def load_settings(
@@ -96,12 +90,10 @@ def load_settings(
     source = None
     if config:
         path = Path(config)
-        if not path.is_file():
-            raise UsageError(f"config file not found: {config}")
         section, source = read_section(path, whole_file=True), str(path)
     else:
         pp = (cwd or Path.cwd()) / "pyproject.toml"
-        if pp.is_file():
+        if _is_file(pp):
             try:
                 section = read_section(pp, whole_file=False)
                 source = f"{pp} [tool.gpudiag]" if section else None
@@ -125,15 +117,13 @@ def load_settings(
     table: dict[str, float] = {}
     if prices_file:
         path = Path(prices_file)
-        if not path.is_file():
-            raise UsageError(f"prices file not found: {prices_file}")
-        data = read_section(path, whole_file=True)
+        data = read_section(path, whole_file=True, what="prices file")
         table.update(_price_table(data.get("prices", data), prices_file))
     elif "prices" in section:
         table.update(_price_table(section["prices"], source or "settings"))
     explicit = None
     if price is not None:
-        if price < 0:
-            raise UsageError("--price must not be negative")
+        if not 0 <= price < 1e9:  # also refuses nan and inf
+            raise UsageError("--price must be a finite non-negative number (USD per GPU-hour)")
         explicit = Price(price, "--price")
     return Settings(thresholds, rules, source, explicit, table)

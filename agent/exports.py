@@ -10,10 +10,8 @@ draw from is bounded in the report).
 
 from __future__ import annotations
 
-import json
-import os
-
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.safeio import WriteError, atomic_write, dumps_json
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 RUN_PID, CAPTURE_PID = 1, 2
@@ -160,22 +158,14 @@ def _capture_events(cap: dict) -> list[dict]:
     return out
 
 
-def write_json(obj: dict, path: str) -> str:
-    """Write compact JSON atomically; the absolute path written."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, separators=(",", ":"))
-    os.replace(tmp, path)
-    return os.path.abspath(path)
+def write_json(obj: dict, path: str, what: str = "export") -> str:
+    """Write compact strict JSON atomically and privately; the absolute path written."""
+    return atomic_write(path, dumps_json(obj), what=what)
 
 
-def write_text(text: str, path: str) -> str:
-    """Write text atomically; the absolute path written."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return os.path.abspath(path)
+def write_text(text: str, path: str, what: str = "file") -> str:
+    """Write text atomically and privately; the absolute path written."""
+    return atomic_write(path, text, what=what)
 
 
 def write_exports(doc: dict, speedscope: str | None, trace: str | None) -> list[str]:
@@ -183,11 +173,14 @@ def write_exports(doc: dict, speedscope: str | None, trace: str | None) -> list[
     lines = []
     if speedscope:
         try:
-            lines.append(
-                f"speedscope profile written to {write_json(speedscope_of(doc), speedscope)}"
-            )
-        except UsageError as exc:
+            where = write_json(speedscope_of(doc), speedscope, "speedscope profile")
+            lines.append(f"speedscope profile written to {where}")
+        except UsageError as exc:  # no stacks, or a WriteError naming the file
             lines.append(f"no speedscope profile: {exc}")
     if trace:
-        lines.append(f"Chrome/Perfetto trace written to {write_json(chrome_trace_of(doc), trace)}")
+        try:
+            where = write_json(chrome_trace_of(doc), trace, "Chrome/Perfetto trace")
+            lines.append(f"Chrome/Perfetto trace written to {where}")
+        except WriteError as exc:
+            lines.append(f"no Chrome/Perfetto trace: {exc}")
     return lines

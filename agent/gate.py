@@ -7,11 +7,8 @@ an interval straddling a limit, or a baseline from a different environment).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +23,7 @@ from gpudiag.agent.report import (
     report_of,
     write_report,
 )
+from gpudiag.agent.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.analyzers.gate_stats import DIRECTIONS, Comparison, Limit, compare, overall
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
@@ -152,15 +150,7 @@ def run_metrics(report: dict) -> dict[str, float | None]:
 
 def load_baseline(path: str) -> tuple[list[dict], dict]:
     """(per-run metrics, fingerprint) from a gate baseline or a single gpudiag report."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"baseline not found: {path}")
-    if p.stat().st_size > MAX_REPORT_BYTES:
-        raise UsageError(f"baseline {path} is too large to be a gpudiag baseline")
-    try:
-        doc = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UsageError(f"baseline {path} is not JSON") from None
+    doc = parse_json(read_bounded(path, MAX_REPORT_BYTES, "baseline"), f"baseline {path}")
     if not isinstance(doc, dict):
         raise UsageError(f"baseline {path} is not a gpudiag report or gate baseline")
     if doc.get("format") == BASELINE_FORMAT:
@@ -190,11 +180,7 @@ def write_baseline(path: str, runs: list[dict], fp: dict) -> None:
         "fingerprint": fp,
         "runs": runs,
     }
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".baseline.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    atomic_write(path, dumps_json(data, indent=2) + "\n", what="baseline")
 
 
 # ---- the decision and its outputs -------------------------------------------------------

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 from xml.sax.saxutils import escape
 
+from gpudiag.agent.safeio import atomic_write
 from gpudiag.analyzers.gate_stats import Comparison
 
 
@@ -132,7 +132,7 @@ def junit_xml(path: str, comps: list[Comparison], note: str) -> None:
             f'{escape(note, {chr(34): "&quot;"})}"/></properties>'
         )
     xml += cases + ["</testsuite>"]
-    Path(path).write_text("\n".join(xml) + "\n")
+    atomic_write(path, "\n".join(xml) + "\n", what="JUnit XML")
 
 
 def print_result(verdict: str, comps: list[Comparison], note: str) -> None:

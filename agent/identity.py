@@ -134,3 +134,23 @@ def job_identity(pid: int, argv: list[str] | None = None) -> dict[str, str]:
     except OSError:
         cgroup = ""
     return identity_from(pid, argv, cgroup, _environ(pid), _user(pid), hostname())
+
+
+def other_user(pid: int) -> str | None:
+    """Why another user's process cannot be read (None when it is ours, or we are root):
+    gpudiag never raises its privileges, so only the OS's ptrace rules decide."""
+    import psutil
+
+    me = os.geteuid()
+    try:
+        uid = psutil.Process(pid).uids().real
+        name = psutil.Process(pid).username()
+    except (psutil.Error, KeyError):
+        return None
+    if me == 0 or uid == me:
+        return None
+    return (
+        f"pid {pid} belongs to user {name!r} and gpudiag runs as uid {me}; the operating "
+        "system does not let one user read another user's process (run gpudiag as that "
+        "user, or as root)"
+    )

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 from gpudiag.agent.report import report_of, write_report
 from gpudiag.agent.session import Session, SessionResult
@@ -72,10 +73,12 @@ def run_with_tui(
     out: str,
     preopened: dict | None = None,
     headless: bool = False,
+    pass_on: Callable[[int, int], None] | None = None,
     job: JobView | None = None,
 ) -> SessionResult:
     """Show the live diagnosis until `q` (or the job ends and the user quits); SIGTERM or
-    SIGHUP quit the UI the same way, so the report is still written (a second: at once).
+    SIGHUP quit the UI the same way, so the report is still written (a second: at once),
+    and are handed to `pass_on` (`run` passes them on to its job, as without the UI).
     With `job` (run --tui), the job's output goes to the log panel, `q` ends the job as
     Ctrl-C does under `run`, and the header says when and how the job ended."""
     from gpudiag.tui.app import DiagnosisApp
@@ -112,11 +115,8 @@ def run_with_tui(
     app = DiagnosisApp(feed)
 
     def quit_app(signum: int, count: int) -> None:
-        if job is not None and job.popen.poll() is None:  # as `run` passes them on
-            try:
-                os.kill(job.popen.pid, signum)
-            except OSError:
-                pass
+        if pass_on is not None:
+            pass_on(signum, count)
         session.stop()
         if count == 1:  # from the handler: hand the exit to the UI's own event loop
             try:

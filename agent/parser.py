@@ -110,6 +110,11 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
         help="stop profiling after this many seconds (the job keeps running)",
     )
     p.add_argument(
+        "--until-sure",
+        action="store_true",
+        help="stop as soon as the verdict is sure (at most --duration; the job keeps running)",
+    )
+    p.add_argument(
         "--out", metavar="FILE", help="report file (default: ./gpudiag-<pid>-<time>.json)"
     )
     p.add_argument(

@@ -4,17 +4,18 @@ options, a recording beside it, and the report written and summarised at the end
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpudiag.agent.config import Settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.identity import other_user
 from gpudiag.agent.joboutput import StderrTee, job_log_path
 from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
@@ -23,6 +24,7 @@ from gpudiag.agent.recording import Recorder
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import check_writable, default_report_name, report_of, write_report
+from gpudiag.agent.safeio import dumps_json
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targets import choose_target
@@ -45,6 +47,7 @@ def session_options(args: argparse.Namespace) -> SessionOptions:
         nonblocking=not args.blocking,
         progress=not args.quiet,
         cpu_budget=budget / 100.0 if budget else None,
+        until_sure=bool(getattr(args, "until_sure", False)),
     )
 
 
@@ -91,7 +94,7 @@ def print_summary(doc: dict, fmt: str) -> None:
 
         print(render_html(doc), end="")
     elif fmt == "json":
-        print(json.dumps(doc, indent=2))
+        print(dumps_json(doc, indent=2))  # strict JSON: never a NaN token
     elif fmt == "markdown":
         print(render_markdown(doc))
     else:
@@ -133,8 +136,8 @@ def finish(
         )
     try:
         path, failed = write_report(doc, out), None
-    except OSError as exc:  # disk full, folder gone: no half-written file is left behind
-        path, failed = None, f"cannot write the report to {out}: {exc.strerror or exc}"
+    except UsageError as exc:  # disk full, folder gone: nothing half-written is left behind
+        path, failed = None, str(exc)
     fmt = getattr(args, "format", "text")
     print_summary(doc, fmt)  # the summary still shows what was found
     note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
@@ -204,8 +207,8 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
             os.kill(job.popen.pid, signum)
 
     try:
-        if args.tui:
-            return _profile_launched(args, job, settings, tee, server)
+        if args.tui:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
+            return _profile_launched(args, job, settings, tee, server, pass_on=pass_on)
         with StopSignals(pass_on) as stops:
             return _profile_launched(args, job, settings, tee, server, stops)
     finally:
@@ -219,6 +222,7 @@ def _profile_launched(
     tee: StderrTee,
     server: MetricsServer | None = None,
     stops: StopSignals | None = None,
+    pass_on: Callable[[int, int], None] | None = None,
 ) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
@@ -235,13 +239,21 @@ def _profile_launched(
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
     _serve(args, server, session, "run", command, target)
+    passed: list[int] = []  # signals the UI passed on to the job
     try:
         if args.tui:
             from gpudiag.agent.live import JobView, run_with_tui
 
             session.log = lambda msg: None  # the UI shows the status
+            relay = None
+            if pass_on is not None:
+
+                def relay(signum: int, count: int) -> None:
+                    passed.append(signum)
+                    pass_on(signum, count)
+
             view = JobView(popen, tee.take_lines, tee.log_path)
-            result = run_with_tui(session, "run", command, target, out, job=view)
+            result = run_with_tui(session, "run", command, target, out, pass_on=relay, job=view)
         else:
             result = session.run()
     finally:
@@ -259,13 +271,15 @@ def _profile_launched(
         recorder,
         stderr_tail=tee.lines() if failed else None,
     )
-    if result.end_reason == "duration_reached":
+    if result.end_reason in ("duration_reached", "verdict_sure"):
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
     if tee.log_path:
         print(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
-    if code is None and popen.poll() is None and (stops is not None or args.tui):
+    if code is None and (passed or args.tui) and popen.poll() is not None:
+        code = popen.returncode  # it ended on the signal the UI passed on, or on q
+    if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
         # never leave the job orphaned: wait for it, unless the user interrupts again
         print(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
@@ -273,35 +287,15 @@ def _profile_launched(
             file=sys.stderr,
             flush=True,
         )
-        try:
+        if stops is not None:
             code = popen.wait()
-        except KeyboardInterrupt:  # the second interrupt: leave it running
-            return EXIT_INTERRUPTED
-    elif code is None and popen.returncode is not None:
-        code = popen.returncode  # it ended after the session stopped (q under --tui)
+        else:  # after the UI: its handlers are gone; a new one passes on, a second exits
+            with StopSignals(pass_on) as again:
+                again.count = 1 if passed else 0  # after q: one more interrupt is the first
+                code = popen.wait()
     if code is not None:
         return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
-
-
-def other_user(pid: int) -> str | None:
-    """Why another user's process cannot be read (None when it is ours, or we are root):
-    gpudiag never raises its privileges, so only the OS's ptrace rules decide."""
-    import psutil
-
-    me = os.geteuid()
-    try:
-        uid = psutil.Process(pid).uids().real
-        name = psutil.Process(pid).username()
-    except (psutil.Error, KeyError):
-        return None
-    if me == 0 or uid == me:
-        return None
-    return (
-        f"pid {pid} belongs to user {name!r} and gpudiag runs as uid {me}; the operating "
-        "system does not let one user read another user's process (run gpudiag as that "
-        "user, or as root)"
-    )
 
 
 def _on_hang(

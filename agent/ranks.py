@@ -10,16 +10,19 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from gpudiag.agent import rank_hang
+from gpudiag.agent.rank_gpus import gpu_stats, rank_device
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
-from gpudiag.analyzers.distributed import RankStats, rank_parts, straggler
+from gpudiag.analyzers.dist_hang import HangRank
+from gpudiag.analyzers.distributed import RANK_PARTS, RankStats, rank_parts, straggler
+from gpudiag.analyzers.loop import location_of
 from gpudiag.analyzers.results import Finding
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample, Target
+from gpudiag.probes.gpu import GpuProbe
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.ranks import RankInfo, find_ranks, read_environ
-from gpudiag.probes.stack_dump import dump_main_stack
 from gpudiag.probes.stacks import StackProbe
 
 LAUNCHER_RE = re.compile(
@@ -146,6 +149,12 @@ class RankSet:
         self.add_probe: Callable[[RankInfo], None] = lambda info: None
         self._recheck_at = 0.0
         self.root_pid = primary.pid
+        self.recorder: dict = {}  # rank -> RecorderRank, from the flight recorder's dumps
+        self._fr_prefix: str | None = None
+        self._wall_start = time.time()
+        self.gpu_basis: dict[int, str] = {}  # rank -> how its GPU is known (nvml, env)
+        self.gpu_probe = None  # the session's GpuProbe: which device each rank's pid is on
+        self.main_timeline: Callable[[], Timeline | None] = lambda: None
         for r in ranks:
             self.add(r)
         self.recorder_note = flight_recorder_note(primary.pid)  # read while it runs
@@ -210,26 +219,36 @@ class RankSet:
     def stats(self, th: Thresholds, rules=()) -> list[RankStats]:
         """Each rank's summary from its own timeline."""
         out = []
+        devices = dict(getattr(self.gpu_probe, "pid_devices", {}) or {})
+        main_tl = self.main_timeline()
         for rank, info in sorted(self.ranks.items()):
+            gpu, basis = rank_device(info, devices)
+            self.gpu_basis[rank] = basis
             an = analyze(self.timelines[rank], th, rules)
             m = an.metrics
             sps = m.get("steps_per_second")
             coll = self.timelines[rank].rollup("hooks", "collective_s", kind="collective_step")
             steps = self.timelines[rank].rollup("hooks", "step_time_s", kind="step")
             share = None
-            if coll is not None and steps is not None and steps.total > 0:
+            both = _paired_share(self.timelines[rank])
+            if both is not None:  # collective time and step length from the same rows
+                share = both
+            elif coll is not None and steps is not None and steps.total > 0:
                 share = min(1.0, coll.total / steps.total)
             out.append(
                 RankStats(
                     rank=rank,
                     pid=info.pid,
                     host=info.host,
-                    gpu=info.gpu,
+                    gpu=gpu,
+                    gpu_stats=gpu_stats(main_tl, gpu),
                     parts=rank_parts(an.breakdown),
                     samples=an.breakdown.samples,
                     steps=int(m["steps"]) if m.get("steps") is not None else None,
                     step_time_s=1.0 / sps if sps else None,
                     collective_share_hooks=share,
+                    locations=_part_locations(an.profile.stacks_by_category),
+                    detail=dict(an.breakdown.shares),
                 )
             )
         return out
@@ -239,14 +258,18 @@ class RankSet:
         `gpus` (no GPU seen) the ranks' GPUs are left unknown."""
         stats = self.stats(th, rules)
         if not gpus:
-            stats = [replace(s, gpu=None) for s in stats]
+            stats = [replace(s, gpu=None, gpu_stats={}) for s in stats]
         findings, decision = straggler(stats, th)
+        rank_hang.recorder_hang(self, th)
         if self.hang_finding is not None:
             findings = [self.hang_finding] + findings
         ranks = []
         for s in stats:
             d = self.ranks[s.rank].to_dict()
             d["gpu"] = s.gpu
+            if s.gpu is not None:
+                d["gpu_basis"] = self.gpu_basis.get(s.rank)
+                d["gpu_stats"] = s.gpu_stats
             roll = self.timelines[s.rank].rollup("hooks", "step_time_s", kind="step")
             d["last_step_t"] = roll.last_ns / 1e9 if roll and roll.last_ns else None
             d.update(
@@ -296,80 +319,32 @@ class RankSet:
 
     def hang_ranks(self) -> list[HangRank]:
         """Each rank's progress and collective state as the hooks last told it."""
-        if self.hooks is None:
-            return []
-        lab = self.hooks.labels
-        now = time.monotonic()
-        out = []
-        with lab.lock:
-            for rank, info in sorted(self.ranks.items()):
-                st = lab.states.get(rank)
-                last = lab.last_step.get(rank)
-                inside_s = None
-                if st is not None and st.inside_s is not None:
-                    inside_s = st.inside_s + (now - st.received)
-                out.append(
-                    HangRank(
-                        rank=rank,
-                        pid=info.pid,
-                        host=info.host,
-                        steps=lab.steps.get(rank, 0),
-                        last_step_age_s=None if last is None else now - last,
-                        seq=st.seq if st else None,
-                        inside_op=st.inside_op if st else None,
-                        inside_seq=st.inside_seq if st else None,
-                        inside_s=inside_s,
-                    )
-                )
-        return out
+        return rank_hang.hang_ranks(self)
 
     def check_hang(self, th: Thresholds) -> None:
-        """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
-        call `on_hang` (once per hang; a step on any rank ends it)."""
-        ranks = self.hang_ranks()
-        quiet = is_hung(ranks, th)
-        if quiet is None:
-            if self.hang is not None and self.hang.get("ongoing"):
-                self.hang["ongoing"] = False
-            return
-        if self.hang is not None and self.hang.get("ongoing"):
-            return
-        if time.monotonic() < self._recheck_at:
-            return
-        dumped = []
-        stacks: dict[str, list[str]] = {}
-        errors: dict[str, str] = {}
-        for r in ranks:
-            frames, err = dump_main_stack(r.pid) if r.pid else ((), "no pid")
-            if err:
-                errors[str(r.rank)] = err
-            stacks[str(r.rank)] = list(frames)
-            dumped.append(replace(r, stack=frames))
-        if not any(r.inside_op or stack_collective(r.stack) for r in dumped):
-            # a long evaluation or save looks the same: a hang needs a rank left waiting
-            # in a collective; look again after another dist_hang_s
-            self._recheck_at = time.monotonic() + th.dist_hang_s
-            note = (
-                f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
-                "not reported as a hang (an evaluation or a long save looks the same)"
-            )
-            if note not in self.notes[-1:]:
-                self.notes.append(note)
-            return
-        self.hang_finding = hang_finding(dumped, quiet, th)
-        self.hang = {
-            "ongoing": True,
-            "detected": time.time(),
-            "seconds_without_step": round(quiet, 1),
-            "stacks": stacks,
-            "stack_errors": errors,
-            "collectives": {
-                str(r.rank): {"seq": r.seq, "inside": r.inside_op, "inside_seq": r.inside_seq}
-                for r in ranks
-            },
-        }
-        if self.on_hang is not None:
-            self.on_hang()
+        """When no rank stepped for the hang threshold: DIST002 (agent/rank_hang.py)."""
+        rank_hang.check_hang(self, th)
+
+
+def _paired_share(tl: Timeline) -> float | None:
+    """Time in collectives / step length, both from the collective hooks' own rows (a lost
+    datagram loses both together); None for hooks that do not send the step's length."""
+    length = tl.rollup("hooks", "collective_step_s", kind="collective_step")
+    coll = tl.rollup("hooks", "collective_s", kind="collective_step")
+    if length is None or coll is None or length.total <= 0 or length.count != coll.count:
+        return None
+    return min(1.0, coll.total / length.total)
+
+
+def _part_locations(by_cat: dict) -> dict[str, str]:
+    """Each rank part's hottest user frame (file:line:function), from the loop's stacks."""
+    out: dict[str, str] = {}
+    for part, cats in RANK_PARTS.items():
+        stacks = sorted((s for c in cats for s in by_cat.get(c, ())), key=lambda s: -s.count)
+        loc = location_of(tuple(stacks))
+        if loc is not None:
+            out[part] = f"{loc.file}:{loc.line}:{loc.function}"
+    return out
 
 
 def primary_of(ranks: list[RankInfo]) -> RankInfo:
@@ -398,6 +373,10 @@ def setup_ranks(session, ranks: list[RankInfo], root_pid: int) -> RankSet:
             )
     rs.add_probe = add_rank_probe_fn(session, opts, n)
     rs.root_pid = root_pid
+    rs.gpu_probe = next((p for p in session.probes if isinstance(p, GpuProbe)), None)
+    if rs.gpu_probe is not None:  # the other ranks are not the primary's children
+        rs.gpu_probe.extra_pids |= {r.pid for r in ranks if r.pid}
+    rs.main_timeline = lambda: session.timeline
     return rs
 
 
@@ -405,6 +384,8 @@ def add_rank_probe_fn(session, opts, n: int) -> Callable[[RankInfo], None]:
     """How the watcher adds a late rank's stack probe to a running session."""
 
     def add(info: RankInfo) -> None:
+        if session.ranks.gpu_probe is not None and info.pid:
+            session.ranks.gpu_probe.extra_pids.add(info.pid)
         if info.pid == session.target.pid:
             return
         probe = session.ranks.stack_probe(

@@ -26,13 +26,15 @@ import math
 import os
 import threading
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.redact import redact_argv
+from gpudiag.agent.safeio import bounded_lines, create_stream, open_regular, parse_json
 from gpudiag.agent.segment_buffer import SegmentBuffer
-from gpudiag.analyzers.segment_codec import Decoder
+from gpudiag.analyzers.segment_codec import Decoder, TableFull
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample
 
@@ -40,6 +42,11 @@ FORMAT = "gpudiag-recording"
 FORMAT_VERSION = 2  # windows; samples recordings are version 1
 LAYOUTS = ("windows", "samples")
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024  # 1 GiB on disk, FILE and FILE.1 together
+# what replay accepts (module settings: tests lower them): one line, the whole file
+# decompressed, and the distinct keys/threads/stacks a file's windows may define
+MAX_LINE_BYTES = 64 * 1024 * 1024
+MAX_UNZIPPED_BYTES = 64 * 1024 * 1024 * 1024
+MAX_TABLE_ENTRIES = 2_000_000
 
 
 class Recorder:
@@ -81,10 +88,7 @@ class Recorder:
         self._open()
 
     def _open(self) -> None:
-        try:
-            self._raw = open(self.path, "wb")
-        except OSError as exc:
-            raise UsageError(f"cannot write recording {self.path}: {exc.strerror}") from None
+        self._raw = create_stream(self.path, "recording")  # private; a planted link is replaced
         self._f = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
         if self._buffer is not None:
             self._buffer.encoder.reset()  # each file defines the keys it uses
@@ -201,7 +205,7 @@ class Recording:
         if self.layout == "samples":
             tl.extend(self.samples())
             return tl
-        decoder = Decoder()
+        decoder = Decoder(max_entries=MAX_TABLE_ENTRIES)
         current = None
         for path, n, obj in self._rows():
             if path != current:
@@ -210,6 +214,8 @@ class Recording:
             try:
                 origin, start, width = (int(x) for x in obj["segment"])
                 agg = decoder.decode(obj, tl.caps, start)
+            except TableFull as exc:
+                raise UsageError(f"{path}: line {n}: {exc}") from None
             except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
                 raise UsageError(f"{path}: line {n} is not a timeline window") from None
             if width <= 0:
@@ -275,26 +281,28 @@ def checked_footer(obj: dict, where: str) -> dict:
 
 
 def iter_lines(path: str) -> Iterator[dict]:
-    """Decoded JSON objects of a recording, one per line; UsageError when it is not one."""
+    """Decoded JSON objects of a recording, one per line; UsageError when it is not one, or
+    past the bounds on line length and decompressed size (MAX_LINE_BYTES, MAX_UNZIPPED_BYTES).
+    """
+    raw = open_regular(path, "recording")
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+        with raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
+            lines = bounded_lines(f, MAX_LINE_BYTES, MAX_UNZIPPED_BYTES, path)
+            for n, line in enumerate(lines, 1):
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    raise UsageError(
-                        f"{path}: line {n} is not JSON; not a gpudiag recording"
-                    ) from None
+                    obj = parse_json(line, f"{path}: line {n}", allow_nonfinite=True)
+                except UsageError as exc:
+                    if "invalid JSON" in str(exc) or "UTF-8" in str(exc):
+                        raise UsageError(
+                            f"{path}: line {n} is not JSON; not a gpudiag recording"
+                        ) from None
+                    raise
                 if not isinstance(obj, dict):
                     raise UsageError(f"{path}: line {n} is not a JSON object")
                 yield obj
-    except FileNotFoundError:
-        raise UsageError(f"recording not found: {path}") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory, not a recording") from None
-    except (gzip.BadGzipFile, EOFError, UnicodeDecodeError, OSError) as exc:
+    except (gzip.BadGzipFile, EOFError, OSError, zlib.error) as exc:
         if isinstance(exc, EOFError):
             return  # cut short while writing: keep what was complete
         raise UsageError(f"{path} is not a gpudiag recording (not gzip JSON Lines)") from None

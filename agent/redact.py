@@ -4,9 +4,11 @@ stderr tail, progress lines and the terminal UI.
 A value is hidden (replaced by `***`) when it belongs to a command-line option or an
 environment variable whose name looks like a credential (`--api-key X`, `--api-key=X`,
 `--token`, `--password`, `HF_TOKEN=...`, `WANDB_API_KEY=...`, `AWS_SECRET_ACCESS_KEY=...`),
-when it is the password (or the bare user token) of a URL (`https://user:pass@host`), an
-`Authorization:` header value, or when it has the shape of a well-known token (`sk-...`,
-`hf_...`, `ghp_...`, `AKIA...`) wherever it stands. Names are split into words (`--api-key`,
+when it is the password (or the bare user token) of a URL (`https://user:pass@host`), a
+secret-named URL query parameter (`?token=`, `&sig=`, `X-Amz-Signature=`) or connection-string
+field (`AccountKey=`, `SharedAccessSignature=`, `Password=`), an `Authorization:` header
+value, or when it has the shape of a well-known token (`sk-...`, `hf_...`, `ghp_...`,
+`AKIA...`) wherever it stands. Names are split into words (`--api-key`,
 `apiKey` and `API_KEY` all give `api key`), so `--tokenizer` or `--max-tokens` stay as they are.
 """
 
@@ -17,20 +19,28 @@ from collections.abc import Iterable
 
 MASK = "***"
 
-# a name is secret when one of its words is one of these (or it is one of the joined forms)
+# One set of rules, for command lines, environment variables and free text alike: a name is
+# secret when one of its words is one of these, or ends with one of SECRET_ENDINGS
+# (`--apitoken`, `--dbpassword`, `AccountKey`, `X-Amz-Signature`), unless it is a known
+# harmless word (`--monkey`, `--passes`); `-p` (a password, as in mysql) is secret too.
 SECRET_WORDS = frozenset(
     {
         "token",
         "key",
         "apikey",
         "secret",
+        "secrets",
         "password",
         "passwd",
+        "pass",
         "pwd",
         "passphrase",
         "credential",
         "credentials",
         "auth",
+        "signature",
+        "sig",
+        "sas",
         "cookie",
         "bearer",
         "privatekey",
@@ -40,6 +50,24 @@ SECRET_WORDS = frozenset(
         "accesstoken",
     }
 )
+SECRET_ENDINGS = (
+    "token",
+    "key",
+    "secret",
+    "password",
+    "passwd",
+    "pass",
+    "passphrase",
+    "credential",
+    "credentials",
+    "auth",
+    "signature",
+)
+NOT_SECRET_WORDS = frozenset(
+    {"monkey", "donkey", "hotkey", "turkey", "hockey", "jockey", "whiskey"}
+    | {"bypass", "compass", "surpass", "trespass", "encompass", "multipass", "overpass"}
+)
+SHORT_SECRET_FLAGS = frozenset({"-p"})
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
@@ -69,12 +97,21 @@ _VALUE = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|[^\s'\";,&]+")
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether an option or variable name (`--api-key`, `HF_TOKEN`, `apiKey`) names a secret."""
+    """Whether an option or variable name (`--api-key`, `HF_TOKEN`, `apiKey`, `-p`) names a
+    secret."""
+    if name in SHORT_SECRET_FLAGS:
+        return True
     name = name.lstrip("-")
     words = [w.lower() for w in _WORD_SPLIT.split(_CAMEL.sub("_", name)) if w]
     if not words:
         return False
-    return any(w in SECRET_WORDS for w in words) or "".join(words) in SECRET_WORDS
+    return any(_secret_word(w) for w in words) or "".join(words) in SECRET_WORDS
+
+
+def _secret_word(word: str) -> bool:
+    if word in NOT_SECRET_WORDS:
+        return False
+    return word in SECRET_WORDS or word.endswith(SECRET_ENDINGS)
 
 
 def _redact_url(match: re.Match) -> str:
@@ -135,22 +172,16 @@ def redact_argv(argv: Iterable[str] | None) -> list[str] | None:
         if eq and is_secret_name(name) and re.fullmatch(r"-{0,2}[A-Za-z_][\w.\-]*", name):
             out.append(f"{name}{eq}{MASK}")
             continue
-        if arg.startswith("-") and len(arg) > 2 and not eq and is_secret_name(arg):
-            hide_next = True
-        out.append(_redact_value(arg))
+        if arg.startswith("-") and not eq and (len(arg) > 2 or arg in SHORT_SECRET_FLAGS):
+            hide_next = is_secret_name(arg)
+        out.append(redact_text(arg))  # the same rules as for text: URLs, query strings, ...
     return out
-
-
-def _redact_value(arg: str) -> str:
-    out = _URL_CRED.sub(_redact_url, arg)
-    out = _AUTH_HEADER.sub(lambda m: m.group("head") + MASK, out)
-    return _TOKEN_SHAPES.sub(MASK, out)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     """Environment variables with the values of secret-named ones (and URL credentials in
     any value) hidden."""
-    return {k: (MASK if is_secret_name(k) else _redact_value(str(v))) for k, v in env.items()}
+    return {k: (MASK if is_secret_name(k) else redact_text(str(v))) for k, v in env.items()}
 
 
 def redact_lines(lines: Iterable[str] | None) -> list[str] | None:

@@ -232,7 +232,9 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
     verdict = doc.get("verdict") or {}
-    if verdict.get("statement") and (verdict.get("sure") or verdict.get("finding")):
+    if verdict.get("statement") and (
+        verdict.get("sure") or verdict.get("finding") or "not judged" in verdict["statement"]
+    ):
         out.append(f"Verdict: {verdict['statement']}")  # (else "No diagnosis" said why)
     out.append("")
     out += cost_lines(doc)

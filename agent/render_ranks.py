@@ -10,6 +10,30 @@ def _pct(v: object) -> str:
     return f"{v:.0%}" if isinstance(v, (int, float)) else "-"
 
 
+def gpu_rows(ranks: list[dict]) -> list[str]:
+    """Each rank's GPU (NVML): utilisation, SM activity, memory, SM clock, worst throttle."""
+    rows = [r for r in ranks if r.get("gpu_stats")]
+    if not rows:
+        return []
+    out = [f"  {'rank':>6} {'gpu':<4} {'util':>5} {'sm':>5} {'mem GiB':>8} {'sm MHz':>11} throttle"]
+    for r in rows:
+        g = r["gpu_stats"]
+        sm = g.get("gpm_sm_active", g.get("job_sm_util"))
+        mem = g.get("mem_used_bytes")
+        clk = g.get("sm_clock_mhz")
+        top = g.get("sm_clock_max_mhz")
+        held = {k[9:]: v for k, v in g.items() if k.startswith("throttle_") and v}
+        worst = max(held.items(), key=lambda kv: kv[1], default=None)
+        clock = f"{clk:.0f}/{top:.0f}" if clk and top else "-"
+        out.append(
+            f"  {r['rank']:>6} {str(r.get('gpu')):<4} {_pct(g.get('util_gpu')):>5} {_pct(sm):>5} "
+            f"{(f'{mem / 2**30:.1f}' if mem else '-'):>8} {clock:>11} "
+            + (f"{worst[0]} {worst[1]:.0%}" if worst else "-")
+            + (f" ({r.get('gpu_basis')})" if r.get("gpu_basis") else "")
+        )
+    return out
+
+
 def rank_lines(doc: dict, width: int = 100) -> list[str]:
     """Rows per rank and the hang's stacks; [] for a single-process report."""
     ranks = doc.get("ranks") or []
@@ -32,6 +56,7 @@ def rank_lines(doc: dict, width: int = 100) -> list[str]:
             + " ".join(f"{_pct(bd.get(p)) if bd else '-':>7}" for p in PARTS)
             + mark
         )
+    out.extend(gpu_rows(ranks))
     reason = (dist.get("straggler") or {}).get("reason")
     if reason:
         out.append(f"  {reason}")

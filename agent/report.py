@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
@@ -16,6 +15,7 @@ import jsonschema
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.redact import redact_argv
+from gpudiag.agent.safeio import atomic_write, dumps_json, finite, parse_json, read_bounded
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
@@ -164,26 +164,12 @@ def validate(doc: dict) -> None:
 
 
 def write_report(doc: dict, path: str | os.PathLike) -> Path:
-    """Validate, then write atomically (temp file in the same folder, then rename)."""
+    """Validate, then write atomically and privately (safeio.atomic_write); non-finite
+    numbers are written as null."""
+    doc = finite(doc)
     validate(doc)
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return target.resolve()
+    atomic_write(path, dumps_json(doc, indent=2) + "\n", what="report")
+    return Path(path).resolve()
 
 
 def check_writable(path: str | os.PathLike) -> None:
@@ -200,24 +186,8 @@ def check_writable(path: str | os.PathLike) -> None:
 
 def load_report(path: str) -> dict:
     """Read and validate a saved report; UsageError with one readable line otherwise."""
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"report file not found: {path}")
-    if p.is_dir():
-        raise UsageError(f"{path} is a directory, not a report file")
-    try:
-        if p.stat().st_size > MAX_REPORT_BYTES:
-            raise UsageError(f"{path} is too large to be a gpudiag report")
-        doc = json.loads(p.read_text())
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not a gpudiag report (not text)") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{path} is not a gpudiag report (invalid JSON at line {exc.lineno}, "
-            f"column {exc.colno})"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    data = read_bounded(path, MAX_REPORT_BYTES, "report file")
+    doc = parse_json(data, path, kind="a gpudiag report")
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise UsageError(f"{path} is not a gpudiag report (no schema_version)")
     if doc.get("schema_version") != SCHEMA_VERSION:
@@ -227,6 +197,8 @@ def load_report(path: str) -> dict:
         )
     try:
         validate(doc)
+    except RecursionError:
+        raise UsageError(f"{path} is not a valid gpudiag report: nested too deeply") from None
     except jsonschema.ValidationError as exc:
         where = "/".join(str(x) for x in exc.absolute_path) or "(top level)"
         raise UsageError(

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gpudiag.agent.budget import Budget, Governor
+from gpudiag.agent.budget import Budget, Governor, loop_window_samples
 from gpudiag.agent.config import Settings
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
+from gpudiag.analyzers.rules import Classifier
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.gpu import GpuProbe
@@ -42,6 +43,10 @@ class SessionOptions:
     cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
     rss_budget_bytes: int = 150 * 1024 * 1024
     probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
+    until_sure: bool = False  # stop once the verdict is sure (checked every SURE_CHECK_S)
+
+
+SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
 
 
 @dataclass
@@ -120,7 +125,20 @@ class Session:
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
                 self.probes,
                 period_s=max(1.0, opts.window_s),
+                verdict_samples=settings.thresholds.min_loop_samples,
+                loop_samples=self._loop_samples,
             )
+
+    def _verdict_sure(self) -> bool:
+        """Whether what was collected so far gives a sure verdict (asked only once the budget
+        has bought the verdict's samples, when a governor runs)."""
+        if self.governor is not None and self.governor.early():
+            return False
+        return bool(self.snapshot().verdict.get("sure"))
+
+    def _loop_samples(self) -> float:
+        with self._lock:  # the governor's thread; the timeline is filled meanwhile
+            return loop_window_samples(self.timeline, Classifier(self.settings.rules))
 
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
@@ -236,7 +254,7 @@ class Session:
         )
         if own_handler:
             signal.signal(signal.SIGTERM, on_term)
-        next_progress = time.monotonic() + 5.0
+        next_progress = next_sure = time.monotonic() + 5.0
         from gpudiag.agent.autocapture import AutoCapture
 
         auto = AutoCapture(self)
@@ -251,6 +269,10 @@ class Session:
                 elapsed = time.time() - start
                 if self.opts.duration_s is not None and elapsed >= self.opts.duration_s:
                     return "duration_reached"
+                if self.opts.until_sure and time.monotonic() >= next_sure:
+                    next_sure = time.monotonic() + SURE_CHECK_S
+                    if self._verdict_sure():
+                        return "verdict_sure"
                 if self._stop.wait(0.2):
                     return "stopped"
                 if self.opts.progress and time.monotonic() >= next_progress:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.catalogue import category, explains_gpu_idle, severity, spec
 from gpudiag.analyzers.checkpoint import checkpoint_findings
+from gpudiag.analyzers.contention import contention_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.gil import gil_findings
@@ -14,10 +15,11 @@ from gpudiag.analyzers.gpu_stats import gpu_compute, gpu_stats, job_gpu_idle, li
 from gpudiag.analyzers.host_bound import host_findings
 from gpudiag.analyzers.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.metrics import host_metrics
-from gpudiag.analyzers.pipeline import data_findings, io_findings
+from gpudiag.analyzers.pipeline import data_findings
 from gpudiag.analyzers.prices import Price
 from gpudiag.analyzers.results import Breakdown, Evidence, Finding, Recommendation
 from gpudiag.analyzers.rules import Classifier, Rule
+from gpudiag.analyzers.storage import io_findings
 from gpudiag.analyzers.sync import sync_findings
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.throughput import sync_sites, throughput_metrics
@@ -123,7 +125,7 @@ def _analyze_view(
 ) -> Analysis:
     stats = [s for s in gpu_stats(view) if s.samples > 0]
     uses_gpu = any(s.job_uses_gpu for s in stats)
-    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu)
+    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min)
     metrics = host_metrics(view)
     # step rows only exist inside the loop: read them over the whole run, so no step at the
     # window's edges is lost
@@ -165,6 +167,7 @@ def _analyze_view(
         view, profile, clf, th, caused("checkpoint"), gpu_compute(stats)
     )
     findings += host_findings(view, profile, clf, shares, cp, metrics, th)
+    findings += contention_findings(view, profile, metrics, th, idle)
     findings += gpu_findings(stats, findings, th, cp, metrics)
     for st in stats:
         metrics[f"gpu{st.index}_busy"] = st.busy
@@ -192,16 +195,37 @@ def _analyze_view(
         cost,
         phases,
         cp,
-        verdict_of(findings, profile.samples, metrics.get("steps"), th),
+        verdict_of(findings, profile.samples, metrics.get("steps"), th, unjudged(profile, th)),
     )
 
 
+def unjudged(profile, th: Thresholds) -> tuple[str, ...]:
+    """The checks that rest on the loop's stack samples and did not have enough of them."""
+    if profile.samples >= th.min_loop_samples:
+        return ()
+    out = ["checkpoint", "storage", "host-bound"]
+    g = profile.gil
+    if g is None or g.ticks < th.gil_min_ticks or g.readings < th.gil_min_readings:
+        out.append("GIL")
+    return tuple(out)
+
+
 def verdict_of(
-    findings: list[Finding], samples: float, steps: float | None, th: Thresholds
+    findings: list[Finding],
+    samples: float,
+    steps: float | None,
+    th: Thresholds,
+    not_judged: tuple[str, ...] = (),
 ) -> dict:
-    """How sure the top verdict is, from the samples it rests on."""
+    """How sure the top verdict is, from the samples it rests on.
+
+    `not_judged`: checks that lacked their evidence; with none of the others crossing its
+    threshold the verdict names them and is not sure (timed steps judge the data wait only).
+    """
     top = next((f for f in findings if f.severity in ("error", "warning")), None)
     enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
+    # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
+    enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
     basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps else "")
     if not enough:
         return {
@@ -210,6 +234,15 @@ def verdict_of(
             "confidence": round(top.confidence, 3) if top else None,
             "statement": f"not sure yet: {basis}, {th.min_loop_samples} samples needed; "
             "profile longer (--duration)",
+        }
+    if top is None and not_judged:
+        return {
+            "finding": None,
+            "sure": False,
+            "confidence": None,
+            "statement": f"no bottleneck crossed its threshold in the checks that had their "
+            f"evidence ({basis}); not judged: {', '.join(not_judged)} "
+            f"({th.min_loop_samples} loop stack samples needed); profile longer (--duration)",
         }
     if top is None:
         return {

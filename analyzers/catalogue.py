@@ -68,6 +68,12 @@ CATALOGUE: dict[str, Spec] = {
             "HOST001", "Host-bound: the loop thread's CPU work is the critical path", "host", True
         ),
         Spec(
+            "HOST002",
+            "Other processes take the CPU the job's threads wait for",
+            "host",
+            True,
+        ),
+        Spec(
             "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
         ),
         Spec("GPU001", "GPU idle most of the time; neither side explains the gaps", "gpu", False),

@@ -12,6 +12,7 @@ from gpudiag.analyzers.distributed import _loc
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.rules import parse_frame
 from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.probes.flight_recorder import RecorderRank
 
 _COLLECTIVE_FILE = re.compile(
     r"torch/distributed/(distributed_c10d|_functional_collectives|c10d_logger)|gpudiag_dist\.py$"
@@ -33,6 +34,46 @@ class HangRank:
     inside_seq: int | None = None
     inside_s: float | None = None
     stack: tuple[str, ...] = field(default=())  # "function (file:line)", innermost first
+    longest_step_s: float | None = None  # its longest interval between two steps so far
+    recorder: RecorderRank | None = None  # what NCCL's flight recorder dumped for it
+
+
+DDP_OP = "ddp_allreduce"  # the hooks' name for DDP's gradient all-reduce
+_SAVING = re.compile(r"torch/serialization\.py|(^|[_.])(save|checkpoint)", re.I)
+_EVAL = re.compile(
+    r"(^|[_.])(eval|evaluate|evaluation|valid|validate|validation|test|predict)", re.I
+)
+
+
+def op_name(op: str) -> str:
+    """A collective's name for the message."""
+    return "DDP's gradient all-reduce (under loss.backward())" if op == DDP_OP else op
+
+
+def phase_of(stack: tuple[str, ...]) -> tuple[str, str] | None:
+    """("saving" | "evaluating", frame) when a stack is inside a save or an evaluation."""
+    for text in stack:
+        fr = parse_frame(text)
+        if "torch/serialization.py" in fr.file or (
+            not _LIB.search(fr.file) and _SAVING.search(fr.function)
+        ):
+            return "saving", f"{fr.file}:{fr.line}:{fr.function}"
+        if not _LIB.search(fr.file) and _EVAL.search(fr.function):
+            return "evaluating", f"{fr.file}:{fr.line}:{fr.function}"
+    return None
+
+
+def hang_threshold(ranks: list[HangRank], th: Thresholds) -> tuple[float, str]:
+    """The seconds without a step that make a hang: dist_hang_s, or dist_hang_steps times the
+    job's longest step so far when that is longer; with the reason in words."""
+    longest = max((r.longest_step_s or 0.0 for r in ranks), default=0.0)
+    scaled = th.dist_hang_steps * longest
+    if scaled > th.dist_hang_s:
+        return scaled, (
+            f"{th.dist_hang_steps} x the job's longest step so far ({longest:.1f} s; settings "
+            f"dist_hang_steps, dist_hang_s={th.dist_hang_s:g})"
+        )
+    return th.dist_hang_s, f"dist_hang_s={th.dist_hang_s:g}"
 
 
 def stack_collective(stack: tuple[str, ...]) -> str | None:
@@ -61,17 +102,54 @@ def is_hung(ranks: list[HangRank], th: Thresholds) -> float | None:
     if not ranks or any(a is None for a in ages) or any(r.steps <= 0 for r in ranks):
         return None
     quiet = min(a for a in ages if a is not None)
-    return quiet if quiet >= th.dist_hang_s else None
+    return quiet if quiet >= hang_threshold(ranks, th)[0] else None
 
 
-def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Finding:
-    """DIST002 for ranks that made no step for `quiet_s` seconds."""
+def recorder_lines(ranks: list[HangRank]) -> tuple[str, list[int]]:
+    """The flight recorder's view in words, and the ranks it shows behind (their last entered
+    collective is older than the others')."""
+    rec = [r.recorder for r in ranks if r.recorder is not None]
+    if not rec:
+        return "", []
+    parts = []
+    for x in sorted(rec, key=lambda x: x.rank):
+        e = f"#{x.last_entered[0]} {x.last_entered[1]}" if x.last_entered else "none"
+        c = f"#{x.last_completed[0]}" if x.last_completed else "none"
+        parts.append(f"rank {x.rank} last entered {e}, last completed {c}")
+    entered = {x.rank: x.last_entered[0] for x in rec if x.last_entered}
+    behind = []
+    if len(set(entered.values())) > 1:
+        low = min(entered.values())
+        behind = sorted(k for k, v in entered.items() if v == low)
+    text = "NCCL flight recorder: " + "; ".join(parts)
+    if behind:
+        text += f": rank(s) {', '.join(map(str, behind))} behind"
+    return text, behind
+
+
+def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -> Finding:
+    """DIST002 for ranks that made no step for `quiet_s` seconds (None: known only from the
+    flight recorder's dumps, after the job stopped), live state merged with the recorder."""
     waiting: dict[int, str] = {}
+    rec_text, rec_behind = recorder_lines(ranks)
     for r in ranks:
         op = r.inside_op or stack_collective(r.stack)
         if op:
             seq = f" #{r.inside_seq}" if r.inside_seq is not None else ""
-            waiting[r.rank] = f"{op}{seq}"
+            waiting[r.rank] = f"{op_name(op)}{seq}"
+        elif r.recorder is not None and r.recorder.pending and r.rank not in rec_behind:
+            e = r.recorder.last_entered
+            waiting[r.rank] = f"{e[1]} #{e[0]} (flight recorder)" if e else "a collective"
+    if rec_behind and not waiting:  # dumps only: the ranks ahead wait for those behind
+        for r in ranks:
+            if r.recorder is not None and r.rank not in rec_behind and r.recorder.last_entered:
+                e = r.recorder.last_entered
+                waiting[r.rank] = f"{e[1]} #{e[0]} (flight recorder)"
+    quiet = (
+        f"no rank finished a step for {quiet_s:.0f} s"
+        if quiet_s is not None
+        else "the job stopped in a collective (NCCL watchdog timeout)"
+    )
     guilty = [r for r in ranks if r.rank not in waiting]
     if waiting and guilty:
         first = sorted(waiting.items())[0][1]
@@ -80,11 +158,15 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
             at = user_frame(g.stack) or (g.stack[0] if g.stack else "stack not read")
             behind = ""
             seqs = [r.inside_seq for r in ranks if r.inside_seq is not None]
-            if seqs and g.seq is not None:
+            if g.recorder is not None and g.recorder.last_entered:
+                behind = (
+                    f", its last collective was #{g.recorder.last_entered[0]} (flight recorder)"
+                )
+            elif seqs and g.seq is not None:
                 behind = f", {max(seqs) - g.seq} collective(s) behind (its last was #{g.seq})"
             where.append(f"rank {g.rank} is not in it: it is at {at}{behind}")
         msg = (
-            f"no rank finished a step for {quiet_s:.0f} s. Rank(s) "
+            f"{quiet}. Rank(s) "
             f"{', '.join(str(k) for k in sorted(waiting))} wait in {first}; "
             + "; ".join(where)
             + "."
@@ -97,7 +179,7 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
             low = min(seqs.values())
             behind = [k for k, v in seqs.items() if v == low]
             msg = (
-                f"no rank finished a step for {quiet_s:.0f} s; every rank is inside a "
+                f"{quiet}; every rank is inside a "
                 f"collective but not the same one: "
                 + ", ".join(f"rank {k} in {v}" for k, v in sorted(waiting.items()))
                 + f". Rank(s) {', '.join(map(str, behind))} are behind (collective #{low}): "
@@ -106,7 +188,7 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
             summary = "Make every rank call the same collectives in the same order"
         else:
             msg = (
-                f"no rank finished a step for {quiet_s:.0f} s; every rank is inside "
+                f"{quiet}; every rank is inside "
                 f"{sorted(waiting.values())[0]}: the collective itself does not complete "
                 "(network, NCCL transport or a rank on another host)"
             )
@@ -114,11 +196,36 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
         loc = None
     else:
         msg = (
-            f"no rank finished a step for {quiet_s:.0f} s and no rank is inside a collective: "
+            f"{quiet} and no rank is inside a collective: "
             "the job is stuck in its own code (see each rank's stack)"
         )
         summary = "See each rank's stack below"
         loc = _loc(user_frame(ranks[0].stack)) if ranks else None
+    if rec_text:
+        msg = f"{msg.rstrip('.')}. {rec_text}."
+    limit, why = hang_threshold(ranks, th)
+    scaled = limit > th.dist_hang_s
+    longest = max((r.longest_step_s or 0.0 for r in ranks), default=0.0)
+    ev = [
+        Evidence(
+            "longest_step_s",
+            round(longest, 3),
+            "s",
+            th.dist_hang_steps,
+            "x",
+            "dist_hang_steps",
+            "hooks",
+        )
+    ]
+    if quiet_s is not None:
+        msg += f" (hang threshold {limit:.0f} s: {why})"
+        setting = "dist_hang_steps" if scaled else "dist_hang_s"
+        ev.insert(
+            0,
+            Evidence(
+                "seconds_without_step", round(quiet_s, 1), "s", round(limit, 1), ">=", setting
+            ),
+        )
     return Finding(
         id="DIST002",
         title=spec("DIST002").title,
@@ -126,11 +233,7 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
         confidence=0.9 if waiting else 0.6,
         impact=1.0,
         message=msg,
-        evidence=(
-            Evidence(
-                "seconds_without_step", round(quiet_s, 1), "s", th.dist_hang_s, ">=", "dist_hang_s"
-            ),
-        ),
+        evidence=tuple(ev),
         recommendation=Recommendation(
             summary,
             (
@@ -143,5 +246,6 @@ def hang_finding(ranks: list[HangRank], quiet_s: float, th: Thresholds) -> Findi
         expected_speedup=1.0,
         location=loc,
         signals=("stacks", "hooks") if any(r.seq is not None for r in ranks) else ("stacks",),
+        # (the flight recorder's dumps, when read, are named in the message)
         speedup_basis="a hang: the job makes no progress until it is fixed",
     )

@@ -6,7 +6,10 @@ as long as the slowest one's, because the others wait for it inside the collecti
 victims show a large share of their step inside collectives and the culprit a small one;
 the culprit's own cause is the share it spends where the others do not (its DataLoader, its
 compute). With DDP the all-reduce runs in C++ under `backward`, and the stacks cannot see the
-wait; then the analysis says the signal is missing instead of guessing.
+wait; the in-process hooks time it (a DDP communication hook), and when every rank has enough
+timed steps those measured waits decide, with the wait moved out of the victims' backward
+before the culprit's own cause is named. Without them the wait is inferred from the shares, or
+the analysis says the signal is missing instead of guessing.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.dist_gpu import gpu_cause
 from gpudiag.analyzers.results import Breakdown, Evidence, Finding, Location, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -33,7 +37,8 @@ CAUSES = {
     "process, or more work on this rank)",
     "copies": "its host-to-device copies are slower",
     "checkpoint": "it saves checkpoints the others do not wait for",
-    "other": "it spends time outside the training step (GIL contention, other Python work)",
+    "other": "its own loop work outside forward, backward and the optimizer (Python in the "
+    "loop, a transform done on the loop thread, GIL contention)",
 }
 
 
@@ -51,6 +56,9 @@ class RankStats:
     step_time_s: float | None = None  # mean, from the hooks
     collective_share_hooks: float | None = None  # time inside collectives / step time (hooks)
     location: str | None = None  # its hottest user frame (file:line:function)
+    locations: dict[str, str] = field(default_factory=dict)  # part -> its hottest user frame
+    detail: dict[str, float] = field(default_factory=dict)  # Breakdown shares (forward, ...)
+    gpu_stats: dict[str, float] = field(default_factory=dict)  # its GPU's means (NVML)
 
 
 def rank_parts(bd: Breakdown) -> dict[str, float]:
@@ -75,6 +83,8 @@ def straggler(ranks: list[RankStats], th: Thresholds) -> tuple[list[Finding], di
     known = [r for r in ranks if r.samples >= th.dist_min_rank_samples]
     if len(ranks) < 2:
         return [], {"decided": False, "reason": "one rank seen: nothing to compare"}
+    if measured(ranks, th):
+        return _straggler_measured(ranks, th)
     if len(known) < 2:
         return [], {
             "decided": False,
@@ -118,18 +128,72 @@ def straggler(ranks: list[RankStats], th: Thresholds) -> tuple[list[Finding], di
     return out, {"decided": True, "straggler": None, "reason": reason}
 
 
+def measured(ranks: list[RankStats], th: Thresholds) -> bool:
+    """Whether every rank's wait in collectives was timed by the hooks over enough steps."""
+    return all(
+        r.collective_share_hooks is not None and (r.steps or 0) >= th.dist_min_rank_steps
+        for r in ranks
+    )
+
+
+def _hook_wait(r: RankStats) -> float:
+    return r.collective_share_hooks or 0.0
+
+
+def adjusted_parts(r: RankStats) -> dict[str, float]:
+    """The rank's parts with its measured wait moved out of compute: DDP's all-reduce runs
+    under backward, so the stacks count that wait as compute (backward)."""
+    parts = dict(r.parts)
+    hidden = max(0.0, _hook_wait(r) - parts.get("collectives", 0.0))
+    moved = min(hidden, parts.get("compute", 0.0))
+    parts["compute"] = parts.get("compute", 0.0) - moved
+    parts["collectives"] = parts.get("collectives", 0.0) + moved
+    return parts
+
+
+def _straggler_measured(ranks: list[RankStats], th: Thresholds) -> tuple[list[Finding], dict]:
+    """DIST001/DIST003 from the waits the hooks timed: the rank that waits least while the
+    others wait for it is the culprit; its cause from the stacks when they suffice."""
+    culprit = min(ranks, key=_hook_wait)
+    victims = [r for r in ranks if r is not culprit]
+    gaps = [_hook_wait(v) - _hook_wait(culprit) for v in victims]
+    lost = sum(gaps) / len(gaps)
+    waits = ", ".join(f"rank {r.rank} {_hook_wait(r):.0%}" for r in ranks)
+    basis = f"measured by the collective hooks (share of the step in collectives: {waits})"
+    if min(gaps) >= th.dist_straggler_gap:
+        enough = all(r.samples >= th.dist_min_rank_samples for r in ranks)
+        parts = {r.rank: adjusted_parts(r) for r in ranks} if enough else None
+        f = _dist001(culprit, victims, lost, th, wait=_hook_wait, parts=parts)
+        return [f], {"decided": True, "straggler": culprit.rank, "basis": basis}
+    if max(gaps) >= th.dist_straggler_gap:
+        return [], {
+            "decided": False,
+            "reason": f"some ranks wait for rank {culprit.rank} and some keep pace with it "
+            f"({basis}): no single straggler",
+        }
+    out = (
+        [_dist003(ranks, th, _hook_wait)]
+        if min(map(_hook_wait, ranks)) >= th.dist_comm_warn
+        else []
+    )
+    return out, {
+        "decided": True,
+        "straggler": None,
+        "reason": f"every rank waits about as long in collectives: no straggler ({basis})",
+    }
+
+
 def _hidden_wait(ranks: list[RankStats], th: Thresholds) -> tuple[RankStats, float] | None:
     """DDP: the victims' wait is inside their backward. A rank that spends a share of its
-    step outside compute (its data, copies, checkpoint) that the others spend in compute
-    instead is the straggler; the others' extra compute share is what they lose."""
+    step outside compute (its data, copies, checkpoint, or its own loop work when the stacks
+    place that in the user's code) that the others spend in compute instead is the straggler;
+    the others' extra compute share is what they lose."""
     best: tuple[RankStats, float] | None = None
     for c in ranks:
         others = [r for r in ranks if r is not c]
         deficit = min(r.parts.get("compute", 0.0) for r in others) - c.parts.get("compute", 0.0)
-        excess = max(
-            c.parts.get(p, 0.0) - max(r.parts.get(p, 0.0) for r in others)
-            for p in ("data", "copies", "checkpoint")
-        )
+        own = ("data", "copies", "checkpoint") + (("other",) if c.locations.get("other") else ())
+        excess = max(c.parts.get(p, 0.0) - max(r.parts.get(p, 0.0) for r in others) for p in own)
         lost = min(deficit, excess)
         if lost >= th.dist_straggler_gap and (best is None or lost > best[1]):
             best = (c, lost)
@@ -148,21 +212,46 @@ def _dist001(
     lost: float,
     th: Thresholds,
     hidden: bool = False,
+    wait=None,
+    parts: dict[int, dict[str, float]] | None = None,
 ) -> Finding:
+    """DIST001 for `culprit`; `wait` gives a rank's share in collectives (the stacks' by
+    default, the hooks' when measured) and `parts` the parts its cause is read from (None:
+    too few stack samples to name it)."""
+    wait = wait or _wait
+    got = parts or {r.rank: r.parts for r in [culprit, *victims]}
     mean = {
-        p: sum(v.parts.get(p, 0.0) for v in victims) / len(victims)
+        p: sum(got[v.rank].get(p, 0.0) for v in victims) / len(victims)
         for p in RANK_PARTS
         if p != "collectives"
     }
     excess = {
-        p: culprit.parts.get(p, 0.0) - m for p, m in mean.items() if not (hidden and p == "compute")
+        p: got[culprit.rank].get(p, 0.0) - m
+        for p, m in mean.items()
+        if not (hidden and p == "compute")
     }
     own, extra = max(excess.items(), key=lambda kv: kv[1])
     cause = CAUSES[own] if extra > 0 else "its own cause is not visible in its stacks"
+    if wait is not _wait and parts is None:
+        cause = f"not named: fewer than {th.dist_min_rank_samples} stack samples of a rank's loop"
+    no_stacks = wait is not _wait and parts is None
+    by_gpu = (
+        gpu_cause(culprit.gpu, culprit.gpu_stats, th) if own == "compute" or no_stacks else None
+    )
+    if by_gpu is not None:
+        cause, own = by_gpu[0], "compute"
     names = ", ".join(str(v.rank) for v in victims)
     step = culprit.step_time_s
     per_step = f" ({lost * step * 1e3:.0f} ms of every {step * 1e3:.0f} ms step)" if step else ""
-    if hidden:
+    if wait is not _wait:
+        under = any(v.parts.get("compute", 0.0) > got[v.rank].get("compute", 0.0) for v in victims)
+        where = (
+            f"rank(s) {names} wait for it inside collectives {lost:.0%} of their step more "
+            f"than it does{per_step}, measured by gpudiag's collective hooks"
+            + (" (DDP's all-reduce, hidden under their backward)" if under else "")
+            + f"; it waits only {wait(culprit):.0%} of its step"
+        )
+    elif hidden:
         where = (
             f"rank(s) {names} wait for it: their compute share is {lost:.0%} of the step "
             f"larger than its own{per_step}, the wait DDP's all-reduce hides under backward "
@@ -174,10 +263,13 @@ def _dist001(
             f"than it does{per_step}; it waits in collectives only {_wait(culprit):.0%} of "
             "its step"
         )
-    msg = (
-        f"{_label(culprit)} is the straggler: {where}. Its own cause: {cause} "
-        f"({own} {culprit.parts.get(own, 0.0):.0%} of its step vs {mean[own]:.0%} on the others)."
-    )
+    share = got[culprit.rank].get(own, 0.0)
+    msg = f"{_label(culprit)} is the straggler: {where}. Its own cause: {cause}"
+    if parts is not None or wait is _wait:
+        msg += f" ({own} {share:.0%} of its step vs {mean[own]:.0%} on the others)"
+        loc = culprit.locations.get(own) or culprit.location
+        msg += f", at {loc}" if loc else ""
+    msg += f". If it kept pace, every rank would step {1.0 / max(0.05, 1.0 - lost):.2f}x faster."
     actions = {
         "data": (
             f"on rank {culprit.rank}: raise DataLoader num_workers, set pin_memory=True and "
@@ -188,12 +280,20 @@ def _dist001(
             "(`nvidia-smi -q -d PERFORMANCE`) and for other processes on it (`nvidia-smi`)",
             "balance the work per rank (equal batch sizes and sequence lengths)",
         ),
+        "other": (
+            f"on rank {culprit.rank}: move the per-step work at "
+            f"{culprit.locations.get('other') or 'its loop'} into the DataLoader (Dataset "
+            "__getitem__ or collate_fn, with num_workers > 0) or make it the same on every rank",
+        ),
     }.get(own, (f"profile rank {culprit.rank} alone: `gpudiag attach {culprit.pid}`",))
     speedup = 1.0 / max(0.05, 1.0 - lost)
     # how likely the smallest gap is above the threshold, from the stack samples behind it
-    v = min(victims, key=_wait)
-    p1, p2 = _wait(v), _wait(culprit)
-    se = math.sqrt(p1 * (1 - p1) / max(1, v.samples) + p2 * (1 - p2) / max(1, culprit.samples))
+    v = min(victims, key=wait)
+    p1, p2 = wait(v), wait(culprit)
+    n1, n2 = (
+        (v.steps or 1, culprit.steps or 1) if wait is not _wait else (v.samples, culprit.samples)
+    )
+    se = math.sqrt(p1 * (1 - p1) / max(1, n1) + p2 * (1 - p2) / max(1, n2))
     if hidden:
         p1, p2 = lost, 0.0
     z = (p1 - p2 - th.dist_straggler_gap) / max(se, 1e-6)
@@ -213,14 +313,15 @@ def _dist001(
                 th.dist_straggler_gap,
                 ">=",
                 "dist_straggler_gap",
-                "stacks",
+                "stacks" if wait is _wait else "hooks",
             ),
-            Evidence(f"rank{culprit.rank}_{own}_share", culprit.parts.get(own), "share"),
-            Evidence(f"rank{culprit.rank}_collective_share", _wait(culprit), "share"),
+            Evidence(f"rank{culprit.rank}_{own}_share", share, "share"),
+            Evidence(f"rank{culprit.rank}_collective_share", wait(culprit), "share"),
+            *((by_gpu[1],) if by_gpu else ()),
         ),
         recommendation=Recommendation(f"Make rank {culprit.rank} keep pace", actions),
         expected_speedup=speedup,
-        location=_loc(culprit.location),
+        location=_loc(culprit.locations.get(own) or culprit.location),
         signals=("stacks", "hooks") if culprit.step_time_s else ("stacks",),
         speedup_basis="the others' extra wait in collectives removed: every rank steps at "
         "the pace of the victims' work",
@@ -236,8 +337,9 @@ def _loc(text: str | None) -> Location | None:
     return Location(parts[0], int(parts[1]), parts[2])
 
 
-def _dist003(ranks: list[RankStats], th: Thresholds) -> Finding:
-    share = min(_wait(r) for r in ranks)
+def _dist003(ranks: list[RankStats], th: Thresholds, wait=None) -> Finding:
+    wait = wait or _wait
+    share = min(wait(r) for r in ranks)
     k = 4
     speedup = 1.0 / (1.0 - share * (k - 1) / k)
     return Finding(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.loop import LoopProfile, location_of
-from gpudiag.analyzers.metrics import confidence_above
+from gpudiag.analyzers.metrics import SAMPLE_CORRELATION, confidence_above
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -22,13 +22,20 @@ def gil_findings(
     other threads were seen holding the GIL (py-spy --gil).
     """
     g = profile.gil
-    if g is None or profile.samples < th.min_loop_samples:
+    if g is None or profile.thread is None:
+        return []
+    # The wait rests on the loop thread's schedstat and on who held the GIL (--gil ticks),
+    # not on the loop's stack samples: a loop starved of the GIL is off-CPU in a futex, so
+    # py-spy's loop samples are few exactly when GIL001 is the answer.
+    direct = g.ticks >= th.gil_min_ticks and g.readings >= th.gil_min_readings
+    if profile.samples < th.min_loop_samples and not direct:
         return []
     if g.wait_share < th.gil_wait_warn or g.other_share < th.gil_other_min:
         return []
+    indep = g.independent_ticks() * SAMPLE_CORRELATION  # confidence_above divides it back
     conf = min(
-        confidence_above(g.wait_share, th.gil_wait_warn, profile.samples),
-        confidence_above(g.other_share, th.gil_other_min, g.ticks),
+        confidence_above(g.wait_share, th.gil_wait_warn, max(profile.samples, indep)),
+        confidence_above(g.other_share, th.gil_other_min, indep),
     )
     if conf < th.min_confidence:
         return []
@@ -71,6 +78,22 @@ def gil_findings(
                 "loop_thread_off_cpu", round(g.loop_off_cpu, 4), "ratio", source="procfs schedstat"
             )
         )
+    ev.append(
+        Evidence(
+            "gil_ticks", g.ticks, "samples", th.gil_min_ticks, ">=", "gil_min_ticks", "py-spy --gil"
+        )
+    )
+    ev.append(
+        Evidence(
+            "loop_thread_schedstat_readings",
+            g.readings,
+            "count",
+            th.gil_min_readings,
+            ">=",
+            "gil_min_readings",
+            "procfs schedstat",
+        )
+    )
     for name, share, _where in holders:
         ev.append(Evidence(f"gil_share[{name}]", round(share, 4), "ratio", source="py-spy --gil"))
     top = holders[0] if holders else ("a background thread", 0.0, "")

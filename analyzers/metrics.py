@@ -75,6 +75,9 @@ def host_metrics(tl: Aggregate) -> dict[str, float | None]:
         "worker_cpu_cores": tl.mean("process", "cpu_cores", scope="workers"),
         "worker_rss_bytes": tl.maximum("process", "rss_bytes", scope="workers"),
         "worker_d_state_share": tl.mean("process", "d_state_share", scope="workers"),
+        "target_runqueue_cores": tl.mean("process", "runqueue_cores", scope="target"),
+        "worker_runqueue_cores": tl.mean("process", "runqueue_cores", scope="workers"),
+        "others_cpu_cores": tl.mean("host", "other_cpu_cores", scope="others"),
         "read_bytes_per_s": read_t + read_w
         if tl.rollup("process", "read_bytes_per_s", scope="target")
         else None,

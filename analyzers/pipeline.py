@@ -1,4 +1,5 @@
-"""Input-pipeline findings: DATA001 (add workers), DATA002 (CPU saturated), IO001 (storage)."""
+"""Input-pipeline findings: DATA001 (the loop waits for batches), DATA002 (the job's own
+workers already fill the physical cores). IO001 (storage) is in analyzers.storage."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.loaders import loader_on_cpu, waiting_loaders_finding
 from gpudiag.analyzers.loop import LoopProfile, location_of
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import (
@@ -178,24 +180,63 @@ def data_findings(
     cores_txt = f"{plan.physical} physical cores" + (
         " (assumed: 2 logical CPUs per core)" if plan.smt_assumed else ""
     )
+    on_cpu = loader_on_cpu(profile, metrics, workers)
+    if on_cpu is not None:
+        off = 1.0 - on_cpu
+        ev.append(
+            Evidence(
+                "loader_off_cpu_share",
+                round(off, 4),
+                "ratio",
+                th.loader_wait_min,
+                ">=" if off >= th.loader_wait_min else "<",
+                "loader_wait_min",
+                "procfs schedstat",
+            )
+        )
+    waits = on_cpu is not None and 1.0 - on_cpu >= th.loader_wait_min
+    # the job's own workers fill the physical cores with CPU work: a fact of the job, not of
+    # how busy the box was when we looked (that only grades DATA001's advice below)
+    full = suggest_workers(wait, workers, cpu_count, cpu_count, metrics.get("cpu_physical"))
+    fill = workers > 0 and not waits and (full.suggest <= workers or full.speedup < 1.05)
     no_room = free is not None and free < th.min_free_cores
-    no_gain = plan.suggest <= workers or plan.speedup < 1.05
-    if no_room or no_gain:
+    if waits:
+        return [
+            waiting_loaders_finding(
+                profile,
+                wait,
+                workers,
+                1.0 - (on_cpu or 0.0),
+                floor,
+                conf,
+                impact,
+                sev,
+                ev,
+                loc,
+                where,
+            )
+        ]
+    if fill or no_room:
         used = (metrics.get("worker_cpu_cores") or 0.0) + (metrics.get("target_cpu_cores") or 0.0)
-        if no_room:
+        if fill:
             why = (
-                f"the CPU is already saturated: {cpu_count} cores at {util or 0:.0%} busy "
-                f"(the job uses {used:.1f} cores, {workers} DataLoader workers), "
-                f"{free or 0:.1f} cores idle"
+                f"{workers} workers already fill the {full.loader_cores} of the "
+                f"{cores_txt} that loading can use (the loop keeps one)"
             )
         else:
             why = (
-                f"{workers} workers already fill the {plan.loader_cores} of the "
-                f"{cores_txt} that loading can use (the loop keeps one)"
+                f"the loaders compute and the box has {free or 0:.1f} of {cpu_count} cores "
+                f"idle ({util or 0:.0%} busy; the job uses {used:.1f} cores, {workers} "
+                f"DataLoader workers)"
             )
         msg = (
             f"The loop waits for batches {wait:.0%} of the time, but {why}. More workers "
-            f"would only compete for the same cores.{where}"
+            + (
+                "would only compete for the same cores."
+                if fill
+                else "pay only once cores are free."
+            )
+            + where
         )
         actions = []
         if hot:
@@ -214,22 +255,32 @@ def data_findings(
                 f"num_workers={max(1, cpu_count - 1)}: {workers} workers on "
                 f"{cpu_count} cores oversubscribe the CPU"
             )
-        actions.append("or run on a machine with more CPU cores per GPU")
+        if not fill and full.suggest > workers:
+            actions.append(
+                f"num_workers={full.suggest} once the box has idle cores (stop the other "
+                "work on it, or run on a machine with more CPU cores per GPU)"
+            )
+        else:
+            actions.append("or run on a machine with more CPU cores per GPU")
         bound = speedup_from_impact(wait)
         if floor:
             bound = min(bound, floor)
+        fid = "DATA002" if fill else "DATA001"
+        summary = (
+            "Make loading cheaper; more workers cannot help here"
+            if fill
+            else f"Make loading cheaper; num_workers={full.suggest} helps once cores are free"
+        )
         return [
             Finding(
-                id="DATA002",
-                title=spec("DATA002").title,
-                severity=severity("DATA002", impact, th),
+                id=fid,
+                title=spec(fid).title,
+                severity=severity(fid, impact, th),
                 confidence=conf,
                 impact=impact,
                 message=msg,
                 evidence=tuple(ev),
-                recommendation=Recommendation(
-                    "Make loading cheaper; more workers cannot help here", tuple(actions)
-                ),
+                recommendation=Recommendation(summary, tuple(actions)),
                 expected_speedup=bound,
                 location=loc,
                 signals=("stacks", "procfs"),
@@ -280,104 +331,5 @@ def data_findings(
             location=loc,
             signals=("stacks", "procfs"),
             speedup_basis=basis,
-        )
-    ]
-
-
-def io_findings(
-    profile: LoopProfile,
-    metrics: dict,
-    th: Thresholds,
-    loader_d_state: float | None,
-    gpu_idle_caused: float | None = None,
-) -> list[Finding]:
-    """IO001 when the input pipeline's time goes to storage reads, confirmed by I/O stalls."""
-    share = profile.share("storage_io")
-    n = profile.samples
-    if n < th.min_loop_samples or share < th.storage_io_warn or profile.loader is None:
-        return []
-    conf = confidence_above(share, th.storage_io_warn, n)
-    if conf < th.min_confidence:
-        return []
-    psi = metrics.get("psi_io_some")
-    iowait = metrics.get("host_iowait")
-    confirmations = [
-        (loader_d_state, th.io_dstate_min, "loader_d_state_share", "io_dstate_min", "procfs"),
-        (psi, th.psi_io_min, "psi_io_some", "psi_io_min", "psi"),
-        (iowait, th.iowait_min, "host_iowait", "iowait_min", "procfs"),
-    ]
-    ev = [
-        Evidence(
-            "storage_io_share",
-            round(share, 4),
-            "ratio",
-            th.storage_io_warn,
-            ">=",
-            "storage_io_warn",
-            STACKS,
-        ),
-        Evidence(
-            "loader_io_fraction", round(profile.loader.io_fraction, 4), "ratio", source=STACKS
-        ),
-    ]
-    crossed = False
-    for value, limit, name, setting, src in confirmations:
-        if value is None:
-            continue
-        hit = value >= limit
-        crossed |= hit
-        ev.append(
-            Evidence(name, round(value, 4), "ratio", limit, ">=" if hit else "<", setting, src)
-        )
-    if not crossed:
-        return []
-    impact = share if gpu_idle_caused is None else gpu_idle_caused
-    if impact < th.storage_io_warn:
-        return []
-    read = metrics.get("read_bytes_per_s")
-    if read is not None:
-        ev.append(Evidence("read_throughput", round(read / 1e6, 2), "MB/s", source="procfs"))
-    workers = int(round(metrics.get("workers") or 0)) if profile.loader.source == "workers" else 0
-    cpu_wait = profile.share("data_wait")
-    suggest = min(
-        4 * int(metrics.get("cpu_count") or 1),
-        max(workers * 2, math.ceil(max(workers, 1) / max(0.05, 1 - share - cpu_wait))),
-    )
-    loc = location_of(profile.loader.top_stacks) or location_of(
-        profile.stacks_by_category.get("data_wait", ())
-    )
-    read_s = f", reading {read / 1e6:.1f} MB/s" if read else ""
-    msg = (
-        f"The input pipeline waits on storage: {share:.0%} of the loop's time goes to "
-        f"reads ({profile.loader.io_fraction:.0%} of the {profile.loader.source}' busy "
-        f"time is in file reads{read_s}). The CPU is not the limit; the disk is."
-    )
-    actions = (
-        "copy the dataset to local NVMe or RAM (/dev/shm) before training, or keep it in the "
-        "page cache (enough free memory for the dataset)",
-        "pack small files into large sequential shards (WebDataset tar, LMDB, Parquet) "
-        "instead of one file per sample",
-        f"DataLoader(..., num_workers={suggest}, prefetch_factor=4): I/O-bound workers sleep "
-        "in reads, so more of them than cores overlap the waits",
-    )
-    return [
-        Finding(
-            id="IO001",
-            title=spec("IO001").title,
-            severity=severity("IO001", impact, th),
-            confidence=conf,
-            impact=impact,
-            message=msg,
-            evidence=tuple(ev),
-            recommendation=Recommendation(
-                "Make reads faster or overlap them: local/cached data, larger files, more workers",
-                actions,
-            ),
-            expected_speedup=speedup_from_impact(share),
-            location=loc,
-            signals=("stacks", "procfs", "psi"),
-            speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
-            "(the storage wait removed)",
-            speedup_kind="bound",
         )
     ]

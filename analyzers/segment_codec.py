@@ -97,17 +97,25 @@ def _entry_json(entry: tuple) -> list:
     return list(entry)
 
 
-class Decoder:
-    """Rebuilds aggregates from the rows of one file, in the order they were written."""
+class TableFull(ValueError):
+    """A file defines more distinct keys, threads and stacks than the reader accepts."""
 
-    def __init__(self) -> None:
+
+class Decoder:
+    """Rebuilds aggregates from the rows of one file, in the order they were written (at
+    most `max_entries` distinct keys, threads and stacks: TableFull past them)."""
+
+    def __init__(self, max_entries: int | None = None) -> None:
         self._table: list = []
+        self.max_entries = max_entries
 
     def reset(self) -> None:
         """Forget the table (the next file defines its own)."""
         self._table.clear()
 
     def _learn(self, entries: list) -> None:
+        if self.max_entries is not None and len(self._table) + len(entries) > self.max_entries:
+            raise TableFull(f"more than {self.max_entries} distinct keys, threads and stacks")
         for e in entries:
             tag = e[0]
             if tag == "k":

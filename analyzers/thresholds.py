@@ -9,9 +9,14 @@ from dataclasses import dataclass, fields, replace
 # or, when its name ends in `_s`, a duration in seconds.
 UNITS: dict[str, str] = {
     "min_loop_samples": "count",
+    "gil_min_ticks": "count",
+    "gil_min_readings": "count",
     "min_free_cores": "cores",
+    "others_min_cores": "cores",
     "max_periods": "count",
     "dist_min_rank_samples": "count",
+    "dist_min_rank_steps": "count",
+    "dist_hang_steps": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -32,7 +37,15 @@ class Thresholds:
     data_wait_error: float = 0.40
     """DATA001/DATA002: share that makes it an error."""
     min_free_cores: float = 0.5
-    """DATA001 vs DATA002: idle CPU cores (host average) needed for more workers to help."""
+    """DATA001: idle CPU cores (host average) below which computing loaders are told to get
+    cheaper first (the advice is graded; the id does not change with it)."""
+    loader_wait_min: float = 0.5
+    """DATA001: loaders' off-CPU share of their loading time (schedstat) from which they wait
+    rather than compute, and more workers overlap the waits whatever the idle cores."""
+    host_contention_warn: float = 0.15
+    """HOST002: share of wall time the loop thread is runnable but waiting for a CPU."""
+    others_min_cores: float = 0.5
+    """HOST002: CPU cores other processes must use for them to be the cause."""
     storage_io_warn: float = 0.10
     """IO001: share of loop time lost to storage reads in the input pipeline."""
     io_dstate_min: float = 0.10
@@ -45,6 +58,10 @@ class Thresholds:
     """GIL001: estimated share of loop time spent waiting for the GIL."""
     gil_other_min: float = 0.20
     """GIL001: share of time other threads of the job must hold the GIL."""
+    gil_min_ticks: int = 30
+    """GIL001: py-spy --gil ticks that let GIL001 stand without min_loop_samples stack samples."""
+    gil_min_readings: int = 3
+    """GIL001: schedstat readings of the loop thread (one per 0.2-1 s) beside gil_min_ticks."""
     checkpoint_warn: float = 0.05
     """CKPT001: share of loop time inside synchronous checkpoint saves."""
     checkpoint_error: float = 0.20
@@ -114,6 +131,12 @@ class Thresholds:
     """DIST003: share of every rank's step spent inside collectives (no straggler)."""
     dist_hang_s: float = 60.0
     """DIST002: seconds without a finished step on any rank that make the job hung."""
+    dist_min_rank_steps: int = 10
+    """DIST001/DIST003: steps timed by the collective hooks on every rank before the ranks'
+    measured waits in collectives decide (else the stacks' shares do)."""
+    dist_hang_steps: int = 5
+    """DIST002: the hang threshold is at least this many of the job's longest step so far
+    (a slow step, an evaluation or a save between steps), never below dist_hang_s."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

@@ -14,6 +14,7 @@ FIELDS = (
     Field("collective_s", "s", "gauge", "host time inside torch.distributed collectives in a step"),
     Field("collectives", "count", "gauge", "collectives called in a step"),
     Field("seq", "count", "gauge", "collectives the rank started so far (its sequence number)"),
+    Field("collective_step_s", "s", "gauge", "the step's length, sent with its collective time"),
     Field("calls", "count", "gauge", "calls of one collective so far"),
     Field("collective_time_s", "s", "gauge", "host time inside one collective so far"),
 )
@@ -31,6 +32,7 @@ class CollectiveState:
     inside_seq: int | None
     inside_s: float | None
     received: float  # monotonic time the agent got it
+    ddp_hook: str | None = None  # how DDP's gradient all-reduce is timed, in words
 
 
 def _num(v: object) -> float | None:
@@ -44,16 +46,16 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
         return [], None
     out: list[Sample] = []
     for row in d.get("steps") or []:
-        if not isinstance(row, list) or len(row) != 4 or any(_num(v) is None for v in row):
+        if not isinstance(row, list) or len(row) not in (4, 5) or any(_num(v) is None for v in row):
             continue
-        out.append(
-            Sample(
-                "hooks",
-                int(float(row[0]) * 1e9),
-                {"kind": "collective_step"},
-                {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])},
-            )
-        )
+        vals = {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])}
+        kind = "collective_step"
+        if len(row) == 5:  # the step's length too; 0 for the first step (start-up, apart)
+            if float(row[4]) > 0:
+                vals["collective_step_s"] = float(row[4])
+            else:
+                kind = "collective_first_step"
+        out.append(Sample("hooks", int(float(row[0]) * 1e9), {"kind": kind}, vals))
     t = int((_num(d.get("t")) or time.time()) * 1e9)
     for op, vals in (d.get("ops") or {}).items():
         if isinstance(vals, list) and len(vals) == 2 and all(_num(v) is not None for v in vals):
@@ -78,6 +80,9 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
         inside_seq=int(_num(inside.get("seq")) or 0) if inside else None,
         inside_s=_num(inside.get("since_s")) if inside else None,
         received=time.monotonic(),
+        ddp_hook=str((d.get("ddp") or {}).get("hook"))[:120]
+        if isinstance(d.get("ddp"), dict) and (d.get("ddp") or {}).get("hook")
+        else None,
     )
     return out, state
 
@@ -92,6 +97,8 @@ class RankLabels:
         self.states: dict[int, CollectiveState] = {}  # by rank
         self.last_step: dict[int, float] = {}  # rank -> monotonic time of its last step
         self.steps: dict[int, int] = {}
+        self.step_ns: dict[int, int] = {}  # rank -> its last step's time (ns, the job's clock)
+        self.longest: dict[int, float] = {}  # rank -> its longest interval between steps (s)
         self.enabled = False  # label only when the session follows ranks (agent.ranks)
 
     def tag(self, msg: dict, samples: list[Sample]) -> list[Sample]:
@@ -111,7 +118,13 @@ class RankLabels:
                 return samples
             if state is not None:
                 self.states[rank] = state
-            n = sum(1 for s in samples if s.labels.get("kind") == "step")
+            times = sorted(s.t_ns for s in samples if s.labels.get("kind") == "step")
+            n = len(times)
+            for t in times:
+                prev = self.step_ns.get(rank)
+                if prev is not None and t > prev:
+                    self.longest[rank] = max(self.longest.get(rank, 0.0), (t - prev) / 1e9)
+                self.step_ns[rank] = t
             if n:
                 self.steps[rank] = self.steps.get(rank, 0) + n
                 self.last_step[rank] = time.monotonic()

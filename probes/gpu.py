@@ -124,6 +124,8 @@ class GpuProbe(Probe):
         self.used_without_pid_match = False
         self.used_gpu = False
         self._status: ProbeStatus | None = None
+        self.extra_pids: set[int] = set()  # a distributed job's other ranks (not children)
+        self.pid_devices: dict[int, int] = {}  # job pid -> the device its CUDA context is on
 
     # ---- setup ----------------------------------------------------------------------
     def open(self, target: Target) -> ProbeStatus:
@@ -247,7 +249,7 @@ class GpuProbe(Probe):
     # ---- sampling -------------------------------------------------------------------
     def _job_pids(self) -> set[int]:
         assert self.target is not None
-        pids = {self.target.pid}
+        pids = {self.target.pid} | self.extra_pids
         try:
             pids |= {p.pid for p in psutil.Process(self.target.pid).children(recursive=True)}
         except psutil.Error:
@@ -322,6 +324,7 @@ class GpuProbe(Probe):
             if p.pid in pids:
                 mine += 1
                 job_mem += float(getattr(p, "usedGpuMemory", 0) or 0)
+                self.pid_devices[p.pid] = d.index
             else:
                 foreign += 1
         vals: dict[str, float | None] = {

@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.others import OtherProcesses
 
 PSI_ROOT = Path("/proc/pressure")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -62,7 +63,15 @@ class HostProbe(Probe):
         Field("mem_total_bytes", "bytes", "gauge", "physical memory"),
         Field("swap_in_bytes_per_s", "bytes/s", "gauge", "swap-in rate"),
         Field("swap_out_bytes_per_s", "bytes/s", "gauge", "swap-out rate"),
+        Field(
+            "other_cpu_cores",
+            "cores",
+            "gauge",
+            "CPU used by processes outside the job (label scope=others: all of them; "
+            "scope=other with pid and name: the top ones)",
+        ),
     )
+    others_every = 5  # host ticks between passes over the other processes
 
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
@@ -70,11 +79,15 @@ class HostProbe(Probe):
         self._prev_psi: dict[tuple[str, str], tuple[int, int]] = {}
         self._prev_swap: tuple[int, int, int] | None = None
         self._psi_sources: dict[str, Path] = {}
+        self._others = OtherProcesses()
+        self._target: Target | None = None
+        self._ticks = 0
         physical = psutil.cpu_count(logical=False)
         self._physical = float(physical) if physical else None
 
     def open(self, target: Target) -> ProbeStatus:
         """Find the PSI files (host and the target's cgroup); CPU and memory always work."""
+        self._target = target
         if PSI_ROOT.is_dir():
             self._psi_sources["host"] = PSI_ROOT
         cg = cgroup_dir(target.pid)
@@ -157,7 +170,36 @@ class HostProbe(Probe):
             else:
                 samples.append(Sample(self.name, t, {"scope": scope}, dict(vals)))
         samples.append(Sample(self.name, t, {}, values))
+        if self._ticks % self.others_every == 0:
+            samples += self._other_processes(t)
+        self._ticks += 1
         return samples
+
+    def _other_processes(self, t: int) -> list[Sample]:
+        """CPU of the processes outside the job (and outside gpudiag and its py-spy)."""
+        job = set()
+        for root in (self._target.pid if self._target else None, os.getpid()):
+            if root is None:
+                continue
+            job.add(root)
+            try:
+                job.update(c.pid for c in psutil.Process(root).children(recursive=True))
+            except psutil.Error:
+                pass
+        total, top = self._others.read(job, t / 1e9)
+        if self._ticks == 0:
+            return []  # the first pass is the baseline
+        out = [Sample(self.name, t, {"scope": "others"}, {"other_cpu_cores": total})]
+        for pid, name, cores in top:
+            out.append(
+                Sample(
+                    self.name,
+                    t,
+                    {"scope": "other", "pid": str(pid), "name": name[:40]},
+                    {"other_cpu_cores": cores},
+                )
+            )
+        return out
 
     def close(self) -> None:
         """Nothing to release."""

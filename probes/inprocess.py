@@ -25,6 +25,7 @@ from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_n
 from gpudiag.probes.collectives import FIELDS as COLLECTIVE_FIELDS
 from gpudiag.probes.collectives import RankLabels
 from gpudiag.probes.inject import gpudiag_hooks
+from gpudiag.probes.inject.gpudiag_channel import folder_problem, write_request
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
@@ -87,6 +88,7 @@ class HookProbe(Probe):
         self.messages = 0
         self.rejected = 0  # datagrams from another user, dropped
         self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
+        self.refused: ProbeStatus | None = None  # the channel's folder was not private
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -98,17 +100,21 @@ class HookProbe(Probe):
                 folder = os.path.dirname(self.path)
                 os.makedirs(folder, mode=0o700, exist_ok=True)
                 st = os.lstat(folder)
-                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                    os.chmod(folder, 0o700)  # ours, made by an older gpudiag: close it
+                problem = folder_problem(folder)
+                if problem is not None:  # the same check the job's hooks make
                     path, self.path = self.path, None
-                    return ProbeStatus(
+                    self.refused = ProbeStatus(
                         self.name,
                         False,
-                        f"{folder} is not this user's own folder (a link, or made by uid "
-                        f"{st.st_uid}): the hooks' socket is not put there",
+                        f"refused, not this user's own folder: {problem}; the job's step, "
+                        "collective and capture "
+                        "channels are not put there (another user could read them)",
                         f"remove {folder}, or set XDG_RUNTIME_DIR to a private folder "
                         f"({os.path.basename(path)} goes in gpudiag-<uid> under it)",
                     )
-                os.chmod(folder, 0o700)
+                    return self.refused
                 if os.path.exists(self.path):
                     os.unlink(self.path)
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -160,17 +166,12 @@ class HookProbe(Probe):
         request every 0.5 s); False when there is no socket to put it beside."""
         if not self.path or not 1 <= steps <= 1000:
             return False
-        tmp = f"{self.path}.capture.tmp"
-        try:
-            with open(tmp, "w") as f:
-                f.write(str(int(steps)))
-            os.replace(tmp, self.path + ".capture")
-        except OSError:
-            return False
-        return True
+        return write_request(self.path + ".capture", str(int(steps)))
 
     def final_status(self) -> ProbeStatus:
         """Available, and whether the job's hooks ever reported."""
+        if self.refused is not None:
+            return self.refused
         if self._sock is None and self.path is None:
             return ProbeStatus(self.name, False, "not started")
         if self.messages:

@@ -66,6 +66,12 @@ class ProcessProbe(Probe):
         Field("threads", "count", "gauge", "threads in the group"),
         Field("d_state_share", "ratio", "gauge", "share of the group's threads in D state"),
         Field("running_share", "ratio", "gauge", "share of the group's threads in state R"),
+        Field(
+            "runqueue_cores",
+            "cores",
+            "gauge",
+            "time the group's threads were runnable but waiting for a CPU, in cores",
+        ),
     )
 
     def __init__(self, interval_s: float = 0.2, workers_interval_s: float = 1.0) -> None:
@@ -78,6 +84,7 @@ class ProcessProbe(Probe):
         self._prev_proc: dict[int, tuple[float, int, int, int]] = {}
         self._prev_t: int = 0
         self._prev_scope_t: dict[str, int] = {}
+        self._prev_wait: dict[int, int] = {}  # tid -> run-queue ns, for the groups' sums
 
     def set_level(self, level: float) -> None:
         """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
@@ -202,8 +209,12 @@ class ProcessProbe(Probe):
     ) -> Sample:
         dt = max(1, t - self._prev_scope_t.get(scope, t - 1))
         self._prev_scope_t[scope] = t
+        if len(self._prev_wait) > 65536:  # threads come and go (worker churn): stay bounded
+            self._prev_wait.clear()
         cpu_s = rb = vol = invol = rss = 0.0
         n_threads = n_d = n_r = 0
+        rq_ns = 0
+        seen_wait = False
         for proc in procs:
             deltas = self._counters(proc)
             if deltas is not None:
@@ -216,6 +227,12 @@ class ProcessProbe(Probe):
             n_threads += len(ths)
             n_d += sum(1 for x in ths if x.state == "D")
             n_r += sum(1 for x in ths if x.state == "R")
+            for x in ths:
+                before = self._prev_wait.get(x.tid)
+                self._prev_wait[x.tid] = x.wait_ns
+                if before is not None:
+                    rq_ns += max(0, x.wait_ns - before)
+                    seen_wait = True
         secs = dt / 1e9
         values: dict[str, float | None] = {
             "procs": float(len(procs)),
@@ -231,6 +248,8 @@ class ProcessProbe(Probe):
                     "ctx_involuntary_per_s": max(0.0, invol / secs),
                 }
             )
+        if seen_wait:
+            values["runqueue_cores"] = rq_ns / dt
         if n_threads:
             values["d_state_share"] = n_d / n_threads
             values["running_share"] = n_r / n_threads
@@ -240,3 +259,4 @@ class ProcessProbe(Probe):
         """Forget the process handles."""
         self._children.clear()
         self._prev_proc.clear()
+        self._prev_wait.clear()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +25,52 @@ def gpudiag(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
     )
 
 
+def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`gpudiag run|attach --until-sure ...`: its output through files, not pipes (a `run`
+    job left running keeps its copy of gpudiag's stdout open), and a `run` job left running
+    killed."""
+    out, err = tmp / "gpudiag.stdout", tmp / "gpudiag.stderr"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        res = subprocess.run(
+            [sys.executable, "-m", "gpudiag.agent.cli", *args],
+            stdout=fo,
+            stderr=fe,
+            timeout=timeout,
+        )
+    res.stdout, res.stderr = out.read_text(), err.read_text()
+    kill_left_job(res.stderr)
+    return res
+
+
+def kill_left_job(stderr: str) -> None:
+    """`run --until-sure` stops profiling before the job ends and leaves the job running (as
+    `--duration` does): a test kills it."""
+    left = re.search(r"the job \(pid (\d+)\) keeps running", stderr)
+    if left:
+        try:
+            os.kill(int(left.group(1)), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture
 def run_cli():
     return gpudiag
+
+
+BURN = "while True:\n    sum(range(10000))\n"
+
+
+@pytest.fixture
+def busy_core():
+    """A process burning one core for the whole test (a loaded box), always killed after.
+    Yields its pid."""
+    proc = subprocess.Popen([sys.executable, "-c", BURN])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _nvml_has_gpu() -> bool:

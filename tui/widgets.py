@@ -212,6 +212,11 @@ def rank_rows(doc: dict, line) -> None:
         parts = [f"step {st * 1000:.0f} ms" if st else "step n/a"]
         parts += [f"{k[:4]} {bd[k]:.0%}" for k in ("data", "compute", "collectives") if k in bd]
         if r.get("gpu") is not None:
-            parts.append(f"GPU {r['gpu']}")
+            g = r.get("gpu_stats") or {}
+            held = {k[9:]: v for k, v in g.items() if k.startswith("throttle_") and v}
+            worst = max(held.items(), key=lambda kv: kv[1], default=None)
+            util = f" util {g['util_gpu']:.0%}" if "util_gpu" in g else ""
+            thr = f" {worst[0]} {worst[1]:.0%}" if worst and worst[1] >= 0.05 else ""
+            parts.append(f"GPU {r['gpu']}{util}{thr}")
         mark = " straggler" if strag is not None and r["rank"] == strag else ""
         line(f"rank {r['rank']}{mark}", parts)

@@ -23,6 +23,11 @@ import sys
 import tempfile
 import time
 
+try:
+    from . import gpudiag_channel as _channel
+except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_channel as _channel
+
 CAPTURE_ENV = "GPUDIAG_CAPTURE_STEPS"
 REQUEST_SUFFIX = ".capture"  # the agent asks for a capture in a file beside its socket
 POLL_S = 0.5  # how often the job looks for that file (one failed open() when absent)
@@ -300,8 +305,8 @@ class Capture:
 
     def _send(self, summary: dict) -> bool:
         path = self.channel
-        if not path:
-            return False
+        if not path or not _channel.private_path(path):
+            return False  # none, or someone else's folder: the summary stays in the job
         msg = {"v": 2, "pid": os.getpid(), "width": 9, "capture": summary}
         data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -344,11 +349,8 @@ class Watcher:
         if now < self.next_poll:
             return
         self.next_poll = now + POLL_S
-        try:
-            with open(self.request) as f:
-                text = f.read(16)
-            os.unlink(self.request)
-        except OSError:
+        text = _channel.read_request(self.request)  # only from a private folder
+        if text is None:
             return
         try:
             n = int(text.strip())

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import socket
-import stat
 import sys
 import time
 from array import array
@@ -31,6 +30,11 @@ SITE_EVERY = 16  # record the call site of one sync in this many
 MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
 STEP_WIDTH = 9  # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
 #                           syncs, sync s
+try:
+    from . import gpudiag_channel as _channel
+except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_channel as _channel
+
 RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"gpudiag-{os.getuid()}")
 
 
@@ -39,21 +43,9 @@ def attach_path(pid: int) -> str:
     return os.path.join(RUNTIME_DIR, f"agent-{pid}.sock")
 
 
-_PRIVATE: set[str] = set()
-
-
 def private_folder(folder: str) -> bool:
-    """Whether the channel's folder is a real folder of this user that no one else can
-    enter (a folder another user made in /tmp is refused; a good answer is remembered)."""
-    if folder not in _PRIVATE:
-        try:
-            st = os.lstat(folder)
-        except OSError:
-            return False  # not there (yet): no agent listening
-        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077):
-            return False
-        _PRIVATE.add(folder)
-    return True
+    """Whether the channel's folder is private to this user (gpudiag_channel's one check)."""
+    return _channel.folder_problem(folder) is None
 
 
 class _Channel:

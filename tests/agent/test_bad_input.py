@@ -30,7 +30,7 @@ from tests.conftest import gpudiag
         (["--cpu-budget", "-1"], "0 to 100"),
         (["--cpu-budget", "nan"], "0 to 100"),
         (["--record-max-mb", "0.00001"], "1 to"),
-        (["--price", "-2"], "must not be negative"),
+        (["--price", "-2"], "must be a finite non-negative number"),
         (["--price", "nan"], "finite price"),
         (["--price", "inf"], "finite price"),
         (["--set", "no_such_threshold=1"], "unknown threshold"),

@@ -95,3 +95,68 @@ def test_watch_cost_benchmark_measures_watch_over_its_jobs():
     (row,) = json.loads(res.stdout)
     assert row["jobs"] == 2 and row["jobs_shown"] == 2 and row["exit_status"] == 0
     assert 0 < row["cpu_cores_whole_run"] < 2 and row["peak_rss_mb"] > 10
+
+
+@pytest.mark.slow
+def test_stability_benchmark_counts_agreement_in_quick_mode(tmp_path):
+    out = tmp_path / "stability.json"
+    res = subprocess.run(
+        [sys.executable, str(BENCH / "stability.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "| workload | truth | mode | load | right |" in res.stdout
+    assert "[1/8] starved_loader run idle #1" in res.stderr  # progress on stderr
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    assert {(r["workload"], r["mode"]) for r in rows} == {
+        (w, m) for w in ("starved_loader", "sync_checkpoint") for m in ("run", "attach")
+    }
+    for r in rows:
+        s = r["summary"]
+        assert s["n"] == 2 and s["errors"] == 0, r["looks"]
+        assert s["right"] + s["not_sure"] + s["wrong_sure"] == s["n"]
+        assert s["wrong_sure"] == 0, r["looks"]  # never a confident wrong id
+
+
+def test_stability_benchmark_refuses_bad_input():
+    res = subprocess.run(
+        [sys.executable, str(BENCH / "stability.py"), "--n", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0
+
+
+def test_stability_summary_counts_truth_self_agreement_and_not_sure():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stability", BENCH / "stability.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    looks = [
+        {"top": "CKPT001", "sure": True, "samples": 300, "agent_cpu_cores": 0.02},
+        {"top": "CKPT001", "sure": True, "samples": 200, "agent_cpu_cores": 0.03},
+        {"top": "HOST001", "sure": True, "samples": 250, "agent_cpu_cores": 0.02},
+        {"top": None, "sure": False, "samples": 90, "agent_cpu_cores": 0.02},
+        {"error": "gpudiag: cannot attach"},
+    ]
+    s = mod.summarize("sync_checkpoint", looks)
+    assert (s["n"], s["errors"], s["right"], s["not_sure"], s["wrong_sure"]) == (5, 1, 2, 1, 1)
+    assert (s["modal"], s["modal_n"], s["samples_min"], s["samples_median"]) == (
+        "CKPT001",
+        2,
+        90,
+        225.0,
+    )
+    loader = mod.summarize("starved_loader", [{"top": "DATA002", "sure": True, "samples": 1}])
+    assert loader["right"] == 1  # the loader-bound finding, graded by the box
+    healthy = mod.summarize("healthy", [{"top": None, "sure": True, "samples": 400}])
+    assert healthy["right"] == 1 and healthy["wrong_sure"] == 0
+    assert "| sync_checkpoint | CKPT001 | run | idle | 2/5 |" in mod.table(
+        [{"workload": "sync_checkpoint", "mode": "run", "load": "idle", "summary": s}]
+    )

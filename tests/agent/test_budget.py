@@ -109,3 +109,66 @@ def test_the_level_is_kept_within_bounds():
     assert probe.level == pytest.approx(0.05)
     gov.set_level(5.0)
     assert probe.level == 1.0
+
+
+class FloorProbe(FakeProbe):
+    """The stack probe's rates: 100 Hz at level 1, never below 5 Hz."""
+
+    def rates(self) -> dict[str, float]:
+        return {"stacks_loop_hz": max(5.0, round(100 * self.level))}
+
+
+def looked(startup_s: float, loop_s: float, verdict_samples: int) -> tuple[float, Governor, World]:
+    """A look at a busy job (100 Hz would cost 8% of a core): `startup_s` of a `run`'s start-up
+    (stacks twice as dear) and then `loop_s` of the loop; the loop samples taken in the loop."""
+    probe = FloorProbe()
+    world = World(probe, per_hz=0.0008)
+    loop = 0.0
+    gov = Governor(
+        Budget(0.03, 150 * 2**20),
+        [probe],
+        period_s=1.0,
+        verdict_samples=verdict_samples,
+        loop_samples=lambda: loop,  # as the session counts them: inside the loop window
+        clock=lambda: world.t,
+        cpu_reader=lambda: world.cpu,
+        rss_reader=lambda: world.rss,
+    )
+    gov._t0 = gov._prev_t = 0.0
+    gov.set_level(0.03 * 0.7 * 0.7 / 0.08)  # a first guess below the budget
+    for i in range(int(startup_s + loop_s)):
+        in_loop = i >= startup_s
+        world.per_hz = 0.0008 if in_loop else 0.0016
+        rate = probe.rates()["stacks_loop_hz"]
+        loop += rate if in_loop else 0.0
+        world.advance(1.0)
+        gov.step()
+    return loop, gov, world
+
+
+def test_run_and_attach_get_comparable_loop_samples():
+    # the same 15 s of loop, seen from its start-up (`run`) and attached to (`attach`)
+    run_loop, _, _ = looked(startup_s=10, loop_s=15, verdict_samples=150)
+    attach_loop, _, _ = looked(startup_s=0, loop_s=15, verdict_samples=150)
+    assert run_loop >= 0.85 * attach_loop, (run_loop, attach_loop)
+    # without the verdict-first phase the start-up's cost is paid back out of the loop
+    old_run, _, _ = looked(startup_s=10, loop_s=15, verdict_samples=0)
+    assert old_run < 0.85 * attach_loop
+
+
+def test_the_budget_buys_the_verdicts_samples_first():
+    # a 15 s look at a busy job reaches the samples a verdict needs (150 of the loop thread)
+    loop, gov, _ = looked(startup_s=0, loop_s=15, verdict_samples=150)
+    assert loop >= 150
+    old, _, _ = looked(startup_s=0, loop_s=15, verdict_samples=0)
+    assert old < loop
+    assert gov.summary()["verdict_samples"] == 150
+
+
+def test_once_the_verdict_is_sure_sampling_tapers_within_the_budget():
+    loop, gov, world = looked(startup_s=0, loop_s=60, verdict_samples=150)
+    s = gov.summary()
+    assert s["verdict_samples_at_s"] is not None and s["verdict_samples_at_s"] < 15
+    assert world.cpu / world.t <= 0.03  # a 60 s look still averages inside the budget
+    loop_hz = s["rates"]["stacks_loop_hz"]
+    assert loop_hz["last"] <= 0.9 * loop_hz["max"]  # tapered after the verdict's samples

@@ -165,3 +165,92 @@ def test_lightning_ddp_and_accelerate_straggler_under_torchrun(tmp_path, workloa
     doc = load_report(str(out))
     assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
     assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
+
+
+DDP_JOB = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOADS / "dist_ddp.py")]
+
+
+def run_ddp(tmp_path: Path, env: dict[str, str], seconds: str, *extra: str) -> dict:
+    out = tmp_path / "ddp.json"
+    res = gpudiag(
+        "run", *SAMPLING, *extra, "--out", str(out), "--", *DDP_JOB, "--seconds", seconds,
+        env={**os.environ, **env}, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return load_report(str(out))
+
+
+@pytest.mark.parametrize(
+    "plant,cause",
+    [
+        ("loop", "own loop work"),
+        pytest.param("data", "DataLoader", marks=pytest.mark.slow),
+        pytest.param("backward", "own compute is slower", marks=pytest.mark.slow),
+    ],
+)
+def test_ddp_straggler_is_named_from_the_measured_allreduce_wait(tmp_path, plant, cause):
+    # the issue's held-out case: rank 1 slow outside forward/backward/optimizer, rank 0's
+    # wait inside DDP's all-reduce under backward (timed by gpudiag's comm hook)
+    doc = run_ddp(tmp_path, {"GPUDIAG_TEST_PLANT": plant}, "10")
+    assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
+    assert "measured" in doc["distributed"]["straggler"]["basis"]
+    f = next(f for f in doc["findings"] if f["id"] == "DIST001")
+    assert cause in f["message"] and "dist_ddp.py:" in f["message"], f["message"]
+    r0, r1 = doc["ranks"]
+    assert r0["collective_share_hooks"] > r1["collective_share_hooks"] + 0.3
+
+
+def start_hung(tmp_path: Path, env: dict[str, str], seconds: str, hang_s: str):
+    out = tmp_path / "hang.json"
+    opts = [*SAMPLING, "--set", f"dist_hang_s={hang_s}", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudiag.agent.cli",
+        "run",
+        *opts,
+        "--",
+        *DDP_JOB,
+        "--seconds",
+        seconds,
+    ]
+    p = subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    return p, out
+
+
+def test_ddp_rank_that_stops_calling_backward_is_named_hung(tmp_path):
+    p, out = start_hung(tmp_path, {"GPUDIAG_TEST_PLANT": "hang"}, "100", "4")
+    try:
+        deadline = time.monotonic() + 120
+        while not out.exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.5)
+        assert out.exists(), "no report while the job hung"
+        assert p.poll() is None
+        doc = load_report(str(out))
+    finally:
+        kill_tree(p.pid)
+        p.wait()
+    hang = [f for f in doc["findings"] if f["id"] == "DIST002"]
+    assert hang, why(doc)
+    msg = hang[0]["message"]
+    assert "Rank(s) 0 wait in DDP's gradient all-reduce" in msg and "rank 1 is not in it" in msg
+    assert "dist_ddp.py" in msg and ":stalled" in msg, msg
+    assert doc["distributed"]["hang"]["collectives"]["0"]["inside"] == "ddp_allreduce"
+
+
+def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
+    # rank 0 evaluates 9 s (rank 1 6 s, then waits in a barrier); dist_hang_s=3
+    env = {"GPUDIAG_TEST_PLANT": "eval", "GPUDIAG_TEST_DELAY": "6"}
+    p, out = start_hung(tmp_path, env, "16", "3")
+    try:
+        _, err = p.communicate(timeout=180)
+    finally:
+        kill_tree(p.pid)
+    assert p.returncode == 0, err[-3000:]
+    doc = load_report(str(out))
+    assert not [f for f in doc["findings"] if f["id"] == "DIST002"], why(doc)
+    notes = " ".join(doc["distributed"]["notes"])
+    assert "rank 0 is evaluating" in notes or "no rank was inside a collective" in notes, notes

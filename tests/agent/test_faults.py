@@ -8,6 +8,7 @@ import errno
 import gzip
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -284,3 +285,128 @@ def test_workers_dying_and_replaced_keep_every_probe_going(tmp_path):
     assert not [e for e in doc["errors"] if "stopped sampling" in e["message"]], doc["errors"]
     status = {p["name"]: p for p in doc["probes"]}
     assert status["process"]["available"] and status["stacks"]["available"]
+
+
+DATALOADER_CHURN = """
+import os, signal, sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep(0.02)
+        return torch.full((4,), float(i))
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(Slow(), batch_size=4, num_workers=2)
+    killed = restarts = steps = 0
+    for epoch in range(3):
+        it = iter(loader)
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except RuntimeError as exc:  # a worker died: new workers, the epoch goes on
+                print("worker died:", str(exc)[:80], file=sys.stderr, flush=True)
+                restarts += 1
+                it = iter(loader)
+                continue
+            opt.zero_grad()
+            model(batch).sum().backward()
+            opt.step()
+            steps += 1
+            if epoch == 1 and steps % 16 == 3 and killed < 2:
+                os.kill(it._workers[0].pid, signal.SIGKILL)  # mid-epoch
+                killed += 1
+    print(f"steps={steps} restarts={restarts}", file=sys.stderr, flush=True)
+    sys.exit(0 if restarts >= 1 else 5)
+"""
+
+
+def test_dataloader_workers_dying_and_replaced_mid_epoch(tmp_path):
+    """Issue 23 #9: worker churn with a real torch DataLoader (not a multiprocessing.Pool):
+    every probe keeps sampling, the report is complete and the job's exit code stands."""
+    pytest.importorskip("torch")
+    script = tmp_path / "churn_loader.py"
+    script.write_text(DATALOADER_CHURN)
+    out = tmp_path / "r.json"
+    res = gpudiag("run", "-q", "--out", str(out), "--", sys.executable, str(script), timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "worker died" in res.stderr and "restarts=" in res.stderr
+    doc = json.loads(out.read_text())
+    validate(doc)
+    assert doc["run"]["end_reason"] == "target_exited" and doc["run"]["exit_code"] == 0
+    assert not [e for e in doc["errors"] if "stopped sampling" in e["message"]], doc["errors"]
+    status = {p["name"]: p for p in doc["probes"]}
+    assert status["process"]["available"] and status["stacks"]["available"]
+    assert status["hooks"]["available"], status["hooks"]
+
+
+def _second_user() -> str:
+    """A real second (unprivileged) user to run gpudiag as: made with useradd if needed."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as two real users")
+    name = "gpudiag-other"
+    if subprocess.run(["id", name], capture_output=True).returncode:
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+        )
+        if made.returncode:
+            pytest.skip(f"cannot add a user: {made.stderr.decode()[:200]}")
+    return name
+
+
+def test_another_real_users_process_is_refused(tmp_path):
+    """Issue 23 #9: a job of user `nobody`, gpudiag run as another real user (setpriv, not a
+    faked uid): one line saying whose process it is, exit 2."""
+    user = _second_user()
+    as_ = ["setpriv", "--clear-groups"]
+    job = subprocess.Popen(
+        [
+            *as_,
+            "--reuid",
+            "nobody",
+            "--regid",
+            "nogroup",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(60)",
+        ]
+    )
+    try:
+        time.sleep(0.5)
+        runs = [
+            subprocess.run(
+                [
+                    *as_,
+                    "--reuid",
+                    user,
+                    "--regid",
+                    user,
+                    sys.executable,
+                    "-m",
+                    "gpudiag.agent.cli",
+                    "attach",
+                    str(job.pid),
+                    "--duration",
+                    "2",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=cwd,  # "/"; and a folder this user cannot search (was an internal error)
+            )
+            for cwd in ("/", tmp_path)
+        ]
+    finally:
+        job.kill()
+        job.wait()
+    for res in runs:
+        assert_one_line_error(res, f"pid {job.pid} belongs to user 'nobody'", "uid")
+    assert job.returncode == -9  # the job was never touched until the test ended it

@@ -10,6 +10,8 @@ import gzip
 import json
 import math
 import os
+import resource
+import subprocess
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpudiag.agent import recording
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.gate import decide, load_baseline, load_gate_config
@@ -25,6 +28,8 @@ from gpudiag.agent.replay import replay_report
 from gpudiag.agent.report import load_report
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.inprocess import decode_datagram, parse_message
+from tests.agent.test_cli_errors import assert_one_line_error
+from tests.conftest import gpudiag
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
 # the normal suite replays the same examples every run (stable CI); set
@@ -398,3 +403,168 @@ def test_regression_baseline_with_text_metrics(tmp_path):
     )
     with pytest.raises(UsageError, match="malformed"):
         load_baseline(str(path))
+
+
+# ---- hostile files (issue 23): every reader, run as the CLI, memory and time bounded ------
+def _bounded_cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """The CLI with its address space capped at 3 GiB and a time limit: a reader that
+    follows /dev/zero or waits on a FIFO fails the test instead of taking the machine."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    try:
+        return gpudiag(*args, timeout=timeout, preexec_fn=cap)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"gpudiag {' '.join(args)} hung (a FIFO read?)")
+
+
+READERS = {  # reader: CLI arguments reading FILE
+    "report": lambda f: ["report", f],
+    "baseline": lambda f: ["gate", "--baseline", f, f],
+    "merge": lambda f: ["merge", f, f],
+    "recording": lambda f: ["replay", f],
+    "config": lambda f: ["replay", str(FIXTURE), "--config", f],
+    "prices": lambda f: ["replay", str(FIXTURE), "--prices", f],
+}
+
+
+def _fifo(tmp_path: Path) -> str:
+    path = tmp_path / "fifo.json"
+    os.mkfifo(path)
+    return str(path)
+
+
+def _zero_link(tmp_path: Path) -> str:
+    path = tmp_path / "zero.json"
+    path.symlink_to("/dev/zero")
+    return str(path)
+
+
+@pytest.mark.parametrize("make", [_fifo, _zero_link], ids=["fifo", "link-to-dev-zero"])
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_regression_non_regular_files_are_refused_before_reading(tmp_path, reader, make):
+    """Issue 23 #4: a link to /dev/zero grew gpudiag to 23 GB; a FIFO hung it forever."""
+    path = make(tmp_path)
+    res = _bounded_cli(*READERS[reader](path))
+    assert_one_line_error(res, "not a regular file")
+
+
+DEEP_JSON = b"[" * 100_000 + b"]" * 100_000
+HUGE_INT = b'{"schema_version": "1.0", "n": ' + b"9" * 5000 + b"}"
+
+
+@pytest.mark.parametrize("reader", ["report", "baseline", "merge"])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (DEEP_JSON, "nested deeper"),
+        (HUGE_INT, "integer of 5000 digits"),
+        (b'{"schema_version": "1.0", "x": NaN}', "non-finite number NaN"),
+        (b'{"schema_version": "1.0", "x": -Infinity}', "non-finite number -Infinity"),
+        (b'{"schema_version": "1.0", "x": 1e999}', "out of range"),
+    ],
+    ids=["deep", "huge-int", "nan", "-inf", "1e999"],
+)
+def test_regression_json_readers_refuse_deep_huge_and_non_finite(tmp_path, reader, content, words):
+    """Issue 23 #6, #7: each was an internal error, or NaN passed the gate on every metric."""
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    assert_one_line_error(_bounded_cli(*READERS[reader](str(path))), str(path), words)
+
+
+def test_regression_baseline_with_nan_metrics_is_refused(tmp_path):
+    """Issue 23 #6: `steps_per_second: NaN` in a baseline passed the gate (+nan%)."""
+    path = tmp_path / "b.json"
+    runs = [{"steps_per_s": float("nan")}]
+    path.write_text(
+        json.dumps({"format": "gpudiag-gate-baseline", "runs": runs, "fingerprint": {}})
+    )
+    with pytest.raises(UsageError, match="non-finite number NaN"):
+        load_baseline(str(path))
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("[prices]\nH100 = nan\n", "out of range"),
+        ("[prices]\nH100 = inf\n", "out of range"),
+        ("[prices]\nH100 = -inf\n", "out of range"),
+        ("[prices]\nH100 = " + "9" * 5000 + "\n", "integer too large"),
+        ("a = " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper"),
+        ("a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n", "nested deeper"),
+    ],
+    ids=["nan", "inf", "-inf", "huge-int", "deep-array", "deep-table"],
+)
+@pytest.mark.parametrize("as_prices", [True, False], ids=["prices", "config"])
+def test_regression_toml_readers_refuse_non_finite_huge_and_deep(tmp_path, text, words, as_prices):
+    """Issue 23 #6, #7: "$nan/day"; deep TOML or a 5,000-digit integer was an internal error."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    flag = "--prices" if as_prices else "--config"
+    res = _bounded_cli("replay", str(FIXTURE), flag, str(path))
+    assert_one_line_error(res, str(path), words)
+
+
+def _gz_lines(tmp_path: Path, lines: list[bytes]) -> str:
+    path = tmp_path / "r.jsonl.gz"
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        for line in lines:
+            f.write(line + b"\n")
+    return str(path)
+
+
+def test_regression_gzip_bomb_line_is_refused_at_the_line_bound(tmp_path, monkeypatch):
+    """Issue 23 #5: a 4 MB gzip holding one 4 GiB line took 8 GB before it was refused.
+    Here: a 4 MiB line against a lowered 256 KiB bound (memory stays near the bound)."""
+    monkeypatch.setattr(recording, "MAX_LINE_BYTES", 256 * 1024)
+    header = json.dumps(_fixture_lines()[0]).encode()
+    path = _gz_lines(tmp_path, [header, b'{"probe": "' + b"x" * (4 << 20) + b'"}'])
+    with pytest.raises(UsageError, match="line 2 is longer than 262144 bytes"):
+        replay_report(path, load_settings(None))
+
+
+def test_regression_decompressed_size_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(recording, "MAX_UNZIPPED_BYTES", 64 * 1024)
+    lines = [json.dumps(x).encode() for x in _fixture_lines()]
+    with pytest.raises(UsageError, match="more than 65536 bytes decompressed"):
+        replay_report(_gz_lines(tmp_path, lines), load_settings(None))
+
+
+def test_regression_distinct_stack_table_is_bounded(tmp_path, monkeypatch):
+    """Issue 23 #5: a recording of distinct long stacks was accepted at 3.2 GB."""
+    lines = _windows_lines()
+    entries = sum(len(x.get("new") or []) for x in lines)
+    assert entries > 4
+    monkeypatch.setattr(recording, "MAX_TABLE_ENTRIES", 4)
+    path = _gz_lines(tmp_path, [json.dumps(x).encode() for x in lines])
+    with pytest.raises(UsageError, match="more than 4 distinct keys, threads and stacks"):
+        replay_report(path, load_settings(None))
+
+
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        (DEEP_JSON, "nested deeper"),
+        (b'{"probe": "gpu", "t_ns": ' + b"1" * 5000 + b"}", "integer of 5000 digits"),
+    ],
+    ids=["deep", "huge-int"],
+)
+def test_regression_recording_lines_deep_or_huge(tmp_path, line, words):
+    header = json.dumps(_fixture_lines()[0]).encode()
+    res = _bounded_cli("replay", _gz_lines(tmp_path, [header, line]))
+    assert_one_line_error(res, "line 2", words)
+
+
+@pytest.mark.parametrize("tid", ["abc", "12.5", [1], None])
+def test_regression_recording_tid_of_the_wrong_type(tmp_path, tid):
+    """Issue 23 #7: a `tid` of the wrong type is the user's bad input, not a crash."""
+    lines = json.loads(json.dumps(_windows_lines()))
+    for x in lines:
+        for e in x.get("new") or []:
+            if e[0] == "t":
+                e[3] = tid
+    path = _gz_lines(tmp_path, [json.dumps(x).encode() for x in lines])
+    _refused_or_read(replay_report, path, load_settings(None))
+    res = _bounded_cli("replay", path)
+    assert res.returncode in (0, 2) and "internal error" not in res.stderr, res.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpudiag.agent import ranks as ranks_mod
+from gpudiag.agent import rank_hang as ranks_mod
 from gpudiag.agent.ranks import RankSet
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.collectives import CollectiveState

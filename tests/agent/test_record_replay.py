@@ -18,18 +18,19 @@ from gpudiag.probes.base import Sample, Target
 from gpudiag.probes.gpu import GpuProbe
 from gpudiag.probes.nvml import Nvml
 from tests.agent.test_e2e_workloads import loader_finding
-from tests.conftest import WORKLOADS, gpudiag
+from tests.conftest import WORKLOADS, gpudiag, gpudiag_until_sure
 from tests.probes.fake_nvml import FakeGpu, FakeNvml
 
 
 def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
     pytest.importorskip("torch")
     rec, live, replayed = tmp_path / "run.jsonl.gz", tmp_path / "live.json", tmp_path / "r.json"
-    res = gpudiag(
+    res = gpudiag_until_sure(  # until the verdict is sure (a busy box takes longer)
         "run",
         "-q",
+        "--until-sure",
         "--duration",
-        "12",
+        "60",
         "--record",
         str(rec),
         "--out",
@@ -38,9 +39,11 @@ def test_replay_of_a_live_run_gives_the_same_findings(tmp_path):
         sys.executable,
         str(WORKLOADS / "starved_loader.py"),
         "--seconds",
-        "15",
+        "65",
+        tmp=tmp_path,
     )
     assert res.returncode == 0, res.stderr
+    assert json.loads(live.read_text())["verdict"]["sure"], res.stderr
     assert f"Recording written to {rec}" in res.stdout
     res = gpudiag("replay", str(rec), "--out", str(replayed), "--format", "json")
     assert res.returncode == 0, res.stderr

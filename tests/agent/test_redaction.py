@@ -137,3 +137,38 @@ def test_reports_written_before_redaction_are_shown_redacted(tmp_path):
     doc["run"]["stderr_tail"] = [f"bad key {SECRET}"]
     for text in (render_text(doc), render_markdown(doc)):
         assert SECRET not in text
+
+
+@pytest.mark.parametrize(
+    "arg, secret",
+    [
+        ("--apitoken=tok1", "tok1"),
+        ("--dbpassword=pw1", "pw1"),
+        ("https://acct.blob.core.windows.net/c/b?sv=2022&sig=SIGVALUE%3D&se=1", "SIGVALUE"),
+        ("https://h/f?token=TOKVALUE&page=2", "TOKVALUE"),
+        ("s3://b/k?X-Amz-Signature=deadbeef01&X-Amz-Date=1", "deadbeef01"),
+        ("DefaultEndpointsProtocol=https;AccountName=a;AccountKey=AKEY==;x=1", "AKEY"),
+        ("Endpoint=sb://x/;SharedAccessSignature=SASVALUE", "SASVALUE"),
+        ("Server=db;User Id=u;Password=PWVALUE;", "PWVALUE"),
+    ],
+)
+def test_round_two_secret_shapes_are_hidden_in_argv_and_text(arg, secret):
+    """Issue 23 #3: unknown option names, URL query credentials and connection strings
+    leaked; argv and text follow one set of rules."""
+    for out in (" ".join(redact_argv(["train.py", arg])), redact_text(f"loading {arg} now")):
+        assert secret not in out and MASK in out, out
+
+
+def test_short_password_flag_and_joined_names():
+    assert redact_argv(["mysql", "-u", "bob", "-p", "hunter2"]) == [
+        "mysql",
+        "-u",
+        "bob",
+        "-p",
+        MASK,
+    ]
+    assert "hunter2" not in redact_text("ran mysql -u bob -p hunter2")
+    for name in ("--apitoken", "--dbpassword", "--sastoken", "--sig", "AccountKey", "-p"):
+        assert is_secret_name(name), name
+    for name in ("--bypass", "--compass", "--top-p", "--max-tokens", "--keep", "-v"):
+        assert not is_secret_name(name), name

@@ -264,3 +264,46 @@ def test_nohup_keeps_sighup_ignored():
             assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, old)
+
+
+def _read_pty(fd: int, until: float) -> str:
+    seen = b""
+    while time.monotonic() < until:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen.decode("utf-8", "replace")
+
+
+def test_run_tui_passes_sigterm_on_to_the_job(tmp_path):
+    """Issue 23 #9: `run --tui` quit its UI on SIGTERM but never passed it to the job, which
+    `run` does. A real terminal (a pty) for the UI."""
+    import pty
+
+    out = tmp_path / "r.json"
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", "--tui", "--no-inject"]
+    cmd += ["--out", str(out), "--", sys.executable, "-c", TERM_AWARE, "60"]
+    agent = subprocess.Popen(
+        cmd, stdin=slave, stdout=slave, stderr=slave, preexec_fn=_default_hup, close_fds=True
+    )
+    os.close(slave)
+    try:
+        _read_pty(master, time.monotonic() + 12)  # the UI is up and sampling
+        agent.send_signal(signal.SIGTERM)
+        seen = _read_pty(master, time.monotonic() + 40)
+        code = agent.wait(timeout=30)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        os.close(master)
+    assert "job: got signal 15" in seen, seen[-2000:]
+    assert code == 7, seen[-2000:]  # the job's own exit status, passed through
+    assert report(out)["run"]["end_reason"] in ("interrupted", "stopped", "target_exited")

@@ -185,14 +185,17 @@ class Scenario:
         loop_tid: int = 100,
         n: int = 10,
         read_bps: float = 0.0,
+        loop_rq: float = 0.0,
+        worker_rq: float | None = None,
     ) -> Scenario:
-        """Process-probe samples: the loop thread's CPU share and the workers' group."""
+        """Process-probe samples: the loop thread's CPU share (and run-queue wait) and the
+        workers' group."""
         for t in self._times(n, 200_000_000):
             self._add_at(
                 t,
                 "process",
                 {"scope": "thread", "tid": str(loop_tid), "comm": "python"},
-                {"cpu": loop_cpu, "runqueue_wait": 0.0, "running": 1.0, "d_state": 0.0},
+                {"cpu": loop_cpu, "runqueue_wait": loop_rq, "running": 1.0, "d_state": 0.0},
             )
             self._add_at(
                 t,
@@ -209,6 +212,21 @@ class Scenario:
                     "cpu_cores": worker_cpu,
                     "d_state_share": worker_d,
                     "read_bytes_per_s": read_bps,
-                },
+                }
+                | ({} if worker_rq is None else {"runqueue_cores": worker_rq}),
             )
+        return self
+
+    def others(self, procs: dict[tuple[str, str], float], n: int = 10) -> Scenario:
+        """Host-probe passes over the processes outside the job: {(pid, name): cores}."""
+        for t in self._times(n, 1_000_000_000):
+            total = sum(procs.values())
+            self._add_at(t, "host", {"scope": "others"}, {"other_cpu_cores": total})
+            for (pid, name), cores in procs.items():
+                self._add_at(
+                    t,
+                    "host",
+                    {"scope": "other", "pid": pid, "name": name},
+                    {"other_cpu_cores": cores},
+                )
         return self

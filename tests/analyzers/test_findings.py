@@ -160,12 +160,18 @@ def test_suggest_workers_models_the_cores_there_are(
     assert plan.speedup <= 1 / (1 - wait) + 1e-9
 
 
-def test_no_workers_on_a_busy_cpu_is_data002_with_no_promise_of_workers():
-    """num_workers=0 on a saturated 2-core box: a worker would only compete for the cores."""
+def test_no_workers_on_a_busy_cpu_is_data001_graded_to_cheaper_loading():
+    """num_workers=0 on a saturated 2-core box: still DATA001 (one cause, one id), its advice
+    graded by the idle cores: make loading cheaper first, a bound for the speed-up."""
     shares = {"data_wait": 0.6, "forward": 0.2, "backward": 0.2}
     sc = windows(Scenario(cpu_count=2), shares=shares).host(0.95).process(1.0)
     a = analyze(sc.tl)
-    assert ids(a) == ["DATA002"]
+    assert ids(a) == ["DATA001"]
     f = a.findings[0]
-    assert "num_workers=" not in f.recommendation.summary
+    assert f.recommendation.summary.startswith("Make loading cheaper")
     assert f.speedup_basis.startswith("a bound")
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["host_free_cores"].value == pytest.approx(0.1, abs=0.01)
+    assert ev["host_free_cores"].comparison == "<"
+    assert ev["physical_cores"].value == 2
+    assert ev["loader_off_cpu_share"].value < Thresholds().loader_wait_min

@@ -107,6 +107,9 @@ def test_hooks_count_a_real_jobs_collectives_with_sequence_numbers(tmp_path):
         if s.labels.get("kind") == "collective_op":
             ops[s.labels["op"]] = s.values["calls"]  # the latest totals win
     assert ops == {"all_reduce": 3.0, "barrier": 1.0}
-    steps = [s for s in samples if s.labels.get("kind") == "collective_step"]
+    kinds = ("collective_step", "collective_first_step")  # the first: start-up, apart
+    steps = [s for s in samples if s.labels.get("kind") in kinds]
     assert [s.values["seq"] for s in steps] == [1.0, 2.0, 3.0]
+    assert [s.labels["kind"] for s in steps] == ["collective_first_step", *kinds[:1] * 2]
+    assert all(s.values["collective_step_s"] > 0 for s in steps[1:])
     assert all(s.values["collectives"] == 1.0 for s in steps)

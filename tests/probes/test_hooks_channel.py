@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inject import gpudiag_hooks
+from gpudiag.probes.inject import gpudiag_channel, gpudiag_hooks
 from gpudiag.probes.inprocess import HookProbe
 
 ROOT = Path(__file__).parents[2]
@@ -101,7 +101,7 @@ def test_datagrams_from_another_user_are_refused():
 
 
 def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpudiag_hooks, "_PRIVATE", set())
+    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o777)
@@ -152,3 +152,78 @@ def test_every_metrics_endpoint_defaults_to_localhost():
                 assert action.default == "127.0.0.1", name
                 checked += 1
     assert checked >= 1  # run, attach, watch...
+
+
+@pytest.fixture
+def squatted(tmp_path, monkeypatch):
+    """A folder another local user pre-created (mode 777, uid 65534), with a socket there
+    listening for whatever the job sends: the attack of issue 23 #1."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
+    folder = tmp_path / "gpudiag-0"
+    folder.mkdir()
+    folder.chmod(0o777)
+    os.chown(folder, 65534, 65534)
+    spy = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = folder / f"agent-{os.getpid()}.sock"
+    spy.bind(str(path))
+    spy.setblocking(False)
+    yield path, spy
+    spy.close()
+
+
+def _received(spy: socket.socket) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(spy.recv(1 << 20))
+        except BlockingIOError:
+            return out
+
+
+def test_collective_and_capture_channels_refuse_another_users_folder(squatted):
+    """Issue 23 #1: gpudiag_dist and gpudiag_capture sent to the squatted folder."""
+    from gpudiag.probes.inject import gpudiag_capture, gpudiag_dist
+
+    path, spy = squatted
+    gpudiag_dist._Dist(str(path)).send()
+    cap = gpudiag_capture.Capture(None, str(path), 1)
+    assert cap._send({"steps": []}) is False
+    assert _received(spy) == []
+    # ...and the control-path: a request file planted there never starts the profiler
+    request = Path(str(path) + gpudiag_capture.REQUEST_SUFFIX)
+    request.write_text("5")
+    watcher = gpudiag_capture.Watcher(None, str(path))
+    watcher.on_step()
+    assert watcher.capture is None and request.exists()
+
+
+def test_the_same_channels_send_into_a_private_folder(tmp_path, monkeypatch):
+    """The check lets the job's own private folder through (so the test above can fail)."""
+    from gpudiag.probes.inject import gpudiag_capture, gpudiag_dist
+
+    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
+    folder = tmp_path / "mine"
+    folder.mkdir(mode=0o700)
+    path = folder / "agent.sock"
+    spy = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    spy.bind(str(path))
+    spy.setblocking(False)
+    try:
+        gpudiag_dist._Dist(str(path)).send()
+        assert gpudiag_capture.Capture(None, str(path), 1)._send({"steps": []})
+        assert len(_received(spy)) == 2
+    finally:
+        spy.close()
+
+
+def test_the_report_says_why_the_hooks_were_refused(squatted):
+    """Issue 23 #1: the hooks probe said only "not started"."""
+    path, _spy = squatted
+    probe = HookProbe(str(path.parent / "agent-1.sock"), optional=True)
+    first = probe.open(Target(0))
+    final = probe.final_status()
+    probe.close()
+    assert not first.available and not final.available
+    assert "refused" in final.reason and "uid 65534" in final.reason, final.reason

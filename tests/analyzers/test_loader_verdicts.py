@@ -1,0 +1,54 @@
+"""One cause, one id: the loader-bound finding does not flip on the idle-cores reading, and a
+loader that waits (off-CPU) is told to add workers, one that computes to get cheaper."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudiag.analyzers import analyze
+from tests.analyzers.scenario import Scenario
+
+SHARES = {"data_wait": 0.4, "forward": 0.25, "backward": 0.3, "optimizer": 0.05}
+
+
+def run(host: float, loop_cpu: float, cpu_count: int = 2, **kw) -> list:
+    sc = Scenario(cpu_count=cpu_count)
+    for _ in range(5):
+        sc.window(SHARES, **{k: v for k, v in kw.items() if k in ("workers", "worker_busy")})
+    sc.host(host)
+    sc.process(loop_cpu, **{k: v for k, v in kw.items() if k in ("workers", "worker_cpu")})
+    return list(analyze(sc.tl).findings)
+
+
+@pytest.mark.parametrize("host", [0.35, 0.6, 0.8, 0.95, 0.99])
+def test_inline_loader_keeps_data001_whatever_the_idle_cores(host):
+    """The same job read on a box idling 1.3 or 0.02 cores: DATA001 every time."""
+    fs = run(host, loop_cpu=0.97)
+    assert [f.id for f in fs] == ["DATA001"]
+
+
+def test_waiting_inline_loader_gets_workers_on_a_saturated_box():
+    """__getitem__ sleeps (a network read): the loop thread is off-CPU while it loads."""
+    fs = run(0.98, loop_cpu=0.55)
+    assert [f.id for f in fs] == ["DATA001"]
+    f = fs[0]
+    assert "num_workers=2" in f.recommendation.summary
+    assert "cannot help" not in f.recommendation.summary
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["loader_off_cpu_share"].value >= 0.5
+    assert ev["loader_off_cpu_share"].setting == "loader_wait_min"
+    assert f.expected_speedup > 1.3
+
+
+def test_workers_that_wait_are_not_data002_even_past_the_cores():
+    """8 workers on 2 cores that mostly sleep: more workers still overlap their waits."""
+    fs = run(0.97, loop_cpu=0.5, workers=8, worker_busy=0.9, worker_cpu=0.8)
+    assert [f.id for f in fs] == ["DATA001"]
+    # 8 loaders pace a step whose rest is 60%: 8 / 0.6 -> 14 hide the wait
+    assert "num_workers=14" in fs[0].recommendation.summary
+
+
+def test_workers_that_compute_and_fill_the_cores_are_data002():
+    """The job's own workers fill the physical cores with CPU work: DATA002, a fact of the job."""
+    fs = run(0.97, loop_cpu=0.5, cpu_count=4, workers=6, worker_busy=0.95, worker_cpu=3.4)
+    assert [f.id for f in fs] == ["DATA002"]

@@ -1,0 +1,33 @@
+"""'Sure' only when every check had its evidence: timed steps judge the data wait only."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers import analyze, unjudged, verdict_of
+from gpudiag.analyzers.thresholds import Thresholds
+from tests.analyzers.scenario import Scenario
+
+HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03, "other": 0.02}
+
+
+def test_healthy_verdict_with_few_stacks_names_the_checks_it_could_not_judge():
+    sc = Scenario()
+    sc.window(HEALTHY, ticks=100)  # 100 loop stack samples of the 150 needed
+    sc.host(0.3).process(0.95)
+    a = analyze(sc.tl)
+    assert a.findings == ()
+    v = verdict_of(list(a.findings), a.profile.samples, 200.0, Thresholds(), ("checkpoint", "GIL"))
+    assert v["sure"] is False
+    assert "not judged: checkpoint, GIL" in v["statement"]
+    # analyze() itself names them (200 timed steps would have made it "sure" before)
+    th = Thresholds()
+    assert set(unjudged(a.profile, th)) >= {"checkpoint", "storage", "host-bound", "GIL"}
+    assert a.verdict["sure"] is False
+
+
+def test_enough_stacks_make_a_healthy_verdict_sure():
+    sc = Scenario()
+    for _ in range(5):
+        sc.window(HEALTHY)
+    sc.host(0.3).process(0.95)
+    a = analyze(sc.tl)
+    assert a.verdict["sure"] is True and a.verdict["finding"] is None

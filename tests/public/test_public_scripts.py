@@ -1,0 +1,118 @@
+"""Public training scripts nobody here wrote: the right, stable top finding in both modes.
+
+The truth per script is what timing its fix measured (docs/public-scripts.md): a warning only
+where a fix moves the job by >= 15%. The benchmark's own logic is tested without jobs below.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.public_scripts import (
+    BY_NAME,
+    SCRIPTS,
+    judge,
+    look,
+    main,
+    order,
+    parse,
+    rate_of,
+    spread,
+    table,
+    verdict_of,
+)
+
+# measured by benchmarks/public_scripts.py (docs/public-scripts.md)
+TRUTH = {
+    "mnist": None,
+    "dcgan": None,
+    "word_language_model": None,
+    "nanogpt": None,
+    "lightning_ckpt": "CKPT001",
+    "hf_trainer": "DATA001",
+}
+
+
+def test_every_script_has_a_truth():
+    assert set(TRUTH) == {s.name for s in SCRIPTS}
+    assert all(TRUTH[s.name] in (None, s.fix_id) for s in SCRIPTS)
+
+
+def test_rounds_interleave_bare_and_fixed():
+    assert order(2) == [False, True, True, False]
+    assert order(3) == [False, True, True, False, False, True]
+
+
+def test_rate_and_spread():
+    assert rate_of("x\nsteps: 10 in 2.000 s\nsteps: 30 in 3.000 s\n") == 10.0
+    assert rate_of("steps: 0 in 0.000 s") is None and rate_of("nothing") is None
+    assert spread([1.0, 2.0, 3.0]) == 1.0 and spread([5.0]) == 0.0
+
+
+def test_verdict_and_judge():
+    rep = {
+        "verdict": {"finding": "CKPT001", "sure": True},
+        "findings": [
+            {"id": "CKPT001", "severity": "warning", "expected_speedup": 1.7},
+            {"id": "MEM001", "severity": "note", "expected_speedup": 1.0},
+        ],
+        "breakdown": {"samples": 300},
+    }
+    v = verdict_of(rep)
+    assert (v["top"], v["sure"], v["predicted"], v["serious"]) == (
+        "CKPT001",
+        True,
+        1.7,
+        ["CKPT001"],
+    )
+    assert judge([v, v], "CKPT001") == {"right": True, "stable": True, "right_n": 2, "n": 2}
+    none = verdict_of({"verdict": {"finding": None, "sure": True}, "findings": []})
+    j = judge([v, none], None)
+    assert not j["right"] and not j["stable"] and j["right_n"] == 1
+    assert not judge([{"error": "x"}, none], None)["right"]  # a failed look is not right
+
+
+@pytest.mark.parametrize("argv", [["--scripts", "nope"], ["--looks", "0"], ["--time-s", "-1"]])
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse(argv)
+    assert e.value.code == 2 and "public_scripts:" in capsys.readouterr().err
+
+
+def test_table_row_says_predicted_measured_and_right():
+    lk = {"top": "CKPT001", "sure": True, "predicted": 1.5}
+    row = {
+        "script": "lightning_ckpt",
+        "fix": "--ckpt-every 0",
+        "timing": {
+            "bare_steps_s": [2.0, 2.2],
+            "fixed_steps_s": [4.0, 4.4],
+            "bare_spread": 0.1,
+            "fixed_spread": 0.1,
+            "speedup": 2.0,
+            "truth": "CKPT001",
+        },
+        "run": [lk, {"top": None, "sure": False}],
+        "attach": [lk, lk],
+        "run_judged": judge([lk, {"top": None}], "CKPT001"),
+        "attach_judged": judge([lk, lk], "CKPT001"),
+        "load_before": 1.0,
+        "load_after": 2.5,
+    }
+    line = table([row]).splitlines()[-1]
+    assert "x2.00 (2.10 -> 4.20" in line and "CKPT001 x1.50, none (not sure)" in line
+    assert "| 1/2 + 2/2 | no | 1.0-2.5 |" in line
+
+
+def test_unreadable_table_from_exits_2(tmp_path, capsys):
+    assert main(["--table-from", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read --table-from" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TRUTH))
+@pytest.mark.parametrize("mode,seconds", [("run", 25.0), ("attach", 20.0)])
+def test_public_script_verdict(name, mode, seconds, tmp_path):
+    looks = [look(BY_NAME[name], mode, tmp_path / f"{mode}-{i}.json", seconds) for i in range(2)]
+    j = judge(looks, TRUTH[name])
+    assert j["right"] and j["stable"], looks
