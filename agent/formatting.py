@@ -67,3 +67,18 @@ def period_parts(p: dict) -> tuple[str, list[str]]:
     if p.get("gpu_idle") is not None:
         what.append(f"GPU idle {p['gpu_idle']:.0%}")
     return f"{clock(p['start_s'])}-{clock(p['end_s'])}", what
+
+
+def is_bound(f: dict) -> bool:
+    """Whether a finding's (or if_fixed's) speed-up is a bound, not a modelled figure.
+    Reports written before `speedup_kind` existed say so in their basis."""
+    kind = f.get("speedup_kind")
+    if kind is not None:
+        return kind == "bound"
+    return str(f.get("speedup_basis") or f.get("basis") or "").startswith("a bound")
+
+
+def speedup_text(f: dict) -> str:
+    """The speed-up as it reads everywhere: ×2.65 modelled, "up to ×5.8" for a bound."""
+    speed = float(f.get("expected_speedup") or 1.0)
+    return f"up to ×{speed:.1f}" if is_bound(f) else f"×{speed:.2f}"

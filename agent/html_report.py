@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value
+from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, is_bound, speedup_text
 from gpudiag.agent.html_charts import (
     breakdown_svg,
     capture_steps_svg,
@@ -98,8 +98,9 @@ def _finding(f: dict) -> str:
     actions = "".join(f"<li>{_e(a)}</li>" for a in rec.get("actions", []))
     where = f"<p>Where: <code>{_e(f['location'])}</code></p>" if f.get("location") else ""
     speed = f.get("expected_speedup")
+    lead = "Speed-up bound (no fix can beat it)" if is_bound(f) else "Expected speed-up if fixed"
     speed_line = (
-        f"<p>Expected speed-up if fixed: <b>x{speed:.2f}</b> "
+        f"<p>{lead}: <b>{_e(speedup_text(f))}</b> "
         f"<span class=muted>({_e(f.get('speedup_basis', ''))})</span></p>"
         if speed and speed > 1.0
         else ""

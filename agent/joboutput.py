@@ -11,20 +11,29 @@ import os
 import select
 import subprocess
 import threading
+import time
 from collections import deque
 
 TAIL_BYTES = 8192
 TAIL_LINES = 20
 LINE_CHARS = 300
+PANEL_LINES = 1000  # lines kept for the UI's log panel between two refreshes
 
 
 class StderrTee:
-    """Copies a job's stderr pipe to fd 2 and remembers its tail."""
+    """Copies a job's stderr pipe to fd 2 and remembers its tail. Under the terminal UI
+    (`log_path`), the output goes to that file and to `take_lines()` (the UI's log panel)
+    instead: nothing the job prints lands on the UI's screen."""
 
-    def __init__(self, pipe: int) -> None:
+    def __init__(self, pipe: int, log_path: str | None = None) -> None:
         self.fd = pipe
         self._tail: deque[bytes] = deque()
         self._size = 0
+        self.log_path = log_path
+        self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 (closed by close)
+        self._pending: deque[str] = deque(maxlen=PANEL_LINES)
+        self._partial = b""
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._copy, name="gpudiag-job-stderr", daemon=True)
         self._thread.start()
@@ -40,12 +49,34 @@ class StderrTee:
                 self.fd = -1
                 return
             self._keep(chunk)
+            if self._log is not None:
+                self._to_panel(chunk)
+                continue
             try:
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(2, view) :]
             except OSError:
                 pass  # our stderr is gone; keep draining so the job never blocks
+
+    def _to_panel(self, chunk: bytes) -> None:
+        try:
+            self._log.write(chunk)
+            self._log.flush()
+        except (OSError, ValueError):
+            pass  # a full disk: the panel still shows it
+        with self._lock:
+            text = self._partial + chunk
+            *lines, self._partial = text.split(b"\n")
+            for ln in lines:
+                self._pending.append(ln.decode(errors="replace").rstrip("\r")[:LINE_CHARS])
+
+    def take_lines(self) -> list[str]:
+        """The job's output lines since the last call (for the UI's log panel)."""
+        with self._lock:
+            out = list(self._pending)
+            self._pending.clear()
+            return out
 
     def _keep(self, chunk: bytes) -> None:
         self._tail.append(chunk)
@@ -64,6 +95,8 @@ class StderrTee:
         """Stop copying; if the job (or a child of it) still holds the pipe, `cat` carries on."""
         self._stop.set()
         self._thread.join(timeout=1.0)
+        if self._log is not None and not self._thread.is_alive():
+            self._log.close()
         if self.fd < 0 or self._thread.is_alive():
             return
         try:
@@ -72,3 +105,10 @@ class StderrTee:
             pass
         os.close(self.fd)
         self.fd = -1
+
+
+def job_log_path(report: str | None) -> str:
+    """Where `run --tui` writes the job's output: beside the report, `.job.log`."""
+    if report:
+        return (report[:-5] if report.endswith(".json") else report) + ".job.log"
+    return time.strftime("gpudiag-job-%Y%m%d-%H%M%S.log")

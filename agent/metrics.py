@@ -1,31 +1,51 @@
 """Findings as Prometheus metrics: a prometheus_client Collector that reads the live analysis of
 every watched job at scrape time.
 
-Per job (labelled with its identity, agent/identity.py): each finding's impact, expected
-speed-up and money per hour, the loop's breakdown shares, steps per second, the GPU idle
-share and the probes' status; per GPU the fields dcgm-exporter users know, under its label
-names (`gpu`, `UUID`, `modelName`, `Hostname`, `device`) so that both join in one query; and
-gpudiag's own cost. No label takes a step number, a path or free text.
+Per job (labelled with its stable identity, agent/identity.py, and a `job` label that stays
+the same when the job restarts): each finding's impact, expected speed-up and money per hour,
+the loop's breakdown shares, steps per second, the GPU idle share and the probes' status; the
+job's pid and command in `gpudiag_job_info` (join on `job`); per GPU the fields dcgm-exporter
+users know, under its label names (`gpu`, `UUID`, `modelName`, `Hostname`, `device`) so that
+both join in one query; and gpudiag's own cost. No label takes a step number, a path or free
+text; counters end in `_total`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psutil
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from gpudiag.agent.identity import LABELS, hostname
+from gpudiag.agent.formatting import LABELS as CATEGORY_WORDS
+from gpudiag.agent.formatting import is_bound
+from gpudiag.agent.identity import LABELS as IDENTITY
+from gpudiag.agent.identity import hostname
 from gpudiag.analyzers.catalogue import category
 from gpudiag.probes.base import Sample
 
 PREFIX = "gpudiag"
+PER_RUN = ("pid", "command")  # change at every restart: only in gpudiag_job_info
+LABELS = ("job", *(k for k in IDENTITY if k not in PER_RUN))
 FINDING_LABELS = (*LABELS, "finding", "severity", "category")
 GPU_LABELS = (*LABELS, "gpu", "UUID", "modelName", "device")
+COUNTERS = {"ecc_uncorrected"}  # GPU fields that only grow: typed counter, named _total
+FINDING_CATEGORY_HELP = (
+    "category: host (the CPU side of the loop: data loading, Python, GIL, checkpoints), "
+    "gpu (the device: idle, throttled, memory, precision), transfer (host-device copies), "
+    "distributed (ranks and collectives), cost (money), run (start-up, the run as a whole)"
+)
+LOOP_CATEGORY_HELP = "category: " + ", ".join(f"{c} ({w})" for c, w in CATEGORY_WORDS.items())
 # GPU probe field -> (metric name, help naming the dcgm-exporter field it matches)
 GPU_FIELDS: dict[str, tuple[str, str]] = {
     "util_gpu": ("gpu_utilization_ratio", "a kernel ran (DCGM_FI_DEV_GPU_UTIL/100)"),
@@ -46,7 +66,10 @@ GPU_FIELDS: dict[str, tuple[str, str]] = {
     "gpm_sm_occupancy": ("gpu_sm_occupancy_ratio", "occupancy (DCGM_FI_PROF_SM_OCCUPANCY)"),
     "gpm_tensor_active": ("gpu_tensor_active_ratio", "(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)"),
     "gpm_dram_bw": ("gpu_dram_active_ratio", "DRAM busy, GPM (DCGM_FI_PROF_DRAM_ACTIVE)"),
-    "ecc_uncorrected": ("gpu_ecc_uncorrected_errors", "(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)"),
+    "ecc_uncorrected": (
+        "gpu_ecc_uncorrected_errors",
+        "uncorrected ECC errors since the driver loaded (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)",
+    ),
 }
 
 
@@ -61,7 +84,8 @@ class LiveJob:
         refresh_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.labels = {k: labels.get(k, "") for k in LABELS}
+        self.identity = {k: labels.get(k, "") for k in IDENTITY}
+        self.labels = {**self.identity, "job": job_label(self.identity)}
         self._report = report
         self.refresh_s = refresh_s
         self._clock = clock
@@ -102,8 +126,27 @@ def chain_sinks(*sinks: Callable[[list[Sample]], None] | None) -> Callable[[list
     return sink
 
 
+def job_label(ident: dict[str, str]) -> str:
+    """A job's name that stays when it restarts (pid and container id change): its pod, its
+    Slurm job, else its user, host and a short hash of its command."""
+    if ident.get("pod"):
+        return f"{ident.get('namespace') or 'default'}/{ident['pod']}"
+    if ident.get("slurm_job_id"):
+        step = ident.get("slurm_step_id")
+        return f"slurm/{ident['slurm_job_id']}" + (f".{step}" if step else "")
+    digest = hashlib.sha1(ident.get("command", "").encode()).hexdigest()[:10]
+    return f"{ident.get('user') or '?'}@{ident.get('Hostname') or hostname()}/{digest}"
+
+
 def _gauge(name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+
+def _gpu_family(key: str) -> Metric:
+    name, doc = GPU_FIELDS[key]
+    if key in COUNTERS:  # exposed as <name>_total
+        return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(GPU_LABELS))
+    return _gauge(name, doc, GPU_LABELS)
 
 
 class GpudiagCollector(Collector):
@@ -125,12 +168,15 @@ class GpudiagCollector(Collector):
         """Every metric family, from each job's report so far."""
         fam = {
             "impact": _gauge(
-                "finding_impact_ratio", "share of wall time the finding costs", FINDING_LABELS
+                "finding_impact_ratio",
+                f"share of wall time the finding costs; {FINDING_CATEGORY_HELP}",
+                FINDING_LABELS,
             ),
             "speedup": _gauge(
                 "finding_expected_speedup_ratio",
-                "the job's speed after the finding's fix, as a multiple of now",
-                FINDING_LABELS,
+                "the job's speed after the finding's fix, as a multiple of now (kind: model, "
+                "what the fix should give; bound, the most any fix could give)",
+                (*FINDING_LABELS, "kind"),
             ),
             "usd": _gauge(
                 "finding_idle_gpu_usd_per_hour",
@@ -144,7 +190,7 @@ class GpudiagCollector(Collector):
             ),
             "share": _gauge(
                 "loop_share_ratio",
-                "share of the loop's wall time per breakdown category",
+                f"share of the loop's wall time per breakdown category; {LOOP_CATEGORY_HELP}",
                 (*LABELS, "category"),
             ),
             "steps": _gauge("steps_per_second", "training steps per second", LABELS),
@@ -164,8 +210,14 @@ class GpudiagCollector(Collector):
             "gpu_info": _gauge(
                 "job_gpu_info", "1 for each GPU the job is sampled on (join on UUID)", GPU_LABELS
             ),
+            "info": InfoMetricFamily(
+                f"{PREFIX}_job",
+                "the job's current process and command (they change when it restarts; the "
+                "other metrics carry `job` only: join on it)",
+                labels=["job", "Hostname"],
+            ),
         }
-        gpu_fams = {k: _gauge(n, d, GPU_LABELS) for k, (n, d) in GPU_FIELDS.items()}
+        gpu_fams = {k: _gpu_family(k) for k in GPU_FIELDS}
         host = hostname()
         for job in self.jobs():
             try:
@@ -199,11 +251,16 @@ class GpudiagCollector(Collector):
     @staticmethod
     def _job(job: LiveJob, doc: dict, fam: dict[str, GaugeMetricFamily]) -> None:
         lv = [job.labels[k] for k in LABELS]
+        fam["info"].add_metric(
+            [job.labels["job"], job.labels["Hostname"]],
+            {"pid": job.identity["pid"], "command": job.identity["command"]},
+        )
         top = None
         for f in doc.get("findings", []):
             fl = [*lv, f["id"], f["severity"], category(f["id"])]
             fam["impact"].add_metric(fl, float(f["impact"]))
-            fam["speedup"].add_metric(fl, float(f["expected_speedup"]))
+            kind = "bound" if is_bound(f) else "model"
+            fam["speedup"].add_metric([*fl, kind], float(f["expected_speedup"]))
             usd = (f.get("cost") or {}).get("usd_per_hour")
             if usd is not None:
                 fam["usd"].add_metric(fl, float(usd))
@@ -227,7 +284,7 @@ class GpudiagCollector(Collector):
         run = doc.get("run") or {}
         fam["dur"].add_metric(lv, float(run.get("duration_s") or 0.0))
         for p in doc.get("probes", []):
-            fam["probe"].add_metric([*lv, p["name"]], 1.0 if p["available"] else 0.0)
+            fam["probe"].add_metric([*lv, p["name"]], 1.0 if probe_up(p, doc) else 0.0)
         agent = run.get("agent") or {}
         if agent.get("cpu_cores") is not None:
             fam["cpu"].add_metric(lv, float(agent["cpu_cores"]))
@@ -235,6 +292,17 @@ class GpudiagCollector(Collector):
             fam["budget"].add_metric(lv, float(agent["cpu_budget_cores"]))
         if agent.get("peak_rss_bytes") is not None:
             fam["rss"].add_metric(lv, float(agent["peak_rss_bytes"]))
+
+
+def probe_up(probe: dict, doc: dict) -> bool:
+    """Whether a probe gives the job's data: available, not an information-only line (the
+    hooks of a job that never connected); the hooks only once they timed steps (so
+    `steps_per_second` is there whenever they read up)."""
+    if not probe.get("available") or probe.get("info"):
+        return False
+    if probe.get("name") == "hooks":
+        return (doc.get("metrics") or {}).get("steps_per_second") is not None
+    return True
 
 
 def gpu_idle(doc: dict) -> float | None:

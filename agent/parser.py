@@ -384,9 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--duration",
         type=_positive,
-        default=15.0,
+        default=60.0,
         metavar="SECONDS",
-        help="how long to profile (default: 15)",
+        help="the most loop time to profile: it stops as soon as the verdict is sure; the "
+        "clock starts at the job's first step (default: 60)",
     )
     p.add_argument("--out", metavar="FILE", help="report file (default: ./gpudiag-demo.json)")
     _merge_parser(sub)

@@ -16,22 +16,22 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.identity import other_user
-from gpudiag.agent.joboutput import StderrTee
+from gpudiag.agent.joboutput import StderrTee, job_log_path
 from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
-from gpudiag.agent.ranks import primary_of, setup_ranks
+from gpudiag.agent.ranks import setup_ranks
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
-from gpudiag.agent.report import default_report_name, report_of, write_report
+from gpudiag.agent.report import check_writable, default_report_name, report_of, write_report
 from gpudiag.agent.safeio import dumps_json
 from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
 from gpudiag.agent.signals import StopSignals
+from gpudiag.agent.targets import choose_target
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
-from gpudiag.probes.ranks import sibling_ranks
 from gpudiag.probes.stacks import StackProbe
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
@@ -175,15 +175,19 @@ def capture_env(args: argparse.Namespace) -> dict[str, str]:
 
 def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
     """Launch the job, profile it, write the report; the job's exit code (or ours)."""
-    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr;
+    # under the terminal UI both go to its log panel and a file, never over the UI
     job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    log_path = job_log_path(args.out) if args.tui else None
+    if log_path:
+        check_writable(log_path)
     server = open_metrics(args)
     err_r, err_w = os.pipe()
     try:
         job = launch(
             command,
             inject=not args.no_inject,
-            stdout=job_stdout,
+            stdout=err_w if log_path else job_stdout,
             stderr=err_w,
             extra_env=capture_env(args),
         )
@@ -194,7 +198,7 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         raise
     finally:
         os.close(err_w)
-    tee = StderrTee(err_r)
+    tee = StderrTee(err_r, log_path)
 
     def pass_on(signum: int, count: int) -> None:
         # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
@@ -238,7 +242,7 @@ def _profile_launched(
     passed: list[int] = []  # signals the UI passed on to the job
     try:
         if args.tui:
-            from gpudiag.agent.live import run_with_tui
+            from gpudiag.agent.live import JobView, run_with_tui
 
             session.log = lambda msg: None  # the UI shows the status
             relay = None
@@ -248,7 +252,8 @@ def _profile_launched(
                     passed.append(signum)
                     pass_on(signum, count)
 
-            result = run_with_tui(session, "run", command, target, out, pass_on=relay)
+            view = JobView(popen, tee.take_lines, tee.log_path)
+            result = run_with_tui(session, "run", command, target, out, pass_on=relay, job=view)
         else:
             result = session.run()
     finally:
@@ -270,9 +275,11 @@ def _profile_launched(
         print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
-    if code is None and passed and popen.poll() is not None:
-        code = popen.returncode  # the job ended on the signal the UI passed on
-    if code is None and popen.poll() is None and (stops is not None or passed):
+    if tee.log_path:
+        print(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
+    if code is None and (passed or args.tui) and popen.poll() is not None:
+        code = popen.returncode  # it ended on the signal the UI passed on, or on q
+    if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
         # never leave the job orphaned: wait for it, unless the user interrupts again
         print(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
@@ -284,7 +291,7 @@ def _profile_launched(
             code = popen.wait()
         else:  # after the UI: its handlers are gone; a new one passes on, a second exits
             with StopSignals(pass_on) as again:
-                again.count = 1
+                again.count = 1 if passed else 0  # after q: one more interrupt is the first
                 code = popen.wait()
     if code is not None:
         return code if code >= 0 else 128 - code
@@ -323,10 +330,8 @@ def _attach(
     args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
 ) -> int:
     opts = session_options(args)
-    ranks = sibling_ranks(pid)
-    root = pid
-    if ranks:
-        pid = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid)
+    choice = choose_target(pid)
+    ranks, root, pid = choice.ranks, choice.root, choice.pid
     session = Session(
         Target(pid),
         settings,
@@ -350,6 +355,8 @@ def _attach(
     except OSError:
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
+    if not args.quiet:
+        session.log(f"profiling {choice.why}")
     if args.tui:
         return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
     with StopSignals() as stops:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import re
 
-from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, period_parts
+from gpudiag.agent.formatting import (
+    LABELS,
+    evidence_parts,
+    fmt_value,
+    is_bound,
+    period_parts,
+    speedup_text,
+)
 from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render_ranks import rank_lines
 from gpudiag.agent.trial import trial_lines
@@ -114,8 +121,8 @@ def cost_lines(doc: dict) -> list[str]:
     fixed = cost.get("if_fixed")
     if fixed:
         out.append(
-            f"  if {', '.join(fixed['findings'])} were fixed: ×"
-            f"{fixed['expected_speedup']:.2f} faster, idle "
+            f"  if {', '.join(fixed['findings'])} were fixed: "
+            f"{speedup_text(fixed)} faster, idle "
             f"{fixed['gpu_idle_share']:.0%} = ${fixed['idle']['usd_per_day']:,.0f}/day"
         )
     sizing = cost.get("right_sizing")
@@ -205,8 +212,9 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             else ""
         )
         out.append(
-            f"    impact {f['impact']:.0%} of wall time · expected speed-up "
-            f"×{f['expected_speedup']:.2f} · confidence {f['confidence']:.0%}{money}"
+            f"    impact {f['impact']:.0%} of wall time · "
+            f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
+            f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}"
         )
         out.append(f"    {f['message']}")
         if f.get("speedup_basis"):
@@ -276,7 +284,7 @@ def render_markdown(doc: dict) -> str:
         for i, f in enumerate(doc["findings"], 1):
             out.append(
                 f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
-                f"{f['impact']:.0%} | ×{f['expected_speedup']:.2f} |"
+                f"{f['impact']:.0%} | {speedup_text(f)} |"
             )
         out.append("")
         for f in doc["findings"]:

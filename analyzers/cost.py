@@ -147,14 +147,16 @@ def cost_analysis(
     ]
     top = [f for f in out if f.severity in ("error", "warning")][:3]
     if top:
-        # the same number the top finding states: one fix, one prediction
-        first = top[0]
+        # the same number a top finding states: one fix, one prediction; a modelled figure
+        # before a bound (a bound says what no fix can beat, not what the fix gives)
+        first = next((f for f in top if f.speedup_kind == "model"), top[0])
         speed = first.expected_speedup
         idle_after = max(0.0, 1.0 - (1.0 - idle) * speed) if explains_gpu_idle(first.id) else idle
         section["if_fixed"] = {
             "findings": [first.id],
             "expected_speedup": round(speed, 3),
             "basis": first.speedup_basis,
+            "speedup_kind": first.speedup_kind,
             "gpu_idle_share": round(idle_after, 4),
             "idle": _money(per_hour * idle_after),
             "usd_per_1000_steps": (

@@ -89,6 +89,7 @@ def _idle(st: GpuStats, found: list[Finding], th: Thresholds, cp: CriticalPath) 
             expected_speedup=bound,
             signals=("nvml utilization", "stacks"),
             speedup_basis=f"a bound: x{bound:.2f} if the unexplained idle went away",
+            speedup_kind="bound",
         )
     ]
 

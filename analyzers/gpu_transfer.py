@@ -84,6 +84,7 @@ def transfer_findings(
         if pageable and pinned_rate and rate_now > 0 and rate_now < pinned_rate:
             after = (1.0 - copy_share) + copy_share * rate_now / pinned_rate
             speed = 1.0 / max(1e-3, after)
+            speed_kind = "model"
             basis = (
                 f"the copy phase ({copy_share:.0%} of the step at {rate_now / 1e9:.1f} "
                 f"GB/s from pageable memory) at {pinned_rate / 1e9:.0f} GB/s pinned "
@@ -92,6 +93,7 @@ def transfer_findings(
         else:
             speed = speedup_from_impact(copy)
             basis = f"a bound: x{speed:.2f} if the copies overlapped compute entirely"
+            speed_kind = "bound"
         kind = "from pageable (unpinned) host memory" if pageable else "on the loop's path"
         msg = (
             f"The loop spends {copy_share:.0%} of its time in host-to-device copies {kind}; "
@@ -118,6 +120,7 @@ def transfer_findings(
             if impact == 0
             else f"a bound: x{speed:.2f} if the GPU never waited for the link"
         )
+        speed_kind = "bound"
         msg = (
             f"GPU {st.index} receives {rx / 1e9:.1f} GB/s over a {cap / 1e9:.1f} GB/s link "
             f"({rx / cap:.0%}): host-to-device bandwidth is the bound for this job." + link
@@ -144,5 +147,6 @@ def transfer_findings(
             expected_speedup=speed,
             signals=("nvml pcie counters", "in-process hooks"),
             speedup_basis=basis,
+            speedup_kind=speed_kind,
         )
     ]

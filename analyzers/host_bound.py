@@ -120,6 +120,7 @@ def host_findings(
             "CUDA graphs with torch.compile(model, mode='reduce-overhead')",
             "a larger batch does more work per launch (see MEM001 for the room there is)",
         )
+        speed_kind = "model"
         basis = (
             f"the optimizer's host time ({opt:.0%} of the step) cut by {cut:.0%} with a "
             f"{'fused' if kind == 'foreach' else 'fused/foreach'} optimizer; capped by the "
@@ -146,6 +147,7 @@ def host_findings(
             f"a bound: x{floor:.2f} if launch overhead went away and the GPU's busy time "
             "set the step"
         )
+        speed_kind = "bound"
         summary = "Cut launch overhead: CUDA graphs / torch.compile, bigger batches"
     return [
         Finding(
@@ -164,6 +166,7 @@ def host_findings(
             fix={"kind": "optimizer", "values": {"fused": True}}
             if summary.startswith("Use a fused")
             else None,
+            speedup_kind=speed_kind,
         )
     ]
 
@@ -218,6 +221,7 @@ def _user_code(
         if idle is not None:
             after = max(after, 1.0 - idle)
         speed = 1.0 / max(1e-3, after)
+        speed_kind = "model"
         basis = (
             f"the user-code share ({user:.0%}) spread over {workers} worker"
             f"{'s' if workers != 1 else ''} and overlapped with the rest of the loop"
@@ -236,6 +240,7 @@ def _user_code(
             f"a bound: x{speed:.2f} if {name} cost nothing (no idle core to move it to: "
             "make it cheaper)"
         )
+        speed_kind = "bound"
         msg += f" The CPU has no idle core ({free:.1f} free), so make it cheaper."
         actions = (
             f"batch or vectorise {name} (one call per batch, numpy/torch ops instead "
@@ -257,4 +262,5 @@ def _user_code(
         location=site,
         signals=("stacks", "procfs"),
         speedup_basis=basis,
+        speedup_kind=speed_kind,
     )

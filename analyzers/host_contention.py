@@ -99,6 +99,7 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
             ),
             expected_speedup=speedup_from_impact(rq),
             signals=("procfs schedstat", "procfs"),
+            speedup_kind="bound",
             speedup_basis="the loop thread's run-queue wait removed",
         )
     ]

@@ -286,6 +286,7 @@ def data_findings(
                 signals=("stacks", "procfs"),
                 speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
                 + (", capped by the GPU's busy time)" if floor else ")"),
+                speedup_kind="bound",
             )
         ]
     idle = (

@@ -112,6 +112,7 @@ class Finding:
     signals: tuple[str, ...] = field(default=())
     speedup_basis: str = ""  # one line: how expected_speedup was made (model, bound)
     fix: dict | None = None  # {"kind": ..., "values": {...}}: applicable from outside (try)
+    speedup_kind: str = "model"  # "model": what the named fix should give; "bound": at most
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""

@@ -107,5 +107,6 @@ def io_findings(
             signals=("stacks", "procfs", "psi"),
             speedup_basis=f"a bound: x{speedup_from_impact(share):.2f} if reads cost nothing "
             "(the storage wait removed)",
+            speedup_kind="bound",
         )
     ]

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 _PROCESS_RE = re.compile(r'^process (\d+):"(.*?)"$')
 _PROFILE_RE = re.compile(r'^(?:Process (\d+) )?Thread (0x[0-9a-fA-F]+|\d+)(?: "(.*)")?')
+# gpudiag's own modules injected into the job (its DataLoader and tensor wrappers): their
+# frames are gpudiag's, never the user's, so they are dropped from every stack
+OWN_FILES = ("gpudiag_hooks.py", "gpudiag_dist.py", "gpudiag_capture.py", "gpudiag_trim.py")
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")
 
@@ -46,8 +49,20 @@ def parse_raw(lines: Iterable[str], default_pid: int) -> list[StackRow]:
             tid = int(m.group(1), 0)
             thread = (m.group(2) or "").strip()
             i += 1
-        rows.append(StackRow(pid, tid, thread, tuple(parts[i:]), count))
+        rows.append(StackRow(pid, tid, thread, drop_own_frames(parts[i:]), count))
     return rows
+
+
+def is_own_frame(frame: str) -> bool:
+    """True for a 'func (file:line)' frame in one of gpudiag's injected modules."""
+    lpar = frame.rfind(" (")
+    path = frame[lpar + 2 :].rsplit(":", 1)[0] if lpar >= 0 else ""
+    return path.rsplit("/", 1)[-1] in OWN_FILES
+
+
+def drop_own_frames(frames) -> tuple[str, ...]:
+    """The frames without gpudiag's own (its wrapper between the user's loop and torch)."""
+    return tuple(f for f in frames if not is_own_frame(f))
 
 
 def is_library_frame(frame: str) -> bool:
@@ -119,7 +134,7 @@ def parse_speedscope(doc: dict, default_pid: int) -> tuple[list[StackRow], list[
         prev_anchor: str | None = None
         for idx in prof.get("samples", []):
             # speedscope lists frames root first
-            stack = tuple(names[i] for i in idx if 0 <= i < len(names))
+            stack = drop_own_frames(names[i] for i in idx if 0 <= i < len(names))
             counts[stack] = counts.get(stack, 0) + 1
             if pid != default_pid:
                 continue

@@ -30,6 +30,7 @@ class DiagnosisApp(App):
         self.doc: dict | None = None
         self.paused = False
         self.message = ""
+        self._output: list[str] = []  # job output not yet shown (a finding was open)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Save and pause only where the feed can do them (a live session), so a saved
@@ -48,8 +49,17 @@ class DiagnosisApp(App):
         if self.feed.live:
             self.set_interval(1.0, self.refresh_feed)
 
+    def take_output(self) -> list[str]:
+        """The job's output lines the log panel has not shown yet."""
+        if self.feed.output is not None:
+            self._output += self.feed.output()
+        out, self._output = self._output[-2000:], []
+        return out
+
     def refresh_feed(self) -> None:
         """Take a new snapshot (never blocks on a probe: snapshots come from the timeline)."""
+        if self.feed.output is not None and not isinstance(self.screen, DiagnosisScreen):
+            self._output = (self._output + self.feed.output())[-2000:]
         doc = self.feed.snapshot()
         if doc is not None:
             self.doc = doc
@@ -62,6 +72,9 @@ class DiagnosisApp(App):
             return "starting…"
         run = self.doc.get("run", {})
         state = "paused" if self.paused else ("live" if self.feed.live else "saved")
+        ended = self.feed.ended() if self.feed.ended is not None else None
+        if ended:
+            state = ended
         n = len(self.doc.get("findings", []))
         extra = f" · {self.message}" if self.message else ""
         return (

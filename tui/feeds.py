@@ -19,6 +19,9 @@ class Feed:
     pause: Callable[[bool], None] | None = None  # pause/resume sampling
     stop: Callable[[], None] | None = None  # end the session (q)
     capture: Callable[[], str] | None = None  # ask the job for a profiler capture (c)
+    output: Callable[[], list[str]] | None = None  # the job's new output lines (run --tui)
+    output_path: str | None = None  # the file the job's output also goes to
+    ended: Callable[[], str | None] | None = None  # how and when the job ended; None: runs
 
 
 def static_feed(doc: dict, title: str) -> Feed:

@@ -6,9 +6,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Log, Static
 
-from gpudiag.agent.formatting import evidence_parts
+from gpudiag.agent.formatting import evidence_parts, is_bound, speedup_text
 from gpudiag.agent.trial import summary_line, with_trials
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
@@ -24,6 +24,12 @@ class DiagnosisScreen(Screen):
         with Horizontal(id="body"):
             yield FindingsTable(id="findings")
             yield Static(id="metrics")
+        feed = getattr(self.app, "feed", None)
+        if feed is not None and feed.output is not None:
+            log = Log(id="joblog", max_lines=2000)
+            where = f" (also in {feed.output_path})" if feed.output_path else ""
+            log.border_title = f"job output{where}"
+            yield log
         yield Footer()
 
     NARROW = 120  # below this width the numbers go under the findings, full width
@@ -41,6 +47,9 @@ class DiagnosisScreen(Screen):
     def show(self, doc: dict | None, status: str) -> None:
         """Refresh every widget from a report document."""
         self.query_one("#status", Static).update(status)
+        lines = self.app.take_output() if hasattr(self.app, "take_output") else []
+        if lines:
+            self.query_one("#joblog", Log).write_lines(lines)
         if doc is None:
             return
         self.query_one(BreakdownBar).show(doc.get("breakdown"))
@@ -57,7 +66,7 @@ def finding_text(f: dict) -> Wrapped:
         [
             f["severity"],
             f"impact {f['impact']:.0%} of wall time",
-            f"expected speed-up ×{f['expected_speedup']:.2f}",
+            f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} {speedup_text(f)}",
             f"confidence {f['confidence']:.0%}",
         ],
         label_width=0,

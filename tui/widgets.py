@@ -6,7 +6,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudiag.agent.formatting import SHORT_LABELS, period_parts
+from gpudiag.agent.formatting import SHORT_LABELS, period_parts, speedup_text
 from gpudiag.tui.wrap import Wrapped
 
 _STYLES = {
@@ -80,7 +80,7 @@ class FindingsTable(DataTable):
     """Findings ranked by impact: id, title (shortened to fit), impact, speed-up; the
     severity gets its own column when there is room. Enter opens one."""
 
-    FIXED = (("id", 8), ("impact", 6), ("speed-up", 8))
+    FIXED = (("id", 8), ("impact", 6), ("speed-up", 10))
     SEVERITY_FROM = 90  # table width from which the severity column is shown
 
     findings: list[dict] = []
@@ -107,7 +107,7 @@ class FindingsTable(DataTable):
             self.add_column("severity", width=9)
         self.add_column("finding", width=title_w)
         self.add_column(Text("impact", justify="right"), width=6)
-        self.add_column(Text("speed-up", justify="right"), width=8)
+        self.add_column(Text("speed-up", justify="right"), width=self.FIXED[2][1])
         for f in findings:
             sev = SEVERITY_STYLE[f["severity"]]
             cells = [Text(f["id"], style=sev)]
@@ -116,7 +116,7 @@ class FindingsTable(DataTable):
             cells += [
                 shorten(f["title"], title_w),
                 Text(f"{f['impact']:.0%}", justify="right"),
-                Text(f"×{f['expected_speedup']:.2f}", justify="right"),
+                Text(speedup_text(f), justify="right"),
             ]
             self.add_row(*cells, key=f["id"])
         if findings:

@@ -175,6 +175,7 @@ def _install(torch) -> None:
     orig_next = dataloader._BaseDataLoaderIter.__next__
 
     def __next__(self):
+        __tracebackhide__ = True  # noqa: F841 (pytest and IPython hide this frame)
         t0 = time.perf_counter()
         if st.loop_start is None:
             st.loop_start = t0  # the first step's time counts from the first fetch
@@ -184,6 +185,7 @@ def _install(torch) -> None:
         return batch
 
     dataloader._BaseDataLoaderIter.__next__ = __next__
+    _install_trim()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
@@ -204,6 +206,18 @@ def _sibling(name: str):
     import importlib
 
     return importlib.import_module(f"{__package__}.{name}" if __package__ else name)
+
+
+def _install_trim() -> None:
+    """gpudiag's frames out of the job's printed tracebacks (gpudiag_trim, beside this file)."""
+    try:
+        try:
+            from . import gpudiag_trim
+        except ImportError:
+            import gpudiag_trim
+        gpudiag_trim.install()
+    except Exception:  # never break the job
+        pass
 
 
 def _install_dist(torch, st: _State) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -150,7 +151,13 @@ def test_collector_serves_findings_gpus_and_health_with_job_labels():
     assert impact["DATA001"].value == 0.61 and impact["DATA001"].labels["severity"] == "error"
     assert impact["DATA001"].labels["slurm_job_id"] == "7"
     assert impact["DATA001"].labels["Hostname"] == "node1"
-    assert impact["DATA001"].labels["pid"] == "9"
+    assert "pid" not in impact["DATA001"].labels and "command" not in impact["DATA001"].labels
+    job_label = impact["DATA001"].labels["job"]
+    assert job_label == "slurm/7"
+    (info,) = fams["gpudiag_job_info"]
+    assert info.value == 1.0
+    want = {"job": job_label, "Hostname": "node1", "pid": "9", "command": "python t.py"}
+    assert info.labels == want
     usd = fams["gpudiag_finding_idle_gpu_usd_per_hour"]
     assert [(s.labels["finding"], s.value) for s in usd] == [("DATA001", 1.83)]
     top = fams["gpudiag_top_finding_impact_ratio"]
@@ -230,8 +237,9 @@ def test_scrape_during_a_real_job_matches_its_report():
         top = doc["findings"][0]["id"]
         assert top in ("DATA001", "DATA002")
         labels = impact[top].labels
-        assert labels["pid"] == str(proc.pid) and labels["command"].endswith("--seconds 40")
-        assert labels["command"].startswith("python") and "/" not in labels["command"]
+        (info,) = [s.labels for s in fams["gpudiag_job_info"] if s.labels["job"] == labels["job"]]
+        assert info["pid"] == str(proc.pid) and info["command"].endswith("--seconds 40")
+        assert info["command"].startswith("python") and "/" not in info["command"]
         assert labels["user"] and labels["Hostname"]
         shares = {s.labels["category"]: s.value for s in fams["gpudiag_loop_share_ratio"]}
         assert shares["data_wait"] == pytest.approx(doc["breakdown"]["shares"]["data_wait"])
@@ -267,12 +275,99 @@ def test_run_serves_metrics_while_the_job_runs(tmp_path):
         assert gd.wait(timeout=90) == 0, gd.stderr.read()
     finally:
         gd.kill()
-    doc = load_report(str(out))
+    assert load_report(str(out))["run"]["pid"]
     assert seen & {"DATA001", "DATA002"}, seen
-    assert labels["pid"] == str(doc["run"]["pid"]) and labels["user"] == _me()
+    assert labels["user"] == _me() and labels["job"].startswith(f"{_me()}@")
 
 
 def _me() -> str:
     import pwd
 
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _job_doc(hooks: dict, sps: float | None) -> dict:
+    return {
+        "findings": [],
+        "metrics": {} if sps is None else {"steps_per_second": sps},
+        "probes": [{"name": "stacks", "available": True}, hooks],
+    }
+
+
+def _families(doc: dict, ident: dict | None = None) -> dict:
+    ids = ident or identity_from(9, ["python", "t.py"], "", {}, "u", "node1")
+    job = LiveJob(ids, lambda: doc)
+    server = MetricsServer("127.0.0.1", 0, lambda: [job])
+    try:
+        return scrape(server.url)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "hooks,sps",
+    [
+        ({"name": "hooks", "available": True}, 3.0),  # connected, steps timed
+        ({"name": "hooks", "available": True, "info": True, "reason": "not connected"}, None),
+        ({"name": "hooks", "available": True, "reason": "no step events"}, None),
+        ({"name": "hooks", "available": False}, None),
+    ],
+)
+def test_steps_per_second_is_there_whenever_the_hooks_read_up(hooks, sps):
+    fams = _families(_job_doc(hooks, sps))
+    up = {s.labels["probe"]: s.value for s in fams["gpudiag_probe_up"]}
+    steps = fams.get("gpudiag_steps_per_second", [])
+    assert up["stacks"] == 1.0
+    assert up["hooks"] == (1.0 if sps is not None else 0.0)
+    assert bool(steps) == (up["hooks"] == 1.0)
+
+
+def test_series_keep_their_job_label_across_a_restart_and_counters_end_in_total():
+    before = identity_from(9, ["python", "t.py"], "", {}, "u", "node1")
+    after = identity_from(4321, ["python", "t.py"], "", {}, "u", "node1")
+    doc = _job_doc({"name": "hooks", "available": True}, 2.0)
+    a, b = _families(doc, before), _families(doc, after)
+    assert a["gpudiag_steps_per_second"][0].labels == b["gpudiag_steps_per_second"][0].labels
+    assert (
+        a["gpudiag_job_info"][0].labels["pid"] == "9"
+        and b["gpudiag_job_info"][0].labels["pid"] == "4321"
+    )
+    pod = identity_from(
+        9,
+        ["python", "t.py"],
+        "",
+        {"POD_NAME": "trainer-0", "POD_NAMESPACE": "ml", "KUBERNETES_SERVICE_HOST": "x"},
+        "u",
+        "n",
+    )
+    assert LiveJob(pod, lambda: doc).labels["job"] == "ml/trainer-0"
+    job = LiveJob(before, lambda: doc)
+    gpu = {"gpu": "0", "uuid": "GPU-a", "name": "H100"}
+    job.tap([Sample("gpu", 1, gpu, {"ecc_uncorrected": 2.0})])
+    server = MetricsServer("127.0.0.1", 0, lambda: [job])
+    try:
+        text = urllib.request.urlopen(server.url, timeout=10).read().decode()
+    finally:
+        server.close()
+    assert "# TYPE gpudiag_gpu_ecc_uncorrected_errors_total counter" in text
+    assert re.search(r"^gpudiag_gpu_ecc_uncorrected_errors_total\{.*\} 2\.0$", text, re.M)
+    counters = re.findall(r"^# TYPE (\S+) counter$", text, re.M)
+    assert counters and all(name.endswith("_total") for name in counters), counters
+
+
+def test_category_values_are_explained_in_help():
+    doc = _job_doc({"name": "hooks", "available": True}, 2.0)
+    doc["breakdown"] = {"shares": {"data_wait": 0.5}}
+    ids = identity_from(9, ["python", "t.py"], "", {}, "u", "node1")
+    server = MetricsServer("127.0.0.1", 0, lambda: [LiveJob(ids, lambda: doc)])
+    try:
+        text = urllib.request.urlopen(server.url, timeout=10).read().decode()
+    finally:
+        server.close()
+    helps = dict(
+        ln[len("# HELP ") :].split(" ", 1) for ln in text.splitlines() if ln.startswith("# HELP ")
+    )
+    for cat in ("host", "gpu", "transfer", "distributed", "cost", "run"):
+        assert f"{cat} (" in helps["gpudiag_finding_impact_ratio"], cat
+    for cat in ("data_wait", "storage_io", "forward", "gil_wait", "other"):
+        assert f"{cat} (" in helps["gpudiag_loop_share_ratio"], cat

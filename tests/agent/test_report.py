@@ -78,3 +78,10 @@ def test_text_and_markdown_show_findings_with_units_and_fix(tmp_path):
     path = write_report(doc, tmp_path / "r.json")
     res = gpudiag("report", str(path), "--format", "markdown")
     assert res.returncode == 0 and res.stdout == md
+
+
+def test_a_run_that_stopped_once_its_verdict_was_sure_validates():
+    """The session ends with end_reason 'verdict_sure'; the schema must accept it."""
+    doc = make_doc()
+    doc["run"]["end_reason"] = "verdict_sure"
+    validate(doc)

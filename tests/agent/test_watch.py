@@ -82,10 +82,18 @@ def _copy_job(tmp_path, name: str) -> str:
     return str(tmp_path / name)
 
 
+def _info(fams: dict) -> dict[str, dict]:
+    """job label -> the pid and command gpudiag_job_info gives it."""
+    return {s.labels["job"]: s.labels for s in fams.get("gpudiag_job_info", [])}
+
+
 def _pids(fams: dict, family: str = "gpudiag_finding_impact_ratio") -> dict[str, set[str]]:
+    """pid -> the findings (via the job label: the series carry no pid)."""
+    info = _info(fams)
     out: dict[str, set[str]] = {}
     for s in fams.get(family, []):
-        out.setdefault(s.labels["pid"], set()).add(s.labels.get("finding", ""))
+        pid = info[s.labels["job"]]["pid"]
+        out.setdefault(pid, set()).add(s.labels.get("finding", ""))
     return out
 
 
@@ -127,9 +135,7 @@ def test_watch_shows_two_jobs_and_drops_the_one_that_ends(tmp_path):
         assert {a, b} <= set(both), both
         assert both[a] & {"DATA001", "DATA002"} and both[b] & {"DATA001", "DATA002"}
         fams = scrape(url)
-        commands = {
-            s.labels["pid"]: s.labels["command"] for s in fams["gpudiag_job_profiled_seconds"]
-        }
+        commands = {i["pid"]: i["command"] for i in _info(fams).values()}
         assert "job_a.py" in commands[a] and "job_b.py" in commands[b]
         short.terminate()  # the short job ends
         short.wait(timeout=30)

@@ -85,7 +85,7 @@ def test_dashboard_structure_and_queries_use_exported_metrics():
     dash = json.loads(DASHBOARD.read_text())
     assert dash["uid"] and dash["title"] and isinstance(dash["schemaVersion"], int)
     variables = {v["name"] for v in dash["templating"]["list"]}
-    assert {"datasource", "Hostname", "pid"} <= variables
+    assert {"datasource", "Hostname", "job"} <= variables
     names = exported() | DCGM
     ids, exprs = set(), []
     for p in dash["panels"]:
@@ -132,7 +132,7 @@ def test_promtool_parses_every_dashboard_query(tmp_path):
     rules = [
         {
             "record": f"gpudiag:dashboard_{i}",
-            "expr": t["expr"].replace("$Hostname", ".*").replace("$pid", ".*"),
+            "expr": t["expr"].replace("$Hostname", ".*").replace("$job", ".*"),
         }
         for i, t in enumerate(t for p in dash["panels"] for t in p["targets"])
     ]

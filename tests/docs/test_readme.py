@@ -37,8 +37,25 @@ def test_readme_links_to_docs_that_exist():
 
 
 def quick_start_command() -> str:
+    """The quick start's first block as run in a copy of the repository here: the copy is the
+    clone, and this machine's pip configuration already serves torch's CPU build (no
+    PyTorch index to reach)."""
     section = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[0].strip()
+    block = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[0].strip()
+    lines = [ln for ln in block.splitlines() if not ln.startswith("git clone")]
+    cmd = "\n".join(lines).replace(" --index-url https://download.pytorch.org/whl/cpu", "")
+    return "set -e\n" + cmd.replace("pip install torch ", "pip install torch==2.13.0 ")
+
+
+def test_quick_start_installs_from_the_repository_with_torchs_cpu_index():
+    """gpudiag is not on PyPI: the quick start installs it from the repository, and takes
+    torch's CPU build from PyTorch's CPU index (PyPI's Linux torch is the CUDA build)."""
+    section = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "pip install gpudiag" not in section
+    assert "git clone" in section and "pip install -e '.[demo]'" in section
+    assert "--index-url https://download.pytorch.org/whl/cpu" in section
+    assert "pip wheel" in section and "dist/gpudiag-" in section
+    assert "gpudiag demo" in quick_start_command()
 
 
 @pytest.mark.slow
