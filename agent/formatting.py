@@ -71,10 +71,9 @@ def period_parts(p: dict) -> tuple[str, list[str]]:
 
 def is_bound(f: dict) -> bool:
     """Whether a finding's (or if_fixed's) speed-up is a bound, not a modelled figure.
-    Reports written before `speedup_kind` existed say so in their basis."""
-    kind = f.get("speedup_kind")
-    if kind is not None:
-        return kind == "bound"
+    A basis that says "a bound" is one whatever the kind field (older reports have none)."""
+    if f.get("speedup_kind") == "bound":
+        return True
     return str(f.get("speedup_basis") or f.get("basis") or "").startswith("a bound")
 
 
