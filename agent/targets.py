@@ -117,7 +117,7 @@ def choose_target(pid: int) -> AttachChoice:
     if not ranks:
         because = f" and is not taken as a launcher: {refused}" if refused else ""
         raise UsageError(
-            f"pid {pid} ({name}) is not a Python process{because}; "
+            f"cannot attach: pid {pid} ({name}) is not a Python process{because}; "
             "name the training process or the launcher you started"
         )
     primary = min(ranks, key=lambda r: r.rank)
