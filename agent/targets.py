@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psutil
 
 from gpudiag.agent.errors import UsageError
+from gpudiag.agent.identity import other_user
 from gpudiag.probes.ranks import RankInfo, find_ranks, rank_process, sibling_ranks
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "tcsh", "csh", "ash", "busybox"})
@@ -99,6 +100,9 @@ def _rank_words(ranks: list[RankInfo]) -> str:
 
 def choose_target(pid: int) -> AttachChoice:
     """The processes `attach PID` profiles, or UsageError when PID names no Python job."""
+    theirs = other_user(pid)  # another user's process cannot even be read: say that first
+    if theirs is not None:
+        raise UsageError(f"cannot attach: {theirs}")
     uid = _uid(pid)
     name = _name(pid)
     if _is_python(pid):
