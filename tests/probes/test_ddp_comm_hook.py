@@ -59,7 +59,10 @@ def run_job(extra: dict[str, str]) -> tuple[dict[str, float], list, list]:
     for s in samples:
         if s.labels.get("kind") == "collective_op":
             ops[s.labels["op"]] = s.values["calls"]
-    steps = [s for s in samples if s.labels.get("kind") == "collective_step"]
+    # the first step comes apart (its length includes start-up), the others as steps
+    steps = [
+        s for s in samples if s.labels.get("kind") in ("collective_first_step", "collective_step")
+    ]
     return ops, steps, states
 
 
