@@ -50,7 +50,10 @@ def no_diagnosis_line(doc: dict) -> str | None:
         stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
         # no loop stack in the samples, or the job was gone before py-spy could look
         sampled = stacks is None or stacks["available"] or run["duration_s"] < 5
-        if not samples and sampled and not doc["metrics"].get("steps"):
+        # or the hooks were in the job and timed no step (py-spy may have come too late)
+        hooks = next((p for p in doc["probes"] if p["name"] == "hooks"), None)
+        timed = hooks is not None and hooks["available"]
+        if not samples and (sampled or timed) and not doc["metrics"].get("steps"):
             return f"No diagnosis: {exited}, before its training loop started."
         return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
     stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
