@@ -20,6 +20,7 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
+from gpudiag.analyzers.catalogue import ranked
 from gpudiag.analyzers.rules import Classifier
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
@@ -349,7 +350,7 @@ class Session:
             found, section = self.ranks.section(
                 self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
             )
-        merged = sorted([*analysis.findings, *found], key=lambda f: -f.impact)
+        merged = ranked([*analysis.findings, *found])
         verdict = analysis.verdict
         if found:  # the verdict rests on the main rank's samples; a DIST finding leads it
             from gpudiag.analyzers import verdict_of

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudiag.analyzers.catalogue import category, explains_gpu_idle, severity, spec
+from gpudiag.analyzers.catalogue import category, explains_gpu_idle, ranked, severity, spec
 from gpudiag.analyzers.checkpoint import checkpoint_findings
 from gpudiag.analyzers.cost import checkpoints_seen, cost_analysis, resolve_price
 from gpudiag.analyzers.critical_path import CriticalPath, critical_path, refine_with_hooks
-from gpudiag.analyzers.gil import gil_findings
+from gpudiag.analyzers.gil import gil_findings, gil_judged
 from gpudiag.analyzers.gpu import gpu_findings
 from gpudiag.analyzers.gpu_stats import gpu_compute, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.host_bound import host_findings
@@ -125,7 +125,13 @@ def _analyze_view(
 ) -> Analysis:
     stats = [s for s in gpu_stats(view) if s.samples > 0]
     uses_gpu = any(s.job_uses_gpu for s in stats)
-    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min)
+    profile = profile_loop(
+        view,
+        clf,
+        backward_elsewhere=uses_gpu,
+        gil_other_min=th.gil_other_min,
+        others_cores_min=th.host_other_cores_min,
+    )
     metrics = host_metrics(view)
     # step rows only exist inside the loop: read them over the whole run, so no step at the
     # window's edges is lost
@@ -176,7 +182,7 @@ def _analyze_view(
     phases = phase_summary(tl, win, clf) if tl is not None else {}
     findings += startup_findings(phases, th)
     findings = [with_gpu_idle(f, cp) for f in findings]
-    findings.sort(key=lambda f: (-f.impact, f.id))
+    findings = ranked(findings)
     chosen = resolve_price(stats, price, price_table or {})
     cost, findings = cost_analysis(
         stats,
@@ -186,7 +192,7 @@ def _analyze_view(
         chosen,
         th,
     )
-    findings.sort(key=lambda f: (-f.impact, f.id))
+    findings = ranked(findings)
     return Analysis(
         profile.breakdown,
         tuple(findings),
@@ -204,8 +210,7 @@ def unjudged(profile, th: Thresholds) -> tuple[str, ...]:
     if profile.samples >= th.min_loop_samples:
         return ()
     out = ["checkpoint", "storage", "host-bound"]
-    g = profile.gil
-    if g is None or g.ticks < th.gil_min_ticks or g.readings < th.gil_min_readings:
+    if not gil_judged(profile, th):
         out.append("GIL")
     return tuple(out)
 

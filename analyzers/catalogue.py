@@ -20,6 +20,7 @@ class Spec:
     error_setting: str | None = "error_impact"  # threshold naming the error impact; None: never
     always_note: bool = False  # informational: never a warning
     time_in: str | None = None  # the Breakdown category whose time the finding is about
+    environment: bool = False  # about the box, not the job: ranks after the job's own causes
 
 
 CATALOGUE: dict[str, Spec] = {
@@ -72,6 +73,7 @@ CATALOGUE: dict[str, Spec] = {
             "Other processes on the box take the CPU the job's threads need",
             "host",
             True,
+            environment=True,
         ),
         Spec(
             "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
@@ -152,3 +154,19 @@ def about_time_in(findings: list, breakdown_category: str) -> bool:
 def category(finding_id: str) -> str:
     """host, gpu, transfer, distributed, cost or run."""
     return spec(finding_id).category
+
+
+def ranked(findings: list) -> list:
+    """Findings largest impact first, except that a cause in the box (other processes taking
+    the CPU) comes after every warning about the job itself: the box's load moves with the
+    minute, the job's own bottleneck does not, so the top id stays the job's (one cause, one
+    id) and the box is named beside it."""
+    out = sorted(findings, key=lambda f: (-f.impact, f.id))
+    loud = [f for f in out if f.severity in ("error", "warning")]
+    env = [f for f in loud if spec(f.id).environment]
+    job = [f for f in loud if not spec(f.id).environment]
+    if not env or not job:
+        return out
+    rest = [f for f in out if not any(f is e for e in env)]
+    cut = next(i for i, f in enumerate(rest) if f is job[-1]) + 1
+    return rest[:cut] + env + rest[cut:]

@@ -9,6 +9,15 @@ from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup
 from gpudiag.analyzers.thresholds import Thresholds
 
 
+def gil_judged(profile: LoopProfile, th: Thresholds) -> bool:
+    """Whether the GIL check had its own evidence: the loop thread's schedstat readings, and
+    who held the GIL (--gil ticks, or the other Python threads' schedstat)."""
+    g = profile.gil
+    if g is None or g.readings < th.gil_min_readings:
+        return False
+    return g.ticks >= th.gil_min_ticks or g.other_cpu is not None
+
+
 def gil_findings(
     profile: LoopProfile,
     th: Thresholds,
@@ -27,12 +36,12 @@ def gil_findings(
     # The wait rests on the loop thread's schedstat and on who held the GIL (--gil ticks),
     # not on the loop's stack samples: a loop starved of the GIL is off-CPU in a futex, so
     # py-spy's loop samples are few exactly when GIL001 is the answer.
-    direct = g.ticks >= th.gil_min_ticks and g.readings >= th.gil_min_readings
-    if profile.samples < th.min_loop_samples and not direct:
+    if profile.samples < th.min_loop_samples and not gil_judged(profile, th):
         return []
     if g.wait_share < th.gil_wait_warn or g.other_share < th.gil_other_min:
         return []
-    indep = g.independent_ticks() * SAMPLE_CORRELATION  # confidence_above divides it back
+    # each schedstat reading covers 0.2-1 s of the thread's time: one independent look
+    indep = max(g.independent_ticks(), g.readings) * SAMPLE_CORRELATION  # divided back
     conf = min(
         confidence_above(g.wait_share, th.gil_wait_warn, max(profile.samples, indep)),
         confidence_above(g.other_share, th.gil_other_min, indep),
@@ -45,11 +54,14 @@ def gil_findings(
         for name, share, where in holders
     )
     loop = profile.thread.thread if profile.thread else "the loop thread"
+    role = "training loop thread" if profile.samples else "main thread (still before its loop)"
+    waiting = 1.0 - (profile.loop_cpu or 0.0)
     msg = (
         f"Other Python threads hold the GIL {g.other_share:.0%} of the time ({named}). "
-        f"The training loop thread '{loop}' is off-CPU {g.loop_off_cpu or 0:.0%} of the "
-        f"time, {g.wait_share:.0%} of it not explained by data, sync or I/O waits: it is "
-        f"waiting for the GIL."
+        f"The {role} '{loop}' is not running {waiting:.0%} of the time (off-CPU "
+        f"{g.loop_off_cpu or 0:.0%}, waiting for a CPU {profile.loop_runqueue or 0:.0%}); "
+        f"{g.wait_share:.0%} is not explained by data, sync or I/O waits: it is waiting "
+        f"for the GIL."
     )
     ev = [
         Evidence(
@@ -68,10 +80,28 @@ def gil_findings(
             th.gil_other_min,
             ">=",
             "gil_other_min",
-            "py-spy --gil",
+            "py-spy --gil, procfs schedstat",
         ),
         Evidence("gil_held_by_loop_thread", round(g.loop_share, 4), "ratio", source="py-spy --gil"),
     ]
+    if g.other_cpu is not None:
+        ev.append(
+            Evidence(
+                "other_python_threads_cpu",
+                round(g.other_cpu, 3),
+                "cores",
+                source="procfs schedstat",
+            )
+        )
+    if profile.loop_runqueue is not None:
+        ev.append(
+            Evidence(
+                "loop_thread_runqueue_wait",
+                round(profile.loop_runqueue, 4),
+                "ratio",
+                source="procfs schedstat",
+            )
+        )
     if g.loop_off_cpu is not None:
         ev.append(
             Evidence(

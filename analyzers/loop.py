@@ -51,6 +51,7 @@ class GilStats:
     wait_share: float
     readings: int = 0  # procfs schedstat readings of the loop thread behind loop_off_cpu
     duration_s: float = 0.0  # span of the --gil recordings
+    other_cpu: float | None = None  # cores the job's other Python threads ran (schedstat)
 
     def independent_ticks(self) -> float:
         """--gil ticks counted as independent: at most one per 100 ms (GIL hand-offs come
@@ -136,6 +137,19 @@ def _loader_stats(
     return LoaderStats(source, busy_n, io_n, io_n / busy_n, top)
 
 
+def _other_python_cpu(tl: Aggregate, loop: ThreadKey) -> tuple[float | None, dict[int, float]]:
+    """CPU (cores, from schedstat) of the job's other Python threads (those py-spy saw), and
+    each one's: a pure-Python thread on a CPU holds the GIL."""
+    per: dict[int, float] = {}
+    for key in tl.threads("all", "target") + tl.threads("gil", "target"):
+        if key.tid == loop.tid or key.tid in per:
+            continue
+        cpu = thread_series_mean(tl, "cpu", key.tid)
+        if cpu is not None:
+            per[key.tid] = cpu
+    return (sum(per.values()) if per else None), per
+
+
 def _gil_stats(
     tl: Aggregate,
     loop: ThreadKey,
@@ -144,10 +158,16 @@ def _gil_stats(
     loop_rq: float | None,
     blocking: tuple[str, ...],
     other_min: float = 0.20,
+    others_cores_min: float = 0.5,
 ) -> GilStats | None:
     w = tl.windows.get("gil")
-    if not w or w.ticks <= 0:
+    ticks = w.ticks if w else 0.0
+    other_cpu, per_cpu = _other_python_cpu(tl, loop)
+    if ticks <= 0 and not other_cpu:
         return None
+    names: dict[int, str] = {}
+    for key in tl.threads("all", "target") + tl.threads("gil", "target"):
+        names.setdefault(key.tid, key.thread or f"tid {key.tid}")
     holders = []
     loop_n = other_n = 0.0
     for key in tl.threads("gil", "target"):
@@ -163,34 +183,48 @@ def _gil_stats(
             fr = user_location(top.stack) or (parse_stack(top.stack) or (None,))[-1]
             if fr is not None:
                 where = f"{fr.function} ({fr.file}:{fr.line})"
-        holders.append((key.thread or f"tid {key.tid}", min(1.0, n / w.ticks), where))
+        holders.append((names.get(key.tid, f"tid {key.tid}"), min(1.0, n / ticks), where))
+    if not holders:  # no --gil ticks: the threads' CPU names them
+        holders = [(names[t], min(1.0, c), "") for t, c in per_cpu.items() if c > 0]
     holders.sort(key=lambda h: -h[1])
-    other = min(1.0, other_n / w.ticks)
+    # Who holds the GIL: py-spy's --gil ticks, and the other Python threads' CPU (schedstat,
+    # read every 0.2-1 s whatever py-spy's rate): a pure-Python thread on a CPU holds it.
+    # The larger counts: on a busy box a holder is often preempted, and the ticks undercount.
+    other = min(1.0, max(other_n / ticks if ticks else 0.0, other_cpu or 0.0))
     blocked = sum(shares.get(c, 0.0) for c in blocking)
     off = None if loop_cpu is None else max(0.0, 1.0 - loop_cpu - (loop_rq or 0.0))
-    # Off-CPU time the blocking work does not explain is the wait for the GIL once other
-    # threads are seen holding it (gil_findings tests that). Not capped by `other`: on a
-    # busy box a thread is often preempted while it holds the GIL, so py-spy's holder
-    # shares undercount the others' hold on it (measured: off-CPU 62%, others 28%).
-    # Below other_min (gil_other_min) the others' hold is too small to name: capped by it.
-    unexplained = 0.0 if off is None else max(0.0, off - blocked)
+    # A thread handed the GIL must then get a CPU: while the job's own threads fill the
+    # cores (the GIL holders, the intra-op pool) that wait is run-queue time, not sleep
+    # (measured: one metrics thread on 2 idle cores: loop off-CPU 6%, run-queue 40%).
+    # Run-queue time is the GIL's only when other processes do not explain it (HOST002).
+    others = tl.mean("host", "other_cpu_cores", scope="others")
+    own_rq = (loop_rq or 0.0) if others is None or others < others_cores_min else 0.0
+    # Not-running time the blocking work does not explain is the wait for the GIL once other
+    # threads are seen holding it (gil_findings tests that). Below other_min the others'
+    # hold is too small to name: capped by it.
+    unexplained = 0.0 if off is None else max(0.0, off + own_rq - blocked)
     wait = unexplained if other >= other_min else min(other, unexplained)
     readings = thread_series_count(tl, "cpu", loop.tid)
     return GilStats(
-        w.ticks,
-        min(1.0, loop_n / w.ticks),
+        ticks,
+        min(1.0, loop_n / ticks) if ticks else 0.0,
         other,
         tuple(holders),
         off,
         blocked,
         wait,
         readings,
-        w.duration_s,
+        w.duration_s if w else 0.0,
+        other_cpu,
     )
 
 
 def profile_loop(
-    tl: Aggregate, clf: Classifier, backward_elsewhere: bool = False, gil_other_min: float = 0.20
+    tl: Aggregate,
+    clf: Classifier,
+    backward_elsewhere: bool = False,
+    gil_other_min: float = 0.20,
+    others_cores_min: float = 0.5,
 ) -> LoopProfile:
     """Find the loop thread and build its time breakdown from the timeline.
 
@@ -209,16 +243,28 @@ def profile_loop(
         by_cat.setdefault(cat, []).append(s)
     startup = counts.pop("startup", 0.0)
     total = sum(counts.values())
+    loop_cpu = thread_series_mean(tl, "cpu", key.tid)
+    loop_rq = thread_series_mean(tl, "runqueue_wait", key.tid)
     if total <= 0:
-        return LoopProfile(key, 0.0, {}, Breakdown.empty("no stack samples"))
+        # no loop yet (a look that saw only start-up): the GIL can still be judged from the
+        # thread's schedstat, since a thread starved of it is starved whatever it runs
+        gil = _gil_stats(tl, key, {}, loop_cpu, loop_rq, BLOCKING, gil_other_min, others_cores_min)
+        return LoopProfile(
+            key,
+            0.0,
+            {},
+            Breakdown.empty("no stack samples"),
+            gil=gil,
+            loop_cpu=loop_cpu,
+            loop_runqueue=loop_rq,
+            startup_samples=startup,
+        )
     shares = {c: n / total for c, n in counts.items()}
     loader = _loader_stats(tl, clf, stacks, key)
     if loader is not None and shares.get("data_wait", 0.0) > 0:
         moved = shares["data_wait"] * loader.io_fraction
         shares["data_wait"] -= moved
         shares["storage_io"] = shares.get("storage_io", 0.0) + moved
-    loop_cpu = thread_series_mean(tl, "cpu", key.tid)
-    loop_rq = thread_series_mean(tl, "runqueue_wait", key.tid)
     # With workers, data_wait is the loop blocked on their queue; without, it is the loop
     # making batches itself: Python work that needs the GIL like any other.
     own_loading = loader is None or loader.source != "workers"
@@ -226,7 +272,7 @@ def profile_loop(
     if backward_elsewhere:
         blocking += ("backward",)
     compute_like = COMPUTE_LIKE + (("data_wait",) if own_loading else ())
-    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min)
+    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min, others_cores_min)
     if gil is not None and gil.wait_share > 0:
         pool = sum(shares.get(c, 0.0) for c in compute_like)
         take = min(gil.wait_share, pool)

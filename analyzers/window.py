@@ -71,6 +71,31 @@ def _loop_thread_share(seg: Aggregate, clf: Classifier) -> tuple[float, float]:
     return best
 
 
+def _stack_window_end(tl: Timeline, end_ns: int) -> int:
+    """The loop's end, moved to the end of the stack window that was open at its last step.
+
+    py-spy windows are stamped when they end: the window in progress at the last timed step
+    (the look usually ends while the job is still in its loop) holds loop samples, and
+    ending the loop at that step would drop them all (measured: 40% of a 15 s run's).
+    Not when the job stopped stepping well before the end: that window holds its shutdown.
+    """
+    whole = tl.whole()
+    w = whole.windows.get("all")
+    if not w or not w.windows or tl.end_ns is None:
+        return end_ns
+    steps = whole.rollup("hooks", "step_time_s", kind="step")
+    step_s = steps.total / steps.count if steps is not None and steps.count else 0.0
+    if (tl.end_ns - end_ns) / 1e9 > 1.0 + 3 * step_s:  # the job left its loop: shutdown
+        return end_ns
+    back = int(w.duration_s / w.windows * 1e9)
+    for s0, s1, seg in tl.spans():
+        mid = (s0 + s1) // 2
+        if mid <= end_ns or "all" not in seg.windows:
+            continue
+        return s1 if mid - back < end_ns else end_ns
+    return end_ns
+
+
 def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
     """The loop's span: from the hooks' step times, else from the stacks, else the whole."""
     start, end = tl.start_ns, tl.end_ns
@@ -78,7 +103,7 @@ def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
         return LoopWindow(start, end, None, None, "whole run")
     a, b = _hook_span(tl.whole())
     if a is not None and b is not None and b > a:
-        return LoopWindow(start, end, a, b, "in-process hooks (step times)")
+        return LoopWindow(start, end, a, _stack_window_end(tl, b), "in-process hooks (step times)")
     loop_spans = []
     for s0, s1, seg in tl.spans():
         loop, total = _loop_thread_share(seg, clf)
