@@ -217,6 +217,35 @@ class Scenario:
             )
         return self
 
+    def python_thread(
+        self, tid: int, name: str, cpu: float, samples: int = 100, rq: float = 0.0, n: int = 10
+    ) -> Scenario:
+        """Another Python thread of the job: py-spy's stacks of it (in an aggregator's loop)
+        and its schedstat CPU share (n readings)."""
+        self._add(
+            "stacks",
+            {
+                "mode": "all",
+                "kind": "stack",
+                "pid": "100",
+                "tid": str(tid),
+                "thread": name,
+                "role": "target",
+                "stack": "Thread.run (/usr/lib/python3.11/threading.py:982);"
+                "aggregate (/work/metrics.py:9)",
+                "code": "stats[k] = stats.get(k, 0) + v",
+            },
+            {"count": samples},
+        )
+        for t in self._times(n, 200_000_000):
+            self._add_at(
+                t,
+                "process",
+                {"scope": "thread", "tid": str(tid), "comm": "python"},
+                {"cpu": cpu, "runqueue_wait": rq, "running": 1.0, "d_state": 0.0},
+            )
+        return self
+
     def others(self, procs: dict[tuple[str, str], float], n: int = 10) -> Scenario:
         """Host-probe passes over the processes outside the job: {(pid, name): cores}."""
         for t in self._times(n, 1_000_000_000):
