@@ -130,7 +130,6 @@ def _analyze_view(
         clf,
         backward_elsewhere=uses_gpu,
         gil_other_min=th.gil_other_min,
-        others_cores_min=th.host_other_cores_min,
     )
     metrics = host_metrics(view)
     # step rows only exist inside the loop: read them over the whole run, so no step at the

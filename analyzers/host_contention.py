@@ -8,7 +8,7 @@ top ones. The idle-cores reading alone never makes it.
 from __future__ import annotations
 
 from gpudiag.analyzers.catalogue import severity, spec
-from gpudiag.analyzers.loop import LoopProfile, thread_series_count
+from gpudiag.analyzers.loop import LoopProfile, runqueue_split, thread_series_count
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.thresholds import Thresholds
@@ -37,7 +37,12 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
         return []
     if profile.samples < th.host_min_loop_samples:  # a thread still starting is not the loop
         return []
-    if rq < th.host_runqueue_warn or others < th.host_other_cores_min:
+    if others < th.host_other_cores_min:
+        return []
+    # the part of the wait the other processes cause (the job's own threads cause the rest)
+    total_rq = rq
+    _, rq = runqueue_split(tl, profile.loop_cpu, total_rq)
+    if rq < th.host_runqueue_warn:
         return []
     readings = thread_series_count(tl, "runqueue_wait", profile.thread.tid)
     conf = confidence_above(rq, th.host_runqueue_warn, readings * 10)
@@ -46,20 +51,23 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
     top = top_others(tl)
     named = ", ".join(f"pid {pid} '{name}' {cores:.1f} cores" for pid, name, cores in top)
     msg = (
-        f"The loop thread waits for a CPU {rq:.0%} of the time (runnable, not running), while "
-        f"processes outside the job use {others:.1f} cores"
+        f"The loop thread waits for a CPU {total_rq:.0%} of the time (runnable, not running), "
+        f"{rq:.0%} of it for the processes outside the job, which use {others:.1f} cores"
         + (f" (top: {named})" if named else "")
         + ". Other work on the box takes the CPU the job needs."
     )
     ev = [
         Evidence(
-            "loop_thread_runqueue_wait",
+            "loop_runqueue_wait_for_other_processes",
             round(rq, 4),
             "ratio",
             th.host_runqueue_warn,
             ">=",
             "host_runqueue_warn",
             "procfs schedstat",
+        ),
+        Evidence(
+            "loop_thread_runqueue_wait", round(total_rq, 4), "ratio", source="procfs schedstat"
         ),
         Evidence(
             "other_processes_cpu_cores",

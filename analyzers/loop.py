@@ -137,6 +137,21 @@ def _loader_stats(
     return LoaderStats(source, busy_n, io_n, io_n / busy_n, top)
 
 
+def runqueue_split(tl: Aggregate, loop_cpu: float | None, rq: float | None) -> tuple[float, float]:
+    """The loop thread's run-queue wait split between the job's own other threads (its GIL
+    holders, intra-op pool, workers) and the processes outside it, in proportion to the CPU
+    each side used: who else wanted the cores while the loop waited for one."""
+    if not rq:
+        return 0.0, 0.0
+    others = tl.mean("host", "other_cpu_cores", scope="others") or 0.0
+    target = tl.mean("process", "cpu_cores", scope="target")
+    workers = tl.mean("process", "cpu_cores", scope="workers") or 0.0
+    own = max(0.0, (target or 0.0) - (loop_cpu or 0.0)) + workers
+    if target is None or own + others <= 0:
+        return (rq, 0.0) if others <= 0 else (0.0, rq)
+    return rq * own / (own + others), rq * others / (own + others)
+
+
 def _other_python_cpu(tl: Aggregate, loop: ThreadKey) -> tuple[float | None, dict[int, float]]:
     """CPU (cores, from schedstat) of the job's other Python threads (those py-spy saw), and
     each one's: a pure-Python thread on a CPU holds the GIL."""
@@ -158,7 +173,6 @@ def _gil_stats(
     loop_rq: float | None,
     blocking: tuple[str, ...],
     other_min: float = 0.20,
-    others_cores_min: float = 0.5,
 ) -> GilStats | None:
     w = tl.windows.get("gil")
     ticks = w.ticks if w else 0.0
@@ -196,9 +210,9 @@ def _gil_stats(
     # A thread handed the GIL must then get a CPU: while the job's own threads fill the
     # cores (the GIL holders, the intra-op pool) that wait is run-queue time, not sleep
     # (measured: one metrics thread on 2 idle cores: loop off-CPU 6%, run-queue 40%).
-    # Run-queue time is the GIL's only when other processes do not explain it (HOST002).
-    others = tl.mean("host", "other_cpu_cores", scope="others")
-    own_rq = (loop_rq or 0.0) if others is None or others < others_cores_min else 0.0
+    # Run-queue time is the GIL's for the part the job's own threads cause, not the part
+    # other processes do (HOST002).
+    own_rq, _ = runqueue_split(tl, loop_cpu, loop_rq)
     # Not-running time the blocking work does not explain is the wait for the GIL once other
     # threads are seen holding it (gil_findings tests that). Below other_min the others'
     # hold is too small to name: capped by it.
@@ -224,7 +238,6 @@ def profile_loop(
     clf: Classifier,
     backward_elsewhere: bool = False,
     gil_other_min: float = 0.20,
-    others_cores_min: float = 0.5,
 ) -> LoopProfile:
     """Find the loop thread and build its time breakdown from the timeline.
 
@@ -248,7 +261,7 @@ def profile_loop(
     if total <= 0:
         # no loop yet (a look that saw only start-up): the GIL can still be judged from the
         # thread's schedstat, since a thread starved of it is starved whatever it runs
-        gil = _gil_stats(tl, key, {}, loop_cpu, loop_rq, BLOCKING, gil_other_min, others_cores_min)
+        gil = _gil_stats(tl, key, {}, loop_cpu, loop_rq, BLOCKING, gil_other_min)
         return LoopProfile(
             key,
             0.0,
@@ -272,7 +285,7 @@ def profile_loop(
     if backward_elsewhere:
         blocking += ("backward",)
     compute_like = COMPUTE_LIKE + (("data_wait",) if own_loading else ())
-    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min, others_cores_min)
+    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min)
     if gil is not None and gil.wait_share > 0:
         pool = sum(shares.get(c, 0.0) for c in compute_like)
         take = min(gil.wait_share, pool)

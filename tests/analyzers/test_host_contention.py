@@ -38,7 +38,7 @@ def test_other_processes_taking_the_cpu_is_host002_naming_them():
     assert f.severity in ("warning", "error")
     assert "pid 4242 'burner' 0.9 cores" in f.message
     ev = {e.metric: e for e in f.evidence}
-    assert ev["loop_thread_runqueue_wait"].setting == "host_runqueue_warn"
+    assert ev["loop_runqueue_wait_for_other_processes"].setting == "host_runqueue_warn"
     assert ev["other_processes_cpu_cores"].setting == "host_other_cores_min"
     assert spec("HOST002").category == "host"
 
@@ -53,3 +53,14 @@ def test_the_loop_waiting_on_its_own_threads_is_not_host002():
     """Run-queue wait with nothing else on the box: the job competes with itself."""
     a = analyze(scenario(runqueue=0.4, others=0.1).tl)
     assert "HOST002" not in [f.id for f in a.findings]
+
+
+def test_run_queue_wait_the_jobs_own_threads_cause_is_not_blamed_on_the_box():
+    """Others use 0.6 cores, the job's own other threads 1.4: most of the loop's wait for a
+    CPU is the job's own, and removing the others would not remove it."""
+    sc = scenario(runqueue=0.4, others=0.6)
+    for t in sc._times(10, 200_000_000):
+        sc._add_at(t, "process", {"scope": "target"}, {"cpu_cores": 2.0})  # loop 0.6 + 1.4
+    a = analyze(sc.tl)
+    assert "HOST002" not in [f.id for f in a.findings]
+    assert "HOST002" in [f.id for f in analyze(scenario(runqueue=0.4, others=0.6).tl).findings]
