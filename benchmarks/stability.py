@@ -10,8 +10,9 @@ table to stdout, everything as JSON with `--json PATH`.
     python benchmarks/stability.py --n 10 --seconds 15           # the full run (long)
     python benchmarks/stability.py --quick                        # 2 workloads, N=2, idle only
 
-The truth of the starved loader (a loader that computes) is the loader-bound finding: DATA001
-or DATA002, as the box's idle cores grade it; a loader that waits must get DATA001.
+The truth of the starved loader (a loader that computes, num_workers=0) is DATA001 whatever
+the box's idle cores (they grade its advice); DATA002 is kept for the job's own workers
+filling the cores (saturated_workers).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 WORKLOADS = Path(__file__).resolve().parent.parent / "tests" / "workloads"
 GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli"]
 TRUTH: dict[str, str | None] = {
@@ -41,9 +44,8 @@ TRUTH: dict[str, str | None] = {
     "waiting_loader": "DATA001",  # a loader that waits (off-CPU): more workers, not DATA002
     "gil_mlp": "GIL001",  # three pure-Python threads competing for the GIL
 }
-# ids also right for a workload: a loader that computes is loader-bound whichever grade the
-# box's idle cores give it (DATA001 or DATA002)
-SAME_CAUSE = {"starved_loader": {"DATA001", "DATA002"}}
+# ids also right for a workload (none: DATA001 is graded by the idle cores, never renamed)
+SAME_CAUSE: dict[str, set[str]] = {}  # one cause, one id: the loader-bound loop is DATA001
 QUICK = ["starved_loader", "sync_checkpoint"]
 ATTACH_WARMUP_S = 5.0  # past the imports: attach to a job that is training
 BURN = "import time\nwhile True:\n    sum(range(10000))\n"
@@ -68,6 +70,18 @@ def _top(doc: dict) -> str | None:
     return serious[0] if serious else None
 
 
+def _end_job(report: Path) -> None:
+    """Kill the job a `run` look left running (and its DataLoader workers)."""
+    try:
+        pid = int(json.loads(report.read_text())["run"]["pid"])
+        proc = psutil.Process(pid)
+        for p in [*proc.children(recursive=True), proc]:
+            p.kill()
+        psutil.wait_procs([proc], timeout=10)
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        pass
+
+
 def look(name: str, mode: str, seconds: float, out: Path) -> dict:
     """One look at one workload in one mode: the report's top id, verdict and cost."""
     job_s = str(seconds + ATTACH_WARMUP_S + 10)
@@ -76,9 +90,19 @@ def look(name: str, mode: str, seconds: float, out: Path) -> dict:
     job = None
     try:
         if mode == "run":
-            res = subprocess.run(
-                [*GPUDIAG, "run", *dur, "--", *cmd], capture_output=True, text=True, timeout=300
-            )
+            # not a pipe: the job keeps running after the look (run --duration) and would hold
+            # it open; it is ended below from the report's pid
+            with tempfile.TemporaryFile("w+") as log:
+                res = subprocess.run(
+                    [*GPUDIAG, "run", *dur, "--", *cmd],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    timeout=300,
+                )
+                log.seek(0)
+                res.stderr = log.read()
+            _end_job(out)
         else:
             job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(ATTACH_WARMUP_S)
