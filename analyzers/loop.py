@@ -36,6 +36,7 @@ class LoaderStats:
     io_samples: float  # of those, in storage reads
     io_fraction: float  # io / busy
     top_stacks: tuple[StackCount, ...] = ()
+    blocking_fraction: float = 0.0  # of busy, on a line that waits (sleep, socket, request)
 
 
 @dataclass(frozen=True)
@@ -133,23 +134,36 @@ def _loader_stats(
     if busy_n <= 0:
         return None
     io_n = sum(s.count for s in busy if clf.is_io(s.stack, s.code))
+    block_n = sum(s.count for s in busy if clf.is_blocking_call(s.stack, s.code))
     top = tuple(sorted(busy, key=lambda s: -s.count)[:10])
-    return LoaderStats(source, busy_n, io_n, io_n / busy_n, top)
+    return LoaderStats(source, busy_n, io_n, io_n / busy_n, top, block_n / busy_n)
 
 
 def runqueue_split(tl: Aggregate, loop_cpu: float | None, rq: float | None) -> tuple[float, float]:
-    """The loop thread's run-queue wait split between the job's own other threads (its GIL
-    holders, intra-op pool, workers) and the processes outside it, in proportion to the CPU
-    each side used: who else wanted the cores while the loop waited for one."""
+    """The loop thread's run-queue wait split between the job itself and the processes
+    outside it: the job's own part is what it would wait with the box to itself, i.e. the
+    cores it wants (its threads' CPU and run-queue wait, workers included) beyond the box's.
+
+    Measured: a 2-thread intra-op pool plus the loop on 2 cores wants ~1.9 cores; beside a
+    process burning a core its backward ran at a tenth of its speed, and every bit of the
+    loop's 50% run-queue wait was the burner's.
+    """
     if not rq:
         return 0.0, 0.0
     others = tl.mean("host", "other_cpu_cores", scope="others") or 0.0
-    target = tl.mean("process", "cpu_cores", scope="target")
-    workers = tl.mean("process", "cpu_cores", scope="workers") or 0.0
-    own = max(0.0, (target or 0.0) - (loop_cpu or 0.0)) + workers
-    if target is None or own + others <= 0:
-        return (rq, 0.0) if others <= 0 else (0.0, rq)
-    return rq * own / (own + others), rq * others / (own + others)
+    if others <= 0:
+        return rq, 0.0
+    cores = tl.mean("host", "cpu_count")
+    want = sum(
+        tl.mean("process", name, scope=scope) or 0.0
+        for name in ("cpu_cores", "runqueue_cores")
+        for scope in ("target", "workers")
+    )
+    if cores is None or want <= 0:
+        return 0.0, rq
+    excess = max(0.0, want - cores)  # the job oversubscribes the box on its own
+    own = rq * excess / (excess + others)
+    return own, rq - own
 
 
 def _other_python_cpu(tl: Aggregate, loop: ThreadKey) -> tuple[float | None, dict[int, float]]:

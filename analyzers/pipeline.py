@@ -194,7 +194,28 @@ def data_findings(
                 "procfs schedstat",
             )
         )
-    waits = on_cpu is not None and 1.0 - on_cpu >= th.loader_wait_min
+    # With num_workers=0 the loop thread's off-CPU time while loading may be a wait on the
+    # native threads doing the work (a fast tokenizer's pool, the intra-op pool): it is a wait
+    # for I/O only when the loading lines py-spy sampled wait too (measured on the Trainer
+    # script: off-CPU 48-60% while tokenising, and 2 workers gave x0.98).
+    blocking = profile.loader.blocking_fraction if profile.loader else 0.0
+    if workers == 0 and on_cpu is not None:
+        ev.append(
+            Evidence(
+                "loader_blocking_call_share",
+                round(blocking, 4),
+                "ratio",
+                th.loader_blocking_min,
+                ">=" if blocking >= th.loader_blocking_min else "<",
+                "loader_blocking_min",
+                "stacks",
+            )
+        )
+    waits = (
+        on_cpu is not None
+        and 1.0 - on_cpu >= th.loader_wait_min
+        and (workers > 0 or blocking >= th.loader_blocking_min)
+    )
     # the job's own workers fill the physical cores with CPU work: a fact of the job, not of
     # how busy the box was when we looked (that only grades DATA001's advice below)
     full = suggest_workers(wait, workers, cpu_count, cpu_count, metrics.get("cpu_physical"))

@@ -207,6 +207,19 @@ WAIT_RULES: tuple[Rule, ...] = (
 )
 
 
+# The executing line of a loader that waits rather than computes: a sleep, a socket or HTTP
+# read, an object-store request, a select/poll (the loop thread loading with num_workers=0,
+# whose schedstat alone cannot tell waiting from the native threads it waits on).
+BLOCKING_CALL_RULES: tuple[Rule, ...] = (
+    Rule(
+        "blocking",
+        code=r"\bsleep\(|\.recv(_into|from)?\(|urlopen\(|requests\.(get|post|request)\(|"
+        r"\.(get_object|download_file|download_fileobj|read_object)\(|\b(select|poll)\(",
+        description="a sleep, socket/HTTP read, object-store request or select on the line",
+    ),
+) + WAIT_RULES
+
+
 def _first(rules: tuple[Rule, ...], stack: str, code: str, innermost_only: bool) -> str | None:
     frames = parse_stack(stack)
     if innermost_only:
@@ -263,6 +276,11 @@ class Classifier:
     def is_io(stack: str, code: str = "") -> bool:
         """True when a loader stack is reading from storage."""
         return _first(IO_RULES, stack, code, False) is not None
+
+    @staticmethod
+    def is_blocking_call(stack: str, code: str = "") -> bool:
+        """True when a loader stack's executing line waits (sleep, socket, object store)."""
+        return _first(BLOCKING_CALL_RULES, stack, code, True) is not None
 
     @staticmethod
     def is_waiting(stack: str, code: str = "") -> bool:

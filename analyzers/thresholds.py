@@ -43,6 +43,9 @@ class Thresholds:
     loader_wait_min: float = 0.5
     """DATA001: loaders' off-CPU share of their loading time (schedstat) from which they wait
     rather than compute, and more workers overlap the waits whatever the idle cores."""
+    loader_blocking_min: float = 0.2
+    """DATA001 with num_workers=0: share of the loop's loading samples on a line that waits
+    (sleep, socket, object store) needed beside loader_wait_min to call the loaders waiting."""
     storage_io_warn: float = 0.10
     """IO001: share of loop time lost to storage reads in the input pipeline."""
     io_dstate_min: float = 0.10

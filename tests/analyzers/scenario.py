@@ -23,6 +23,22 @@ STACKS = {
     "other": f"{LOOP};log_metrics (/work/train.py:70)",
     "sync": f"{LOOP};Tensor.item ({SITE}/torch/_tensor.py:1000)"
     f";synchronize ({SITE}/torch/cuda/__init__.py:985)",
+    # num_workers=0: the loop thread in the dataset's __getitem__, sleeping on a remote read
+    # (a data_wait sample), or computing a transform
+    "data_sleep": (
+        f"{LOOP};_BaseDataLoaderIter.__next__ ({SITE}/torch/utils/data/dataloader.py:631)"
+        f";_SingleProcessDataLoaderIter._next_data ({SITE}/torch/utils/data/dataloader.py:675)"
+        f";_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:51)"
+        ";Remote.__getitem__ (/work/data.py:20)",
+        "time.sleep(0.0005)  # the object store's latency",
+    ),
+    "data_compute": (
+        f"{LOOP};_BaseDataLoaderIter.__next__ ({SITE}/torch/utils/data/dataloader.py:631)"
+        f";_SingleProcessDataLoaderIter._next_data ({SITE}/torch/utils/data/dataloader.py:675)"
+        f";_MapDatasetFetcher.fetch ({SITE}/torch/utils/data/_utils/fetch.py:51)"
+        ";Collator.__call__ (/work/data.py:40)",
+        "enc = tokenizer(texts, padding=True)",
+    ),
 }
 WORKER_BUSY = (
     "_worker_loop ({SITE}/torch/utils/data/_utils/worker.py:308);"
@@ -86,8 +102,8 @@ class Scenario:
                         "tid": str(loop_tid),
                         "thread": "MainThread",
                         "role": "target",
-                        "stack": STACKS[cat],
-                        "code": "",
+                        "stack": STACKS[cat][0] if isinstance(STACKS[cat], tuple) else STACKS[cat],
+                        "code": STACKS[cat][1] if isinstance(STACKS[cat], tuple) else "",
                     },
                     {"count": n},
                 )

@@ -56,11 +56,22 @@ def test_the_loop_waiting_on_its_own_threads_is_not_host002():
 
 
 def test_run_queue_wait_the_jobs_own_threads_cause_is_not_blamed_on_the_box():
-    """Others use 0.6 cores, the job's own other threads 1.4: most of the loop's wait for a
-    CPU is the job's own, and removing the others would not remove it."""
+    """The job alone wants 3 cores of the 2 (its threads ran 2.0 cores and waited 1.0 more in
+    the run queue); others use 0.6: most of the loop's wait is the job's own, and removing
+    the others would not remove it."""
     sc = scenario(runqueue=0.4, others=0.6)
     for t in sc._times(10, 200_000_000):
-        sc._add_at(t, "process", {"scope": "target"}, {"cpu_cores": 2.0})  # loop 0.6 + 1.4
+        sc._add_at(t, "process", {"scope": "target"}, {"cpu_cores": 2.0, "runqueue_cores": 1.0})
     a = analyze(sc.tl)
     assert "HOST002" not in [f.id for f in a.findings]
-    assert "HOST002" in [f.id for f in analyze(scenario(runqueue=0.4, others=0.6).tl).findings]
+
+
+def test_a_job_that_fits_the_box_waits_only_for_the_others():
+    """The job wants 1.9 of the 2 cores (loop + intra-op pool): every bit of the loop's wait
+    for a CPU is the other processes' (measured: a burner slowed such a job's backward 10x)."""
+    sc = scenario(runqueue=0.4, others=0.6)
+    for t in sc._times(10, 200_000_000):
+        sc._add_at(t, "process", {"scope": "target"}, {"cpu_cores": 1.5, "runqueue_cores": 0.4})
+    f = next(f for f in analyze(sc.tl).findings if f.id == "HOST002")
+    ev = {e.metric: e.value for e in f.evidence}
+    assert ev["loop_runqueue_wait_for_other_processes"] == 0.4

@@ -27,9 +27,20 @@ def test_inline_loader_keeps_data001_whatever_the_idle_cores(host):
     assert [f.id for f in fs] == ["DATA001"]
 
 
+INLINE = {"forward": 0.25, "backward": 0.3, "optimizer": 0.05}
+
+
+def run_inline(host: float, loop_cpu: float, how: str) -> list:
+    sc = Scenario(cpu_count=2)
+    for _ in range(5):
+        sc.window({**INLINE, how: 0.4})
+    sc.host(host).process(loop_cpu)
+    return list(analyze(sc.tl).findings)
+
+
 def test_waiting_inline_loader_gets_workers_on_a_saturated_box():
     """__getitem__ sleeps (a network read): the loop thread is off-CPU while it loads."""
-    fs = run(0.98, loop_cpu=0.55)
+    fs = run_inline(0.98, loop_cpu=0.55, how="data_sleep")
     assert [f.id for f in fs] == ["DATA001"]
     f = fs[0]
     assert "num_workers=2" in f.recommendation.summary
@@ -52,3 +63,15 @@ def test_workers_that_compute_and_fill_the_cores_are_data002():
     """The job's own workers fill the physical cores with CPU work: DATA002, a fact of the job."""
     fs = run(0.97, loop_cpu=0.5, cpu_count=4, workers=6, worker_busy=0.95, worker_cpu=3.4)
     assert [f.id for f in fs] == ["DATA002"]
+
+
+def test_inline_loader_off_cpu_waiting_on_native_threads_computes():
+    """A fast tokenizer's thread pool does the work while the loop thread waits for it: off-CPU
+    as much as a sleeping loader by schedstat, but no sampled line waits (the Trainer script:
+    2 workers gave x0.98). Not told to add workers on a saturated box."""
+    fs = run_inline(0.98, loop_cpu=0.55, how="data_compute")
+    assert [f.id for f in fs] == ["DATA001"]
+    ev = {e.metric: e for e in fs[0].evidence}
+    assert ev["loader_off_cpu_share"].value >= 0.5
+    assert ev["loader_blocking_call_share"].value == 0.0
+    assert "helps once cores are free" in fs[0].recommendation.summary
