@@ -13,6 +13,7 @@ import time
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.report import iso, load_report
+from gpudiag.analyzers.catalogue import ranked
 from gpudiag.analyzers.distributed import RankStats, straggler
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -68,6 +69,29 @@ def clock_offsets(ranks: list[dict]) -> dict[str, float]:
     return out
 
 
+def merged_verdict(findings: list[dict], docs: list[dict]) -> dict:
+    """The merged report's verdict: its own top finding (not the first report's), sure only
+    when every merged report was."""
+    top = next((f for f in findings if f["severity"] in ("error", "warning")), None)
+    sure = all((d.get("verdict") or {}).get("sure") for d in docs)
+    n = f"merged from {len(docs)} reports"
+    if top is None:
+        return {
+            "finding": None,
+            "sure": sure,
+            "confidence": None,
+            "statement": f"no bottleneck crossed its threshold ({n})"
+            + ("" if sure else "; not sure: a merged report was not"),
+        }
+    return {
+        "finding": top["id"],
+        "sure": sure,
+        "confidence": top.get("confidence"),
+        "statement": f"{top['id']} with {top.get('confidence') or 0:.0%} confidence ({n})"
+        + ("" if sure else "; not sure: a merged report was not"),
+    }
+
+
 def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     """The job report of several per-host reports; UsageError for unusable input."""
     th = th or Thresholds()
@@ -120,7 +144,7 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
             if len(hosts) > 1:
                 f = dict(f, message=f"{host}: {f['message']}")
             findings.append(f)
-    findings.sort(key=lambda f: -f["impact"])
+    findings = ranked(findings)
     base = dict(docs[0])
     starts = [d["run"]["start"] for d in docs if d["run"].get("start")]
     ends = [d["run"]["end"] for d in docs if d["run"].get("end")]
@@ -151,6 +175,7 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
                 "merged_from": list(paths),
             },
             "errors": [e for d in docs for e in d.get("errors") or []],
+            "verdict": merged_verdict(findings, docs),
         }
     )
     base.pop("gate", None)

@@ -156,15 +156,19 @@ def category(finding_id: str) -> str:
     return spec(finding_id).category
 
 
+def _get(f, key: str):
+    return f[key] if isinstance(f, dict) else getattr(f, key)
+
+
 def ranked(findings: list) -> list:
-    """Findings largest impact first, except that a cause in the box (other processes taking
-    the CPU) comes after every warning about the job itself: the box's load moves with the
-    minute, the job's own bottleneck does not, so the top id stays the job's (one cause, one
-    id) and the box is named beside it."""
-    out = sorted(findings, key=lambda f: (-f.impact, f.id))
-    loud = [f for f in out if f.severity in ("error", "warning")]
-    env = [f for f in loud if spec(f.id).environment]
-    job = [f for f in loud if not spec(f.id).environment]
+    """Findings (objects or report dicts) largest impact first, except that a cause in the
+    box (other processes taking the CPU) comes after every warning about the job itself: the
+    box's load moves with the minute, the job's own bottleneck does not, so the top id stays
+    the job's (one cause, one id) and the box is named beside it."""
+    out = sorted(findings, key=lambda f: (-_get(f, "impact"), _get(f, "id")))
+    loud = [f for f in out if _get(f, "severity") in ("error", "warning")]
+    env = [f for f in loud if _get(f, "id") in CATALOGUE and spec(_get(f, "id")).environment]
+    job = [f for f in loud if not any(f is e for e in env)]
     if not env or not job:
         return out
     rest = [f for f in out if not any(f is e for e in env)]

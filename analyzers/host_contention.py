@@ -49,6 +49,8 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
     if conf < th.min_confidence:
         return []
     top = top_others(tl)
+    cores = tl.mean("host", "cpu_count") or 1.0
+    left = max(1, int(cores - others))
     named = ", ".join(f"pid {pid} '{name}' {cores:.1f} cores" for pid, name, cores in top)
     msg = (
         f"The loop thread waits for a CPU {total_rq:.0%} of the time (runnable, not running), "
@@ -89,6 +91,9 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
             if named
             else "stop or renice the other work on the box"
         ),
+        f"or size the job's intra-op pool to the cores the others leave: "
+        f"torch.set_num_threads({left}) (OMP_NUM_THREADS={left}); a pool wider than the free "
+        "cores waits at every parallel region for its slowest thread",
         "reserve CPUs for the job: taskset/cpuset, a cgroup CPU quota for the rest, or "
         "Kubernetes CPU requests = limits (guaranteed QoS)",
         "or run on a box (or node pool) that is not shared",

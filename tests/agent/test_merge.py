@@ -97,3 +97,22 @@ def test_markdown_summary_has_the_rank_rows(base, tmp_path):
     doc = load_report(a)
     md = render_markdown(doc)
     assert "```\nRanks (1)" in md and "node-a" in md
+
+
+def test_the_merged_verdict_names_the_merged_top_finding(base, tmp_path):
+    """The first report was healthy; the second host's job waited on data: the merged report's
+    verdict is the merged top finding, not the first report's (a bug: it kept docs[0]'s)."""
+    a = host_report(base, tmp_path, "a.json", 0, "node-a", compute=0.9)
+    b_doc = json.loads(
+        Path(host_report(base, tmp_path, "b.json", 1, "node-b", compute=0.9)).read_text()
+    )
+    assert base["findings"], "the healthy fixture has notes to model a finding on"
+    data = {**base["findings"][0], "id": "DATA001", "severity": "warning", "impact": 0.5}
+    b_doc["findings"].insert(0, data)
+    write_report(b_doc, tmp_path / "b.json")
+    res = gpudiag("merge", a, str(tmp_path / "b.json"), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    loud = [f["id"] for f in doc["findings"] if f["severity"] in ("error", "warning")]
+    assert loud and doc["verdict"]["finding"] == loud[0] == "DATA001"
+    assert "merged from 2 reports" in doc["verdict"]["statement"]
