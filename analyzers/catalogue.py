@@ -20,7 +20,6 @@ class Spec:
     error_setting: str | None = "error_impact"  # threshold naming the error impact; None: never
     always_note: bool = False  # informational: never a warning
     time_in: str | None = None  # the Breakdown category whose time the finding is about
-    environment: bool = False  # about the box, not the job: ranks after the job's own causes
 
 
 CATALOGUE: dict[str, Spec] = {
@@ -73,7 +72,6 @@ CATALOGUE: dict[str, Spec] = {
             "Other processes on the box take the CPU the job's threads need",
             "host",
             True,
-            environment=True,
         ),
         Spec(
             "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
@@ -161,16 +159,9 @@ def _get(f, key: str):
 
 
 def ranked(findings: list) -> list:
-    """Findings (objects or report dicts) largest impact first, except that a cause in the
-    box (other processes taking the CPU) comes after every warning about the job itself: the
-    box's load moves with the minute, the job's own bottleneck does not, so the top id stays
-    the job's (one cause, one id) and the box is named beside it."""
-    out = sorted(findings, key=lambda f: (-_get(f, "impact"), _get(f, "id")))
-    loud = [f for f in out if _get(f, "severity") in ("error", "warning")]
-    env = [f for f in loud if _get(f, "id") in CATALOGUE and spec(_get(f, "id")).environment]
-    job = [f for f in loud if not any(f is e for e in env)]
-    if not env or not job:
-        return out
-    rest = [f for f in out if not any(f is e for e in env)]
-    cut = next(i for i, f in enumerate(rest) if f is job[-1]) + 1
-    return rest[:cut] + env + rest[cut:]
+    """Findings (objects or report dicts) largest impact first (ties by id): the one ranking
+    `analyze`, the multi-rank session and `merge` share. A cause in the box (HOST002) ranks
+    by its impact like any other: beside a process burning one of 2 cores, the held-out jobs'
+    planted fixes moved them x0.8-0.92 while giving the intra-op pool the core the other
+    process left moved them x1.5-2.8 (benchmarks: /work notes in docs/how-it-measures.md)."""
+    return sorted(findings, key=lambda f: (-_get(f, "impact"), _get(f, "id")))

@@ -118,11 +118,16 @@ def _finding(fid: str, impact: float, severity: str = "warning") -> Finding:
     )
 
 
-def test_the_box_ranks_after_the_jobs_own_cause_and_leads_when_it_is_alone():
+def test_the_box_ranks_by_its_impact_like_any_cause():
+    """Beside a burner the job's planted fix moved it x0.92 and a pool sized to the free core
+    x1.75: the larger cause leads, in the box or not."""
     data, host, note = (
         _finding("DATA001", 0.4),
         _finding("HOST002", 0.6),
         _finding("START001", 0.0, "note"),
     )
-    assert [f.id for f in ranked([host, note, data])] == ["DATA001", "HOST002", "START001"]
-    assert [f.id for f in ranked([note, host])] == ["HOST002", "START001"]
+    assert [f.id for f in ranked([data, note, host])] == ["HOST002", "DATA001", "START001"]
+    assert [f["id"] for f in ranked([{"id": "A", "impact": 0.1}, {"id": "B", "impact": 0.2}])] == [
+        "B",
+        "A",
+    ]
