@@ -163,5 +163,5 @@ def ranked(findings: list) -> list:
     `analyze`, the multi-rank session and `merge` share. A cause in the box (HOST002) ranks
     by its impact like any other: beside a process burning one of 2 cores, the held-out jobs'
     planted fixes moved them x0.8-0.92 while giving the intra-op pool the core the other
-    process left moved them x1.5-2.8 (benchmarks: /work notes in docs/how-it-measures.md)."""
+    process left moved them x1.5-2.8 (docs/how-it-measures.md, 'A busy box')."""
     return sorted(findings, key=lambda f: (-_get(f, "impact"), _get(f, "id")))
