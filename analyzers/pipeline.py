@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.loaders import loader_on_cpu, waiting_loaders_finding
 from gpudiag.analyzers.loop import LoopProfile, location_of
-from gpudiag.analyzers.metrics import confidence_above
+from gpudiag.analyzers.metrics import SAMPLE_CORRELATION, confidence_above
 from gpudiag.analyzers.results import (
     Evidence,
     Finding,
@@ -101,7 +101,9 @@ def data_findings(
         # stacks attribute to reads (IO001 reports that part)
         sampled = wait + profile.share("storage_io")
         wait = exact * (wait / sampled) if sampled > 0 else exact
-        conf = confidence_above(wait, th.data_wait_warn, max(n, metrics.get("steps", 0)))
+        # every timed step is an exact measurement of its own wait, not a correlated sample
+        steps = metrics.get("steps", 0)
+        conf = confidence_above(wait, th.data_wait_warn, max(n, steps * SAMPLE_CORRELATION))
         source = "in-process hooks"
     else:
         if n < th.min_loop_samples:

@@ -24,10 +24,10 @@ from benchmarks.public_scripts import (
     verdict_of,
 )
 
-# Measured by hand on a quiet box (load 0.1-1.6), one bare/fixed pair of 8-15 s each
-# (docs/public-scripts.md): lightning x1.74 without step checkpoints; hf_trainer x1.6-1.9 with
-# 2 workers; the others x0.93-1.06. The benchmark's interleaved rounds at load 3-24 decided
-# nothing (spread 35-923%): re-measure on a quieter box before trusting these as fixtures.
+# Measured by the benchmark's interleaved rounds (4+4) on the quiet box, 2026-11-24
+# (docs/public-scripts.md): lightning x1.81 without step checkpoints; hf_trainer x1.28 with
+# its text tokenised once up front (run_glue.py's dataset.map; 2 workers gave x0.98 on these
+# 2 cores); the others x0.94-0.98.
 TRUTH = {
     "mnist": None,
     "dcgan": None,
