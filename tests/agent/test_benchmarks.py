@@ -154,7 +154,7 @@ def test_stability_summary_counts_truth_self_agreement_and_not_sure():
         225.0,
     )
     loader = mod.summarize("starved_loader", [{"top": "DATA002", "sure": True, "samples": 1}])
-    assert loader["right"] == 1  # the loader-bound finding, graded by the box
+    assert loader["right"] == 0 and loader["wrong_sure"] == 1  # one cause, one id: DATA001
     healthy = mod.summarize("healthy", [{"top": None, "sure": True, "samples": 400}])
     assert healthy["right"] == 1 and healthy["wrong_sure"] == 0
     assert "| sync_checkpoint | CKPT001 | run | idle | 2/5 |" in mod.table(
