@@ -111,7 +111,7 @@ class Session:
         self.errors: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[tuple[threading.Thread, str]] = []  # (thread, its probe's name)
         self.exit_code: int | None = None
         self.paused = False
         self.start_time = time.time()
@@ -183,7 +183,7 @@ class Session:
             target=self._run_probe, args=(probe,), name=f"gpudiag-{probe.name}", daemon=True
         )
         th.start()
-        self._threads.append(th)
+        self._threads.append((th, probe.name))
 
     def _open_and_start(self, probe: Probe) -> None:
         if self.open_probe(probe).available and not self._stop.is_set():
@@ -236,7 +236,7 @@ class Session:
                     name=f"gpudiag-open-{probe.name}",
                 )
                 th.start()
-                self._threads.append(th)
+                self._threads.append((th, probe.name))
         if self.governor is not None:
             self.governor.start()
         if self.ranks is not None:
@@ -399,8 +399,8 @@ class Session:
                 except Exception as exc:
                     self.error(probe.name, f"failed to close: {exc}")
             deadline = time.monotonic() + 20
-            for th in self._threads:
-                if th.name.rsplit("-", 1)[-1] not in self.hung:
+            for th, name in self._threads:  # a hung probe's thread is left to the daemon exit
+                if name not in self.hung:
                     th.join(timeout=max(0.1, deadline - time.monotonic()))
             for probe in live:
                 if (

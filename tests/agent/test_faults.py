@@ -110,6 +110,28 @@ def test_a_hung_probe_is_timed_out_and_the_others_keep_sampling(sleeper):
     assert ticker.ticks >= 10  # the healthy probe went on sampling through the hang
 
 
+class RankHanger(Hanger):
+    """A hung rank stack probe: its name has a dash, as the ranks' probes do."""
+
+    name = "stacks-rank1"
+
+
+def test_a_hung_rank_probe_is_not_waited_for_at_the_end(sleeper):
+    """The end joined every probe thread not hung, telling them apart by the thread name's
+    last '-' part: 'rank1' for 'gpudiag-stacks-rank1', never in the hung set, so a hung rank
+    probe held the report for the full 20 s join."""
+    hanger = RankHanger()
+    s = session(sleeper.pid, [Ticker(), hanger], duration_s=2.0, probe_timeout_s=0.5)
+    t0 = time.monotonic()
+    try:
+        result = s.run()
+    finally:
+        hanger.release.set()
+    assert "stacks-rank1" in s.hung
+    assert time.monotonic() - t0 < 15  # not the 20 s join
+    assert any(e["source"] == "stacks-rank1" for e in result.errors)
+
+
 FAKE_SPY = {
     "denied": 'echo "Error: Permission denied (os error 13)" >&2; exit 1',
     "crash": 'if [ "$1" = dump ]; then exit 0; fi\n'
