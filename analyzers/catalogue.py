@@ -27,7 +27,7 @@ CATALOGUE: dict[str, Spec] = {
     for s in (
         Spec(
             "DATA001",
-            "Loop waits on the input pipeline; idle CPU can add workers",
+            "Loop waits on the input pipeline (the DataLoader)",
             "host",
             True,
             "data_wait_error",
