@@ -18,12 +18,12 @@ import time
 
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.formatting import speedup_text
 from gpudiag.agent.launch import launch
 from gpudiag.agent.render import render_text
 from gpudiag.agent.report import check_writable, report_of, write_report
 from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.analyzers import Analysis
+from gpudiag.text.formatting import speedup_text
 
 FIRST_STEP_WAIT_S = 180.0  # start-up allowed before the first step (imports on a busy box)
 CHECK_EVERY_S = 2.0  # how often the verdict so far is looked at

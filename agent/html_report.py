@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from html import escape
 
-from gpudiag.agent.formatting import LABELS, evidence_parts, fmt_value, is_bound, speedup_text
 from gpudiag.agent.html_charts import (
     breakdown_svg,
     capture_steps_svg,
@@ -19,7 +18,8 @@ from gpudiag.agent.html_charts import (
     timeline_svg,
 )
 from gpudiag.agent.render import cost_lines, phase_lines
-from gpudiag.agent.trial import trial_lines
+from gpudiag.text.formatting import LABELS, evidence_parts, fmt_value, is_bound, speedup_text
+from gpudiag.text.trials import trial_lines
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;background:#fafafa;

@@ -13,7 +13,7 @@ import re
 import socket
 from pathlib import Path
 
-from gpudiag.agent.redact import redact_argv
+from gpudiag.text.redact import redact_argv
 
 COMMAND_MAX = 80  # characters of the command label
 # the pod's UID and the container's id in a kubepods cgroup path, for both cgroup drivers:
@@ -61,7 +61,7 @@ def parse_cgroup(text: str) -> dict[str, str]:
 
 
 def redact_command(argv: list[str], limit: int = COMMAND_MAX) -> str:
-    """A short command for a label: secrets hidden as in reports (agent/redact.py: values of
+    """A short command for a label: secrets hidden as in reports (text/redact.py: values of
     options and variables named like keys, tokens or passwords, URL credentials, token
     shapes), paths cut to their base name, at most `limit` characters."""
     words: list[str] = []

@@ -27,12 +27,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from gpudiag.agent.formatting import LABELS as CATEGORY_WORDS
-from gpudiag.agent.formatting import is_bound
 from gpudiag.agent.identity import LABELS as IDENTITY
 from gpudiag.agent.identity import hostname
 from gpudiag.analyzers.catalogue import category
 from gpudiag.probes.base import Sample
+from gpudiag.text.formatting import LABELS as CATEGORY_WORDS
+from gpudiag.text.formatting import is_bound
 
 PREFIX = "gpudiag"
 PER_RUN = ("pid", "command")  # change at every restart: only in gpudiag_job_info

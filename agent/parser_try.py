@@ -124,8 +124,9 @@ def parse_fix(text: str) -> dict:
 def cmd_try(args: argparse.Namespace) -> int:
     """Try each fix; print the results and the code changes; write --out."""
     from gpudiag.agent.report import check_writable, load_report
-    from gpudiag.agent.trial import TrialPlan, check_fix, progress, summary_line, try_fix
+    from gpudiag.agent.trial import TrialPlan, check_fix, progress, try_fix
     from gpudiag.analyzers.thresholds import Thresholds
+    from gpudiag.text.trials import summary_line
 
     command = list(args.cmd)
     if command and command[0] == "--":

@@ -21,7 +21,6 @@ from gpudiag.agent.launch import Job, launch
 from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
 from gpudiag.agent.ranks import setup_ranks
 from gpudiag.agent.recording import Recorder
-from gpudiag.agent.redact import redact_argv, redact_lines
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import check_writable, default_report_name, report_of, write_report
 from gpudiag.agent.safeio import dumps_json
@@ -33,6 +32,7 @@ from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
 from gpudiag.probes.stacks import StackProbe
+from gpudiag.text.redact import redact_argv, redact_lines
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 

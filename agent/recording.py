@@ -31,12 +31,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.redact import redact_argv
 from gpudiag.agent.safeio import bounded_lines, create_stream, open_regular, parse_json
 from gpudiag.agent.segment_buffer import SegmentBuffer
 from gpudiag.analyzers.segment_codec import Decoder, TableFull
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample
+from gpudiag.text.redact import redact_argv
 
 FORMAT = "gpudiag-recording"
 FORMAT_VERSION = 2  # windows; samples recordings are version 1

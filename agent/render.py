@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from gpudiag.agent.formatting import (
+from gpudiag.agent.render_ranks import rank_lines
+from gpudiag.analyzers.results import CATEGORIES
+from gpudiag.text.formatting import (
     LABELS,
     evidence_parts,
     fmt_value,
@@ -12,10 +14,8 @@ from gpudiag.agent.formatting import (
     period_parts,
     speedup_text,
 )
-from gpudiag.agent.redact import redact_argv, redact_lines
-from gpudiag.agent.render_ranks import rank_lines
-from gpudiag.agent.trial import trial_lines
-from gpudiag.analyzers.results import CATEGORIES
+from gpudiag.text.redact import redact_argv, redact_lines
+from gpudiag.text.trials import trial_lines
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
 
@@ -53,7 +53,10 @@ def no_diagnosis_line(doc: dict) -> str | None:
         # or the hooks were in the job and timed no step (py-spy may have come too late)
         hooks = next((p for p in doc["probes"] if p["name"] == "hooks"), None)
         timed = hooks is not None and hooks["available"]
-        if not samples and (sampled or timed) and not doc["metrics"].get("steps"):
+        # a slow start-up can give py-spy a few samples of the interpreter starting: all
+        # "other" and no timed step is still a job that never reached its loop
+        no_loop = not samples or doc["breakdown"]["shares"].get("other", 0.0) >= 0.999
+        if no_loop and (sampled or timed) and not doc["metrics"].get("steps"):
             return f"No diagnosis: {exited}, before its training loop started."
         return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
     stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)

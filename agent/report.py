@@ -14,12 +14,12 @@ import jsonschema
 
 from gpudiag.agent.environment import describe_environment
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.redact import redact_argv
 from gpudiag.agent.safeio import atomic_write, dumps_json, finite, parse_json, read_bounded
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.metrics import metric_unit
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
+from gpudiag.text.redact import redact_argv
 
 if TYPE_CHECKING:
     from gpudiag.agent.config import Settings

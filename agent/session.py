@@ -330,16 +330,16 @@ class Session:
     def snapshot(self, recent_s: float | None = None) -> Analysis:
         """An analysis of what was collected so far (for live views); with `recent_s`, of
         the last that many seconds of it only (a daemon's findings stay current)."""
-        with self._lock:
-            tl = self.timeline
-            spans = tl.spans() if recent_s is not None else []
-            return analyze(
-                tl.window(spans[-1][1] - int(recent_s * 1e9), None) if spans else tl,
-                self.settings.thresholds,
-                self.settings.rules,
-                self.settings.price,
-                self.settings.price_table,
-            )
+        with self._lock:  # copied under the lock, analysed outside it: ingest goes on
+            tl = self.timeline.snapshot()
+        spans = tl.spans() if recent_s is not None else []
+        return analyze(
+            tl.window(spans[-1][1] - int(recent_s * 1e9), None) if spans else tl,
+            self.settings.thresholds,
+            self.settings.rules,
+            self.settings.price,
+            self.settings.price_table,
+        )
 
     def _with_ranks(self, analysis: Analysis) -> tuple[Analysis, dict | None]:
         """A multi-rank job: the DIST findings added, and the report's rank sections."""

@@ -296,6 +296,20 @@ class Timeline:
         skey = self._i((lab.get("stack", ""), lab.get("code", "")))
         seg.add_stack(self._i(tkey), skey, values.get("count") or 0.0)
 
+    def snapshot(self) -> Timeline:
+        """A copy later samples do not change: a live view analyses it without holding the
+        lock the probes' ingest takes (copying costs a merge of each segment, not an analysis)."""
+        out = Timeline.__new__(Timeline)
+        out.__dict__.update(self.__dict__)
+        out.segments = {}
+        for idx, seg in self.segments.items():
+            copy = self._new()
+            copy.merge(seg)
+            out.segments[idx] = copy
+        out._merged = None
+        out._intern = {}
+        return out
+
     # ---- spans --------------------------------------------------------------------------
     def spans(self) -> list[tuple[int, int, Aggregate]]:
         """(start_ns, end_ns, aggregate) of every segment, in time order."""

@@ -31,6 +31,7 @@ class DiagnosisApp(App):
         self.paused = False
         self.message = ""
         self._output: list[str] = []  # job output not yet shown (a finding was open)
+        self._fetching = False  # a live snapshot is being taken on a worker thread
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Save and pause only where the feed can do them (a live session), so a saved
@@ -57,12 +58,36 @@ class DiagnosisApp(App):
         return out
 
     def refresh_feed(self) -> None:
-        """Take a new snapshot (never blocks on a probe: snapshots come from the timeline)."""
+        """Show the newest report document. A live feed's snapshot (an analysis of what was
+        collected so far) runs on a worker thread, one at a time, so the event loop keeps
+        drawing and taking keys; the screen updates when it arrives."""
         if self.feed.output is not None and not isinstance(self.screen, DiagnosisScreen):
             self._output = (self._output + self.feed.output())[-2000:]
-        doc = self.feed.snapshot()
+        if not self.feed.live:
+            self._arrived(self.feed.snapshot())
+            return
+        self._show()
+        if not self._fetching:
+            self._fetching = True
+            self.run_worker(self._fetch, thread=True, group="snapshot", exit_on_error=False)
+
+    def _fetch(self) -> None:
+        doc = None
+        try:
+            doc = self.feed.snapshot()
+        finally:
+            try:
+                self.call_from_thread(self._arrived, doc)
+            except RuntimeError:  # the app is closing
+                self._fetching = False
+
+    def _arrived(self, doc: dict | None) -> None:
+        self._fetching = False
         if doc is not None:
             self.doc = doc
+        self._show()
+
+    def _show(self) -> None:
         screen = self.screen
         if isinstance(screen, DiagnosisScreen):
             screen.show(self.doc, self.status_line())

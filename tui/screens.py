@@ -8,8 +8,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Log, Static
 
-from gpudiag.agent.formatting import evidence_parts, is_bound, speedup_text
-from gpudiag.agent.trial import summary_line, with_trials
+from gpudiag.text.formatting import evidence_parts, is_bound, speedup_text
+from gpudiag.text.trials import summary_line, with_trials
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
 

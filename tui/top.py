@@ -9,7 +9,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
-from gpudiag.agent.redact import redact_text
+from gpudiag.text.redact import redact_text
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -105,6 +105,7 @@ class TopApp(App):
         super().__init__()
         self.snapshot = snapshot
         self.box: dict = {}
+        self._sampling = False  # a sample is being taken on a worker thread
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
@@ -121,7 +122,28 @@ class TopApp(App):
         self.set_interval(1.0, self.tick)
 
     def tick(self) -> None:
-        self.box = self.snapshot()
+        """Sample on a worker thread (NVML and the process table take time), one at a time;
+        the panels update when the sample arrives, so keys never wait on it."""
+        if not self._sampling:
+            self._sampling = True
+            self.run_worker(self._sample, thread=True, group="sample", exit_on_error=False)
+
+    def _sample(self) -> None:
+        box = None
+        try:
+            box = self.snapshot()
+        finally:
+            try:
+                self.call_from_thread(self.show, box)
+            except RuntimeError:  # the app is closing
+                self._sampling = False
+
+    def show(self, box: dict | None) -> None:
+        """Draw the panels and the process table from one sample."""
+        self._sampling = False
+        if box is None:
+            return
+        self.box = box
         self.query_one("#gpus", Static).update(gpu_text(self.box))
         self.query_one("#host", Static).update(host_text(self.box))
         table = self.query_one("#procs", DataTable)

@@ -6,7 +6,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudiag.agent.formatting import SHORT_LABELS, period_parts, speedup_text
+from gpudiag.text.formatting import SHORT_LABELS, period_parts, speedup_text
 from gpudiag.tui.wrap import Wrapped
 
 _STYLES = {

@@ -434,3 +434,31 @@ def test_another_real_users_process_is_refused(tmp_path):
     for res in runs:
         assert_one_line_error(res, f"pid {job.pid} belongs to user 'nobody'", "uid")
     assert job.returncode == -9  # the job was never touched until the test ended it
+
+
+def test_probe_ingest_goes_on_while_a_live_analysis_runs(sleeper, monkeypatch):
+    """A live view's analysis runs on a copy of the timeline taken under the lock, never
+    holding the lock the probes' ingest takes (it used to analyse under it)."""
+    from gpudiag.agent import session as session_mod
+
+    started, release = threading.Event(), threading.Event()
+    real = session_mod.analyze
+
+    def slow_analyze(*a, **k):
+        started.set()
+        assert release.wait(10), "ingest was blocked behind the analysis"
+        return real(*a, **k)
+
+    monkeypatch.setattr(session_mod, "analyze", slow_analyze)
+    s = session(sleeper.pid, [Ticker()], duration_s=1.0)
+    s._ingest(Ticker().sample())
+    live = threading.Thread(target=s.snapshot)
+    live.start()
+    assert started.wait(10)
+    t0 = time.monotonic()
+    s._ingest(Ticker().sample())  # a probe's samples land while the analysis waits
+    ingest_s = time.monotonic() - t0
+    release.set()
+    live.join(10)
+    assert ingest_s < 1.0
+    assert s.timeline.samples_seen == 2

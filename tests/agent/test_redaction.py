@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpudiag.agent.recording import Recorder, open_recording
-from gpudiag.agent.redact import (
+from gpudiag.text.redact import (
     MASK,
     is_secret_name,
     redact_argv,

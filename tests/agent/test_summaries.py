@@ -172,3 +172,20 @@ def test_plain_attach_shows_the_hooks_as_information(tmp_path):
     assert "steps/s" in line
     hooks = next(p for p in load_report(str(out))["probes"] if p["name"] == "hooks")
     assert hooks["available"] and hooks["info"] is True
+
+
+def test_a_job_gone_during_a_slow_start_up_never_reached_its_loop():
+    """On a busy box py-spy can catch the interpreter starting (a few samples, all "other")
+    before a job that cannot open its script exits: still no loop, not "5 samples of 150"."""
+    from gpudiag.agent.render import no_diagnosis_line
+
+    doc = {
+        "run": {"end_reason": "target_exited", "exit_code": 2, "duration_s": 0.9},
+        "breakdown": {"samples": 5, "shares": {"other": 1.0, "forward": 0.0}},
+        "thresholds": {"min_loop_samples": 150},
+        "probes": [{"name": "stacks", "available": True}],
+        "metrics": {"steps": None},
+    }
+    assert no_diagnosis_line(doc).endswith("before its training loop started.")
+    doc["breakdown"]["shares"] = {"other": 0.4, "forward": 0.6}  # it was in its loop
+    assert "with 5 loop samples (150 needed)" in no_diagnosis_line(doc)

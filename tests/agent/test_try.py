@@ -240,7 +240,7 @@ def test_trials_in_report_summary_html_and_tui():
     from gpudiag.agent.render import render_text
     from gpudiag.agent.replay import replay_report
     from gpudiag.agent.report import validate
-    from gpudiag.agent.trial import with_trials
+    from gpudiag.text.trials import with_trials
     from gpudiag.tui.screens import finding_text
     from tests.agent.test_html_report import H100
 

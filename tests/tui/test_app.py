@@ -161,3 +161,49 @@ def test_c_asks_a_live_job_for_a_capture_and_says_so():
 def test_c_does_nothing_on_a_saved_report():
     app = DiagnosisApp(static_feed(starved_doc(), "report"))
     assert app.check_action("capture", ()) is False
+
+
+def test_a_slow_live_analysis_does_not_stop_the_view():
+    """A live snapshot (an analysis of the session so far) runs on a worker thread: while
+    one takes seconds, keys are handled and the job's output still reaches the log panel;
+    only one analysis runs at a time, and its result is shown when it arrives."""
+    import threading
+
+    from textual.widgets import Log
+
+    doc = starved_doc()
+    release, calls, lines = threading.Event(), {"n": 0}, ["step 1 loss 0.1"]
+
+    def snapshot():
+        calls["n"] += 1
+        release.wait(20)
+        return doc
+
+    def output():
+        out, lines[:] = list(lines), []
+        return out
+
+    feed = Feed("run pid 42", snapshot, live=True, output=output)
+    app = DiagnosisApp(feed)
+
+    async def steps(pilot):
+        await pilot.pause(1.5)  # two refresh ticks while the first analysis is stuck
+        assert calls["n"] == 1  # never queued behind the stuck one
+        assert "starting" in text_of(app.screen.query_one("#status"))
+        joblog = app.screen.query_one("#joblog", Log)
+        assert any("step 1 loss" in str(line) for line in joblog.lines)
+        await pilot.press("question_mark")  # the event loop takes keys meanwhile
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        release.set()
+        for _ in range(30):
+            await pilot.pause(0.1)
+            if app.doc is not None:
+                break
+        assert app.doc is doc
+        assert "DATA001" in str(app.screen.query_one(FindingsTable).get_row_at(0))
+        await pilot.press("q")
+
+    run(app, steps, size=(100, 30))

@@ -1,0 +1,86 @@
+"""The packages' imports point one way: probes sample, analyzers decide, the agent
+orchestrates, the TUI shows (from report documents and its feed, through `text`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("probes", "analyzers", "text", "tui", "agent")
+# package -> the gpudiag packages it may import (imports inside functions count too)
+ALLOWED = {
+    "probes": set(),
+    "analyzers": {"probes"},
+    "text": set(),
+    "tui": {"text"},
+    "agent": {"probes", "analyzers", "text", "tui"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    """The gpudiag packages one module imports, wherever in the module the import is."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "gpudiag" and len(parts) > 1:
+                out.add(parts[1])
+    return out
+
+
+def package_graph() -> dict[str, dict[str, list[str]]]:
+    """package -> imported package -> the modules that import it."""
+    graph: dict[str, dict[str, list[str]]] = {p: {} for p in PACKAGES}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for dep in imported_packages(path) - {pkg}:
+                graph[pkg].setdefault(dep, []).append(str(path.relative_to(ROOT)))
+    return graph
+
+
+def has_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle among the packages, or None."""
+    state: dict[str, int] = {}
+
+    def visit(n: str, path: list[str]) -> list[str] | None:
+        state[n] = 1
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == 1:
+                return [*path, n, m]
+            if m not in state and (found := visit(m, [*path, n])):
+                return found
+        state[n] = 2
+        return None
+
+    for n in edges:
+        if n not in state and (found := visit(n, [])):
+            return found
+    return None
+
+
+def test_every_package_imports_only_what_its_layer_allows():
+    graph = package_graph()
+    wrong = {
+        f"{pkg} -> {dep}": mods
+        for pkg, deps in graph.items()
+        for dep, mods in deps.items()
+        if dep in PACKAGES and dep not in ALLOWED[pkg]
+    }
+    assert not wrong, wrong
+
+
+def test_no_import_cycle_between_packages():
+    graph = package_graph()
+    edges = {p: {d for d in deps if d in PACKAGES} for p, deps in graph.items()}
+    assert has_cycle(edges) is None
+
+
+def test_the_cycle_finder_finds_one():
+    assert has_cycle({"agent": {"tui"}, "tui": {"agent"}}) == ["agent", "tui", "agent"]
+    assert has_cycle({"agent": {"tui"}, "tui": {"text"}, "text": set()}) is None
