@@ -13,11 +13,10 @@ import time
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.report import iso, load_report
-from gpudiag.analyzers.catalogue import ranked
+from gpudiag.analyzers.catalogue import compares_ranks, ranked
 from gpudiag.analyzers.distributed import RankStats, straggler
+from gpudiag.analyzers.finalize import merged_verdict
 from gpudiag.analyzers.thresholds import Thresholds
-
-DIST_IDS = ("DIST001", "DIST003")
 
 
 def _ranks_of(doc: dict, path: str, fallback: int) -> list[dict]:
@@ -69,29 +68,6 @@ def clock_offsets(ranks: list[dict]) -> dict[str, float]:
     return out
 
 
-def merged_verdict(findings: list[dict], docs: list[dict]) -> dict:
-    """The merged report's verdict: its own top finding (not the first report's), sure only
-    when every merged report was."""
-    top = next((f for f in findings if f["severity"] in ("error", "warning")), None)
-    sure = all((d.get("verdict") or {}).get("sure") for d in docs)
-    n = f"merged from {len(docs)} reports"
-    if top is None:
-        return {
-            "finding": None,
-            "sure": sure,
-            "confidence": None,
-            "statement": f"no bottleneck crossed its threshold ({n})"
-            + ("" if sure else "; not sure: a merged report was not"),
-        }
-    return {
-        "finding": top["id"],
-        "sure": sure,
-        "confidence": top.get("confidence"),
-        "statement": f"{top['id']} with {top.get('confidence') or 0:.0%} confidence ({n})"
-        + ("" if sure else "; not sure: a merged report was not"),
-    }
-
-
 def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     """The job report of several per-host reports; UsageError for unusable input."""
     th = th or Thresholds()
@@ -139,7 +115,7 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     for doc, path in zip(docs, paths, strict=True):
         host = (doc.get("environment") or {}).get("host") or path
         for f in doc.get("findings") or []:
-            if f["id"] in DIST_IDS:
+            if compares_ranks(f["id"]):
                 continue  # decided again across every rank
             if len(hosts) > 1:
                 f = dict(f, message=f"{host}: {f['message']}")

@@ -20,7 +20,7 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
-from gpudiag.analyzers.catalogue import ranked
+from gpudiag.analyzers.finalize import with_more
 from gpudiag.analyzers.rules import Classifier
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
@@ -350,15 +350,15 @@ class Session:
             found, section = self.ranks.section(
                 self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
             )
-        merged = ranked([*analysis.findings, *found])
-        verdict = analysis.verdict
-        if found:  # the verdict rests on the main rank's samples; a DIST finding leads it
-            from gpudiag.analyzers import verdict_of
-
-            samples = float(analysis.breakdown.samples)
-            verdict = verdict_of(
-                merged, samples, analysis.metrics.get("steps"), self.settings.thresholds
-            )
+        # the verdict rests on the main rank's samples; a DIST finding may lead it
+        merged, verdict = with_more(
+            list(analysis.findings),
+            found,
+            analysis.verdict,
+            float(analysis.breakdown.samples),
+            analysis.metrics.get("steps"),
+            self.settings.thresholds,
+        )
         return replace(analysis, findings=tuple(merged), verdict=verdict), section
 
     def result_so_far(self, recent_s: float | None = None) -> SessionResult:

@@ -20,6 +20,7 @@ class Spec:
     error_setting: str | None = "error_impact"  # threshold naming the error impact; None: never
     always_note: bool = False  # informational: never a warning
     time_in: str | None = None  # the Breakdown category whose time the finding is about
+    compares_ranks: bool = False  # decided by comparing every rank (merge decides it again)
 
 
 CATALOGUE: dict[str, Spec] = {
@@ -105,6 +106,7 @@ CATALOGUE: dict[str, Spec] = {
             "distributed",
             False,
             time_in="collective",
+            compares_ranks=True,
         ),
         Spec(
             "DIST002",
@@ -118,6 +120,7 @@ CATALOGUE: dict[str, Spec] = {
             "distributed",
             False,
             time_in="collective",
+            compares_ranks=True,
         ),
     )
 }
@@ -147,6 +150,12 @@ def about_time_in(findings: list, breakdown_category: str) -> bool:
     """Whether any of `findings` is about time spent in this Breakdown category (e.g. any
     finding about checkpoint saves), whatever its id."""
     return any(spec(f.id).time_in == breakdown_category for f in findings)
+
+
+def compares_ranks(finding_id: str) -> bool:
+    """Whether a finding of this id is decided by comparing the ranks (a straggler, every rank
+    communication-bound): a merge of per-host reports decides it again over all the ranks."""
+    return spec(finding_id).compares_ranks
 
 
 def category(finding_id: str) -> str:

@@ -233,6 +233,7 @@ def _cost001(
         expected_speedup=1.0,
         cost=_money(per_hour * idle),
         signals=("nvml utilization", "price"),
+        speedup_basis="none: the money view of the causes above (their speed-ups are theirs)",
     )
 
 

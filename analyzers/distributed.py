@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 
 from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.dist_gpu import gpu_cause
-from gpudiag.analyzers.results import Breakdown, Evidence, Finding, Location, Recommendation
+from gpudiag.analyzers.results import (
+    Breakdown,
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_impact,
+)
 from gpudiag.analyzers.thresholds import Thresholds
 
 # the per-rank breakdown's parts, from the Breakdown categories
@@ -269,7 +276,7 @@ def _dist001(
         msg += f" ({own} {share:.0%} of its step vs {mean[own]:.0%} on the others)"
         loc = culprit.locations.get(own) or culprit.location
         msg += f", at {loc}" if loc else ""
-    msg += f". If it kept pace, every rank would step {1.0 / max(0.05, 1.0 - lost):.2f}x faster."
+    msg += f". If it kept pace, every rank would step {speedup_from_impact(lost):.2f}x faster."
     actions = {
         "data": (
             f"on rank {culprit.rank}: raise DataLoader num_workers, set pin_memory=True and "
@@ -286,7 +293,7 @@ def _dist001(
             "__getitem__ or collate_fn, with num_workers > 0) or make it the same on every rank",
         ),
     }.get(own, (f"profile rank {culprit.rank} alone: `gpudiag attach {culprit.pid}`",))
-    speedup = 1.0 / max(0.05, 1.0 - lost)
+    speedup = speedup_from_impact(lost)
     # how likely the smallest gap is above the threshold, from the stack samples behind it
     v = min(victims, key=wait)
     p1, p2 = wait(v), wait(culprit)
@@ -341,7 +348,7 @@ def _dist003(ranks: list[RankStats], th: Thresholds, wait=None) -> Finding:
     wait = wait or _wait
     share = min(wait(r) for r in ranks)
     k = 4
-    speedup = 1.0 / (1.0 - share * (k - 1) / k)
+    speedup = speedup_from_impact(share * (k - 1) / k)
     return Finding(
         id="DIST003",
         title=spec("DIST003").title,

@@ -148,6 +148,8 @@ def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
             recommendation=Recommendation("Fewer, bigger kernels", actions),
             expected_speedup=speedup_from_impact(min(0.99, lost * st.busy)),
             signals=("nvml utilization", "nvml gpm"),
+            speedup_basis=f"the busy time its SMs sit idle ({lost:.0%} of {st.busy:.0%} busy) "
+            "given back: fewer, bigger kernels keep the SMs fed",
         )
     ]
 
@@ -277,5 +279,7 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
             recommendation=Recommendation("Balance the work across GPUs", actions),
             expected_speedup=speedup_from_impact(impact),
             signals=("nvml utilization",),
+            speedup_basis=f"half the busy spread ({spread:.0%}) given back: the least loaded "
+            "GPUs stop waiting for the busiest",
         )
     ]

@@ -56,6 +56,7 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
                 recommendation=Recommendation("Leave memory headroom", actions),
                 expected_speedup=1.0,
                 signals=("nvml memory",),
+                speedup_basis="none: a risk to the run (out of memory), not lost time",
             )
         ]
     if frac > th.mem_headroom_max:
@@ -110,5 +111,6 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
             ),
             expected_speedup=1.0,
             signals=("nvml memory",),
+            speedup_basis="none here: a larger batch may raise throughput; measure it",
         )
     ]

@@ -5,7 +5,13 @@ from __future__ import annotations
 from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.critical_path import CriticalPath
 from gpudiag.analyzers.gpu_stats import GpuStats, confidence, gpu_evidence
-from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+    speedup_from_step,
+)
 from gpudiag.analyzers.thresholds import Thresholds
 
 
@@ -83,7 +89,7 @@ def transfer_findings(
         pinned_rate = th.pinned_link_efficiency * cap if cap else None
         if pageable and pinned_rate and rate_now > 0 and rate_now < pinned_rate:
             after = (1.0 - copy_share) + copy_share * rate_now / pinned_rate
-            speed = 1.0 / max(1e-3, after)
+            speed = speedup_from_step(after)
             speed_kind = "model"
             basis = (
                 f"the copy phase ({copy_share:.0%} of the step at {rate_now / 1e9:.1f} "

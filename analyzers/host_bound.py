@@ -13,7 +13,14 @@ from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.critical_path import CriticalPath
 from gpudiag.analyzers.loop import LoopProfile
 from gpudiag.analyzers.pipeline import loader_cores
-from gpudiag.analyzers.results import Evidence, Finding, Location, Recommendation
+from gpudiag.analyzers.results import (
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_impact,
+    speedup_from_step,
+)
 from gpudiag.analyzers.rules import Classifier, parse_stack
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.analyzers.timeline import Aggregate
@@ -101,12 +108,12 @@ def host_findings(
         ev.append(
             Evidence(f"loop_share[{c}]", round(shares.get(c, 0.0), 4), "ratio", source="stacks")
         )
-    floor = 1.0 / max(1e-3, 1.0 - idle)  # the step cannot beat the GPU's busy time
+    floor = speedup_from_impact(idle)  # the step cannot beat the GPU's busy time
     phases = {c: shares.get(c, 0.0) for c in ("forward", "backward", "optimizer")}
     top = max(phases, key=phases.get)
     if kind in OPTIMIZER_CUT and opt >= th.host_optimizer_min:
         cut = OPTIMIZER_CUT[kind]
-        speed = min(floor, 1.0 / max(1e-3, 1.0 - cut * opt))
+        speed = min(floor, speedup_from_impact(cut * opt))
         msg = (
             f"The GPU idles {idle:.0%} of the loop while the loop thread is busy on the "
             f"CPU: {impact:.0%} of the time the host is the critical path. The optimizer "
@@ -220,7 +227,7 @@ def _user_code(
         after = max(1.0 - user, user / workers)
         if idle is not None:
             after = max(after, 1.0 - idle)
-        speed = 1.0 / max(1e-3, after)
+        speed = speedup_from_step(after)
         speed_kind = "model"
         basis = (
             f"the user-code share ({user:.0%}) spread over {workers} worker"
@@ -235,7 +242,7 @@ def _user_code(
             "or cache its results when the same inputs repeat",
         )
     else:
-        speed = 1.0 / max(1e-3, 1.0 - user)
+        speed = speedup_from_impact(user)
         basis = (
             f"a bound: x{speed:.2f} if {name} cost nothing (no idle core to move it to: "
             "make it cheaper)"

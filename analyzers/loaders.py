@@ -6,7 +6,7 @@ import math
 
 from gpudiag.analyzers.catalogue import spec
 from gpudiag.analyzers.loop import LoopProfile
-from gpudiag.analyzers.results import Evidence, Finding, Recommendation
+from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_step
 
 
 def loader_on_cpu(profile: LoopProfile, metrics: dict, workers: int) -> float | None:
@@ -51,7 +51,7 @@ def waiting_loaders_finding(
     rest = max(1e-3, 1.0 - wait)
     load = wait if workers == 0 else float(workers)  # the step normalised to 1
     n = max(workers + 1, 2, math.ceil(load / rest - 1e-9))
-    speed = 1.0 / max(rest, load / n)
+    speed = speedup_from_step(max(rest, load / n))
     if floor:
         speed = min(speed, floor)
     msg = (

@@ -130,6 +130,12 @@ class Finding:
         return d
 
 
+def speedup_from_step(after: float) -> float:
+    """The speed-up when a step takes `after` of its time now (the one formula every finding
+    uses: at most x100, where a model's step would shrink to nothing)."""
+    return 1.0 / max(0.01, after)
+
+
 def speedup_from_impact(impact: float) -> float:
     """The speed-up if a cost of `impact` (share of wall time) went away entirely."""
-    return 1.0 / max(1e-6, 1.0 - min(impact, 0.99))
+    return speedup_from_step(1.0 - impact)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from gpudiag.analyzers.catalogue import severity, spec
 from gpudiag.analyzers.critical_path import CriticalPath
-from gpudiag.analyzers.results import Evidence, Finding, Location, Recommendation
+from gpudiag.analyzers.results import (
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_impact,
+)
 from gpudiag.analyzers.thresholds import Thresholds
 
 
@@ -67,7 +73,7 @@ def sync_findings(
         "buffers and read them a step later",
     )
     idle = cp.gpu_idle or 0.0
-    speed = 1.0 / max(1e-3, 1.0 - impact)
+    speed = speedup_from_impact(impact)
     return [
         Finding(
             id="SYNC001",

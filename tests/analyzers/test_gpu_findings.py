@@ -124,11 +124,14 @@ def test_two_uneven_gpus_are_flagged():
     assert "GPU004" in ids(a)
     f = next(f for f in a.findings if f.id == "GPU004")
     assert {e.metric for e in f.evidence} >= {"gpu_busy[gpu0]", "gpu_busy[gpu1]"}
+    assert "spread" in f.speedup_basis  # every prediction says how it was made
 
 
 def test_launch_bound_and_fp32_need_gpm():
     launch = FakeGpu(job_pids=[ME], util=const(98), gpm={2: const(15), 5: const(1)})
-    assert ids(analyze(timeline(launch).tl)) == ["GPU002"]
+    a = analyze(timeline(launch).tl)
+    assert ids(a) == ["GPU002"]
+    assert "SMs" in a.findings[0].speedup_basis  # every prediction says how it was made
     fp32 = FakeGpu(job_pids=[ME], util=const(98), gpm={2: const(85), 5: const(0.5)})
     a = analyze(timeline(fp32).tl)
     assert ids(a) == ["GPU003"]

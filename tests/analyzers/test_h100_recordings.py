@@ -81,3 +81,10 @@ def test_power_cap_at_the_default_limit_is_not_a_warning():
     for name in ("healthy", "fp32_fixed", "ckpt_fixed"):
         th = [f for f in replay(name).findings if f.id == "THROT001"]
         assert all(f.severity == "note" for f in th)
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_every_finding_says_how_its_speedup_was_made(name):
+    """The README promises a basis for every finding's expected speed-up, notes included."""
+    for f in replay(name).findings:
+        assert f.speedup_basis, f.id
