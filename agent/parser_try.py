@@ -8,7 +8,7 @@ import sys
 
 from gpudiag.agent.errors import UsageError
 
-USAGE = "gpudiag try (--fix KIND:KEY=VALUE,... | --from REPORT) [options] -- CMD [ARGS...]"
+USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
 
 def add_try_parser(sub) -> None:
@@ -19,7 +19,9 @@ def add_try_parser(sub) -> None:
         description="Run CMD as it is and with a fix applied in-process, interleaved "
         "(A B B A ...), each arm a warm-up then --seconds of measured steps, --rounds times; "
         "print the measured speed-up with its 95%% interval against the prediction and the "
-        "code change to make. Progress goes to stderr.",
+        "code change to make. Without --fix or --from it diagnoses the job first (as `run "
+        "--until-sure` does, at most --diagnose-seconds of loop) and tries the fixes its "
+        "findings carry. Progress goes to stderr.",
         usage=USAGE,
     )
     p.add_argument(
@@ -37,6 +39,13 @@ def add_try_parser(sub) -> None:
         help="try the fixes carried by this report's findings (top first)",
     )
     p.add_argument("--finding", metavar="ID", help="with --from: only this finding's fix")
+    p.add_argument(
+        "--diagnose-seconds",
+        type=_secs,
+        default=60.0,
+        help="without --fix or --from: the diagnosis' longest look at the loop (default 60; "
+        "it stops earlier once the verdict is sure)",
+    )
     p.add_argument("--rounds", type=_count, default=3, help="interleaved rounds (default 3)")
     p.add_argument(
         "--seconds", type=_secs, default=10.0, help="measured seconds per arm (default 10)"
@@ -139,6 +148,8 @@ def cmd_try(args: argparse.Namespace) -> int:
     plans: list[TrialPlan] = []
     for text in args.fix:
         plans.append(TrialPlan(command, parse_fix(text)))
+    if not args.fix and not args.from_report:  # nothing named: diagnose first, as run does
+        args.from_report = diagnose_first(command, args)
     if args.from_report:
         doc = load_report(args.from_report)
         for f in doc.get("findings") or []:
@@ -159,10 +170,9 @@ def cmd_try(args: argparse.Namespace) -> int:
                     location=f.get("location"),
                 )
             )
-    if not args.fix and not args.from_report:
-        raise UsageError(f"try needs --fix or --from REPORT: {USAGE}")
     if not plans:
-        raise UsageError("no finding in the report carries a fix that can be tried")
+        top = (doc.get("verdict") or {}).get("statement") or "no finding"
+        raise UsageError(f"no finding in the report carries a fix that can be tried ({top})")
     for plan in plans:
         why = check_fix(plan.fix, args.allow_numerics, args.allow_compile)
         if why:
@@ -182,3 +192,48 @@ def cmd_try(args: argparse.Namespace) -> int:
             with open(args.out, "w") as f:
                 json.dump({"trials": trials}, f, indent=2)
     return 0 if all(t["verdict"] != "failed" for t in trials) else 1
+
+
+def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
+    """`try` with nothing named: profile the job as `run --until-sure` does, end it, and
+    return the report's path (its findings' fixes are then tried)."""
+    import os
+    import tempfile
+
+    from gpudiag.agent.cli import cmd_run
+    from gpudiag.agent.parser import build_parser
+    from gpudiag.agent.trial import progress
+
+    out = args.out or os.path.join(tempfile.mkdtemp(prefix="gpudiag-try-"), "diagnosis.json")
+    progress(
+        f"no --fix or --from: diagnosing the job first (until the verdict is sure, at most "
+        f"{args.diagnose_seconds:.0f} s of its loop)"
+    )
+    ns = build_parser().parse_args(
+        ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
+        + ["--", *command]
+    )
+    cmd_run(ns)
+    if not os.path.exists(out):
+        raise UsageError("the diagnosis wrote no report: nothing to try")
+    end_job(out)
+    doc = json.load(open(out))
+    progress(f"diagnosis: {(doc.get('verdict') or {}).get('statement') or 'none'}")
+    return out
+
+
+def end_job(report: str) -> None:
+    """End the job a `run --duration` left running (and its DataLoader workers)."""
+    import psutil
+
+    try:
+        pid = int(json.load(open(report))["run"]["pid"])
+        proc = psutil.Process(pid)
+        procs = [*proc.children(recursive=True), proc]
+        for p in procs:
+            p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        for p in alive:
+            p.kill()
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        pass

@@ -171,8 +171,6 @@ def test_bad_fix_and_numerics_are_one_line_exit_2():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown fix kind" in r.stderr
     r = gpudiag("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
     assert r.returncode == 2 and "--allow-numerics" in r.stderr
-    r = gpudiag("try", "--", sys.executable, "-c", "pass")
-    assert r.returncode == 2 and "--fix or --from" in r.stderr
 
 
 JOB = """
@@ -298,3 +296,45 @@ def test_run_try_diagnoses_then_says_what_it_tried(tmp_path):
     assert r.returncode == 0, r.stderr
     assert out.exists()
     assert "nothing tried" in r.stderr or "gpudiag try: round" in r.stderr
+
+
+def test_try_without_a_fix_diagnoses_first_then_tries_the_top_fix(tmp_path):
+    """`gpudiag try -- CMD` (nothing named) profiles the job as `run --until-sure` does, ends
+    it, and tries the fixes its findings carry: here a loader that sleeps per sample with
+    num_workers=0, whose finding carries num_workers."""
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    out = tmp_path / "r.json"
+    r = gpudiag(
+        "try",
+        "--diagnose-seconds",
+        "30",
+        "--rounds",
+        "1",
+        "--seconds",
+        "1.5",
+        "--warmup",
+        "0.5",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        str(job),
+        timeout=400,
+    )
+    assert "diagnosing the job first" in r.stderr and "diagnosis: DATA001" in r.stderr, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["findings"][0]["id"] == "DATA001"  # the diagnosis' report, with its trials
+    trial = doc["trials"][0]
+    assert trial["finding"] == "DATA001" and trial["fix"]["kind"] == "dataloader"
+    assert trial["predicted"] and trial["measured"], trial
+    assert r.returncode == 0, r.stderr
+
+
+def test_try_with_nothing_to_try_says_why_in_one_line(tmp_path):
+    """A diagnosis whose findings carry no fix: one line naming the verdict, exit 2."""
+    job = tmp_path / "quick.py"
+    job.write_text("print('done')\n")
+    r = gpudiag("try", "--diagnose-seconds", "5", "--", sys.executable, str(job), timeout=120)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "no finding in the report carries a fix" in last, r.stderr
