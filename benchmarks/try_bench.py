@@ -1,9 +1,11 @@
-"""`gpudiag try` on the planted workloads: predicted vs measured per fix, and the hand-made
-change timed separately (the workload's code edited to the fix's values, run alternately
-with the original; rate = steps it printed / its --seconds).
+"""`gpudiag try` on the planted workloads, the demo's job and public training scripts:
+predicted vs measured per fix, and the hand-made change timed separately (a planted
+workload's or the demo's code edited to the fix's values, a public script run with the flag
+that makes the same change; run alternately with the original; rate = steps it printed over
+its seconds).
 
-    python benchmarks/try_bench.py --workloads starved_loader sync_checkpoint \
-        --diagnose-seconds 40 --rounds 3 --seconds 10 --hand-seconds 20
+    python benchmarks/try_bench.py --workloads demo starved_loader sync_checkpoint \
+        --public hf_trainer lightning_ckpt --diagnose-seconds 40 --rounds 3 --seconds 10
 
 Prints a Markdown table (for docs/try.md) with the date and machine.
 """
@@ -22,7 +24,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-WORKLOADS = Path(__file__).resolve().parent.parent / "tests" / "workloads"
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = ROOT / "tests" / "workloads"
+PUBLIC = ROOT / "tests" / "public"
+DEMO = ROOT / "agent" / "demo_job.py"  # `gpudiag demo`'s job: a loader-bound loop
+# public script -> (its path, the flags that make a tried fix by hand, per fix kind)
+PUBLIC_FLAGS = {
+    "hf_trainer": (
+        "hf_trainer/main.py",
+        {"dataloader": lambda v: ["--workers", str(v["num_workers"])]},
+    ),
+    "mnist": ("mnist/main.py", {"dataloader": lambda v: ["--workers", str(v["num_workers"])]}),
+    "lightning_ckpt": (
+        "lightning_ckpt/main.py",
+        {"checkpoint": lambda v: ["--ckpt-every", str(5 * int(v["every"]))]},
+    ),
+}
+STEPS = re.compile(r"steps: (\d+) in ([0-9.]+) s|steps: (\d+)|(\d+) steps")
 # how the hand-made change is written into each workload's source, per fix kind
 EDITS = {
     "dataloader": lambda src, v: src.replace(
@@ -32,56 +50,113 @@ EDITS = {
 }
 
 
-def cli(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run gpudiag, its stderr passed through (progress)."""
     return subprocess.run(
         [sys.executable, "-m", "gpudiag.agent.cli", *args],
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
         timeout=timeout,
     )
 
 
-def steps_per_s(script: Path, seconds: float) -> float:
-    """Run a workload for `seconds`; its printed step count over the seconds."""
+def script_of(name: str) -> Path:
+    """The file of a planted workload, the demo's job or a public script."""
+    if name == "demo":
+        return DEMO
+    if name in PUBLIC_FLAGS:
+        return PUBLIC / PUBLIC_FLAGS[name][0]
+    return WORKLOADS / f"{name}.py"
+
+
+def job_argv(name: str, seconds: float, script: Path | None = None) -> tuple[list, dict]:
+    """The command and environment that run a job for about `seconds`."""
+    script = script or script_of(name)
+    if name in PUBLIC_FLAGS:  # public scripts bound their training by PUBLIC_SECONDS
+        env = {**os.environ, "PUBLIC_SECONDS": str(seconds), "PYTHONUNBUFFERED": "1"}
+        return [sys.executable, str(script)], env
+    return [sys.executable, str(script), "--seconds", str(seconds)], dict(os.environ)
+
+
+def rate_of(output: str, seconds: float) -> float | None:
+    """Steps per second from a job's last step-count line."""
+    found = STEPS.findall(output)
+    if not found:
+        return None
+    n_in, secs, n_plain, n_demo = found[-1]
+    if n_in:
+        return int(n_in) / float(secs) if float(secs) > 0 else None
+    return int(n_plain or n_demo) / seconds
+
+
+def steps_per_s(name: str, seconds: float, script: Path | None = None, extra=()) -> float:
+    """Run a job for `seconds`; its printed steps over its time."""
+    argv, env = job_argv(name, seconds, script)
     out = subprocess.run(
-        [sys.executable, str(script), "--seconds", str(seconds)],
+        [*argv, *extra],
         capture_output=True,
         text=True,
         cwd=WORKLOADS,
-        timeout=seconds * 4 + 120,
+        env=env,
+        timeout=seconds * 4 + 180,
     ).stdout
-    found = re.findall(r"steps: (\d+)", out)
-    if not found:
-        raise SystemExit(f"{script.name}: no step count printed")
-    return int(found[-1]) / seconds
+    rate = rate_of(out, seconds)
+    if rate is None:
+        raise SystemExit(f"{name}: no step count printed")
+    return rate
 
 
 def hand_made(name: str, fix: dict, rounds: int, seconds: float) -> tuple[float, list, list]:
-    """The fix written into a copy of the workload, timed alternately with the original."""
-    src = (WORKLOADS / f"{name}.py").read_text()
-    edited = EDITS[fix["kind"]](src, fix["values"])
-    if edited == src:
-        raise SystemExit(f"{name}: the hand-made {fix['kind']} edit did not apply")
-    copy = WORKLOADS / f"_hand_{name}.py"
-    copy.write_text(edited)
+    """The fix made by hand, timed alternately with the original: a public script with its
+    flag, a planted workload or the demo's job as an edited copy of its code."""
+    copy, extra = None, []
+    if name in PUBLIC_FLAGS:
+        extra = PUBLIC_FLAGS[name][1][fix["kind"]](fix["values"])
+    else:
+        src = script_of(name).read_text()
+        edited = EDITS[fix["kind"]](src, fix["values"])
+        if edited == src:
+            raise SystemExit(f"{name}: the hand-made {fix['kind']} edit did not apply")
+        copy = WORKLOADS / f"_hand_{name}.py"
+        copy.write_text(edited)
     base, fixed = [], []
     try:
         for r in range(rounds):
             for arm in ("a", "b") if r % 2 == 0 else ("b", "a"):
-                script = copy if arm == "b" else WORKLOADS / f"{name}.py"
-                (fixed if arm == "b" else base).append(steps_per_s(script, seconds))
+                if arm == "b":
+                    fixed.append(steps_per_s(name, seconds, copy, extra))
+                else:
+                    base.append(steps_per_s(name, seconds))
     finally:
-        copy.unlink()
+        if copy is not None:
+            copy.unlink()
     return statistics.median(fixed) / statistics.median(base), base, fixed
+
+
+def has_hand(name: str, kind: str) -> bool:
+    """Whether the benchmark can make this fix by hand for this job."""
+    if name in PUBLIC_FLAGS:
+        return kind in PUBLIC_FLAGS[name][1]
+    return kind in EDITS
+
+
+def end_job(report: str) -> None:
+    """End the job a `run --duration` look left running."""
+    from gpudiag.agent.parser_try import end_job as end
+
+    end(report)
 
 
 def bench(name: str, args: argparse.Namespace, folder: str) -> list[dict]:
     """Diagnose, try every fix the report carries, time the hand-made change."""
     report = os.path.join(folder, f"{name}.json")
-    job = [sys.executable, f"{name}.py", "--seconds"]
     os.chdir(WORKLOADS)
-    cli("run", "--out", report, "--", *job, str(args.diagnose_seconds))
+    argv, env = job_argv(name, args.diagnose_seconds)
+    look = ["--until-sure", "--duration", str(args.diagnose_seconds)]
+    cli("run", "-q", *look, "--out", report, "--", *argv, env=env)
+    if os.path.exists(report):
+        end_job(report)
     trials_out = os.path.join(folder, f"{name}-try.json")
     doc = json.load(open(report)) if os.path.exists(report) else {}
     found = [f["id"] for f in doc.get("findings") or []]
@@ -90,6 +165,7 @@ def bench(name: str, args: argparse.Namespace, folder: str) -> list[dict]:
         if name not in args.fix:
             return [{"workload": name, "error": f"no fix in the diagnosis ({found})"}]
         source = ["--fix", args.fix[name]]  # the planted cause's fix, no prediction
+    argv, env = job_argv(name, 3600)
     r = cli(
         "try",
         *source,
@@ -100,8 +176,8 @@ def bench(name: str, args: argparse.Namespace, folder: str) -> list[dict]:
         "--out",
         trials_out,
         "--",
-        *job,
-        "3600",
+        *argv,
+        env=env,
     )
     print(r.stdout, file=sys.stderr)
     if not os.path.exists(trials_out):
@@ -109,7 +185,7 @@ def bench(name: str, args: argparse.Namespace, folder: str) -> list[dict]:
     rows = []
     for t in json.load(open(trials_out))["trials"]:
         row = {"workload": name, "diagnosed": found, **t}
-        if t["fix"]["kind"] in EDITS:
+        if has_hand(name, t["fix"]["kind"]):
             row["hand"], row["hand_base"], row["hand_fixed"] = hand_made(
                 name, t["fix"], args.rounds, args.hand_seconds
             )
@@ -149,7 +225,19 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workloads", nargs="+", default=["starved_loader", "sync_checkpoint"])
+    p.add_argument(
+        "--workloads",
+        nargs="*",
+        default=["demo", "starved_loader", "sync_checkpoint"],
+        help="planted workloads (tests/workloads) or demo (gpudiag demo's job)",
+    )
+    p.add_argument(
+        "--public",
+        nargs="*",
+        default=["hf_trainer", "mnist", "lightning_ckpt"],
+        choices=sorted(PUBLIC_FLAGS),
+        help="public training scripts (tests/public)",
+    )
     p.add_argument("--diagnose-seconds", type=float, default=40)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=10)
@@ -158,7 +246,11 @@ def main() -> None:
     p.add_argument(
         "--fix",
         nargs="*",
-        default=["starved_loader=dataloader:num_workers=1", "sync_checkpoint=checkpoint:every=4"],
+        default=[
+            "starved_loader=dataloader:num_workers=1",
+            "demo=dataloader:num_workers=1",
+            "sync_checkpoint=checkpoint:every=4",
+        ],
         metavar="WORKLOAD=FIX",
         help="the fix to try when the diagnosis carries none (then no prediction)",
     )
@@ -166,7 +258,8 @@ def main() -> None:
     args.fix = dict(item.split("=", 1) for item in args.fix)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="gpudiag-try-bench-") as folder:
-        for name in args.workloads:
+        for name in [*args.workloads, *args.public]:
+            print(f"try_bench: {name}", file=sys.stderr, flush=True)
             rows += bench(name, args, folder)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -39,3 +39,20 @@ def test_hand_made_edits_apply_to_the_planted_workloads():
     ):
         src = (ROOT / "tests" / "workloads" / f"{name}.py").read_text()
         assert bench.EDITS[kind](src, values) != src
+    demo = (ROOT / "agent" / "demo_job.py").read_text()  # `gpudiag demo`'s job too
+    assert "num_workers=1" in bench.EDITS["dataloader"](demo, {"num_workers": 1})
+
+
+def test_step_rates_from_every_kind_of_job_output():
+    assert bench.rate_of("x\nsteps: 120 in 10.0 s\n", 99) == 12.0  # workloads, public scripts
+    assert bench.rate_of("demo job: 50 steps\n", 10) == 5.0  # the demo's job
+    assert bench.rate_of("no count here", 10) is None
+
+
+def test_public_scripts_take_the_flags_that_make_a_fix_by_hand():
+    for name, (path, flags) in bench.PUBLIC_FLAGS.items():
+        src = (ROOT / "tests" / "public" / path).read_text()
+        for kind, make in flags.items():
+            values = {"num_workers": 2} if kind == "dataloader" else {"every": 2}
+            flag = make(values)[0]
+            assert f'"{flag}"' in src, (name, flag)
