@@ -39,7 +39,7 @@ class AutoCapture:
         """Check when due; the line logged when a capture was asked for, else None."""
         asked = getattr(self.session, "capture_steps", None)  # attach --capture-steps N
         if asked:
-            hooks = next((p for p in self.session.probes if hasattr(p, "request_capture")), None)
+            hooks = next((p for p in self.session.probes if p.captures), None)
             if hooks is not None and getattr(hooks, "messages", 0):
                 self.session.capture_steps = None
                 self.done = True  # the one capture of this session
@@ -52,7 +52,7 @@ class AutoCapture:
         gpu = self.session.statuses.get("gpu")
         if gpu is None or not gpu.available:
             return None  # no NVML verdict to check: do not spend an analysis on it
-        hooks = next((p for p in self.session.probes if hasattr(p, "request_capture")), None)
+        hooks = next((p for p in self.session.probes if p.captures), None)
         if hooks is None or not getattr(hooks, "messages", 0):
             return None  # no hooks, or the job has not reported a step yet
         fid = nvml_only_verdict(self.session.snapshot())

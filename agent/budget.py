@@ -120,14 +120,14 @@ class Governor:
         return ct.user + ct.system
 
     def _spy_cpu_s(self) -> float:
-        return sum(float(p.cpu_s()) for p in self.probes if hasattr(p, "cpu_s"))
+        return sum(float(p.cpu_s()) for p in self.probes)
 
     def agent_rss_bytes(self) -> int:
         """Resident memory of gpudiag and of its py-spy recorders (their last window's peak)."""
         if self.rss_reader is not None:
             return self.rss_reader()
         own = psutil.Process().memory_info().rss
-        kids = sum(int(p.child_rss_bytes()) for p in self.probes if hasattr(p, "child_rss_bytes"))
+        kids = sum(int(p.child_rss_bytes()) for p in self.probes)
         return own + kids
 
     def early(self) -> bool:
@@ -143,15 +143,14 @@ class Governor:
         return True
 
     def _adaptive(self) -> list[Any]:
-        return [p for p in self.probes if hasattr(p, "set_level")]
+        return [p for p in self.probes if p.adaptive]
 
     def __post_init__(self) -> None:
         # py-spy's share of the goal, for the stack probe's first guess when it opens
-        for p in self.probes:
-            if hasattr(p, "cpu_goal"):
-                # a first guess from a thread count: kept at the long-run goal even while the
-                # verdict's samples are bought (it misjudges a busy box; measurements raise it)
-                p.cpu_goal = self.budget.cpu_cores * self.target_share * SPY_SHARE
+        for p in self._adaptive():
+            # a first guess from a thread count: kept at the long-run goal even while the
+            # verdict's samples are bought (it misjudges a busy box; measurements raise it)
+            p.cpu_goal = self.budget.cpu_cores * self.target_share * SPY_SHARE
 
     # ---- control ------------------------------------------------------------------------
     def start(self) -> None:
@@ -178,16 +177,12 @@ class Governor:
 
     def _settle_s(self) -> float:
         """How long until a new level is in force: the longest stack window."""
-        windows = [
-            float(p.rates().get("stacks_window_s", 0.0))
-            for p in self._adaptive()
-            if hasattr(p, "rates")
-        ]
+        windows = [float(p.rates().get("stacks_window_s", 0.0)) for p in self._adaptive()]
         return max(windows, default=0.0)
 
     def _record_rates(self, seconds: float) -> None:
         for p in self._adaptive():
-            rates = p.rates() if hasattr(p, "rates") else {}
+            rates = p.rates()
             for k, v in rates.items():
                 if seconds > 0 and k in self._last:
                     self._rates.setdefault(k, _RateStats()).add(self._last[k], seconds)
@@ -206,7 +201,7 @@ class Governor:
         if dt <= 0:
             return
         if self.periods == 0:  # take over from the probes' first guess
-            levels = [float(p.level) for p in self._adaptive() if hasattr(p, "level")]
+            levels = [float(p.level) for p in self._adaptive() if p.level is not None]
             self.set_level(min(levels, default=self.level))
         cost = max(0.0, (cpu - self._prev_cpu) / dt)
         self._before = (self._prev_t if self._prev_t is not None else now, self._prev_cpu)
@@ -219,8 +214,7 @@ class Governor:
         if rss > self.budget.rss_bytes:
             self.rss_over_budget = True
             for p in self.probes:
-                if hasattr(p, "shed_memory"):
-                    p.shed_memory()
+                p.shed_memory()
         if self._loop_t0 is None and (self.loop_samples is None or self.loop_samples() > 0):
             # the loop is found: what is spent from here on is paid back (once the verdict
             # has its samples); a `run`'s start-up before it is not

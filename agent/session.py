@@ -318,7 +318,7 @@ class Session:
     def request_capture(self, steps: int = 10) -> str:
         """Ask the job's in-process hooks for a profiler capture of `steps` steps; a line
         saying what happens."""
-        hooks = next((p for p in self.probes if hasattr(p, "request_capture")), None)
+        hooks = next((p for p in self.probes if p.captures), None)
         if hooks is None or not hooks.request_capture(steps):
             return "no capture: the job has no in-process hooks (gpudiag run, instrument())"
         return f"capture of {steps} steps asked for: it lands in the report"

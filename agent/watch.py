@@ -74,7 +74,7 @@ class SharedGovernor(Governor):
     def agent_rss_bytes(self) -> int:
         """This job's py-spy recorders and its share of gpudiag's resident memory."""
         own = psutil.Process().memory_info().rss // max(1, self.jobs)
-        kids = sum(int(p.child_rss_bytes()) for p in self.probes if hasattr(p, "child_rss_bytes"))
+        kids = sum(int(p.child_rss_bytes()) for p in self.probes)
         return own + kids
 
     def set_level(self, level: float) -> None:
@@ -87,9 +87,8 @@ class SharedGovernor(Governor):
         """A new share of the total budget."""
         with self._lock:
             self.budget, self.jobs = budget, jobs
-        for p in self.probes:
-            if hasattr(p, "cpu_goal"):
-                p.cpu_goal = budget.cpu_cores * self.target_share * SPY_SHARE
+        for p in self._adaptive():
+            p.cpu_goal = budget.cpu_cores * self.target_share * SPY_SHARE
 
 
 @dataclass

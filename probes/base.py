@@ -92,7 +92,10 @@ class Probe(Protocol):
 
     Probes subclass this protocol, which gives them the defaults of its optional parts:
     `buffered`, `problems`, `final_status` and `describe` are what the session asks every
-    probe at the end.
+    probe at the end; `adaptive` probes are steered by the budget governor (`set_level`,
+    `rates`, `level`, `cpu_goal`); `cpu_s`, `child_rss_bytes` and `shed_memory` are the
+    helper processes' cost; a probe that `captures` takes `request_capture`. The session, the
+    governor and `watch` ask these, never `hasattr`.
     """
 
     name: str
@@ -100,6 +103,15 @@ class Probe(Protocol):
     interval_s: float
     buffered: bool = False
     """Samples arrive late (per window): the session drains `sample` once more after close."""
+    adaptive: bool = False
+    """The budget governor turns its rates up and down (`set_level`, `rates`)."""
+    captures: bool = False
+    """It can ask the job for a profiler capture (`request_capture`: the in-process hooks)."""
+    level: float | None = None
+    """An adaptive probe's current level (None: it does not report one)."""
+    cpu_goal: float | None = None
+    """An adaptive probe's share of the CPU budget for its helpers (py-spy), set by the
+    governor; None until then."""
 
     def open(self, target: Target) -> ProbeStatus:
         """Prepare to sample the target; say whether that is possible."""
@@ -125,3 +137,25 @@ class Probe(Protocol):
     def describe(self) -> dict:
         """Facts about the hardware for the report's environment (driver, GPUs); {} if none."""
         return {}
+
+    def set_level(self, level: float) -> None:
+        """Sample at this share (0-1) of the configured rates (adaptive probes)."""
+
+    def rates(self) -> dict[str, float]:
+        """The rates or intervals in force (adaptive probes); {} if none."""
+        return {}
+
+    def cpu_s(self) -> float:
+        """CPU seconds its helper processes (py-spy) have used; 0 for none."""
+        return 0.0
+
+    def child_rss_bytes(self) -> int:
+        """Resident memory of its helper processes; 0 for none."""
+        return 0
+
+    def shed_memory(self) -> None:
+        """Drop what it can: the agent is over its memory budget."""
+
+    def request_capture(self, steps: int) -> bool:
+        """Ask the job for a profiler capture of `steps` steps (probes that `captures`)."""
+        return False

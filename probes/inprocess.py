@@ -55,6 +55,7 @@ class HookProbe(Probe):
 
     name = "hooks"
     interval_s = 0.5
+    captures = True
     fields = (
         Field("step_time_s", "s", "gauge", "wall time of one optimizer step to the next"),
         Field("data_wait_s", "s", "gauge", "time in DataLoader iteration during the step"),

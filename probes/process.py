@@ -52,6 +52,7 @@ class ProcessProbe(Probe):
 
     name = "process"
     interval_s = 0.2
+    adaptive = True
     fields = (
         Field("cpu", "ratio", "gauge", "one thread's share of one core spent running (label tid)"),
         Field("runqueue_wait", "ratio", "gauge", "one thread's share of time runnable but waiting"),

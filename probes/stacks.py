@@ -65,6 +65,7 @@ class StackProbe(StackRates, Probe):
     """
 
     name = "stacks"
+    adaptive = True
     interval_s = 0.5
     buffered = True  # samples arrive per window; drain once more after close()
     fields = (

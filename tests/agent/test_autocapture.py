@@ -27,7 +27,7 @@ def test_only_a_gpu_finding_on_nvml_signals_asks_for_a_capture():
 
 class FakeSession:
     def __init__(self, verdict, messages=3, gpu=True):
-        self.probes = [SimpleNamespace(name="hooks", messages=messages, request_capture=None)]
+        self.probes = [SimpleNamespace(name="hooks", messages=messages, captures=True)]
         self.statuses = {"gpu": SimpleNamespace(available=gpu)}
         self.verdict = verdict
         self.asked: list[int] = []

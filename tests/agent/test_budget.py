@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.agent.budget import Budget, Governor
+from gpudiag.probes.base import Probe
 
 
-class FakeProbe:
+class FakeProbe(Probe):
     """An adaptive probe whose rates follow the level, like the stack probe's."""
+
+    name, adaptive = "stacks", True
 
     def __init__(self) -> None:
         self.level = 1.0

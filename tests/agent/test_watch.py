@@ -11,6 +11,7 @@ import time
 import pytest
 
 from gpudiag.agent.watch import SharedCpu
+from gpudiag.probes.base import Probe
 from gpudiag.probes.discovery import ProcInfo, dcgm_process, find_jobs
 from tests.agent.test_metrics import free_port, scrape
 from tests.conftest import WORKLOADS
@@ -157,8 +158,10 @@ def test_watch_shows_two_jobs_and_drops_the_one_that_ends(tmp_path):
         assert watch.wait(timeout=60) == 0, watch.stderr.read()
 
 
-class _Adaptive:
+class _Adaptive(Probe):
     """A probe the governor turns: its level and py-spy goal."""
+
+    name, adaptive = "stacks", True
 
     def __init__(self) -> None:
         self.level, self.cpu_goal = 1.0, None
