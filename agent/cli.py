@@ -146,8 +146,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for path in (args.speedscope, args.trace):
         if path:
             check_writable(path)
-    doc = replay_report(args.file, settings)
-    validate(doc)
+    doc = replay_report(args.file, settings)  # validated there
     if args.tui:
         return _browse(doc, f"replay {args.file}")
     print_summary(doc, args.format)

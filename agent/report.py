@@ -158,9 +158,20 @@ def report_of(
     )
 
 
+@lru_cache(maxsize=1)
+def _validator():
+    """The schema's validator, the schema itself checked once (not at every validation)."""
+    cls = jsonschema.validators.validator_for(schema())
+    cls.check_schema(schema())
+    return cls(schema())
+
+
 def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError when a document does not match the schema."""
-    jsonschema.validate(doc, schema())
+    """Raise jsonschema.ValidationError when a document does not match the schema (the most
+    relevant error, as jsonschema.validate raises)."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
+    if error is not None:
+        raise error
 
 
 def write_report(doc: dict, path: str | os.PathLike) -> Path:
