@@ -6,6 +6,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from gpudiag.tui.feeds import Feed
+from gpudiag.tui.offloop import OffLoop
 from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen
 
 
@@ -31,7 +32,7 @@ class DiagnosisApp(App):
         self.paused = False
         self.message = ""
         self._output: list[str] = []  # job output not yet shown (a finding was open)
-        self._fetching = False  # a live snapshot is being taken on a worker thread
+        self._snapshots = OffLoop(self, feed.snapshot, self._arrived)  # live: off the loop
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Save and pause only where the feed can do them (a live session), so a saved
@@ -67,22 +68,9 @@ class DiagnosisApp(App):
             self._arrived(self.feed.snapshot())
             return
         self._show()
-        if not self._fetching:
-            self._fetching = True
-            self.run_worker(self._fetch, thread=True, group="snapshot", exit_on_error=False)
-
-    def _fetch(self) -> None:
-        doc = None
-        try:
-            doc = self.feed.snapshot()
-        finally:
-            try:
-                self.call_from_thread(self._arrived, doc)
-            except RuntimeError:  # the app is closing
-                self._fetching = False
+        self._snapshots.request()
 
     def _arrived(self, doc: dict | None) -> None:
-        self._fetching = False
         if doc is not None:
             self.doc = doc
         self._show()

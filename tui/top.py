@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
 from gpudiag.text.redact import redact_text
+from gpudiag.tui.offloop import OffLoop
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -105,7 +106,7 @@ class TopApp(App):
         super().__init__()
         self.snapshot = snapshot
         self.box: dict = {}
-        self._sampling = False  # a sample is being taken on a worker thread
+        self._samples = OffLoop(self, snapshot, self.show)  # NVML and psutil off the loop
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
@@ -124,23 +125,10 @@ class TopApp(App):
     def tick(self) -> None:
         """Sample on a worker thread (NVML and the process table take time), one at a time;
         the panels update when the sample arrives, so keys never wait on it."""
-        if not self._sampling:
-            self._sampling = True
-            self.run_worker(self._sample, thread=True, group="sample", exit_on_error=False)
-
-    def _sample(self) -> None:
-        box = None
-        try:
-            box = self.snapshot()
-        finally:
-            try:
-                self.call_from_thread(self.show, box)
-            except RuntimeError:  # the app is closing
-                self._sampling = False
+        self._samples.request()
 
     def show(self, box: dict | None) -> None:
         """Draw the panels and the process table from one sample."""
-        self._sampling = False
         if box is None:
             return
         self.box = box
