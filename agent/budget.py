@@ -152,6 +152,13 @@ class Governor:
             # verdict's samples are bought (it misjudges a busy box; measurements raise it)
             p.cpu_goal = self.budget.cpu_cores * self.target_share * SPY_SHARE
 
+    def adopt(self, probe: Any) -> None:
+        """A probe added while the session runs (a late rank's stacks): the CPU goal the
+        probes at the start got, and the level in force, before it opens."""
+        if probe.adaptive:
+            probe.cpu_goal = self.budget.cpu_cores * self.target_share * SPY_SHARE
+            probe.set_level(self.level)
+
     # ---- control ------------------------------------------------------------------------
     def start(self) -> None:
         """Start the governor's thread (the probes start at their own first guess)."""

@@ -391,6 +391,8 @@ def add_rank_probe_fn(session, opts, n: int) -> Callable[[RankInfo], None]:
         probe = session.ranks.stack_probe(
             info, max(5, opts.rate_hz // max(1, n)), opts.window_s, opts.nonblocking
         )
+        if session.governor is not None:  # its CPU goal and level, as the first probes got
+            session.governor.adopt(probe)
         session.probes.append(probe)
         st = probe.open(Target(info.pid))
         session.statuses[probe.name] = st

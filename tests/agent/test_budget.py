@@ -175,3 +175,15 @@ def test_once_the_verdict_is_sure_sampling_tapers_within_the_budget():
     assert world.cpu / world.t <= 0.03  # a 60 s look still averages inside the budget
     loop_hz = s["rates"]["stacks_loop_hz"]
     assert loop_hz["last"] <= 0.95 * loop_hz["max"]  # tapered after the verdict's samples
+
+
+def test_a_probe_added_while_running_gets_the_goal_and_level_the_first_got():
+    """A late rank's stack probe is added after the governor is built: it used to start with
+    no CPU goal and at full rate, whatever the budget had set the others to."""
+    gov, probe, world = governed(per_hz=0.0006)
+    run(gov, world, 120)
+    assert gov.level < 1.0  # the expensive job was turned down
+    late = FakeProbe()
+    gov.adopt(late)
+    assert late.level == gov.level
+    assert late.cpu_goal == pytest.approx(probe.cpu_goal) and late.cpu_goal is not None
