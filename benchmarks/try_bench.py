@@ -250,6 +250,10 @@ def main() -> None:
             "starved_loader=dataloader:num_workers=1",
             "demo=dataloader:num_workers=1",
             "sync_checkpoint=checkpoint:every=4",
+            # on a box without idle cores DATA001 carries no workers fix ("make loading
+            # cheaper"): try one anyway, to measure what more workers would give
+            "hf_trainer=dataloader:num_workers=1",
+            "mnist=dataloader:num_workers=1",
         ],
         metavar="WORKLOAD=FIX",
         help="the fix to try when the diagnosis carries none (then no prediction)",
