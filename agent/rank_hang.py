@@ -14,6 +14,7 @@ from gpudiag.analyzers.dist_hang import (
     is_hung,
     phase_of,
     stack_collective,
+    user_frames,
 )
 from gpudiag.analyzers.thresholds import Thresholds
 from gpudiag.probes.flight_recorder import PREFIX_ENV, read_dumps
@@ -92,12 +93,16 @@ def recorder_hang(rs, th: Thresholds) -> None:
     rs.hang = {"ongoing": False, "detected": time.time(), "flight_recorder": recorder_dict(rs)}
 
 
+CONFIRM_S = 1.5  # seconds between the look that suspects a hang and the one that confirms it
+
+
 def check_hang(rs, th: Thresholds) -> None:
     """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
     call `on_hang` (once per hang; a step on any rank ends it)."""
     ranks = hang_ranks(rs)
     quiet = is_hung(ranks, th)
     if quiet is None:
+        rs._hang_suspect = None  # a step: whatever was suspected moved on
         if rs.hang is not None and rs.hang.get("ongoing"):
             rs.hang["ongoing"] = False
         return
@@ -146,6 +151,15 @@ def check_hang(rs, th: Thresholds) -> None:
         if note not in rs.notes[-1:]:
             rs.notes.append(note)
         return
+    # the hooks' step and collective events can lag the job on a busy box (a rank shown
+    # inside a barrier it has left): a hang is confirmed by a second look whose stacks have
+    # not moved; a job that moves (a step, other frames) was not hung
+    seen = {r.rank: user_frames(r.stack) for r in dumped}
+    if rs._hang_suspect != seen:
+        rs._hang_suspect = seen
+        rs._recheck_at = time.monotonic() + CONFIRM_S
+        return
+    rs._hang_suspect = None
     rs.hang_finding = hang_finding(dumped, quiet, th)
     rs.hang = {
         "ongoing": True,

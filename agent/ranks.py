@@ -148,6 +148,7 @@ class RankSet:
         self._started = time.monotonic()
         self.add_probe: Callable[[RankInfo], None] = lambda info: None
         self._recheck_at = 0.0
+        self._hang_suspect: dict | None = None  # stacks of a suspected hang, to confirm it
         self.root_pid = primary.pid
         self.recorder: dict = {}  # rank -> RecorderRank, from the flight recorder's dumps
         self._fr_prefix: str | None = None

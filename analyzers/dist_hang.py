@@ -63,6 +63,17 @@ def phase_of(stack: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
+def user_frames(stack: tuple[str, ...]) -> tuple[str, ...]:
+    """A stack's frames outside libraries, by function and file (not line: a rank hung in a
+    polling loop moves between its lines, never out of its functions)."""
+    out = []
+    for text in stack:
+        fr = parse_frame(text)
+        if not _LIB.search(fr.file):
+            out.append(f"{fr.function} ({fr.file})")
+    return tuple(out)
+
+
 def hang_threshold(ranks: list[HangRank], th: Thresholds) -> tuple[float, str]:
     """The seconds without a step that make a hang: dist_hang_s, or dist_hang_steps times the
     job's longest step so far when that is longer; with the reason in words."""

@@ -8,7 +8,7 @@ import pickle
 
 from gpudiag.agent import rank_hang
 from gpudiag.analyzers.thresholds import Thresholds
-from tests.agent.test_rank_watch import C10D, rank_set
+from tests.agent.test_rank_watch import C10D, confirmed, look_again, rank_set
 from tests.probes.test_flight_recorder import dump, entry
 
 TH = Thresholds(dist_hang_s=5.0)  # the ranks' last step was 30 s ago
@@ -22,7 +22,7 @@ BACKWARD = (
 def test_ddp_rank_blocked_in_its_gradient_allreduce_is_a_hang(monkeypatch):
     stacks = {0: BACKWARD, 1: ("stalled (/u/train.py:22)", "main (/u/train.py:35)")}
     rs = rank_set({0: "ddp_allreduce", 1: None}, stacks, monkeypatch)
-    rs.check_hang(TH)
+    confirmed(rs, TH)
     f = rs.hang_finding
     assert f is not None, rs.notes
     assert "DDP's gradient all-reduce" in f.message and "rank 1 is not in it" in f.message
@@ -41,7 +41,7 @@ def test_a_rank_evaluating_while_the_others_wait_in_a_barrier_is_not_a_hang(monk
     assert "rank 0 is evaluating at /u/train.py:60:evaluate" in rs.notes[-1], rs.notes
     # the same stacks past dist_hang_steps times the threshold: a hang after all
     rs._recheck_at = 0.0
-    rs.check_hang(Thresholds(dist_hang_s=10.0, dist_hang_steps=2))  # 30 s >= 2 x 10 s
+    confirmed(rs, Thresholds(dist_hang_s=10.0, dist_hang_steps=2))  # 30 s >= 2 x 10 s
     assert rs.hang_finding is not None and "rank 0 is not in it" in rs.hang_finding.message
 
 
@@ -60,7 +60,8 @@ def test_the_threshold_scales_with_the_jobs_longest_step(monkeypatch):
     rs.check_hang(TH)
     assert rs.hang_finding is None
     rs.hooks.labels.longest[0] = 2.0  # 5 x 2 = 10 s < 30 s
-    rs.check_hang(TH)
+    look_again(rs, TH)
+    look_again(rs, TH)
     f = rs.hang_finding
     assert f is not None
     quiet = next(e for e in f.evidence if e.metric == "seconds_without_step")
@@ -85,7 +86,7 @@ def test_flight_recorder_dump_names_the_rank_behind_while_hung(monkeypatch, tmp_
             1: [entry(11, "completed")],
         },
     )
-    rs.check_hang(TH)
+    confirmed(rs, TH)
     f = rs.hang_finding
     assert f is not None, rs.notes
     assert "Rank(s) 0 wait in nccl:all_reduce #12 (flight recorder)" in f.message, f.message

@@ -30,13 +30,27 @@ def rank_set(inside: dict[int, str | None], stacks: dict[int, tuple], monkeypatc
     return rs
 
 
+def look_again(rs, th) -> None:
+    """The next look of the hang watcher, without waiting for its recheck time."""
+    rs._recheck_at = 0.0
+    rs.check_hang(th)
+
+
+def confirmed(rs, th) -> None:
+    """A suspected hang and the look that confirms it (the stacks have not moved)."""
+    rs.check_hang(th)
+    look_again(rs, th)
+
+
 def test_a_rank_left_out_of_the_collective_is_a_hang_reported_once(monkeypatch):
     stacks = {0: (f"all_reduce ({C10D}:1)",), 1: ("load (/u/train.py:7)",)}
     rs = rank_set({0: "all_reduce", 1: None}, stacks, monkeypatch)
     calls = []
     rs.on_hang = lambda: calls.append(1)
     rs.check_hang(TH)
-    rs.check_hang(TH)
+    assert calls == [] and rs.hang_finding is None  # suspected: confirmed by a second look
+    look_again(rs, TH)
+    look_again(rs, TH)
     assert calls == [1]
     assert rs.hang_finding is not None and "rank 1 is not in it" in rs.hang_finding.message
     assert rs.hang["stacks"]["1"] == ["load (/u/train.py:7)"]
@@ -48,3 +62,16 @@ def test_a_long_evaluation_without_collectives_is_not_a_hang(monkeypatch):
     rs.on_hang = lambda: (_ for _ in ()).throw(AssertionError("reported"))
     rs.check_hang(TH)
     assert rs.hang_finding is None and "not reported as a hang" in rs.notes[-1]
+
+
+def test_a_job_whose_stacks_move_between_two_looks_is_not_hung(monkeypatch):
+    """The hooks' events can lag a busy box: a rank shown inside a barrier it has left while
+    both ranks already train again. The confirming look sees other frames: no hang."""
+    stacks = {0: (f"all_reduce ({C10D}:1)",), 1: ("load (/u/train.py:7)",)}
+    rs = rank_set({0: "all_reduce", 1: None}, stacks, monkeypatch)
+    rs.check_hang(TH)
+    stacks[1] = ("SlowGrad.backward (/u/train.py:57)", "main (/u/train.py:122)")
+    look_again(rs, TH)
+    assert rs.hang_finding is None  # it moved: the suspicion starts over
+    look_again(rs, TH)
+    assert rs.hang_finding is not None  # the same stacks twice: now it is a hang
