@@ -101,6 +101,7 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
             steps=r.get("steps"),
             step_time_s=r.get("step_time_s"),
             collective_share_hooks=r.get("collective_share_hooks"),
+            ddp=bool(r.get("ddp")),
             gpu_stats={
                 k: v
                 for k, v in (r.get("gpu_stats") or {}).items()

@@ -100,7 +100,7 @@ def check_hang(rs, th: Thresholds) -> None:
     """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
     call `on_hang` (once per hang; a step on any rank ends it)."""
     ranks = hang_ranks(rs)
-    quiet = is_hung(ranks, th)
+    quiet = is_hung(ranks, th, early_s=CONFIRM_S)  # the suspecting look comes that early
     if quiet is None:
         rs._hang_suspect = None  # a step: whatever was suspected moved on
         if rs.hang is not None and rs.hang.get("ongoing"):
@@ -128,7 +128,11 @@ def check_hang(rs, th: Thresholds) -> None:
     ]
     phases = [(r.rank, phase_of(r.stack)) for r in dumped if r not in inside]
     limit, _ = hang_threshold(dumped, th)
-    if inside and phases and all(p for _, p in phases) and quiet < limit * th.dist_hang_steps:
+    evaluating = bool(inside and phases and all(p for _, p in phases))
+    if quiet < limit and (evaluating or not inside):  # too early to say anything of it
+        rs._recheck_at = time.monotonic() + limit - quiet
+        return
+    if evaluating and quiet < limit * th.dist_hang_steps:
         # the ranks outside the collective are evaluating or saving: the others wait for
         # them in a barrier; a hang only past dist_hang_steps times the threshold
         rs._recheck_at = time.monotonic() + th.dist_hang_s
@@ -154,10 +158,14 @@ def check_hang(rs, th: Thresholds) -> None:
     # the hooks' step and collective events can lag the job on a busy box (a rank shown
     # inside a barrier it has left): a hang is confirmed by a second look whose stacks have
     # not moved; a job that moves (a step, other frames) was not hung
+    # (the first look comes CONFIRM_S before the threshold, so that the hang is named at it)
     seen = {r.rank: user_frames(r.stack) for r in dumped}
     if rs._hang_suspect != seen:
         rs._hang_suspect = seen
-        rs._recheck_at = time.monotonic() + CONFIRM_S
+        rs._recheck_at = time.monotonic() + max(CONFIRM_S, limit - quiet)
+        return
+    if quiet < limit:
+        rs._recheck_at = time.monotonic() + limit - quiet
         return
     rs._hang_suspect = None
     rs.hang_finding = hang_finding(dumped, quiet, th)

@@ -14,7 +14,13 @@ from gpudiag.agent import rank_hang
 from gpudiag.agent.rank_gpus import gpu_stats, rank_device
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.dist_hang import HangRank
-from gpudiag.analyzers.distributed import RANK_PARTS, RankStats, rank_parts, straggler
+from gpudiag.analyzers.distributed import (
+    RANK_PARTS,
+    RankStats,
+    rank_parts,
+    straggler,
+    uses_ddp,
+)
 from gpudiag.analyzers.loop import location_of
 from gpudiag.analyzers.results import Finding
 from gpudiag.analyzers.thresholds import Thresholds
@@ -249,6 +255,7 @@ class RankSet:
                     step_time_s=1.0 / sps if sps else None,
                     collective_share_hooks=share,
                     locations=_part_locations(an.profile.stacks_by_category),
+                    ddp=uses_ddp(an.profile.stacks_by_category),
                     detail=dict(an.breakdown.shares),
                 )
             )
@@ -280,6 +287,7 @@ class RankSet:
                     "breakdown": s.parts if s.samples else {},
                     "stack_samples": s.samples,
                     "collective_share_hooks": s.collective_share_hooks,
+                    "ddp": s.ddp,
                 }
             )
             ranks.append(d)

@@ -106,14 +106,15 @@ def user_frame(stack: tuple[str, ...]) -> str | None:
     return None
 
 
-def is_hung(ranks: list[HangRank], th: Thresholds) -> float | None:
-    """Seconds since any rank finished a step, when that is at least dist_hang_s and every
-    rank has stepped before; None otherwise (not hung, or no step signal)."""
+def is_hung(ranks: list[HangRank], th: Thresholds, early_s: float = 0.0) -> float | None:
+    """Seconds since any rank finished a step, when that is at least the hang threshold (less
+    `early_s`: a look that only suspects) and every rank has stepped before; None otherwise
+    (not hung, or no step signal)."""
     ages = [r.last_step_age_s for r in ranks]
     if not ranks or any(a is None for a in ages) or any(r.steps <= 0 for r in ranks):
         return None
     quiet = min(a for a in ages if a is not None)
-    return quiet if quiet >= hang_threshold(ranks, th)[0] else None
+    return quiet if quiet >= hang_threshold(ranks, th)[0] - early_s else None
 
 
 def recorder_lines(ranks: list[HangRank]) -> tuple[str, list[int]]:

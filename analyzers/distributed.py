@@ -66,6 +66,19 @@ class RankStats:
     locations: dict[str, str] = field(default_factory=dict)  # part -> its hottest user frame
     detail: dict[str, float] = field(default_factory=dict)  # Breakdown shares (forward, ...)
     gpu_stats: dict[str, float] = field(default_factory=dict)  # its GPU's means (NVML)
+    ddp: bool = False  # its stacks pass through DistributedDataParallel (waits under backward)
+
+
+DDP_FILE = "torch/nn/parallel/distributed.py"
+
+
+def uses_ddp(stacks_by_category: dict) -> bool:
+    """Whether a rank's loop stacks pass through DistributedDataParallel's forward."""
+    return any(
+        DDP_FILE in s.stack.replace("\\", "/")
+        for group in stacks_by_category.values()
+        for s in group
+    )
 
 
 def rank_parts(bd: Breakdown) -> dict[str, float]:
@@ -128,6 +141,14 @@ def straggler(ranks: list[RankStats], th: Thresholds) -> tuple[list[Finding], di
             "differ: with DDP the all-reduce wait is hidden under backward (C++), so a rank "
             "slow in its own backward cannot be told from its victims by the stacks; "
             "compare the ranks' GPUs (throttling, other processes)",
+        }
+    if any(r.ddp for r in known):
+        return out, {
+            "decided": False,
+            "reason": "the ranks' stacks look alike, but with DDP the gradient all-reduce waits "
+            "under backward (C++), where the stacks cannot see it: a rank slow in its own "
+            "backward and a balanced job look the same here; `gpudiag run -- torchrun ...` "
+            "(or instrument() in the script) times that wait with a DDP communication hook",
         }
     reason = "every rank waits about as long in collectives: no straggler"
     if times and max(times) > 0:

@@ -75,3 +75,30 @@ def test_a_job_whose_stacks_move_between_two_looks_is_not_hung(monkeypatch):
     assert rs.hang_finding is None  # it moved: the suspicion starts over
     look_again(rs, TH)
     assert rs.hang_finding is not None  # the same stacks twice: now it is a hang
+
+
+def test_the_suspecting_look_comes_early_so_the_hang_is_named_at_the_threshold(monkeypatch):
+    """The first look is CONFIRM_S before dist_hang_s: the confirming one, at the threshold,
+    names the hang then (not a look later); before that neither look reports anything."""
+    stacks = {0: (f"all_reduce ({C10D}:1)",), 1: ("load (/u/train.py:7)",)}
+    rs = rank_set({0: "all_reduce", 1: None}, stacks, monkeypatch)
+    lab = rs.hooks.labels
+    dumps = []
+    monkeypatch.setattr(
+        ranks_mod, "dump_main_stack", lambda pid: dumps.append(pid) or (stacks[pid - 900], None)
+    )
+
+    def quiet_for(seconds: float) -> None:
+        for r in (0, 1):
+            lab.last_step[r] = time.monotonic() - seconds
+
+    quiet_for(TH.dist_hang_s - ranks_mod.CONFIRM_S - 1.0)
+    rs.check_hang(TH)
+    assert dumps == []  # not even suspected yet
+    quiet_for(TH.dist_hang_s - 1.0)
+    rs.check_hang(TH)
+    assert rs._hang_suspect is not None and rs.hang_finding is None
+    assert rs._recheck_at >= time.monotonic() + 0.9  # the next look at the threshold
+    quiet_for(TH.dist_hang_s + 0.1)
+    look_again(rs, TH)
+    assert rs.hang_finding is not None and rs.hang["seconds_without_step"] < TH.dist_hang_s + 1

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
-from gpudiag.analyzers.distributed import RankStats, straggler
+from gpudiag.analyzers.distributed import RankStats, straggler, uses_ddp
+from gpudiag.analyzers.loop import StackCount
 from gpudiag.analyzers.thresholds import Thresholds
 
 TH = Thresholds()
@@ -143,3 +146,26 @@ def test_progress_or_no_step_signal_is_not_a_hang():
     assert is_hung(moving, TH) is None
     no_steps = [HangRank(rank=0, steps=0, last_step_age_s=None)]
     assert is_hung(no_steps, TH) is None
+
+
+def test_ddp_ranks_that_look_alike_without_hooks_are_undecided_not_balanced():
+    """Attach to a DDP job whose rank 1 is slow in its own backward: every rank's backward is
+    long (the others wait there, in C++) and the stacks look alike. That is not evidence of
+    balance: undecided, pointing at the hooks that time the wait."""
+    ranks = [
+        replace(rank(0, compute=0.98, collectives=0.01), ddp=True),
+        replace(rank(1, compute=0.97, collectives=0.02), ddp=True),
+    ]
+    found, decision = straggler(ranks, TH)
+    assert found == [] and not decision["decided"]
+    assert "DDP" in decision["reason"] and "gpudiag run" in decision["reason"]
+    # the same shares without DDP (collectives the stacks do see): balanced
+    found, decision = straggler([rank(0, compute=0.98), rank(1, compute=0.97)], TH)
+    assert decision["decided"] and decision["straggler"] is None
+
+
+def test_ddp_is_known_from_the_stacks_through_its_forward():
+    ddp = "forward (/v/site-packages/torch/nn/parallel/distributed.py:1650);main (/u/t.py:9)"
+    plain = "forward (/v/site-packages/torch/nn/modules/linear.py:125);main (/u/t.py:9)"
+    assert uses_ddp({"forward": (StackCount(ddp, "", 5.0),)})
+    assert not uses_ddp({"forward": (StackCount(plain, "", 5.0),)})
