@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudiag.analyzers.results import Finding
 from gpudiag.analyzers.thresholds import Thresholds
 
 
@@ -21,6 +22,27 @@ class Spec:
     always_note: bool = False  # informational: never a warning
     time_in: str | None = None  # the Breakdown category whose time the finding is about
     compares_ranks: bool = False  # decided by comparing every rank (merge decides it again)
+    note_title: str | None = None  # the title of an informational finding of this id
+
+    def finding(
+        self,
+        th: Thresholds,
+        *,
+        impact: float,
+        severity_at: float | None = None,
+        note: bool = False,
+        detail: str = "",
+        **fields,
+    ) -> Finding:
+        """A Finding of this id: its title from here (`detail` appended; `note_title` for a
+        note) and its severity from its impact (or `severity_at`), `note` forcing a note;
+        the rest (confidence, message, evidence, fix, speed-up and its basis...) as given."""
+        title = (self.note_title if note and self.note_title else self.title) + (
+            f" {detail}" if detail else ""
+        )
+        at = impact if severity_at is None else severity_at
+        level = "note" if note else severity(self.id, at, th)
+        return Finding(id=self.id, title=title, severity=level, impact=impact, **fields)
 
 
 CATALOGUE: dict[str, Spec] = {
@@ -90,7 +112,13 @@ CATALOGUE: dict[str, Spec] = {
             always_note=True,
         ),
         Spec("MEM002", "VRAM near the limit", "gpu", False, None),
-        Spec("THROT001", "GPU clocks throttled", "gpu", False),
+        Spec(
+            "THROT001",
+            "GPU clocks throttled",
+            "gpu",
+            False,
+            note_title="GPU at its power limit (normal under full load)",
+        ),
         Spec("COST001", "Money spent on GPU time the job leaves idle", "cost", False, None),
         Spec(
             "START001",
@@ -129,6 +157,11 @@ CATALOGUE: dict[str, Spec] = {
 def spec(finding_id: str) -> Spec:
     """The catalogue entry of an id (KeyError for an unknown id: add it here first)."""
     return CATALOGUE[finding_id]
+
+
+def new_finding(finding_id: str, th: Thresholds, **fields) -> Finding:
+    """A Finding of `finding_id`, built by its catalogue entry (see `Spec.finding`)."""
+    return spec(finding_id).finding(th, **fields)
 
 
 def severity(finding_id: str, impact: float, th: Thresholds) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.loop import LoopProfile
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import (
@@ -126,10 +126,10 @@ def checkpoint_findings(
             )
         )
     return [
-        Finding(
-            id="CKPT001",
-            title=spec("CKPT001").title,
-            severity=severity("CKPT001", max(impact, share), th),
+        new_finding(
+            "CKPT001",
+            th,
+            severity_at=max(impact, share),
             confidence=conf,
             impact=impact,
             message=msg,

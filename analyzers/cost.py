@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudiag.analyzers.catalogue import about_time_in, explains_gpu_idle, severity, spec
+from gpudiag.analyzers.catalogue import (
+    about_time_in,
+    explains_gpu_idle,
+    new_finding,
+)
 from gpudiag.analyzers.gpu_stats import GIB, GpuStats
 from gpudiag.analyzers.prices import AS_OF, MODELS, SPOT_NOTE, Price, by_key, identify
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
@@ -219,10 +223,9 @@ def _cost001(
     actions.append("profile before you provision: rerun gpudiag after each change")
     # COST001 is the money view of the causes above, not another cause of lost wall time:
     # its impact is 0 so that it ranks after them; its size is in `cost`.
-    return Finding(
-        id="COST001",
-        title=spec("COST001").title,
-        severity=severity("COST001", 0.0, th),
+    return new_finding(
+        "COST001",
+        th,
         confidence=0.8,
         impact=0.0,
         message=msg,

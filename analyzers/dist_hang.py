@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.distributed import _loc
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.rules import parse_frame
@@ -238,10 +238,9 @@ def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -
                 "seconds_without_step", round(quiet_s, 1), "s", round(limit, 1), ">=", setting
             ),
         )
-    return Finding(
-        id="DIST002",
-        title=spec("DIST002").title,
-        severity=severity("DIST002", 1.0, th),
+    return new_finding(
+        "DIST002",
+        th,
         confidence=0.9 if waiting else 0.6,
         impact=1.0,
         message=msg,

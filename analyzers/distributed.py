@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.dist_gpu import gpu_cause
 from gpudiag.analyzers.results import (
     Breakdown,
@@ -326,10 +326,9 @@ def _dist001(
         p1, p2 = lost, 0.0
     z = (p1 - p2 - th.dist_straggler_gap) / max(se, 1e-6)
     confidence = 0.5 * (1 + math.erf(z / math.sqrt(2)))
-    return Finding(
-        id="DIST001",
-        title=spec("DIST001").title,
-        severity=severity("DIST001", lost, th),
+    return new_finding(
+        "DIST001",
+        th,
         confidence=confidence,
         impact=min(1.0, lost),
         message=msg,
@@ -370,10 +369,9 @@ def _dist003(ranks: list[RankStats], th: Thresholds, wait=None) -> Finding:
     share = min(wait(r) for r in ranks)
     k = 4
     speedup = speedup_from_impact(share * (k - 1) / k)
-    return Finding(
-        id="DIST003",
-        title=spec("DIST003").title,
-        severity=severity("DIST003", share, th),
+    return new_finding(
+        "DIST003",
+        th,
         confidence=0.8,
         impact=share,
         message=(

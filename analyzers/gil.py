@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.loop import LoopProfile, location_of
 from gpudiag.analyzers.metrics import SAMPLE_CORRELATION, confidence_above
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
@@ -143,10 +143,9 @@ def gil_findings(
     if gpu_idle is not None:
         speed = min(speed, speedup_from_impact(gpu_idle))
     return [
-        Finding(
-            id="GIL001",
-            title=spec("GIL001").title,
-            severity=severity("GIL001", impact, th),
+        new_finding(
+            "GIL001",
+            th,
             confidence=conf,
             impact=impact,
             message=msg,

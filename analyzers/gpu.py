@@ -9,7 +9,7 @@ activity or the host-side stacks confirm.
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import explains_gpu_idle, severity, spec
+from gpudiag.analyzers.catalogue import explains_gpu_idle, new_finding
 from gpudiag.analyzers.critical_path import CriticalPath
 from gpudiag.analyzers.gpu_memory import memory_findings
 from gpudiag.analyzers.gpu_stats import (
@@ -77,10 +77,9 @@ def _idle(st: GpuStats, found: list[Finding], th: Thresholds, cp: CriticalPath) 
     )
     bound = speedup_from_impact(left)
     return [
-        Finding(
-            id="GPU001",
-            title=spec("GPU001").title,
-            severity=severity("GPU001", left, th),
+        new_finding(
+            "GPU001",
+            th,
             confidence=confidence(st),
             impact=left,
             message=msg,
@@ -137,10 +136,9 @@ def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
         "larger batches (or micro-batch accumulation) so each kernel has more work",
     )
     return [
-        Finding(
-            id="GPU002",
-            title=spec("GPU002").title,
-            severity=severity("GPU002", min(0.99, lost * st.busy), th),
+        new_finding(
+            "GPU002",
+            th,
             confidence=CONFIRMED_CONFIDENCE,
             impact=min(0.99, lost * st.busy),
             message=msg,
@@ -218,10 +216,9 @@ def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
         "forward pass and loss (faster still, and half the activation memory)",
     )
     return [
-        Finding(
-            id="GPU003",
-            title=spec("GPU003").title,
-            severity=severity("GPU003", impact, th),
+        new_finding(
+            "GPU003",
+            th,
             confidence=CONFIRMED_CONFIDENCE,
             impact=impact,
             message=msg,
@@ -268,10 +265,9 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
     )
     impact = spread * 0.5
     return [
-        Finding(
-            id="GPU004",
-            title=spec("GPU004").title,
-            severity=severity("GPU004", impact, th),
+        new_finding(
+            "GPU004",
+            th,
             confidence=NVML_ONLY_CONFIDENCE,
             impact=impact,
             message=msg,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.gpu_stats import GIB, GpuStats, gpu_evidence
 from gpudiag.analyzers.prices import MODELS
 from gpudiag.analyzers.results import Finding, Recommendation
@@ -45,10 +45,9 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
             "bf16 autocast halves activation memory",
         )
         return [
-            Finding(
-                id="MEM002",
-                title=spec("MEM002").title,
-                severity=severity("MEM002", 0.0, th),
+            new_finding(
+                "MEM002",
+                th,
                 confidence=0.8,
                 impact=0.0,
                 message=msg,
@@ -98,10 +97,9 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
     if smaller:
         actions.append(f"or run on a smaller GPU: {smaller} fits {need_g:.1f} GiB (peak + 25%)")
     return [
-        Finding(
-            id="MEM001",
-            title=spec("MEM001").title,
-            severity=severity("MEM001", 0.0, th),
+        new_finding(
+            "MEM001",
+            th,
             confidence=0.8,
             impact=0.0,
             message=msg,

@@ -3,7 +3,7 @@ power cap); running at the default power cap under full load is at most a note."
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.gpu_stats import GpuStats, gpu_evidence
 from gpudiag.analyzers.results import Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.thresholds import Thresholds
@@ -82,10 +82,10 @@ def throttle_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
             + "."
         )
         return [
-            Finding(
-                id="THROT001",
-                title="GPU at its power limit (normal under full load)",
-                severity="note",
+            new_finding(
+                "THROT001",
+                th,
+                note=True,
                 confidence=0.9,
                 impact=0.0,
                 message=msg,
@@ -125,10 +125,10 @@ def throttle_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
         )
     impact = min(0.99, of_busy * (clock_lost if clock_lost is not None else 0.2) * busy)
     return [
-        Finding(
-            id="THROT001",
-            title=f"GPU clocks throttled by {REASON_TEXT.get(reason, reason)}",
-            severity=severity("THROT001", impact, th),
+        new_finding(
+            "THROT001",
+            th,
+            detail=f"by {REASON_TEXT.get(reason, reason)}",
             confidence=0.9,
             impact=impact,
             message=msg,

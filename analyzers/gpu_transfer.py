@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.critical_path import CriticalPath
 from gpudiag.analyzers.gpu_stats import GpuStats, confidence, gpu_evidence
 from gpudiag.analyzers.results import (
@@ -139,12 +139,11 @@ def transfer_findings(
             "do augmentation on the GPU (torchvision.transforms.v2 on CUDA tensors, DALI)",
         )
         summary = "Move fewer bytes over PCIe"
-    sev = severity("XFER001", impact, th) if impact >= th.h2d_copy_warn else "note"
     return [
-        Finding(
-            id="XFER001",
-            title=spec("XFER001").title,
-            severity=sev,
+        new_finding(
+            "XFER001",
+            th,
+            note=impact < th.h2d_copy_warn,
             confidence=confidence(st, 0.7),
             impact=min(0.99, impact),
             message=msg,

@@ -9,7 +9,7 @@ could overlap with the model's work.
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.critical_path import CriticalPath
 from gpudiag.analyzers.loop import LoopProfile
 from gpudiag.analyzers.pipeline import loader_cores
@@ -157,10 +157,9 @@ def host_findings(
         speed_kind = "bound"
         summary = "Cut launch overhead: CUDA graphs / torch.compile, bigger batches"
     return [
-        Finding(
-            id="HOST001",
-            title=spec("HOST001").title,
-            severity=severity("HOST001", impact, th),
+        new_finding(
+            "HOST001",
+            th,
             confidence=0.9,
             impact=impact,
             message=msg,
@@ -256,10 +255,9 @@ def _user_code(
             "cache its results when the same inputs repeat",
             "with idle cores, move it into DataLoader workers (Dataset.__getitem__ or collate_fn)",
         )
-    return Finding(
-        id="HOST001",
-        title=spec("HOST001").title,
-        severity=severity("HOST001", impact, th),
+    return new_finding(
+        "HOST001",
+        th,
         confidence=0.9,
         impact=impact,
         message=msg,

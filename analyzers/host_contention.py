@@ -7,7 +7,7 @@ top ones. The idle-cores reading alone never makes it.
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.loop import LoopProfile, runqueue_split, thread_series_count
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
@@ -99,10 +99,9 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
         "or run on a box (or node pool) that is not shared",
     )
     return [
-        Finding(
-            id="HOST002",
-            title=spec("HOST002").title,
-            severity=severity("HOST002", rq, th),
+        new_finding(
+            "HOST002",
+            th,
             confidence=conf,
             impact=rq,
             message=msg,

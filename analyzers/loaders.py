@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.catalogue import spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.loop import LoopProfile
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_step
+from gpudiag.analyzers.thresholds import Thresholds
 
 
 def loader_on_cpu(profile: LoopProfile, metrics: dict, workers: int) -> float | None:
@@ -41,7 +42,7 @@ def waiting_loaders_finding(
     floor: float | None,
     conf: float,
     impact: float,
-    sev: str,
+    th: Thresholds,
     ev: list[Evidence],
     loc,
     where: str,
@@ -66,10 +67,9 @@ def waiting_loaders_finding(
         "prefetch_factor=4 (more requests in flight per worker)",
         "or batch/asynchronously issue the reads inside the dataset (one request per batch)",
     )
-    return Finding(
-        id="DATA001",
-        title=spec("DATA001").title,
-        severity=sev,
+    return new_finding(
+        "DATA001",
+        th,
         confidence=conf,
         impact=impact,
         message=msg,

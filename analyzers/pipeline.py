@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.loaders import loader_on_cpu, waiting_loaders_finding
 from gpudiag.analyzers.loop import LoopProfile, location_of
 from gpudiag.analyzers.metrics import SAMPLE_CORRELATION, confidence_above
@@ -177,7 +177,6 @@ def data_findings(
                 source="critical path (nvml + loop)",
             )
         )
-    sev = severity("DATA001", impact, th)
     where = f" Loaders spend most time in {hot}." if hot else ""
     cores_txt = f"{plan.physical} physical cores" + (
         " (assumed: 2 logical CPUs per core)" if plan.smt_assumed else ""
@@ -233,7 +232,7 @@ def data_findings(
                 floor,
                 conf,
                 impact,
-                sev,
+                th,
                 ev,
                 loc,
                 where,
@@ -295,10 +294,9 @@ def data_findings(
             else f"Make loading cheaper; num_workers={full.suggest} helps once cores are free"
         )
         return [
-            Finding(
-                id=fid,
-                title=spec(fid).title,
-                severity=severity(fid, impact, th),
+            new_finding(
+                fid,
+                th,
                 confidence=conf,
                 impact=impact,
                 message=msg,
@@ -339,10 +337,9 @@ def data_findings(
         + ("; capped by the GPU's busy time" if floor and plan.speedup > floor else "")
     )
     return [
-        Finding(
-            id="DATA001",
-            title=spec("DATA001").title,
-            severity=sev,
+        new_finding(
+            "DATA001",
+            th,
             confidence=conf,
             impact=impact,
             message=msg,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -45,10 +45,9 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
         "cache compiled artefacts (TORCHINDUCTOR_CACHE_DIR) when using torch.compile",
     )
     return [
-        Finding(
-            id="START001",
-            title=spec("START001").title,
-            severity=severity("START001", 0.0, th),
+        new_finding(
+            "START001",
+            th,
             confidence=0.9,
             impact=0.0,
             message=msg,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.loop import LoopProfile, location_of
 from gpudiag.analyzers.metrics import confidence_above
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation, speedup_from_impact
@@ -90,10 +90,9 @@ def io_findings(
         "in reads, so more of them than cores overlap the waits",
     )
     return [
-        Finding(
-            id="IO001",
-            title=spec("IO001").title,
-            severity=severity("IO001", impact, th),
+        new_finding(
+            "IO001",
+            th,
             confidence=conf,
             impact=impact,
             message=msg,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.catalogue import severity, spec
+from gpudiag.analyzers.catalogue import new_finding
 from gpudiag.analyzers.critical_path import CriticalPath
 from gpudiag.analyzers.results import (
     Evidence,
@@ -75,10 +75,9 @@ def sync_findings(
     idle = cp.gpu_idle or 0.0
     speed = speedup_from_impact(impact)
     return [
-        Finding(
-            id="SYNC001",
-            title=spec("SYNC001").title,
-            severity=severity("SYNC001", impact, th),
+        new_finding(
+            "SYNC001",
+            th,
             confidence=0.9,
             impact=impact,
             message=msg,

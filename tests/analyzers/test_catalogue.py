@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.analyzers.catalogue import CATALOGUE, about_time_in, severity
+from gpudiag.analyzers.catalogue import CATALOGUE, about_time_in, new_finding, severity
 from gpudiag.analyzers.results import Finding, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 
@@ -31,8 +31,36 @@ def finding(fid: str, impact: float = 0.5) -> Finding:
 def test_every_emitted_id_is_in_the_catalogue():
     emitted = set()
     for path in ANALYZERS.glob("*.py"):
-        emitted |= set(re.findall(r'\bid="([A-Z]+\d+)"', path.read_text()))
-    assert emitted and emitted <= set(CATALOGUE)
+        emitted |= set(re.findall(r'new_finding\(\s*"([A-Z]+\d+)"', path.read_text()))
+    assert len(emitted) >= 20 and emitted <= set(CATALOGUE)
+
+
+def test_only_the_catalogue_builds_findings():
+    """Every finding's id, title and severity come from its catalogue entry: no analyzer
+    constructs a Finding itself."""
+    builders = [
+        path.name
+        for path in ANALYZERS.glob("*.py")
+        if re.search(r"(?<![\w.])Finding\(", path.read_text())
+    ]
+    assert builders == ["catalogue.py"]
+
+
+def test_the_spec_gives_title_severity_and_the_note_variant():
+    th = Thresholds()
+    rest = dict(
+        confidence=0.9,
+        message="m",
+        evidence=(),
+        recommendation=Recommendation("", ()),
+        expected_speedup=1.0,
+    )
+    f = new_finding("THROT001", th, impact=0.5, detail="by thermal slowdown", **rest)
+    assert f.title == "GPU clocks throttled by thermal slowdown" and f.severity == "error"
+    note = new_finding("THROT001", th, impact=0.0, note=True, **rest)
+    assert note.title.startswith("GPU at its power limit") and note.severity == "note"
+    low = new_finding("CKPT001", th, impact=0.01, severity_at=0.9, **rest)
+    assert low.severity == "error" and low.impact == 0.01
 
 
 def test_gpu_finding_at_error_impact_is_an_error():
