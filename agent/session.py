@@ -355,7 +355,7 @@ class Session:
             list(analysis.findings),
             found,
             analysis.verdict,
-            float(analysis.breakdown.samples),
+            analysis.profile,
             analysis.metrics.get("steps"),
             self.settings.thresholds,
         )

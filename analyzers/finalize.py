@@ -54,16 +54,17 @@ def with_more(
     findings: list[Finding],
     more: list[Finding],
     verdict: dict,
-    samples: float,
+    profile,
     steps: float | None,
     th: Thresholds,
 ) -> tuple[list[Finding], dict]:
     """Findings decided after the analysis (the ranks' DIST findings) ranked in, and the
-    verdict given again when they lead (it rests on the same samples)."""
+    verdict given again when they lead (it rests on the same samples, and names the same
+    checks that lacked them)."""
     merged = ranked([*findings, *more])
     if not more:
         return merged, verdict
-    return merged, verdict_of(merged, samples, steps, th)
+    return merged, verdict_of(merged, profile.samples, steps, th, unjudged(profile, th))
 
 
 def unjudged(profile, th: Thresholds) -> tuple[str, ...]:

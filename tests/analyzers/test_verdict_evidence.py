@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from gpudiag.analyzers import analyze, unjudged, verdict_of
+from gpudiag.analyzers.catalogue import new_finding
+from gpudiag.analyzers.finalize import with_more
+from gpudiag.analyzers.results import Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 
@@ -31,3 +34,26 @@ def test_enough_stacks_make_a_healthy_verdict_sure():
     sc.host(0.3).process(0.95)
     a = analyze(sc.tl)
     assert a.verdict["sure"] is True and a.verdict["finding"] is None
+
+
+def test_findings_added_later_keep_the_checks_that_were_not_judged():
+    """The multi-rank session adds its DIST findings after analyze(): the verdict given again
+    must still name the checks that lacked their samples, never turn 'sure'."""
+    sc = Scenario()
+    sc.window(HEALTHY, ticks=100)
+    sc.host(0.3).process(0.95)
+    a = analyze(sc.tl)
+    th = Thresholds()
+    note = new_finding(
+        "MEM001",
+        th,
+        impact=0.0,
+        confidence=0.8,
+        message="",
+        evidence=(),
+        recommendation=Recommendation("", ()),
+        expected_speedup=1.0,
+    )
+    merged, v = with_more(list(a.findings), [note], a.verdict, a.profile, 200.0, th)
+    assert [f.id for f in merged] == ["MEM001"]
+    assert v["sure"] is False and "not judged:" in v["statement"]
