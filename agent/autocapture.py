@@ -37,7 +37,7 @@ class AutoCapture:
 
     def tick(self) -> str | None:
         """Check when due; the line logged when a capture was asked for, else None."""
-        asked = getattr(self.session, "capture_steps", None)  # attach --capture-steps N
+        asked = self.session.capture_steps  # attach --capture-steps N
         if asked:
             hooks = next((p for p in self.session.probes if p.captures), None)
             if hooks is not None and getattr(hooks, "messages", 0):

@@ -122,14 +122,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     job = launch(cmd, inject=True, stdout=subprocess.DEVNULL)
-    session = job.session(settings, SessionOptions(duration_s=None, progress=False))
     first_step, done = threading.Event(), threading.Event()
 
     def sink(samples) -> None:
         if any(s.probe == "hooks" and s.labels.get("kind") == "step" for s in samples):
             first_step.set()
 
-    session.sink = sink
+    session = job.session(settings, SessionOptions(duration_s=None, progress=False), sink=sink)
     clock = watch_verdict(session, first_step, done, args.duration)
     try:
         result = session.run()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from gpudiag.agent.config import Settings
 from gpudiag.agent.errors import UsageError
-from gpudiag.agent.session import Session, SessionOptions, default_probes
+from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.inprocess import HookProbe, injection_env
 
@@ -23,31 +23,44 @@ class Job:
     popen: subprocess.Popen
     hooks: HookProbe | None
 
-    def session(
-        self, settings: Settings, opts: SessionOptions, target: int | None = None, sink=None
-    ) -> Session:
-        """A session on the job's Python process (`target`, else found), with the hooks."""
-        from gpudiag.agent.ranks import is_launcher, primary_of, setup_ranks, wait_for_ranks
+    def find_target(self) -> tuple[int, tuple[list, int] | None]:
+        """The job's Python process to follow (the primary rank of a launcher's ranks, else
+        the Python process started), and the ranks with the root pid when it has ranks."""
+        from gpudiag.agent.ranks import is_launcher, primary_of, wait_for_ranks
         from gpudiag.probes.ranks import rank_process
 
         ranks = []
-        if target is None:
-            if is_launcher(self.command):
-                alive = lambda: self.popen.poll() is None  # noqa: E731
-                ranks = wait_for_ranks(self.popen.pid, alive)
-            target = primary_of(ranks).pid if ranks else find_python_process(self.popen)
-        probes = default_probes(opts) + ([self.hooks] if self.hooks is not None else [])
-        session = Session(
-            Target(target), settings, opts, probes=probes, popen=self.popen, sink=sink
-        )
-        if self.hooks is not None:
-            session.statuses[self.hooks.name] = ProbeStatus(self.hooks.name, True)
+        if is_launcher(self.command):
+            alive = lambda: self.popen.poll() is None  # noqa: E731
+            ranks = wait_for_ranks(self.popen.pid, alive)
+        target = primary_of(ranks).pid if ranks else find_python_process(self.popen)
         if not ranks:  # one rank of a job started per rank (srun, a per-host script)
             me = rank_process(target)
             ranks = [me] if me is not None else []
-        if ranks:
-            setup_ranks(session, ranks, self.popen.pid)
-        return session
+        return target, ((ranks, self.popen.pid) if ranks else None)
+
+    def session(
+        self,
+        settings: Settings,
+        opts: SessionOptions,
+        found: tuple[int, tuple[list, int] | None] | None = None,
+        **more,
+    ) -> Session:
+        """A session on the job's Python process with the hooks and, for a multi-rank job,
+        every rank (`found`: what find_target() said, else it is asked); `more` goes to
+        Session (sink, log, stop_signals...)."""
+        target, ranks = found or self.find_target()
+        opened = {self.hooks.name: ProbeStatus(self.hooks.name, True)} if self.hooks else {}
+        return Session(
+            Target(target),
+            settings,
+            opts,
+            popen=self.popen,
+            hooks=self.hooks,
+            ranks=ranks,
+            opened=opened,
+            **more,
+        )
 
 
 def launch(

@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.identity import job_identity
-from gpudiag.agent.metrics import GpudiagCollector, LiveJob, chain_sinks
+from gpudiag.agent.metrics import GpudiagCollector, LiveJob
 
 if TYPE_CHECKING:
-    from gpudiag.agent.session import Session
+    pass
 
 DEFAULT_ADDR = "127.0.0.1"
 
@@ -79,15 +79,11 @@ def open_metrics(args: argparse.Namespace) -> MetricsServer | None:
     return MetricsServer(args.metrics_addr, port, lambda: [])
 
 
-def serve_session(
-    server: MetricsServer,
-    session: Session,
-    report: Callable[[], dict],
-    pid: int,
-    command: list[str],
+def serve_job(
+    server: MetricsServer, report: Callable[[], dict], pid: int, command: list[str]
 ) -> LiveJob:
-    """Serve a session's live report on `server` (the one job it shows)."""
+    """Serve one job's live report on `server`; the session it comes from feeds `job.tap`
+    (its sink)."""
     job = LiveJob(job_identity(pid, command), report)
     server.collector.jobs = lambda: [job]
-    session.sink = chain_sinks(session.sink, job.tap)
     return job

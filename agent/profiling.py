@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpudiag.agent.config import Settings
@@ -18,16 +19,18 @@ from gpudiag.agent.errors import UsageError
 from gpudiag.agent.identity import other_user
 from gpudiag.agent.joboutput import StderrTee, job_log_path
 from gpudiag.agent.launch import Job, launch
-from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_session
-from gpudiag.agent.ranks import setup_ranks
+from gpudiag.agent.metrics import chain_sinks
+from gpudiag.agent.metrics_server import MetricsServer, open_metrics, serve_job
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.report import check_writable, default_report_name, report_of, write_report
 from gpudiag.agent.safeio import dumps_json
-from gpudiag.agent.session import Session, SessionOptions, SessionResult, default_probes
+from gpudiag.agent.session import Session, SessionOptions, SessionResult
+from gpudiag.agent.session_setup import make_probes, open_probe
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targets import choose_target
-from gpudiag.probes.base import ProbeStatus, Target
+from gpudiag.analyzers.timeline import Timeline
+from gpudiag.probes.base import Probe, ProbeStatus, Target
 from gpudiag.probes.gpu import hardware_summary
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess import HookProbe
@@ -37,10 +40,18 @@ from gpudiag.text.redact import redact_argv, redact_lines
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
 
-def session_options(args: argparse.Namespace) -> SessionOptions:
-    """The sampling options `run` and `attach` take."""
+def say(msg: str) -> None:
+    """A status line on stderr, as a session logs it."""
+    print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+
+
+def session_options(args: argparse.Namespace, attached: bool = False) -> SessionOptions:
+    """The sampling options `run` and `attach` take (`attached`: the job runs already, and
+    a --capture-steps is asked of its hooks once they connect)."""
     budget = getattr(args, "cpu_budget", 3.0)
     return SessionOptions(
+        attached=attached,
+        capture_steps=getattr(args, "capture_steps", None) if attached else None,
         duration_s=args.duration,
         rate_hz=args.rate,
         window_s=args.window,
@@ -52,11 +63,11 @@ def session_options(args: argparse.Namespace) -> SessionOptions:
 
 
 def _recorder(
-    args: argparse.Namespace, mode: str, command: list[str], pid: int, session: Session
+    args: argparse.Namespace, mode: str, command: list[str], pid: int, timeline: Timeline
 ) -> Recorder | None:
+    """--record: the recorder of the session that fills `timeline`."""
     if not getattr(args, "record", None):
         return None
-    timeline = session.timeline
     return Recorder(
         args.record,
         {
@@ -69,22 +80,68 @@ def _recorder(
     )
 
 
-def _serve(
-    args: argparse.Namespace,
-    server: MetricsServer | None,
-    session: Session,
-    mode: str,
-    command: list[str],
-    pid: int,
-) -> None:
-    """Show the session on the metrics endpoint, when there is one."""
-    if server is None:
-        return
-    from gpudiag.agent.live import live_doc
+class Wiring:
+    """Where a session's samples and events go, made before the session itself (a recorder,
+    the metrics endpoint, the report written when a multi-rank job hangs)."""
 
-    serve_session(server, session, lambda: live_doc(session, mode, command, pid), pid, command)
-    if not getattr(args, "quiet", False):
-        session.log(f"metrics on {server.url}")
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        server: MetricsServer | None,
+        mode: str,
+        command: list[str],
+        pid: int,
+        out: str,
+        settings: Settings,
+        opts: SessionOptions,
+    ) -> None:
+        self.args, self.server, self.mode = args, server, mode
+        self.command, self.pid, self.out, self.settings = command, pid, out, settings
+        self.timeline = Timeline(skip_steps=opts.skip_steps)
+        self.recorder = _recorder(args, mode, command, pid, self.timeline)
+        self.session: Session | None = None  # the session built from this wiring
+        self.live = None
+        if server is not None:
+            from gpudiag.agent.live import live_doc
+
+            self.live = serve_job(
+                server, lambda: live_doc(self.session, mode, command, pid), pid, command
+            )
+
+    def kwargs(self, tui: bool) -> dict:
+        """The Session arguments: its timeline, sink, log and hang report."""
+        sinks = (self.recorder.write if self.recorder else None, self.live and self.live.tap)
+        more: dict = {
+            "timeline": self.timeline,
+            "sink": chain_sinks(*sinks) if any(sinks) else None,
+            "on_hang": self.hang_report,
+        }
+        if tui:
+            more["log"] = lambda msg: None  # the UI shows the status
+        return more
+
+    def built(self, session: Session) -> Session:
+        """The session made from kwargs() (the metrics endpoint reports it)."""
+        self.session = session
+        return session
+
+    def announce(self) -> None:
+        """Say where the metrics are served, when they are."""
+        if self.server is not None and self.session and not getattr(self.args, "quiet", False):
+            self.session.log(f"metrics on {self.server.url}")
+
+    def hang_report(self, session: Session) -> None:
+        """A multi-rank job hangs: the report (DIST002, every rank's stack) is written to
+        `out` at once, while the job is still hung; the final report replaces it."""
+        doc = report_of(
+            session.result_so_far(),
+            mode=self.mode,
+            command=self.command,
+            pid=self.pid,
+            settings=self.settings,
+        )
+        path = write_report(doc, self.out)
+        session.log(f"the job hangs (DIST002): report written to {path} while it is hung")
 
 
 def print_summary(doc: dict, fmt: str) -> None:
@@ -227,24 +284,24 @@ def _profile_launched(
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
     opts = session_options(args)
-    session = job.session(settings, opts)
-    session.stop_signals = stops
-    target = session.target.pid
-    recorder = _recorder(args, "run", command, target, session)
-    session.sink = recorder.write if recorder else None
-    _on_hang(session, "run", command, target, out, settings)
+    found = job.find_target()
+    target = found[0]
+    wiring = Wiring(args, server, "run", command, target, out, settings, opts)
+    session = wiring.built(
+        job.session(settings, opts, found, stop_signals=stops, **wiring.kwargs(args.tui))
+    )
+    recorder = wiring.recorder
     if not args.quiet:
         session.log(
             f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
             + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
         )
-    _serve(args, server, session, "run", command, target)
+    wiring.announce()
     passed: list[int] = []  # signals the UI passed on to the job
     try:
         if args.tui:
             from gpudiag.agent.live import JobView, run_with_tui
 
-            session.log = lambda msg: None  # the UI shows the status
             relay = None
             if pass_on is not None:
 
@@ -298,24 +355,6 @@ def _profile_launched(
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
 
 
-def _on_hang(
-    session: Session, mode: str, command: list[str], pid: int, out: str, settings: Settings
-) -> None:
-    """A multi-rank job: when it hangs, write the report (DIST002, every rank's stack) to
-    `out` at once, while the job is still hung; the final report replaces it at the end."""
-    if session.ranks is None:
-        return
-
-    def write() -> None:
-        doc = report_of(
-            session.result_so_far(), mode=mode, command=command, pid=pid, settings=settings
-        )
-        path = write_report(doc, out)
-        session.log(f"the job hangs (DIST002): report written to {path} while it is hung")
-
-    session.ranks.on_hang = write
-
-
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
     """Profile a running job; UsageError when its stacks cannot be read at all."""
     server = open_metrics(args)
@@ -326,25 +365,30 @@ def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
             server.close()
 
 
+@dataclass
+class _Attached:
+    """A running job gpudiag could attach to: its stack probe opened, the rest not yet."""
+
+    pid: int
+    cmdline: list[str]
+    out: str
+    probes: list[Probe]
+    stacks: ProbeStatus  # the stack probe's status (open)
+    ranks: tuple[list, int] | None  # a multi-rank job's ranks and root pid
+
+
 def _attach(
     args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
 ) -> int:
-    opts = session_options(args)
+    opts = session_options(args, attached=True)
     choice = choose_target(pid)
     ranks, root, pid = choice.ranks, choice.root, choice.pid
-    session = Session(
-        Target(pid),
-        settings,
-        opts,
-        probes=default_probes(opts) + [HookProbe(attach_path(pid), optional=True)],
-    )
-    if ranks:
-        setup_ranks(session, ranks, root)
-    stacks = next(p for p in session.probes if isinstance(p, StackProbe))
-    stacks.startup_timeout_s = 0.0
-    status = session.open_probe(stacks)
+    hooks = HookProbe(attach_path(pid), optional=True)
+    probes = make_probes(opts, hooks, max(1, len(ranks or ())))
+    stacks = next(p for p in probes if isinstance(p, StackProbe))
+    status = open_probe(stacks, Target(pid))
     if not status.available:
-        for p in session.probes:
+        for p in probes:
             if p is not stacks:
                 p.close()
         hint = f" ({status.hint})" if status.hint else ""
@@ -356,27 +400,25 @@ def _attach(
         cmdline = []
     out = args.out or default_report_name(pid, time.time())
     if not args.quiet:
-        session.log(f"profiling {choice.why}")
+        say(f"profiling {choice.why}")
+    att = _Attached(pid, cmdline, out, probes, status, (ranks, root) if ranks else None)
     if args.tui:
-        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
+        return _attach_profile(args, att, opts, settings, server)
     with StopSignals() as stops:
-        session.stop_signals = stops
-        return _attach_profile(args, session, stacks, status, pid, cmdline, out, settings, server)
+        return _attach_profile(args, att, opts, settings, server, stops)
 
 
 def _attach_profile(
     args: argparse.Namespace,
-    session: Session,
-    stacks: StackProbe,
-    status: ProbeStatus,
-    pid: int,
-    cmdline: list[str],
-    out: str,
+    att: _Attached,
+    opts: SessionOptions,
     settings: Settings,
     server: MetricsServer | None,
+    stops: StopSignals | None = None,
 ) -> int:
+    pid, cmdline, out = att.pid, att.cmdline, att.out
     if not args.quiet:
-        session.log(
+        say(
             f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"
             + (
                 f" for {args.duration:.0f} s"
@@ -384,21 +426,29 @@ def _attach_profile(
                 else "; Ctrl-C stops and writes the report"
             )
         )
-    recorder = _recorder(args, "attach", cmdline, pid, session)
-    session.sink = recorder.write if recorder else None
-    _on_hang(session, "attach", cmdline, pid, out, settings)
-    session.capture_steps = getattr(args, "capture_steps", None)  # asked once the job connects
-    _serve(args, server, session, "attach", cmdline, pid)
+    wiring = Wiring(args, server, "attach", cmdline, pid, out, settings, opts)
+    session = wiring.built(
+        Session(
+            Target(pid),
+            settings,
+            opts,
+            probes=att.probes,
+            ranks=att.ranks,
+            opened={"stacks": att.stacks},
+            stop_signals=stops,
+            **wiring.kwargs(args.tui),
+        )
+    )
+    wiring.announce()
     try:
         if args.tui:
             from gpudiag.agent.live import run_with_tui
 
-            session.log = lambda msg: None
-            result = run_with_tui(session, "attach", cmdline, pid, out, {stacks.name: status})
+            result = run_with_tui(session, "attach", cmdline, pid, out, {"stacks": att.stacks})
         else:
-            result = session.run(preopened={stacks.name: status})
+            result = session.run()
     finally:
         if server is not None:
             server.collector.jobs = lambda: []
-    finish(result, args, "attach", cmdline, pid, out, settings, recorder)
+    finish(result, args, "attach", cmdline, pid, out, settings, wiring.recorder)
     return EXIT_OK

@@ -362,19 +362,14 @@ def primary_of(ranks: list[RankInfo]) -> RankInfo:
 
 
 def setup_ranks(session, ranks: list[RankInfo], root_pid: int) -> RankSet:
-    """Make `session` follow every rank: a stack probe per non-primary rank, the rates split
-    between ranks, the hooks' datagrams labelled by rank. The session's target is the
-    primary rank (the lowest)."""
+    """The ranks a session under construction follows (it calls this): a stack probe per
+    non-primary rank (the primary's rates were split between the ranks by make_probes), the
+    hooks' datagrams labelled by rank. The session's target is the primary rank."""
     opts = session.opts
     n = max(1, len(ranks))
     hooks = next((p for p in session.probes if isinstance(p, HookProbe)), None)
     primary = next((r for r in ranks if r.pid == session.target.pid), primary_of(ranks))
     rs = RankSet(ranks, primary, hooks)
-    session.ranks = rs
-    for p in session.probes:
-        if type(p) is StackProbe:
-            p.rate_hz = max(5, p.rate_hz // n)
-            p.gil_rate_hz = max(2, p.gil_rate_hz // n) if p.gil_rate_hz else 0
     for info in ranks:
         if info.pid != session.target.pid:
             session.probes.append(

@@ -13,10 +13,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from gpudiag.agent.budget import Budget, Governor, loop_window_samples
 from gpudiag.agent.config import Settings
+from gpudiag.agent.ranks import RankSet, setup_ranks
+from gpudiag.agent.session_setup import SessionOptions, SessionResult, make_probes, open_probe
 from gpudiag.agent.signals import StopSignals
 from gpudiag.agent.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
@@ -24,62 +26,14 @@ from gpudiag.analyzers.finalize import with_more
 from gpudiag.analyzers.rules import Classifier
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
-from gpudiag.probes.gpu import GpuProbe
-from gpudiag.probes.host import HostProbe
-from gpudiag.probes.process import ProcessProbe
-from gpudiag.probes.stacks import StackProbe
+from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.ranks import RankInfo
 
-
-@dataclass
-class SessionOptions:
-    """How to sample: py-spy rate, window, blocking mode; and how long."""
-
-    duration_s: float | None = None
-    rate_hz: int = 100
-    window_s: float = 3.0
-    gil_rate_hz: int = 25
-    nonblocking: bool = True
-    progress: bool = True
-    skip_steps: int = 0
-    cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
-    rss_budget_bytes: int = 150 * 1024 * 1024
-    probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
-    until_sure: bool = False  # stop once the verdict is sure (checked every SURE_CHECK_S)
+__all__ = ["Session", "SessionOptions", "SessionResult", "make_probes"]
 
 
 SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
-
-
-@dataclass
-class SessionResult:
-    """What a finished session collected."""
-
-    analysis: Analysis
-    probes: list[ProbeStatus]
-    errors: list[dict]
-    start: float
-    end: float
-    end_reason: str
-    exit_code: int | None
-    timeline: Timeline = field(repr=False, default_factory=Timeline)
-    hardware: dict = field(default_factory=dict)
-    agent: dict | None = None  # the agent's own cost and its effective sampling rates
-    distributed: dict | None = None  # a multi-rank job: the report's `ranks`, `distributed`
-
-
-def default_probes(opts: SessionOptions) -> list[Probe]:
-    """The host-side probes every session runs."""
-    return [
-        HostProbe(),
-        ProcessProbe(),
-        StackProbe(
-            rate_hz=opts.rate_hz,
-            window_s=opts.window_s,
-            gil_rate_hz=opts.gil_rate_hz,
-            nonblocking=opts.nonblocking,
-        ),
-        GpuProbe(),
-    ]
+RankPlan = tuple[list[RankInfo], int]  # the ranks of a multi-rank job, and its root pid
 
 
 class _Interrupted(Exception):
@@ -98,16 +52,30 @@ class Session:
         popen: subprocess.Popen | None = None,
         sink: Callable[[list[Sample]], None] | None = None,
         log: Callable[[str], None] | None = None,
+        *,
+        hooks: HookProbe | None = None,
+        ranks: RankPlan | None = None,
+        opened: dict[str, ProbeStatus] | None = None,
+        stop_signals: StopSignals | None = None,
+        timeline: Timeline | None = None,
+        on_hang: Callable[[Session], None] | None = None,
+        governor: Callable[[list[Probe]], Governor] | None = None,
     ) -> None:
+        """Everything a session needs, given here (nothing is set on it afterwards):
+        `probes` (else make_probes(opts, hooks)), `ranks` to follow every rank of a job,
+        `opened` probes already opened with their status, `stop_signals` (run/attach: the
+        signals as a flag), the `timeline` to fill (a recorder reads its segment length),
+        `on_hang` for a multi-rank job's hang, and `governor` (else the budget of `opts`)."""
         self.target = target
         self.settings = settings
         self.opts = opts
-        self.probes = probes if probes is not None else default_probes(opts)
+        n = len(ranks[0]) if ranks else 1
+        self.probes = probes if probes is not None else make_probes(opts, hooks, n)
         self.popen = popen
         self.sink = sink
         self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True))
-        self.timeline = Timeline(skip_steps=opts.skip_steps)
-        self.statuses: dict[str, ProbeStatus] = {}
+        self.timeline = timeline or Timeline(skip_steps=opts.skip_steps)
+        self.statuses: dict[str, ProbeStatus] = dict(opened or {})
         self.errors: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -115,13 +83,20 @@ class Session:
         self.exit_code: int | None = None
         self.paused = False
         self.start_time = time.time()
-        self.governor: Governor | None = None
-        self.stop_signals: StopSignals | None = None  # set by run/attach: signals as a flag
+        self.stop_signals = stop_signals
+        self.capture_steps = opts.capture_steps  # asked once the job connects (autocapture)
         self._watch: TargetWatch | None = None
         self.hangs = HangWatch(opts.probe_timeout_s)
         self.hung = self.hangs.hung  # names of probes timed out
-        self.ranks = None  # agent.ranks.RankSet for a multi-rank job (agent.ranks.setup_ranks)
-        if opts.cpu_budget is not None:
+        self.ranks: RankSet | None = None  # a multi-rank job (agent.ranks)
+        if ranks:  # before the governor: the ranks' stack probes get its CPU goal too
+            self.ranks = setup_ranks(self, *ranks)
+            if on_hang is not None:
+                self.ranks.on_hang = lambda: on_hang(self)
+        self.governor: Governor | None = None
+        if governor is not None:
+            self.governor = governor(self.probes)
+        elif opts.cpu_budget is not None:
             self.governor = Governor(
                 Budget(opts.cpu_budget, opts.rss_budget_bytes),
                 self.probes,
@@ -144,10 +119,7 @@ class Session:
     # ---- probes -------------------------------------------------------------------------
     def open_probe(self, probe: Probe) -> ProbeStatus:
         """Open one probe, turning an unexpected exception into an unavailable status."""
-        try:  # (open may take long: py-spy waits for a young interpreter; not timed)
-            status = probe.open(self.target)
-        except Exception as exc:  # a probe must never take the session down
-            status = ProbeStatus(probe.name, False, f"failed to start: {exc}")
+        status = open_probe(probe, self.target)
         if probe.name not in self.hung:
             self.statuses[probe.name] = status
         return status

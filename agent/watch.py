@@ -20,8 +20,8 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.identity import job_identity
 from gpudiag.agent.live import live_doc
 from gpudiag.agent.metrics import LiveJob
-from gpudiag.agent.ranks import is_launcher, primary_of, setup_ranks
-from gpudiag.agent.session import Session, SessionOptions, default_probes
+from gpudiag.agent.ranks import is_launcher, primary_of
+from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import Target
 from gpudiag.probes.discovery import dcgm_process, find_jobs, list_processes, read_proc
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
@@ -163,30 +163,42 @@ class Watcher:
     def _start(self, pid: int, jobs: int = 1, ranks: list | None = None) -> None:
         """Attach to `pid` (and to its `ranks` when it is a launcher, as attach does); its
         probes' first guess is made at a share of `jobs`."""
-        opts = SessionOptions(**{**self.opts.__dict__, "cpu_budget": None, "progress": False})
+        opts = SessionOptions(
+            **{
+                **self.opts.__dict__,
+                "cpu_budget": None,
+                "progress": False,
+                "attached": True,
+                "stacks_min_rate_hz": WATCH_MIN_RATE_HZ,
+            }
+        )
         ranks = ranks or []
         main = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid) if ranks else pid
+        governor = None
+        if self.cpu_budget is not None:
+            n = max(1, jobs)
+            budget = Budget(self.cpu_budget / n, self.rss_budget_bytes // n)
+            governor = lambda probes: SharedGovernor(  # noqa: E731
+                budget, probes, period_s=max(1.0, opts.window_s), shared=self.shared, jobs=n
+            )
+        ident = job_identity(pid)
+        command = ident["command"].split()
+
+        def report() -> dict:
+            return live_doc(session, "attach", command, pid, self.recent_s)
+
+        live = LiveJob(ident, report, refresh_s=self.refresh_s)
         session = Session(
             Target(main),
             self.settings,
             opts,
-            probes=default_probes(opts) + [HookProbe(attach_path(main), optional=True)],
+            sink=live.tap,
             log=lambda msg: self.log(f"pid {pid}: {msg}"),
+            hooks=HookProbe(attach_path(main), optional=True),
+            ranks=(ranks, pid) if ranks else None,
+            governor=governor,
         )
-        if ranks:
-            setup_ranks(session, ranks, pid)
-        if self.cpu_budget is not None:
-            n = max(1, jobs)
-            session.governor = SharedGovernor(
-                Budget(self.cpu_budget / n, self.rss_budget_bytes // n),
-                session.probes,
-                period_s=max(1.0, opts.window_s),
-                shared=self.shared,
-                jobs=n,
-            )
         stacks = next(p for p in session.probes if isinstance(p, StackProbe))
-        stacks.startup_timeout_s = 0.0
-        stacks.min_rate_hz = min(stacks.min_rate_hz, WATCH_MIN_RATE_HZ)
         status = session.open_probe(stacks)
         if not status.available:
             for p in session.probes:
@@ -195,14 +207,6 @@ class Watcher:
             self.skipped.add(pid)
             self.log(f"pid {pid}: not watched: {status.reason}")
             return
-        ident = job_identity(pid)
-        command = ident["command"].split()
-
-        def report() -> dict:
-            return live_doc(session, "attach", command, pid, self.recent_s)
-
-        live = LiveJob(ident, report, refresh_s=self.refresh_s)
-        session.sink = live.tap
         th = threading.Thread(
             target=session.run,
             kwargs={"preopened": {stacks.name: status}},

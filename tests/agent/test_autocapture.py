@@ -26,7 +26,8 @@ def test_only_a_gpu_finding_on_nvml_signals_asks_for_a_capture():
 
 
 class FakeSession:
-    def __init__(self, verdict, messages=3, gpu=True):
+    def __init__(self, verdict, messages=3, gpu=True, capture_steps=None):
+        self.capture_steps = capture_steps
         self.probes = [SimpleNamespace(name="hooks", messages=messages, captures=True)]
         self.statuses = {"gpu": SimpleNamespace(available=gpu)}
         self.verdict = verdict
@@ -69,8 +70,7 @@ def test_no_capture_without_hooks_gpu_or_with_a_host_verdict():
 
 
 def test_attach_capture_steps_is_asked_as_soon_as_the_job_connects():
-    s = FakeSession(("DATA001", "error", ("stacks",)), messages=0)
-    s.capture_steps = 7
+    s = FakeSession(("DATA001", "error", ("stacks",)), messages=0, capture_steps=7)
     auto = AutoCapture(s, clock=lambda: 0.0)
     assert auto.tick() is None  # the job's hooks have not connected yet
     s.probes[0].messages = 1

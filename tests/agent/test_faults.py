@@ -23,7 +23,7 @@ from gpudiag.agent.config import load_settings
 from gpudiag.agent.recording import Recorder
 from gpudiag.agent.render import render_text
 from gpudiag.agent.report import report_of, validate
-from gpudiag.agent.session import Session, SessionOptions, default_probes
+from gpudiag.agent.session import Session, SessionOptions, make_probes
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.gpu import GpuProbe
 from gpudiag.probes.nvml import Nvml
@@ -155,7 +155,7 @@ def test_py_spy_missing_denied_or_crashing(monkeypatch, tmp_path, sleeper, mode,
         exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr("gpudiag.probes.stacks.find_py_spy", lambda: exe and str(exe))
     opts = SessionOptions(duration_s=3.0, window_s=1.0, progress=False, cpu_budget=None)
-    s = Session(Target(sleeper.pid), load_settings(None), opts, probes=default_probes(opts)[:3])
+    s = Session(Target(sleeper.pid), load_settings(None), opts, probes=make_probes(opts)[:3])
     result = s.run()
     doc = report_of(result, mode="attach", command=None, pid=sleeper.pid, settings=s.settings)
     validate(doc)

@@ -17,7 +17,7 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.identity import identity_from, parse_cgroup, redact_command
 from gpudiag.agent.live import live_doc
 from gpudiag.agent.metrics import LiveJob
-from gpudiag.agent.metrics_server import MetricsServer, serve_session
+from gpudiag.agent.metrics_server import MetricsServer, serve_job
 from gpudiag.agent.report import load_report
 from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.analyzers.thresholds import Thresholds
@@ -205,10 +205,11 @@ def test_scrape_during_a_real_job_matches_its_report():
     pytest.importorskip("torch")
     proc = _job("40")
     opts = SessionOptions(duration_s=35, rate_hz=100, window_s=1.0, cpu_budget=None, progress=False)
-    session = Session(Target(proc.pid), Settings(Thresholds(), (), None), opts, log=lambda m: None)
     server = MetricsServer("127.0.0.1", 0, lambda: [])
     report = lambda: live_doc(session, "attach", ["python", "starved_loader.py"], proc.pid)  # noqa: E731
-    job: LiveJob = serve_session(server, session, report, proc.pid, proc.args)
+    job: LiveJob = serve_job(server, report, proc.pid, proc.args)
+    settings = Settings(Thresholds(), (), None)
+    session = Session(Target(proc.pid), settings, opts, log=lambda m: None, sink=job.tap)
     job.refresh_s = 0.0  # every scrape analyses afresh, so it is the report it was made from
     import threading
 
