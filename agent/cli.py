@@ -6,17 +6,11 @@ import argparse
 import os
 import sys
 
+from gpudiag.agent.attach import attach_job
 from gpudiag.agent.config import load_settings
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.parser import build_parser, parse_args
-from gpudiag.agent.profiling import (
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    attach_job,
-    print_summary,
-    run_job,
-)
+from gpudiag.agent.profiling import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, run_job
 from gpudiag.agent.render import render_markdown, render_text
 from gpudiag.agent.replay import replay_report
 from gpudiag.agent.report import (
@@ -28,6 +22,7 @@ from gpudiag.agent.report import (
 )
 from gpudiag.agent.safeio import dumps_json, file_mode
 from gpudiag.agent.targetwatch import running
+from gpudiag.agent.wiring import print_summary
 from gpudiag.analyzers.thresholds import Thresholds
 
 __all__ = ["build_parser", "main"]

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gpudiag.agent import cli
-from gpudiag.agent.profiling import other_user
+from gpudiag.agent.identity import other_user
 from tests.agent.test_cli_errors import assert_one_line_error
 from tests.conftest import gpudiag
 

@@ -1,0 +1,123 @@
+"""`gpudiag attach PID`: profile a running job (or a launcher's ranks) without restarting
+it; one clear line when its stacks cannot be read."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudiag.agent.config import Settings
+from gpudiag.agent.errors import UsageError
+from gpudiag.agent.identity import other_user
+from gpudiag.agent.metrics_server import MetricsServer, open_metrics
+from gpudiag.agent.report import default_report_name
+from gpudiag.agent.session import Session, SessionOptions
+from gpudiag.agent.session_setup import make_probes, open_probe
+from gpudiag.agent.signals import StopSignals
+from gpudiag.agent.targets import choose_target
+from gpudiag.agent.wiring import Outputs, Wiring, say, session_options
+from gpudiag.probes.base import Probe, ProbeStatus, Target
+from gpudiag.probes.inject.gpudiag_hooks import attach_path
+from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.stacks import StackProbe
+from gpudiag.text.redact import redact_argv
+
+EXIT_OK = 0
+
+
+def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
+    """Profile a running job; UsageError when its stacks cannot be read at all."""
+    server = open_metrics(args)
+    try:
+        return _attach(args, pid, settings, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+@dataclass
+class _Attached:
+    """A running job gpudiag could attach to: its stack probe opened, the rest not yet."""
+
+    pid: int
+    cmdline: list[str]
+    out: str
+    probes: list[Probe]
+    stacks: ProbeStatus  # the stack probe's status (open)
+    ranks: tuple[list, int] | None  # a multi-rank job's ranks and root pid
+
+
+def _attach(
+    args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
+) -> int:
+    opts = session_options(args, attached=True)
+    choice = choose_target(pid)
+    ranks, root, pid = choice.ranks, choice.root, choice.pid
+    hooks = HookProbe(attach_path(pid), optional=True)
+    probes = make_probes(opts, hooks, max(1, len(ranks or ())))
+    stacks = next(p for p in probes if isinstance(p, StackProbe))
+    status = open_probe(stacks, Target(pid))
+    if not status.available:
+        for p in probes:
+            if p is not stacks:
+                p.close()
+        hint = f" ({status.hint})" if status.hint else ""
+        raise UsageError(f"cannot attach: {other_user(pid) or status.reason}{hint}")
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = [c.decode(errors="replace") for c in command if c]
+    except OSError:
+        cmdline = []
+    out = args.out or default_report_name(pid, time.time())
+    if not args.quiet:
+        say(f"profiling {choice.why}")
+    att = _Attached(pid, cmdline, out, probes, status, (ranks, root) if ranks else None)
+    if args.tui:
+        return _attach_profile(Outputs.of(args), args.duration, att, opts, settings, server)
+    with StopSignals() as stops:
+        return _attach_profile(Outputs.of(args), args.duration, att, opts, settings, server, stops)
+
+
+def _attach_profile(
+    outs: Outputs,
+    duration: float | None,
+    att: _Attached,
+    opts: SessionOptions,
+    settings: Settings,
+    server: MetricsServer | None,
+    stops: StopSignals | None = None,
+) -> int:
+    pid, cmdline, out = att.pid, att.cmdline, att.out
+    if not outs.quiet:
+        say(
+            f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"
+            + (f" for {duration:.0f} s" if duration else "; Ctrl-C stops and writes the report")
+        )
+    wiring = Wiring(outs, server, "attach", cmdline, pid, out, settings, opts)
+    session = wiring.built(
+        Session(
+            Target(pid),
+            settings,
+            opts,
+            probes=att.probes,
+            ranks=att.ranks,
+            opened={"stacks": att.stacks},
+            stop_signals=stops,
+            **wiring.kwargs(),
+        )
+    )
+    wiring.announce()
+    try:
+        if outs.tui:
+            from gpudiag.agent.live import run_with_tui
+
+            result = run_with_tui(session, "attach", cmdline, pid, out, {"stacks": att.stacks})
+        else:
+            result = session.run()
+    finally:
+        if server is not None:
+            server.collector.jobs = lambda: []
+    wiring.finish(result)
+    return EXIT_OK
