@@ -26,7 +26,7 @@ class Job:
     def find_target(self) -> tuple[int, tuple[list, int] | None]:
         """The job's Python process to follow (the primary rank of a launcher's ranks, else
         the Python process started), and the ranks with the root pid when it has ranks."""
-        from gpudiag.agent.ranks import is_launcher, primary_of, wait_for_ranks
+        from gpudiag.agent.rank_launch import is_launcher, primary_of, wait_for_ranks
         from gpudiag.probes.ranks import rank_process
 
         ranks = []
@@ -80,7 +80,7 @@ def launch(
             env.update(extra_env or {})
         else:
             hooks = None
-    from gpudiag.agent.ranks import flight_recorder_env, is_launcher
+    from gpudiag.agent.rank_launch import flight_recorder_env, is_launcher
 
     if is_launcher(command):  # NCCL's flight recorder: collective sequence numbers per rank
         env = flight_recorder_env(env if env is not None else dict(os.environ))

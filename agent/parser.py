@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from gpudiag.agent.errors import UsageError
 from gpudiag.agent.parser_evidence import capture_option, export_options
+from gpudiag.agent.parser_types import (
+    bounded,
+    budget,
+    positive,
+    price_options,
+    rate,
+    settings_options,
+)
 from gpudiag.agent.report import tool_version
 
 DESCRIPTION = """\
@@ -30,82 +37,10 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def _positive(value: str) -> float:
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if not v > 0 or not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number more than 0, got {value!r}")
-    return v
-
-
-def _bounded(low: float, high: float, unit: str):
-    """An argparse type: a number from `low` to `high` (in `unit`)."""
-
-    def parse(value: str) -> float:
-        try:
-            v = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {unit}, got {value!r}") from None
-        if not low <= v <= high:  # also refuses nan
-            raise argparse.ArgumentTypeError(f"must be {low:g} to {high:g} {unit}, got {value!r}")
-        return v
-
-    return parse
-
-
-def _price(value: str) -> float:
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected USD per GPU-hour, got {value!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite price, got {value!r}")
-    return v
-
-
-def _rate(value: str) -> int:
-    try:
-        v = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected samples per second, got {value!r}") from None
-    if not 1 <= v <= 1000:
-        raise argparse.ArgumentTypeError(f"must be 1..1000 Hz, got {v}")
-    return v
-
-
-def _price_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--price",
-        type=_price,
-        metavar="USD_PER_GPU_HOUR",
-        help="GPU-hour price for the money figures (default: [tool.gpudiag.prices]"
-        ", else the built-in reference table)",
-    )
-    p.add_argument(
-        "--prices",
-        metavar="FILE",
-        help="TOML file with a [prices] table: GPU model key or name = USD/GPU-hour",
-    )
-
-
-def settings_options(p: argparse.ArgumentParser, config_help: str) -> None:
-    """--config FILE and --set NAME=VALUE (repeatable): thresholds and rules."""
-    p.add_argument("--config", metavar="FILE", help=config_help)
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="NAME=VALUE",
-        dest="overrides",
-        help="override one threshold, e.g. --set data_wait_warn=0.2 (repeatable)",
-    )
-
-
 def _profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--duration",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help="stop profiling after this many seconds (the job keeps running)",
     )
@@ -119,7 +54,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rate",
-        type=_rate,
+        type=rate,
         default=100,
         metavar="HZ",
         help="py-spy stack sampling rate at most (default: 100; lowered to keep "
@@ -127,7 +62,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cpu-budget",
-        type=_budget,
+        type=budget,
         default=3.0,
         metavar="PERCENT",
         help="CPU gpudiag and its py-spy may use, in percent of one core; sampling "
@@ -135,7 +70,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--window",
-        type=_bounded(0.5, 60.0, "seconds"),
+        type=bounded(0.5, 60.0, "seconds"),
         default=3.0,
         metavar="SECONDS",
         help="py-spy sampling window; stacks arrive once per window (default: 3)",
@@ -150,7 +85,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
         p,
         "TOML file with [thresholds] and [[rules]] (default: [tool.gpudiag] of ./pyproject.toml)",
     )
-    _price_options(p)
+    price_options(p)
     p.add_argument(
         "--record",
         metavar="FILE",
@@ -165,7 +100,7 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--record-max-mb",
-        type=_bounded(1.0, 1024.0 * 1024.0, "MB"),
+        type=bounded(1.0, 1024.0 * 1024.0, "MB"),
         default=1024,
         metavar="MB",
         help="bound on the recording's size on disk: past half of it FILE is "
@@ -186,16 +121,6 @@ def _profiling_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="show the live diagnosis in the terminal UI (q quits and writes the report)",
     )
-
-
-def _budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 100:  # also refuses nan
-        raise argparse.ArgumentTypeError("give a percentage of one core, 0 to 100")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -271,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a recording (.jsonl.gz) written by run/attach --record")
     p.add_argument("--out", metavar="FILE", help="also write the report to FILE")
     settings_options(p, "thresholds and rules, as for run")
-    _price_options(p)
+    price_options(p)
     p.add_argument(
         "--format",
         choices=("text", "markdown", "json", "html"),
@@ -314,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, metavar="N", help="runs of the job (default: config or 5)")
     p.add_argument(
         "--duration",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help="profile each run this long (default: until the job exits)",
     )
@@ -369,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--duration",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help="after attaching with `a`, profile this long",
     )
@@ -383,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--duration",
-        type=_positive,
+        type=positive,
         default=60.0,
         metavar="SECONDS",
         help="the most loop time to profile: it stops as soon as the verdict is sure; the "

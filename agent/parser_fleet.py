@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpudiag.agent.parser import _budget, _positive, _price_options, _rate, settings_options
+from gpudiag.agent.parser_types import budget, positive, price_options, rate, settings_options
 
 
 def _port(text: str) -> int:
@@ -60,7 +60,7 @@ def add_watch_parser(sub: argparse._SubParsersAction) -> None:
     metrics_options(p, default_port=9401)
     p.add_argument(
         "--cpu-budget",
-        type=_budget,
+        type=budget,
         default=10.0,
         metavar="PERCENT",
         help="CPU for all watched jobs together, in percent of one core, shared "
@@ -68,14 +68,14 @@ def add_watch_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--memory-budget",
-        type=_positive,
+        type=positive,
         default=400,
         metavar="MB",
         help="resident memory for all watched jobs together (default: 400)",
     )
     p.add_argument(
         "--interval",
-        type=_positive,
+        type=positive,
         default=5.0,
         metavar="SECONDS",
         help="how often to look for new and ended jobs (default: 5)",
@@ -95,12 +95,12 @@ def add_watch_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--duration",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help="stop after this many seconds (default: until Ctrl-C or SIGTERM)",
     )
-    p.add_argument("--rate", type=_rate, default=100, metavar="HZ", help="py-spy rate at most")
-    p.add_argument("--window", type=_positive, default=3.0, metavar="SECONDS", help="py-spy window")
+    p.add_argument("--rate", type=rate, default=100, metavar="HZ", help="py-spy rate at most")
+    p.add_argument("--window", type=positive, default=3.0, metavar="SECONDS", help="py-spy window")
     settings_options(p, "thresholds and rules, as for run")
-    _price_options(p)
+    price_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no log lines on stderr")

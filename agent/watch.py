@@ -20,7 +20,7 @@ from gpudiag.agent.config import Settings
 from gpudiag.agent.identity import job_identity
 from gpudiag.agent.live import live_doc
 from gpudiag.agent.metrics import LiveJob
-from gpudiag.agent.ranks import is_launcher, primary_of
+from gpudiag.agent.rank_launch import is_launcher, primary_of
 from gpudiag.agent.session import Session, SessionOptions
 from gpudiag.probes.base import Target
 from gpudiag.probes.discovery import dcgm_process, find_jobs, list_processes, read_proc

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.catalogue import new_finding
-from gpudiag.analyzers.distributed import _loc
+from gpudiag.analyzers.dist_ranks import location as _loc
 from gpudiag.analyzers.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.rules import parse_frame
 from gpudiag.analyzers.thresholds import Thresholds

@@ -83,6 +83,7 @@ def run_mode(plant: str, seconds: float, tmp: Path) -> str:
     finally:
         kill_tree(p.pid)
     if p.returncode != 0 or not out.exists():
+        (tmp / "stderr.txt").write_bytes(err)  # the whole of it, kept with --keep
         return f"error rc={p.returncode}: {err.decode()[-200:]!r}"
     return answer(json.loads(out.read_text()))
 
@@ -169,7 +170,7 @@ def hang_mode(hang_s: float, tmp: Path) -> str:
 def keep(tmp: Path, into: Path, name: str) -> None:
     """The run's report(s) kept for a look at an odd answer."""
     into.mkdir(parents=True, exist_ok=True)
-    for f in ("r.json", "a.json", "h.json"):
+    for f in ("r.json", "a.json", "h.json", "stderr.txt"):
         if (tmp / f).exists():
             (tmp / f).rename(into / f"{name}-{f}")
 

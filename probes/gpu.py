@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -19,40 +18,10 @@ import psutil
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.discovery import DCGM_HINT, DCGM_NOTE, dcgm_running
 from gpudiag.probes.gpu_counters import THROTTLE_REASONS, field_counters, gpm_metrics
+from gpudiag.probes.gpu_device import STATIC_QUERIES, TICK_QUERIES, Device
+from gpudiag.probes.gpu_device import text as _text
 from gpudiag.probes.gpu_visibility import has_nvidia_device_open, visible_devices
 from gpudiag.probes.nvml import GpuLost, Nvml, NvmlNotFound
-
-# (value, NVML function, argument): read every tick, and read once per device
-TICK_QUERIES = (
-    ("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", None),
-    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", None),
-    ("sm_clock_mhz", "nvmlDeviceGetClockInfo", 1),
-    ("mem_clock_mhz", "nvmlDeviceGetClockInfo", 2),
-    ("temperature_c", "nvmlDeviceGetTemperature", 0),
-)
-STATIC_QUERIES = (
-    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", None),
-    ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth", None),
-    ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 1),
-    ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", 2),
-)
-
-
-@dataclass
-class Device:
-    """One NVML device and what the probe remembers between ticks."""
-
-    index: int
-    handle: Any
-    uuid: str
-    name: str
-    memory_total: float | None
-    prev_fields: dict[int, tuple[int, int]] = field(default_factory=dict)
-    last_seen_us: int = 0
-    gpm_prev: Any = None
-    gpm_ok: bool = False
-    lost: bool = False
-    static: dict[str, float | None] | None = None  # link and clock maxima: read once
 
 
 class GpuProbe(Probe):
@@ -389,12 +358,6 @@ class GpuProbe(Probe):
     def close(self) -> None:
         """Shut NVML down."""
         self.nvml.shutdown()
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def hardware_summary(nvml: Nvml | None = None) -> dict:

@@ -5,9 +5,33 @@ from __future__ import annotations
 
 import re
 
-from gpudiag.probes.base import Sample
+from gpudiag.probes.base import Field, Sample
 from gpudiag.probes.pyspy_output import Episode, StackRow
 from gpudiag.probes.pyspy_process import SpyRun
+
+# every value the stack probe reports, with its unit and kind
+STACK_FIELDS = (
+    Field(
+        "count",
+        "samples",
+        "counter",
+        "stack samples of one thread with one stack (workers: weighted, see weight)",
+    ),
+    Field(
+        "weight",
+        "ratio",
+        "gauge",
+        "factor a worker's raw sample count was scaled by: "
+        "workers alive / workers recorded x loop rate / worker rate",
+    ),
+    Field("ticks", "samples", "counter", "sampling ticks in a window"),
+    Field("duration_s", "s", "gauge", "length of a sampling window"),
+    Field("rate_hz", "Hz", "gauge", "sampling rate of a window"),
+    Field("errors", "count", "counter", "samples py-spy failed to take in a window"),
+    Field("episodes", "count", "counter", "separate runs of samples inside one library call"),
+    Field("workers", "count", "gauge", "child processes alive when a worker window started"),
+    Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
+)
 
 
 def stack_sample(

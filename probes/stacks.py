@@ -28,7 +28,7 @@ import time
 
 import psutil
 
-from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.pyspy_output import (
     Episode,
     SourceLines,
@@ -47,6 +47,7 @@ from gpudiag.probes.pyspy_process import (
 )
 from gpudiag.probes.stack_rates import StackRates
 from gpudiag.probes.stack_samples import (
+    STACK_FIELDS,
     episode_sample,
     stack_sample,
     window_sample,
@@ -68,28 +69,7 @@ class StackProbe(StackRates, Probe):
     adaptive = True
     interval_s = 0.5
     buffered = True  # samples arrive per window; drain once more after close()
-    fields = (
-        Field(
-            "count",
-            "samples",
-            "counter",
-            "stack samples of one thread with one stack (workers: weighted, see weight)",
-        ),
-        Field(
-            "weight",
-            "ratio",
-            "gauge",
-            "factor a worker's raw sample count was scaled by: "
-            "workers alive / workers recorded x loop rate / worker rate",
-        ),
-        Field("ticks", "samples", "counter", "sampling ticks in a window"),
-        Field("duration_s", "s", "gauge", "length of a sampling window"),
-        Field("rate_hz", "Hz", "gauge", "sampling rate of a window"),
-        Field("errors", "count", "counter", "samples py-spy failed to take in a window"),
-        Field("episodes", "count", "counter", "separate runs of samples inside one library call"),
-        Field("workers", "count", "gauge", "child processes alive when a worker window started"),
-        Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
-    )
+    fields = STACK_FIELDS
 
     def __init__(
         self,
