@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import sys
@@ -112,31 +113,52 @@ def _float(text: str) -> float:
     return v
 
 
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"integer of {len(text)} digits")
-    return int(text)
+_CONTAINERS = (dict, list)
+_NUMBERS = frozenset((int, float, bool))
+_INT_LIMIT = 10**MAX_INT_DIGITS
+
+
+def _scalar_ok(v: object, where: str, allow_nonfinite: bool) -> None:
+    if isinstance(v, float) and not allow_nonfinite and not math.isfinite(v):
+        raise UsageError(f"{where}: non-finite number {v}")
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _INT_LIMIT:
+        raise UsageError(f"{where}: integer of {len(str(abs(v)))} digits")
+
+
+def _numbers_ok(items: list, where: str, allow_nonfinite: bool) -> None:
+    """A list of numbers checked in bulk (C loops: a recording holds millions of them);
+    item by item only when one may be out of bounds."""
+    if not max(map(abs, items)) < _INT_LIMIT or (  # (a NaN compares false: checked 1 by 1)
+        not allow_nonfinite and not all(map(math.isfinite, items))
+    ):
+        for x in items:
+            _scalar_ok(x, where, allow_nonfinite)
 
 
 def check_value(value: object, where: str, allow_nonfinite: bool = False) -> None:
     """UsageError when a parsed value nests deeper than MAX_DEPTH, or holds a non-finite
-    number or an integer with more than MAX_INT_DIGITS digits (walked without recursion)."""
+    number or an integer with more than MAX_INT_DIGITS digits (walked without recursion,
+    lists of numbers checked in bulk)."""
+    if not isinstance(value, _CONTAINERS):
+        _scalar_ok(value, where, allow_nonfinite)
+        return
     stack = [(value, 1)]
     while stack:
         v, depth = stack.pop()
-        if isinstance(v, dict):
-            items = list(v.values())
-        elif isinstance(v, list):
-            items = v
-        else:
-            if isinstance(v, float) and not allow_nonfinite and not math.isfinite(v):
-                raise UsageError(f"{where}: non-finite number {v}")
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**MAX_INT_DIGITS:
-                raise UsageError(f"{where}: integer too large")
-            continue
         if depth > MAX_DEPTH:
             raise UsageError(f"{where}: nested deeper than {MAX_DEPTH} levels")
-        stack.extend((x, depth + 1) for x in items)
+        items = list(v.values()) if isinstance(v, dict) else v
+        if not items:
+            continue
+        kinds = set(map(type, items))
+        if kinds <= _NUMBERS:
+            _numbers_ok(items, where, allow_nonfinite)
+            continue
+        for x in items:
+            if isinstance(x, _CONTAINERS):
+                stack.append((x, depth + 1))
+            else:
+                _scalar_ok(x, where, allow_nonfinite)
 
 
 def parse_json(
@@ -146,12 +168,10 @@ def parse_json(
     `allow_nonfinite`: a recording's unmeasured values), huge integers or deep nesting."""
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        if allow_nonfinite:
-            value = json.loads(text, parse_int=_int)
+        if allow_nonfinite:  # integers parsed in C: check_value bounds their digits
+            value = json.loads(text)
         else:
-            value = json.loads(
-                text, parse_constant=_bad_constant, parse_float=_float, parse_int=_int
-            )
+            value = json.loads(text, parse_constant=_bad_constant, parse_float=_float)
     except UnicodeDecodeError:
         raise UsageError(f"{where} is not {kind} (not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
@@ -160,8 +180,11 @@ def parse_json(
         ) from None
     except RecursionError:
         raise UsageError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:
-        raise UsageError(f"{where}: {exc}") from None
+    except ValueError as exc:  # a non-finite number, or an integer past Python's digit limit
+        digits = re.search(r"value has (\d+) digits", str(exc))
+        raise UsageError(
+            f"{where}: integer of {digits[1]} digits" if digits else f"{where}: {exc}"
+        ) from None
     check_value(value, where, allow_nonfinite)
     return value
 
