@@ -28,10 +28,11 @@ EXIT_OK = 0
 
 
 def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
-    """Profile a running job; UsageError when its stacks cannot be read at all."""
+    """`gpudiag attach`: its options typed at the edge, then attach()."""
     server = open_metrics(args)
     try:
-        return _attach(args, pid, settings, server)
+        opts = session_options(args, attached=True)
+        return attach(pid, settings, opts, Outputs.of(args), args.out, server)
     finally:
         if server is not None:
             server.close()
@@ -49,10 +50,16 @@ class _Attached:
     ranks: tuple[list, int] | None  # a multi-rank job's ranks and root pid
 
 
-def _attach(
-    args: argparse.Namespace, pid: int, settings: Settings, server: MetricsServer | None
+def attach(
+    pid: int,
+    settings: Settings,
+    opts: SessionOptions,
+    outs: Outputs,
+    out: str | None = None,
+    server: MetricsServer | None = None,
 ) -> int:
-    opts = session_options(args, attached=True)
+    """Profile the running job `pid` (or a launcher's ranks) and write the report to `out`
+    (else a default name); UsageError when its stacks cannot be read at all."""
     choice = choose_target(pid)
     ranks, root, pid = choice.ranks, choice.root, choice.pid
     hooks = HookProbe(attach_path(pid), optional=True)
@@ -70,19 +77,18 @@ def _attach(
         cmdline = [c.decode(errors="replace") for c in command if c]
     except OSError:
         cmdline = []
-    out = args.out or default_report_name(pid, time.time())
-    if not args.quiet:
+    out = out or default_report_name(pid, time.time())
+    if not outs.quiet:
         say(f"profiling {choice.why}")
     att = _Attached(pid, cmdline, out, probes, status, (ranks, root) if ranks else None)
-    if args.tui:
-        return _attach_profile(Outputs.of(args), args.duration, att, opts, settings, server)
+    if outs.tui:
+        return _attach_profile(outs, att, opts, settings, server)
     with StopSignals() as stops:
-        return _attach_profile(Outputs.of(args), args.duration, att, opts, settings, server, stops)
+        return _attach_profile(outs, att, opts, settings, server, stops)
 
 
 def _attach_profile(
     outs: Outputs,
-    duration: float | None,
     att: _Attached,
     opts: SessionOptions,
     settings: Settings,
@@ -93,7 +99,11 @@ def _attach_profile(
     if not outs.quiet:
         say(
             f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"
-            + (f" for {duration:.0f} s" if duration else "; Ctrl-C stops and writes the report")
+            + (
+                f" for {opts.duration_s:.0f} s"
+                if opts.duration_s
+                else "; Ctrl-C stops and writes the report"
+            )
         )
     wiring = Wiring(outs, server, "attach", cmdline, pid, out, settings, opts)
     session = wiring.built(

@@ -174,11 +174,12 @@ def cmd_top(args: argparse.Namespace) -> int:
         sampler.close()
     if not pid:
         return EXIT_OK
-    attach_args = build_parser().parse_args(
-        ["attach", str(pid), "--tui"]
-        + (["--duration", str(args.duration)] if args.duration else [])
-    )
-    return cmd_attach(attach_args)
+    from gpudiag.agent.attach import attach
+    from gpudiag.agent.session import SessionOptions
+    from gpudiag.agent.wiring import Outputs
+
+    opts = SessionOptions(duration_s=args.duration, attached=True)
+    return attach(parse_pid(str(pid)), load_settings(None), opts, Outputs(tui=True))
 
 
 def _browse(doc: dict, title: str) -> int:
