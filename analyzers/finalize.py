@@ -134,7 +134,7 @@ def with_gpu_idle(f: Finding, cp: CriticalPath) -> Finding:
         cp.gpu_idle is None
         or category(f.id) != "host"
         or not explains_gpu_idle(f.id)
-        or "GPU idles" in f.message
+        or any(e.metric == "gpu_idle_share" for e in f.evidence)  # it says so already
     ):
         return f
     return replace(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from gpudiag.analyzers import analyze, unjudged, verdict_of
 from gpudiag.analyzers.catalogue import new_finding
-from gpudiag.analyzers.finalize import with_more
-from gpudiag.analyzers.results import Recommendation
+from gpudiag.analyzers.critical_path import CriticalPath
+from gpudiag.analyzers.finalize import with_gpu_idle, with_more
+from gpudiag.analyzers.results import Evidence, Recommendation
 from gpudiag.analyzers.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 
@@ -57,3 +58,21 @@ def test_findings_added_later_keep_the_checks_that_were_not_judged():
     merged, v = with_more(list(a.findings), [note], a.verdict, a.profile, 200.0, th)
     assert [f.id for f in merged] == ["MEM001"]
     assert v["sure"] is False and "not judged:" in v["statement"]
+
+
+def test_the_gpu_idle_is_added_once_to_a_host_cause_that_lacks_it():
+    cp = CriticalPath(0.6, {}, 0.0, 0.5, 0.1, ("nvml",))
+    rest = dict(
+        impact=0.4,
+        confidence=0.9,
+        message="The loop spends 40% of its time in the job's own Python.",
+        recommendation=Recommendation("", ()),
+        expected_speedup=1.5,
+    )
+    bare = new_finding("HOST001", Thresholds(), evidence=(), **rest)
+    said = new_finding(
+        "HOST001", Thresholds(), evidence=(Evidence("gpu_idle_share", 0.6, "ratio"),), **rest
+    )
+    added = with_gpu_idle(bare, cp)
+    assert [e.metric for e in added.evidence] == ["gpu_idle_share"] and "60%" in added.message
+    assert with_gpu_idle(said, cp) is said  # its evidence says it already: not twice
