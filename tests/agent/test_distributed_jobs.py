@@ -256,3 +256,52 @@ def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
     assert not [f for f in doc["findings"] if f["id"] == "DIST002"], why(doc)
     notes = " ".join(doc["distributed"]["notes"])
     assert "rank 0 is evaluating" in notes or "no rank was inside a collective" in notes, notes
+
+
+def attach_ddp(tmp_path: Path, plant: str) -> dict:
+    """`gpudiag attach` to rank 1 of the DDP job with `plant` on rank 1 (no hooks: the
+    collectives' waits are not measured)."""
+    from gpudiag.probes.ranks import find_ranks
+
+    env = {**os.environ, "GPUDIAG_TEST_PLANT": plant}
+    job = subprocess.Popen([*DDP_JOB, "--seconds", "45"], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        ranks: list = []
+        deadline = time.monotonic() + 60
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ranks = find_ranks(job.pid)
+        assert len(ranks) == 2
+        time.sleep(3)  # past the imports
+        out = tmp_path / "a.json"
+        pid = next(r.pid for r in ranks if r.rank == 1)
+        res = gpudiag("attach", str(pid), *SAMPLING, "--duration", "10", "--out", str(out),
+                      timeout=150)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        return load_report(str(out))
+    finally:
+        kill_tree(job.pid)
+        job.wait()
+
+
+@pytest.mark.slow
+def test_attach_to_a_ddp_job_slow_in_its_own_backward_is_undecided_not_balanced(tmp_path):
+    """Measured 10 of 10 undecided (benchmarks/dist_verdicts.py): the stacks of a rank slow in
+    its backward and of the rank waiting in DDP's all-reduce under backward look alike."""
+    doc = attach_ddp(tmp_path, "backward")
+    dec = doc["distributed"]["straggler"]
+    assert not dec["decided"] and "DDP" in dec["reason"], why(doc)
+    assert all(r["ddp"] for r in doc["ranks"]), why(doc)
+    assert not [f for f in doc["findings"] if f["id"] == "DIST001"]
+
+
+@pytest.mark.slow
+def test_attach_names_a_ddp_straggler_slow_in_its_own_loop_work(tmp_path):
+    """Measured 10 of 10 (benchmarks/dist_verdicts.py); before the stack loop window took a
+    quarter of loop work, the straggler's own work cut its window and 1 look in 7 abstained."""
+    doc = attach_ddp(tmp_path, "loop")
+    dec = doc["distributed"]["straggler"]
+    assert dec.get("straggler") == 1, why(doc)
+    f = next(f for f in doc["findings"] if f["id"] == "DIST001")
+    assert "own loop work" in f["message"]
