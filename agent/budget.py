@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from gpudiag.analyzers.loop import profile_loop
 from gpudiag.analyzers.rules import Classifier
 from gpudiag.analyzers.timeline import Timeline
 from gpudiag.analyzers.window import find_loop_window
@@ -295,7 +296,8 @@ def loop_window_samples(timeline: Timeline, classifier: Classifier) -> float:
     """Stack samples of the busiest target thread inside the loop window so far (the job's
     start-up left out, as the analyzers leave it out): what a verdict's samples count."""
     win = find_loop_window(timeline, classifier)
-    if not win.found:
-        return 0.0
+    if not win.found:  # no loop window (a loop mostly in the job's own code): the analyzers
+        # then take the whole run less its start-up (imports); count what they count
+        return profile_loop(timeline.whole(), classifier).samples
     agg = timeline.window(win.start_ns, win.end_ns)
     return max((sum(agg.stacks[k].values()) for k in agg.threads("all", "target")), default=0.0)

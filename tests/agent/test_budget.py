@@ -187,3 +187,20 @@ def test_a_probe_added_while_running_gets_the_goal_and_level_the_first_got():
     gov.adopt(late)
     assert late.level == gov.level
     assert late.cpu_goal == pytest.approx(probe.cpu_goal) and late.cpu_goal is not None
+
+
+def test_a_loop_mostly_in_user_code_counts_its_samples_for_the_verdict():
+    """An inference loop that tokenises inline (HOST001): no stack window is mostly loop
+    work, so there is no loop window and the analyzers take the whole run. The governor
+    must count those samples too, or --until-sure never stops (measured: a sure HOST001 on
+    2,397 samples ran to its 70 s --duration)."""
+    from gpudiag.agent.budget import loop_window_samples
+    from gpudiag.analyzers import analyze
+    from gpudiag.analyzers.rules import Classifier
+    from tests.analyzers.scenario import Scenario
+
+    sc = Scenario()
+    for _ in range(3):
+        sc.window({"other": 0.85, "forward": 0.15}, ticks=100)
+    got = loop_window_samples(sc.tl, Classifier(()))
+    assert got == analyze(sc.tl).profile.samples == 300
