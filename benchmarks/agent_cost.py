@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 JOB = Path(__file__).resolve().parent / "light_job.py"
-GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli"]
+GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli.main"]
 
 
 def _start_job(workers: int, seconds: float, warmup: float) -> subprocess.Popen:

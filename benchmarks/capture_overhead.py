@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpudiag.probes.inprocess import injection_env
+from gpudiag.probes.inprocess.channel import injection_env
 
 JOB = Path(__file__).resolve().parents[1] / "tests" / "workloads" / "capture_job.py"
 SKIP = 20  # steps left out at the start and on each side of the window

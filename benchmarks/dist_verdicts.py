@@ -35,7 +35,7 @@ WORKLOAD = ROOT / "tests" / "workloads" / "dist_ddp.py"
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 JOB = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(WORKLOAD)]
 SAMPLING = ["--cpu-budget", "0", "--rate", "50", "--window", "2"]
-GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli"]
+GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli.main"]
 CAUSES = {
     "own loop work": "loop",
     "DataLoader": "data",
@@ -89,7 +89,7 @@ def run_mode(plant: str, seconds: float, tmp: Path) -> str:
 
 
 def attach_mode(plant: str, seconds: float, tmp: Path) -> str:
-    from gpudiag.probes.ranks import find_ranks
+    from gpudiag.probes.dist.ranks import find_ranks
 
     env = {**os.environ, "GPUDIAG_TEST_PLANT": plant}
     job = subprocess.Popen([*JOB, "--seconds", str(seconds + 30)], env=env,

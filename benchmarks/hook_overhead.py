@@ -18,7 +18,7 @@ import sys
 import threading
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inprocess import HookProbe, injection_env
+from gpudiag.probes.inprocess.channel import HookProbe, injection_env
 
 LOOP = """
 import time, torch

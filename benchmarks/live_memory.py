@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_recording import second  # noqa: E402
 
 from gpudiag.analyzers import analyze  # noqa: E402
-from gpudiag.analyzers.timeline import Timeline  # noqa: E402
+from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
 from gpudiag.probes.base import Sample  # noqa: E402
 
 

@@ -47,7 +47,7 @@ def main() -> None:
                     cmd = [
                         sys.executable,
                         "-m",
-                        "gpudiag.agent.cli",
+                        "gpudiag.agent.cli.main",
                         "run",
                         "-q",
                         "--out",

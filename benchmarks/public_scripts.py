@@ -190,7 +190,7 @@ def _stop(pid: int | None) -> None:
 
 def look(s: Script, mode: str, out: Path, seconds: float) -> dict:
     """One `gpudiag run` or `gpudiag attach` of the bare script; its report's verdict."""
-    cli = [sys.executable, "-m", "gpudiag.agent.cli"]
+    cli = [sys.executable, "-m", "gpudiag.agent.cli.main"]
     job = None
     if mode == "run":
         cmd = [*cli, "run", "-q", "--duration", str(seconds), "--out", str(out), "--"]

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "tests" / "workloads"
-GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli"]
+GPUDIAG = [sys.executable, "-m", "gpudiag.agent.cli.main"]
 TRUTH: dict[str, str | None] = {
     "healthy": None,
     "starved_loader": "DATA001",

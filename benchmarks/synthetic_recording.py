@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from gpudiag.agent.recording import Recorder
+from gpudiag.agent.output.recording import Recorder
 from gpudiag.probes.base import Sample
 
 LIB = "/opt/venv/lib/python3.11/site-packages"
@@ -348,7 +348,7 @@ def time_replay(path: str) -> None:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     res = subprocess.run(
-        [sys.executable, "-m", "gpudiag.agent.cli", "replay", path, "--format", "json"],
+        [sys.executable, "-m", "gpudiag.agent.cli.main", "replay", path, "--format", "json"],
         capture_output=True,
         text=True,
     )

@@ -53,7 +53,7 @@ EDITS = {
 def cli(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run gpudiag, its stderr passed through (progress)."""
     return subprocess.run(
-        [sys.executable, "-m", "gpudiag.agent.cli", *args],
+        [sys.executable, "-m", "gpudiag.agent.cli.main", *args],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -143,7 +143,7 @@ def has_hand(name: str, kind: str) -> bool:
 
 def end_job(report: str) -> None:
     """End the job a `run --duration` look left running."""
-    from gpudiag.agent.parser_try import end_job as end
+    from gpudiag.agent.commands.tryfix import end_job as end
 
     end(report)
 

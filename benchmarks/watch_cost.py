@@ -83,7 +83,7 @@ def measure(n: int, seconds: float, settle: float, extra: list[str]) -> dict:
     ]
     time.sleep(5 + n * 0.5)  # past their imports: PyTorch loaded
     port = _port()
-    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "watch", "--metrics-port", str(port)]
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "--metrics-port", str(port)]
     cmd += ["--match", str(folder), "--duration", str(seconds), "-q", *extra]
     watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     proc = psutil.Process(watch.pid)

@@ -11,8 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpudiag.agent.html_report import render_html
-from gpudiag.agent.report import load_report
+from gpudiag.agent.output.render.html import render_html
+from gpudiag.agent.output.report import load_report
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import static_feed
 

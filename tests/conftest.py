@@ -17,7 +17,7 @@ WORKLOADS = Path(__file__).parent / "workloads"
 def gpudiag(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """Run the installed CLI as a user would, capturing its output."""
     return subprocess.run(
-        [sys.executable, "-m", "gpudiag.agent.cli", *args],
+        [sys.executable, "-m", "gpudiag.agent.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -32,7 +32,7 @@ def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subproces
     out, err = tmp / "gpudiag.stdout", tmp / "gpudiag.stderr"
     with open(out, "w") as fo, open(err, "w") as fe:
         res = subprocess.run(
-            [sys.executable, "-m", "gpudiag.agent.cli", *args],
+            [sys.executable, "-m", "gpudiag.agent.cli.main", *args],
             stdout=fo,
             stderr=fe,
             timeout=timeout,
@@ -77,7 +77,7 @@ def _nvml_has_gpu() -> bool:
     import os
 
     from gpudiag.probes.base import Target
-    from gpudiag.probes.gpu import GpuProbe
+    from gpudiag.probes.gpu.probe import GpuProbe
 
     probe = GpuProbe()
     ok = probe.open(Target(os.getpid())).available

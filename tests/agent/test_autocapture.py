@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from gpudiag.agent.autocapture import AUTO_CAPTURE_STEPS, AutoCapture, nvml_only_verdict
+from gpudiag.agent.session.autocapture import AUTO_CAPTURE_STEPS, AutoCapture, nvml_only_verdict
 
 
 def analysis(*findings) -> SimpleNamespace:

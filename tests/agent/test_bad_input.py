@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from gpudiag.agent import cli
-from gpudiag.agent.identity import other_user
+from gpudiag.agent.cli import main as cli
+from gpudiag.agent.fleet.identity import other_user
 from tests.agent.test_cli_errors import assert_one_line_error
 from tests.conftest import gpudiag
 

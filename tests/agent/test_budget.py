@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudiag.agent.budget import Budget, Governor
+from gpudiag.agent.session.budget import Budget, Governor
 from gpudiag.probes.base import Probe
 
 
@@ -194,9 +194,9 @@ def test_a_loop_mostly_in_user_code_counts_its_samples_for_the_verdict():
     work, so there is no loop window and the analyzers take the whole run. The governor
     must count those samples too, or --until-sure never stops (measured: a sure HOST001 on
     2,397 samples ran to its 70 s --duration)."""
-    from gpudiag.agent.budget import loop_window_samples
+    from gpudiag.agent.session.budget import loop_window_samples
     from gpudiag.analyzers import analyze
-    from gpudiag.analyzers.rules import Classifier
+    from gpudiag.analyzers.measures.rules import Classifier
     from tests.analyzers.scenario import Scenario
 
     sc = Scenario()

@@ -61,7 +61,7 @@ def test_attach_without_ptrace_permission(tmp_path):
                 "--clear-groups",
                 sys.executable,
                 "-m",
-                "gpudiag.agent.cli",
+                "gpudiag.agent.cli.main",
                 "attach",
                 str(job.pid),
                 "--duration",
@@ -156,7 +156,7 @@ def test_bad_config_file(tmp_path):
     ],
 )
 def test_every_view_parses(argv):
-    from gpudiag.agent.cli import build_parser
+    from gpudiag.agent.cli.main import build_parser
 
     args = build_parser().parse_args(argv)
     assert getattr(args, "tui", True) is True

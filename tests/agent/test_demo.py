@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from gpudiag.agent.demo import DemoClock, found_line
-from gpudiag.agent.report import load_report
+from gpudiag.agent.commands.demo import DemoClock, found_line
+from gpudiag.agent.output.report import load_report
 from tests.agent.test_report import make_doc
 from tests.conftest import gpudiag
 

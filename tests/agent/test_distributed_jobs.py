@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpudiag.agent.report import load_report
+from gpudiag.agent.output.report import load_report
 from tests.conftest import WORKLOADS, gpudiag
 
 pytest.importorskip("torch")
@@ -87,7 +87,7 @@ def test_balanced_job_has_no_distributed_warning(tmp_path):
 def test_hang_report_is_written_while_hung_and_names_the_rank(tmp_path):
     out = tmp_path / "hang.json"
     env = {**os.environ, "GPUDIAG_TEST_HANG_RANK": "1", "GPUDIAG_TEST_HANG_STEP": "15"}
-    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", *SAMPLING, "--set",
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "run", *SAMPLING, "--set",
            "dist_hang_s=4", "--out", str(out), "--", *JOB, "--seconds", "100"]  # fmt: skip
     p = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
@@ -119,7 +119,7 @@ def test_ddp_straggler_is_found_though_its_wait_hides_under_backward(tmp_path):
 
 
 def test_attach_to_one_rank_profiles_every_rank(tmp_path):
-    from gpudiag.probes.ranks import find_ranks
+    from gpudiag.probes.dist.ranks import find_ranks
 
     job = subprocess.Popen(
         [*JOB, "--seconds", "40"],
@@ -206,7 +206,7 @@ def start_hung(tmp_path: Path, env: dict[str, str], seconds: str, hang_s: str):
     cmd = [
         sys.executable,
         "-m",
-        "gpudiag.agent.cli",
+        "gpudiag.agent.cli.main",
         "run",
         *opts,
         "--",
@@ -261,7 +261,7 @@ def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
 def attach_ddp(tmp_path: Path, plant: str) -> dict:
     """`gpudiag attach` to rank 1 of the DDP job with `plant` on rank 1 (no hooks: the
     collectives' waits are not measured)."""
-    from gpudiag.probes.ranks import find_ranks
+    from gpudiag.probes.dist.ranks import find_ranks
 
     env = {**os.environ, "GPUDIAG_TEST_PLANT": plant}
     job = subprocess.Popen([*DDP_JOB, "--seconds", "45"], env=env, stdout=subprocess.DEVNULL,

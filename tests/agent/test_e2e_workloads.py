@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpudiag.agent.report import load_report
+from gpudiag.agent.output.report import load_report
 from tests.conftest import WORKLOADS, gpudiag, gpudiag_until_sure
 
 pytest.importorskip("torch")
@@ -190,7 +190,7 @@ def test_ctrl_c_writes_the_report(tmp_path):
         [
             sys.executable,
             "-m",
-            "gpudiag.agent.cli",
+            "gpudiag.agent.cli.main",
             "attach",
             str(job.pid),
             "-q",

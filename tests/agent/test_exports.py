@@ -8,11 +8,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.errors import UsageError
-from gpudiag.agent.exports import chrome_trace_of, speedscope_of
-from gpudiag.agent.replay import replay_report
-from gpudiag.agent.report import write_report
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.commands.replay import replay_report
+from gpudiag.agent.output.exports import chrome_trace_of, speedscope_of
+from gpudiag.agent.output.report import write_report
 from tests.conftest import gpudiag
 
 HERE = Path(__file__).parents[1]

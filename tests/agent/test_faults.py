@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent import cli
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.recording import Recorder
-from gpudiag.agent.render import render_text
-from gpudiag.agent.report import report_of, validate
-from gpudiag.agent.session import Session, SessionOptions, make_probes
+from gpudiag.agent.cli import main as cli
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.output.recording import Recorder
+from gpudiag.agent.output.render.text import render_text
+from gpudiag.agent.output.report import report_of, validate
+from gpudiag.agent.session.session import Session, SessionOptions, make_probes
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target
-from gpudiag.probes.gpu import GpuProbe
-from gpudiag.probes.nvml import Nvml
+from gpudiag.probes.gpu.nvml import Nvml
+from gpudiag.probes.gpu.probe import GpuProbe
 from tests.agent.test_cli_errors import assert_one_line_error
 from tests.agent.test_signals import wait_for
 from tests.conftest import gpudiag
@@ -153,7 +153,7 @@ def test_py_spy_missing_denied_or_crashing(monkeypatch, tmp_path, sleeper, mode,
         exe = tmp_path / "py-spy"
         exe.write_text("#!/bin/sh\n" + FAKE_SPY[mode] + "\n")
         exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr("gpudiag.probes.stacks.find_py_spy", lambda: exe and str(exe))
+    monkeypatch.setattr("gpudiag.probes.stacks.probe.find_py_spy", lambda: exe and str(exe))
     opts = SessionOptions(duration_s=3.0, window_s=1.0, progress=False, cpu_budget=None)
     s = Session(Target(sleeper.pid), load_settings(None), opts, probes=make_probes(opts)[:3])
     result = s.run()
@@ -205,7 +205,7 @@ def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
 
 
 def test_a_full_disk_for_the_report_is_one_error_after_the_summary(monkeypatch, tmp_path, capsys):
-    from gpudiag.agent import safeio
+    from gpudiag.agent.output import safeio
 
     real_write = os.write
 
@@ -230,7 +230,7 @@ def test_output_folder_gone_during_the_run(tmp_path):
         [
             sys.executable,
             "-m",
-            "gpudiag.agent.cli",
+            "gpudiag.agent.cli.main",
             "run",
             "--no-inject",
             "--out",
@@ -415,7 +415,7 @@ def test_another_real_users_process_is_refused(tmp_path):
                     user,
                     sys.executable,
                     "-m",
-                    "gpudiag.agent.cli",
+                    "gpudiag.agent.cli.main",
                     "attach",
                     str(job.pid),
                     "--duration",
@@ -439,7 +439,7 @@ def test_another_real_users_process_is_refused(tmp_path):
 def test_probe_ingest_goes_on_while_a_live_analysis_runs(sleeper, monkeypatch):
     """A live view's analysis runs on a copy of the timeline taken under the lock, never
     holding the lock the probes' ingest takes (it used to analyse under it)."""
-    from gpudiag.agent import session as session_mod
+    from gpudiag.agent.session import session as session_mod
 
     started, release = threading.Event(), threading.Event()
     real = session_mod.analyze

@@ -20,14 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudiag.agent import recording
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.errors import UsageError
-from gpudiag.agent.gate import decide, load_baseline, load_gate_config
-from gpudiag.agent.replay import replay_report
-from gpudiag.agent.report import load_report
-from gpudiag.analyzers.thresholds import Thresholds
-from gpudiag.probes.inprocess import decode_datagram, parse_message
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.commands.gate import decide, load_baseline, load_gate_config
+from gpudiag.agent.commands.replay import replay_report
+from gpudiag.agent.output import recording
+from gpudiag.agent.output.report import load_report
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.probes.inprocess.channel import decode_datagram, parse_message
 from tests.agent.test_cli_errors import assert_one_line_error
 from tests.conftest import gpudiag
 
@@ -116,7 +116,7 @@ def test_report_reader_mutated_report(mutations):
     path = _tmp(json.dumps(doc).encode(), ".json")
     got = _refused_or_read(load_report, path)
     if got is not None:  # a report that loads can be rendered
-        from gpudiag.agent.render import render_markdown, render_text
+        from gpudiag.agent.output.render.text import render_markdown, render_text
 
         render_text(got)
         render_markdown(got)
@@ -176,7 +176,7 @@ def test_recording_reader_mutated_samples(mutations):
     path = _tmp(gzip.compress(text.encode(), compresslevel=1), ".jsonl.gz")
     doc = _refused_or_read(replay_report, path, load_settings(None))
     if doc is not None:
-        from gpudiag.agent.report import validate
+        from gpudiag.agent.output.report import validate
 
         validate(doc)  # what replay made is a valid report
 
@@ -184,7 +184,7 @@ def test_recording_reader_mutated_samples(mutations):
 @lru_cache(maxsize=1)
 def _windows_lines() -> list[dict]:
     """A windows-layout recording (the default) of the fixture's first samples."""
-    from gpudiag.agent.recording import Recorder, sample_of
+    from gpudiag.agent.output.recording import Recorder, sample_of
 
     path = tempfile.NamedTemporaryFile(suffix=".jsonl.gz", delete=False).name
     rec = Recorder(path, {"run": {"command": ["python", "t.py"], "pid": 1}}, layout="windows")
@@ -228,7 +228,7 @@ def test_windows_recording_reader_mutated(mutations):
     path = _tmp(gzip.compress(text.encode(), compresslevel=1), ".jsonl.gz")
     doc = _refused_or_read(replay_report, path, load_settings(None))
     if doc is not None:
-        from gpudiag.agent.report import validate
+        from gpudiag.agent.output.report import validate
 
         validate(doc)
 
@@ -384,7 +384,7 @@ def test_regression_windows_recording_with_times_out_of_range(value):
     path = _tmp(gzip.compress(text.encode()), ".jsonl.gz")
     doc = _refused_or_read(replay_report, path, load_settings(None))  # was OverflowError
     if doc is not None:
-        from gpudiag.agent.report import validate
+        from gpudiag.agent.output.report import validate
 
         validate(doc)
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from gpudiag.agent.report import build_report, write_report
+from gpudiag.agent.output.report import build_report, write_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from tests.analyzers.test_throughput import hook_timeline
 from tests.conftest import WORKLOADS, gpudiag
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inprocess import INJECT_DIR, HookProbe, injection_env, parse_message
+from gpudiag.probes.inprocess.channel import INJECT_DIR, HookProbe, injection_env, parse_message
 from tests.agent.test_e2e_workloads import loader_finding
 from tests.conftest import WORKLOADS, gpudiag
 
@@ -107,7 +107,7 @@ def test_killing_the_agent_mid_run_leaves_the_job_running_to_completion(tmp_path
         [
             sys.executable,
             "-m",
-            "gpudiag.agent.cli",
+            "gpudiag.agent.cli.main",
             "run",
             "-q",
             "--out",

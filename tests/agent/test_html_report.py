@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.html_report import render_html
-from gpudiag.agent.replay import replay_report
-from gpudiag.agent.report import validate, write_report
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.commands.replay import replay_report
+from gpudiag.agent.output.render.html import render_html
+from gpudiag.agent.output.report import validate, write_report
 from tests.conftest import gpudiag
 
 H100 = Path(__file__).parents[1] / "fixtures" / "h100"

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.inprocess.channel import HookProbe
 
 LIGHTNING = """
 import torch, lightning as L

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.config import Settings
-from gpudiag.agent.replay import replay_report
-from gpudiag.agent.report import load_report, write_report
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.commands.replay import replay_report
+from gpudiag.agent.output.report import load_report, write_report
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from tests.conftest import gpudiag
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h100" / "healthy.jsonl.gz"
@@ -91,7 +91,7 @@ def test_bad_input_is_one_line(base, tmp_path):
 
 
 def test_markdown_summary_has_the_rank_rows(base, tmp_path):
-    from gpudiag.agent.render import render_markdown
+    from gpudiag.agent.output.render.text import render_markdown
 
     a = host_report(base, tmp_path, "a.json", 0, "node-a", compute=0.3, collectives=0.65)
     doc = load_report(a)

@@ -13,14 +13,14 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpudiag.agent.config import Settings
-from gpudiag.agent.identity import identity_from, parse_cgroup, redact_command
-from gpudiag.agent.live import live_doc
-from gpudiag.agent.metrics import LiveJob
-from gpudiag.agent.metrics_server import MetricsServer, serve_job
-from gpudiag.agent.report import load_report
-from gpudiag.agent.session import Session, SessionOptions
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.fleet.identity import identity_from, parse_cgroup, redact_command
+from gpudiag.agent.fleet.metrics import LiveJob
+from gpudiag.agent.fleet.server import MetricsServer, serve_job
+from gpudiag.agent.output.report import load_report
+from gpudiag.agent.session.live import live_doc
+from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import Sample, Target
 from tests.conftest import WORKLOADS, gpudiag
 
@@ -255,7 +255,7 @@ def test_scrape_during_a_real_job_matches_its_report():
 def test_run_serves_metrics_while_the_job_runs(tmp_path):
     pytest.importorskip("torch")
     port, out = free_port(), tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", "-q", "--metrics-port", str(port)]
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "run", "-q", "--metrics-port", str(port)]
     cmd += ["--cpu-budget", "0", "--window", "1", "--duration", "20", "--out", str(out), "--"]
     cmd += [sys.executable, str(WORKLOADS / "starved_loader.py"), "--seconds", "24"]
     gd = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

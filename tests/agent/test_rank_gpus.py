@@ -4,14 +4,14 @@ the rank rows, and a straggler slowed by its throttled GPU named as such."""
 
 from __future__ import annotations
 
-from gpudiag.agent.rank_gpus import rank_device
-from gpudiag.agent.ranks import RankSet
-from gpudiag.agent.render_ranks import rank_lines
-from gpudiag.analyzers.thresholds import Thresholds
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.agent.output.render.ranks import rank_lines
+from gpudiag.agent.session.ranks.gpus import rank_device
+from gpudiag.agent.session.ranks.rankset import RankSet
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample, Target
-from gpudiag.probes.inprocess import HookProbe
-from gpudiag.probes.ranks import RankInfo
+from gpudiag.probes.dist.ranks import RankInfo
+from gpudiag.probes.inprocess.channel import HookProbe
 from tests.probes.fake_nvml import FakeGpu, const
 from tests.probes.test_gpu_probe import probe_with, tick
 

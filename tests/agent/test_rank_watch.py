@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from gpudiag.agent import rank_hang as ranks_mod
-from gpudiag.agent.ranks import RankSet
-from gpudiag.analyzers.thresholds import Thresholds
-from gpudiag.probes.collectives import CollectiveState
-from gpudiag.probes.inprocess import HookProbe
-from gpudiag.probes.ranks import RankInfo
+from gpudiag.agent.session.ranks import hang as ranks_mod
+from gpudiag.agent.session.ranks.rankset import RankSet
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.probes.dist.collectives import CollectiveState
+from gpudiag.probes.dist.ranks import RankInfo
+from gpudiag.probes.inprocess.channel import HookProbe
 
 TH = Thresholds(dist_hang_s=5.0)
 C10D = "/v/site-packages/torch/distributed/distributed_c10d.py"

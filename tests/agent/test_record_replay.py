@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.errors import UsageError
-from gpudiag.agent.recording import Recorder, open_recording, read_recording
-from gpudiag.agent.report import build_report, validate
-from gpudiag.agent.session import Session, SessionOptions
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.output.recording import Recorder, open_recording, read_recording
+from gpudiag.agent.output.report import build_report, validate
+from gpudiag.agent.session.session import Session, SessionOptions
 from gpudiag.probes.base import Sample, Target
-from gpudiag.probes.gpu import GpuProbe
-from gpudiag.probes.nvml import Nvml
+from gpudiag.probes.gpu.nvml import Nvml
+from gpudiag.probes.gpu.probe import GpuProbe
 from tests.agent.test_e2e_workloads import loader_finding
 from tests.conftest import WORKLOADS, gpudiag, gpudiag_until_sure
 from tests.probes.fake_nvml import FakeGpu, FakeNvml

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.errors import UsageError
-from gpudiag.agent.recording import Recorder, open_recording, read_recording
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.output.recording import Recorder, open_recording, read_recording
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
 from tests.conftest import gpudiag
 
@@ -156,7 +156,7 @@ def test_a_broken_window_line_is_refused_in_one_line(tmp_path):
 
 
 def test_the_key_table_stays_bounded_when_stacks_keep_changing():
-    from gpudiag.analyzers.segment_codec import Decoder, Encoder
+    from gpudiag.analyzers.timeline.codec import Decoder, Encoder
 
     enc, dec = Encoder(max_table=50), Decoder()
     for i in range(40):

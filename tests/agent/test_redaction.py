@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpudiag.agent.recording import Recorder, open_recording
+from gpudiag.agent.output.recording import Recorder, open_recording
 from gpudiag.text.redact import (
     MASK,
     is_secret_name,
@@ -127,9 +127,9 @@ def test_reports_written_before_redaction_are_shown_redacted(tmp_path):
     """A report saved by an older gpudiag (secrets as is) is rendered with them hidden."""
     from pathlib import Path
 
-    from gpudiag.agent.config import load_settings
-    from gpudiag.agent.render import render_markdown, render_text
-    from gpudiag.agent.replay import replay_report
+    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.commands.replay import replay_report
+    from gpudiag.agent.output.render.text import render_markdown, render_text
 
     fixture = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
     doc = replay_report(str(fixture), load_settings(None))

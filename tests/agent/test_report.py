@@ -9,10 +9,10 @@ from importlib import resources
 import jsonschema
 import pytest
 
-from gpudiag.agent.render import render_markdown, render_text
-from gpudiag.agent.report import build_report, load_report, validate, write_report
+from gpudiag.agent.output.render.text import render_markdown, render_text
+from gpudiag.agent.output.report import build_report, load_report, validate, write_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
 from tests.analyzers.scenario import Scenario
 from tests.conftest import gpudiag

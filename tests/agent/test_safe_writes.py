@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent import safeio
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.errors import UsageError
-from gpudiag.agent.exports import write_exports, write_json, write_text
-from gpudiag.agent.gate import write_baseline
-from gpudiag.agent.recording import Recorder
-from gpudiag.agent.replay import replay_report
-from gpudiag.agent.report import write_report
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.commands.gate import write_baseline
+from gpudiag.agent.commands.replay import replay_report
+from gpudiag.agent.output import safeio
+from gpudiag.agent.output.exports import write_exports, write_json, write_text
+from gpudiag.agent.output.recording import Recorder
+from gpudiag.agent.output.report import write_report
 from tests.agent.test_cli_errors import assert_one_line_error
 from tests.conftest import gpudiag
 

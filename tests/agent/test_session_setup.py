@@ -3,13 +3,13 @@ before the budget governor (so that they get its CPU goal), nothing set on it af
 
 from __future__ import annotations
 
-from gpudiag.agent.config import load_settings
-from gpudiag.agent.ranks import RankStackProbe
-from gpudiag.agent.session import Session, SessionOptions, make_probes
+from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.session.ranks.rankset import RankStackProbe
+from gpudiag.agent.session.session import Session, SessionOptions, make_probes
 from gpudiag.probes.base import Target
-from gpudiag.probes.inprocess import HookProbe
-from gpudiag.probes.ranks import RankInfo
-from gpudiag.probes.stacks import StackProbe
+from gpudiag.probes.dist.ranks import RankInfo
+from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.stacks.probe import StackProbe
 
 
 def ranks(n: int) -> list[RankInfo]:

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from gpudiag.agent.signals import StopSignals
-from gpudiag.agent.targetwatch import TargetWatch
+from gpudiag.agent.session.signals import StopSignals
+from gpudiag.agent.session.targetwatch import TargetWatch
 
 # a job that says when it got SIGTERM (as a training script saving a checkpoint would)
 TERM_AWARE = (
@@ -35,7 +35,7 @@ def _default_hup() -> None:
 
 def start(*args: str, cwd=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "gpudiag.agent.cli", *args],
+        [sys.executable, "-m", "gpudiag.agent.cli.main", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -230,9 +230,9 @@ def test_stop_signals_flag_then_exit(capfd):
 
 def test_sigterm_quits_the_live_ui_and_the_session_ends():
     """`--tui`: SIGTERM quits the UI as `q` does, so the caller still writes the report."""
-    from gpudiag.agent.config import load_settings
-    from gpudiag.agent.live import run_with_tui
-    from gpudiag.agent.session import Session, SessionOptions
+    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.session.live import run_with_tui
+    from gpudiag.agent.session.session import Session, SessionOptions
     from gpudiag.probes.base import Target
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -288,7 +288,7 @@ def test_run_tui_passes_sigterm_on_to_the_job(tmp_path):
 
     out = tmp_path / "r.json"
     master, slave = pty.openpty()
-    cmd = [sys.executable, "-m", "gpudiag.agent.cli", "run", "--tui", "--no-inject"]
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "run", "--tui", "--no-inject"]
     cmd += ["--out", str(out), "--", sys.executable, "-c", TERM_AWARE, "60"]
     agent = subprocess.Popen(
         cmd, stdin=slave, stdout=slave, stderr=slave, preexec_fn=_default_hup, close_fds=True

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import copy
 
-from gpudiag.agent.html_report import render_html
-from gpudiag.agent.render import render_markdown, render_text
-from gpudiag.agent.report import validate
-from gpudiag.analyzers.cost import cost_analysis
-from gpudiag.analyzers.gpu_stats import GpuStats
-from gpudiag.analyzers.prices import Price
-from gpudiag.analyzers.results import Finding, Recommendation
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.agent.output.render.html import render_html
+from gpudiag.agent.output.render.text import render_markdown, render_text
+from gpudiag.agent.output.report import validate
+from gpudiag.analyzers.cost.money import cost_analysis
+from gpudiag.analyzers.cost.prices import Price
+from gpudiag.analyzers.engine.results import Finding, Recommendation
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.gpu_stats import GpuStats
 from gpudiag.tui.screens import finding_text
 from tests.agent.test_report import make_doc
 

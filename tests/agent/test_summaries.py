@@ -10,8 +10,8 @@ import time
 
 from markdown_it import MarkdownIt
 
-from gpudiag.agent.render import render_markdown, render_text
-from gpudiag.agent.report import load_report, validate, write_report
+from gpudiag.agent.output.render.text import render_markdown, render_text
+from gpudiag.agent.output.report import load_report, validate, write_report
 from tests.agent.test_report import make_doc
 from tests.conftest import gpudiag
 
@@ -177,7 +177,7 @@ def test_plain_attach_shows_the_hooks_as_information(tmp_path):
 def test_a_job_gone_during_a_slow_start_up_never_reached_its_loop():
     """On a busy box py-spy can catch the interpreter starting (a few samples, all "other")
     before a job that cannot open its script exits: still no loop, not "5 samples of 150"."""
-    from gpudiag.agent.render import no_diagnosis_line
+    from gpudiag.agent.output.render.text import no_diagnosis_line
 
     doc = {
         "run": {"end_reason": "target_exited", "exit_code": 2, "duration_s": 0.9},

@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from gpudiag.agent.parser_try import parse_fix
-from gpudiag.agent.trial import change_line, check_fix, rate_after
-from gpudiag.analyzers.thresholds import Thresholds
-from gpudiag.analyzers.trials import judge
-from gpudiag.probes.inprocess import INJECT_DIR
+from gpudiag.agent.commands.trial import change_line, check_fix, rate_after
+from gpudiag.agent.commands.tryfix import parse_fix
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.stats.trials import judge
+from gpudiag.probes.inprocess.channel import INJECT_DIR
 from tests.conftest import gpudiag
 
 TH = Thresholds()
@@ -233,11 +233,11 @@ def test_try_end_to_end_on_a_small_job(tmp_path, crash):
 
 def test_trials_in_report_summary_html_and_tui():
     """A report with `trials` validates; the summary, HTML page and TUI detail show them."""
-    from gpudiag.agent.config import load_settings
-    from gpudiag.agent.html_report import render_html
-    from gpudiag.agent.render import render_text
-    from gpudiag.agent.replay import replay_report
-    from gpudiag.agent.report import validate
+    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.commands.replay import replay_report
+    from gpudiag.agent.output.render.html import render_html
+    from gpudiag.agent.output.render.text import render_text
+    from gpudiag.agent.output.report import validate
     from gpudiag.text.trials import with_trials
     from gpudiag.tui.screens import finding_text
     from tests.agent.test_html_report import H100
@@ -270,8 +270,8 @@ def test_trials_in_report_summary_html_and_tui():
 )
 def test_findings_carry_their_fix_as_data(recording, fid, kind):
     """Real H100 recordings: the finding's fix is in the report as kind and values."""
-    from gpudiag.agent.config import load_settings
-    from gpudiag.agent.replay import replay_report
+    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.commands.replay import replay_report
     from tests.agent.test_html_report import H100
 
     doc = replay_report(str(H100 / f"{recording}.jsonl.gz"), load_settings(None, None))

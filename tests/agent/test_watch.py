@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from gpudiag.agent.watch import SharedCpu
+from gpudiag.agent.commands.watch import SharedCpu
 from gpudiag.probes.base import Probe
-from gpudiag.probes.discovery import ProcInfo, dcgm_process, find_jobs
+from gpudiag.probes.host.discovery import ProcInfo, dcgm_process, find_jobs
 from tests.agent.test_metrics import free_port, scrape
 from tests.conftest import WORKLOADS
 
@@ -22,7 +22,7 @@ BOX = [
     ProcInfo(101, 100, "python3", ("python3", "train.py")),  # its DataLoader worker
     ProcInfo(200, 1, "python3", ("python3", "serve.py")),  # python without torch
     ProcInfo(300, 1, "tritonserver", ("tritonserver",)),  # on a GPU, not Python
-    ProcInfo(400, 1, "python3", ("python3", "-m", "gpudiag.agent.cli", "watch")),  # gpudiag
+    ProcInfo(400, 1, "python3", ("python3", "-m", "gpudiag.agent.cli.main", "watch")),  # gpudiag
     ProcInfo(401, 400, "py-spy", ("py-spy", "record")),
     ProcInfo(500, 1, "python3", ("python3", "other.py")),  # torch
 ]
@@ -112,7 +112,7 @@ def test_watch_shows_two_jobs_and_drops_the_one_that_ends(tmp_path):
     )
     port = free_port()
     watch = subprocess.Popen(
-        [sys.executable, "-m", "gpudiag.agent.cli", "watch", "--metrics-port", str(port)]
+        [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "--metrics-port", str(port)]
         + ["--match", re.escape(str(tmp_path)), "--interval", "1", "--window", "1"]
         + ["--cpu-budget", "0", "--duration", "170"],
         stdout=subprocess.DEVNULL,
@@ -171,8 +171,8 @@ class _Adaptive(Probe):
 
 
 def test_each_job_gets_its_share_of_the_budget_and_may_go_below_attach_floor():
-    from gpudiag.agent.budget import MIN_LEVEL, SPY_SHARE, Budget
-    from gpudiag.agent.watch import WATCH_MIN_LEVEL, SharedGovernor
+    from gpudiag.agent.commands.watch import WATCH_MIN_LEVEL, SharedGovernor
+    from gpudiag.agent.session.budget import MIN_LEVEL, SPY_SHARE, Budget
 
     probe = _Adaptive()
     gov = SharedGovernor(Budget(0.10, 400 << 20), [probe], shared=SharedCpu(lambda: 0.0))
@@ -186,9 +186,9 @@ def test_each_job_gets_its_share_of_the_budget_and_may_go_below_attach_floor():
 def test_recent_findings_follow_a_job_that_changed():
     import os
 
-    from gpudiag.agent.config import Settings
-    from gpudiag.agent.session import Session, SessionOptions
-    from gpudiag.analyzers.thresholds import Thresholds
+    from gpudiag.agent.cli.config import Settings
+    from gpudiag.agent.session.session import Session, SessionOptions
+    from gpudiag.analyzers.engine.thresholds import Thresholds
     from gpudiag.probes.base import Target
     from tests.analyzers.scenario import Scenario
     from tests.analyzers.test_findings import HEALTHY
@@ -228,7 +228,7 @@ def test_watch_shows_a_torchrun_job_once_with_its_ranks(tmp_path):
     )
     port = free_port()
     watch = subprocess.Popen(
-        [sys.executable, "-m", "gpudiag.agent.cli", "watch", "--metrics-port", str(port)]
+        [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "--metrics-port", str(port)]
         + ["--match", re.escape(str(tmp_path)), "--interval", "1", "--window", "2"]
         + ["--cpu-budget", "0", "--rate", "50", "--duration", "70"],
         stdout=subprocess.DEVNULL,

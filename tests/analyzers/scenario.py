@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
 
 SITE = "/venv/lib/python3.11/site-packages"

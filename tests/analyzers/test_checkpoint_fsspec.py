@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.rules import Classifier
-from gpudiag.probes.pyspy_output import episode_anchor
+from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.probes.stacks.pyspy_output import episode_anchor
 
 SITE = "/venv/lib/python3.11/site-packages"
 FIT = (

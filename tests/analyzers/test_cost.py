@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.prices import MODELS, Price
+from gpudiag.analyzers.cost.prices import MODELS, Price
 from tests.analyzers.scenario import Scenario
 from tests.analyzers.test_gpu_findings import ME, STARVED, timeline
 from tests.probes.fake_nvml import FakeGpu, const

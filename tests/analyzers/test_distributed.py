@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudiag.analyzers.dist_hang import HangRank, hang_finding, is_hung, stack_collective
-from gpudiag.analyzers.distributed import RankStats, straggler, uses_ddp
-from gpudiag.analyzers.loop import StackCount
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.distributed.compare import RankStats, straggler, uses_ddp
+from gpudiag.analyzers.distributed.hang import HangRank, hang_finding, is_hung, stack_collective
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.loop import StackCount
 
 TH = Thresholds()
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from gpudiag.analyzers.gate_stats import Limit, bootstrap_ratio_ci, compare, overall
+from gpudiag.analyzers.stats.gate import Limit, bootstrap_ratio_ci, compare, overall
 
 SPS = Limit("steps_per_second", "higher", warn=0.05, fail=0.10)
 

@@ -8,8 +8,8 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.probes.base import Target
-from gpudiag.probes.gpu import GpuProbe
-from gpudiag.probes.nvml import Nvml
+from gpudiag.probes.gpu.nvml import Nvml
+from gpudiag.probes.gpu.probe import GpuProbe
 from tests.analyzers.scenario import Scenario
 from tests.probes.fake_nvml import FakeGpu, FakeNvml, const
 from tests.probes.test_gpu_probe import Clock
@@ -148,6 +148,6 @@ def test_no_gpu_means_no_gpu_findings():
 
 
 def test_cpu_only_job_on_a_gpu_box_gets_no_idle_gpu_finding(monkeypatch):
-    monkeypatch.setattr("gpudiag.probes.gpu.has_nvidia_device_open", lambda pids: False)
+    monkeypatch.setattr("gpudiag.probes.gpu.probe.has_nvidia_device_open", lambda pids: False)
     a = analyze(timeline(FakeGpu(job_pids=[], util=const(0), mem_used=const(0))).tl)
     assert ids(a) == []

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.recording import read_recording
+from gpudiag.agent.output.recording import read_recording
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline.timeline import Timeline
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
 

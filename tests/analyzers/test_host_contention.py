@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.catalogue import spec
+from gpudiag.analyzers.engine.catalogue import spec
 from tests.analyzers.scenario import Scenario
 
 HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03, "other": 0.02}

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpudiag.analyzers.rules import Classifier, parse_frame, rules_from_config, user_location
+from gpudiag.analyzers.measures.rules import (
+    Classifier,
+    parse_frame,
+    rules_from_config,
+    user_location,
+)
 from tests.analyzers.scenario import LOOP, SITE, STACKS, STD
 
 clf = Classifier()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.rules import Classifier
-from gpudiag.analyzers.series import MAX_POINTS, MAX_STACKS, loop_stacks, run_series
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.timeline.series import MAX_POINTS, MAX_STACKS, loop_stacks, run_series
+from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
 from tests.analyzers.scenario import STACKS
 

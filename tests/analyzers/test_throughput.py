@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.timeline import Timeline
+from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample, Target
-from gpudiag.probes.gpu import GpuProbe
-from gpudiag.probes.inprocess import parse_message
-from gpudiag.probes.nvml import Nvml
+from gpudiag.probes.gpu.nvml import Nvml
+from gpudiag.probes.gpu.probe import GpuProbe
+from gpudiag.probes.inprocess.channel import parse_message
 from tests.analyzers.scenario import Scenario
 from tests.analyzers.test_gpu_findings import ME
 from tests.probes.fake_nvml import FakeGpu, FakeNvml, const

@@ -14,10 +14,10 @@ import yaml
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpudiag.agent.identity import identity_from
-from gpudiag.agent.metrics import GPU_FIELDS, GpudiagCollector, LiveJob
-from gpudiag.agent.watch import Watcher
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.agent.commands.watch import Watcher
+from gpudiag.agent.fleet.identity import identity_from
+from gpudiag.agent.fleet.metrics import GPU_FIELDS, GpudiagCollector, LiveJob
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import Sample
 from tests.agent.test_metrics import _doc
 
@@ -34,8 +34,8 @@ PROMQL_WORDS = {
 
 def exported() -> set[str]:
     """Every sample name gpudiag's endpoint can serve (a job with every field set)."""
-    from gpudiag.agent.config import Settings
-    from gpudiag.agent.session import SessionOptions
+    from gpudiag.agent.cli.config import Settings
+    from gpudiag.agent.session.session import SessionOptions
 
     job = LiveJob(identity_from(1, ["python"], "", {}, "u", "h"), _doc)
     job.tap(
@@ -162,7 +162,7 @@ def test_daemonset_has_the_privileges_it_needs_and_no_more():
 
 
 def test_daemonset_arguments_are_accepted_by_gpudiag():
-    from gpudiag.agent.parser import build_parser
+    from gpudiag.agent.cli.parser import build_parser
 
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "daemonset.yaml").read_text()))
     (c,) = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"][
@@ -178,7 +178,7 @@ def test_daemonset_arguments_are_accepted_by_gpudiag():
 def test_systemd_unit_verifies(tmp_path):
     unit = (DEPLOY / "systemd" / "gpudiag-watch.service").read_text()
     exec_start = re.search(r"^ExecStart=/usr/local/bin/gpudiag (.*)$", unit, re.M).group(1)
-    from gpudiag.agent.parser import build_parser
+    from gpudiag.agent.cli.parser import build_parser
 
     assert build_parser().parse_args(exec_start.split()).metrics_addr == "127.0.0.1"
     analyze, gpudiag = shutil.which("systemd-analyze"), shutil.which("gpudiag")

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpudiag.probes.inject.gpudiag_capture import summarise
-from gpudiag.probes.inprocess import decode_datagram, injection_env, parse_message
+from gpudiag.probes.inprocess.channel import decode_datagram, injection_env, parse_message
 from tests.conftest import WORKLOADS
 
 N, AFTER, STEPS = 8, 4, 30
@@ -150,7 +150,7 @@ def test_a_capture_asked_for_by_the_agent_is_taken(tmp_path):
     """`c` in the TUI / the agent's request: a file beside the socket that the hooks read."""
     pytest.importorskip("torch")
     from gpudiag.probes.base import Target
-    from gpudiag.probes.inprocess import HookProbe
+    from gpudiag.probes.inprocess.channel import HookProbe
 
     probe = HookProbe(path=str(tmp_path / "agent.sock"))
     assert probe.open(Target(0)).available
@@ -178,7 +178,7 @@ def test_no_capture_without_a_request(tmp_path):
     """The hooks alone never switch the profiler on."""
     pytest.importorskip("torch")
     from gpudiag.probes.base import Target
-    from gpudiag.probes.inprocess import HookProbe
+    from gpudiag.probes.inprocess.channel import HookProbe
 
     probe = HookProbe(path=str(tmp_path / "agent.sock"))
     probe.open(Target(0))

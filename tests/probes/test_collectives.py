@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gpudiag.probes.collectives import RankLabels, parse_dist
-from gpudiag.probes.inprocess import HookProbe, decode_datagram, parse_message
+from gpudiag.probes.dist.collectives import RankLabels, parse_dist
+from gpudiag.probes.inprocess.channel import HookProbe, decode_datagram, parse_message
 
 MSG = {
     "v": 2,
@@ -91,7 +91,7 @@ def test_hooks_count_a_real_jobs_collectives_with_sequence_numbers(tmp_path):
 
     pytest.importorskip("torch")
     from gpudiag.probes.base import Target
-    from gpudiag.probes.inprocess import injection_env
+    from gpudiag.probes.inprocess.channel import injection_env
 
     probe = HookProbe()
     assert probe.open(Target(0)).available

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inprocess import HookProbe, injection_env
+from gpudiag.probes.inprocess.channel import HookProbe, injection_env
 
 JOB = """
 import os, time, torch, torch.distributed as dist

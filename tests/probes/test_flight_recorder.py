@@ -9,7 +9,7 @@ import pickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudiag.probes.flight_recorder import load_dump, read_dumps, summarise
+from gpudiag.probes.dist.flight_recorder import load_dump, read_dumps, summarise
 
 
 def entry(seq: int, state: str, name: str = "nccl:all_reduce", pg: str = "0") -> dict:

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.gpu import GpuProbe, visible_devices
-from gpudiag.probes.nvml import Nvml
+from gpudiag.probes.gpu.nvml import Nvml
+from gpudiag.probes.gpu.probe import GpuProbe, visible_devices
 from tests.probes.fake_nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_LIBRARY_NOT_FOUND,
@@ -120,7 +120,7 @@ def test_devices_of_the_job_by_pid_then_by_visibility(monkeypatch):
     probe.open(Target(ME))
     assert [s.labels["gpu"] for s in tick(probe, clock)] == ["2"]
     probe2, clock2, _ = probe_with(FakeGpu(uuid="GPU-aaa"), FakeGpu(uuid="GPU-bbb"))
-    monkeypatch.setattr("gpudiag.probes.gpu.visible_devices", lambda pid: ["GPU-bbb"])
+    monkeypatch.setattr("gpudiag.probes.gpu.probe.visible_devices", lambda pid: ["GPU-bbb"])
     probe2.open(Target(ME))
     assert [s.labels["gpu"] for s in tick(probe2, clock2)] == ["1"]
     assert not probe2.matched_pid
@@ -142,7 +142,7 @@ def test_real_pynvml_on_a_machine_without_gpu_is_unavailable():
 
 
 def test_job_in_another_pid_namespace_is_said_in_the_status(monkeypatch):
-    monkeypatch.setattr("gpudiag.probes.gpu.has_nvidia_device_open", lambda pids: True)
+    monkeypatch.setattr("gpudiag.probes.gpu.probe.has_nvidia_device_open", lambda pids: True)
     probe, clock, _ = probe_with(FakeGpu(other_pids=[4242]))  # NVML sees only a foreign pid
     probe.open(Target(ME))
     s = tick(probe, clock)[0]
@@ -189,7 +189,7 @@ def test_gpm_is_used_without_dcgm():
 
 
 def test_a_running_dcgm_exporter_turns_gpm_off_and_says_so():
-    from gpudiag.probes.discovery import ProcInfo, dcgm_process
+    from gpudiag.probes.host.discovery import ProcInfo, dcgm_process
 
     box = [ProcInfo(7, 1, "dcgm-exporter", ("/usr/bin/dcgm-exporter",))]
     gpm = {2: const_pct(60), 5: const_pct(30)}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.gpu import GpuProbe
+from gpudiag.probes.gpu.probe import GpuProbe
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ import pytest
 
 from gpudiag.probes.base import Target
 from gpudiag.probes.inject import gpudiag_channel, gpudiag_hooks
-from gpudiag.probes.inprocess import HookProbe
+from gpudiag.probes.inprocess.channel import HookProbe
 
 ROOT = Path(__file__).parents[2]
 
@@ -151,7 +151,7 @@ def test_every_metrics_endpoint_defaults_to_localhost():
     """Each command with a metrics endpoint listens on 127.0.0.1 unless told otherwise."""
     import argparse
 
-    from gpudiag.agent.parser import build_parser
+    from gpudiag.agent.cli.parser import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from gpudiag.probes.inprocess import injection_env
-from gpudiag.probes.pyspy_output import parse_raw, parse_speedscope
+from gpudiag.probes.inprocess.channel import injection_env
+from gpudiag.probes.stacks.pyspy_output import parse_raw, parse_speedscope
 
 USER = "train (/home/u/train.py:40)"
 OWN = "__next__ (/opt/venv/lib/python3.11/site-packages/gpudiag/probes/inject/gpudiag_hooks.py:189)"

@@ -8,8 +8,8 @@ import sys
 import time
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.host import HostProbe, parse_psi
-from gpudiag.probes.process import ProcessProbe, parse_stat_line
+from gpudiag.probes.host.probe import HostProbe, parse_psi
+from gpudiag.probes.host.process import ProcessProbe, parse_stat_line
 
 
 def test_parse_psi():

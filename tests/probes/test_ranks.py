@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from gpudiag.probes.ranks import find_ranks, rank_of_env, sibling_ranks
+from gpudiag.probes.dist.ranks import find_ranks, rank_of_env, sibling_ranks
 
 # a launcher: starts N "ranks" (Python processes with a rank environment), each with a
 # child that inherits its RANK (a DataLoader worker), then waits
@@ -78,7 +78,7 @@ def test_attach_to_one_rank_finds_the_others(launcher):
 
 
 def test_flight_recorder_is_switched_on_unless_the_user_chose():
-    from gpudiag.agent.rank_launch import flight_recorder_env, is_launcher
+    from gpudiag.agent.session.ranks.launch import flight_recorder_env, is_launcher
 
     env = flight_recorder_env({"PATH": "/bin"})
     # torch 2.13 here: the new name (the old one makes every rank warn at start)
@@ -93,7 +93,7 @@ def test_flight_recorder_is_switched_on_unless_the_user_chose():
 
 
 def test_a_launcher_running_one_plain_process_is_not_waited_for_long():
-    from gpudiag.agent.rank_launch import wait_for_ranks
+    from gpudiag.agent.session.ranks.launch import wait_for_ranks
 
     p = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpudiag.probes.pyspy_output import episode_anchor, parse_raw, parse_speedscope
-from gpudiag.probes.pyspy_process import diagnose_py_spy_error
+from gpudiag.probes.stacks.pyspy import diagnose_py_spy_error
+from gpudiag.probes.stacks.pyspy_output import episode_anchor, parse_raw, parse_speedscope
 
 LIB = "/venv/lib/python3.11/site-packages"
 
@@ -81,10 +81,10 @@ def _speedscope(path, pid: int, stacks: list[tuple[list[str], int]]) -> None:
 
 
 def test_workers_recorded_in_turns_are_weighted_to_stand_for_all_workers(tmp_path):
-    from gpudiag.analyzers.timeline import Timeline
+    from gpudiag.analyzers.timeline.timeline import Timeline
     from gpudiag.probes.base import Target
-    from gpudiag.probes.pyspy_process import SpyRun
-    from gpudiag.probes.stacks import StackProbe
+    from gpudiag.probes.stacks.probe import StackProbe
+    from gpudiag.probes.stacks.pyspy import SpyRun
 
     probe = StackProbe()
     probe.target = Target(100)

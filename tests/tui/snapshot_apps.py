@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from gpudiag.agent.report import build_report
+from gpudiag.agent.output.report import build_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import static_feed
 from tests.analyzers.scenario import Scenario

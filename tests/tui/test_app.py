@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gpudiag.agent.report import build_report
+from gpudiag.agent.output.report import build_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.thresholds import Thresholds
+from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import Feed, static_feed
 from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen

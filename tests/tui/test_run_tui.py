@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Log
 
-from gpudiag.agent.live import JobView
+from gpudiag.agent.session.live import JobView
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import Feed
 from tests.tui.test_app import run, starved_doc, text_of
@@ -102,7 +102,7 @@ def test_run_tui_in_a_real_terminal_keeps_the_job_off_the_screen_and_q_ends_it(t
     (tmp_path / "job.py").write_text(JOB)
     name = f"gpudiag-{uuid.uuid4().hex[:8]}"
     cmd = (
-        f"cd {tmp_path} && {sys.executable} -m gpudiag.agent.cli run --tui --out r.json "
+        f"cd {tmp_path} && {sys.executable} -m gpudiag.agent.cli.main run --tui --out r.json "
         f"-- {sys.executable} job.py; echo $? > rc.txt; sleep 60"
     )
     _tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", cmd)

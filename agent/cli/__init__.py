@@ -1,0 +1,1 @@
+"""The command line: one parse edge (the parser, its option types), settings, usage errors."""

@@ -1,0 +1,129 @@
+"""User settings: thresholds and frame rules from pyproject.toml or a TOML file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.output.safeio import parse_toml, read_bounded
+from gpudiag.analyzers.cost.prices import Price
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.rules import Rule, rules_from_config
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run is analysed with, and where it came from."""
+
+    thresholds: Thresholds
+    rules: tuple[Rule, ...]
+    source: str | None
+    price: Price | None = None
+    price_table: dict[str, float] | None = None
+
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a settings file is a few KiB; refuse a runaway file
+
+
+def read_section(path: Path, whole_file: bool, what: str = "config file") -> dict:
+    """gpudiag's table of a TOML file: [tool.gpudiag] (of a pyproject.toml), or, with
+    `whole_file`, the whole file when it has no [tool] table. UsageError when unreadable."""
+    data = parse_toml(read_bounded(path, MAX_CONFIG_BYTES, what), f"{what} {path}")
+    if whole_file and "tool" not in data:
+        return data
+    tool = data.get("tool", {})
+    section = tool.get("gpudiag", {}) if isinstance(tool, dict) else {}
+    if not isinstance(section, dict):
+        raise UsageError(f"config {path}: [tool.gpudiag] must be a table")
+    return section
+
+
+def _table(section: dict, key: str, source: str | None) -> dict:
+    value = section.get(key) or {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{source or 'settings'}: [{key}] must be a table of name = value")
+    return value
+
+
+def _rule_list(section: dict, source: str | None) -> list:
+    value = section.get("rules") or []
+    if not isinstance(value, list):
+        raise UsageError(f"{source or 'settings'}: rules must be an array of tables ([[rules]])")
+    return value
+
+
+def _price_table(raw: object, where: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: [prices] must be a table of GPU model = USD per GPU-hour")
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
+            raise UsageError(
+                f"{where}: price for {k!r} must be a finite non-negative number (USD per GPU-hour)"
+            )
+        out[str(k)] = float(v)
+    return out
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file(), False where the folder cannot be searched (was an internal error)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def load_settings(
+    config: str | None,
+    overrides: list[str] | None = None,
+    cwd: Path | None = None,
+    price: float | None = None,
+    prices_file: str | None = None,
+) -> Settings:
+    """Read `--config FILE` (or ./pyproject.toml's [tool.gpudiag]) and `--set name=value`s.
+
+    The file may hold `[thresholds]` (name = value) and `[[rules]]` tables (category, and one
+    or more of function, file, code), at top level or under [tool.gpudiag].
+    """
+    section: dict = {}
+    source = None
+    if config:
+        path = Path(config)
+        section, source = read_section(path, whole_file=True), str(path)
+    else:
+        pp = (cwd or Path.cwd()) / "pyproject.toml"
+        if _is_file(pp):
+            try:
+                section = read_section(pp, whole_file=False)
+                source = f"{pp} [tool.gpudiag]" if section else None
+            except UsageError:
+                section = {}
+    cli_over: dict[str, object] = {}
+    for item in overrides or []:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set needs name=value, got {item!r}")
+        cli_over[name.strip()] = value.strip()
+    try:
+        thresholds = Thresholds().with_overrides(dict(_table(section, "thresholds", source)))
+        rules = rules_from_config(list(_rule_list(section, source)))
+    except ValueError as exc:
+        raise UsageError(f"{source or 'settings'}: {exc}") from None
+    try:
+        thresholds = thresholds.with_overrides(cli_over)
+    except ValueError as exc:
+        raise UsageError(f"--set: {exc}") from None
+    table: dict[str, float] = {}
+    if prices_file:
+        path = Path(prices_file)
+        data = read_section(path, whole_file=True, what="prices file")
+        table.update(_price_table(data.get("prices", data), prices_file))
+    elif "prices" in section:
+        table.update(_price_table(section["prices"], source or "settings"))
+    explicit = None
+    if price is not None:
+        if not 0 <= price < 1e9:  # also refuses nan and inf
+            raise UsageError("--price must be a finite non-negative number (USD per GPU-hour)")
+        explicit = Price(price, "--price")
+    return Settings(thresholds, rules, source, explicit, table)

@@ -1,0 +1,133 @@
+"""`gpudiag attach PID`: profile a running job (or a launcher's ranks) without restarting
+it; one clear line when its stacks cannot be read."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.fleet.identity import other_user
+from gpudiag.agent.fleet.server import MetricsServer, open_metrics
+from gpudiag.agent.output.report import default_report_name
+from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.session.setup import make_probes, open_probe
+from gpudiag.agent.session.signals import StopSignals
+from gpudiag.agent.session.targets import choose_target
+from gpudiag.agent.session.wiring import Outputs, Wiring, say, session_options
+from gpudiag.probes.base import Probe, ProbeStatus, Target
+from gpudiag.probes.inject.gpudiag_hooks import attach_path
+from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.text.redact import redact_argv
+
+EXIT_OK = 0
+
+
+def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
+    """`gpudiag attach`: its options typed at the edge, then attach()."""
+    server = open_metrics(args)
+    try:
+        opts = session_options(args, attached=True)
+        return attach(pid, settings, opts, Outputs.of(args), args.out, server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+@dataclass
+class _Attached:
+    """A running job gpudiag could attach to: its stack probe opened, the rest not yet."""
+
+    pid: int
+    cmdline: list[str]
+    out: str
+    probes: list[Probe]
+    stacks: ProbeStatus  # the stack probe's status (open)
+    ranks: tuple[list, int] | None  # a multi-rank job's ranks and root pid
+
+
+def attach(
+    pid: int,
+    settings: Settings,
+    opts: SessionOptions,
+    outs: Outputs,
+    out: str | None = None,
+    server: MetricsServer | None = None,
+) -> int:
+    """Profile the running job `pid` (or a launcher's ranks) and write the report to `out`
+    (else a default name); UsageError when its stacks cannot be read at all."""
+    choice = choose_target(pid)
+    ranks, root, pid = choice.ranks, choice.root, choice.pid
+    hooks = HookProbe(attach_path(pid), optional=True)
+    probes = make_probes(opts, hooks, max(1, len(ranks or ())))
+    stacks = next(p for p in probes if isinstance(p, StackProbe))
+    status = open_probe(stacks, Target(pid))
+    if not status.available:
+        for p in probes:
+            if p is not stacks:
+                p.close()
+        hint = f" ({status.hint})" if status.hint else ""
+        raise UsageError(f"cannot attach: {other_user(pid) or status.reason}{hint}")
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = [c.decode(errors="replace") for c in command if c]
+    except OSError:
+        cmdline = []
+    out = out or default_report_name(pid, time.time())
+    if not outs.quiet:
+        say(f"profiling {choice.why}")
+    att = _Attached(pid, cmdline, out, probes, status, (ranks, root) if ranks else None)
+    if outs.tui:
+        return _attach_profile(outs, att, opts, settings, server)
+    with StopSignals() as stops:
+        return _attach_profile(outs, att, opts, settings, server, stops)
+
+
+def _attach_profile(
+    outs: Outputs,
+    att: _Attached,
+    opts: SessionOptions,
+    settings: Settings,
+    server: MetricsServer | None,
+    stops: StopSignals | None = None,
+) -> int:
+    pid, cmdline, out = att.pid, att.cmdline, att.out
+    if not outs.quiet:
+        say(
+            f"attached to pid {pid} ({' '.join(redact_argv(cmdline) or [])})"
+            + (
+                f" for {opts.duration_s:.0f} s"
+                if opts.duration_s
+                else "; Ctrl-C stops and writes the report"
+            )
+        )
+    wiring = Wiring(outs, server, "attach", cmdline, pid, out, settings, opts)
+    session = wiring.built(
+        Session(
+            Target(pid),
+            settings,
+            opts,
+            probes=att.probes,
+            ranks=att.ranks,
+            opened={"stacks": att.stacks},
+            stop_signals=stops,
+            **wiring.kwargs(),
+        )
+    )
+    wiring.announce()
+    try:
+        if outs.tui:
+            from gpudiag.agent.session.live import run_with_tui
+
+            result = run_with_tui(session, "attach", cmdline, pid, out, {"stacks": att.stacks})
+        else:
+            result = session.run()
+    finally:
+        if server is not None:
+            server.collector.jobs = lambda: []
+    wiring.finish(result)
+    return EXIT_OK

@@ -1,0 +1,344 @@
+"""`gpudiag gate`: fail CI on GPU-efficiency regressions, without failing on noise.
+
+Exit codes: 0 pass, 1 regression, 2 usage or internal error, 3 inconclusive (too few runs,
+an interval straddling a limit, or a baseline from a different environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpudiag.agent.cli.config import load_settings, read_section
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.commands.gate_output import github_outputs, junit_xml, print_result
+from gpudiag.agent.output.report import (
+    MAX_REPORT_BYTES,
+    check_writable,
+    load_report,
+    report_of,
+    write_report,
+)
+from gpudiag.agent.output.safeio import atomic_write, dumps_json, parse_json, read_bounded
+from gpudiag.analyzers.stats.gate import DIRECTIONS, Comparison, Limit, compare, overall
+
+EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
+BASELINE_FORMAT = "gpudiag-gate-baseline"
+DEFAULT_METRICS = (
+    "steps_per_second",
+    "samples_per_second",
+    "step_time_p50_s",
+    "step_time_p95_s",
+    "data_wait_ratio",
+    "gpu_busy",
+    "cuda_peak_bytes",
+)
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Limits per metric, runs, warm-up and the minimum effect size."""
+
+    limits: tuple[Limit, ...]
+    runs: int = 5
+    warmup_steps: int = 5
+    min_effect: float = 0.02
+    source: str = "defaults"
+
+
+def _limit_value(raw: object, where: str) -> tuple[float | None, bool | None]:
+    """'10%' -> (0.10, relative); 0.1 -> (0.1, absolute)."""
+    if raw is None:
+        return None, None
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            return float(raw.strip()[:-1]) / 100.0, True
+        except ValueError:
+            raise UsageError(f"{where}: {raw!r} is not a percentage") from None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise UsageError(f"{where}: expected a number or a percentage like '10%', got {raw!r}")
+    return float(raw), False
+
+
+def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
+    """[tool.gpudiag.gate] of ./pyproject.toml, or the [gate] table of --config FILE."""
+    section: dict = {}
+    source = "defaults"
+    if config:
+        path = Path(config)
+        if not path.is_file():
+            raise UsageError(f"gate config not found: {config}")
+        data = read_section(path, whole_file=True)
+        section, source = data.get("gate", data), str(path)
+    else:
+        pp = (cwd or Path.cwd()) / "pyproject.toml"
+        if pp.is_file():
+            section = read_section(pp, whole_file=False).get("gate", {})
+            source = f"{pp} [tool.gpudiag.gate]" if section else source
+    if not isinstance(section, dict):
+        raise UsageError(f"{source}: [gate] must be a table")
+    metrics_cfg = section.get("metrics", {})
+    if not isinstance(metrics_cfg, dict):
+        raise UsageError(f"{source}: gate.metrics must be a table of metric tables")
+    limits = {m: Limit(m, DIRECTIONS.get(m, "higher")) for m in DEFAULT_METRICS}
+    for metric, cfg in metrics_cfg.items():
+        where = f"{source}: gate.metrics.{metric}"
+        if not isinstance(cfg, dict):
+            raise UsageError(f"{where} must be a table (warn, fail, level, direction)")
+        unknown = set(cfg) - {"warn", "fail", "level", "direction"}
+        if unknown:
+            raise UsageError(f"{where}: unknown keys {sorted(unknown)}")
+        direction = cfg.get("direction", DIRECTIONS.get(metric))
+        if direction not in ("higher", "lower"):
+            raise UsageError(
+                f"{where}: direction must be 'higher' or 'lower' (gpudiag does "
+                "not know this metric's)"
+            )
+        warn, rel_w = _limit_value(cfg.get("warn"), where)
+        fail, rel_f = _limit_value(cfg.get("fail"), where)
+        if rel_w is not None and rel_f is not None and rel_w != rel_f:
+            raise UsageError(f"{where}: warn and fail must both be percentages or both absolute")
+        level = cfg.get("level", "error")
+        if level not in ("off", "warn", "error"):
+            raise UsageError(f"{where}: level must be off, warn or error")
+        relative = rel_f if rel_f is not None else (rel_w if rel_w is not None else True)
+        base = limits.get(metric, Limit(metric, direction))
+        limits[metric] = Limit(
+            metric,
+            direction,
+            warn if "warn" in cfg else (base.warn if relative else None),
+            fail if "fail" in cfg else (base.fail if relative else None),
+            relative,
+            level,
+        )
+    try:
+        runs = int(section.get("runs", 5))
+        warmup = int(section.get("warmup_steps", 5))
+        min_effect = float(section.get("min_effect", 0.02))
+    except (TypeError, ValueError):
+        raise UsageError(f"{source}: runs, warmup_steps and min_effect must be numbers") from None
+    return GateConfig(tuple(limits.values()), runs, warmup, min_effect, source)
+
+
+# ---- baselines and reports --------------------------------------------------------------
+def fingerprint(env: dict) -> dict:
+    """What must match for two runs to be comparable."""
+    gpus = env.get("gpus") or []
+    return {
+        "gpu": gpus[0].get("name") if gpus else None,
+        "gpus": len(gpus),
+        "driver": env.get("driver"),
+        "torch": env.get("torch"),
+        "cpu_count": env.get("cpu_count"),
+        "cpu_model": env.get("cpu_model"),
+    }
+
+
+def run_metrics(report: dict) -> dict[str, float | None]:
+    """The gated metrics of one report (per-GPU busy share averaged as gpu_busy)."""
+    m = dict(report.get("metrics", {}))
+    busy = [
+        v for k, v in m.items() if k.startswith("gpu") and k.endswith("_busy") and v is not None
+    ]
+    m["gpu_busy"] = statistics.fmean(busy) if busy else None
+    return m
+
+
+def load_baseline(path: str) -> tuple[list[dict], dict]:
+    """(per-run metrics, fingerprint) from a gate baseline or a single gpudiag report."""
+    doc = parse_json(read_bounded(path, MAX_REPORT_BYTES, "baseline"), f"baseline {path}")
+    if not isinstance(doc, dict):
+        raise UsageError(f"baseline {path} is not a gpudiag report or gate baseline")
+    if doc.get("format") == BASELINE_FORMAT:
+        runs = doc.get("runs")
+        if (
+            not isinstance(runs, list)
+            or not all(isinstance(r, dict) for r in runs)
+            or not all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                for r in runs
+                for v in r.values()
+            )
+            or not isinstance(doc.get("fingerprint"), dict)
+        ):
+            raise UsageError(f"baseline {path} is malformed (runs and fingerprint needed)")
+        return runs, doc["fingerprint"]
+    report = load_report(path)
+    return [run_metrics(report)], fingerprint(report["environment"])
+
+
+def write_baseline(path: str, runs: list[dict], fp: dict) -> None:
+    """Write a gate baseline atomically."""
+    data = {
+        "format": BASELINE_FORMAT,
+        "version": 1,
+        "created": time.time(),
+        "fingerprint": fp,
+        "runs": runs,
+    }
+    atomic_write(path, dumps_json(data, indent=2) + "\n", what="baseline")
+
+
+# ---- the decision and its outputs -------------------------------------------------------
+def decide(
+    cfg: GateConfig, base_runs: list[dict], base_fp: dict, cur_runs: list[dict], cur_fp: dict
+) -> tuple[str, list[Comparison], str]:
+    """(overall verdict, comparisons, note)."""
+    diff = {
+        k: (base_fp.get(k), cur_fp.get(k))
+        for k in set(base_fp) | set(cur_fp)
+        if base_fp.get(k) != cur_fp.get(k)
+    }
+    if diff:
+        note = (
+            "not comparable: environment differs ("
+            + "; ".join(f"{k}: baseline {a!r}, current {b!r}" for k, (a, b) in sorted(diff.items()))
+            + ")"
+        )
+        return "inconclusive", [], note
+    comps = [
+        compare(
+            lim,
+            [r.get(lim.metric) for r in base_runs],
+            [r.get(lim.metric) for r in cur_runs],
+            cfg.min_effect,
+        )
+        for lim in cfg.limits
+    ]
+    comps = [c for c in comps if c.verdict != "skipped"]
+    if not comps:
+        return "inconclusive", [], "no gated metric was measured in both baseline and current"
+    return overall(comps), comps, ""
+
+
+# ---- running the job ---------------------------------------------------------------------
+def profile_runs(
+    command: list[str], runs: int, settings, warmup_steps: int, duration: float | None, quiet: bool
+) -> list[dict]:
+    """Run the job `runs` times under gpudiag (hooks injected); one report per run."""
+    import subprocess
+
+    from gpudiag.agent.session.launch import launch
+    from gpudiag.agent.session.session import SessionOptions
+
+    reports = []
+    for i in range(runs):
+        job = launch(command, stdout=subprocess.DEVNULL)
+        opts = SessionOptions(duration_s=duration, progress=False, skip_steps=warmup_steps)
+        session = job.session(settings, opts)
+        result = session.run()
+        popen = job.popen
+        if popen.poll() is None:
+            popen.terminate()
+            popen.wait(timeout=30)
+        if result.exit_code not in (None, 0):
+            raise UsageError(f"run {i + 1}: the job exited with code {result.exit_code}")
+        doc = report_of(
+            result, mode="run", command=command, pid=session.target.pid, settings=settings
+        )
+        reports.append(doc)
+        if not quiet:
+            sps = doc["metrics"].get("steps_per_second")
+            print(
+                f"gpudiag gate: run {i + 1}/{runs} done"
+                + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
+                file=sys.stderr,
+                flush=True,
+            )
+    return reports
+
+
+def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
+    """Suggested limits from the job's own run-to-run noise (as TOML)."""
+    from gpudiag.analyzers.stats.gate import bootstrap_median_ci
+
+    lines = [
+        "# suggested by gpudiag gate --calibrate from "
+        f"{len(cur_runs)} runs: fail = 3x the 95% half-width of the median (at least 5%)",
+        "[tool.gpudiag.gate]",
+        f"runs = {max(3, len(cur_runs))}",
+        "",
+    ]
+    for lim in cfg.limits:
+        vals = [r.get(lim.metric) for r in cur_runs if r.get(lim.metric) is not None]
+        if len(vals) < 2 or not lim.relative:
+            continue
+        med = statistics.median(vals)
+        if not med:
+            continue
+        lo, hi = bootstrap_median_ci(vals)
+        half = max(abs(hi - med), abs(med - lo)) / abs(med)
+        fail = max(0.05, round(3 * half + 0.005, 2))
+        lines += [
+            f"[tool.gpudiag.gate.metrics.{lim.metric}]",
+            f"# median {med:.4g}, 95% interval of the median +-{half:.1%}",
+            f'warn = "{fail / 2:.0%}"',
+            f'fail = "{fail:.0%}"',
+            "",
+        ]
+    return lines
+
+
+def gate_command(args: argparse.Namespace) -> int:
+    """Compare runs (or saved reports) with a baseline; exit 0/1/3 (2 on errors)."""
+    cfg = load_gate_config(args.config)
+    runs = args.runs if args.runs is not None else cfg.runs
+    warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
+    if runs < 1 or warmup < 0:
+        raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
+    for path in (args.junit_xml, getattr(args, "html", None)):
+        if path:
+            check_writable(path)
+    if args.cmd is not None:
+        command = args.cmd
+        if not command:
+            raise UsageError("gate needs a command after --")
+        if args.reports:
+            raise UsageError("gate takes -- CMD or report files, not both")
+        if not (args.update_baseline or args.calibrate):
+            base_runs, base_fp = load_baseline(args.baseline)
+        settings = load_settings(None, None)
+        reports = profile_runs(command, runs, settings, warmup, args.duration, args.quiet)
+    elif args.reports:
+        if args.update_baseline or args.calibrate:
+            raise UsageError("--update-baseline and --calibrate run the job: give -- CMD")
+        base_runs, base_fp = load_baseline(args.baseline)
+        reports = [load_report(f) for f in args.reports]
+    else:
+        raise UsageError("gate needs -- CMD ARGS... to run, or report files to compare")
+    cur_runs = [run_metrics(r) for r in reports]
+    cur_fp = fingerprint(reports[-1]["environment"])
+    if args.calibrate:
+        print("\n".join(calibrate(cur_runs, cfg)))
+        return 0
+    if args.update_baseline:
+        check_writable(args.baseline)
+        write_baseline(args.baseline, cur_runs, cur_fp)
+        print(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
+        return 0
+    verdict, comps, note = decide(cfg, base_runs, base_fp, cur_runs, cur_fp)
+    print_result(verdict, comps, note)
+    github_outputs(verdict, comps, note)
+    if args.junit_xml:
+        junit_xml(args.junit_xml, comps, note)
+    last = dict(reports[-1])
+    last["gate"] = {
+        "verdict": verdict,
+        "note": note or None,
+        "config": cfg.source,
+        "baseline": args.baseline,
+        "comparisons": [c.to_dict() for c in comps],
+    }
+    out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    write_report(last, out)
+    print(f"Report with the gate result written to {out}")
+    if getattr(args, "html", None):
+        from gpudiag.agent.output.exports import write_text
+        from gpudiag.agent.output.render.html import render_html
+
+        print(f"HTML page written to {write_text(render_html(last), args.html)}")
+    return 0 if args.exit_zero else EXIT[verdict]

@@ -1,0 +1,147 @@
+"""`gpudiag run -- CMD`: launch the job with the in-process hooks, profile it until it exits
+(or --duration), pass the user's signals on, and never leave the job orphaned."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.fleet.server import MetricsServer, open_metrics
+from gpudiag.agent.output.report import check_writable, default_report_name
+from gpudiag.agent.session.joboutput import StderrTee, job_log_path
+from gpudiag.agent.session.launch import Job, launch
+from gpudiag.agent.session.signals import StopSignals
+from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
+from gpudiag.text.redact import redact_argv
+
+EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+
+
+def capture_env(args: argparse.Namespace) -> dict[str, str]:
+    """The job's environment for `--capture-steps N` (empty without it)."""
+    n = getattr(args, "capture_steps", None)
+    if not n:
+        return {}
+    if args.no_inject:
+        raise UsageError("--capture-steps needs the in-process hooks: drop --no-inject")
+    return {"GPUDIAG_CAPTURE_STEPS": str(n)}
+
+
+def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
+    """Launch the job, profile it, write the report; the job's exit code (or ours)."""
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr;
+    # under the terminal UI both go to its log panel and a file, never over the UI
+    job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    log_path = job_log_path(args.out) if args.tui else None
+    if log_path:
+        check_writable(log_path)
+    server = open_metrics(args)
+    err_r, err_w = os.pipe()
+    try:
+        job = launch(
+            command,
+            inject=not args.no_inject,
+            stdout=err_w if log_path else job_stdout,
+            stderr=err_w,
+            extra_env=capture_env(args),
+        )
+    except UsageError:
+        os.close(err_r)
+        if server is not None:
+            server.close()
+        raise
+    finally:
+        os.close(err_w)
+    tee = StderrTee(err_r, log_path)
+
+    def pass_on(signum: int, count: int) -> None:
+        # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
+        # gpudiag (a terminal's Ctrl-C already reaches the whole foreground group)
+        if signum != signal.SIGINT and job.popen.returncode is None:
+            os.kill(job.popen.pid, signum)
+
+    try:
+        if args.tui:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
+            return _profile_launched(args, job, settings, tee, server, pass_on=pass_on)
+        with StopSignals(pass_on) as stops:
+            return _profile_launched(args, job, settings, tee, server, stops)
+    finally:
+        tee.close()
+
+
+def _profile_launched(
+    args: argparse.Namespace,
+    job: Job,
+    settings: Settings,
+    tee: StderrTee,
+    server: MetricsServer | None = None,
+    stops: StopSignals | None = None,
+    pass_on: Callable[[int, int], None] | None = None,
+) -> int:
+    popen, command = job.popen, job.command
+    out = args.out or default_report_name(popen.pid, time.time())
+    opts = session_options(args)
+    found = job.find_target()
+    target = found[0]
+    wiring = Wiring(Outputs.of(args), server, "run", command, target, out, settings, opts)
+    session = wiring.built(
+        job.session(settings, opts, found, stop_signals=stops, **wiring.kwargs())
+    )
+    if not args.quiet:
+        session.log(
+            f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
+            + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
+        )
+    wiring.announce()
+    passed: list[int] = []  # signals the UI passed on to the job
+    try:
+        if args.tui:
+            from gpudiag.agent.session.live import JobView, run_with_tui
+
+            relay = None
+            if pass_on is not None:
+
+                def relay(signum: int, count: int) -> None:
+                    passed.append(signum)
+                    pass_on(signum, count)
+
+            view = JobView(popen, tee.take_lines, tee.log_path)
+            result = run_with_tui(session, "run", command, target, out, pass_on=relay, job=view)
+        else:
+            result = session.run()
+    finally:
+        if server is not None:
+            server.close()
+    failed = result.exit_code not in (None, 0)
+    wiring.finish(result, stderr_tail=tee.lines() if failed else None)
+    if result.end_reason in ("duration_reached", "verdict_sure"):
+        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
+        return EXIT_OK
+    code = result.exit_code
+    if tee.log_path:
+        print(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
+    if code is None and (passed or args.tui) and popen.poll() is not None:
+        code = popen.returncode  # it ended on the signal the UI passed on, or on q
+    if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
+        # never leave the job orphaned: wait for it, unless the user interrupts again
+        print(
+            f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
+            "(interrupt again to leave it running)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if stops is not None:
+            code = popen.wait()
+        else:  # after the UI: its handlers are gone; a new one passes on, a second exits
+            with StopSignals(pass_on) as again:
+                again.count = 1 if passed else 0  # after q: one more interrupt is the first
+                code = popen.wait()
+    if code is not None:
+        return code if code >= 0 else 128 - code
+    return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK

@@ -1,0 +1,221 @@
+"""`gpudiag try`: run the job as it is (A) and with a fix (B), interleaved A B B A ..., each
+arm for a warm-up then `seconds` of measured steps, and judge the speed-up.
+
+The step rate of an arm comes from the in-process hooks' step times (gpudiag_fixes writes
+one line per optimizer step). The job is stopped after its measured window; a job that
+exits non-zero on its own under the fix is a result ("failed"), not an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.stats.trials import judge
+from gpudiag.probes.inject.gpudiag_fixes import FIX_ENV, KINDS, STEPS_ENV
+from gpudiag.probes.inprocess.channel import injection_env
+
+NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
+
+
+@dataclass
+class Arm:
+    """One run of the job: its step rate over the measured window, or why there is none."""
+
+    rate: float | None
+    steps: int
+    applied: str | None
+    rc: int | None
+    error: str | None = None
+
+
+@dataclass
+class TrialPlan:
+    """What to try and how long."""
+
+    command: list[str]
+    fix: dict
+    rounds: int = 3
+    seconds: float = 10.0
+    warmup: float = 5.0
+    finding: str | None = None
+    predicted: float | None = None
+    location: str | None = None
+    log: list[str] = field(default_factory=list)
+
+
+def progress(text: str) -> None:
+    """One progress line on stderr."""
+    print(f"gpudiag try: {text}", file=sys.stderr, flush=True)
+
+
+def read_steps(path: str) -> tuple[list[float], str | None]:
+    """Step times and the applied-fix line from an arm's step file."""
+    times: list[float] = []
+    applied = None
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("# applied:"):
+                    applied = line[len("# applied:") :].strip()
+                elif line.strip():
+                    times.append(float(line))
+    except (OSError, ValueError):
+        pass
+    return times, applied
+
+
+def rate_after(times: list[float], start: float, seconds: float) -> tuple[float | None, int]:
+    """Steps per second over [start, start + seconds] (first to last step inside it)."""
+    inside = [t for t in times if start <= t <= start + seconds]
+    if len(inside) < 2 or inside[-1] <= inside[0]:
+        return None, len(inside)
+    return (len(inside) - 1) / (inside[-1] - inside[0]), len(inside)
+
+
+def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) -> Arm:
+    """Start the job, wait for its first step plus the warm-up, measure, stop it."""
+    steps = tempfile.mktemp(prefix="steps-", dir=folder)
+    env = injection_env(dict(os.environ), os.path.join(folder, "no-agent.sock"))
+    env[STEPS_ENV] = steps
+    env.pop(FIX_ENV, None)
+    if fix is not None:
+        env[FIX_ENV] = json.dumps(fix)
+    errpath = steps + ".err"
+    with open(errpath, "wb") as err:
+        proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+    limit = time.time() + plan.warmup + plan.seconds + 120  # start-up allowance
+    start = None
+    while proc.poll() is None and time.time() < limit:
+        time.sleep(0.2)
+        if start is None:
+            times, _ = read_steps(steps)
+            if times:
+                start = times[0] + plan.warmup
+                limit = start + plan.seconds + 1.0
+    rc = proc.poll()
+    if rc is None:
+        stop(proc)
+    times, applied = read_steps(steps)
+    tail = _tail(errpath)
+    if rc not in (None, 0):
+        return Arm(None, len(times), applied, rc, f"exit code {rc}: {tail}")
+    if start is None:
+        return Arm(None, 0, applied, rc, f"no optimizer step seen: {tail}")
+    rate, n = rate_after(times, start, plan.seconds)
+    if rate is None:
+        return Arm(None, n, applied, rc, "too few steps after the warm-up")
+    return Arm(rate, n, applied, rc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the job's process group, then SIGKILL after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            lines = [
+                ln
+                for ln in f.read().decode(errors="replace").splitlines()
+                if ln.strip() and not ln.startswith("gpudiag")
+            ]
+    except OSError:
+        return ""
+    return " | ".join(lines[-2:])[-300:]
+
+
+def change_line(fix: dict, location: str | None) -> str:
+    """The code change to make, at the finding's location when it has one."""
+    values = ", ".join(f"{k}={v!r}" for k, v in (fix.get("values") or {}).items())
+    text = {
+        "dataloader": f"DataLoader(..., {values})",
+        "optimizer": f"torch.optim.<Optimizer>(..., {values})",
+        "cudnn_benchmark": "torch.backends.cudnn.benchmark = True",
+        "tf32": "torch.set_float32_matmul_precision('high')",
+        "compile": "model = torch.compile(model)",
+        "checkpoint": "save every {}th time (keep the last save)".format(
+            (fix.get("values") or {}).get("every", 2)
+        ),
+    }.get(fix.get("kind", ""), values)
+    if location:
+        file, _, rest = location.partition(":")
+        line = rest.partition(":")[0]
+        return f"{file}:{line}: {text}"
+    return text
+
+
+def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
+    """Run the interleaved rounds for one fix and return its `trials` entry."""
+    base: list[float] = []
+    fixed: list[float] = []
+    failures: list[str] = []
+    applied = None
+    with tempfile.TemporaryDirectory(prefix="gpudiag-try-") as folder:
+        os.chmod(folder, 0o700)
+        for r in range(plan.rounds):
+            order = ("A", "B") if r % 2 == 0 else ("B", "A")
+            for arm in order:
+                progress(f"round {r + 1}/{plan.rounds}: {'fixed' if arm == 'B' else 'as is'}")
+                res = run_arm(plan.command, plan.fix if arm == "B" else None, plan, folder)
+                if arm == "B":
+                    applied = applied or res.applied
+                    if res.applied is None and res.error is None:
+                        res.error = "the fix was not applied in the job"
+                if res.error:
+                    failures.append(f"{'fixed' if arm == 'B' else 'as is'}: {res.error}")
+                    progress(failures[-1])
+                elif res.rate is not None:
+                    (fixed if arm == "B" else base).append(res.rate)
+                    progress(f"  {res.rate:.2f} steps/s ({res.steps} steps)")
+    result = judge(base, fixed, plan.predicted, th)
+    verdict, reason = result.verdict, result.reason
+    if any(f.startswith("fixed") for f in failures) and not fixed:
+        verdict, reason = "failed", "; ".join(failures)[:500]
+    elif failures:
+        reason += f" ({len(failures)} arm(s) failed: {failures[0][:200]})"
+    return {
+        "finding": plan.finding,
+        "fix": plan.fix,
+        "predicted": plan.predicted,
+        "measured": None if result.measured is None else round(result.measured, 4),
+        "interval": None if result.interval is None else [round(v, 4) for v in result.interval],
+        "rounds": min(len(base), len(fixed)),
+        "verdict": verdict,
+        "reason": reason,
+        "applied": applied,
+        "change": change_line(plan.fix, plan.location),
+        "baseline_steps_per_s": [round(v, 4) for v in base],
+        "fixed_steps_per_s": [round(v, 4) for v in fixed],
+    }
+
+
+def check_fix(fix: dict, allow_numerics: bool, allow_compile: bool = False) -> str | None:
+    """Why a fix cannot be tried (unknown kind, numerics or compile not allowed), or None."""
+    kind = fix.get("kind")
+    if kind not in KINDS:
+        return f"unknown fix kind {kind!r} (one of: {', '.join(KINDS)})"
+    if kind in NUMERICS and not allow_numerics:
+        return f"{kind} changes the job's numerics: add --allow-numerics to try it"
+    if kind == "compile" and not allow_compile:
+        return "torch.compile is opt-in: add --allow-compile to try it"
+    return None

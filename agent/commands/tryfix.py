@@ -1,0 +1,239 @@
+"""`gpudiag try`: its arguments, and the command (fixes from --fix or a report's findings)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gpudiag.agent.cli.errors import UsageError
+
+USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
+
+
+def add_try_parser(sub) -> None:
+    """The `try` subcommand."""
+    p = sub.add_parser(
+        "try",
+        help="apply a finding's fix without a code change and measure the speed-up",
+        description="Run CMD as it is and with a fix applied in-process, interleaved "
+        "(A B B A ...), each arm a warm-up then --seconds of measured steps, --rounds times; "
+        "print the measured speed-up with its 95%% interval against the prediction and the "
+        "code change to make. Without --fix or --from it diagnoses the job first (as `run "
+        "--until-sure` does, at most --diagnose-seconds of loop) and tries the fixes its "
+        "findings carry. Progress goes to stderr.",
+        usage=USAGE,
+    )
+    p.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="KIND:KEY=VALUE,...",
+        help="a fix to try, e.g. dataloader:num_workers=2,persistent_workers=true "
+        "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_report",
+        metavar="REPORT",
+        help="try the fixes carried by this report's findings (top first)",
+    )
+    p.add_argument("--finding", metavar="ID", help="with --from: only this finding's fix")
+    p.add_argument(
+        "--diagnose-seconds",
+        type=_secs,
+        default=60.0,
+        help="without --fix or --from: the diagnosis' longest look at the loop (default 60; "
+        "it stops earlier once the verdict is sure)",
+    )
+    p.add_argument("--rounds", type=_count, default=3, help="interleaved rounds (default 3)")
+    p.add_argument(
+        "--seconds", type=_secs, default=10.0, help="measured seconds per arm (default 10)"
+    )
+    p.add_argument(
+        "--warmup", type=_secs, default=5.0, help="seconds after the first step (default 5)"
+    )
+    p.add_argument(
+        "--allow-numerics", action="store_true", help="allow fixes that change numerics (tf32)"
+    )
+    p.add_argument("--allow-compile", action="store_true", help="allow torch.compile of the model")
+    p.add_argument("--out", metavar="FILE", help="write the report (with `trials`) here")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+
+
+def add_run_try_option(p: argparse.ArgumentParser) -> None:
+    """`gpudiag run --try`: diagnose, then try the fixes the findings carry."""
+    p.add_argument(
+        "--try",
+        dest="try_fixes",
+        action="store_true",
+        help="after the diagnosis, try the findings' fixes as `gpudiag try --from` does "
+        "(3 rounds of 10 s per arm; the report gets `trials`)",
+    )
+
+
+def run_then_try(args: argparse.Namespace, command: list[str], rc: int) -> int:
+    """After `run` wrote its report: try its findings' fixes and add `trials` to it."""
+    try_args = argparse.Namespace(
+        cmd=command,
+        fix=[],
+        from_report=args.out,
+        finding=None,
+        rounds=3,
+        seconds=10.0,
+        warmup=5.0,
+        allow_numerics=False,
+        allow_compile=False,
+        out=args.out,
+    )
+    try:
+        cmd_try(try_args)
+    except UsageError as exc:  # nothing to try is a result of the diagnosis, not an error
+        print(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
+    return rc
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 1 <= value <= 50:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 50, got {value}")
+    return value
+
+
+def _secs(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be seconds, got {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, got {value}")
+    return value
+
+
+def parse_fix(text: str) -> dict:
+    """KIND[:KEY=VALUE,...] into {"kind", "values"}; values parsed as JSON when they can be."""
+    kind, _, rest = text.partition(":")
+    values: dict = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, raw = part.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--fix {text!r}: expected KEY=VALUE, got {part!r}")
+        try:
+            values[key.strip()] = json.loads(
+                raw.strip().lower() if raw.strip().lower() in ("true", "false") else raw.strip()
+            )
+        except json.JSONDecodeError:
+            values[key.strip()] = raw.strip()
+    return {"kind": kind.strip(), "values": values}
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    """Try each fix; print the results and the code changes; write --out."""
+    from gpudiag.agent.commands.trial import TrialPlan, check_fix, progress, try_fix
+    from gpudiag.agent.output.report import check_writable, load_report
+    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.text.trials import summary_line
+
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError(f"try needs a command after --: {USAGE}")
+    if args.out:
+        check_writable(args.out)
+    doc: dict = {}
+    plans: list[TrialPlan] = []
+    for text in args.fix:
+        plans.append(TrialPlan(command, parse_fix(text)))
+    if not args.fix and not args.from_report:  # nothing named: diagnose first, as run does
+        args.from_report = diagnose_first(command, args)
+    if args.from_report:
+        doc = load_report(args.from_report)
+        for f in doc.get("findings") or []:
+            if args.finding and f.get("id") != args.finding:
+                continue
+            if not f.get("fix"):
+                progress(
+                    f"{f.get('id')}: no fix applicable from outside; change the code: "
+                    f"{'; '.join(f.get('recommendation', {}).get('actions', [])[:1])}"
+                )
+                continue
+            plans.append(
+                TrialPlan(
+                    command,
+                    f["fix"],
+                    finding=f.get("id"),
+                    predicted=f.get("expected_speedup"),
+                    location=f.get("location"),
+                )
+            )
+    if not plans:
+        top = (doc.get("verdict") or {}).get("statement") or "no finding"
+        raise UsageError(f"no finding in the report carries a fix that can be tried ({top})")
+    for plan in plans:
+        why = check_fix(plan.fix, args.allow_numerics, args.allow_compile)
+        if why:
+            raise UsageError(why)
+        plan.rounds, plan.seconds, plan.warmup = args.rounds, args.seconds, args.warmup
+    trials = [try_fix(plan, Thresholds()) for plan in plans]
+    for t in trials:
+        print(summary_line(t))
+        print(f"  change: {t['change']}")
+    if args.out:
+        from gpudiag.agent.output.report import write_report
+
+        if doc:
+            doc["trials"] = trials
+            write_report(doc, args.out)
+        else:
+            with open(args.out, "w") as f:
+                json.dump({"trials": trials}, f, indent=2)
+    return 0 if all(t["verdict"] != "failed" for t in trials) else 1
+
+
+def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
+    """`try` with nothing named: profile the job as `run --until-sure` does, end it, and
+    return the report's path (its findings' fixes are then tried)."""
+    import os
+    import tempfile
+
+    from gpudiag.agent.cli.main import cmd_run
+    from gpudiag.agent.cli.parser import build_parser
+    from gpudiag.agent.commands.trial import progress
+
+    out = args.out or os.path.join(tempfile.mkdtemp(prefix="gpudiag-try-"), "diagnosis.json")
+    progress(
+        f"no --fix or --from: diagnosing the job first (until the verdict is sure, at most "
+        f"{args.diagnose_seconds:.0f} s of its loop)"
+    )
+    ns = build_parser().parse_args(
+        ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
+        + ["--", *command]
+    )
+    cmd_run(ns)
+    if not os.path.exists(out):
+        raise UsageError("the diagnosis wrote no report: nothing to try")
+    end_job(out)
+    doc = json.load(open(out))
+    progress(f"diagnosis: {(doc.get('verdict') or {}).get('statement') or 'none'}")
+    return out
+
+
+def end_job(report: str) -> None:
+    """End the job a `run --duration` left running (and its DataLoader workers)."""
+    import psutil
+
+    try:
+        pid = int(json.load(open(report))["run"]["pid"])
+        proc = psutil.Process(pid)
+        procs = [*proc.children(recursive=True), proc]
+        for p in procs:
+            p.terminate()
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        for p in alive:
+            p.kill()
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        pass

@@ -1,0 +1,323 @@
+"""`gpudiag watch`: the node daemon. Finds the GPU (or PyTorch) jobs on the box, profiles
+each as `attach` does, serves their findings on the metrics endpoint, and drops a job that
+ends. One CPU and one memory budget cover every watched job: each job's share is the total
+divided by the number of jobs, and each job's governor counts its own py-spy recorders plus
+its share of gpudiag's own process."""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psutil
+
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.fleet.identity import job_identity
+from gpudiag.agent.fleet.metrics import LiveJob
+from gpudiag.agent.session.budget import SPY_SHARE, Budget, Governor
+from gpudiag.agent.session.live import live_doc
+from gpudiag.agent.session.ranks.launch import is_launcher, primary_of
+from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.probes.base import Target
+from gpudiag.probes.dist.ranks import sibling_ranks
+from gpudiag.probes.host.discovery import dcgm_process, find_jobs, list_processes, read_proc
+from gpudiag.probes.inject.gpudiag_hooks import attach_path
+from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.stacks.probe import StackProbe
+
+# with many jobs under one budget, each job's sampling may go lower than attach's floor: the
+# loop down to 1 Hz (a verdict then takes minutes, which a daemon has)
+WATCH_MIN_LEVEL = 0.01
+WATCH_MIN_RATE_HZ = 1
+
+
+class SharedCpu:
+    """gpudiag's own CPU time split evenly between the jobs it watches: a counter that grows
+    by each interval's process CPU divided by the number of jobs during it."""
+
+    def __init__(self, reader: Callable[[], float] | None = None) -> None:
+        self._read = reader or (lambda: sum(psutil.Process().cpu_times()[:2]))
+        self._lock = threading.Lock()
+        self._last = self._read()
+        self._share = 0.0
+        self.jobs = 1
+
+    def per_job_s(self) -> float:
+        """CPU seconds of gpudiag's process attributed to each job so far."""
+        with self._lock:
+            now = self._read()
+            self._share += (now - self._last) / max(1, self.jobs)
+            self._last = now
+            return self._share
+
+    def set_jobs(self, n: int) -> None:
+        """Count the time so far at the old number of jobs, then use `n`."""
+        self.per_job_s()
+        with self._lock:
+            self.jobs = max(1, n)
+
+
+@dataclass
+class SharedGovernor(Governor):
+    """A job's governor inside `watch`: its py-spy plus its share of the shared process."""
+
+    shared: SharedCpu | None = None
+    jobs: int = 1
+
+    def _own_cpu_s(self) -> float:
+        return self.shared.per_job_s() if self.shared else super()._own_cpu_s()
+
+    def agent_rss_bytes(self) -> int:
+        """This job's py-spy recorders and its share of gpudiag's resident memory."""
+        own = psutil.Process().memory_info().rss // max(1, self.jobs)
+        kids = sum(int(p.child_rss_bytes()) for p in self.probes)
+        return own + kids
+
+    def set_level(self, level: float) -> None:
+        """As Governor.set_level, down to WATCH_MIN_LEVEL: many jobs share one budget."""
+        self.level = max(WATCH_MIN_LEVEL, min(1.0, level))
+        for p in self._adaptive():
+            p.set_level(self.level)
+
+    def rebudget(self, budget: Budget, jobs: int) -> None:
+        """A new share of the total budget."""
+        with self._lock:
+            self.budget, self.jobs = budget, jobs
+        for p in self._adaptive():
+            p.cpu_goal = budget.cpu_cores * self.target_share * SPY_SHARE
+
+
+@dataclass
+class Watched:
+    """One job under watch."""
+
+    session: Session
+    live: LiveJob
+    thread: threading.Thread
+
+
+@dataclass
+class Watcher:
+    """Discovers jobs, keeps a session on each, and lists them for the metrics endpoint."""
+
+    settings: Settings
+    opts: SessionOptions
+    cpu_budget: float | None = 0.10  # cores across every job; None: no limit
+    rss_budget_bytes: int = 400 * 1024 * 1024
+    match: re.Pattern[str] | None = None
+    discover: Callable[[], list[int]] | None = None
+    log: Callable[[str], None] = lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+    refresh_s: float = 5.0
+    recent_s: float | None = 600.0  # findings over the last this many seconds; None: all
+    jobs: dict[int, Watched] = field(default_factory=dict)
+    skipped: set[int] = field(default_factory=set)
+    shared: SharedCpu = field(default_factory=SharedCpu)
+    _gpu: object | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ---- discovery ------------------------------------------------------------------------
+    def _gpu_pids(self) -> list[int]:
+        from gpudiag.probes.gpu.probe import GpuProbe
+
+        if self._gpu is None:
+            probe = GpuProbe()
+            self._gpu = probe if probe.open(Target(0)).available else False
+        return list(self._gpu.compute_processes()) if self._gpu else []
+
+    def candidates(self) -> list[int]:
+        """The root pids of the jobs on the box now."""
+        if self.discover is not None:
+            return self.discover()
+        with self._lock:
+            known = set(self.jobs)
+        return find_jobs(list_processes(), self._gpu_pids(), match=self.match, known=known)
+
+    # ---- jobs -----------------------------------------------------------------------------
+    def live_jobs(self) -> list[LiveJob]:
+        """The jobs the endpoint shows: those still being profiled."""
+        with self._lock:
+            return [w.live for w in self.jobs.values() if w.thread.is_alive()]
+
+    def poll(self) -> None:
+        """Start watching new jobs, drop ended ones, and share the budget out again."""
+        pids = set(self.candidates())
+        with self._lock:
+            for pid, w in list(self.jobs.items()):
+                if not w.thread.is_alive():
+                    del self.jobs[pid]
+                    self.log(f"pid {pid} ended; no longer watched")
+        self.skipped &= pids  # a pid that comes back later is another process
+        new = sorted(pids - set(self.jobs) - self.skipped)
+        for pid in new:
+            ranks = sibling_ranks(pid)
+            info = read_proc(pid)
+            if not ranks and info is not None and is_launcher(list(info.cmdline)):
+                continue  # a launcher (torchrun) before its ranks start: look again next time
+            self._start(pid, len(self.jobs) + len(new), ranks)
+        self._rebalance()
+
+    def _start(self, pid: int, jobs: int = 1, ranks: list | None = None) -> None:
+        """Attach to `pid` (and to its `ranks` when it is a launcher, as attach does); its
+        probes' first guess is made at a share of `jobs`."""
+        opts = SessionOptions(
+            **{
+                **self.opts.__dict__,
+                "cpu_budget": None,
+                "progress": False,
+                "attached": True,
+                "stacks_min_rate_hz": WATCH_MIN_RATE_HZ,
+            }
+        )
+        ranks = ranks or []
+        main = next((r.pid for r in ranks if r.pid == pid), primary_of(ranks).pid) if ranks else pid
+        governor = None
+        if self.cpu_budget is not None:
+            n = max(1, jobs)
+            budget = Budget(self.cpu_budget / n, self.rss_budget_bytes // n)
+            governor = lambda probes: SharedGovernor(  # noqa: E731
+                budget, probes, period_s=max(1.0, opts.window_s), shared=self.shared, jobs=n
+            )
+        ident = job_identity(pid)
+        command = ident["command"].split()
+
+        def report() -> dict:
+            return live_doc(session, "attach", command, pid, self.recent_s)
+
+        live = LiveJob(ident, report, refresh_s=self.refresh_s)
+        session = Session(
+            Target(main),
+            self.settings,
+            opts,
+            sink=live.tap,
+            log=lambda msg: self.log(f"pid {pid}: {msg}"),
+            hooks=HookProbe(attach_path(main), optional=True),
+            ranks=(ranks, pid) if ranks else None,
+            governor=governor,
+        )
+        stacks = next(p for p in session.probes if isinstance(p, StackProbe))
+        status = session.open_probe(stacks)
+        if not status.available:
+            for p in session.probes:
+                if p is not stacks:
+                    p.close()
+            self.skipped.add(pid)
+            self.log(f"pid {pid}: not watched: {status.reason}")
+            return
+        th = threading.Thread(
+            target=session.run,
+            kwargs={"preopened": {stacks.name: status}},
+            name=f"gpudiag-watch-{pid}",
+            daemon=True,
+        )
+        with self._lock:
+            self.jobs[pid] = Watched(session, live, th)
+        th.start()
+        self.log(f"watching pid {pid} ({ident['command']})")
+
+    def _rebalance(self) -> None:
+        with self._lock:
+            n = len(self.jobs)
+            govs = [w.session.governor for w in self.jobs.values()]
+        self.shared.set_jobs(n)
+        if self.cpu_budget is None or n == 0:
+            return
+        share = Budget(self.cpu_budget / n, self.rss_budget_bytes // n)
+        for g in govs:
+            if isinstance(g, SharedGovernor):
+                g.rebudget(share, n)
+
+    def run(self, stop: threading.Event, interval_s: float = 5.0) -> None:
+        """Poll until `stop` is set, then stop every session."""
+        try:
+            while True:
+                self.poll()
+                if stop.wait(interval_s):
+                    break
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop every session and wait for them."""
+        with self._lock:
+            watched = list(self.jobs.values())
+        for w in watched:
+            w.session.stop()
+        for w in watched:
+            w.thread.join(timeout=30)
+        if self._gpu:
+            self._gpu.close()
+
+    def health(self) -> dict:
+        """Node-level gauges for the endpoint."""
+        with self._lock:
+            n = sum(1 for w in self.jobs.values() if w.thread.is_alive())
+        out = {
+            "jobs_watched": (n, "jobs gpudiag watch profiles now"),
+            "dcgm_running": (
+                1.0 if dcgm_process() is not None else 0.0,
+                "1 when dcgm-exporter or nv-hostengine runs here (NVML GPM is then left off)",
+            ),
+        }
+        if self.cpu_budget is not None:
+            out["watch_cpu_budget_cores"] = (self.cpu_budget, "CPU budget across every job")
+            out["watch_rss_budget_bytes"] = (self.rss_budget_bytes, "memory budget, every job")
+        return out
+
+
+def wait_for(stop: threading.Event, duration_s: float | None) -> None:
+    """Block until `stop` is set or `duration_s` passes (Ctrl-C sets it)."""
+    t_end = None if duration_s is None else time.monotonic() + duration_s
+    try:
+        while not stop.is_set():
+            left = None if t_end is None else t_end - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            stop.wait(0.5 if left is None else min(0.5, left))
+    except KeyboardInterrupt:
+        pass
+    stop.set()
+
+
+def watch_command(args, settings: Settings) -> int:
+    """`gpudiag watch`: serve every job's findings until Ctrl-C, SIGTERM or --duration."""
+    import signal
+
+    from gpudiag.agent.cli.errors import UsageError
+    from gpudiag.agent.fleet.server import MetricsServer
+
+    match = None
+    if args.match:
+        try:
+            match = re.compile(args.match)
+        except re.error as exc:
+            raise UsageError(f"--match is not a regular expression: {exc}") from None
+    opts = SessionOptions(rate_hz=args.rate, window_s=args.window, progress=False)
+    log = (lambda msg: None) if args.quiet else Watcher.log
+    watcher = Watcher(
+        settings,
+        opts,
+        cpu_budget=args.cpu_budget / 100.0 if args.cpu_budget else None,
+        rss_budget_bytes=int(args.memory_budget * 1024 * 1024),
+        match=match,
+        log=log,
+        recent_s=args.recent or None,
+    )
+    server = MetricsServer(args.metrics_addr, args.metrics_port, watcher.live_jobs, watcher.health)
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    log(f"watching the box; metrics on {server.url}")
+    poller = threading.Thread(
+        target=watcher.run, args=(stop, args.interval), name="gpudiag-watch", daemon=True
+    )
+    poller.start()
+    try:
+        wait_for(stop, args.duration)
+        poller.join(timeout=60)
+    finally:
+        server.close()
+    return 0

@@ -1,0 +1,1 @@
+"""Fleet outputs: Prometheus metrics, the /metrics endpoint, the job's cluster identity."""

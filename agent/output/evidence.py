@@ -1,0 +1,35 @@
+"""The report's views for people to look at: the run over time, the loop thread's stacks and
+the bounded profiler capture (each optional and bounded in size), and what the capture says
+about the findings."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.capture import capture_checks, capture_of
+from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.timeline.series import loop_stacks, run_series
+from gpudiag.analyzers.timeline.timeline import Timeline
+
+
+def add_evidence_views(
+    doc: dict, tl: Timeline | None, rules: tuple = (), thread=None, th: Thresholds | None = None
+) -> dict:
+    """Add `series`, `stacks` and `capture` to a report from a session's timeline (keys whose
+    data the run lacks are left out); the capture's evidence goes into the findings it
+    confirms or refutes. Returns the document."""
+    if tl is None or tl.origin_ns is None:
+        return doc
+    clf = Classifier(tuple(rules))
+    doc["series"] = run_series(tl, clf, thread)
+    stacks = loop_stacks(tl, clf, thread)
+    if stacks["stacks"]:
+        doc["stacks"] = stacks
+    cap = capture_of(tl)
+    if cap is not None:
+        idle = (doc.get("critical_path") or {}).get("gpu_idle")
+        checks, evidence = capture_checks(doc["findings"], cap, idle, th or Thresholds())
+        for f in doc["findings"]:
+            f["evidence"] = list(f["evidence"]) + evidence.get(f["id"], [])
+        cap["checks"] = checks
+        doc["capture"] = cap
+    return doc

@@ -1,0 +1,1 @@
+"""Renderings of a report document: text, markdown, HTML."""

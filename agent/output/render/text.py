@@ -1,0 +1,332 @@
+"""Render a report document as plain text (terminal) or markdown (tickets, PRs)."""
+
+from __future__ import annotations
+
+import re
+
+from gpudiag.agent.output.render.ranks import rank_lines
+from gpudiag.analyzers.engine.results import CATEGORIES
+from gpudiag.text.formatting import (
+    LABELS,
+    evidence_parts,
+    fmt_value,
+    is_bound,
+    period_parts,
+    speedup_text,
+)
+from gpudiag.text.redact import redact_argv, redact_lines
+from gpudiag.text.trials import trial_lines
+
+__all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
+
+
+def _evidence_line(e: dict) -> str:
+    return " ".join(evidence_parts(e))
+
+
+def md_escape(text: str) -> str:
+    """Text from the job (function names like `__getitem__`, paths) made literal in markdown."""
+    return re.sub(r"([\\`*_\[\]<>|~])", r"\\\1", text)
+
+
+def primary_evidence(f: dict) -> dict | None:
+    """The evidence a finding rests on: the first item that crossed a threshold."""
+    return next(
+        (e for e in f["evidence"] if e.get("threshold") is not None),
+        f["evidence"][0] if f["evidence"] else None,
+    )
+
+
+def no_diagnosis_line(doc: dict) -> str | None:
+    """Why there are too few loop samples for a diagnosis, or None when there are enough."""
+    run, samples = doc["run"], doc["breakdown"]["samples"]
+    need = doc.get("thresholds", {}).get("min_loop_samples", 0)
+    if samples >= need:
+        return None
+    if run.get("end_reason") == "target_exited":
+        code = run.get("exit_code")
+        exited = f"the job exited with code {code}" if code is not None else "the job exited"
+        exited += f" after {run['duration_s']:.1f} s"
+        stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
+        # no loop stack in the samples, or the job was gone before py-spy could look
+        sampled = stacks is None or stacks["available"] or run["duration_s"] < 5
+        # or the hooks were in the job and timed no step (py-spy may have come too late)
+        hooks = next((p for p in doc["probes"] if p["name"] == "hooks"), None)
+        timed = hooks is not None and hooks["available"]
+        # a slow start-up can give py-spy a few samples of the interpreter starting: all
+        # "other" and no timed step is still a job that never reached its loop
+        no_loop = not samples or doc["breakdown"]["shares"].get("other", 0.0) >= 0.999
+        if no_loop and (sampled or timed) and not doc["metrics"].get("steps"):
+            return f"No diagnosis: {exited}, before its training loop started."
+        return f"No diagnosis: {exited}, with {samples} loop samples ({need:.0f} needed)."
+    stacks = next((p for p in doc["probes"] if p["name"] == "stacks"), None)
+    if stacks is not None and not stacks["available"] and not samples:
+        return (
+            "No diagnosis: the stack probe is unavailable (see its fix under Probes): the time "
+            "breakdown and the findings that need stacks cannot be made, however long it runs."
+        )
+    return (
+        f"No diagnosis: {samples} loop samples, {need:.0f} needed (profile longer with --duration)."
+    )
+
+
+def stderr_tail_lines(doc: dict) -> list[str]:
+    """The last lines the job wrote to stderr, when it failed."""
+    tail = redact_lines(doc["run"].get("stderr_tail")) or []  # also reports from before
+    if not tail:
+        return []
+    return ["", "Last lines of the job's stderr:"] + [f"  | {ln}" for ln in tail]
+
+
+def _probe_state(p: dict) -> str:
+    if p.get("info"):
+        return "info"
+    if p["available"]:
+        return "degraded" if p.get("reason") else "ok"
+    return "unavailable"
+
+
+def _header(doc: dict) -> list[str]:
+    run = doc["run"]
+    cmd = " ".join(redact_argv(run.get("command")) or []) or "?"
+    who = f"pid {run['pid']}" if run.get("pid") is not None else "recording"
+    reason = run["end_reason"].replace("_", " ")
+    extra = f", job exit code {run['exit_code']}" if run.get("exit_code") is not None else ""
+    return [
+        f"gpudiag {doc['tool']['version']} — {run['mode']} {who} ({cmd})",
+        f"profiled {run['duration_s']:.1f} s, ended: {reason}{extra}",
+    ]
+
+
+def _bar(share: float, width: int = 30) -> str:
+    n = int(round(share * width))
+    return "█" * n + "·" * (width - n)
+
+
+def cost_lines(doc: dict) -> list[str]:
+    """The cost summary: price and its source, spend, idle spend, if fixed, right-sizing."""
+    cost = doc.get("cost") or {}
+    if not cost.get("available"):
+        return [f"Cost: no money figures ({cost.get('reason', 'not analysed')})."]
+    p = cost["price"]
+    out = [
+        f"Cost: ${p['usd_per_gpu_hour']:.2f}/GPU-hour ({p['source']})",
+        f"  {cost['gpus']}x {cost['gpu_model']}: ${cost['usd_per_hour']:,.2f}/hour, "
+        f"${cost['usd_per_day']:,.0f}/day; idle {cost['gpu_idle_share']:.0%} = "
+        f"${cost['idle']['usd_per_day']:,.0f}/day",
+    ]
+    if cost.get("usd_per_1000_steps") is not None:
+        out.append(
+            f"  ${cost['usd_per_1000_steps']:.4f} per 1,000 steps"
+            + (
+                f", ${cost['usd_per_million_samples']:.2f} per million samples"
+                if cost.get("usd_per_million_samples") is not None
+                else ""
+            )
+        )
+    fixed = cost.get("if_fixed")
+    if fixed:
+        out.append(
+            f"  if {', '.join(fixed['findings'])} were fixed: "
+            f"{speedup_text(fixed)} faster, idle "
+            f"{fixed['gpu_idle_share']:.0%} = ${fixed['idle']['usd_per_day']:,.0f}/day"
+        )
+    sizing = cost.get("right_sizing")
+    if sizing:
+        out.append(f"  right-sizing: {sizing['statement']}")
+    if cost.get("spot"):
+        out.append(f"  spot: {cost['spot']['note']}")
+    return out
+
+
+def phase_lines(doc: dict) -> list[str]:
+    """Start-up, loop and shutdown, and the GPU's idle on the critical path."""
+    ph = doc.get("phases") or {}
+    out = []
+    if ph.get("source") and ph["source"] != "whole run":
+        top = ", ".join(f"{t['where']} {t['share']:.0%}" for t in ph.get("startup_top", []))
+        # attached, gpudiag never saw the job start: the time before the loop is its own wait
+        first = (
+            "start-up" if doc.get("run", {}).get("mode") in ("run", "replay") else "before the loop"
+        )
+        out.append(
+            f"Run: {first} {ph['startup_s']:.1f} s"
+            + (f" ({top})" if top else "")
+            + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
+            f"shutdown {ph['shutdown_s']:.1f} s"
+        )
+    cp = doc.get("critical_path")
+    if cp and cp.get("gpu_idle") is not None:
+        parts = [f"{LABELS.get(k, k)} {v:.0%}" for k, v in cp.get("idle_by_wait", {}).items()]
+        for key, label in (
+            ("sync_bubbles", "after syncs"),
+            ("host_bound", "host-bound"),
+            ("unexplained", "unexplained"),
+        ):
+            if cp.get(key):
+                parts.append(f"{label} {cp[key]:.0%}")
+        out.append(
+            f"GPU idle {cp['gpu_idle']:.0%} of the loop"
+            + (": " + ", ".join(parts) if parts else "")
+            + f" [{', '.join(cp.get('signals', []))}]"
+        )
+    if out:
+        out.append("")
+    return out
+
+
+def period_lines(doc: dict) -> list[str]:
+    """When the job changed: each period of a long loop with its top finding."""
+    periods = doc.get("periods") or []
+    if not periods:
+        return []
+    out = ["Over time (from the loop's start):"]
+    for p in periods:
+        span, what = period_parts(p)
+        out.append(f"  {span}  {', '.join(what)}")
+    return out
+
+
+def render_text(doc: dict, verbose: bool = True) -> str:
+    """The terminal summary: breakdown, ranked findings with fixes, probe status."""
+    out = _header(doc)
+    bd = doc["breakdown"]
+    out.append("")
+    out += phase_lines(doc)
+    if bd["samples"]:
+        out.append(f"Where the loop's time went ({bd['basis']}, {bd['samples']} samples):")
+        for c in CATEGORIES:
+            s = bd["shares"].get(c, 0.0)
+            if s >= 0.005:
+                out.append(f"  {LABELS[c]:<24} {s:6.1%}  {_bar(s)}")
+    else:
+        out.append("No stack samples of the loop: no time breakdown (see probes below).")
+    out.append("")
+    out += rank_lines(doc)
+    findings = doc["findings"]
+    if not findings:
+        out.append(
+            no_diagnosis_line(doc) or "No bottleneck found: no finding crossed its threshold."
+        )
+    else:
+        out.append(f"Findings ({len(findings)}, largest impact first):")
+    for i, f in enumerate(findings, 1):
+        out.append(f" {i}. [{f['severity']}] {f['id']} {f['title']}")
+        money = (
+            f" · ${f['cost']['usd_per_day']:,.0f}/day"
+            if f.get("cost") and "usd_per_day" in f["cost"]
+            else ""
+        )
+        out.append(
+            f"    impact {f['impact']:.0%} of wall time · "
+            f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
+            f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}"
+        )
+        out.append(f"    {f['message']}")
+        if f.get("speedup_basis"):
+            out.append(f"    speed-up: {f['speedup_basis']}")
+        if f.get("location"):
+            out.append(f"    at {f['location']}")
+        out.append(f"    Fix: {f['recommendation']['summary']}")
+        for a in f["recommendation"]["actions"]:
+            out.append(f"      - {a}")
+        if verbose:
+            out.append("    Evidence:")
+            for e in f["evidence"]:
+                out.append(f"      · {_evidence_line(e)}")
+        elif primary_evidence(f) is not None:
+            out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
+    out += stderr_tail_lines(doc)
+    out += period_lines(doc)
+    out += trial_lines(doc)
+    verdict = doc.get("verdict") or {}
+    if verdict.get("statement") and (
+        verdict.get("sure") or verdict.get("finding") or "not judged" in verdict["statement"]
+    ):
+        out.append(f"Verdict: {verdict['statement']}")  # (else "No diagnosis" said why)
+    out.append("")
+    out += cost_lines(doc)
+    out.append("")
+    out.append("Probes: " + " · ".join(f"{p['name']} {_probe_state(p)}" for p in doc["probes"]))
+    for p in doc["probes"]:
+        if p.get("reason"):
+            fix = "to get them" if p.get("info") else "fix"
+            out.append(
+                f"  {p['name']}: {p['reason']}"
+                + (f" — {fix}: {p['hint']}" if p.get("hint") else "")
+            )
+    for e in doc["errors"]:
+        out.append(f"  error [{e['source']}]: {e['message']}")
+    return "\n".join(out)
+
+
+def _code_span(text: str) -> str:
+    """`text` as a markdown code span (longer fences when it holds backticks)."""
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def render_markdown(doc: dict) -> str:
+    """A markdown summary to paste into a ticket or pull request."""
+    head = [md_escape(h) for h in _header(doc)]
+    out = [f"### {head[0]}", "", head[1], ""]
+    bd = doc["breakdown"]
+    if bd["samples"]:
+        out += ["| where the time went | share |", "|---|---:|"]
+        for c in CATEGORIES:
+            s = bd["shares"].get(c, 0.0)
+            if s >= 0.005:
+                out.append(f"| {LABELS[c]} | {s:.1%} |")
+        out.append("")
+    ranks = rank_lines(doc)
+    if ranks:  # a multi-rank job: the rows per rank (and a hang's stacks) as they print
+        out += ["```", *ranks[:-1], "```", ""]
+    if doc["findings"]:
+        out += [
+            "| # | id | severity | finding | impact | speed-up |",
+            "|---|---|---|---|---:|---:|",
+        ]
+        for i, f in enumerate(doc["findings"], 1):
+            out.append(
+                f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
+                f"{f['impact']:.0%} | {speedup_text(f)} |"
+            )
+        out.append("")
+        for f in doc["findings"]:
+            out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
+            if f.get("location"):
+                out += [f"Location: {_code_span(f['location'])}", ""]
+            out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
+            out += [
+                f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
+                for a in f["recommendation"]["actions"]
+            ]
+            out.append("")
+            out.append(
+                "Evidence: " + "; ".join(md_escape(_evidence_line(e)) for e in f["evidence"])
+            )
+            out.append("")
+    else:
+        out += [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
+        tail = redact_lines(doc["run"].get("stderr_tail")) or []
+        if tail:
+            out += (
+                ["Last lines of the job's stderr:", "", "```"]
+                + [ln.replace("```", "` ` `") for ln in tail]
+                + ["```", ""]
+            )
+    out.append("#### Cost")
+    out.append("")
+    out += [
+        md_escape(ln.strip()) if i == 0 else f"- {md_escape(ln.strip())}"
+        for i, ln in enumerate(cost_lines(doc))
+    ]
+    out.append("")
+    missing = [p for p in doc["probes"] if not p["available"]]
+    if missing:
+        out.append(
+            "Probes unavailable: "
+            + "; ".join(f"{p['name']} ({md_escape(p['reason'])})" for p in missing)
+        )
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,1 @@
+"""A distributed job's local ranks inside one session: launch, GPUs, stacks, the hang watcher."""

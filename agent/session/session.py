@@ -1,0 +1,371 @@
+"""A profiling session: open the probes on a target, sample until a stop condition, analyse.
+
+Each probe samples on its own thread at its own interval, so a slow probe never delays the
+others. Whatever ends the session (the job exits, --duration passes, Ctrl-C, SIGTERM, a probe
+failing), the collected samples are analysed and the report is written.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.session.budget import Budget, Governor, loop_window_samples
+from gpudiag.agent.session.end import close_probes, final_result
+from gpudiag.agent.session.ranks.rankset import RankSet, setup_ranks
+from gpudiag.agent.session.setup import SessionOptions, SessionResult, make_probes, open_probe
+from gpudiag.agent.session.signals import StopSignals
+from gpudiag.agent.session.targetwatch import HangWatch, TargetWatch, running
+from gpudiag.analyzers import Analysis, analyze
+from gpudiag.analyzers.engine.finalize import with_more
+from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.timeline.timeline import Timeline
+from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
+from gpudiag.probes.dist.ranks import RankInfo
+from gpudiag.probes.inprocess.channel import HookProbe
+
+__all__ = ["Session", "SessionOptions", "SessionResult", "make_probes"]
+
+
+SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
+RankPlan = tuple[list[RankInfo], int]  # the ranks of a multi-rank job, and its root pid
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class Session:
+    """Samples one target with a set of probes into a timeline."""
+
+    def __init__(
+        self,
+        target: Target,
+        settings: Settings,
+        opts: SessionOptions,
+        probes: list[Probe] | None = None,
+        popen: subprocess.Popen | None = None,
+        sink: Callable[[list[Sample]], None] | None = None,
+        log: Callable[[str], None] | None = None,
+        *,
+        hooks: HookProbe | None = None,
+        ranks: RankPlan | None = None,
+        opened: dict[str, ProbeStatus] | None = None,
+        stop_signals: StopSignals | None = None,
+        timeline: Timeline | None = None,
+        on_hang: Callable[[Session], None] | None = None,
+        governor: Callable[[list[Probe]], Governor] | None = None,
+    ) -> None:
+        """Everything a session needs, given here (nothing is set on it afterwards):
+        `probes` (else make_probes(opts, hooks)), `ranks` to follow every rank of a job,
+        `opened` probes already opened with their status, `stop_signals` (run/attach: the
+        signals as a flag), the `timeline` to fill (a recorder reads its segment length),
+        `on_hang` for a multi-rank job's hang, and `governor` (else the budget of `opts`)."""
+        self.target = target
+        self.settings = settings
+        self.opts = opts
+        n = len(ranks[0]) if ranks else 1
+        self.probes = probes if probes is not None else make_probes(opts, hooks, n)
+        self.popen = popen
+        self.sink = sink
+        self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True))
+        self.timeline = timeline or Timeline(skip_steps=opts.skip_steps)
+        self.statuses: dict[str, ProbeStatus] = dict(opened or {})
+        self.errors: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[tuple[threading.Thread, str]] = []  # (thread, its probe's name)
+        self.exit_code: int | None = None
+        self.paused = False
+        self.start_time = time.time()
+        self.stop_signals = stop_signals
+        self.capture_steps = opts.capture_steps  # asked once the job connects (autocapture)
+        self._watch: TargetWatch | None = None
+        self.hangs = HangWatch(opts.probe_timeout_s)
+        self.hung = self.hangs.hung  # names of probes timed out
+        self.ranks: RankSet | None = None  # a multi-rank job (agent.ranks)
+        if ranks:  # before the governor: the ranks' stack probes get its CPU goal too
+            self.ranks = setup_ranks(self, *ranks)
+            if on_hang is not None:
+                self.ranks.on_hang = lambda: on_hang(self)
+        self.governor: Governor | None = None
+        if governor is not None:
+            self.governor = governor(self.probes)
+        elif opts.cpu_budget is not None:
+            self.governor = Governor(
+                Budget(opts.cpu_budget, opts.rss_budget_bytes),
+                self.probes,
+                period_s=max(1.0, opts.window_s),
+                verdict_samples=settings.thresholds.min_loop_samples,
+                loop_samples=self._loop_samples,
+            )
+
+    def _verdict_sure(self) -> bool:
+        """Whether what was collected so far gives a sure verdict (asked only once the budget
+        has bought the verdict's samples, when a governor runs)."""
+        if self.governor is not None and self.governor.early():
+            return False
+        return bool(self.snapshot().verdict.get("sure"))
+
+    def _loop_samples(self) -> float:
+        with self._lock:  # the governor's thread; the timeline is filled meanwhile
+            return loop_window_samples(self.timeline, Classifier(self.settings.rules))
+
+    # ---- probes -------------------------------------------------------------------------
+    def open_probe(self, probe: Probe) -> ProbeStatus:
+        """Open one probe, turning an unexpected exception into an unavailable status."""
+        status = open_probe(probe, self.target)
+        if probe.name not in self.hung:
+            self.statuses[probe.name] = status
+        return status
+
+    def _ingest(self, samples: list[Sample]) -> None:
+        if not samples or self.paused:
+            return
+        with self._lock:  # the recording keeps the order the timeline saw
+            if self.ranks is not None:  # a multi-rank job: each rank's own timeline too
+                samples, _others = self.ranks.route(samples)  # a recording: the main rank
+            self.timeline.extend(samples)
+            if self.sink is not None:
+                self.sink(samples)
+
+    def _run_probe(self, probe: Probe) -> None:
+        while not self._stop.is_set() and probe.name not in self.hung:
+            t0 = self.hangs.begin(probe.name)
+            try:
+                samples = probe.sample()
+            except Exception as exc:
+                self.error(probe.name, f"stopped sampling: {type(exc).__name__}: {exc}")
+                return
+            finally:
+                self.hangs.end(probe.name)
+            if probe.name in self.hung:
+                return  # timed out meanwhile: what it returns late is dropped
+            self._ingest(samples)
+            self._stop.wait(max(0.0, probe.interval_s - (time.monotonic() - t0)))
+
+    def start_probe(self, probe: Probe) -> None:
+        """Start a sampling thread for an opened, available probe."""
+        th = threading.Thread(
+            target=self._run_probe, args=(probe,), name=f"gpudiag-{probe.name}", daemon=True
+        )
+        th.start()
+        self._threads.append((th, probe.name))
+
+    def _open_and_start(self, probe: Probe) -> None:
+        if self.open_probe(probe).available and not self._stop.is_set():
+            self.start_probe(probe)
+
+    def error(self, source: str, message: str) -> None:
+        """Record an error; it goes into the report."""
+        from gpudiag.agent.output.report import iso
+
+        self.errors.append({"source": source, "message": message, "t": iso(time.time())})
+        self.log(f"{source}: {message}")
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def target_alive(self) -> bool:
+        """Whether the job still runs (for a launched job, reaps it and keeps its exit code);
+        a pid that now runs another program (exec) or belongs to a new process counts as
+        ended, and the report's errors say which."""
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is not None:
+                self.exit_code = code
+                if code < 0:
+                    name = signal.Signals(-code).name if -code in signal.valid_signals() else code
+                    self.error("target", f"the job was killed by {name}")
+                return False
+            if self.popen.pid != self.target.pid:
+                return True  # a launcher's Python child: followed through the launcher
+        if not running(self.target.pid):
+            return False
+        why = self._watch.changed() if self._watch is not None else None
+        if why is not None:
+            self.error("target", why)
+            return False
+        return True
+
+    def run(self, preopened: dict[str, ProbeStatus] | None = None) -> SessionResult:
+        """Sample until a stop condition; then close the probes and analyse."""
+        start = self.start_time = time.time()
+        self._watch = TargetWatch(self.target.pid)
+        self.statuses.update(preopened or {})
+        for probe in self.probes:
+            if probe.name in self.statuses:
+                if self.statuses[probe.name].available:
+                    self.start_probe(probe)
+            else:
+                th = threading.Thread(
+                    target=self._open_and_start,
+                    args=(probe,),
+                    daemon=True,
+                    name=f"gpudiag-open-{probe.name}",
+                )
+                th.start()
+                self._threads.append((th, probe.name))
+        if self.governor is not None:
+            self.governor.start()
+        if self.ranks is not None:
+            self.ranks.start(self.settings.thresholds)
+        reason = self._wait(start)
+        return self.finish(start, reason)
+
+    def _wait(self, start: float) -> str:
+        old_term = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum, frame):
+            raise _Interrupted()
+
+        own_handler = (
+            self.stop_signals is None and threading.current_thread() is threading.main_thread()
+        )
+        if own_handler:
+            signal.signal(signal.SIGTERM, on_term)
+        next_progress = next_sure = time.monotonic() + 5.0
+        from gpudiag.agent.session.autocapture import AutoCapture
+
+        auto = AutoCapture(self)
+        try:
+            while True:
+                if self.stop_signals is not None and self.stop_signals.stopping:
+                    raise _Interrupted()
+                self.check_hung()
+                auto.tick()
+                if not self.target_alive():
+                    return "target_exited"
+                elapsed = time.time() - start
+                if self.opts.duration_s is not None and elapsed >= self.opts.duration_s:
+                    return "duration_reached"
+                if self.opts.until_sure and time.monotonic() >= next_sure:
+                    next_sure = time.monotonic() + SURE_CHECK_S
+                    if self._verdict_sure():
+                        return "verdict_sure"
+                if self._stop.wait(0.2):
+                    return "stopped"
+                if self.opts.progress and time.monotonic() >= next_progress:
+                    next_progress += 5.0
+                    self.log(self.progress_line(elapsed))
+        except (KeyboardInterrupt, _Interrupted):
+            if self.popen is not None:
+                # the job got the same Ctrl-C; give it a moment to exit so its code is kept
+                try:
+                    self.exit_code = self.popen.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    pass
+            return "interrupted"
+        finally:
+            if own_handler:
+                signal.signal(signal.SIGTERM, old_term)
+
+    def check_hung(self) -> None:
+        """Mark a probe whose call has run past `probe_timeout_s` as failed (see HangWatch)."""
+        for name in self.hangs.overdue():
+            why = f"timed out: a call took more than {self.hangs.limit_s:g} s (hung)"
+            self.statuses[name] = ProbeStatus(name, False, why)
+            self.error(name, f"{why}; marked failed, the rest went on")
+
+    def progress_line(self, elapsed: float) -> str:
+        """One status line: time so far and the evidence collected."""
+        with self._lock:
+            w = self.timeline.window_totals("all")
+            ticks = int(w.ticks) if w else 0
+        left = ""
+        if self.opts.duration_s is not None:
+            left = f" of {self.opts.duration_s:.0f} s"
+        return (
+            f"profiling pid {self.target.pid}: {elapsed:.0f} s{left}, "
+            f"{ticks} stack samples so far (Ctrl-C stops and writes the report)"
+        )
+
+    def stop(self) -> None:
+        """Ask the session to end (from another thread)."""
+        self._stop.set()
+
+    def request_capture(self, steps: int = 10) -> str:
+        """Ask the job's in-process hooks for a profiler capture of `steps` steps; a line
+        saying what happens."""
+        hooks = next((p for p in self.probes if p.captures), None)
+        if hooks is None or not hooks.request_capture(steps):
+            return "no capture: the job has no in-process hooks (gpudiag run, instrument())"
+        return f"capture of {steps} steps asked for: it lands in the report"
+
+    def pause(self, paused: bool) -> None:
+        """While paused, samples are not collected (the job runs on untouched)."""
+        self.paused = paused
+
+    def snapshot(self, recent_s: float | None = None) -> Analysis:
+        """An analysis of what was collected so far (for live views); with `recent_s`, of
+        the last that many seconds of it only (a daemon's findings stay current)."""
+        with self._lock:  # copied under the lock, analysed outside it: ingest goes on
+            tl = self.timeline.snapshot()
+        spans = tl.spans() if recent_s is not None else []
+        return analyze(
+            tl.window(spans[-1][1] - int(recent_s * 1e9), None) if spans else tl,
+            self.settings.thresholds,
+            self.settings.rules,
+            self.settings.price,
+            self.settings.price_table,
+        )
+
+    def _with_ranks(self, analysis: Analysis) -> tuple[Analysis, dict | None]:
+        """A multi-rank job: the DIST findings added, and the report's rank sections."""
+        if self.ranks is None:
+            return analysis, None
+        with self._lock:
+            gpu = self.statuses.get("gpu")
+            found, section = self.ranks.section(
+                self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
+            )
+        # the verdict rests on the main rank's samples; a DIST finding may lead it
+        merged, verdict = with_more(
+            list(analysis.findings),
+            found,
+            analysis.verdict,
+            analysis.profile,
+            analysis.metrics.get("steps"),
+            self.settings.thresholds,
+        )
+        return replace(analysis, findings=tuple(merged), verdict=verdict), section
+
+    def result_so_far(self, recent_s: float | None = None) -> SessionResult:
+        """What was collected so far, analysed (for live views; the session runs on); with
+        `recent_s`, its last that many seconds only."""
+        probes = [
+            self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting") for p in self.probes
+        ]
+        analysis, dist = self._with_ranks(self.snapshot(recent_s))
+        return SessionResult(
+            analysis,
+            probes,
+            list(self.errors),
+            self.start_time,
+            time.time(),
+            "stopped",
+            self.exit_code,
+            agent=self.governor.summary() if self.governor else None,
+            distributed=dist,
+        )
+
+    def finish(self, start: float, reason: str) -> SessionResult:
+        """Close probes (flushing partial windows), analyse, and return the result."""
+        self._stop.set()
+        if self.governor is not None:
+            self.governor.stop()
+        if self.ranks is not None:
+            self.ranks.stop()
+        old_int = None
+        if self.stop_signals is None and threading.current_thread() is threading.main_thread():
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
+        try:
+            close_probes(self, reason)
+            return final_result(self, start, reason)
+        finally:
+            if old_int is not None:
+                signal.signal(signal.SIGINT, old_int)

@@ -1,0 +1,83 @@
+"""What a session is built from: its options, the probes it runs (made in one place), and
+what it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudiag.analyzers import Analysis
+from gpudiag.analyzers.timeline.timeline import Timeline
+from gpudiag.probes.base import Probe, ProbeStatus, Target
+from gpudiag.probes.gpu.probe import GpuProbe
+from gpudiag.probes.host.probe import HostProbe
+from gpudiag.probes.host.process import ProcessProbe
+from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.stacks.probe import StackProbe
+
+
+@dataclass
+class SessionOptions:
+    """How to sample: py-spy rate, window, blocking mode; how long; what to ask the job."""
+
+    duration_s: float | None = None
+    rate_hz: int = 100
+    window_s: float = 3.0
+    gil_rate_hz: int = 25
+    nonblocking: bool = True
+    progress: bool = True
+    skip_steps: int = 0
+    cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
+    rss_budget_bytes: int = 150 * 1024 * 1024
+    probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
+    until_sure: bool = False  # stop once the verdict is sure (checked every SURE_CHECK_S)
+    capture_steps: int | None = None  # a profiler capture of N steps, once the job connects
+    attached: bool = False  # attach/watch: the job runs already (no start-up wait for py-spy)
+    stacks_min_rate_hz: int | None = None  # the lowest py-spy rate the budget may set
+
+
+@dataclass
+class SessionResult:
+    """What a finished session collected."""
+
+    analysis: Analysis
+    probes: list[ProbeStatus]
+    errors: list[dict]
+    start: float
+    end: float
+    end_reason: str
+    exit_code: int | None
+    timeline: Timeline = field(repr=False, default_factory=Timeline)
+    hardware: dict = field(default_factory=dict)
+    agent: dict | None = None  # the agent's own cost and its effective sampling rates
+    distributed: dict | None = None  # a multi-rank job: the report's `ranks`, `distributed`
+
+
+def make_probes(
+    opts: SessionOptions, hooks: HookProbe | None = None, ranks: int = 1
+) -> list[Probe]:
+    """The probes of a session: the host, the process, its stacks, its GPUs and, when given,
+    the job's in-process hooks. With `ranks` > 1 the stack rates are split between the ranks
+    (each further rank gets its own stack probe, agent.ranks)."""
+    stacks = StackProbe(
+        rate_hz=opts.rate_hz,
+        window_s=opts.window_s,
+        gil_rate_hz=opts.gil_rate_hz,
+        nonblocking=opts.nonblocking,
+    )
+    if opts.attached:
+        stacks.startup_timeout_s = 0.0
+    if opts.stacks_min_rate_hz is not None:
+        stacks.min_rate_hz = min(stacks.min_rate_hz, opts.stacks_min_rate_hz)
+    if ranks > 1:
+        stacks.rate_hz = max(5, stacks.rate_hz // ranks)
+        stacks.gil_rate_hz = max(2, stacks.gil_rate_hz // ranks) if stacks.gil_rate_hz else 0
+    probes: list[Probe] = [HostProbe(), ProcessProbe(), stacks, GpuProbe()]
+    return probes + ([hooks] if hooks is not None else [])
+
+
+def open_probe(probe: Probe, target: Target) -> ProbeStatus:
+    """Open one probe, an unexpected exception turned into an unavailable status."""
+    try:  # (open may take long: py-spy waits for a young interpreter; not timed)
+        return probe.open(target)
+    except Exception as exc:  # a probe must never take the session down
+        return ProbeStatus(probe.name, False, f"failed to start: {exc}")

@@ -1,0 +1,129 @@
+"""Which processes `attach PID` profiles, and why.
+
+The PID the user names is profiled when it is a Python process (with the other ranks of its
+job when it is one rank). A process that is not Python is taken as a launcher only when it
+may be one: not init, not a container's PID 1, not a shell leading its own session, not
+another user's process; and only the ranks below it that run as its own user are taken.
+Anything else is bad input (exit 2): gpudiag never profiles a job the user did not name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.fleet.identity import other_user
+from gpudiag.probes.dist.ranks import RankInfo, find_ranks, rank_process, sibling_ranks
+
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "tcsh", "csh", "ash", "busybox"})
+
+
+@dataclass(frozen=True)
+class AttachChoice:
+    """The processes `attach` profiles: the primary pid, the job's ranks, and why."""
+
+    pid: int
+    ranks: list[RankInfo]
+    root: int
+    why: str
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).uids().real
+    except psutil.Error:
+        return None
+
+
+def _name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return os.path.basename(psutil.Process(pid).exe()).startswith("python")
+    except (psutil.Error, OSError):
+        return False
+
+
+def container_init(pid: int) -> bool:
+    """Whether `pid` is PID 1 of its own PID namespace (a container's init)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return line.split()[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
+def session_leader_shell(pid: int) -> bool:
+    """Whether `pid` is a shell that leads its own session (a login or terminal shell)."""
+    try:
+        return os.getsid(pid) == pid and _name(pid) in SHELLS
+    except OSError:
+        return False
+
+
+def not_a_launcher(pid: int, me: int | None = None) -> str | None:
+    """Why `pid` may not be taken as a launcher (None when it may)."""
+    me = os.geteuid() if me is None else me
+    if pid == 1:
+        return "it is init (PID 1)"
+    if container_init(pid):
+        return "it is a container's PID 1"
+    if session_leader_shell(pid):
+        return f"it is a shell leading its own session ({_name(pid)})"
+    uid = _uid(pid)
+    if uid is None:
+        return "it cannot be read"
+    if me != 0 and uid != me:
+        return f"it belongs to another user (uid {uid})"
+    return None
+
+
+def own_ranks(ranks: list[RankInfo], uid: int | None) -> list[RankInfo]:
+    """The ranks that run as `uid` (a rank of another user's job is never taken)."""
+    return [r for r in ranks if uid is not None and _uid(r.pid) == uid]
+
+
+def _rank_words(ranks: list[RankInfo]) -> str:
+    return ", ".join(f"rank {r.rank} pid {r.pid}" for r in ranks)
+
+
+def choose_target(pid: int) -> AttachChoice:
+    """The processes `attach PID` profiles, or UsageError when PID names no Python job."""
+    theirs = other_user(pid)  # another user's process cannot even be read: say that first
+    if theirs is not None:
+        raise UsageError(f"cannot attach: {theirs}")
+    uid = _uid(pid)
+    name = _name(pid)
+    if _is_python(pid):
+        ranks = own_ranks(sibling_ranks(pid), uid)
+        if not ranks:
+            return AttachChoice(pid, [], pid, f"pid {pid} ({name}): the Python process named")
+        me = rank_process(pid)
+        if me is not None:
+            why = f"pid {pid} is rank {me.rank}; its job's local ranks: {_rank_words(ranks)}"
+            return AttachChoice(pid, ranks, pid, why)
+        primary = min(ranks, key=lambda r: r.rank)
+        why = f"pid {pid} ({name}) launched ranks {_rank_words(ranks)}"
+        return AttachChoice(primary.pid, ranks, pid, why)
+    refused = not_a_launcher(pid)
+    ranks = [] if refused else own_ranks(find_ranks(pid), uid)
+    if not ranks:
+        because = f" and is not taken as a launcher: {refused}" if refused else ""
+        raise UsageError(
+            f"cannot attach: pid {pid} ({name}) is not a Python process{because}; "
+            "name the training process or the launcher you started"
+        )
+    primary = min(ranks, key=lambda r: r.rank)
+    why = f"pid {pid} ({name}) is a launcher with ranks of its own: {_rank_words(ranks)}"
+    return AttachChoice(primary.pid, ranks, pid, why)

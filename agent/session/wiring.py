@@ -1,0 +1,219 @@
+"""What a profiling session is wired to, made before the session: its options from the
+command line, the recording, the metrics endpoint, the report written on a hang, and the
+report and summary written at the end."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass, fields
+
+from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.fleet.metrics import chain_sinks
+from gpudiag.agent.fleet.server import MetricsServer, serve_job
+from gpudiag.agent.output.recording import Recorder
+from gpudiag.agent.output.render.text import render_markdown, render_text
+from gpudiag.agent.output.report import report_of, write_report
+from gpudiag.agent.output.safeio import dumps_json
+from gpudiag.agent.session.environment import describe_environment
+from gpudiag.agent.session.session import Session, SessionOptions, SessionResult
+from gpudiag.analyzers.timeline.timeline import Timeline
+from gpudiag.probes.gpu.probe import hardware_summary
+from gpudiag.text.redact import redact_lines
+
+
+def say(msg: str) -> None:
+    """A status line on stderr, as a session logs it."""
+    print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+
+
+def session_options(args: argparse.Namespace, attached: bool = False) -> SessionOptions:
+    """The sampling options `run` and `attach` take (`attached`: the job runs already, and
+    a --capture-steps is asked of its hooks once they connect)."""
+    budget = getattr(args, "cpu_budget", 3.0)
+    return SessionOptions(
+        attached=attached,
+        capture_steps=getattr(args, "capture_steps", None) if attached else None,
+        duration_s=args.duration,
+        rate_hz=args.rate,
+        window_s=args.window,
+        nonblocking=not args.blocking,
+        progress=not args.quiet,
+        cpu_budget=budget / 100.0 if budget else None,
+        until_sure=bool(getattr(args, "until_sure", False)),
+    )
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What the command line asks to be written and shown, typed at the edge."""
+
+    format: str = "text"
+    quiet: bool = False
+    tui: bool = False
+    record: str | None = None
+    record_max_mb: float = 1024.0
+    record_layout: str = "windows"
+    speedscope: str | None = None
+    trace: str | None = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Outputs:
+        """The outputs a parsed command line asks for (absent options: the defaults)."""
+        return cls(**{f.name: getattr(args, f.name, f.default) for f in fields(cls)})
+
+
+def recorder_for(
+    outs: Outputs, mode: str, command: list[str], pid: int, timeline: Timeline
+) -> Recorder | None:
+    """--record: the recorder of the session that fills `timeline`."""
+    if not outs.record:
+        return None
+    return Recorder(
+        outs.record,
+        {
+            "environment": describe_environment(pid, hardware_summary()),
+            "run": {"mode": mode, "command": command, "pid": pid},
+        },
+        max_bytes=int(outs.record_max_mb * 1024 * 1024),
+        layout=outs.record_layout,
+        width_ns=lambda: timeline.segment_ns,  # called under the session's ingest lock
+    )
+
+
+class Wiring:
+    """Where a session's samples and events go, made before the session itself (a recorder,
+    the metrics endpoint, the report written when a multi-rank job hangs)."""
+
+    def __init__(
+        self,
+        outs: Outputs,
+        server: MetricsServer | None,
+        mode: str,
+        command: list[str],
+        pid: int,
+        out: str,
+        settings: Settings,
+        opts: SessionOptions,
+    ) -> None:
+        self.outs, self.server, self.mode = outs, server, mode
+        self.command, self.pid, self.out, self.settings = command, pid, out, settings
+        self.timeline = Timeline(skip_steps=opts.skip_steps)
+        self.recorder = recorder_for(outs, mode, command, pid, self.timeline)
+        self.session: Session | None = None  # the session built from this wiring
+        self.live = None
+        if server is not None:
+            from gpudiag.agent.session.live import live_doc
+
+            self.live = serve_job(
+                server, lambda: live_doc(self.session, mode, command, pid), pid, command
+            )
+
+    def kwargs(self) -> dict:
+        """The Session arguments: its timeline, sink, log and hang report."""
+        sinks = (self.recorder.write if self.recorder else None, self.live and self.live.tap)
+        more: dict = {
+            "timeline": self.timeline,
+            "sink": chain_sinks(*sinks) if any(sinks) else None,
+            "on_hang": self.hang_report,
+        }
+        if self.outs.tui:
+            more["log"] = lambda msg: None  # the UI shows the status
+        return more
+
+    def built(self, session: Session) -> Session:
+        """The session made from kwargs() (the metrics endpoint reports it)."""
+        self.session = session
+        return session
+
+    def announce(self) -> None:
+        """Say where the metrics are served, when they are."""
+        if self.server is not None and self.session and not self.outs.quiet:
+            self.session.log(f"metrics on {self.server.url}")
+
+    def hang_report(self, session: Session) -> None:
+        """A multi-rank job hangs: the report (DIST002, every rank's stack) is written to
+        `out` at once, while the job is still hung; the final report replaces it."""
+        doc = report_of(
+            session.result_so_far(),
+            mode=self.mode,
+            command=self.command,
+            pid=self.pid,
+            settings=self.settings,
+        )
+        path = write_report(doc, self.out)
+        session.log(f"the job hangs (DIST002): report written to {path} while it is hung")
+
+    def finish(self, result: SessionResult, stderr_tail: list[str] | None = None) -> dict:
+        """Close the recording, write the report, print the summary and where the files
+        are."""
+        mode, command, pid, out = self.mode, self.command, self.pid, self.out
+        settings, recorder, outs = self.settings, self.recorder, self.outs
+        env = describe_environment(pid, result.hardware)
+        if recorder is not None:
+            recorder.close(
+                {
+                    "probes": [p.to_dict() for p in result.probes],
+                    "errors": result.errors,
+                    "end_reason": result.end_reason,
+                    "exit_code": result.exit_code,
+                    "start": result.start,
+                    "end": result.end,
+                    "environment": env,
+                    "agent": result.agent,
+                }
+            )
+        doc = report_of(
+            result, mode=mode, command=command, pid=pid, settings=settings, environment=env
+        )
+        if stderr_tail:
+            doc["run"]["stderr_tail"] = redact_lines(stderr_tail)
+        if recorder is not None and recorder.failed:
+            doc["errors"].append(
+                {
+                    "source": "recording",
+                    "message": f"recording stopped: {recorder.failed}",
+                    "t": None,
+                }
+            )
+        try:
+            path, failed = write_report(doc, out), None
+        except UsageError as exc:  # disk full, folder gone: nothing half-written is left behind
+            path, failed = None, str(exc)
+        fmt = outs.format
+        print_summary(doc, fmt)  # the summary still shows what was found
+        note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
+        if path is not None:
+            print(
+                f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
+                file=note,
+            )
+        if outs.speedscope or outs.trace:
+            from gpudiag.agent.output.exports import write_exports
+
+            for line in write_exports(doc, outs.speedscope, outs.trace):
+                print(line, file=note)
+        if recorder is not None and not recorder.failed:
+            replay = f"gpudiag replay {shlex.quote(recorder.path)}"
+            print(f"Recording written to {recorder.path}  ({replay})", file=note)
+        elif recorder is not None:
+            print(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
+        if failed:
+            raise UsageError(failed)
+        return doc
+
+
+def print_summary(doc: dict, fmt: str) -> None:
+    """The summary on stdout: json (the whole report), markdown or text."""
+    if fmt == "html":
+        from gpudiag.agent.output.render.html import render_html
+
+        print(render_html(doc), end="")
+    elif fmt == "json":
+        print(dumps_json(doc, indent=2))  # strict JSON: never a NaN token
+    elif fmt == "markdown":
+        print(render_markdown(doc))
+    else:
+        print(render_text(doc, verbose=False))

@@ -1,0 +1,1 @@
+"""Distributed jobs: ranks compared, stragglers, hangs, the DIST findings."""

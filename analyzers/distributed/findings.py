@@ -1,0 +1,188 @@
+"""The distributed findings built: DIST001 (a straggler and the ranks that wait for it) and
+DIST003 (every rank communication-bound), with their evidence, fix and speed-up."""
+
+from __future__ import annotations
+
+import math
+
+from gpudiag.analyzers.distributed.gpu import gpu_cause
+from gpudiag.analyzers.distributed.ranks import (
+    CAUSES,
+    RANK_PARTS,
+    RankStats,
+    label,
+    location,
+    wait_share,
+)
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.engine.thresholds import Thresholds
+
+
+def dist001(
+    culprit: RankStats,
+    victims: list[RankStats],
+    lost: float,
+    th: Thresholds,
+    hidden: bool = False,
+    wait=None,
+    parts: dict[int, dict[str, float]] | None = None,
+) -> Finding:
+    """DIST001 for `culprit`; `wait` gives a rank's share in collectives (the stacks' by
+    default, the hooks' when measured) and `parts` the parts its cause is read from (None:
+    too few stack samples to name it)."""
+    wait = wait or wait_share
+    got = parts or {r.rank: r.parts for r in [culprit, *victims]}
+    mean = {
+        p: sum(got[v.rank].get(p, 0.0) for v in victims) / len(victims)
+        for p in RANK_PARTS
+        if p != "collectives"
+    }
+    excess = {
+        p: got[culprit.rank].get(p, 0.0) - m
+        for p, m in mean.items()
+        if not (hidden and p == "compute")
+    }
+    own, extra = max(excess.items(), key=lambda kv: kv[1])
+    cause = CAUSES[own] if extra > 0 else "its own cause is not visible in its stacks"
+    if wait is not wait_share and parts is None:
+        cause = f"not named: fewer than {th.dist_min_rank_samples} stack samples of a rank's loop"
+    no_stacks = wait is not wait_share and parts is None
+    by_gpu = (
+        gpu_cause(culprit.gpu, culprit.gpu_stats, th) if own == "compute" or no_stacks else None
+    )
+    if by_gpu is not None:
+        cause, own = by_gpu[0], "compute"
+    names = ", ".join(str(v.rank) for v in victims)
+    step = culprit.step_time_s
+    per_step = f" ({lost * step * 1e3:.0f} ms of every {step * 1e3:.0f} ms step)" if step else ""
+    if wait is not wait_share:
+        under = any(v.parts.get("compute", 0.0) > got[v.rank].get("compute", 0.0) for v in victims)
+        where = (
+            f"rank(s) {names} wait for it inside collectives {lost:.0%} of their step more "
+            f"than it does{per_step}, measured by gpudiag's collective hooks"
+            + (" (DDP's all-reduce, hidden under their backward)" if under else "")
+            + f"; it waits only {wait(culprit):.0%} of its step"
+        )
+    elif hidden:
+        where = (
+            f"rank(s) {names} wait for it: their compute share is {lost:.0%} of the step "
+            f"larger than its own{per_step}, the wait DDP's all-reduce hides under backward "
+            "(inferred: no stack shows the collective)"
+        )
+    else:
+        where = (
+            f"rank(s) {names} wait for it inside collectives {lost:.0%} of their step more "
+            f"than it does{per_step}; it waits in collectives only {wait_share(culprit):.0%} of "
+            "its step"
+        )
+    share = got[culprit.rank].get(own, 0.0)
+    msg = f"{label(culprit)} is the straggler: {where}. Its own cause: {cause}"
+    if parts is not None or wait is wait_share:
+        msg += f" ({own} {share:.0%} of its step vs {mean[own]:.0%} on the others)"
+        loc = culprit.locations.get(own) or culprit.location
+        msg += f", at {loc}" if loc else ""
+    msg += f". If it kept pace, every rank would step {speedup_from_impact(lost):.2f}x faster."
+    actions = {
+        "data": (
+            f"on rank {culprit.rank}: raise DataLoader num_workers, set pin_memory=True and "
+            "persistent_workers=True; check that its data shard is not larger or on slower storage",
+        ),
+        "compute": (
+            f"check rank {culprit.rank}'s GPU {culprit.gpu or '?'} for throttling "
+            "(`nvidia-smi -q -d PERFORMANCE`) and for other processes on it (`nvidia-smi`)",
+            "balance the work per rank (equal batch sizes and sequence lengths)",
+        ),
+        "other": (
+            f"on rank {culprit.rank}: move the per-step work at "
+            f"{culprit.locations.get('other') or 'its loop'} into the DataLoader (Dataset "
+            "__getitem__ or collate_fn, with num_workers > 0) or make it the same on every rank",
+        ),
+    }.get(own, (f"profile rank {culprit.rank} alone: `gpudiag attach {culprit.pid}`",))
+    speedup = speedup_from_impact(lost)
+    # how likely the smallest gap is above the threshold, from the stack samples behind it
+    v = min(victims, key=wait)
+    p1, p2 = wait(v), wait(culprit)
+    n1, n2 = (
+        (v.steps or 1, culprit.steps or 1)
+        if wait is not wait_share
+        else (v.samples, culprit.samples)
+    )
+    se = math.sqrt(p1 * (1 - p1) / max(1, n1) + p2 * (1 - p2) / max(1, n2))
+    if hidden:
+        p1, p2 = lost, 0.0
+    z = (p1 - p2 - th.dist_straggler_gap) / max(se, 1e-6)
+    confidence = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+    return new_finding(
+        "DIST001",
+        th,
+        confidence=confidence,
+        impact=min(1.0, lost),
+        message=msg,
+        evidence=(
+            Evidence(
+                "rank_collective_wait_gap",
+                round(lost, 4),
+                "share",
+                th.dist_straggler_gap,
+                ">=",
+                "dist_straggler_gap",
+                "stacks" if wait is wait_share else "hooks",
+            ),
+            Evidence(f"rank{culprit.rank}_{own}_share", share, "share"),
+            Evidence(f"rank{culprit.rank}_collective_share", wait(culprit), "share"),
+            *((by_gpu[1],) if by_gpu else ()),
+        ),
+        recommendation=Recommendation(f"Make rank {culprit.rank} keep pace", actions),
+        expected_speedup=speedup,
+        location=location(culprit.locations.get(own) or culprit.location),
+        signals=("stacks", "hooks") if culprit.step_time_s else ("stacks",),
+        speedup_basis="the others' extra wait in collectives removed: every rank steps at "
+        "the pace of the victims' work",
+    )
+
+
+def dist003(ranks: list[RankStats], th: Thresholds, wait=None) -> Finding:
+    wait = wait or wait_share
+    share = min(wait(r) for r in ranks)
+    k = 4
+    speedup = speedup_from_impact(share * (k - 1) / k)
+    return new_finding(
+        "DIST003",
+        th,
+        confidence=0.8,
+        impact=share,
+        message=(
+            f"every rank spends at least {share:.0%} of its step inside collectives and no "
+            "rank is a straggler: the step waits on communication"
+        ),
+        evidence=(
+            Evidence(
+                "min_rank_collective_share",
+                round(share, 4),
+                "share",
+                th.dist_comm_warn,
+                ">=",
+                "dist_comm_warn",
+                "stacks",
+            ),
+        ),
+        recommendation=Recommendation(
+            "Communicate less often, in bigger buckets, overlapped with compute",
+            (
+                f"accumulate gradients over {k} micro-batches and skip the all-reduce of all "
+                "but the last (`with model.no_sync():` in DDP)",
+                "DDP(bucket_cap_mb=100, gradient_as_bucket_view=True) to send fewer, larger "
+                "buckets that overlap backward (default 25 MB)",
+                "FSDP: backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True; "
+                "sharding_strategy=ShardingStrategy.HYBRID_SHARD across nodes",
+                "DeepSpeed ZeRO: overlap_comm=true, reduce_bucket_size=5e8, "
+                "allgather_bucket_size=5e8, contiguous_gradients=true",
+                "NCCL on PCIe-only GPUs (no NVLink in `nvidia-smi topo -m`): keep the ranks of "
+                "one all-reduce on one PCIe switch; NCCL_P2P_LEVEL=PXB",
+            ),
+        ),
+        expected_speedup=speedup,
+        signals=("stacks",),
+        speedup_basis=f"gradient accumulation over {k} steps: the collective share / {k}",
+    )

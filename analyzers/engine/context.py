@@ -1,0 +1,86 @@
+"""The analysis context: what every finder reads, built once per analysed span of a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
+from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
+from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
+from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.measures.summary import host_metrics
+from gpudiag.analyzers.measures.throughput import throughput_metrics
+from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
+from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
+
+
+@dataclass(frozen=True)
+class Context:
+    """One span of a run, analysed once: the loop's profile and shares, the GPUs' stats, the
+    critical path, the metrics and the thresholds. Finders read it; none re-derives it."""
+
+    view: Aggregate  # the span's samples (the loop window, or a period of it)
+    win: LoopWindow
+    th: Thresholds
+    clf: Classifier
+    stats: tuple[GpuStats, ...]  # GPUs with samples
+    profile: LoopProfile
+    metrics: dict  # host and throughput metrics (the analysis adds the GPUs' after finding)
+    shares: dict[str, float]  # the breakdown's shares, refined by the hooks' timings
+    cp: CriticalPath
+    idle: float | None  # the job's GPU idle share; None without a GPU signal
+    loader_d: float | None  # the loaders' D-state share (workers', or the loop thread's)
+    phases: dict  # start-up, loop and shutdown (empty for a period)
+
+    def caused(self, category: str) -> float | None:
+        """The GPU idle the critical path puts on one breakdown category (None without a
+        GPU signal: the finders then use the loop's share)."""
+        return None if self.idle is None else self.cp.caused(category)
+
+
+def build_context(
+    tl: Timeline | Aggregate | None,
+    view: Aggregate,
+    win: LoopWindow,
+    th: Thresholds,
+    clf: Classifier,
+) -> Context:
+    """The context of `view`; `tl` is the whole run (None for a period: no phases, and the
+    step rows are read from the view)."""
+    stats = tuple(s for s in gpu_stats(view) if s.samples > 0)
+    uses_gpu = any(s.job_uses_gpu for s in stats)
+    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min)
+    metrics = host_metrics(view)
+    # step rows only exist inside the loop: read them over the whole run, so no step at the
+    # window's edges is lost
+    metrics.update(throughput_metrics(tl.whole() if isinstance(tl, Timeline) else view))
+    metrics["stack_samples"] = profile.samples
+    metrics["startup_samples"] = profile.startup_samples
+    if profile.thread is not None:
+        metrics["loop_thread_cpu"] = profile.loop_cpu
+        metrics["loop_thread_d_state"] = thread_series_mean(view, "d_state", profile.thread.tid)
+    loader_d = None
+    if profile.loader is not None:
+        loader_d = (
+            metrics.get("worker_d_state_share")
+            if profile.loader.source == "workers"
+            else metrics.get("loop_thread_d_state")
+        )
+    shares = refine_with_hooks(dict(profile.breakdown.shares), metrics)
+    if shares != profile.breakdown.shares:
+        profile = replace(profile, breakdown=replace(profile.breakdown, shares=shares))
+    idle, gpu_signals = job_gpu_idle(list(stats))
+    cp_shares = dict(shares)
+    link = link_bound(list(stats), th)
+    if link > cp_shares.get("h2d_copy", 0.0):
+        cp_shares["h2d_copy"] = link  # copies over a saturated link: the GPU waits on them
+    cp = critical_path(
+        cp_shares,
+        idle,
+        metrics.get("syncs_per_step"),
+        gpu_signals + (("stacks",) if profile.samples else ()),
+        has_stacks=profile.samples > 0,
+    )
+    phases = phase_summary(tl, win, clf) if tl is not None else {}
+    return Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)

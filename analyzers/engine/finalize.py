@@ -1,0 +1,170 @@
+"""The one place findings are finished: each host-side cause states the GPU idle it
+accounts for, the findings are ranked, priced (analyzers.cost) and ranked again, and the
+verdict says how sure the top one is. `analyze`, the multi-rank session (which adds the DIST
+findings) and `merge` all finish through here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpudiag.analyzers.cost.money import checkpoints_seen, cost_analysis, resolve_price
+from gpudiag.analyzers.cost.prices import Price
+from gpudiag.analyzers.engine.catalogue import category, explains_gpu_idle, ranked
+from gpudiag.analyzers.engine.context import Context
+from gpudiag.analyzers.engine.results import Evidence, Finding
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.gil import gil_judged
+from gpudiag.analyzers.measures.critical_path import CriticalPath
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Findings ranked and priced, the money figures, and the verdict."""
+
+    findings: tuple[Finding, ...]
+    cost: dict
+    verdict: dict
+
+
+def finalize(
+    found: list[Finding],
+    c: Context,
+    price: Price | None = None,
+    price_table: dict[str, float] | None = None,
+) -> Finished:
+    """Rank, price and judge the findings of one context."""
+    findings = ranked([with_gpu_idle(f, c.cp) for f in found])
+    chosen = resolve_price(list(c.stats), price, price_table or {})
+    cost, findings = cost_analysis(
+        list(c.stats),
+        findings,
+        c.metrics,
+        checkpoints_seen(findings, c.profile.share("checkpoint")),
+        chosen,
+        c.th,
+    )
+    findings = ranked(findings)
+    verdict = verdict_of(
+        findings, c.profile.samples, c.metrics.get("steps"), c.th, unjudged(c.profile, c.th)
+    )
+    return Finished(tuple(findings), cost, verdict)
+
+
+def with_more(
+    findings: list[Finding],
+    more: list[Finding],
+    verdict: dict,
+    profile,
+    steps: float | None,
+    th: Thresholds,
+) -> tuple[list[Finding], dict]:
+    """Findings decided after the analysis (the ranks' DIST findings) ranked in, and the
+    verdict given again when they lead (it rests on the same samples, and names the same
+    checks that lacked them)."""
+    merged = ranked([*findings, *more])
+    if not more:
+        return merged, verdict
+    return merged, verdict_of(merged, profile.samples, steps, th, unjudged(profile, th))
+
+
+def unjudged(profile, th: Thresholds) -> tuple[str, ...]:
+    """The checks that rest on the loop's stack samples and did not have enough of them."""
+    if profile.samples >= th.min_loop_samples:
+        return ()
+    out = ["checkpoint", "storage", "host-bound"]
+    if not gil_judged(profile, th):
+        out.append("GIL")
+    return tuple(out)
+
+
+def verdict_of(
+    findings: list[Finding],
+    samples: float,
+    steps: float | None,
+    th: Thresholds,
+    not_judged: tuple[str, ...] = (),
+) -> dict:
+    """How sure the top verdict is, from the samples it rests on.
+
+    `not_judged`: checks that lacked their evidence; with none of the others crossing its
+    threshold the verdict names them and is not sure (timed steps judge the data wait only).
+    """
+    top = next((f for f in findings if f.severity in ("error", "warning")), None)
+    enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
+    # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
+    enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
+    basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps else "")
+    if not enough:
+        return {
+            "finding": top.id if top else None,
+            "sure": False,
+            "confidence": round(top.confidence, 3) if top else None,
+            "statement": f"not sure yet: {basis}, {th.min_loop_samples} samples needed; "
+            "profile longer (--duration)",
+        }
+    if top is None and not_judged:
+        return {
+            "finding": None,
+            "sure": False,
+            "confidence": None,
+            "statement": f"no bottleneck crossed its threshold in the checks that had their "
+            f"evidence ({basis}); not judged: {', '.join(not_judged)} "
+            f"({th.min_loop_samples} loop stack samples needed); profile longer (--duration)",
+        }
+    if top is None:
+        return {
+            "finding": None,
+            "sure": True,
+            "confidence": None,
+            "statement": f"no bottleneck crossed its threshold ({basis})",
+        }
+    sure = top.confidence >= th.sure_confidence
+    return {
+        "finding": top.id,
+        "sure": sure,
+        "confidence": round(top.confidence, 3),
+        "statement": f"{top.id} with {top.confidence:.0%} confidence ({basis})"
+        + ("" if sure else "; not sure: profile longer (--duration) to settle it"),
+    }
+
+
+def with_gpu_idle(f: Finding, cp: CriticalPath) -> Finding:
+    """A host-side cause states the GPU idle it accounts for, when there is a GPU signal."""
+    if (
+        cp.gpu_idle is None
+        or category(f.id) != "host"
+        or not explains_gpu_idle(f.id)
+        or any(e.metric == "gpu_idle_share" for e in f.evidence)  # it says so already
+    ):
+        return f
+    return replace(
+        f,
+        message=f"{f.message} The GPU sat idle {cp.gpu_idle:.0%} of the loop; "
+        f"this cause accounts for about {f.impact:.0%} of it.",
+        evidence=f.evidence
+        + (Evidence("gpu_idle_share", round(cp.gpu_idle, 4), "ratio", source="nvml utilization"),),
+        signals=tuple(dict.fromkeys(f.signals + ("nvml utilization",))),
+    )
+
+
+def merged_verdict(findings: list[dict], docs: list[dict]) -> dict:
+    """The merged report's verdict: its own top finding (not the first report's), sure only
+    when every merged report was."""
+    top = next((f for f in findings if f["severity"] in ("error", "warning")), None)
+    sure = all((d.get("verdict") or {}).get("sure") for d in docs)
+    n = f"merged from {len(docs)} reports"
+    if top is None:
+        return {
+            "finding": None,
+            "sure": sure,
+            "confidence": None,
+            "statement": f"no bottleneck crossed its threshold ({n})"
+            + ("" if sure else "; not sure: a merged report was not"),
+        }
+    return {
+        "finding": top["id"],
+        "sure": sure,
+        "confidence": top.get("confidence"),
+        "statement": f"{top['id']} with {top.get('confidence') or 0:.0%} confidence ({n})"
+        + ("" if sure else "; not sure: a merged report was not"),
+    }

@@ -1,0 +1,1 @@
+"""Finders, one module per catalogue family; each reads the one analysis context."""

@@ -1,0 +1,359 @@
+"""Input-pipeline findings: DATA001 (the loop waits for batches), DATA002 (the job's own
+workers already fill the physical cores). IO001 (storage) is in analyzers.storage."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.loaders import loader_on_cpu, waiting_loaders_finding
+from gpudiag.analyzers.measures.loop import LoopProfile, location_of
+from gpudiag.analyzers.measures.rules import user_location
+from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
+
+STACKS = "stacks"
+
+
+def hot_loader_function(profile: LoopProfile) -> str | None:
+    """'function (file:line)' where the loaders spend most of their busy time, user code first."""
+    if profile.loader is None:
+        return None
+    for s in profile.loader.top_stacks:
+        fr = user_location(s.stack)
+        if fr is not None:
+            return f"{fr.function} ({fr.file}:{fr.line})"
+    return None
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What more DataLoader workers would do, from a model of the loaders and the cores."""
+
+    need: int  # workers that would make loading keep up with the rest of the step
+    suggest: int  # workers to set, given the cores there are
+    speedup: float  # the loop's rate after the change, over its rate now
+    loader_cores: int  # physical cores the loaders can use (the loop keeps one)
+    physical: int  # physical cores of the host (measured, or assumed: see smt_assumed)
+    smt_assumed: bool
+
+
+def loader_cores(cpu_count: int, physical: float | None) -> tuple[int, int, bool]:
+    """(physical cores left to loaders, physical cores, whether SMT was assumed)."""
+    assumed = physical is None
+    phys = int(physical) if physical else (cpu_count // 2 if cpu_count >= 4 else cpu_count)
+    return max(1, phys - 1), max(1, phys), assumed
+
+
+def suggest_workers(
+    wait: float, workers: int, free_cores: float, cpu_count: int, physical: float | None = None
+) -> WorkerPlan:
+    """Workers needed and advised for a loop that waits `wait` of its step on loading.
+
+    Model (a step normalised to 1): the rest of the step takes R = 1 - wait. Loading runs in
+    parallel on at most `loader_cores` physical cores (SMT siblings add little to decoding).
+    With num_workers=0 the loop thread loads a batch in `wait`; with W workers the loaders'
+    rate is what paces the loop now. With W' workers the step takes
+    max(R, load / min(W', loader_cores)): the loader rate, capped by the rest of the step.
+    """
+    rest = max(1e-3, 1.0 - wait)
+    cores, phys, assumed = loader_cores(cpu_count, physical)
+
+    def eff(n: int) -> float:
+        return float(min(n, cores)) if n > 0 else 1.0
+
+    # loading work per batch, in one-core units: the loop's own time, or workers' pace
+    load = wait if workers == 0 else eff(workers) * 1.0
+    cap = max(1, cpu_count - 1) if workers == 0 else max(workers, cpu_count)
+    cap = min(cap, workers + max(1, int(round(free_cores))))  # the cores really idle
+    # workers that would keep up given enough cores (one core each)
+    need = max(workers + 1, math.ceil(load / rest - 1e-9))
+    suggest = max(min(need, cap), 0)
+    # the step now is 1 (normalised); after, the slower of the loaders and the rest
+    after = max(rest, load / eff(suggest)) if suggest > workers else 1.0
+    return WorkerPlan(need, suggest, 1.0 / after, cores, phys, assumed)
+
+
+def data_findings(
+    profile: LoopProfile,
+    metrics: dict,
+    th: Thresholds,
+    gpu_idle_caused: float | None = None,
+    gpu_idle: float | None = None,
+) -> list[Finding]:
+    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline.
+
+    `gpu_idle_caused` is the GPU idle the critical path attributes to the wait (None without
+    a GPU signal: the impact is then the loop's wait share).
+    """
+    wait = profile.share("data_wait")
+    n = profile.samples
+    exact = metrics.get("data_wait_ratio")
+    if exact is not None and metrics.get("steps", 0) >= 10:
+        # the hooks time every DataLoader wait: use that, minus the storage share the
+        # stacks attribute to reads (IO001 reports that part)
+        sampled = wait + profile.share("storage_io")
+        wait = exact * (wait / sampled) if sampled > 0 else exact
+        # every timed step is an exact measurement of its own wait, not a correlated sample
+        steps = metrics.get("steps", 0)
+        conf = confidence_above(wait, th.data_wait_warn, max(n, steps * SAMPLE_CORRELATION))
+        source = "in-process hooks"
+    else:
+        if n < th.min_loop_samples:
+            return []
+        conf = confidence_above(wait, th.data_wait_warn, n)
+        source = STACKS
+    if wait < th.data_wait_warn or conf < th.min_confidence:
+        return []
+    impact = wait if gpu_idle_caused is None else gpu_idle_caused
+    if impact < th.data_wait_warn:
+        return []
+    cpu_count = int(metrics.get("cpu_count") or 1)
+    free = metrics.get("host_free_cores")
+    util = metrics.get("host_cpu_util")
+    workers = (
+        int(round(metrics.get("workers") or 0))
+        if profile.loader and profile.loader.source == "workers"
+        else 0
+    )
+    loc = location_of(profile.stacks_by_category.get("data_wait", ()))
+    hot = hot_loader_function(profile)
+    plan = suggest_workers(
+        wait,
+        workers,
+        free if free is not None else cpu_count - 1,
+        cpu_count,
+        metrics.get("cpu_physical"),
+    )
+    floor = speedup_from_impact(gpu_idle) if gpu_idle is not None else None
+    speedup = min(plan.speedup, floor) if floor else plan.speedup
+    ev = [
+        Evidence(
+            "data_wait_share",
+            round(wait, 4),
+            "ratio",
+            th.data_wait_warn,
+            ">=",
+            "data_wait_warn",
+            source,
+        ),
+        Evidence("dataloader_workers", float(workers), "count", source="procfs"),
+    ]
+    if free is not None:
+        ev.append(
+            Evidence(
+                "host_free_cores",
+                round(free, 2),
+                "cores",
+                th.min_free_cores,
+                ">=" if free >= th.min_free_cores else "<",
+                "min_free_cores",
+                "procfs",
+            )
+        )
+    if util is not None:
+        ev.append(Evidence("host_cpu_util", round(util, 4), "ratio", source="procfs"))
+    ev.append(
+        Evidence(
+            "physical_cores",
+            float(plan.physical),
+            "cores",
+            source="assumed: 2 logical CPUs per core" if plan.smt_assumed else "psutil",
+        )
+    )
+    if gpu_idle_caused is not None:
+        ev.append(
+            Evidence(
+                "gpu_idle_caused",
+                round(gpu_idle_caused, 4),
+                "ratio",
+                source="critical path (nvml + loop)",
+            )
+        )
+    where = f" Loaders spend most time in {hot}." if hot else ""
+    cores_txt = f"{plan.physical} physical cores" + (
+        " (assumed: 2 logical CPUs per core)" if plan.smt_assumed else ""
+    )
+    on_cpu = loader_on_cpu(profile, metrics, workers)
+    if on_cpu is not None:
+        off = 1.0 - on_cpu
+        ev.append(
+            Evidence(
+                "loader_off_cpu_share",
+                round(off, 4),
+                "ratio",
+                th.loader_wait_min,
+                ">=" if off >= th.loader_wait_min else "<",
+                "loader_wait_min",
+                "procfs schedstat",
+            )
+        )
+    # With num_workers=0 the loop thread's off-CPU time while loading may be a wait on the
+    # native threads doing the work (a fast tokenizer's pool, the intra-op pool): it is a wait
+    # for I/O only when the loading lines py-spy sampled wait too (measured on the Trainer
+    # script: off-CPU 48-60% while tokenising, and 2 workers gave x0.98).
+    blocking = profile.loader.blocking_fraction if profile.loader else 0.0
+    if workers == 0 and on_cpu is not None:
+        ev.append(
+            Evidence(
+                "loader_blocking_call_share",
+                round(blocking, 4),
+                "ratio",
+                th.loader_blocking_min,
+                ">=" if blocking >= th.loader_blocking_min else "<",
+                "loader_blocking_min",
+                "stacks",
+            )
+        )
+    waits = (
+        on_cpu is not None
+        and 1.0 - on_cpu >= th.loader_wait_min
+        and (workers > 0 or blocking >= th.loader_blocking_min)
+    )
+    # the job's own workers fill the physical cores with CPU work: a fact of the job, not of
+    # how busy the box was when we looked (that only grades DATA001's advice below)
+    full = suggest_workers(wait, workers, cpu_count, cpu_count, metrics.get("cpu_physical"))
+    fill = workers > 0 and not waits and (full.suggest <= workers or full.speedup < 1.05)
+    no_room = free is not None and free < th.min_free_cores
+    if waits:
+        return [
+            waiting_loaders_finding(
+                profile,
+                wait,
+                workers,
+                1.0 - (on_cpu or 0.0),
+                floor,
+                conf,
+                impact,
+                th,
+                ev,
+                loc,
+                where,
+            )
+        ]
+    if fill or no_room:
+        used = (metrics.get("worker_cpu_cores") or 0.0) + (metrics.get("target_cpu_cores") or 0.0)
+        if fill:
+            why = (
+                f"{workers} workers already fill the {full.loader_cores} of the "
+                f"{cores_txt} that loading can use (the loop keeps one)"
+            )
+        else:
+            why = (
+                f"the loaders compute and the box has {free or 0:.1f} of {cpu_count} cores "
+                f"idle ({util or 0:.0%} busy; the job uses {used:.1f} cores, {workers} "
+                f"DataLoader workers)"
+            )
+        msg = (
+            f"The loop waits for batches {wait:.0%} of the time, but {why}. More workers "
+            + (
+                "would only compete for the same cores."
+                if fill
+                else "pay only once cores are free."
+            )
+            + where
+        )
+        actions = []
+        if hot:
+            actions.append(
+                f"make the per-sample work cheaper: profile {hot} "
+                "(decode at lower resolution, vectorise, drop redundant copies)"
+            )
+        actions += [
+            "pre-process once and cache the decoded/augmented tensors (e.g. save to .npy or "
+            "a WebDataset/LMDB shard) so each epoch only reads them",
+            "move augmentation to the GPU (torchvision.transforms.v2 on CUDA tensors, "
+            "NVIDIA DALI, torchvision.io.decode_jpeg(device='cuda'))",
+        ]
+        if workers > cpu_count:
+            actions.append(
+                f"num_workers={max(1, cpu_count - 1)}: {workers} workers on "
+                f"{cpu_count} cores oversubscribe the CPU"
+            )
+        if not fill and full.suggest > workers:
+            actions.append(
+                f"num_workers={full.suggest} once the box has idle cores (stop the other "
+                "work on it, or run on a machine with more CPU cores per GPU)"
+            )
+        else:
+            actions.append("or run on a machine with more CPU cores per GPU")
+        bound = speedup_from_impact(wait)
+        if floor:
+            bound = min(bound, floor)
+        fid = "DATA002" if fill else "DATA001"
+        summary = (
+            "Make loading cheaper; more workers cannot help here"
+            if fill
+            else f"Make loading cheaper; num_workers={full.suggest} helps once cores are free"
+        )
+        return [
+            new_finding(
+                fid,
+                th,
+                confidence=conf,
+                impact=impact,
+                message=msg,
+                evidence=tuple(ev),
+                recommendation=Recommendation(summary, tuple(actions)),
+                expected_speedup=bound,
+                location=loc,
+                signals=("stacks", "procfs"),
+                speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
+                + (", capped by the GPU's busy time)" if floor else ")"),
+                speedup_kind="bound",
+            )
+        ]
+    idle = (
+        f"{free:.1f} of {cpu_count} CPU cores are idle"
+        if free is not None
+        else "host CPU use was not measured"
+    )
+    msg = (
+        f"The loop waits for batches {wait:.0%} of the time "
+        f"(num_workers={workers}); {idle}."
+        f"{where} Loading needs about {plan.need} worker{'s' if plan.need != 1 else ''} to "
+        f"keep up" + (f"; {plan.suggest} fit the idle cores." if plan.suggest < plan.need else ".")
+    )
+    actions = [f"DataLoader(..., num_workers={plan.suggest})"]
+    if plan.suggest < plan.need:
+        actions.append(
+            f"{plan.need} workers would hide loading entirely; with more cores "
+            f"(or cheaper transforms) set num_workers={plan.need}"
+        )
+    actions.append("persistent_workers=True (keep workers alive between epochs)")
+    if workers > 0:
+        actions.append("prefetch_factor=4 (more batches queued per worker, smooths bursts)")
+    basis = (
+        f"loader rate with {plan.suggest} workers on at most {plan.loader_cores} of "
+        f"{cores_txt} against the rate the rest of the step allows "
+        f"({1 - wait:.0%} of it)"
+        + ("; capped by the GPU's busy time" if floor and plan.speedup > floor else "")
+    )
+    return [
+        new_finding(
+            "DATA001",
+            th,
+            confidence=conf,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation(
+                f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)
+            ),
+            expected_speedup=speedup,
+            location=loc,
+            signals=("stacks", "procfs"),
+            speedup_basis=basis,
+            fix={
+                "kind": "dataloader",
+                "values": {"num_workers": plan.suggest, "persistent_workers": True},
+            },
+        )
+    ]

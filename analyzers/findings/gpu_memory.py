@@ -1,0 +1,114 @@
+"""MEM001 and MEM002: the job's VRAM use against the GPU's memory (headroom, near the limit)."""
+
+from __future__ import annotations
+
+import math
+
+from gpudiag.analyzers.cost.prices import MODELS
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.results import Finding, Recommendation
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.gpu_stats import GIB, GpuStats, gpu_evidence
+
+
+def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
+    if not st.mem_peak or not st.mem_total:
+        return []
+    frac = st.mem_peak / st.mem_total
+    peak_g, total_g = st.mem_peak / GIB, st.mem_total / GIB
+    ev = (
+        gpu_evidence(st, "vram_peak", peak_g, "GiB", source="nvml memory"),
+        gpu_evidence(st, "vram_total", total_g, "GiB", source="nvml memory"),
+    )
+    if frac >= th.mem_near_limit:
+        e = ev + (
+            gpu_evidence(
+                st,
+                "vram_peak_share",
+                frac,
+                "ratio",
+                threshold=th.mem_near_limit,
+                comparison=">=",
+                setting="mem_near_limit",
+                source="nvml memory",
+            ),
+        )
+        msg = (
+            f"GPU {st.index} peaked at {peak_g:.1f} of {total_g:.1f} GiB ({frac:.0%}): one "
+            "larger batch or a fragmented cache away from out-of-memory, and the caching "
+            "allocator may be freeing and retrying (slow)."
+        )
+        actions = (
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+            "activation checkpointing (torch.utils.checkpoint) or a smaller batch with "
+            "gradient accumulation",
+            "bf16 autocast halves activation memory",
+        )
+        return [
+            new_finding(
+                "MEM002",
+                th,
+                confidence=0.8,
+                impact=0.0,
+                message=msg,
+                evidence=e,
+                recommendation=Recommendation("Leave memory headroom", actions),
+                expected_speedup=1.0,
+                signals=("nvml memory",),
+                speedup_basis="none: a risk to the run (out of memory), not lost time",
+            )
+        ]
+    if frac > th.mem_headroom_max:
+        return []
+    mult = max(1, math.floor(0.85 * st.mem_total / st.mem_peak))
+    need_g = peak_g * 1.25
+    fits = sorted(
+        (m for m in MODELS if need_g <= m.memory_gib < total_g * 0.9),
+        key=lambda m: (m.memory_gib, m.on_demand_usd),
+    )
+    smaller = fits[0].label if fits else None
+    e = ev + (
+        gpu_evidence(
+            st,
+            "vram_peak_share",
+            frac,
+            "ratio",
+            threshold=th.mem_headroom_max,
+            comparison="<=",
+            setting="mem_headroom_max",
+            source="nvml memory",
+        ),
+    )
+    msg = (
+        f"The job peaks at {peak_g:.1f} GiB of GPU {st.index}'s {total_g:.0f} GiB "
+        f"({frac:.0%}). About {mult}x the batch would still fit (activations scale with "
+        "batch size, weights do not; so this is an upper estimate)"
+        + (
+            f"; a {smaller} GPU has the memory for it with 25% margin (memory only: the "
+            "cost section's right-sizing also checks the compute)."
+            if smaller
+            else "."
+        )
+    )
+    actions = [
+        f"raise the batch size up to ~{mult}x (scale the learning rate with it), "
+        "watching VRAM with gpudiag"
+    ]
+    if smaller:
+        actions.append(f"or run on a smaller GPU: {smaller} fits {need_g:.1f} GiB (peak + 25%)")
+    return [
+        new_finding(
+            "MEM001",
+            th,
+            confidence=0.8,
+            impact=0.0,
+            message=msg,
+            evidence=e,
+            recommendation=Recommendation(
+                f"Use the memory: batch up to ~{mult}x, or a smaller GPU", tuple(actions)
+            ),
+            expected_speedup=1.0,
+            signals=("nvml memory",),
+            speedup_basis="none here: a larger batch may raise throughput; measure it",
+        )
+    ]

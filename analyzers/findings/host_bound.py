@@ -1,0 +1,271 @@
+"""HOST001: the loop thread's own CPU work is the critical path.
+
+With a GPU, the GPU idles while the loop thread runs on the CPU: kernel launches and Python
+overhead (a per-parameter optimizer, many small ops, tiny batches) or the user's own code in
+the loop (pre-processing each batch, tokenizing). Without a GPU signal, only the second is a
+finding: a loop whose time is mostly in the user's own Python, which DataLoader workers
+could overlap with the model's work.
+"""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_impact,
+    speedup_from_step,
+)
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.data import loader_cores
+from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.measures.rules import Classifier, parse_stack
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+# Share of the optimizer's host time a multi-tensor launch removes, by the kind now in use.
+OPTIMIZER_CUT = {"per-parameter (foreach=False)": 0.9, "foreach": 0.5}
+
+
+def _optimizer_kind(profile: LoopProfile) -> str | None:
+    text = " ".join(s.stack for s in profile.stacks_by_category.get("optimizer", ()))
+    if "_fused_" in text:
+        return "fused"
+    if "_multi_tensor_" in text:
+        return "foreach"
+    if "_single_tensor_" in text:
+        return "per-parameter (foreach=False)"
+    return None
+
+
+def user_code_share(
+    view: Aggregate, profile: LoopProfile, clf: Classifier
+) -> tuple[float, Location | None]:
+    """Share of loop samples whose innermost frame is the job's own code (not a library)."""
+    if profile.thread is None or profile.samples <= 0:
+        return 0.0, None
+    n = 0.0
+    by_site: dict[Location, float] = {}
+    for (stack, code), c in view.stacks.get(profile.thread, {}).items():
+        if clf.category(stack, code) != "other":
+            continue
+        frames = parse_stack(stack)
+        inner = frames[-1] if frames else None
+        if inner is None or not inner.is_user or inner.line <= 0:
+            continue
+        n += c
+        loc = Location(inner.file, inner.line, inner.function)
+        by_site[loc] = by_site.get(loc, 0.0) + c
+    top = max(by_site, key=by_site.get) if by_site else None
+    return n / profile.samples, top
+
+
+def host_findings(
+    view: Aggregate,
+    profile: LoopProfile,
+    clf: Classifier,
+    shares: dict[str, float],
+    cp: CriticalPath,
+    metrics: dict,
+    th: Thresholds,
+) -> list[Finding]:
+    """HOST001 when host work is the critical path (with a GPU), or user code fills the loop."""
+    if profile.samples < th.min_loop_samples:
+        return []
+    user, site = user_code_share(view, profile, clf)
+    idle = cp.gpu_idle
+    if idle is None:
+        if user < th.host_user_code_warn:
+            return []
+        return [_user_code(user, site, None, user, metrics, th)]
+    if cp.host_bound < th.host_bound_warn:
+        return []
+    impact = cp.host_bound
+    opt = shares.get("optimizer", 0.0)
+    kind = _optimizer_kind(profile)
+    if user >= th.host_user_code_warn and user > opt:
+        return [_user_code(user, site, idle, impact, metrics, th)]
+    ev = [
+        Evidence(
+            "host_bound_gpu_idle",
+            round(impact, 4),
+            "ratio",
+            th.host_bound_warn,
+            ">=",
+            "host_bound_warn",
+            "critical path (nvml + loop)",
+        ),
+        Evidence("gpu_idle_share", round(idle, 4), "ratio", source="nvml utilization"),
+    ]
+    loop_cpu = metrics.get("loop_thread_cpu")
+    if loop_cpu is not None:
+        ev.append(
+            Evidence("loop_thread_cpu", round(loop_cpu, 4), "ratio", source="procfs schedstat")
+        )
+    for c in ("forward", "backward", "optimizer"):
+        ev.append(
+            Evidence(f"loop_share[{c}]", round(shares.get(c, 0.0), 4), "ratio", source="stacks")
+        )
+    floor = speedup_from_impact(idle)  # the step cannot beat the GPU's busy time
+    phases = {c: shares.get(c, 0.0) for c in ("forward", "backward", "optimizer")}
+    top = max(phases, key=phases.get)
+    if kind in OPTIMIZER_CUT and opt >= th.host_optimizer_min:
+        cut = OPTIMIZER_CUT[kind]
+        speed = min(floor, speedup_from_impact(cut * opt))
+        msg = (
+            f"The GPU idles {idle:.0%} of the loop while the loop thread is busy on the "
+            f"CPU: {impact:.0%} of the time the host is the critical path. The optimizer "
+            f"takes {opt:.0%} of the loop, stepping {kind}: one small kernel per parameter "
+            f"and operation, each paying the launch cost."
+        )
+        actions = (
+            "torch.optim.AdamW(..., fused=True) (or foreach=True where fused is not "
+            "supported): one multi-tensor launch instead of one per parameter",
+            "then, for the forward and backward launches: torch.compile(model), or "
+            "CUDA graphs with torch.compile(model, mode='reduce-overhead')",
+            "a larger batch does more work per launch (see MEM001 for the room there is)",
+        )
+        speed_kind = "model"
+        basis = (
+            f"the optimizer's host time ({opt:.0%} of the step) cut by {cut:.0%} with a "
+            f"{'fused' if kind == 'foreach' else 'fused/foreach'} optimizer; capped by the "
+            f"GPU's busy time (x{floor:.2f})"
+        )
+        summary = "Use a fused (or foreach) optimizer, then compile the model"
+    else:
+        speed = floor
+        msg = (
+            f"The GPU idles {idle:.0%} of the loop while the loop thread is busy on the "
+            f"CPU: {impact:.0%} of the time the host is the critical path, mostly in "
+            f"{top} ({phases[top]:.0%} of the loop): Python and kernel-launch overhead of "
+            "many small operations."
+        )
+        actions = (
+            "CUDA graphs: torch.compile(model, mode='reduce-overhead') replays the "
+            "step's kernels with one launch",
+            "torch.compile(model) fuses small ops into fewer kernels",
+            "a larger batch does more work per launch (see MEM001 for the room there is)",
+        )
+        if kind == "fused":
+            actions += ("the optimizer is already fused",)
+        basis = (
+            f"a bound: x{floor:.2f} if launch overhead went away and the GPU's busy time "
+            "set the step"
+        )
+        speed_kind = "bound"
+        summary = "Cut launch overhead: CUDA graphs / torch.compile, bigger batches"
+    return [
+        new_finding(
+            "HOST001",
+            th,
+            confidence=0.9,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation(summary, actions),
+            expected_speedup=speed,
+            location=None,
+            signals=("nvml utilization", "stacks", "procfs"),
+            speedup_basis=basis,
+            fix={"kind": "optimizer", "values": {"fused": True}}
+            if summary.startswith("Use a fused")
+            else None,
+            speedup_kind=speed_kind,
+        )
+    ]
+
+
+def _user_code(
+    user: float,
+    site: Location | None,
+    idle: float | None,
+    impact: float,
+    metrics: dict,
+    th: Thresholds,
+) -> Finding:
+    cpu_count = int(metrics.get("cpu_count") or 1)
+    cores, _phys, _assumed = loader_cores(cpu_count, metrics.get("cpu_physical"))
+    free = metrics.get("host_free_cores")
+    room = free is None or free >= th.min_free_cores
+    workers = max(1, min(cores, int(round(free)) if free is not None else cores))
+    where = f"{site.function} ({site.file}:{site.line})" if site else "the job's own code"
+    name = site.function if site else "this work"
+    ev = [
+        Evidence(
+            "loop_share_in_user_code",
+            round(user, 4),
+            "ratio",
+            th.host_user_code_warn,
+            ">=",
+            "host_user_code_warn",
+            "stacks",
+        )
+    ]
+    if free is not None:
+        ev.append(
+            Evidence(
+                "host_free_cores",
+                round(free, 2),
+                "cores",
+                th.min_free_cores,
+                ">=" if room else "<",
+                "min_free_cores",
+                "procfs",
+            )
+        )
+    if idle is not None:
+        ev.append(Evidence("gpu_idle_share", round(idle, 4), "ratio", source="nvml utilization"))
+    msg = (
+        f"The loop spends {user:.0%} of its time in the job's own Python, most of it in "
+        f"{where}, not in the model: per-batch work done inline holds the loop (and the "
+        "GPU, when there is one) back."
+    )
+    if room:
+        after = max(1.0 - user, user / workers)
+        if idle is not None:
+            after = max(after, 1.0 - idle)
+        speed = speedup_from_step(after)
+        speed_kind = "model"
+        basis = (
+            f"the user-code share ({user:.0%}) spread over {workers} worker"
+            f"{'s' if workers != 1 else ''} and overlapped with the rest of the loop"
+            + ("; capped by the GPU's busy time" if idle is not None else "")
+        )
+        actions = (
+            f"move {name} into the Dataset's __getitem__ or a collate_fn and load with "
+            f"DataLoader(..., num_workers={workers}), so it overlaps the model's work",
+            "batch or vectorise it (one call per batch, numpy/torch ops instead of a "
+            "Python loop per item)",
+            "or cache its results when the same inputs repeat",
+        )
+    else:
+        speed = speedup_from_impact(user)
+        basis = (
+            f"a bound: x{speed:.2f} if {name} cost nothing (no idle core to move it to: "
+            "make it cheaper)"
+        )
+        speed_kind = "bound"
+        msg += f" The CPU has no idle core ({free:.1f} free), so make it cheaper."
+        actions = (
+            f"batch or vectorise {name} (one call per batch, numpy/torch ops instead "
+            "of a Python loop per item), or use a native implementation (e.g. a Rust "
+            "'fast' tokenizer)",
+            "cache its results when the same inputs repeat",
+            "with idle cores, move it into DataLoader workers (Dataset.__getitem__ or collate_fn)",
+        )
+    return new_finding(
+        "HOST001",
+        th,
+        confidence=0.9,
+        impact=impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(f"Take {where} out of the loop thread", actions),
+        expected_speedup=speed,
+        location=site,
+        signals=("stacks", "procfs"),
+        speedup_basis=basis,
+        speedup_kind=speed_kind,
+    )

@@ -1,0 +1,93 @@
+"""SYNC001: host-device synchronisation in the loop, from the in-process hooks (CUDA)."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.critical_path import CriticalPath
+
+
+def sync_findings(
+    metrics: dict, sites: list[tuple[str, float]], th: Thresholds, cp: CriticalPath | None = None
+) -> list[Finding]:
+    """SYNC001 with syncs per step, the GPU idle they cause and their call sites.
+
+    Time the host spends blocked in a sync while the GPU computes is the GPU's own work. What
+    a sync costs is the bubble after it: the GPU's queue is empty and it idles while the host
+    prepares the next launches. The critical path measures that bubble; without a GPU signal
+    the finding is not made (it cannot tell work from stall).
+    """
+    ratio = metrics.get("sync_time_ratio")
+    per_step = metrics.get("syncs_per_step")
+    if ratio is None or per_step is None or per_step <= 0:
+        return []
+    if cp is None or cp.gpu_idle is None:
+        return []
+    impact = cp.sync_bubbles
+    if impact < th.sync_warn:
+        return []
+    ev = [
+        Evidence(
+            "sync_gpu_idle",
+            round(impact, 4),
+            "ratio",
+            th.sync_warn,
+            ">=",
+            "sync_warn",
+            "critical path (nvml + hooks)",
+        ),
+        Evidence("sync_time_ratio", round(ratio, 4), "ratio", source="in-process hooks"),
+        Evidence("syncs_per_step", round(per_step, 2), "count", source="in-process hooks"),
+    ]
+    loc = None
+    where = ""
+    if sites:
+        file, line, func, call = (sites[0][0].rsplit(":", 3) + ["", "", ""])[:4]
+        if line.isdigit():
+            loc = Location(file, int(line), func)
+        where = " Most at " + "; ".join(s for s, _ in sites[:3]) + "."
+        for site, n in sites[:3]:
+            ev.append(
+                Evidence(
+                    f"sync_site[{site}]", n, "count (1 in 16 sampled)", source="in-process hooks"
+                )
+            )
+    msg = (
+        f"The loop blocks on the GPU {per_step:.1f} times per step (.item(), .cpu(), "
+        f".tolist(), synchronize): each sync empties the GPU's queue, and the GPU then "
+        f"idles while the host prepares the next launches, {impact:.0%} of the loop."
+        f"{where}"
+    )
+    actions = (
+        "keep running sums on the GPU (total += loss.detach()) and call .item() every "
+        "N steps (e.g. 50) for logging",
+        "replace data-dependent shapes (.nonzero(), boolean masks) with masked arithmetic",
+        "copy results with .to('cpu', non_blocking=True) into pinned "
+        "buffers and read them a step later",
+    )
+    idle = cp.gpu_idle or 0.0
+    speed = speedup_from_impact(impact)
+    return [
+        new_finding(
+            "SYNC001",
+            th,
+            confidence=0.9,
+            impact=impact,
+            message=msg,
+            evidence=tuple(ev),
+            recommendation=Recommendation("Sync less: log every N steps", actions),
+            expected_speedup=speed,
+            location=loc,
+            signals=("in-process hooks", "nvml utilization"),
+            speedup_basis=f"host work overlapping the GPU's instead of following it: "
+            f"the step takes max(host, GPU) instead of their sum "
+            f"(GPU idle {idle:.0%} now)",
+        )
+    ]

@@ -1,0 +1,155 @@
+"""The analysis window: the training (or inference) loop's steady state, apart from the
+job's start-up and shutdown.
+
+The loop starts at the first step the in-process hooks time (after the warm-up steps the
+session skips) and ends at the last one. Without hooks, it spans the stack windows in which
+a quarter or more of the loop thread's samples are loop work (forward, backward, optimizer,
+data, sync...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpudiag.analyzers.measures.rules import Classifier, user_location
+from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
+
+STEP_SERIES = ("step_time_s", "first_step")
+NOT_LOOP = ("other", "startup")
+# a stack window is in the loop when this share of the loop thread's samples is loop work
+# (forward, backward, optimizer, data, sync...): a quarter, not a half, because a job (or a
+# DDP rank) whose own code between the phases takes most of its step is still in its loop
+# (measured: a straggler rank with 60 ms of its own work per step had 30-40% loop work, and
+# at a half its loop window kept 49-198 of its ~250 samples, at random)
+LOOP_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class LoopWindow:
+    """Where the loop is in the run (ns), and what told us."""
+
+    run_start_ns: int | None
+    run_end_ns: int | None
+    start_ns: int | None
+    end_ns: int | None
+    source: str  # "in-process hooks (step times)", "stacks", or "whole run"
+
+    @property
+    def found(self) -> bool:
+        """Whether a loop was found (else the whole run is analysed)."""
+        return self.start_ns is not None
+
+    def seconds(self) -> dict[str, float]:
+        """Start-up, loop and shutdown durations in seconds."""
+        if self.run_start_ns is None or self.run_end_ns is None:
+            return {"startup_s": 0.0, "loop_s": 0.0, "shutdown_s": 0.0}
+        a = self.start_ns if self.start_ns is not None else self.run_start_ns
+        b = min(self.end_ns, self.run_end_ns) if self.end_ns is not None else self.run_end_ns
+        return {
+            "startup_s": max(0.0, (a - self.run_start_ns) / 1e9),
+            "loop_s": max(0.0, (b - a) / 1e9),
+            "shutdown_s": max(0.0, (self.run_end_ns - b) / 1e9),
+        }
+
+
+def _hook_span(agg: Aggregate) -> tuple[int | None, int | None]:
+    first = last = None
+    for name in STEP_SERIES:
+        r = agg.rollup("hooks", name, kind="step")
+        if r is None or r.first_ns is None:
+            continue
+        first = r.first_ns if first is None else min(first, r.first_ns)
+        last = r.last_ns if last is None else max(last, r.last_ns)
+    return first, last
+
+
+def _loop_thread_share(seg: Aggregate, clf: Classifier) -> tuple[float, float]:
+    """(samples in loop work, all samples) of the target's busiest loop thread in a segment."""
+    best = (0.0, 0.0)
+    for key in seg.threads("all", "target"):
+        loop = total = 0.0
+        for (stack, code), n in seg.stacks[key].items():
+            total += n
+            if clf.category(stack, code) not in NOT_LOOP:
+                loop += n
+        if loop > best[0]:
+            best = (loop, total)
+    return best
+
+
+def _stack_window_end(tl: Timeline, end_ns: int) -> int:
+    """The loop's end, moved to the end of the stack window that was open at its last step.
+
+    py-spy windows are stamped when they end: the window in progress at the last timed step
+    (the look usually ends while the job is still in its loop) holds loop samples, and
+    ending the loop at that step would drop them all (measured: 40% of a 15 s run's).
+    Not when the job stopped stepping well before the end: that window holds its shutdown.
+    """
+    whole = tl.whole()
+    w = whole.windows.get("all")
+    if not w or not w.windows or tl.end_ns is None:
+        return end_ns
+    steps = whole.rollup("hooks", "step_time_s", kind="step")
+    step_s = steps.total / steps.count if steps is not None and steps.count else 0.0
+    if (tl.end_ns - end_ns) / 1e9 > 1.0 + 3 * step_s:  # the job left its loop: shutdown
+        return end_ns
+    back = int(w.duration_s / w.windows * 1e9)
+    for s0, s1, seg in tl.spans():
+        mid = (s0 + s1) // 2
+        if mid <= end_ns or "all" not in seg.windows:
+            continue
+        return s1 if mid - back < end_ns else end_ns
+    return end_ns
+
+
+def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
+    """The loop's span: from the hooks' step times, else from the stacks, else the whole."""
+    start, end = tl.start_ns, tl.end_ns
+    if not isinstance(tl, Timeline):
+        return LoopWindow(start, end, None, None, "whole run")
+    a, b = _hook_span(tl.whole())
+    if a is not None and b is not None and b > a:
+        return LoopWindow(start, end, a, _stack_window_end(tl, b), "in-process hooks (step times)")
+    loop_spans = []
+    for s0, s1, seg in tl.spans():
+        loop, total = _loop_thread_share(seg, clf)
+        if total > 0 and loop / total >= LOOP_SHARE:
+            loop_spans.append((s0, s1))
+    if loop_spans:
+        w = tl.whole().windows.get("all")
+        back = int(w.duration_s / w.windows * 1e9) if w and w.windows else 0
+        # a stack window is stamped when it ends: the loop began within it
+        a = max(start, loop_spans[0][0] - back // 2)
+        return LoopWindow(start, end, a, loop_spans[-1][1], "stacks")
+    return LoopWindow(start, end, None, None, "whole run")
+
+
+def phase_summary(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) -> dict:
+    """Start-up, loop and shutdown: how long each took, and where start-up time went."""
+    secs = win.seconds()
+    out: dict = {"source": win.source, **{k: round(v, 3) for k, v in secs.items()}}
+    total = sum(secs.values())
+    out["startup_share"] = round(secs["startup_s"] / total, 4) if total > 0 else 0.0
+    if not win.found or not isinstance(tl, Timeline) or secs["startup_s"] <= 0:
+        out["startup_top"] = []
+        return out
+    early = tl.window(None, win.start_ns)
+    counts: dict[str, float] = {}
+    for key in early.threads("all", "target"):
+        for (stack, code), n in early.stacks[key].items():
+            if clf.category(stack, code) == "startup":
+                label = "importing modules"
+            else:
+                fr = user_location(stack)
+                label = f"{fr.function} ({fr.file}:{fr.line})" if fr else "other start-up work"
+            counts[label] = counts.get(label, 0.0) + n
+    n = sum(counts.values())
+    out["startup_top"] = (
+        [
+            {"where": k, "share": round(v / n, 4)}
+            for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+        ]
+        if n
+        else []
+    )
+    return out

@@ -1,0 +1,1 @@
+"""The GPU probe and the one NVML layer."""

@@ -1,0 +1,1 @@
+"""Host and process probes: CPU, I/O, pressure, the target's threads and children, the box."""

@@ -1,0 +1,302 @@
+"""The agent's end of the in-process hooks: a private socket the job's hooks write to.
+
+`gpudiag run` creates the socket before launching the job and passes its path in
+GPUDIAG_CHANNEL with the hooks' folder first on PYTHONPATH; `gpudiag attach PID` creates it
+at the path an `instrument()`-ed job looks for. The folder is private (0700, owned by this
+user: one made by another user, or a link, is refused), the socket 0600, and each datagram's
+sender is checked by the kernel's credentials (SCM_CREDENTIALS): only this user's are read.
+What arrives is data (a JSON header and packed doubles), never code; reads are
+non-blocking and bounded per tick.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import stat
+import struct
+import tempfile
+from array import array
+from pathlib import Path
+
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.dist.collectives import FIELDS as COLLECTIVE_FIELDS
+from gpudiag.probes.dist.collectives import RankLabels
+from gpudiag.probes.inject import gpudiag_hooks
+from gpudiag.probes.inject.gpudiag_channel import folder_problem, write_request
+
+INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
+MAX_DATAGRAMS_PER_TICK = 2000
+STEP_FIELDS = (
+    "step_time_s",
+    "data_wait_s",
+    "batch_size",
+    "h2d_copy_s",
+    "h2d_pinned",
+    "h2d_pageable",
+    "syncs",
+    "sync_time_s",
+)
+
+
+def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
+    """The launched job's environment: our sitecustomize first on PYTHONPATH, the channel."""
+    out = dict(env)
+    prev = out.get("PYTHONPATH")
+    out["PYTHONPATH"] = INJECT_DIR + (os.pathsep + prev if prev else "")
+    out[gpudiag_hooks.CHANNEL_ENV] = channel
+    return out
+
+
+class HookProbe(Probe):
+    """Receives step events from the job's hooks and turns them into samples."""
+
+    name = "hooks"
+    interval_s = 0.5
+    captures = True
+    fields = (
+        Field("step_time_s", "s", "gauge", "wall time of one optimizer step to the next"),
+        Field("data_wait_s", "s", "gauge", "time in DataLoader iteration during the step"),
+        Field("batch_size", "samples", "gauge", "samples in the step's batches"),
+        Field("h2d_copy_s", "s", "gauge", "host time in host-to-device copies (CUDA)"),
+        Field("h2d_pinned", "count", "gauge", "copies from pinned memory in the step"),
+        Field("h2d_pageable", "count", "gauge", "copies from pageable memory in the step"),
+        Field("syncs", "count", "gauge", "host-device syncs in the step (CUDA)"),
+        Field("sync_time_s", "s", "gauge", "host time blocked in those syncs"),
+        Field("count", "count", "counter", "syncs seen at one call site (sampled 1 in 16)"),
+        Field("allocated", "bytes", "gauge", "torch.cuda memory allocated"),
+        Field("reserved", "bytes", "gauge", "torch.cuda memory reserved by the cache"),
+        Field("peak", "bytes", "gauge", "torch.cuda peak memory allocated"),
+        Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
+        Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
+        Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+        *COLLECTIVE_FIELDS,
+        Field(
+            "capture_steps",
+            "count",
+            "gauge",
+            "steps in a profiler capture (its summary is the sample's `summary` label)",
+        ),
+    )
+
+    def __init__(self, path: str | None = None, optional: bool = False) -> None:
+        self._dir: str | None = None
+        self.path = path
+        self.optional = optional  # attach: the job connects only if it called instrument()
+        self._sock: socket.socket | None = None
+        self.messages = 0
+        self.rejected = 0  # datagrams from another user, dropped
+        self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
+        self.refused: ProbeStatus | None = None  # the channel's folder was not private
+
+    def open(self, target: Target) -> ProbeStatus:
+        """Bind the private socket (at `path`, or in a new private folder)."""
+        try:
+            if self.path is None:
+                self._dir = tempfile.mkdtemp(prefix="gpudiag-")  # mode 0700
+                self.path = os.path.join(self._dir, "hooks.sock")
+            else:
+                folder = os.path.dirname(self.path)
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                st = os.lstat(folder)
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                    os.chmod(folder, 0o700)  # ours, made by an older gpudiag: close it
+                problem = folder_problem(folder)
+                if problem is not None:  # the same check the job's hooks make
+                    path, self.path = self.path, None
+                    self.refused = ProbeStatus(
+                        self.name,
+                        False,
+                        f"refused, not this user's own folder: {problem}; the job's step, "
+                        "collective and capture "
+                        "channels are not put there (another user could read them)",
+                        f"remove {folder}, or set XDG_RUNTIME_DIR to a private folder "
+                        f"({os.path.basename(path)} goes in gpudiag-<uid> under it)",
+                    )
+                    return self.refused
+                if os.path.exists(self.path):
+                    os.unlink(self.path)
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sock.bind(self.path)
+            os.chmod(self.path, 0o600)
+            if hasattr(socket, "SO_PASSCRED"):  # the kernel tells who sent each datagram
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            self._sock.setblocking(False)
+        except OSError as exc:
+            return ProbeStatus(self.name, False, f"cannot create the hooks' socket: {exc}")
+        return ProbeStatus(self.name, True)
+
+    def sample(self) -> list[Sample]:
+        """Drain what the hooks sent since the last tick."""
+        out: list[Sample] = []
+        if self._sock is None:
+            return out
+        for _ in range(MAX_DATAGRAMS_PER_TICK):
+            try:
+                data, anc, _, _ = self._sock.recvmsg(1 << 20, socket.CMSG_SPACE(12))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if not self._from_us(anc):
+                self.rejected += 1
+                continue
+            msg = decode_datagram(data)
+            if msg is None:
+                continue
+            self.messages += 1
+            out += self.labels.tag(msg, parse_message(msg))
+        return out
+
+    @staticmethod
+    def _from_us(ancillary: list) -> bool:
+        """Whether the sender's uid (SCM_CREDENTIALS) is ours; True where the OS has none."""
+        if not hasattr(socket, "SCM_CREDENTIALS"):
+            return True
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+                _pid, uid, _gid = struct.unpack("iII", data[:12])
+                return uid == os.geteuid()
+        return False
+
+    def request_capture(self, steps: int) -> bool:
+        """Ask the job's hooks for a profiler capture of `steps` steps (they look for the
+        request every 0.5 s); False when there is no socket to put it beside."""
+        if not self.path or not 1 <= steps <= 1000:
+            return False
+        return write_request(self.path + ".capture", str(int(steps)))
+
+    def final_status(self) -> ProbeStatus:
+        """Available, and whether the job's hooks ever reported."""
+        if self.refused is not None:
+            return self.refused
+        if self._sock is None and self.path is None:
+            return ProbeStatus(self.name, False, "not started")
+        if self.messages:
+            return ProbeStatus(self.name, True)
+        if self.optional:
+            return ProbeStatus(
+                self.name,
+                True,
+                "not connected (optional): the job's own step "
+                "timing would add exact steps/s, step-time percentiles, the "
+                "data wait per step and profiler captures (loading them into a running "
+                "job needs Python 3.14's sys.remote_exec, not used yet)",
+                "add `from gpudiag.probes.hooks import "
+                "instrument; instrument()` at the top of the training script, or "
+                "start it with `gpudiag run -- CMD`",
+                info=True,
+            )
+        return ProbeStatus(
+            self.name,
+            True,
+            "no step events from the job: it did not import "
+            "torch, has no optimizer steps yet, or was not hooked",
+            "with `gpudiag run` keep the default injection; for jobs started "
+            "another way call gpudiag.probes.hooks.instrument() in the script",
+        )
+
+    def close(self) -> None:
+        """Remove the socket (a job still sending then just drops its events)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for path in (self.path and self.path + ".capture", self.path, self._dir):
+            if path and os.path.exists(path):
+                try:
+                    (os.rmdir if os.path.isdir(path) else os.unlink)(path)
+                except OSError:
+                    pass
+
+
+def decode_datagram(data: bytes) -> dict | None:
+    """A hooks datagram: JSON header line, then the step rows as packed doubles."""
+    head, sep, body = data.partition(b"\n")
+    try:
+        msg = json.loads(head)
+    except ValueError:
+        return None
+    if not isinstance(msg, dict):
+        return None
+    width = msg.get("width", 9) or 9
+    if type(width) is not int or not 1 <= width <= 64:
+        return None  # not our hooks' datagram: dropped
+    if sep and body and len(body) % (8 * width) == 0:
+        flat = array("d")
+        flat.frombytes(body)
+        msg["steps"] = [
+            [None if math.isnan(v) else v for v in flat[i : i + width]]
+            for i in range(0, len(flat), width)
+        ]
+    return msg
+
+
+def parse_message(msg: dict) -> list[Sample]:
+    """Samples from one datagram of the hooks (steps, sync call sites, CUDA memory)."""
+    out: list[Sample] = []
+    if not isinstance(msg, dict):
+        return out
+    steps = msg.get("steps", [])
+    for row in steps if isinstance(steps, list) else []:
+        if not isinstance(row, list) or len(row) != 9:
+            continue
+        if not _numbers(row[:1]) or not math.isfinite(row[0]) or abs(row[0]) > 1e10:
+            continue  # data only: a malformed row is dropped, never evaluated
+        t_ns = int(float(row[0]) * 1e9)
+        if row[1] is None:
+            out.append(Sample("hooks", t_ns, {"kind": "step"}, {"first_step": 1.0}))
+            continue
+        if not _numbers(row[1:]):
+            continue
+        out.append(
+            Sample(
+                "hooks",
+                t_ns,
+                {"kind": "step"},
+                {k: float(v) for k, v in zip(STEP_FIELDS, row[1:], strict=True)},
+            )
+        )
+    t = out[-1].t_ns if out else now_ns()
+    sites = msg.get("sites")
+    for site, n in sites.items() if isinstance(sites, dict) else ():
+        if _numbers([n]):
+            out.append(
+                Sample("hooks", t, {"kind": "sync_site", "site": str(site)}, {"count": float(n)})
+            )
+    cap = msg.get("capture")
+    if isinstance(cap, dict) and isinstance(cap.get("steps"), list):
+        try:
+            t_cap = int(float(cap.get("t0") or t / 1e9) * 1e9)
+        except (TypeError, ValueError, OverflowError):
+            t_cap = t  # data only: a malformed time is replaced, never trusted
+        out.append(
+            Sample(
+                "hooks",
+                t_cap,
+                {"kind": "capture", "summary": json.dumps(cap, separators=(",", ":"))},
+                {"capture_steps": float(len(cap["steps"]))},
+            )
+        )
+    mem = msg.get("mem")
+    if isinstance(mem, dict) and mem:
+        out.append(
+            Sample(
+                "hooks",
+                t,
+                {"kind": "cuda_mem"},
+                {
+                    k: float(v)
+                    for k, v in mem.items()
+                    if k in ("allocated", "reserved", "peak", "alloc_retries", "inactive_split")
+                    and _numbers([v])
+                },
+            )
+        )
+    return out
+
+
+def _numbers(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

@@ -1,0 +1,1 @@
+"""The stack probe: py-spy run, parsed, rated and dumped."""

@@ -1,0 +1,384 @@
+"""Stack probe: py-spy samples of the target's Python threads (and its Python children).
+
+py-spy `record` writes its output only when it ends, so the probe samples in rolling
+windows: each window runs `py-spy record --format raw` for `window_s` seconds and turns
+the collapsed stacks into samples. Two recorders run side by side in every window:
+
+* mode "all": every thread of the job's process at every tick, idle ones included
+  (`--idle`). A training thread blocked on the DataLoader's queue is idle, and without
+  `--idle` that time would vanish from the breakdown.
+* mode "gil": only the thread holding the GIL at each tick (`--gil`), at a lower rate.
+  It says who holds the GIL, which is what GIL contention needs.
+
+The job's child processes (DataLoader workers) are recorded beside them, one (or a few) per
+window in turns at a lower rate: what workers do is a question of shares, and sampling every
+worker at the loop's rate would cost a core on a box with many workers. Their counts are
+weighted to stand for all workers at the loop rate (label `role` "worker", value `weight`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import psutil
+
+from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.stacks.pyspy import (
+    SpyRun,
+    crash_reason,
+    diagnose_py_spy_error,
+    find_py_spy,
+    process_age_s,
+    process_alive,
+    wait_recorder,
+)
+from gpudiag.probes.stacks.pyspy_output import (
+    Episode,
+    SourceLines,
+    StackRow,
+    parse_raw,
+    parse_speedscope,
+)
+from gpudiag.probes.stacks.rates import StackRates
+from gpudiag.probes.stacks.samples import (
+    STACK_FIELDS,
+    episode_sample,
+    stack_sample,
+    window_sample,
+    workers_window_sample,
+)
+
+
+class StackProbe(StackRates, Probe):
+    """Samples Python stacks of the target with py-spy, in rolling windows.
+
+    The loop process is recorded at `rate_hz` (scaled by the budget level); the job's child
+    processes (DataLoader workers) are recorded in turns, `workers_per_window` of them per
+    window at `worker_rate_hz`, and their counts are weighted so that they estimate what
+    recording every worker at the loop rate would have counted:
+    weight = (workers alive / workers recorded) x (loop rate / worker rate).
+    """
+
+    name = "stacks"
+    adaptive = True
+    interval_s = 0.5
+    buffered = True  # samples arrive per window; drain once more after close()
+    fields = STACK_FIELDS
+
+    def __init__(
+        self,
+        rate_hz: int = 100,
+        window_s: float = 3.0,
+        gil_rate_hz: int = 25,
+        nonblocking: bool = True,
+        subprocesses: bool = True,
+        startup_timeout_s: float = 10.0,
+        worker_rate_hz: int = 20,
+        workers_per_window: int = 1,
+        min_rate_hz: int = 5,
+    ) -> None:
+        self.rate_hz = rate_hz
+        self.gil_rate_hz = gil_rate_hz
+        self.worker_rate_hz = worker_rate_hz
+        self.workers_per_window = workers_per_window
+        self.min_rate_hz = min(min_rate_hz, rate_hz)
+        self.window_s = window_s
+        self.nonblocking = nonblocking
+        self.subprocesses = subprocesses
+        self.startup_timeout_s = startup_timeout_s
+        self.level = 1.0
+        self.cpu_goal: float | None = None  # cores py-spy may use; set by the budget governor
+        self.target: Target | None = None
+        self._exe: str | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: list[Sample] = []
+        self._procs: list[subprocess.Popen] = []
+        self._turn = 0
+        self.lean = False
+        self._unreadable: set[int] = set()
+        self.spy_cpu_s = 0.0  # CPU of every finished py-spy recorder
+        self.spy_window_rss = 0  # py-spy's peak RSS in the last window, all recorders
+        self.last_error: str | None = None
+        self.last_hint: str | None = None
+        self.windows_read = self.windows_failed = 0  # windows whose loop recording was read
+        self._sources = SourceLines()
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def open(self, target: Target) -> ProbeStatus:
+        """Check py-spy can read the target (retrying while a young interpreter starts)."""
+        self.target = target
+        self._exe = find_py_spy()
+        if self._exe is None:
+            return ProbeStatus(
+                self.name,
+                False,
+                "py-spy executable not found",
+                "pip install py-spy (it is a dependency of gpudiag)",
+            )
+        deadline = time.monotonic() + self.startup_timeout_s
+        while True:
+            try:
+                res = subprocess.run(
+                    [self._exe, "dump", "--pid", str(target.pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+            except subprocess.TimeoutExpired:
+                return ProbeStatus(self.name, False, "py-spy dump timed out", None)
+            if res.returncode == 0:
+                break
+            reason, hint = diagnose_py_spy_error(res.stderr + res.stdout, target.pid)
+            # a young interpreter may not be readable yet (no version symbol, stacks
+            # changing under a read): retry; permission errors never get better
+            retryable = "permission" not in reason and process_age_s(target.pid) < 30
+            if not retryable or time.monotonic() > deadline or not process_alive(target.pid):
+                return ProbeStatus(self.name, False, reason, hint)
+            time.sleep(0.3)
+        if self.cpu_goal is not None:  # a first guess; the governor corrects it from measurements
+            est = self.estimate_cost(self.level)
+            if est > self.cpu_goal:
+                self.set_level(self.level * self.cpu_goal / est)
+        self._tmp = tempfile.TemporaryDirectory(prefix="gpudiag-stacks-")
+        self._thread = threading.Thread(target=self._loop, name="gpudiag-stacks", daemon=True)
+        self._thread.start()
+        return ProbeStatus(self.name, True)
+
+    def _cmd(self, run: SpyRun, duration: float) -> list[str]:
+        assert self._exe
+        fmt = "raw" if run.mode == "gil" else "speedscope"
+        cmd = [
+            self._exe,
+            "record",
+            "--pid",
+            str(run.pid),
+            "--format",
+            fmt,
+            "--threads",
+            "--full-filenames",
+            "--rate",
+            str(run.rate),
+            "--duration",
+            str(max(1, round(duration))),
+            "--output",
+            run.out,
+        ]
+        cmd.append("--gil" if run.mode == "gil" else "--idle")
+        if self.nonblocking:
+            cmd.append("--nonblocking")
+        return cmd
+
+    def _workers(self) -> list[int]:
+        """The target's child processes (DataLoader workers), oldest first."""
+        assert self.target is not None
+        try:
+            kids = psutil.Process(self.target.pid).children(recursive=True)
+        except Exception:
+            return []
+        return sorted(k.pid for k in kids if k.pid not in self._unreadable)
+
+    def _plan(self, n: int) -> tuple[list[SpyRun], int]:
+        """The recorders of window n, and how many workers were alive."""
+        assert self._tmp is not None and self.target is not None
+        r = self.rates()
+        runs = [
+            SpyRun(
+                "all",
+                self.target.pid,
+                int(r["stacks_loop_hz"]),
+                os.path.join(self._tmp.name, f"w{n}-all.json"),
+            )
+        ]
+        alive = self._workers() if r["stacks_worker_hz"] > 0 else []
+        gil_turn = not (self.lean and alive) or n % 2 == 1
+        if r["stacks_gil_hz"] > 0 and gil_turn:
+            runs.append(
+                SpyRun(
+                    "gil",
+                    self.target.pid,
+                    int(r["stacks_gil_hz"]),
+                    os.path.join(self._tmp.name, f"w{n}-gil.txt"),
+                )
+            )
+        if self.lean and r["stacks_gil_hz"] > 0 and gil_turn:
+            alive = []
+        k = min(len(alive), max(1, self.workers_per_window))
+        for j in range(k):
+            pid = alive[(self._turn + j) % len(alive)]
+            runs.append(
+                SpyRun(
+                    "worker",
+                    pid,
+                    int(r["stacks_worker_hz"]),
+                    os.path.join(self._tmp.name, f"w{n}-worker{pid}.json"),
+                )
+            )
+        self._turn += k
+        return runs, len(alive)
+
+    def _loop(self) -> None:
+        assert self._tmp is not None
+        n = 0
+        while not self._stop.is_set() and self.target and process_alive(self.target.pid):
+            n += 1
+            runs, alive = self._plan(n)
+            window = self.window_now()
+            started = time.monotonic()
+            for run in runs:
+                try:
+                    run.proc = subprocess.Popen(
+                        self._cmd(run, window),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                except OSError as exc:
+                    self.last_error = f"cannot start py-spy: {exc}"
+                    return
+            with self._lock:
+                self._procs = [r.proc for r in runs if r.proc is not None]
+            for run in runs:
+                wait_recorder(run)
+            with self._lock:
+                self._procs = []
+                self.spy_cpu_s += sum(r.cpu_s for r in runs)
+                self.spy_window_rss = sum(r.maxrss_bytes for r in runs)
+            duration = time.monotonic() - started
+            if not self._collect(runs, alive, duration):
+                # py-spy failed outright (target gone, or lost permission): say why, back off
+                msg = runs[0].err
+                if self.target and not process_alive(self.target.pid):
+                    return
+                self.windows_failed += 1
+                self.last_error, self.last_hint = crash_reason(msg, runs[0], self.target.pid)
+                self._stop.wait(1.0)
+            else:
+                self.windows_read += 1
+
+    def _read(self, run: SpyRun) -> tuple[list[StackRow], list[Episode]] | None:
+        try:
+            with open(run.out) as f:
+                if run.mode == "gil":
+                    parsed = parse_raw(f, run.pid), []
+                else:
+                    parsed = parse_speedscope(json.load(f), run.pid)
+            os.unlink(run.out)
+        except (OSError, ValueError):
+            return None
+        return parsed
+
+    def _collect(self, runs: list[SpyRun], alive: int, duration: float) -> bool:
+        """Parse a finished window's files into pending samples; False when the loop
+        process's recording could not be read."""
+        assert self.target is not None
+        t = now_ns()
+        samples: list[Sample] = []
+        loop_ok = False
+        loop_rate = runs[0].rate
+        ticks = 0
+        workers_read = [r for r in runs if r.mode == "worker"]
+        weight = (
+            (alive / max(1, len(workers_read))) * loop_rate / workers_read[0].rate
+            if workers_read
+            else 1.0
+        )
+        recorded = 0
+        for run in runs:
+            parsed = self._read(run)
+            if parsed is None:
+                if (
+                    run.mode == "worker"
+                    and "python" in run.err.lower()
+                    and "version" in run.err.lower()
+                ):
+                    self._unreadable.add(run.pid)  # a child that is not Python
+                continue
+            rows, episodes = parsed
+            if run.mode == "worker":
+                recorded += 1
+                for r in rows:
+                    samples.append(
+                        self._stack_sample(t, "all", r, "worker", r.count * weight, weight)
+                    )
+                continue
+            loop_ok = loop_ok or run.mode == "all"
+            samples += [episode_sample(self.name, t, run.mode, e) for e in episodes]
+            if run.mode == "all":
+                per_thread: dict[int, int] = {}
+                for r in rows:
+                    per_thread[r.tid] = per_thread.get(r.tid, 0) + r.count
+                ticks = max(per_thread.values(), default=0)
+            for r in rows:
+                samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
+            n = ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
+            samples.append(window_sample(self.name, t, run, n, duration))
+        if workers_read:
+            samples.append(
+                workers_window_sample(
+                    self.name, t, workers_read[0].rate, duration, alive, recorded, weight
+                )
+            )
+        with self._lock:
+            self._pending.extend(samples)
+        return loop_ok
+
+    def _stack_sample(
+        self, t: int, mode: str, r: StackRow, role: str, count: float, weight: float | None = None
+    ) -> Sample:
+        code = self._sources.line(r.pid, r.frames[-1]) if r.frames else ""
+        return stack_sample(self.name, t, mode, r, role, count, code, weight)
+
+    def problems(self) -> list[str]:
+        """Why py-spy last failed, if it did."""
+        return [self.last_error] if self.last_error else []
+
+    def final_status(self) -> ProbeStatus | None:
+        """Unavailable (py-spy failed in every window) or degraded, with why and the fix."""
+        if not self.windows_failed or not self.last_error:
+            return None
+        if not self.windows_read:
+            return ProbeStatus(
+                self.name,
+                False,
+                f"py-spy failed in every window: {self.last_error}",
+                self.last_hint,
+            )
+        total = self.windows_read + self.windows_failed
+        return ProbeStatus(
+            self.name,
+            True,
+            f"py-spy failed in {self.windows_failed} of {total} windows: {self.last_error}",
+            self.last_hint,
+        )
+
+    def sample(self) -> list[Sample]:
+        """Return the samples of the windows finished since the last call."""
+        with self._lock:
+            out, self._pending = self._pending, []
+        return out
+
+    def close(self) -> None:
+        """Stop sampling; the window in progress is ended early and still collected."""
+        self._stop.set()
+        with self._lock:
+            procs = list(self._procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGINT)
+                except OSError:
+                    pass
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

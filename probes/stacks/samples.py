@@ -1,0 +1,100 @@
+"""The samples the stack probe emits for one py-spy window: stacks, call episodes, and the
+window's totals (for the loop process and for the DataLoader workers sampled in turns)."""
+
+from __future__ import annotations
+
+import re
+
+from gpudiag.probes.base import Field, Sample
+from gpudiag.probes.stacks.pyspy import SpyRun
+from gpudiag.probes.stacks.pyspy_output import Episode, StackRow
+
+# every value the stack probe reports, with its unit and kind
+STACK_FIELDS = (
+    Field(
+        "count",
+        "samples",
+        "counter",
+        "stack samples of one thread with one stack (workers: weighted, see weight)",
+    ),
+    Field(
+        "weight",
+        "ratio",
+        "gauge",
+        "factor a worker's raw sample count was scaled by: "
+        "workers alive / workers recorded x loop rate / worker rate",
+    ),
+    Field("ticks", "samples", "counter", "sampling ticks in a window"),
+    Field("duration_s", "s", "gauge", "length of a sampling window"),
+    Field("rate_hz", "Hz", "gauge", "sampling rate of a window"),
+    Field("errors", "count", "counter", "samples py-spy failed to take in a window"),
+    Field("episodes", "count", "counter", "separate runs of samples inside one library call"),
+    Field("workers", "count", "gauge", "child processes alive when a worker window started"),
+    Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
+)
+
+
+def stack_sample(
+    probe: str,
+    t: int,
+    mode: str,
+    r: StackRow,
+    role: str,
+    count: float,
+    code: str,
+    weight: float | None = None,
+) -> Sample:
+    """One stack of one thread and how often it was seen (weighted for workers)."""
+    values: dict[str, float | None] = {"count": count}
+    if weight is not None:
+        values["weight"] = weight
+    labels = {
+        "mode": mode,
+        "kind": "stack",
+        "pid": str(r.pid),
+        "tid": str(r.tid),
+        "thread": r.thread,
+        "role": role,
+        "stack": ";".join(r.frames),
+        "code": code,
+    }
+    return Sample(probe, t, labels, values)
+
+
+def episode_sample(probe: str, t: int, mode: str, e: Episode) -> Sample:
+    """Consecutive samples inside one call (one torch.save): how many calls, how long."""
+    labels = {
+        "mode": mode,
+        "kind": "episode",
+        "pid": str(e.pid),
+        "tid": str(e.tid),
+        "thread": e.thread,
+        "anchor": e.anchor,
+    }
+    return Sample(probe, t, labels, {"episodes": float(e.episodes), "count": float(e.count)})
+
+
+def window_sample(probe: str, t: int, run: SpyRun, ticks: int, duration: float) -> Sample:
+    """A recorder's window: its ticks, length, rate and the errors py-spy reported."""
+    m = re.search(r"Errors:\s*(\d+)", run.err)
+    values = {
+        "ticks": float(ticks),
+        "duration_s": duration,
+        "rate_hz": float(run.rate),
+        "errors": float(m.group(1)) if m else 0.0,
+    }
+    return Sample(probe, t, {"mode": run.mode, "kind": "window"}, values)
+
+
+def workers_window_sample(
+    probe: str, t: int, rate: float, duration: float, alive: int, recorded: int, weight: float
+) -> Sample:
+    """The workers' turn in a window: how many were alive, recorded, and their weight."""
+    values = {
+        "duration_s": duration,
+        "rate_hz": float(rate),
+        "workers": float(alive),
+        "recorded": float(recorded),
+        "weight": weight,
+    }
+    return Sample(probe, t, {"mode": "workers", "kind": "window"}, values)
