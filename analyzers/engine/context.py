@@ -32,6 +32,7 @@ class Context:
     idle: float | None  # the job's GPU idle share; None without a GPU signal
     loader_d: float | None  # the loaders' D-state share (workers', or the loop thread's)
     phases: dict  # start-up, loop and shutdown (empty for a period)
+    found: tuple = ()  # the findings the finders registered before this one made
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a

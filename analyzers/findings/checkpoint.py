@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
     Evidence,
     Finding,
@@ -13,6 +14,7 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.gpu_stats import gpu_compute as compute_share
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack
 from gpudiag.analyzers.measures.summary import confidence_above
@@ -147,3 +149,10 @@ def checkpoint_findings(
             + (f", less the {drain:.1%} they wait for queued GPU work" if drain else ""),
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """CKPT001, from the analysis context."""
+    return checkpoint_findings(
+        c.view, c.profile, c.clf, c.th, c.caused("checkpoint"), compute_share(list(c.stats))
+    )

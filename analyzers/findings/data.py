@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
     Evidence,
     Finding,
@@ -357,3 +358,8 @@ def data_findings(
             },
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """DATA001 and DATA002, from the analysis context."""
+    return data_findings(c.profile, c.metrics, c.th, c.caused("data_wait"), c.idle)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
@@ -160,3 +161,8 @@ def gil_findings(
             + ("; capped by the GPU's busy time" if gpu_idle is not None else ""),
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """GIL001, from the analysis context."""
+    return gil_findings(c.profile, c.th, c.caused("gil_wait"), c.idle)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gpudiag.analyzers.cost.prices import identify
 from gpudiag.analyzers.engine.catalogue import explains_gpu_idle, new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.gpu_memory import memory_findings
@@ -279,3 +280,9 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
             "GPUs stop waiting for the busiest",
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """The GPU findings, from the analysis context; GPU idle the host-side findings made
+    before it (`c.found`) leave unexplained is its own finding."""
+    return gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics)

@@ -10,6 +10,7 @@ could overlap with the model's work.
 from __future__ import annotations
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
     Evidence,
     Finding,
@@ -269,3 +270,8 @@ def _user_code(
         speedup_basis=basis,
         speedup_kind=speed_kind,
     )
+
+
+def find(c: Context) -> list[Finding]:
+    """HOST001, from the analysis context."""
+    return host_findings(c.view, c.profile, c.clf, c.shares, c.cp, c.metrics, c.th)

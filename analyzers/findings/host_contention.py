@@ -8,6 +8,7 @@ top ones. The idle-cores reading alone never makes it.
 from __future__ import annotations
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_count
@@ -115,3 +116,8 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
             speedup_basis="the loop thread's run-queue wait removed",
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """HOST002, from the analysis context."""
+    return host_contention_findings(c.view, c.profile, c.th)

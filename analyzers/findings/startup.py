@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.engine.thresholds import Thresholds
 
@@ -58,3 +59,8 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
             speedup_basis="not a loop speed-up: start-up time is outside the loop",
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """START001, from the analysis context."""
+    return startup_findings(c.phases, c.th)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
@@ -109,3 +110,8 @@ def io_findings(
             speedup_kind="bound",
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """IO001, from the analysis context."""
+    return io_findings(c.profile, c.metrics, c.th, c.loader_d, c.caused("storage_io"))

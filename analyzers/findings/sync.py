@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
     Evidence,
     Finding,
@@ -12,6 +13,7 @@ from gpudiag.analyzers.engine.results import (
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.measures.throughput import sync_sites
 
 
 def sync_findings(
@@ -91,3 +93,8 @@ def sync_findings(
             f"(GPU idle {idle:.0%} now)",
         )
     ]
+
+
+def find(c: Context) -> list[Finding]:
+    """SYNC001, from the analysis context."""
+    return sync_findings(c.metrics, sync_sites(c.view), c.th, c.cp)

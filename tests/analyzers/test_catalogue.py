@@ -30,7 +30,7 @@ def finding(fid: str, impact: float = 0.5) -> Finding:
 
 def test_every_emitted_id_is_in_the_catalogue():
     emitted = set()
-    for path in ANALYZERS.glob("*.py"):
+    for path in ANALYZERS.rglob("*.py"):
         emitted |= set(re.findall(r'new_finding\(\s*"([A-Z]+\d+)"', path.read_text()))
     assert len(emitted) >= 20 and emitted <= set(CATALOGUE)
 
@@ -40,7 +40,7 @@ def test_only_the_catalogue_builds_findings():
     constructs a Finding itself."""
     builders = [
         path.name
-        for path in ANALYZERS.glob("*.py")
+        for path in ANALYZERS.rglob("*.py")
         if re.search(r"(?<![\w.])Finding\(", path.read_text())
     ]
     assert builders == ["catalogue.py"]
