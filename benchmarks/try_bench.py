@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads"
 PUBLIC = ROOT / "tests" / "public"
-DEMO = ROOT / "agent" / "demo_job.py"  # `gpudiag demo`'s job: a loader-bound loop
+DEMO = ROOT / "agent" / "commands" / "demo_job.py"  # `gpudiag demo`'s job: a loader-bound loop
 # public script -> (its path, the flags that make a tried fix by hand, per fix kind)
 PUBLIC_FLAGS = {
     "hf_trainer": (

@@ -97,6 +97,18 @@ CATALOGUE: dict[str, Spec] = {
             True,
         ),
         Spec(
+            "BLOCK001",
+            "A blocking call in the loop holds every step (network, logging, sleep, upload)",
+            "host",
+            True,
+        ),
+        Spec(
+            "LOOP001",
+            "Loop time no catalogued cause explains",
+            "host",
+            True,
+        ),
+        Spec(
             "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
         ),
         Spec("GPU001", "GPU idle most of the time; neither side explains the gaps", "gpu", False),

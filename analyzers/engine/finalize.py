@@ -15,6 +15,7 @@ from gpudiag.analyzers.engine.results import Evidence, Finding
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.gil import gil_judged
 from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.measures.summary import straddles
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,24 @@ def with_more(
 
 
 def unjudged(profile, th: Thresholds) -> tuple[str, ...]:
-    """The checks that rest on the loop's stack samples and did not have enough of them."""
+    """The checks that rest on the loop's stack samples and did not have enough of them:
+    every one below stack_floor_samples; below min_loop_samples, those whose share's
+    interval still straddles their threshold (a share far from it is judged on fewer)."""
     if profile.samples >= th.min_loop_samples:
         return ()
-    out = ["checkpoint", "storage", "host-bound"]
+    n = profile.samples
+    checks = (
+        ("data wait", profile.share("data_wait"), th.data_wait_warn),
+        ("checkpoint", profile.share("checkpoint"), th.checkpoint_warn),
+        ("storage", profile.share("storage_io"), th.storage_io_warn),
+        ("host-bound", profile.share("other"), th.host_user_code_warn),
+        ("unexplained loop time", profile.share("other"), th.unexplained_warn),
+    )
+    out = [
+        name
+        for name, share, limit in checks
+        if n < th.stack_floor_samples or straddles(share, limit, n)
+    ]
     if not gil_judged(profile, th):
         out.append("GIL")
     return tuple(out)
@@ -91,10 +106,16 @@ def verdict_of(
     """
     top = next((f for f in findings if f.severity in ("error", "warning")), None)
     enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
+    # an effect far from its threshold is sure on fewer samples: a top finding sure by its
+    # own interval, or every check's interval clear of its threshold
+    if samples >= th.stack_floor_samples:
+        enough = (
+            enough or not_judged == () or (top is not None and top.confidence >= th.sure_confidence)
+        )
     # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
     enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
     basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps else "")
-    if not enough:
+    if not enough and (top is not None or samples < th.stack_floor_samples):
         return {
             "finding": top.id if top else None,
             "sure": False,
@@ -108,8 +129,10 @@ def verdict_of(
             "sure": False,
             "confidence": None,
             "statement": f"no bottleneck crossed its threshold in the checks that had their "
-            f"evidence ({basis}); not judged: {', '.join(not_judged)} "
-            f"({th.min_loop_samples} loop stack samples needed); profile longer (--duration)",
+            f"evidence ({basis}); not judged: {', '.join(not_judged)} (too close to "
+            f"{'their thresholds' if len(not_judged) > 1 else 'its threshold'} to tell at "
+            f"{samples:.0f} samples; {th.min_loop_samples} settle every check); profile longer "
+            "(--duration)",
         }
     if top is None:
         return {

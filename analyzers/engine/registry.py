@@ -24,6 +24,7 @@ from gpudiag.analyzers.findings import (
     startup,
     storage,
     sync,
+    unexplained,
 )
 
 Finder = Callable[[Context], list[Finding]]
@@ -36,6 +37,7 @@ FINDERS: tuple[Finder, ...] = (
     checkpoint.find,
     host_bound.find,
     host_contention.find,
+    unexplained.find,  # after every host-side cause: the loop time none of them explains
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,
 )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 # or, when its name ends in `_s`, a duration in seconds.
 UNITS: dict[str, str] = {
     "min_loop_samples": "count",
+    "stack_floor_samples": "count",
     "gil_min_ticks": "count",
     "host_other_cores_min": "cores",
     "host_min_loop_samples": "count",
@@ -32,7 +33,11 @@ class Thresholds:
     """Limits the analyzers compare measurements with. Shares are fractions of wall time."""
 
     min_loop_samples: int = 150
-    """Stack samples of the training loop needed before any stack-based finding is made."""
+    """Loop stack samples from which every stack-based check is judged; below it (down to
+    stack_floor_samples) a check is judged when its share's interval is clear of its
+    threshold, and named 'not judged' while the interval still straddles it."""
+    stack_floor_samples: int = 30
+    """The fewest loop stack samples any stack-based check judges from."""
     data_wait_warn: float = 0.10
     """DATA001/DATA002: share of loop time spent waiting for batches that raises a warning."""
     data_wait_error: float = 0.40
@@ -72,6 +77,14 @@ class Thresholds:
     """HOST001: optimizer share of the loop from which a per-parameter optimizer is the fix."""
     host_user_code_warn: float = 0.30
     """HOST001: share of the loop spent in the job's own Python (not the model, not a library)."""
+    blocking_call_warn: float = 0.10
+    """BLOCK001: share of the loop spent in calls it waits for (network, logging, sleep, a
+    subprocess, a file write) that no other cause explains."""
+    unexplained_warn: float = 0.25
+    """LOOP001: share of the loop that no frame rule and no other finding explains."""
+    per_step_call_target: float = 0.02
+    """BLOCK001/LOOP001: the share a per-step call should keep when made every N steps (N
+    in the fix is chosen to hold it)."""
     host_runqueue_warn: float = 0.30
     """HOST002: share of the loop thread's time runnable but waiting for a CPU (schedstat)."""
     host_min_loop_samples: int = 30

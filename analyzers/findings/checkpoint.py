@@ -66,7 +66,7 @@ def checkpoint_findings(
     write and the device-to-host copies of the state_dict, which all run inside the save.
     """
     share = profile.share("checkpoint")
-    if profile.samples < th.min_loop_samples or share < th.checkpoint_warn:
+    if profile.samples < th.stack_floor_samples or share < th.checkpoint_warn:
         return []
     conf = confidence_above(share, th.checkpoint_warn, profile.samples)
     if conf < th.min_confidence:

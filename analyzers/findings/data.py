@@ -107,7 +107,7 @@ def data_findings(
         conf = confidence_above(wait, th.data_wait_warn, max(n, steps * SAMPLE_CORRELATION))
         source = "in-process hooks"
     else:
-        if n < th.min_loop_samples:
+        if n < th.stack_floor_samples:
             return []
         conf = confidence_above(wait, th.data_wait_warn, n)
         source = STACKS

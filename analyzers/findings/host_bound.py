@@ -21,9 +21,11 @@ from gpudiag.analyzers.engine.results import (
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.data import loader_cores
+from gpudiag.analyzers.measures.accounting import code_family
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack
+from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 # Share of the optimizer's host time a multi-tensor launch removes, by the kind now in use.
@@ -56,6 +58,8 @@ def user_code_share(
         inner = frames[-1] if frames else None
         if inner is None or not inner.is_user or inner.line <= 0:
             continue
+        if code_family(code) is not None:  # a call the line makes (BLOCK001/LOOP001 name it)
+            continue
         n += c
         loc = Location(inner.file, inner.line, inner.function)
         by_site[loc] = by_site.get(loc, 0.0) + c
@@ -73,21 +77,21 @@ def host_findings(
     th: Thresholds,
 ) -> list[Finding]:
     """HOST001 when host work is the critical path (with a GPU), or user code fills the loop."""
-    if profile.samples < th.min_loop_samples:
+    if profile.samples < th.stack_floor_samples:
         return []
     user, site = user_code_share(view, profile, clf)
     idle = cp.gpu_idle
     if idle is None:
         if user < th.host_user_code_warn:
             return []
-        return [_user_code(user, site, None, user, metrics, th)]
-    if cp.host_bound < th.host_bound_warn:
+        return [_user_code(user, site, None, user, metrics, th, profile.samples)]
+    if cp.host_bound < th.host_bound_warn or profile.samples < th.min_loop_samples:
         return []
     impact = cp.host_bound
     opt = shares.get("optimizer", 0.0)
     kind = _optimizer_kind(profile)
     if user >= th.host_user_code_warn and user > opt:
-        return [_user_code(user, site, idle, impact, metrics, th)]
+        return [_user_code(user, site, idle, impact, metrics, th, profile.samples)]
     ev = [
         Evidence(
             "host_bound_gpu_idle",
@@ -185,6 +189,7 @@ def _user_code(
     impact: float,
     metrics: dict,
     th: Thresholds,
+    samples: float,
 ) -> Finding:
     cpu_count = int(metrics.get("cpu_count") or 1)
     cores, _phys, _assumed = loader_cores(cpu_count, metrics.get("cpu_physical"))
@@ -259,7 +264,10 @@ def _user_code(
     return new_finding(
         "HOST001",
         th,
-        confidence=0.9,
+        # below min_loop_samples, how sure follows from the share against its threshold
+        confidence=0.9
+        if samples >= th.min_loop_samples
+        else min(0.9, confidence_above(user, th.host_user_code_warn, samples)),
         impact=impact,
         message=msg,
         evidence=tuple(ev),

@@ -24,7 +24,7 @@ def io_findings(
     """IO001 when the input pipeline's time goes to storage reads, confirmed by I/O stalls."""
     share = profile.share("storage_io")
     n = profile.samples
-    if n < th.min_loop_samples or share < th.storage_io_warn or profile.loader is None:
+    if n < th.stack_floor_samples or share < th.storage_io_warn or profile.loader is None:
         return []
     conf = confidence_above(share, th.storage_io_warn, n)
     if conf < th.min_confidence:

@@ -15,9 +15,15 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gpudiag.probes.stacks.pyspy_output import OWN_FILES
+
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
-# gpudiag's own code that runs inside the job (the in-process hooks) is never the user's
-_OWN_RE = re.compile(r"(^|/)gpudiag_(hooks|dist)\.py$|/gpudiag/(probes|agent|analyzers)/")
+# gpudiag's own code that runs inside the job (the in-process hooks) is never the user's:
+# the injected modules (one list, the stack probe's) and the installed package
+_OWN_RE = re.compile(
+    "|".join(rf"(^|/){re.escape(name)}$" for name in OWN_FILES)
+    + r"|/gpudiag/(probes|agent|analyzers)/"
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,11 @@ class Frame:
         path = path[:-3] if path.endswith(".py") else path
         path = path[:-9] if path.endswith("/__init__") else path
         return ".".join(p for p in path.strip("/").split("/") if p) + "." + self.function
+
+    @property
+    def is_own(self) -> bool:
+        """True for gpudiag's own frames (the hooks' wrappers inside the job)."""
+        return bool(_OWN_RE.search(self.file))
 
     @property
     def is_user(self) -> bool:

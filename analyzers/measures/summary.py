@@ -87,6 +87,24 @@ def host_metrics(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
+def share_interval(share: float, samples: float, z: float = 1.2816) -> tuple[float, float]:
+    """The interval of a sampled share (Wilson score, with correlated samples counted once in
+    SAMPLE_CORRELATION): at the default z, 90% sure the true share is above the low end, and
+    90% sure it is below the high end. Sound at shares of 0 and 1, where the normal
+    approximation of `confidence_above` is not."""
+    n = max(1.0, samples / SAMPLE_CORRELATION)
+    p = min(max(share, 0.0), 1.0)
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def straddles(share: float, threshold: float, samples: float) -> bool:
+    """True when the samples cannot yet tell the share from its threshold either way."""
+    low, high = share_interval(share, samples)
+    return low < threshold <= high
+
+
 def confidence_above(share: float, threshold: float, samples: float) -> float:
     """Probability that a sampled share's true value exceeds the threshold (normal approx.)."""
     n = max(1.0, samples / SAMPLE_CORRELATION)

@@ -63,7 +63,7 @@ def test_schema_rejects_a_broken_report():
 def test_schema_command_prints_the_shipped_schema():
     res = gpudiag("schema")
     assert res.returncode == 0
-    shipped = resources.files("gpudiag.agent").joinpath("report.schema.json").read_text()
+    shipped = resources.files("gpudiag.agent.output").joinpath("report.schema.json").read_text()
     assert json.loads(res.stdout) == json.loads(shipped)
 
 

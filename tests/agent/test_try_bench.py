@@ -39,7 +39,7 @@ def test_hand_made_edits_apply_to_the_planted_workloads():
     ):
         src = (ROOT / "tests" / "workloads" / f"{name}.py").read_text()
         assert bench.EDITS[kind](src, values) != src
-    demo = (ROOT / "agent" / "demo_job.py").read_text()  # `gpudiag demo`'s job too
+    demo = (ROOT / "agent" / "commands" / "demo_job.py").read_text()  # `gpudiag demo`'s job too
     assert "num_workers=1" in bench.EDITS["dataloader"](demo, {"num_workers": 1})
 
 

@@ -23,6 +23,17 @@ STACKS = {
     "other": f"{LOOP};log_metrics (/work/train.py:70)",
     "sync": f"{LOOP};Tensor.item ({SITE}/torch/_tensor.py:1000)"
     f";synchronize ({SITE}/torch/cuda/__init__.py:985)",
+    # calls the loop makes each step that no frame rule places (issue 39's causes)
+    "post": f"{LOOP};push_metrics (/work/train.py:70);urlopen ({STD}/urllib/request.py:215)"
+    f";OpenerDirector.open ({STD}/urllib/request.py:519)"
+    f";SocketIO.readinto ({STD}/socket.py:706)",
+    "log_tensor": f"{LOOP};debug ({STD}/logging/__init__.py:1465)"
+    f";Logger._log ({STD}/logging/__init__.py:1634)"
+    f";Tensor.__repr__ ({SITE}/torch/_tensor.py:431)"
+    f";_str ({SITE}/torch/_tensor_str.py:697)",
+    "gc": (f"{LOOP}", "gc.collect()"),
+    "json": f"{LOOP};report (/work/train.py:75);dumps ({STD}/json/__init__.py:231)"
+    f";JSONEncoder.encode ({STD}/json/encoder.py:200)",
     # num_workers=0: the loop thread in the dataset's __getitem__, sleeping on a remote read
     # (a data_wait sample), or computing a transform
     "data_sleep": (

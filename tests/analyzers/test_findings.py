@@ -125,8 +125,14 @@ def test_data_wait_borderline_around_threshold(share, expected):
 
 def test_too_few_samples_give_no_finding():
     shares = {"data_wait": 0.8, "forward": 0.2}
+    sc = Scenario(cpu_count=8).window(shares, ticks=20).host(0.1).process(0.9)
+    assert analyze(sc.tl).findings == ()  # under stack_floor_samples
+
+
+def test_a_large_effect_is_found_on_fewer_than_min_loop_samples():
+    shares = {"data_wait": 0.8, "forward": 0.2}
     sc = Scenario(cpu_count=8).window(shares, ticks=100).host(0.1).process(0.9)
-    assert analyze(sc.tl).findings == ()
+    assert ids(analyze(sc.tl)) == ["DATA001"]
 
 
 def test_threshold_override_changes_the_verdict():

@@ -24,7 +24,8 @@ def test_healthy_verdict_with_few_stacks_names_the_checks_it_could_not_judge():
     assert "not judged: checkpoint, GIL" in v["statement"]
     # analyze() itself names them (200 timed steps would have made it "sure" before)
     th = Thresholds()
-    assert set(unjudged(a.profile, th)) >= {"checkpoint", "storage", "host-bound", "GIL"}
+    # the checks whose share's interval still straddles their threshold at 100 samples
+    assert set(unjudged(a.profile, th)) >= {"checkpoint", "storage", "GIL"}
     assert a.verdict["sure"] is False
 
 

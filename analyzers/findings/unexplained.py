@@ -1,0 +1,218 @@
+"""Every second of the loop accounted for: the time no catalogued cause explains is named.
+
+BLOCK001: the loop waits for a call it makes every step (a metrics POST, a logging handler,
+a synchronous upload, a sleep, a subprocess), named by the call and its library.
+LOOP001: the rest of the loop's unplaced time above `unexplained_warn`, named by where it
+goes (call sites, on or off the CPU), so that "no bottleneck" is never said over it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.host_bound import user_code_share
+from gpudiag.analyzers.measures.accounting import BLOCKING, Site, Unplaced, unplaced
+from gpudiag.analyzers.measures.summary import confidence_above
+
+# Categories that cost time only on a device: on a job with no GPU they are plain CPU work
+# (a CPU tensor's .tolist() is a copy, not a wait for a GPU).
+DEVICE_ONLY = ("sync", "h2d_copy")
+
+_WHAT = {
+    "network": "a network call",
+    "logging": "a logging call",
+    "sleep": "a sleep",
+    "subprocess": "a subprocess",
+    "file": "a file write",
+    "lock": "a wait on a lock, queue or event",
+    "gc": "a garbage collection",
+    "tensor_text": "formatting tensors as text",
+    "print": "printing",
+    "python": "library code",
+    "user": "the job's own code",
+    "native": "native code with no Python frame",
+}
+
+
+def _every(share: float, th: Thresholds) -> int:
+    """Every how many steps a per-step call keeps `per_step_call_target` of the loop."""
+    return max(10, 10 * math.ceil(share / max(th.per_step_call_target, 1e-3) / 10))
+
+
+def _where(s: Site) -> str:
+    """'urllib.request.urlopen, called from push (train.py:41)'."""
+    at = f"{s.location.function} ({s.location.file}:{s.location.line})" if s.location else ""
+    if s.family in ("user", "gc", "print", "sleep") and s.call == s.code.strip():
+        return f"`{s.call}` in {at}" if at else f"`{s.call}`"
+    return f"{s.call}, called from {at}" if at else s.call
+
+
+def _site_line(s: Site) -> str:
+    cpu = "off-CPU, waiting" if s.off_cpu else "on the CPU"
+    return f"{s.share:.0%} in {_WHAT[s.family]}: {_where(s)} ({cpu})"
+
+
+def _actions(s: Site, th: Thresholds) -> tuple[str, ...]:
+    """The fix, written from what the call is."""
+    n = _every(s.share, th)
+    after = f"{s.share:.0%} of the loop -> {s.share / n:.1%}"
+    by_family = {
+        "network": (
+            f"send it from a background thread (queue.Queue + threading.Thread) so the loop "
+            f"never waits for the {s.library} call",
+            f"or send every {n} steps, batched ({after})",
+        ),
+        "logging": (
+            f"log every {n} steps ({after}), and log numbers (loss.item()), not tensors",
+            "or hand records to a logging.handlers.QueueHandler + QueueListener, so the "
+            "loop does not wait for the handler",
+        ),
+        "file": (f"write every {n} steps ({after}), or from a background thread",),
+        "sleep": (
+            "remove the sleep from the loop, or move it to a thread the loop does not wait for",
+        ),
+        "subprocess": (f"start it without waiting (subprocess.Popen) or run it every {n} steps",),
+        "lock": (
+            "another thread holds what the loop waits for: find the holder (py-spy dump "
+            "--pid PID) and shorten its critical section, or stop sharing it with the loop",
+        ),
+        "gc": (
+            "remove the per-step gc.collect(): CPython collects by itself",
+            f"if memory needs it: every {n} steps, or gc.freeze() after set-up so that "
+            "long-lived objects are not scanned again",
+        ),
+        "tensor_text": (
+            f"print or log numbers (loss.item()) every {n} steps, not whole tensors ({after})",
+        ),
+        "print": (f"print every {n} steps ({after})",),
+    }
+    generic = (
+        f"make {_where(s)} cheaper, run it every {n} steps ({after}), or move it off the "
+        "loop thread",
+        "profile it: py-spy record --pid PID --native shows what it does inside",
+    )
+    return by_family.get(s.family, generic)
+
+
+def _evidence(
+    u: Unplaced,
+    share: float,
+    th: Thresholds,
+    metric: str,
+    setting: str,
+    limit: float,
+    sites: tuple[Site, ...],
+    loop_cpu: float | None,
+) -> tuple:
+    ev = [Evidence(metric, round(share, 4), "ratio", limit, ">=", setting, "stacks")]
+    for s in sites[:3]:
+        ev.append(
+            Evidence(f"site_share[{s.call[:80]}]", round(s.share, 4), "ratio", source="stacks")
+        )
+    if loop_cpu is not None:
+        ev.append(
+            Evidence("loop_thread_cpu", round(loop_cpu, 4), "ratio", source="procfs schedstat")
+        )
+    ev.append(Evidence("loop_stack_samples", u.samples, "count", source="stacks"))
+    return tuple(ev)
+
+
+def _finding(
+    fid: str,
+    u: Unplaced,
+    sites: tuple[Site, ...],
+    share: float,
+    c: Context,
+    setting: str,
+    limit: float,
+) -> Finding:
+    top = sites[0]
+    conf = confidence_above(share, limit, u.samples)
+    lines = "; ".join(_site_line(s) for s in sites[:3])
+    if fid == "BLOCK001":
+        msg = (
+            f"The loop waits {share:.0%} of its time for calls it makes itself: {lines}. "
+            "No step can finish before the call returns."
+        )
+        summary = f"Take {_WHAT[top.family]} off the loop's path"
+        kind, basis = (
+            "model",
+            (
+                f"the blocking calls' share ({share:.0%}) taken off the loop "
+                "(sent in the background or every N steps)"
+            ),
+        )
+    else:
+        msg = (
+            f"{share:.0%} of the loop goes to work no catalogued cause explains: {lines}. "
+            "It is not the model, the input pipeline, a checkpoint or a wait gpudiag "
+            "knows; it is where this job's time goes."
+        )
+        summary = f"Make {_where(top)} cheaper, rarer, or move it off the loop thread"
+        kind, basis = (
+            "bound",
+            (f"at most: the unexplained share ({share:.0%}) removed from the loop"),
+        )
+    return new_finding(
+        fid,
+        c.th,
+        confidence=conf,
+        impact=share,
+        message=msg,
+        evidence=_evidence(
+            u,
+            share,
+            c.th,
+            "unplaced_loop_share" if fid == "LOOP001" else "blocking_call_share",
+            setting,
+            limit,
+            sites,
+            c.metrics.get("loop_thread_cpu"),
+        ),
+        recommendation=Recommendation(summary, _actions(top, c.th)),
+        expected_speedup=speedup_from_impact(share),
+        location=top.location,
+        signals=("stacks",),
+        speedup_basis=basis,
+        speedup_kind=kind,
+    )
+
+
+def find(c: Context) -> list[Finding]:
+    """BLOCK001 and LOOP001 over the loop's unplaced time."""
+    th, profile = c.th, c.profile
+    # how sure follows from the effect against its threshold and the samples behind it
+    # (confidence_above), not from min_loop_samples: a 60% share is sure on few samples
+    if profile.samples < th.stack_floor_samples:
+        return []
+    cats = ("other",) + (DEVICE_ONLY if c.idle is None and not c.stats else ())
+    user, _ = user_code_share(c.view, profile, c.clf)
+    host001 = c.idle is None and user >= th.host_user_code_warn  # HOST001 names that time
+    u = unplaced(c.view, profile, c.clf, cats, skip_user=host001, top=50)
+    u = u.capped(sum(c.shares.get(cat, 0.0) for cat in cats))
+    out: list[Finding] = []
+    blocking = tuple(s for s in u.sites if s.family in BLOCKING)
+    block_share = sum(s.share for s in blocking)
+    rest, rest_share = u.sites, u.share
+    if block_share >= th.blocking_call_warn:
+        out.append(
+            _finding(
+                "BLOCK001", u, blocking, block_share, c, "blocking_call_warn", th.blocking_call_warn
+            )
+        )
+        rest = tuple(s for s in u.sites if s.family not in BLOCKING)
+        rest_share = max(0.0, u.share - block_share)
+    if rest and rest_share >= th.unexplained_warn:
+        out.append(
+            _finding("LOOP001", u, rest, rest_share, c, "unexplained_warn", th.unexplained_warn)
+        )
+    return out

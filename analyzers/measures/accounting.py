@@ -1,0 +1,167 @@
+"""Where the loop's time goes when no catalogued category holds it: every loop stack sample
+that no frame rule placed (and, on a job with no GPU, the "sync" and "copy" lines, which only
+cost time on a device), grouped by the call the job's own code made and what that call is.
+
+A site is the innermost frame of the job's own code, the first library call below it (the
+call the job made: `urllib.request.urlopen`, `logging.Logger.debug`) and the family of the
+work under it (a network call, a logging handler, a sleep, a lock, formatting tensors...),
+from which the finding that names it writes its fix. Off-CPU families are waits the thread
+sleeps through; the rest run on the CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from gpudiag.analyzers.engine.results import Location
+from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.measures.rules import Classifier, Frame, parse_stack
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+# (family, library label, expression on a frame's file or dotted name), first match wins,
+# tested from the call the job made inwards.
+_FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
+    (fam, lib, re.compile(rx))
+    for fam, lib, rx in (
+        ("network", "requests", r"(^|/)requests/"),
+        ("network", "urllib3", r"(^|/)urllib3/"),
+        ("network", "httpx", r"(^|/)(httpx|httpcore)/"),
+        ("network", "aiohttp", r"(^|/)aiohttp/"),
+        ("network", "grpc", r"(^|/)grpc/"),
+        ("network", "boto3", r"(^|/)(boto3|botocore|s3transfer)/"),
+        ("network", "urllib", r"(^|/)urllib/request\.py$"),
+        ("network", "http.client", r"(^|/)http/client\.py$"),
+        ("network", "socket", r"(^|/)(socket|ssl)\.py$"),
+        ("logging", "logging", r"(^|/)logging/(__init__|handlers)\.py$"),
+        ("subprocess", "subprocess", r"(^|/)subprocess\.py$"),
+        ("tensor_text", "torch", r"(^|/)torch/_tensor_str\.py$"),
+        ("lock", "threading", r"(^|/)(threading|queue)\.py$|multiprocessing/synchronize\.py$"),
+    )
+)
+# Calls on the executing line of the job's own code (C functions py-spy shows no frame for).
+_CODE_FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
+    (fam, lib, re.compile(rx))
+    for fam, lib, rx in (
+        ("gc", "gc", r"\bgc\.collect\("),
+        ("sleep", "time", r"\bsleep\("),
+        ("network", "socket", r"\.(recv|recv_into|sendall|send|connect)\("),
+        ("print", "print", r"(^|[^\w.])print\("),
+        ("file", "io", r"\.(write|flush)\(|\b(json|pkl|np|numpy|torch)\.(dump|save)\(|\.dump\("),
+    )
+)
+OFF_CPU = frozenset({"network", "sleep", "subprocess", "lock", "file"})
+# Families of calls the loop makes and waits for, each a blocking call (BLOCK001).
+BLOCKING = frozenset({"network", "logging", "sleep", "subprocess", "file"})
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place the loop's unplaced time goes."""
+
+    location: Location | None  # the job's own frame that made the call
+    call: str  # the call it made ("urllib.request.urlopen"), or its own code line
+    family: str  # network, logging, sleep, lock, gc, tensor_text, print, file, python, user
+    library: str  # requests, urllib, logging, torch..., or "" for the job's own code
+    share: float  # of the loop's stack samples
+    code: str = ""  # the executing line (innermost frame)
+
+    @property
+    def off_cpu(self) -> bool:
+        """True when the thread sleeps through this work (a wait, not computation)."""
+        return self.family in OFF_CPU
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """The loop's time no category holds: its share and the sites it goes to, largest first."""
+
+    share: float
+    samples: float
+    sites: tuple[Site, ...]
+
+    def capped(self, share: float) -> Unplaced:
+        """The same sites scaled to at most `share` of the loop (the breakdown's share of
+        these categories once the hooks' exact timings and the GIL wait took theirs)."""
+        if self.share <= share or self.share <= 0:
+            return self
+        k = share / self.share
+        return Unplaced(
+            share, self.samples, tuple(replace(s, share=s.share * k) for s in self.sites)
+        )
+
+    def of(self, families: frozenset[str]) -> float:
+        """The share in these families."""
+        return sum(s.share for s in self.sites if s.family in families)
+
+
+def code_family(code: str) -> str | None:
+    """The family of a C call on the job's own executing line (gc.collect(), a sleep, a
+    socket read), None for plain Python work."""
+    for fam, _lib, rx in _CODE_FAMILIES:
+        if rx.search(code):
+            return fam
+    return None
+
+
+def _family(frames: tuple[Frame, ...], user_idx: int, code: str) -> tuple[str, str]:
+    """What the work under the job's own frame is: (family, library)."""
+    below = frames[user_idx + 1 :]
+    for fr in below:
+        for fam, lib, rx in _FAMILIES:
+            if rx.search(fr.file):
+                return fam, lib
+    inner_user = not below
+    if user_idx < 0 and not below:
+        return "native", ""
+    for fam, lib, rx in _CODE_FAMILIES:
+        if rx.search(code) and (inner_user or fam != "print"):
+            return fam, lib
+    return ("user", "") if inner_user else ("python", below[0].dotted.split(".")[0])
+
+
+def _site_key(stack: str, code: str) -> tuple[Location | None, str, str, str, bool]:
+    """(the job's frame, the call it made, family, library, whether the job's own code is
+    the innermost frame)."""
+    # gpudiag's own wrappers and py-spy's process/thread labels say nothing of the call
+    frames = tuple(fr for fr in parse_stack(stack) if fr.file and not fr.is_own)
+    user_idx = max((i for i, fr in enumerate(frames) if fr.is_user and fr.line > 0), default=-1)
+    fam, lib = _family(frames, user_idx, code)
+    loc = None
+    if user_idx >= 0:
+        fr = frames[user_idx]
+        loc = Location(fr.file, fr.line, fr.function)
+    below = frames[user_idx + 1 :]
+    call = below[0].dotted if below else (code.strip() or "(no Python frame: native code)")
+    return loc, call, fam, lib, user_idx >= 0 and not below
+
+
+def unplaced(
+    view: Aggregate,
+    profile: LoopProfile,
+    clf: Classifier,
+    categories: tuple[str, ...],
+    skip_user: bool,
+    top: int = 5,
+) -> Unplaced:
+    """The loop samples in `categories` (the ones no rule explains), by site. `skip_user`
+    leaves out samples whose innermost frame is the job's own plain Python (HOST001 names
+    those; a C call on its line, such as gc.collect() or a socket read, stays here)."""
+    n = profile.samples
+    if n <= 0 or profile.thread is None:
+        return Unplaced(0.0, 0.0, ())
+    by_site: dict[tuple, list] = {}
+    for (stack, code), count in view.stacks.get(profile.thread, {}).items():
+        if clf.category(stack, code) not in categories:
+            continue
+        loc, call, fam, lib, own = _site_key(stack, code)
+        if skip_user and own and fam == "user":
+            continue
+        entry = by_site.setdefault((loc, call, fam, lib), [0.0, code])
+        entry[0] += count
+    total = sum(v[0] for v in by_site.values())
+    sites = sorted(
+        (Site(k[0], k[1], k[2], k[3], v[0] / n, v[1]) for k, v in by_site.items()),
+        key=lambda s: (-s.share, s.call),
+    )
+    return Unplaced(min(1.0, total / n), n, tuple(sites[:top]))

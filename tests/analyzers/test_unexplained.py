@@ -1,0 +1,107 @@
+"""Every second of the loop accounted for (issue 39): time no frame rule places is named by
+its call (BLOCK001 for calls the loop waits for, LOOP001 for the rest), never called
+healthy; how sure a check is follows from its effect against its threshold."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.summary import share_interval, straddles
+from tests.analyzers.scenario import Scenario
+from tests.analyzers.test_findings import ids, windows
+
+TRAIN = {"forward": 0.2, "backward": 0.25, "optimizer": 0.05}
+
+
+def run(extra: dict[str, float], n: int = 5, ticks: int = 300, **kw):
+    sc = windows(Scenario(cpu_count=8), n=n, shares={**TRAIN, **extra}, ticks=ticks, **kw)
+    return analyze(sc.host(0.3).process(0.9).tl)
+
+
+def test_a_metrics_post_every_step_is_block001_named_by_the_call():
+    a = run({"post": 0.5})
+    assert ids(a)[0] == "BLOCK001"
+    f = a.findings[0]
+    assert f.impact == pytest.approx(0.5, abs=0.01)
+    assert "urllib.request.urlopen" in f.message and "off-CPU" in f.message
+    assert str(f.location) == "/work/train.py:70:push_metrics"
+    assert any("background thread" in x for x in f.recommendation.actions)
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["blocking_call_share"].setting == "blocking_call_warn"
+    assert a.verdict["sure"] and a.verdict["finding"] == "BLOCK001"
+
+
+def test_logging_tensors_each_step_is_a_logging_call():
+    a = run({"log_tensor": 0.45})
+    f = a.findings[0]
+    assert f.id == "BLOCK001" and "logging.debug" in f.message
+    assert any("not tensors" in x for x in f.recommendation.actions)
+
+
+def test_gc_collect_every_step_is_named_not_called_host_code():
+    a = run({"gc": 0.6})
+    assert ids(a) == ["LOOP001"]
+    f = a.findings[0]
+    assert "gc.collect()" in f.message
+    assert f.recommendation.actions[0].startswith("remove the per-step gc.collect()")
+    assert f.speedup_kind == "bound"
+
+
+def test_library_work_no_rule_knows_is_loop001_with_its_call_site():
+    a = run({"json": 0.4})
+    assert ids(a) == ["LOOP001"]
+    f = a.findings[0]
+    assert "json.dumps" in f.message and "/work/train.py:75" in f.message
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["unplaced_loop_share"].threshold == Thresholds().unexplained_warn
+
+
+def test_the_jobs_own_python_stays_host001_and_is_not_counted_twice():
+    a = run({"other": 0.5})
+    assert ids(a) == ["HOST001"]
+
+
+@pytest.mark.parametrize("family", ["post", "gc", "json", "log_tensor"])
+@pytest.mark.parametrize("share", [0.3, 0.5, 0.8])
+def test_unplaced_time_over_the_threshold_never_gets_a_sure_no_bottleneck(family, share):
+    rest = 1.0 - share
+    sc = windows(
+        Scenario(cpu_count=8),
+        n=5,
+        shares={"forward": rest * 0.5, "backward": rest * 0.5, family: share},
+    )
+    a = analyze(sc.host(0.3).process(0.9).tl)
+    assert a.verdict["finding"] in ("BLOCK001", "LOOP001")
+
+
+def test_a_healthy_loop_gets_no_warning_and_a_sure_verdict():
+    a = run({"forward": 0.45, "backward": 0.45, "json": 0.05})
+    assert [f for f in a.findings if f.severity != "note"] == []
+    assert a.verdict["sure"]
+
+
+def test_a_small_blocking_share_is_not_a_finding():
+    a = run({"forward": 0.4, "backward": 0.5, "post": 0.05})
+    assert "BLOCK001" not in ids(a) and "LOOP001" not in ids(a)
+
+
+def test_a_large_effect_is_sure_on_fewer_samples_than_min_loop_samples():
+    # 60 loop samples (a short attach), 60% in checkpoint saves: far above its 5% threshold
+    a = run({"forward": 0.2, "backward": 0.2, "checkpoint": 0.6}, n=2, ticks=30)
+    assert a.profile.samples < Thresholds().min_loop_samples
+    assert ids(a)[0] == "CKPT001" and a.verdict["sure"]
+
+
+def test_a_share_near_its_threshold_on_few_samples_is_named_not_judged():
+    a = run({"forward": 0.45, "backward": 0.45, "json": 0.1}, n=2, ticks=30)
+    assert not a.verdict["sure"]
+    assert "unexplained loop time" in a.verdict["statement"]
+
+
+def test_the_share_interval_is_sound_at_zero_and_narrows_with_samples():
+    low, high = share_interval(0.0, 30)
+    assert low == 0.0 and high > 0.25  # 3 independent samples cannot rule out 25%
+    assert not straddles(0.0, 0.25, 3000)
+    assert straddles(0.24, 0.25, 300) and not straddles(0.9, 0.25, 300)
