@@ -119,7 +119,7 @@ def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
 
 # PyTorch writes NCCL flight-recorder dumps with pickle; their one reader refuses every class
 # and function a pickle names (plain data only), tested in tests/probes/test_flight_recorder.py
-DATA_ONLY_UNPICKLER = ROOT / "probes" / "flight_recorder.py"
+DATA_ONLY_UNPICKLER = ROOT / "probes" / "dist" / "flight_recorder.py"
 
 
 def test_nothing_read_is_ever_executed():
