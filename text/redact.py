@@ -195,10 +195,10 @@ _ESCAPES = re.compile(
     r"\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: title, hyperlink, clipboard
     r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI: colours, cursor moves, erase
     r"|\x1b[P^_X][^\x1b\x9c]*(?:\x1b\\|\x9c)?"  # DCS, PM, APC, SOS strings
+    r"|\x9b[0-?]*[ -/]*[@-~]?|\x9d[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # C1 CSI, OSC
     r"|\x1b.?"  # any other escape
 )
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_CONTROLS_AND_LINES = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str, lines: bool = False) -> str:
@@ -208,9 +208,8 @@ def printable(text: str, lines: bool = False) -> str:
     if not text:
         return text
     out = _ESCAPES.sub("", text)
-    if lines:
-        return _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
-    return _CONTROLS_AND_LINES.sub(" ", out)
+    out = out.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROLS.sub("", out if lines else out.replace("\n", " "))
 
 
 def shown(text: str, lines: bool = False) -> str:
