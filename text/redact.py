@@ -87,11 +87,34 @@ _TOKEN_SHAPES = re.compile(
     r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack
     r"|AKIA[0-9A-Z]{16}"  # AWS access key id
     r"|glpat-[A-Za-z0-9_\-]{20,}"  # GitLab
+    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret and restricted keys
+    r"|AIza[0-9A-Za-z_\-]{35}"  # Google API keys
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWTs
     r")"
 )
+# a bare `Bearer TOKEN` (no Authorization: before it)
+_BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/\-]+=*)", re.IGNORECASE)
+# user:password@host without a scheme (`admin:s3cret@db:5432`, a DSN's tail)
+_BARE_CRED = re.compile(
+    r"(?<![\w/:@.\-])(?P<user>[A-Za-z0-9_.\-]+):(?P<pw>[^\s:@/'\"]+)@(?=[\w\[])"
+)
+# "name": "value" and 'name': value (JSON, a printed dict) and '--name', 'value' (a printed
+# argv list): the value of a secret name hidden
+_QUOTED_PAIR = re.compile(
+    r"(?P<head>(?P<q>[\"'])(?P<name>-{0,2}[A-Za-z_][\w.\-]*)(?P=q)\s*(?:[:=,])\s*)"
+    r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s,}\]]+)"
+)
+# a PEM private key, whole or from its first line on
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|.*)",
+    re.DOTALL,
+)
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
+# mysql's -pPASSWORD (the password joined to -p), in text after a mysql-like command
+_MYSQL_P = re.compile(r"(?P<head>\b(?:mysql\w*|mariadb\w*)\b.*?\s-p)(?P<value>[^\s-]\S*)")
 # NAME=value or --name=value / --name value inside free text (a log line, an echoed command)
 _NAME_SEP = re.compile(
-    r"(?P<name>(?<![\w-])-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>=|:[ \t]*|[ \t]+)"
+    r"(?P<name>(?<![\w-])-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>[ \t]*=[ \t]*|:[ \t]*|[ \t]+)"
 )
 _VALUE = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|[^\s'\";,&]+")
 
@@ -126,11 +149,23 @@ def redact_text(text: str) -> str:
     and the values of `--secret-name value`, `--secret-name=value` and `SECRET_NAME=value`."""
     if not text:
         return text
-    out = _URL_CRED.sub(_redact_url, text)
+    out = _PEM.sub(MASK, text)
+    out = _URL_CRED.sub(_redact_url, out)
+    out = _BARE_CRED.sub(lambda m: f"{m.group('user')}:{MASK}@", out)
     out = _AUTH_HEADER.sub(lambda m: m.group("head") + MASK, out)
+    out = _BEARER.sub(lambda m: m.group("head") + MASK, out)
     out = _TOKEN_SHAPES.sub(MASK, out)
+    out = _QUOTED_PAIR.sub(_redact_pair, out)
+    out = _MYSQL_P.sub(lambda m: m.group("head") + MASK, out)
 
     return _hide_assignments(out)
+
+
+def _redact_pair(m: re.Match) -> str:
+    if not is_secret_name(m.group("name")) or m.group("value").strip("\"'") == MASK:
+        return m.group(0)
+    q = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
+    return f"{m.group('head')}{q}{MASK}{q}"
 
 
 def _hide_assignments(text: str) -> str:
@@ -155,6 +190,34 @@ def _hide_assignments(text: str) -> str:
     return "".join(parts)
 
 
+# terminal escapes (CSI, OSC, and the rest) removed whole, then any other control character
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: title, hyperlink, clipboard
+    r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI: colours, cursor moves, erase
+    r"|\x1b[P^_X][^\x1b\x9c]*(?:\x1b\\|\x9c)?"  # DCS, PM, APC, SOS strings
+    r"|\x9b[0-?]*[ -/]*[@-~]?|\x9d[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # C1 CSI, OSC
+    r"|\x1b.?"  # any other escape
+)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, lines: bool = False) -> str:
+    """Text fit to show on a terminal or in a log: escape sequences (ESC, OSC, CSI) and
+    other control characters removed (a tab kept); a newline or carriage return becomes a
+    space unless `lines` (so job-controlled text cannot forge a log line)."""
+    if not text:
+        return text
+    out = _ESCAPES.sub("", text)
+    out = out.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROLS.sub("", out if lines else out.replace("\n", " "))
+
+
+def shown(text: str, lines: bool = False) -> str:
+    """Job-controlled text as it leaves gpudiag for a terminal, the UI or a log: secrets
+    hidden, then control characters removed (`printable`)."""
+    return printable(redact_text(text), lines)
+
+
 def redact_argv(argv: Iterable[str] | None) -> list[str] | None:
     """A command line with secret values hidden, element by element (None stays None)."""
     if argv is None:
@@ -172,6 +235,9 @@ def redact_argv(argv: Iterable[str] | None) -> list[str] | None:
         if eq and is_secret_name(name) and re.fullmatch(r"-{0,2}[A-Za-z_][\w.\-]*", name):
             out.append(f"{name}{eq}{MASK}")
             continue
+        if re.fullmatch(r"-p[^\s-].*", arg, re.DOTALL):  # mysql's -pPASSWORD
+            out.append(f"-p{MASK}")
+            continue
         if arg.startswith("-") and not eq and (len(arg) > 2 or arg in SHORT_SECRET_FLAGS):
             hide_next = is_secret_name(arg)
         out.append(redact_text(arg))  # the same rules as for text: URLs, query strings, ...
@@ -188,4 +254,13 @@ def redact_lines(lines: Iterable[str] | None) -> list[str] | None:
     """Lines of text (a stderr tail) with secrets hidden."""
     if lines is None:
         return None
-    return [redact_text(line) for line in lines]
+    out, in_key = [], False
+    for line in lines:  # a PEM private key over several lines: every line of it hidden
+        if in_key:
+            in_key = not _PEM_END.search(line)
+            out.append(MASK)
+            continue
+        red = redact_text(line)
+        in_key = bool(_PEM.search(line)) and not _PEM_END.search(line)
+        out.append(red)
+    return out

@@ -9,8 +9,10 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
-from gpudiag.text.redact import redact_text
+from gpudiag.text.redact import printable, shown
 from gpudiag.tui.offloop import OffLoop
+
+COMMAND_CHARS = 120  # of a process's command line, after its secrets are hidden
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -140,13 +142,13 @@ class TopApp(App):
         table.clear()
         pids = []
         for p in self.box.get("processes", []):
-            table.add_row(
+            table.add_row(  # Text cells: `[/x]` in another user's argv is not markup
                 str(p["pid"]),
-                p["user"],
-                p["gpus"],
+                Text(printable(str(p["user"]))),
+                Text(printable(str(p["gpus"]))),
                 f"{p['cpu']:.0f}",
                 f"{p['rss'] / 2**20:.0f} MiB",
-                redact_text(p["command"]),  # other users' secrets stay hidden
+                Text(shown(str(p["command"]))[:COMMAND_CHARS]),  # redacted, then cut
                 key=str(p["pid"]),
             )
             pids.append(p["pid"])

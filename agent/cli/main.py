@@ -14,6 +14,7 @@ from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.commands.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, run_job
 from gpudiag.agent.output.render.text import render_markdown, render_text
 from gpudiag.agent.output.report import (
+    check_outputs,
     check_writable,
     load_report,
     schema_text,
@@ -37,9 +38,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    for path in (args.out, args.record, args.speedscope, args.trace):
-        if path:
-            check_writable(path)
+    check_outputs(
+        {"--out": args.out, "--record": args.record, "--speedscope": args.speedscope}
+        | {"--trace": args.trace}
+    )
     if not args.try_fixes:
         return run_job(args, command, settings)
     from gpudiag.agent.commands.tryfix import run_then_try
@@ -69,9 +71,10 @@ def cmd_attach(args: argparse.Namespace) -> int:
     """Profile a running job; exit 2 when it cannot be read at all."""
     pid = parse_pid(args.pid)
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    for path in (args.out, args.record, args.speedscope, args.trace):
-        if path:
-            check_writable(path)
+    check_outputs(
+        {"--out": args.out, "--record": args.record, "--speedscope": args.speedscope}
+        | {"--trace": args.trace}
+    )
     return attach_job(args, pid, settings)
 
 
@@ -136,11 +139,7 @@ def _exports(doc: dict, args: argparse.Namespace) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     """Analyse a recording and print (and optionally write) the report."""
     settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    if args.out:
-        check_writable(args.out)
-    for path in (args.speedscope, args.trace):
-        if path:
-            check_writable(path)
+    check_outputs({"--out": args.out, "--speedscope": args.speedscope, "--trace": args.trace})
     doc = replay_report(args.file, settings)  # validated there
     if args.tui:
         return _browse(doc, f"replay {args.file}")

@@ -25,6 +25,7 @@ from gpudiag.agent.output.report import (
 )
 from gpudiag.agent.output.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.analyzers.stats.gate import DIRECTIONS, Comparison, Limit, compare, overall
+from gpudiag.probes.numbers import finite_number
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
 BASELINE_FORMAT = "gpudiag-gate-baseline"
@@ -51,17 +52,18 @@ class GateConfig:
 
 
 def _limit_value(raw: object, where: str) -> tuple[float | None, bool | None]:
-    """'10%' -> (0.10, relative); 0.1 -> (0.1, absolute)."""
+    """'10%' -> (0.10, relative); 0.1 -> (0.1, absolute); NaN and infinities refused in
+    any spelling (`"nan%"`, `"inf"`)."""
     if raw is None:
         return None, None
-    if isinstance(raw, str) and raw.strip().endswith("%"):
-        try:
-            return float(raw.strip()[:-1]) / 100.0, True
-        except ValueError:
-            raise UsageError(f"{where}: {raw!r} is not a percentage") from None
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+    relative = isinstance(raw, str) and raw.strip().endswith("%")
+    if isinstance(raw, str) and not relative:
         raise UsageError(f"{where}: expected a number or a percentage like '10%', got {raw!r}")
-    return float(raw), False
+    try:
+        return finite_number(raw, percent=True), relative
+    except (ValueError, OverflowError):
+        what = "a finite percentage" if relative else "a finite number or a percentage like '10%'"
+        raise UsageError(f"{where}: expected {what}, got {raw!r}") from None
 
 
 def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
@@ -118,8 +120,8 @@ def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
     try:
         runs = int(section.get("runs", 5))
         warmup = int(section.get("warmup_steps", 5))
-        min_effect = float(section.get("min_effect", 0.02))
-    except (TypeError, ValueError):
+        min_effect = finite_number(section.get("min_effect", 0.02))
+    except (TypeError, ValueError, OverflowError):
         raise UsageError(f"{source}: runs, warmup_steps and min_effect must be numbers") from None
     return GateConfig(tuple(limits.values()), runs, warmup, min_effect, source)
 

@@ -8,8 +8,9 @@ import os
 import sys
 from xml.sax.saxutils import escape
 
-from gpudiag.agent.output.safeio import atomic_write
+from gpudiag.agent.output.safeio import WriteError, append_text, atomic_write
 from gpudiag.analyzers.stats.gate import Comparison
+from gpudiag.text.redact import printable
 
 
 def _fmt(v: float | None) -> str:
@@ -103,8 +104,16 @@ def github_outputs(verdict: str, comps: list[Comparison], note: str) -> None:
         if comps:
             lines += ["| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
             lines += ["| " + " | ".join(_cells(c)) + " |" for c in worst_first(comps)]
-        with open(summary, "a") as f:
-            f.write("\n".join(lines) + "\n")
+        try:
+            append_text(summary, "\n".join(lines) + "\n", what="GitHub step summary")
+        except WriteError as exc:  # a FIFO or a link: said, and the gate's verdict stands
+            print(f"gpudiag: {exc}", file=sys.stderr)
+
+
+def _attr(text: str) -> str:
+    """Text for an XML attribute value: control characters removed (XML 1.0 refuses
+    them), `&<>"'` escaped."""
+    return escape(printable(str(text)), {'"': "&quot;", "'": "&apos;"})
 
 
 def junit_xml(path: str, comps: list[Comparison], note: str) -> None:
@@ -113,11 +122,11 @@ def junit_xml(path: str, comps: list[Comparison], note: str) -> None:
     for c in comps:
         body = ""
         if c.verdict == "fail":
-            body = f'<failure message="{escape(describe(c), {chr(34): "&quot;"})}"/>'
+            body = f'<failure message="{_attr(describe(c))}"/>'
         elif c.verdict == "inconclusive":
-            body = f'<skipped message="{escape(describe(c), {chr(34): "&quot;"})}"/>'
+            body = f'<skipped message="{_attr(describe(c))}"/>'
         cases.append(
-            f'  <testcase classname="gpudiag.gate" name="{escape(c.metric)}">{body}</testcase>'
+            f'  <testcase classname="gpudiag.gate" name="{_attr(c.metric)}">{body}</testcase>'
         )
     fails = sum(c.verdict == "fail" for c in comps)
     skipped = sum(c.verdict == "inconclusive" for c in comps)
@@ -127,10 +136,7 @@ def junit_xml(path: str, comps: list[Comparison], note: str) -> None:
         f'skipped="{skipped}">',
     ]
     if note:
-        xml.append(
-            f'  <properties><property name="note" value="'
-            f'{escape(note, {chr(34): "&quot;"})}"/></properties>'
-        )
+        xml.append(f'  <properties><property name="note" value="{_attr(note)}"/></properties>')
     xml += cases + ["</testsuite>"]
     atomic_write(path, "\n".join(xml) + "\n", what="JUnit XML")
 

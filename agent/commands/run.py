@@ -58,6 +58,8 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         raise
     finally:
         os.close(err_w)
+    if isinstance(getattr(args, "launched", None), list):  # `try` ends the job by this PID
+        args.launched.append(job.popen.pid)
     tee = StderrTee(err_r, log_path)
 
     def pass_on(signum: int, count: int) -> None:

@@ -17,10 +17,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from gpudiag.agent.output.safeio import create_stream
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
+from gpudiag.probes.files import read_regular, read_tail
 from gpudiag.probes.inject.gpudiag_fixes import FIX_ENV, KINDS, STEPS_ENV
 from gpudiag.probes.inprocess.channel import injection_env
+from gpudiag.probes.numbers import finite_number
+from gpudiag.text.redact import printable, shown
 
 NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
 
@@ -56,17 +60,22 @@ def progress(text: str) -> None:
     print(f"gpudiag try: {text}", file=sys.stderr, flush=True)
 
 
+MAX_STEPS_BYTES = 64 << 20  # an arm's step file: one line a step
+TAIL_BYTES = 64 << 10  # the end of a failed arm's stderr
+
+
 def read_steps(path: str) -> tuple[list[float], str | None]:
-    """Step times and the applied-fix line from an arm's step file."""
+    """Step times and the applied-fix line from an arm's step file (bounded; a time that
+    is not a finite number ends the reading there)."""
     times: list[float] = []
     applied = None
     try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("# applied:"):
-                    applied = line[len("# applied:") :].strip()
-                elif line.strip():
-                    times.append(float(line))
+        text = read_regular(path, MAX_STEPS_BYTES).decode(errors="replace")
+        for line in text.splitlines():
+            if line.startswith("# applied:"):
+                applied = printable(line[len("# applied:") :].strip())[:300]
+            elif line.strip():
+                times.append(finite_number(line))
     except (OSError, ValueError):
         pass
     return times, applied
@@ -89,7 +98,7 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
     if fix is not None:
         env[FIX_ENV] = json.dumps(fix)
     errpath = steps + ".err"
-    with open(errpath, "wb") as err:
+    with create_stream(errpath, "stderr of the job") as err:
         proc = subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
@@ -132,16 +141,13 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def _tail(path: str) -> str:
+    """The last two lines of a failed arm's stderr, secrets hidden, controls removed."""
     try:
-        with open(path, "rb") as f:
-            lines = [
-                ln
-                for ln in f.read().decode(errors="replace").splitlines()
-                if ln.strip() and not ln.startswith("gpudiag")
-            ]
+        text = read_tail(path, TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
-    return " | ".join(lines[-2:])[-300:]
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("gpudiag")]
+    return shown(" | ".join(lines[-2:]))[-300:]
 
 
 def change_line(fix: dict, location: str | None) -> str:

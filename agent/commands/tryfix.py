@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from gpudiag.agent.cli.errors import UsageError
@@ -189,20 +190,22 @@ def cmd_try(args: argparse.Namespace) -> int:
             doc["trials"] = trials
             write_report(doc, args.out)
         else:
-            with open(args.out, "w") as f:
-                json.dump({"trials": trials}, f, indent=2)
+            from gpudiag.agent.output.exports import write_text
+            from gpudiag.agent.output.safeio import dumps_json
+
+            write_text(dumps_json({"trials": trials}, indent=2) + "\n", args.out, "try results")
     return 0 if all(t["verdict"] != "failed" for t in trials) else 1
 
 
 def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
     """`try` with nothing named: profile the job as `run --until-sure` does, end it, and
     return the report's path (its findings' fixes are then tried)."""
-    import os
     import tempfile
 
     from gpudiag.agent.cli.main import cmd_run
     from gpudiag.agent.cli.parser import build_parser
     from gpudiag.agent.commands.trial import progress
+    from gpudiag.agent.output.report import load_report
 
     out = args.out or os.path.join(tempfile.mkdtemp(prefix="gpudiag-try-"), "diagnosis.json")
     progress(
@@ -213,27 +216,33 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
         ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
         + ["--", *command]
     )
-    cmd_run(ns)
+    ns.launched = launched = []  # the job's PID, kept here: never read back from a file
+    try:
+        cmd_run(ns)
+    finally:
+        for pid in launched:
+            end_job(pid)
     if not os.path.exists(out):
         raise UsageError("the diagnosis wrote no report: nothing to try")
-    end_job(out)
-    doc = json.load(open(out))
+    doc = load_report(out)
     progress(f"diagnosis: {(doc.get('verdict') or {}).get('statement') or 'none'}")
     return out
 
 
-def end_job(report: str) -> None:
-    """End the job a `run --duration` left running (and its DataLoader workers)."""
+def end_job(pid: int) -> None:
+    """End the job a `run --duration` left running (and its DataLoader workers): the
+    process this gpudiag launched, by the PID it kept (a report file names any PID)."""
     import psutil
 
     try:
-        pid = int(json.load(open(report))["run"]["pid"])
         proc = psutil.Process(pid)
+        if proc.ppid() != os.getpid():
+            return  # no longer our child: it exited, and the PID may be someone else's now
         procs = [*proc.children(recursive=True), proc]
         for p in procs:
             p.terminate()
         _, alive = psutil.wait_procs(procs, timeout=10)
         for p in alive:
             p.kill()
-    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+    except (OSError, psutil.Error):
         pass

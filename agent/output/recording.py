@@ -47,6 +47,10 @@ DEFAULT_MAX_BYTES = 1024 * 1024 * 1024  # 1 GiB on disk, FILE and FILE.1 togethe
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_UNZIPPED_BYTES = 64 * 1024 * 1024 * 1024
 MAX_TABLE_ENTRIES = 2_000_000
+# counted before a line is parsed: its items (commas, objects, lists: a day's window holds a
+# few thousand), and the empty lines of a file (a writer leaves none: a flood is refused)
+MAX_LINE_ITEMS = 2_000_000
+MAX_BLANK_LINES = 10_000
 
 
 class Recorder:
@@ -282,15 +286,22 @@ def checked_footer(obj: dict, where: str) -> dict:
 
 def iter_lines(path: str) -> Iterator[dict]:
     """Decoded JSON objects of a recording, one per line; UsageError when it is not one, or
-    past the bounds on line length and decompressed size (MAX_LINE_BYTES, MAX_UNZIPPED_BYTES).
+    past the bounds on line length and decompressed size (MAX_LINE_BYTES, MAX_UNZIPPED_BYTES),
+    items in a line (MAX_LINE_ITEMS) or empty lines (MAX_BLANK_LINES), checked before parsing.
     """
     raw = open_regular(path, "recording")
     try:
         with raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
             lines = bounded_lines(f, MAX_LINE_BYTES, MAX_UNZIPPED_BYTES, path)
+            blank = 0
             for n, line in enumerate(lines, 1):
                 if not line.strip():
+                    blank += 1
+                    if blank > MAX_BLANK_LINES:
+                        raise UsageError(f"{path}: more than {MAX_BLANK_LINES} empty lines")
                     continue
+                if line.count(b",") + line.count(b"{") + line.count(b"[") > MAX_LINE_ITEMS:
+                    raise UsageError(f"{path}: line {n} holds more than {MAX_LINE_ITEMS} items")
                 try:
                     obj = parse_json(line, f"{path}: line {n}", allow_nonfinite=True)
                 except UsageError as exc:
@@ -334,13 +345,22 @@ def _header(path: str) -> dict:
     return header
 
 
+def _same_owner(path: str, older: str) -> bool:
+    """Whether the older segment `FILE.1` exists and belongs to FILE's owner (one another
+    user planted beside a recording in a shared folder is never merged into it)."""
+    try:
+        return os.stat(older).st_uid == os.stat(path).st_uid
+    except OSError:
+        return False
+
+
 def open_recording(path: str) -> Recording:
     """Open a recording, checking its header; its samples are read later, as a stream."""
     header = _header(path)
     rec = Recording(header, path)
     segment = int(header.get("segment") or 0)
     older = path + ".1"
-    if segment > 0 and os.path.exists(older):
+    if segment > 0 and _same_owner(path, older):
         try:
             prev = _header(older)
         except UsageError:

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 import jsonschema
 
 from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import atomic_write, dumps_json, finite, parse_json, read_bounded
+from gpudiag.agent.output.safeio import (
+    atomic_write,
+    check_distinct,
+    dumps_json,
+    finite,
+    parse_json,
+    read_bounded,
+)
 from gpudiag.agent.session.environment import describe_environment
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.engine.thresholds import Thresholds
@@ -193,6 +200,15 @@ def check_writable(path: str | os.PathLike) -> None:
         raise UsageError(f"cannot write report: folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise UsageError(f"cannot write report: no permission to write in {folder}")
+
+
+def check_outputs(named: dict[str, str | None]) -> None:
+    """Fail early when an output (option -> path) could not be written, or two name one
+    file."""
+    for path in named.values():
+        if path:
+            check_writable(path)
+    check_distinct(named)
 
 
 def load_report(path: str) -> dict:

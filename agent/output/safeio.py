@@ -11,6 +11,7 @@ then renamed over the target; 0600 unless asked otherwise; nothing left behind o
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.probes.files import FileRefused, kind_of, open_regular_fd
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,36 +42,18 @@ class WriteError(UsageError):
     """A file gpudiag was asked to write could not be written (full disk, no permission)."""
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def open_regular(path: str | os.PathLike, what: str) -> IO[bytes]:
     """The file opened for binary reading; UsageError unless it is a regular file after
-    resolving links (opened non-blocking, so a FIFO with no writer cannot hang us)."""
+    resolving links (through `probes/files.py`, the one reader: a FIFO cannot hang us)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _st = open_regular_fd(path)
     except FileNotFoundError:
         raise UsageError(f"{what} not found: {path}") from None
+    except FileRefused as exc:
+        raise UsageError(f"{what} {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{what} {path} is {_kind(st.st_mode)}, not a regular file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return os.fdopen(fd, "rb")
 
 
 def read_bounded(path: str | os.PathLike, limit: int, what: str) -> bytes:
@@ -247,18 +231,39 @@ def _private_temp(folder: str, name: str) -> tuple[int, str]:
     raise FileExistsError(17, "no free temporary name")
 
 
-def _special(path: str) -> bool:
-    """Whether `path` is an existing device or FIFO (`/dev/null`, `/dev/full`): written in
-    place, never renamed over (as root that would replace the device node)."""
+def _in_place(path: str) -> bool:
+    """Whether `path` is written into rather than replaced: a device or FIFO (`/dev/null`),
+    or a link that root or we made to one (`/dev/stdout`): renaming over it would replace
+    the node, or the system's link. A FIFO another user made (planted to receive what we
+    write) is refused; a link another user made is replaced, never followed."""
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except OSError:
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
+    if stat.S_ISLNK(st.st_mode):
+        if st.st_uid not in (0, os.geteuid()):
+            return False
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return False
+    if stat.S_ISFIFO(st.st_mode) and st.st_uid not in (0, os.geteuid()):
+        raise FileRefused(errno.EPERM, f"{kind_of(st.st_mode)} another user made")
+    return True
 
 
-def _open_special(path: str) -> int:
-    return os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _open_in_place(path: str) -> int:
+    """A blocking descriptor of the device or FIFO at `path` (opened non-blocking: a FIFO
+    nobody reads is an error, not a hang); never a regular file (a link swapped meanwhile)."""
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FileRefused(errno.EPERM, "a link to a regular file")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def create_stream(path: str | os.PathLike, what: str = "file") -> IO[bytes]:
@@ -268,10 +273,8 @@ def create_stream(path: str | os.PathLike, what: str = "file") -> IO[bytes]:
     path = os.fspath(path)
     tmp = None
     try:
-        if _special(path):
-            fd = _open_special(path)
-            os.set_blocking(fd, True)
-            return os.fdopen(fd, "wb")
+        if _in_place(path):
+            return os.fdopen(_open_in_place(path), "wb")
         fd, tmp = _private_temp(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
         f = os.fdopen(fd, "wb")
         os.fchmod(fd, file_mode())
@@ -295,8 +298,8 @@ def atomic_write(
     payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = fd = None
     try:
-        if _special(path):
-            fd = _open_special(path)
+        if _in_place(path):
+            fd = _open_in_place(path)
             view = memoryview(payload)
             while view:
                 view = view[os.write(fd, view) :]
@@ -322,3 +325,52 @@ def atomic_write(
             except OSError:
                 pass
     return os.path.abspath(path)
+
+
+def append_text(path: str | os.PathLike, text: str, what: str = "file") -> str:
+    """Append `text` to an existing or new regular file (a CI step summary): never through
+    a link (O_NOFOLLOW), never into a FIFO or device (opened non-blocking, then refused: a
+    FIFO cannot hang us); a new file is 0600. WriteError naming the file otherwise."""
+    path = os.fspath(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, file_mode())
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise FileRefused(errno.EPERM, f"{kind_of(mode)}, not a regular file")
+            os.set_blocking(fd, True)
+            view = memoryview(text.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise WriteError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    return os.path.abspath(path)
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_distinct(paths: dict[str, str | None]) -> None:
+    """UsageError when two outputs (option -> path) name one file: each would overwrite the
+    other and both say "written". Devices (`/dev/null`, `/dev/stdout`) may be shared."""
+    named = [(opt, p) for opt, p in paths.items() if p]
+    for i, (opt_a, a) in enumerate(named):
+        for opt_b, b in named[i + 1 :]:
+            if _same_file(a, b) and not _in_place_safe(a):
+                raise UsageError(f"{opt_a} and {opt_b} name the same file {a}: give each its own")
+
+
+def _in_place_safe(path: str) -> bool:
+    try:
+        return _in_place(path)
+    except OSError:
+        return False

@@ -14,9 +14,13 @@ import threading
 import time
 from collections import deque
 
+from gpudiag.agent.output.safeio import create_stream
+from gpudiag.text.redact import printable, redact_text
+
 TAIL_BYTES = 8192
 TAIL_LINES = 20
 LINE_CHARS = 300
+LOG_LINE_BYTES = 65536  # a job writing no newline (a progress bar) is cut into lines
 PANEL_LINES = 1000  # lines kept for the UI's log panel between two refreshes
 
 
@@ -30,7 +34,7 @@ class StderrTee:
         self._tail: deque[bytes] = deque()
         self._size = 0
         self.log_path = log_path
-        self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115 (closed by close)
+        self._log = create_stream(log_path, "job log") if log_path else None
         self._pending: deque[str] = deque(maxlen=PANEL_LINES)
         self._partial = b""
         self._lock = threading.Lock()
@@ -60,16 +64,26 @@ class StderrTee:
                 pass  # our stderr is gone; keep draining so the job never blocks
 
     def _to_panel(self, chunk: bytes) -> None:
-        try:
-            self._log.write(chunk)
-            self._log.flush()
-        except (OSError, ValueError):
-            pass  # a full disk: the panel still shows it
+        """Whole lines of the job's output to the log file (redacted) and the UI's panel
+        (redacted, control characters stripped); a line is cut at LOG_LINE_BYTES."""
         with self._lock:
             text = self._partial + chunk
             *lines, self._partial = text.split(b"\n")
-            for ln in lines:
-                self._pending.append(ln.decode(errors="replace").rstrip("\r")[:LINE_CHARS])
+            if len(self._partial) > LOG_LINE_BYTES:
+                lines.append(self._partial)
+                self._partial = b""
+            shown = [redact_text(ln.decode(errors="replace").rstrip("\r")) for ln in lines]
+            self._pending.extend(printable(ln)[:LINE_CHARS] for ln in shown)
+        self._write_log(shown)
+
+    def _write_log(self, lines: list[str]) -> None:
+        if not lines or self._log is None:
+            return
+        try:
+            self._log.write("".join(ln + "\n" for ln in lines).encode("utf-8", "replace"))
+            self._log.flush()
+        except (OSError, ValueError):
+            pass  # a full disk: the panel still shows it
 
     def take_lines(self) -> list[str]:
         """The job's output lines since the last call (for the UI's log panel)."""
@@ -96,6 +110,8 @@ class StderrTee:
         self._stop.set()
         self._thread.join(timeout=1.0)
         if self._log is not None and not self._thread.is_alive():
+            if self._partial:
+                self._write_log([redact_text(self._partial.decode(errors="replace"))])
             self._log.close()
         if self.fd < 0 or self._thread.is_alive():
             return

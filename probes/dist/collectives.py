@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from gpudiag.probes.numbers import finite_number
 from gpudiag.probes.base import Field, Sample
 
 FIELDS = (
@@ -36,7 +37,25 @@ class CollectiveState:
 
 
 def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A finite number of a datagram (None for anything else: NaN, 1e400, a string)."""
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        return finite_number(v)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _time(v: object) -> float | None:
+    """A time in epoch seconds (None past 1e10 s: not a time the hooks sent)."""
+    t = _num(v)
+    return t if t is not None and abs(t) <= 1e10 else None
+
+
+def _rank(v: object) -> int | None:
+    """A rank: ASCII digits only ('²' is a digit to str.isdigit, not to int)."""
+    text = str(v)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
@@ -48,6 +67,8 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
     for row in d.get("steps") or []:
         if not isinstance(row, list) or len(row) not in (4, 5) or any(_num(v) is None for v in row):
             continue
+        if _time(row[0]) is None:
+            continue
         vals = {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])}
         kind = "collective_step"
         if len(row) == 5:  # the step's length too; 0 for the first step (start-up, apart)
@@ -56,7 +77,7 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
             else:
                 kind = "collective_first_step"
         out.append(Sample("hooks", int(float(row[0]) * 1e9), {"kind": kind}, vals))
-    t = int((_num(d.get("t")) or time.time()) * 1e9)
+    t = int((_time(d.get("t")) or time.time()) * 1e9)
     for op, vals in (d.get("ops") or {}).items():
         if isinstance(vals, list) and len(vals) == 2 and all(_num(v) is not None for v in vals):
             out.append(
@@ -68,12 +89,11 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
                 )
             )
     env = d.get("env") if isinstance(d.get("env"), dict) else {}
-    rank = str(env.get("rank", ""))
     inside = d.get("inside") if isinstance(d.get("inside"), dict) else None
     pid = msg.get("pid")
     state = CollectiveState(
         pid=int(pid) if isinstance(pid, int) else 0,
-        rank=int(rank) if rank.isdigit() else None,
+        rank=_rank(env.get("rank", "")),
         seq=int(_num(d.get("seq")) or 0),
         done=int(_num(d.get("done")) or 0),
         inside_op=str(inside.get("op"))[:64] if inside else None,

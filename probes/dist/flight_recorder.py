@@ -19,6 +19,8 @@ import os
 import pickle
 from dataclasses import dataclass
 
+from gpudiag.probes.files import read_regular
+
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 PREFIX_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 MAX_BYTES = 64 << 20
@@ -94,19 +96,24 @@ def summarise(doc: dict, rank: int, source: str = "") -> RecorderRank | None:
     return RecorderRank(rank, entered, completed, pending, source)
 
 
-def read_dumps(prefix: str | None, ranks: list[int], since: float = 0.0) -> dict[int, RecorderRank]:
-    """The dumps `prefix + rank` written at or after `since` (epoch seconds), summarised."""
+def read_dumps(
+    prefix: str | None,
+    ranks: list[int],
+    since: float = 0.0,
+    owners: set[int] | frozenset[int] | None = None,
+) -> dict[int, RecorderRank]:
+    """The dumps `prefix + rank` written at or after `since` (epoch seconds), summarised:
+    through the one bounded reader, regular files of at most MAX_BYTES owned by one of
+    `owners` (the ranks' users; by default gpudiag's own), never a FIFO (a planted one at
+    the default prefix must not hang the report) nor another user's file."""
     out: dict[int, RecorderRank] = {}
     base = prefix or DEFAULT_PREFIX
+    allowed = owners if owners is not None else {os.geteuid()}
     for rank in ranks:
         path = f"{base}{rank}"
         try:
-            st = os.stat(path)
-            if st.st_mtime < since or st.st_size > MAX_BYTES:
-                continue
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_BYTES)
-        except OSError:
+            data = read_regular(path, MAX_BYTES, owners=allowed, since=since)
+        except OSError:  # FileRefused too: not regular, another user's, old or too large
             continue
         doc = load_dump(data)
         got = summarise(doc, rank, path) if doc is not None else None

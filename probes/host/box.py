@@ -57,7 +57,7 @@ class BoxSampler:
         ):
             info = proc.info
             name = (info.get("name") or "").lower()
-            cmd = " ".join(info.get("cmdline") or [])[:120]
+            cmd = " ".join(info.get("cmdline") or [])[:4096]  # cut after redaction, by top
             on_gpu = gpu_procs.get(info["pid"])
             if info["pid"] == me or not (on_gpu or name.startswith("python")):
                 continue

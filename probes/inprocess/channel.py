@@ -26,6 +26,7 @@ from gpudiag.probes.dist.collectives import FIELDS as COLLECTIVE_FIELDS
 from gpudiag.probes.dist.collectives import RankLabels
 from gpudiag.probes.inject import gpudiag_hooks
 from gpudiag.probes.inject.gpudiag_channel import folder_problem, write_request
+from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
@@ -88,6 +89,7 @@ class HookProbe(Probe):
         self._sock: socket.socket | None = None
         self.messages = 0
         self.rejected = 0  # datagrams from another user, dropped
+        self.malformed = 0  # datagrams that could not be read, dropped one by one
         self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
         self.refused: ProbeStatus | None = None  # the channel's folder was not private
 
@@ -144,11 +146,16 @@ class HookProbe(Probe):
             if not self._from_us(anc):
                 self.rejected += 1
                 continue
-            msg = decode_datagram(data)
-            if msg is None:
+            try:  # one bad datagram is dropped, never the probe
+                msg = decode_datagram(data)
+                if msg is None:
+                    continue
+                got = self.labels.tag(msg, parse_message(msg))
+            except Exception:  # noqa: BLE001 (data from the job: whatever it raises)
+                self.malformed += 1
                 continue
             self.messages += 1
-            out += self.labels.tag(msg, parse_message(msg))
+            out += got
         return out
 
     @staticmethod
@@ -217,7 +224,7 @@ def decode_datagram(data: bytes) -> dict | None:
     head, sep, body = data.partition(b"\n")
     try:
         msg = json.loads(head)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, NaN spelled oddly, nested too deep
         return None
     if not isinstance(msg, dict):
         return None
@@ -243,7 +250,7 @@ def parse_message(msg: dict) -> list[Sample]:
     for row in steps if isinstance(steps, list) else []:
         if not isinstance(row, list) or len(row) != 9:
             continue
-        if not _numbers(row[:1]) or not math.isfinite(row[0]) or abs(row[0]) > 1e10:
+        if not _numbers(row[:1]) or abs(row[0]) > 1e10:
             continue  # data only: a malformed row is dropped, never evaluated
         t_ns = int(float(row[0]) * 1e9)
         if row[1] is None:
@@ -299,4 +306,12 @@ def parse_message(msg: dict) -> list[Sample]:
 
 
 def _numbers(values: list) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    """Whether every value is a finite number a float can hold (not 1e400, NaN or 10**400)."""
+    for v in values:
+        if not isinstance(v, (int, float)):
+            return False
+        try:
+            finite_number(v)
+        except (ValueError, OverflowError):
+            return False
+    return True

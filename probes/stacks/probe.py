@@ -29,6 +29,7 @@ import time
 import psutil
 
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.files import open_regular_fd
 from gpudiag.probes.stacks.pyspy import (
     SpyRun,
     crash_reason,
@@ -266,7 +267,7 @@ class StackProbe(StackRates, Probe):
 
     def _read(self, run: SpyRun) -> tuple[list[StackRow], list[Episode]] | None:
         try:
-            with open(run.out) as f:
+            with os.fdopen(open_regular_fd(run.out)[0]) as f:  # our own temporary folder
                 if run.mode == "gil":
                     parsed = parse_raw(f, run.pid), []
                 else:

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpudiag.probes.files import Reader, read_regular, reader_of
+
 _PROCESS_RE = re.compile(r'^process (\d+):"(.*?)"$')
 _PROFILE_RE = re.compile(r'^(?:Process (\d+) )?Thread (0x[0-9a-fA-F]+|\d+)(?: "(.*)")?')
 # gpudiag's own modules injected into the job (its DataLoader and tensor wrappers): their
@@ -150,12 +152,18 @@ def parse_speedscope(doc: dict, default_pid: int) -> tuple[list[StackRow], list[
     return rows, episodes
 
 
+MAX_SOURCE_BYTES = 4 << 20  # a source file a frame names: larger is not read
+
+
 class SourceLines:
-    """Reads the source line a frame points at (through /proc/PID/root for containers)."""
+    """Reads the source line a frame points at (through /proc/PID/root for containers), by
+    the one bounded reader: a regular file of at most MAX_SOURCE_BYTES that the job's own
+    user could read (a frame naming /dev/zero, a FIFO or a root-only file gives '')."""
 
     def __init__(self, max_entries: int = 20000, max_files: int = 64) -> None:
         self._cache: dict[tuple[str, int], str] = {}
         self._files: dict[str, list[str] | None] = {}
+        self._readers: dict[int, Reader | None] = {}
         self.max_entries = max_entries
         self.max_files = max_files
 
@@ -174,19 +182,28 @@ class SourceLines:
         if key in self._cache:
             return self._cache[key]
         if path not in self._files:
-            lines = None
-            for cand in (path, f"/proc/{pid}/root{path}"):
-                try:
-                    with open(cand, encoding="utf-8", errors="replace") as f:
-                        lines = f.readlines()
-                    break
-                except OSError:
-                    continue
             if len(self._files) >= self.max_files:  # whole files are kept: few of them
                 self._files.clear()
-            self._files[path] = lines
+            self._files[path] = self._read(pid, path)
         lines = self._files[path]
         text = lines[lineno - 1].strip()[:200] if lines and 0 < lineno <= len(lines) else ""
         if len(self._cache) < self.max_entries:
             self._cache[key] = text
         return text
+
+    def _read(self, pid: int, path: str) -> list[str] | None:
+        """The lines of the file a frame of `pid` names, None when it is not to be read."""
+        if pid not in self._readers:
+            if len(self._readers) >= self.max_files:
+                self._readers.clear()
+            self._readers[pid] = reader_of(pid)
+        reader = self._readers[pid]
+        if reader is None:
+            return None
+        for cand in (path, f"/proc/{pid}/root{path}"):
+            try:
+                data = read_regular(cand, MAX_SOURCE_BYTES, reader=reader)
+            except OSError:  # FileRefused too: not a regular file, too large, not theirs
+                continue
+            return data.decode("utf-8", errors="replace").splitlines()
+        return None

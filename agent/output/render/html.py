@@ -233,7 +233,7 @@ def _capture(doc: dict) -> str:
 
 def _num(v, pct: bool = False) -> str:
     if not isinstance(v, (int, float)):
-        return "n/a" if v is None else str(v)
+        return "n/a" if v is None else _e(str(v))
     return f"{v:+.1%}" if pct else f"{v:.4g}"
 
 
@@ -253,7 +253,8 @@ def _gate(doc: dict) -> str:
         f'{colour.get(c["verdict"], "#222")}"><b>{_e(c["verdict"].upper())}</b></td>'
         f"<td>{_num(c.get('baseline'))}</td><td>{_num(c.get('current'))}</td>"
         f"<td>{_num(c.get('delta'), True)}</td><td>[{_num(c.get('ci_low'), True)}, "
-        f"{_num(c.get('ci_high'), True)}]</td><td>{c['n_baseline']}/{c['n_current']}</td></tr>"
+        f"{_num(c.get('ci_high'), True)}]</td>"
+        f"<td>{_e(c.get('n_baseline'))}/{_e(c.get('n_current'))}</td></tr>"
         for c in comps
     )
     note = f"<p>{_e(gate['note'])}</p>" if gate.get("note") else ""

@@ -4,6 +4,7 @@ the hang threshold scaled by the job's own longest step and the phase a rank is 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -59,9 +60,20 @@ def read_recorder(rs) -> None:
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix, else PyTorch's default)."""
     prefix = (read_environ(rs.primary.pid) or {}).get(PREFIX_ENV) or rs._fr_prefix
     rs._fr_prefix = prefix
-    got = read_dumps(prefix, sorted(rs.ranks), since=rs._wall_start)
+    got = read_dumps(prefix, sorted(rs.ranks), since=rs._wall_start, owners=rank_owners(rs))
     if got:
         rs.recorder.update(got)
+
+
+def rank_owners(rs) -> set[int]:
+    """The users the ranks run as (their dumps are theirs), and gpudiag's own."""
+    owners = {os.geteuid()}
+    for info in rs.ranks.values():
+        try:
+            owners.add(os.stat(f"/proc/{info.pid}").st_uid)
+        except (OSError, TypeError):
+            continue
+    return owners
 
 
 def recorder_dict(rs) -> dict[str, dict]:

@@ -1,0 +1,146 @@
+"""One choke point per file boundary (issue 38): every file gpudiag writes goes through
+`agent/output/safeio.py`, every file it reads through `probes/files.py` (or a /proc file of
+the kernel's). These tests walk the package's source, as test_layering walks its imports,
+and fail when code opens a file around them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("probes", "analyzers", "text", "tui", "agent")
+
+WRITER = "agent/output/safeio.py"
+READER = "probes/files.py"
+# modules that run inside the job (imported by its sitecustomize), as the job's own user, on
+# files of the job's own private folder: they cannot import gpudiag's agent
+IN_JOB = {
+    "probes/inject/gpudiag_channel.py": "the hooks' private writer (O_EXCL|O_NOFOLLOW, 0700)",
+    "probes/inject/gpudiag_fixes.py": "the step log `try` reads, in its private folder",
+    "probes/inject/gpudiag_capture.py": "torch's profiler trace, in a mkstemp file",
+}
+# readers of the kernel's process tables under a /proc root passed in (tests give another)
+PROCFS = {
+    "probes/host/discovery.py": "/proc/PID/{stat,cmdline,maps} under the procfs root it is given",
+    "probes/host/process.py": "/proc/PID/task/TID/{stat,schedstat}",
+    "probes/host/probe.py": "PSI: /proc/pressure/* and the job cgroup's *.pressure (kernel files)",
+    "agent/output/report.py": "the report's JSON Schema, a resource of the package",
+}
+
+_WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
+_OPENERS = {"os", "io", "gzip", "bz2", "lzma", "codecs"}
+_TEMPFILES = {"mkstemp", "NamedTemporaryFile", "TemporaryFile", "SpooledTemporaryFile"}
+
+
+def _mode(call: ast.Call, pos: int) -> str | None:
+    """The literal mode argument of an open-like call ('' when absent, None when computed)."""
+    for kw in call.keywords:
+        if kw.arg == "mode":
+            return kw.value.value if isinstance(kw.value, ast.Constant) else None
+    if len(call.args) > pos:
+        arg = call.args[pos]
+        return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+    return ""
+
+
+def _is_proc(node: ast.AST | None) -> bool:
+    """Whether a path argument is a literal under /proc/ (the kernel's files), or
+    `Path(...)` of one."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path":
+        return _is_proc(node.args[0] if node.args else None)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.startswith("/proc/")
+    if isinstance(node, ast.JoinedStr) and node.values:
+        first = node.values[0]
+        return isinstance(first, ast.Constant) and str(first.value).startswith("/proc/")
+    return False
+
+
+def _os_open_writes(call: ast.Call) -> bool:
+    """Whether os.open's flags ask to write (flags in a variable: taken as a write)."""
+    flags = call.args[1] if len(call.args) > 1 else None
+    names = {n.attr for n in ast.walk(flags) if isinstance(n, ast.Attribute)} if flags else set()
+    return not names or bool(names & _WRITE_FLAGS)
+
+
+def _writes(mode: str | None) -> bool:
+    return mode is None or any(c in mode for c in "wax+")
+
+
+def file_opens(source: str, name: str = "<snippet>") -> list[tuple[int, str]]:
+    """(line, 'read'|'write') for each place the code opens a file by its path."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        attr = f.attr if isinstance(f, ast.Attribute) else ""
+        path = node.args[0] if node.args else None
+        if isinstance(f, ast.Name) and f.id == "open" or (attr == "open" and owner in _OPENERS):
+            if owner == "os":
+                kind = "write" if _os_open_writes(node) else "read"
+            else:
+                kind = "write" if _writes(_mode(node, 1)) else "read"
+            if not (kind == "read" and _is_proc(path)):
+                found.append((node.lineno, kind))
+        elif attr == "fdopen" and _writes(_mode(node, 1)):
+            found.append((node.lineno, "write"))
+        elif attr in ("write_text", "write_bytes") or attr in _TEMPFILES:
+            found.append((node.lineno, "write"))
+        elif attr in ("read_text", "read_bytes") and not _is_proc(f.value):
+            found.append((node.lineno, "read"))
+    return found
+
+
+def _package_opens() -> dict[str, list[tuple[int, str]]]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            opens = file_opens(path.read_text(), rel)
+            if opens:
+                out[rel] = opens
+    return out
+
+
+def test_the_walker_sees_the_writes_and_reads_that_went_around():
+    """The shapes of the old holes are found (a test that cannot fail holds nothing)."""
+    old = [
+        'log = open(log_path, "ab")',  # run --tui's job log
+        'with open(args.out, "w") as f: pass',  # try --out
+        'with open(summary, "a") as f: pass',  # GITHUB_STEP_SUMMARY
+        'lines = open(cand, encoding="utf-8").readlines()',  # a frame's source file
+        'data = open(path, "rb").read()',  # the flight recorder
+        "doc = json.load(open(report))",  # try's report, and the PID it named
+        "fd = os.open(tmp, os.O_WRONLY | os.O_CREAT)",
+        "Path(p).write_text(s)",
+    ]
+    kinds = [file_opens(s)[0][1] if file_opens(s) else None for s in old]
+    assert kinds == ["write", "write", "write", "read", "read", "read", "write", "write"]
+    assert file_opens('open(f"/proc/{pid}/stat")') == []  # the kernel's files: read anywhere
+    assert file_opens('open(f"/proc/{pid}/stat", "w")') == [(1, "write")]
+    assert file_opens('Path(f"/proc/{pid}/cmdline").read_bytes()') == []
+    assert file_opens("Path(frame_file).read_text()") == [(1, "read")]
+
+
+def test_every_write_goes_through_the_safe_writer():
+    """Only agent/output/safeio.py opens a file for writing (and the in-job hooks, as the
+    job's user, in its private folder)."""
+    stray = {
+        rel: [ln for ln, kind in opens if kind == "write"]
+        for rel, opens in _package_opens().items()
+        if rel != WRITER and rel not in IN_JOB
+    }
+    assert {k: v for k, v in stray.items() if v} == {}
+
+
+def test_every_read_goes_through_the_bounded_reader():
+    """Only probes/files.py opens a file by its path for reading (besides /proc's)."""
+    stray = {
+        rel: [ln for ln, kind in opens if kind == "read"]
+        for rel, opens in _package_opens().items()
+        if rel != READER and rel not in IN_JOB and rel not in PROCFS
+    }
+    assert {k: v for k, v in stray.items() if v} == {}
