@@ -4,19 +4,24 @@ it; one clear line when its stacks cannot be read."""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.config import Settings, load_settings
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.cli.evidence_options import capture_option
+from gpudiag.agent.cli.fleet_options import metrics_options
+from gpudiag.agent.cli.options import profiling_options
 from gpudiag.agent.fleet.identity import other_user
 from gpudiag.agent.fleet.server import MetricsServer, open_metrics
-from gpudiag.agent.output.report import default_report_name
+from gpudiag.agent.output.report import check_outputs, default_report_name
 from gpudiag.agent.session.session import Session, SessionOptions
 from gpudiag.agent.session.setup import make_probes, open_probe
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targets import choose_target
+from gpudiag.agent.session.targetwatch import running
 from gpudiag.agent.session.wiring import Outputs, Wiring, say, session_options
 from gpudiag.probes.base import Probe, ProbeStatus, Target
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
@@ -131,3 +136,45 @@ def _attach_profile(
             server.collector.jobs = lambda: []
     wiring.finish(result)
     return EXIT_OK
+
+
+def parse_pid(text: str) -> int:
+    """A pid from the command line, or UsageError."""
+    try:
+        pid = int(text)
+    except ValueError:
+        raise UsageError(f"PID must be a number, got {text!r}") from None
+    if pid <= 0:
+        raise UsageError(f"PID must be positive, got {pid}")
+    if not os.path.exists(f"/proc/{pid}"):
+        raise UsageError(f"no process with pid {pid}")
+    if pid == os.getpid():
+        raise UsageError("cannot attach to gpudiag itself")
+    if not running(pid):
+        raise UsageError(f"pid {pid} has already exited (a zombie its parent has not reaped)")
+    return pid
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag attach PID`: profile a running job; exit 2 when it cannot be read at all."""
+    pid = parse_pid(args.pid)
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    check_outputs(
+        {"--out": args.out, "--record": args.record, "--speedscope": args.speedscope}
+        | {"--trace": args.trace}
+    )
+    return attach_job(args, pid, settings)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `attach` subcommand and its options."""
+    p = sub.add_parser(
+        "attach",
+        help="profile a running job by PID",
+        description="Profile a running Python job without restarting it, "
+        "until Ctrl-C, the job's exit, or --duration.",
+    )
+    p.add_argument("pid", help="process id of the job's Python process")
+    profiling_options(p)
+    capture_option(p, "attach")
+    metrics_options(p)

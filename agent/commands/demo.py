@@ -18,6 +18,7 @@ import time
 
 from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.cli.options import positive
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import check_writable, report_of, write_report
 from gpudiag.agent.session.launch import launch
@@ -102,7 +103,7 @@ def found_line(doc: dict, clock: DemoClock) -> str:
     )
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Launch the demo job, profile its loop until the verdict is sure (at most --duration
     seconds of loop), print the full diagnosis and one line with what it found."""
     if importlib.util.find_spec("torch") is None:
@@ -154,3 +155,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\nReport written to {path}")
     print(found_line(doc, clock))
     return 0 if result.end_reason != "interrupted" else 130
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `demo` subcommand."""
+    p = sub.add_parser(
+        "demo",
+        help="profile a built-in training job with a planted bottleneck",
+        description="Run a small PyTorch training job whose input pipeline is "
+        "starved (num_workers=0, CPU-heavy transform), profile it "
+        "and show the diagnosis. Needs PyTorch; no GPU needed.",
+    )
+    p.add_argument(
+        "--duration",
+        type=positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="the most loop time to profile: it stops as soon as the verdict is sure; the "
+        "clock starts at the job's first step (default: 60)",
+    )
+    p.add_argument("--out", metavar="FILE", help="report file (default: ./gpudiag-demo.json)")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpudiag.agent.cli.config import load_settings, read_section
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.cli.options import positive
 from gpudiag.agent.commands.gate_output import github_outputs, junit_xml, print_result
 from gpudiag.agent.output.report import (
     MAX_REPORT_BYTES,
@@ -285,7 +286,7 @@ def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
     return lines
 
 
-def gate_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Compare runs (or saved reports) with a baseline; exit 0/1/3 (2 on errors)."""
     cfg = load_gate_config(args.config)
     runs = args.runs if args.runs is not None else cfg.runs
@@ -344,3 +345,73 @@ def gate_command(args: argparse.Namespace) -> int:
 
         print(f"HTML page written to {write_text(render_html(last), args.html)}")
     return 0 if args.exit_zero else EXIT[verdict]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The `gate` subcommand and its options; the parser is returned: `gate` takes its
+    options before or after its report files (argparse's intermixed parsing)."""
+    p = sub.add_parser(
+        "gate",
+        help="fail CI when GPU efficiency regresses against a baseline",
+        description="Run the job N times under gpudiag (or take saved reports) "
+        "and compare its metrics with a baseline. Exit codes: 0 "
+        "pass, 1 regression, 2 usage or internal error, 3 "
+        "inconclusive (too few runs, interval straddling a limit, "
+        "different environment).",
+        usage="gpudiag gate --baseline BASE.json [options] (-- CMD [ARGS...] | CURRENT.json ...)",
+    )
+    p.add_argument(
+        "--baseline",
+        required=True,
+        metavar="FILE",
+        help="a gate baseline (from --update-baseline) or a gpudiag report",
+    )
+    p.add_argument("--runs", type=int, metavar="N", help="runs of the job (default: config or 5)")
+    p.add_argument(
+        "--duration",
+        type=positive,
+        metavar="SECONDS",
+        help="profile each run this long (default: until the job exits)",
+    )
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        metavar="N",
+        help="steps left out at the start of each run (default: config or 5)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML with a [gate] table (default: [tool.gpudiag.gate] of ./pyproject.toml)",
+    )
+    p.add_argument(
+        "--update-baseline",
+        action="store_true",
+        help="write the runs as the new baseline instead of comparing",
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="run the job N times and suggest limits from its own noise",
+    )
+    p.add_argument("--exit-zero", action="store_true", help="report but exit 0 (still 2 on errors)")
+    p.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML file")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the last run's report with the comparison as one HTML page",
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="report of the last run with the gate result (default: ./gpudiag-gate-<time>.json)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "reports",
+        nargs="*",
+        metavar="CURRENT.json",
+        help="saved reports to compare (or -- CMD ARGS... to run the job; options "
+        "may come before or after the reports, not after --)",
+    )
+    return p

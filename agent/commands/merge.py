@@ -9,10 +9,15 @@ the difference between their clocks.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
+from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.report import iso, load_report
+from gpudiag.agent.cli.options import settings_options
+from gpudiag.agent.output.report import check_writable, iso, load_report, validate, write_report
+from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers.distributed.compare import RankStats, straggler
 from gpudiag.analyzers.engine.catalogue import compares_ranks, ranked
 from gpudiag.analyzers.engine.finalize import merged_verdict
@@ -157,3 +162,40 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     )
     base.pop("gate", None)
     return base
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag merge`: one job report from per-host reports; printed, and written with
+    --out."""
+    settings = load_settings(args.config, args.overrides)
+    if args.out:
+        check_writable(args.out)
+    doc = merge_reports(list(args.reports), settings.thresholds)
+    print_summary(doc, args.format)
+    if args.out:
+        path = write_report(doc, args.out)
+        note = sys.stdout if args.format == "text" else sys.stderr
+        print(f"Job report written to {path}", file=note)
+    else:
+        validate(doc)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """`gpudiag merge A.json B.json ... --out JOB.json`: one job report from per-host ones."""
+    p = sub.add_parser(
+        "merge",
+        help="one job report from the reports of its hosts (or ranks)",
+        description="Merge the reports each host's gpudiag wrote for its ranks into one "
+        "job report: every rank in one view, the straggler analysis across hosts, the "
+        "hosts' clocks aligned on the steps.",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT.json", help="per-host reports")
+    p.add_argument("--out", metavar="FILE", help="write the job report here")
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="summary on stdout (default: text)",
+    )
+    settings_options(p, "thresholds from this TOML file")

@@ -3,14 +3,21 @@ would have written."""
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 import jsonschema
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.config import Settings, load_settings
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.cli.evidence_options import export_options
+from gpudiag.agent.cli.options import price_options, settings_options
+from gpudiag.agent.commands.report import browse, exports
 from gpudiag.agent.output.recording import open_recording
-from gpudiag.agent.output.report import report_of, validate
+from gpudiag.agent.output.report import check_outputs, report_of, validate, write_report
 from gpudiag.agent.session.environment import describe_environment
 from gpudiag.agent.session.session import SessionResult
+from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers import analyze
 
 
@@ -63,3 +70,45 @@ def replay_report(path: str, settings: Settings) -> dict:
             f"{exc.message[:120]})"
         ) from None
     return doc
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag replay FILE`: analyse a recording and print (and optionally write) the
+    report."""
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    check_outputs({"--out": args.out, "--speedscope": args.speedscope, "--trace": args.trace})
+    doc = replay_report(args.file, settings)  # validated there
+    if args.tui:
+        return browse(doc, f"replay {args.file}")
+    print_summary(doc, args.format)
+    if args.out:
+        path = write_report(doc, args.out)  # WriteError names the file; the summary stands
+        print(
+            f"Report written to {path}",
+            file=sys.stdout if args.format == "text" else sys.stderr,
+        )
+    exports(doc, args)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `replay` subcommand and its options."""
+    p = sub.add_parser(
+        "replay",
+        help="analyse a recording made with --record",
+        description="Run the analyzers over a recording (--record FILE) and "
+        "write a report, as the live run would have.",
+    )
+    p.add_argument("file", help="a recording (.jsonl.gz) written by run/attach --record")
+    p.add_argument("--out", metavar="FILE", help="also write the report to FILE")
+    settings_options(p, "thresholds and rules, as for run")
+    price_options(p)
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json", "html"),
+        default="text",
+        help="summary on stdout: text, markdown, json (the whole report) or html (the "
+        "self-contained page) (default: text)",
+    )
+    p.add_argument("--tui", action="store_true", help="browse the result in the terminal UI")
+    export_options(p)

@@ -10,10 +10,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.config import Settings, load_settings
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.cli.evidence_options import capture_option
+from gpudiag.agent.cli.fleet_options import metrics_options
+from gpudiag.agent.cli.options import profiling_options, run_try_option
 from gpudiag.agent.fleet.server import MetricsServer, open_metrics
-from gpudiag.agent.output.report import check_writable, default_report_name
+from gpudiag.agent.output.report import check_outputs, check_writable, default_report_name
 from gpudiag.agent.session.joboutput import StderrTee, job_log_path
 from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.signals import StopSignals
@@ -147,3 +150,47 @@ def _profile_launched(
     if code is not None:
         return code if code >= 0 else 128 - code
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
+
+
+def prepare(args: argparse.Namespace) -> tuple[list[str], Settings]:
+    """The job's command and the settings, checked: one line and exit 2 when wrong."""
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    check_outputs(
+        {"--out": args.out, "--record": args.record, "--speedscope": args.speedscope}
+        | {"--trace": args.trace}
+    )
+    return command, settings
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag run`: launch the job, profile it, write the report; pass the job's exit code
+    through (`run --try` is routed to the try command by the command registry)."""
+    command, settings = prepare(args)
+    return run_job(args, command, settings)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `run` subcommand and its options."""
+    p = sub.add_parser(
+        "run",
+        help="launch a job and profile it until it exits",
+        description="Launch CMD, profile it until it exits (its exit code is "
+        "passed through) or until --duration passes (the job then "
+        "keeps running), write the report, print a summary.",
+        usage="gpudiag run [options] -- CMD [ARGS...]",
+    )
+    profiling_options(p)
+    p.add_argument(
+        "--no-inject",
+        action="store_true",
+        help="do not add the in-process hooks (exact step timing) to the job",
+    )
+    capture_option(p, "run")
+    run_try_option(p)
+    metrics_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")

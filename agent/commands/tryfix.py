@@ -12,8 +12,8 @@ from gpudiag.agent.cli.errors import UsageError
 USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
 
-def add_try_parser(sub) -> None:
-    """The `try` subcommand."""
+def add_parser(sub) -> None:
+    """The `try` subcommand and its options."""
     p = sub.add_parser(
         "try",
         help="apply a finding's fix without a code change and measure the speed-up",
@@ -62,17 +62,6 @@ def add_try_parser(sub) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
 
-def add_run_try_option(p: argparse.ArgumentParser) -> None:
-    """`gpudiag run --try`: diagnose, then try the fixes the findings carry."""
-    p.add_argument(
-        "--try",
-        dest="try_fixes",
-        action="store_true",
-        help="after the diagnosis, try the findings' fixes as `gpudiag try --from` does "
-        "(3 rounds of 10 s per arm; the report gets `trials`)",
-    )
-
-
 def run_then_try(args: argparse.Namespace, command: list[str], rc: int) -> int:
     """After `run` wrote its report: try its findings' fixes and add `trials` to it."""
     try_args = argparse.Namespace(
@@ -88,7 +77,7 @@ def run_then_try(args: argparse.Namespace, command: list[str], rc: int) -> int:
         out=args.out,
     )
     try:
-        cmd_try(try_args)
+        main(try_args)
     except UsageError as exc:  # nothing to try is a result of the diagnosis, not an error
         print(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
     return rc
@@ -131,8 +120,8 @@ def parse_fix(text: str) -> dict:
     return {"kind": kind.strip(), "values": values}
 
 
-def cmd_try(args: argparse.Namespace) -> int:
-    """Try each fix; print the results and the code changes; write --out."""
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag try`: try each fix; print the results and the code changes; write --out."""
     from gpudiag.agent.commands.trial import TrialPlan, check_fix, progress, try_fix
     from gpudiag.agent.output.report import check_writable, load_report
     from gpudiag.analyzers.engine.thresholds import Thresholds
@@ -202,8 +191,7 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
     return the report's path (its findings' fixes are then tried)."""
     import tempfile
 
-    from gpudiag.agent.cli.main import cmd_run
-    from gpudiag.agent.cli.parser import build_parser
+    from gpudiag.agent.commands import run
     from gpudiag.agent.commands.trial import progress
     from gpudiag.agent.output.report import load_report
 
@@ -212,13 +200,13 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
         f"no --fix or --from: diagnosing the job first (until the verdict is sure, at most "
         f"{args.diagnose_seconds:.0f} s of its loop)"
     )
-    ns = build_parser().parse_args(
+    ns = run_parser().parse_args(
         ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
         + ["--", *command]
     )
     ns.launched = launched = []  # the job's PID, kept here: never read back from a file
     try:
-        cmd_run(ns)
+        run.main(ns)
     finally:
         for pid in launched:
             end_job(pid)
@@ -246,3 +234,22 @@ def end_job(pid: int) -> None:
             p.kill()
     except (OSError, psutil.Error):
         pass
+
+
+def run_parser() -> argparse.ArgumentParser:
+    """A parser of `run` alone: the diagnosis `try` makes first is a `run --until-sure`."""
+    from gpudiag.agent.cli.options import CommandParser
+    from gpudiag.agent.commands import run
+
+    parser = CommandParser(prog="gpudiag")
+    run.add_parser(parser.add_subparsers(dest="command", parser_class=CommandParser))
+    return parser
+
+
+def main_run_try(args: argparse.Namespace) -> int:
+    """`gpudiag run --try`: the diagnosis as `run` makes it, then its findings' fixes tried."""
+    from gpudiag.agent.commands import run
+
+    command, settings = run.prepare(args)
+    args.out = args.out or f"gpudiag-try-{os.getpid()}.json"
+    return run_then_try(args, command, run.run_job(args, command, settings))

@@ -6,6 +6,7 @@ its share of gpudiag's own process."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import threading
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.cli.config import Settings, load_settings
+from gpudiag.agent.cli.fleet_options import metrics_options
+from gpudiag.agent.cli.options import budget, positive, price_options, rate, settings_options
 from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import LiveJob
 from gpudiag.agent.session.budget import SPY_SHARE, Budget, Governor
@@ -321,3 +324,79 @@ def watch_command(args, settings: Settings) -> int:
     finally:
         server.close()
     return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag watch`: profile every job on the box and serve the findings until Ctrl-C,
+    SIGTERM or --duration."""
+    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    return watch_command(args, settings)
+
+
+def _recent(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return v
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `watch` subcommand and its options."""
+    p = sub.add_parser(
+        "watch",
+        help="node daemon: profile every PyTorch/GPU job on the box, serve /metrics",
+        description="Find the GPU jobs on this box (NVML's process list, and Python "
+        "processes with PyTorch loaded), profile each at a low cost within one CPU and "
+        "memory budget for all of them, and serve their findings as Prometheus metrics "
+        "until Ctrl-C or SIGTERM. A job that ends is dropped.",
+    )
+    metrics_options(p, default_port=9401)
+    p.add_argument(
+        "--cpu-budget",
+        type=budget,
+        default=10.0,
+        metavar="PERCENT",
+        help="CPU for all watched jobs together, in percent of one core, shared "
+        "evenly between them (default: 10; 0: no limit)",
+    )
+    p.add_argument(
+        "--memory-budget",
+        type=positive,
+        default=400,
+        metavar="MB",
+        help="resident memory for all watched jobs together (default: 400)",
+    )
+    p.add_argument(
+        "--interval",
+        type=positive,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often to look for new and ended jobs (default: 5)",
+    )
+    p.add_argument(
+        "--recent",
+        type=_recent,
+        default=600.0,
+        metavar="SECONDS",
+        help="findings cover each job's last SECONDS, so that they follow a job that "
+        "changes (default: 600; 0: the whole time it was watched)",
+    )
+    p.add_argument(
+        "--match",
+        metavar="REGEX",
+        help="watch only jobs whose command line matches REGEX",
+    )
+    p.add_argument(
+        "--duration",
+        type=positive,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: until Ctrl-C or SIGTERM)",
+    )
+    p.add_argument("--rate", type=rate, default=100, metavar="HZ", help="py-spy rate at most")
+    p.add_argument("--window", type=positive, default=3.0, metavar="SECONDS", help="py-spy window")
+    settings_options(p, "thresholds and rules, as for run")
+    price_options(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no log lines on stderr")

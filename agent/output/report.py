@@ -30,7 +30,7 @@ from gpudiag.text.redact import redact_argv
 
 if TYPE_CHECKING:
     from gpudiag.agent.cli.config import Settings
-    from gpudiag.agent.session.session import SessionResult
+    from gpudiag.agent.session.setup import SessionResult
 
 SCHEMA_VERSION = "1.0"
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # reports are kilobytes; refuse to load a runaway file

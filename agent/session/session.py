@@ -17,7 +17,6 @@ from dataclasses import replace
 
 from gpudiag.agent.cli.config import Settings
 from gpudiag.agent.session.budget import Budget, Governor, loop_window_samples
-from gpudiag.agent.session.end import close_probes, final_result
 from gpudiag.agent.session.ranks.rankset import RankSet, setup_ranks
 from gpudiag.agent.session.setup import SessionOptions, SessionResult, make_probes, open_probe
 from gpudiag.agent.session.signals import StopSignals
@@ -353,6 +352,79 @@ class Session:
             distributed=dist,
         )
 
+    def _close_probes(self, reason: str) -> None:
+        """Close the session's probes (a hung one is left alone), join their threads, drain the
+        buffered ones once more and take their final statuses and problems."""
+        self.check_hung()
+        live = [p for p in self.probes if p.name not in self.hung]
+        for probe in live:  # a hung probe's close() could hang too: left alone
+            try:
+                probe.close()
+            except Exception as exc:
+                self.error(probe.name, f"failed to close: {exc}")
+        deadline = time.monotonic() + 20
+        for th, name in self._threads:  # a hung probe's thread is left to the daemon exit
+            if name not in self.hung:
+                th.join(timeout=max(0.1, deadline - time.monotonic()))
+        for probe in live:
+            if (
+                probe.buffered
+                and self.statuses.get(probe.name, ProbeStatus(probe.name, False)).available
+            ):
+                try:
+                    self._ingest(probe.sample())
+                except Exception:
+                    pass
+            for msg in probe.problems():
+                self.error(probe.name, msg)
+            final = probe.final_status()
+            if final is not None and probe.name in self.statuses:
+                self.statuses[probe.name] = final
+        stacks_ok = self.statuses.get("stacks")
+        if stacks_ok is not None and stacks_ok.available and not self.timeline.window_totals("all"):
+            self.error(
+                "stacks",
+                "py-spy returned no stack samples"
+                + ("" if reason != "target_exited" else " before the job exited"),
+            )
+
+    def _final_result(self, start: float, reason: str) -> SessionResult:
+        """The session's samples analysed (the ranks' findings added) into its result."""
+        end = time.time()
+        with self._lock:
+            analysis = analyze(
+                self.timeline,
+                self.settings.thresholds,
+                self.settings.rules,
+                self.settings.price,
+                self.settings.price_table,
+            )
+        analysis, dist = self._with_ranks(analysis)
+        statuses = [
+            self.statuses.get(p.name)
+            or ProbeStatus(p.name, False, "not started (session ended first)")
+            for p in self.probes
+        ]
+        hardware: dict = {}
+        for p in self.probes:
+            st = self.statuses.get(p.name)
+            if st is not None and st.available:
+                hardware.update(p.describe())
+        agent = self.governor.summary() if self.governor is not None else None
+        return SessionResult(
+            analysis,
+            statuses,
+            self.errors,
+            start,
+            end,
+            reason,
+            self.exit_code,
+            self.timeline,
+            hardware,
+            agent,
+            dist,
+        )
+
     def finish(self, start: float, reason: str) -> SessionResult:
         """Close probes (flushing partial windows), analyse, and return the result."""
         self._stop.set()
@@ -364,8 +436,8 @@ class Session:
         if self.stop_signals is None and threading.current_thread() is threading.main_thread():
             old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the report
         try:
-            close_probes(self, reason)
-            return final_result(self, start, reason)
+            self._close_probes(reason)
+            return self._final_result(start, reason)
         finally:
             if old_int is not None:
                 signal.signal(signal.SIGINT, old_int)

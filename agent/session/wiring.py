@@ -14,9 +14,8 @@ from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.fleet.metrics import chain_sinks
 from gpudiag.agent.fleet.server import MetricsServer, serve_job
 from gpudiag.agent.output.recording import Recorder
-from gpudiag.agent.output.render.text import render_markdown, render_text
+from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import report_of, write_report
-from gpudiag.agent.output.safeio import dumps_json
 from gpudiag.agent.session.environment import describe_environment
 from gpudiag.agent.session.session import Session, SessionOptions, SessionResult
 from gpudiag.analyzers.timeline.timeline import Timeline
@@ -206,14 +205,6 @@ class Wiring:
 
 
 def print_summary(doc: dict, fmt: str) -> None:
-    """The summary on stdout: json (the whole report), markdown or text."""
-    if fmt == "html":
-        from gpudiag.agent.output.render.html import render_html
-
-        print(render_html(doc), end="")
-    elif fmt == "json":
-        print(dumps_json(doc, indent=2))  # strict JSON: never a NaN token
-    elif fmt == "markdown":
-        print(render_markdown(doc))
-    else:
-        print(render_text(doc, verbose=False))
+    """The summary on stdout, in one of the output formats (text: the shorter summary)."""
+    text = render(doc, fmt, verbose=False)
+    print(text + ("\n" if fmt == "markdown" else ""), end="")

@@ -4,8 +4,8 @@ per analysed span); the context's `found` holds the findings made before it (the
 explains the GPU idle the host-side ones left over). `analyze` runs them all, then
 `finalize` ranks them, prices them and gives the verdict. A new finding goes inside the
 `find` of its family's module (see CONTRIBUTING.md); a new family's module is added here.
-The passes that add findings after the analysis (a distributed job's ranks, `merge`, the
-profiler capture's checks) are registered in `SECOND_PASSES`."""
+The passes that add findings after the analysis (a distributed job's ranks, `merge`) rank
+them in through `finalize.with_more`."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -174,7 +175,8 @@ def test_an_internal_error_is_one_line(monkeypatch, capsys):
     def broken(args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli, "cmd_thresholds", broken)
+    command = cli.BY_NAME["thresholds"]
+    monkeypatch.setitem(cli.BY_NAME, "thresholds", dataclasses.replace(command, main=broken))
     monkeypatch.delenv("GPUDIAG_DEBUG", raising=False)
     assert cli.main(["thresholds"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -40,7 +40,7 @@ def test_a_rank_evaluating_while_the_others_wait_in_a_barrier_is_not_a_hang(monk
     assert rs.hang_finding is None
     assert "rank 0 is evaluating at /u/train.py:60:evaluate" in rs.notes[-1], rs.notes
     # the same stacks past dist_hang_steps times the threshold: a hang after all
-    rs._recheck_at = 0.0
+    rs.hang_state.recheck_at = 0.0
     confirmed(rs, Thresholds(dist_hang_s=10.0, dist_hang_steps=2))  # 30 s >= 2 x 10 s
     assert rs.hang_finding is not None and "rank 0 is not in it" in rs.hang_finding.message
 
@@ -79,7 +79,7 @@ def test_flight_recorder_dump_names_the_rank_behind_while_hung(monkeypatch, tmp_
     stacks = {0: BACKWARD, 1: ("stalled (/u/train.py:22)", "main (/u/train.py:35)")}
     rs = rank_set({0: None, 1: None}, stacks, monkeypatch)
     monkeypatch.setattr(rank_hang, "read_environ", lambda pid: {})
-    rs._fr_prefix = write(
+    rs.hang_state.fr_prefix = write(
         tmp_path,
         {
             0: [entry(11, "completed"), entry(12, "started")],
@@ -99,7 +99,9 @@ def test_dumps_after_a_watchdog_timeout_give_dist002_at_the_end(monkeypatch, tmp
     stacks = {0: (), 1: ()}
     rs = rank_set({0: None, 1: None}, stacks, monkeypatch)
     monkeypatch.setattr(rank_hang, "read_environ", lambda pid: {})
-    rs._fr_prefix = write(tmp_path, {0: [entry(7, "started")], 1: [entry(6, "completed")]})
+    rs.hang_state.fr_prefix = write(
+        tmp_path, {0: [entry(7, "started")], 1: [entry(6, "completed")]}
+    )
     rank_hang.recorder_hang(rs, TH)
     f = rs.hang_finding
     assert f is not None and "NCCL watchdog timeout" in f.message
@@ -110,6 +112,6 @@ def test_dumps_after_a_watchdog_timeout_give_dist002_at_the_end(monkeypatch, tmp
 def test_no_dumps_no_recorder_finding(monkeypatch, tmp_path):
     rs = rank_set({0: None, 1: None}, {0: (), 1: ()}, monkeypatch)
     monkeypatch.setattr(rank_hang, "read_environ", lambda pid: {})
-    rs._fr_prefix = str(tmp_path / "none_")
+    rs.hang_state.fr_prefix = str(tmp_path / "none_")
     rank_hang.recorder_hang(rs, TH)
     assert rs.hang_finding is None

@@ -32,7 +32,7 @@ def rank_set(inside: dict[int, str | None], stacks: dict[int, tuple], monkeypatc
 
 def look_again(rs, th) -> None:
     """The next look of the hang watcher, without waiting for its recheck time."""
-    rs._recheck_at = 0.0
+    rs.hang_state.recheck_at = 0.0
     rs.check_hang(th)
 
 
@@ -97,8 +97,8 @@ def test_the_suspecting_look_comes_early_so_the_hang_is_named_at_the_threshold(m
     assert dumps == []  # not even suspected yet
     quiet_for(TH.dist_hang_s - 1.0)
     rs.check_hang(TH)
-    assert rs._hang_suspect is not None and rs.hang_finding is None
-    assert rs._recheck_at >= time.monotonic() + 0.9  # the next look at the threshold
+    assert rs.hang_state.suspect is not None and rs.hang_finding is None
+    assert rs.hang_state.recheck_at >= time.monotonic() + 0.9  # the next look at the threshold
     quiet_for(TH.dist_hang_s + 0.1)
     look_again(rs, TH)
     assert rs.hang_finding is not None and rs.hang["seconds_without_step"] < TH.dist_hang_s + 1

@@ -86,7 +86,7 @@ def test_try_out_replaces_a_planted_link(tmp_path, monkeypatch):
         allow_compile=False,
         out=str(out),
     )
-    assert tryfix.cmd_try(args) == 0
+    assert tryfix.main(args) == 0
     assert victim.read_text() == "precious" and not out.is_symlink()
     assert json.loads(out.read_text())["trials"][0]["verdict"] == "held"
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
@@ -260,9 +260,8 @@ def test_an_older_segment_of_another_user_is_not_merged(tmp_path):
 def test_try_ends_the_job_it_launched_not_the_pid_a_report_names(tmp_path, monkeypatch):
     """`try` re-read the report it wrote and killed the PID it named: in a shared folder
     another user chose which process root killed."""
-    from gpudiag.agent.cli import main
     from gpudiag.agent.cli.config import load_settings
-    from gpudiag.agent.commands import tryfix
+    from gpudiag.agent.commands import run, tryfix
     from gpudiag.agent.commands.replay import replay_report
     from gpudiag.agent.output.report import write_report
 
@@ -276,7 +275,7 @@ def test_try_ends_the_job_it_launched_not_the_pid_a_report_names(tmp_path, monke
         write_report(doc, ns.out)
         return 0
 
-    monkeypatch.setattr(main, "cmd_run", fake_run)
+    monkeypatch.setattr(run, "main", fake_run)
     args = argparse.Namespace(out=str(tmp_path / "d.json"), diagnose_seconds=1.0)
     try:
         tryfix.diagnose_first(["python", "x.py"], args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.distributed.hang import (
     HangRank,
@@ -21,6 +21,18 @@ from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.dist.flight_recorder import PREFIX_ENV, read_dumps
 from gpudiag.probes.dist.ranks import read_environ
 from gpudiag.probes.stacks.dump import dump_main_stack
+
+
+@dataclass
+class HangState:
+    """What the hang watcher keeps between its looks at a job's ranks (its RankSet owns one):
+    when to look again, the stacks of a suspected hang to confirm, where the NCCL flight
+    recorder writes and since when its dumps count."""
+
+    recheck_at: float = 0.0
+    suspect: dict | None = None  # stacks of a suspected hang, to confirm it
+    fr_prefix: str | None = None
+    wall_start: float = field(default_factory=time.time)
 
 
 def hang_ranks(rs) -> list[HangRank]:
@@ -58,9 +70,11 @@ def hang_ranks(rs) -> list[HangRank]:
 def read_recorder(rs) -> None:
     """The NCCL flight recorder's dumps written since the session began (each rank's
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix, else PyTorch's default)."""
-    prefix = (read_environ(rs.primary.pid) or {}).get(PREFIX_ENV) or rs._fr_prefix
-    rs._fr_prefix = prefix
-    got = read_dumps(prefix, sorted(rs.ranks), since=rs._wall_start, owners=rank_owners(rs))
+    prefix = (read_environ(rs.primary.pid) or {}).get(PREFIX_ENV) or rs.hang_state.fr_prefix
+    rs.hang_state.fr_prefix = prefix
+    got = read_dumps(
+        prefix, sorted(rs.ranks), since=rs.hang_state.wall_start, owners=rank_owners(rs)
+    )
     if got:
         rs.recorder.update(got)
 
@@ -114,13 +128,13 @@ def check_hang(rs, th: Thresholds) -> None:
     ranks = hang_ranks(rs)
     quiet = is_hung(ranks, th, early_s=CONFIRM_S)  # the suspecting look comes that early
     if quiet is None:
-        rs._hang_suspect = None  # a step: whatever was suspected moved on
+        rs.hang_state.suspect = None  # a step: whatever was suspected moved on
         if rs.hang is not None and rs.hang.get("ongoing"):
             rs.hang["ongoing"] = False
         return
     if rs.hang is not None and rs.hang.get("ongoing"):
         return
-    if time.monotonic() < rs._recheck_at:
+    if time.monotonic() < rs.hang_state.recheck_at:
         return
     dumped = []
     stacks: dict[str, list[str]] = {}
@@ -142,12 +156,12 @@ def check_hang(rs, th: Thresholds) -> None:
     limit, _ = hang_threshold(dumped, th)
     evaluating = bool(inside and phases and all(p for _, p in phases))
     if quiet < limit and (evaluating or not inside):  # too early to say anything of it
-        rs._recheck_at = time.monotonic() + limit - quiet
+        rs.hang_state.recheck_at = time.monotonic() + limit - quiet
         return
     if evaluating and quiet < limit * th.dist_hang_steps:
         # the ranks outside the collective are evaluating or saving: the others wait for
         # them in a barrier; a hang only past dist_hang_steps times the threshold
-        rs._recheck_at = time.monotonic() + th.dist_hang_s
+        rs.hang_state.recheck_at = time.monotonic() + th.dist_hang_s
         what = "; ".join(f"rank {k} is {p[0]} at {p[1]}" for k, p in phases if p)
         note = (
             f"no step for {quiet:.0f} s, but {what} (the others wait for it): not "
@@ -159,7 +173,7 @@ def check_hang(rs, th: Thresholds) -> None:
     if not inside:
         # a long evaluation or save looks the same: a hang needs a rank left waiting
         # in a collective; look again after another dist_hang_s
-        rs._recheck_at = time.monotonic() + th.dist_hang_s
+        rs.hang_state.recheck_at = time.monotonic() + th.dist_hang_s
         note = (
             f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
             "not reported as a hang (an evaluation or a long save looks the same)"
@@ -172,14 +186,14 @@ def check_hang(rs, th: Thresholds) -> None:
     # not moved; a job that moves (a step, other frames) was not hung
     # (the first look comes CONFIRM_S before the threshold, so that the hang is named at it)
     seen = {r.rank: user_frames(r.stack) for r in dumped}
-    if rs._hang_suspect != seen:
-        rs._hang_suspect = seen
-        rs._recheck_at = time.monotonic() + max(CONFIRM_S, limit - quiet)
+    if rs.hang_state.suspect != seen:
+        rs.hang_state.suspect = seen
+        rs.hang_state.recheck_at = time.monotonic() + max(CONFIRM_S, limit - quiet)
         return
     if quiet < limit:
-        rs._recheck_at = time.monotonic() + limit - quiet
+        rs.hang_state.recheck_at = time.monotonic() + limit - quiet
         return
-    rs._hang_suspect = None
+    rs.hang_state.suspect = None
     rs.hang_finding = hang_finding(dumped, quiet, th)
     rs.hang = {
         "ongoing": True,

@@ -71,12 +71,9 @@ class RankSet:
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
         self.add_probe: Callable[[RankInfo], None] = lambda info: None
-        self._recheck_at = 0.0
-        self._hang_suspect: dict | None = None  # stacks of a suspected hang, to confirm it
+        self.hang_state = rank_hang.HangState()  # the hang watcher's own state
         self.root_pid = primary.pid
         self.recorder: dict = {}  # rank -> RecorderRank, from the flight recorder's dumps
-        self._fr_prefix: str | None = None
-        self._wall_start = time.time()
         self.gpu_basis: dict[int, str] = {}  # rank -> how its GPU is known (nvml, env)
         self.gpu_probe = None  # the session's GpuProbe: which device each rank's pid is on
         self.main_timeline: Callable[[], Timeline | None] = lambda: None

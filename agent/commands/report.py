@@ -1,0 +1,74 @@
+"""`gpudiag report FILE`: a saved report rendered in any output format, or browsed in the
+terminal UI; the exports (speedscope, Perfetto) `report` and `replay` write."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpudiag.agent.cli.evidence_options import export_options
+from gpudiag.agent.output.render.formats import render
+from gpudiag.agent.output.report import check_writable, load_report
+
+EXIT_OK = 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gpudiag report FILE`: render a saved report."""
+    doc = load_report(args.file)
+    if args.out:
+        check_writable(args.out)
+    if args.tui:
+        return browse(doc, f"report {args.file}")
+    text = render(doc, args.format)
+    if args.out:
+        from gpudiag.agent.output.exports import write_text
+
+        where = write_text(text, args.out, what=f"{args.format} report")
+        print(f"{args.format} written to {where}", file=sys.stderr)
+    else:
+        print(text, end="")
+    exports(doc, args)
+    return EXIT_OK
+
+
+def exports(doc: dict, args: argparse.Namespace) -> None:
+    """Write --speedscope / --trace when asked; say where on stderr."""
+    if getattr(args, "speedscope", None) or getattr(args, "trace", None):
+        from gpudiag.agent.output.exports import write_exports
+
+        for path in (args.speedscope, args.trace):
+            if path:
+                check_writable(path)
+        for line in write_exports(doc, args.speedscope, args.trace):
+            print(line, file=sys.stderr)
+
+
+def browse(doc: dict, title: str) -> int:
+    """Browse a report in the terminal UI."""
+    from gpudiag.tui.app import DiagnosisApp
+    from gpudiag.tui.feeds import static_feed
+
+    DiagnosisApp(static_feed(doc, title)).run()
+    return EXIT_OK
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `report` subcommand and its options."""
+    p = sub.add_parser(
+        "report",
+        help="render a saved report",
+        description="Render a saved report as text, markdown or JSON.",
+    )
+    p.add_argument("file", help="a report written by gpudiag run/attach")
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json", "html"),
+        default="text",
+        help="text (the full diagnosis with evidence), markdown (for tickets and "
+        "pull requests), json (the report itself) or html (one self-contained page with "
+        "the timeline, findings and flame graph; opens offline) (default: text)",
+    )
+    p.add_argument("--out", metavar="FILE", help="write the rendering to FILE, not stdout")
+    export_options(p)
+    p.add_argument("--tui", action="store_true", help="browse it in the terminal UI")

@@ -1,0 +1,22 @@
+"""`gpudiag schema`: the JSON Schema every report validates against."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpudiag.agent.output.report import schema_text
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the schema."""
+    print(schema_text(), end="")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `schema` subcommand."""
+    sub.add_parser(
+        "schema",
+        help="print the report's JSON Schema",
+        description="Print the JSON Schema every report validates against.",
+    )

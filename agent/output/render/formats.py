@@ -1,0 +1,29 @@
+"""The output formats, one map: every command that prints or writes a report document
+(`report`, `replay`, `merge`, `run`, `attach`) renders it through here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpudiag.agent.output.render.text import render_markdown, render_text
+from gpudiag.agent.output.safeio import dumps_json
+
+
+def _html(doc: dict, verbose: bool) -> str:
+    from gpudiag.agent.output.render.html import render_html  # its charts load only here
+
+    return render_html(doc)
+
+
+# format -> the document's text (verbose: the full diagnosis; else the summary's shorter one)
+FORMATS: dict[str, Callable[[dict, bool], str]] = {
+    "text": lambda doc, verbose: render_text(doc, verbose=verbose) + "\n",
+    "markdown": lambda doc, verbose: render_markdown(doc),
+    "json": lambda doc, verbose: dumps_json(doc, indent=2) + "\n",  # strict: never a NaN token
+    "html": _html,
+}
+
+
+def render(doc: dict, fmt: str, verbose: bool = True) -> str:
+    """The report document in one of FORMATS."""
+    return FORMATS[fmt](doc, verbose)
