@@ -17,10 +17,12 @@ from gpudiag.analyzers.engine.results import Finding
 from gpudiag.analyzers.findings import (
     checkpoint,
     data,
+    evaluation,
     gil,
     gpu,
     host_bound,
     host_contention,
+    oversubscription,
     startup,
     storage,
     sync,
@@ -34,8 +36,10 @@ FINDERS: tuple[Finder, ...] = (
     storage.find,
     gil.find,
     checkpoint.find,
+    evaluation.find,
     host_bound.find,
     host_contention.find,
+    oversubscription.find,
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,
 )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.host.probe import CGROUP_ROOT, cgroup_dir
 
 
 @dataclass
@@ -47,6 +50,47 @@ def read_threads(pid: int) -> list[ThreadStat]:
     return out
 
 
+def parse_cpu_max(text: str) -> float | None:
+    """Cores a cgroup v2 `cpu.max` line ("QUOTA PERIOD", or "max PERIOD") allows; None: no
+    quota."""
+    parts = text.split()
+    if len(parts) < 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if period > 0 else None
+
+
+def cgroup_quota_cores(pid: int, root: Path = CGROUP_ROOT) -> float | None:
+    """The tightest CPU quota (cores) of a process's cgroup and its parents; None: none."""
+    path = cgroup_dir(pid, root)
+    best: float | None = None
+    while path is not None and (path == root or root in path.parents):
+        try:
+            cores = parse_cpu_max((path / "cpu.max").read_text())
+        except OSError:
+            cores = None
+        if cores is not None and (best is None or cores < best):
+            best = cores
+        if path == root:
+            break
+        path = path.parent
+    return best
+
+
+def cores_available(pid: int, root: Path = CGROUP_ROOT) -> float | None:
+    """CPU cores a process may use: its affinity, capped by its cgroup's quota (rounded up:
+    a quota of 1.5 cores lets 2 threads run at once, each throttled)."""
+    try:
+        cores = float(len(os.sched_getaffinity(pid)))
+    except (AttributeError, OSError):
+        return None
+    quota = cgroup_quota_cores(pid, root)
+    return min(cores, float(max(1, math.ceil(quota)))) if quota is not None else cores
+
+
 class ProcessProbe(Probe):
     """Samples the target's threads (CPU, run-queue wait, state) and its process tree."""
 
@@ -73,6 +117,14 @@ class ProcessProbe(Probe):
             "gauge",
             "time the group's threads were runnable but waiting for a CPU, in cores",
         ),
+        Field(
+            "cpus_allowed",
+            "cores",
+            "gauge",
+            "CPU cores the job may use: its affinity, capped by its cgroup's CPU quota",
+        ),
+        Field("worker_starts", "count", "gauge", "child processes that appeared since the last"),
+        Field("worker_exits", "count", "gauge", "child processes that ended since the last"),
     )
 
     def __init__(self, interval_s: float = 0.2, workers_interval_s: float = 1.0) -> None:
@@ -86,6 +138,7 @@ class ProcessProbe(Probe):
         self._prev_t: int = 0
         self._prev_scope_t: dict[str, int] = {}
         self._prev_wait: dict[int, int] = {}  # tid -> run-queue ns, for the groups' sums
+        self._churn = (0, 0)  # children started and ended, seen by the last re-listing
 
     def set_level(self, level: float) -> None:
         """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
@@ -137,6 +190,10 @@ class ProcessProbe(Probe):
         for k in kids:
             known = self._children.get(k.pid)
             alive[k.pid] = known if known is not None else k
+        self._churn = (
+            len(alive.keys() - self._children.keys()),
+            len(self._children.keys() - alive.keys()),
+        )
         self._children = alive
         return list(alive.values())
 
@@ -195,14 +252,21 @@ class ProcessProbe(Probe):
             )
         self._prev_threads = cur_threads
         assert self._root is not None
-        samples.append(self._aggregate("target", [self._root], t, threads))
+        target = self._aggregate("target", [self._root], t, threads)
+        samples.append(target)
         if (t - self._prev_scope_t.get("workers", 0)) / 1e9 >= self.workers_interval_s * 0.95:
             kids = self._refresh_children()
             seen = {self.target.pid} | {p.pid for p in kids}
             for pid in list(self._prev_proc):
                 if pid not in seen:
                     del self._prev_proc[pid]
-            samples.append(self._aggregate("workers", kids, t, threads))
+            workers = self._aggregate("workers", kids, t, threads)
+            workers.values["worker_starts"] = float(self._churn[0])
+            workers.values["worker_exits"] = float(self._churn[1])
+            samples.append(workers)
+            cpus = cores_available(self.target.pid)  # at the workers' pace: a re-read is rare
+            if cpus is not None:
+                target.values["cpus_allowed"] = cpus
         return samples
 
     def _aggregate(
