@@ -147,7 +147,7 @@ def plan(share: float, cad: Cadence | None, th: Thresholds) -> tuple[float, floa
         what = f"every {new:.0f} s of training instead of every {cad.every:.0f} s"
     else:
         factor = nice_ceil(max(1.0, need))
-        what = f"{factor:g}x less often"
+        what = f"{factor:.3g}x less often"
     after = share_after(share, factor)
     return (
         factor,
@@ -245,12 +245,12 @@ def evaluation_findings(
             message=msg,
             evidence=tuple(_evidence(et.share, train, after, cad, th)),
             recommendation=Recommendation(
-                f"Evaluate {factor:g}x less often, or on a subset", actions
+                f"Evaluate {factor:.3g}x less often, or on a subset", actions
             ),
             expected_speedup=speedup_from_step((1.0 - et.share) / (1.0 - after)),
             location=et.location,
             signals=("stacks",) + (("hooks",) if cad and cad.unit == "steps" else ()),
-            speedup_basis=f"training between evaluations {factor:g}x longer: evaluation "
+            speedup_basis=f"training between evaluations {factor:.3g}x longer: evaluation "
             f"{et.share:.0%} -> {after:.0%} of wall time, the training steps unchanged",
         )
     ]

@@ -154,9 +154,9 @@ def oversubscription_findings(tl: Aggregate, profile: LoopProfile, th: Threshold
         return []
     workers = f" and {jt.workers} DataLoader workers ({jt.worker_threads:.0f} threads each)"
     msg = (
-        f"The loop thread waits for a CPU {total:.0%} of the time, {rq:.0%} of it behind the "
-        f"job's own threads: they want {jt.want:.1f} cores (running and runnable) of the "
-        f"{jt.cores:g} available to the job ({jt.source}). The main process runs "
+        f"The loop thread waits for a CPU {total:.0%} of the time, {rq:.0%} of the time "
+        f"behind the job's own threads: they want {jt.want:.1f} cores (running and "
+        f"runnable) of the {jt.cores:g} available to the job ({jt.source}). The main process runs "
         f"{jt.main_threads:.0f} threads ({jt.main_runnable:.1f} runnable at a time)"
         + (workers if jt.workers else "")
         + ": thread pools wider than the cores wait for each other at every parallel region."

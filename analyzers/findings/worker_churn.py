@@ -64,7 +64,8 @@ def churn_findings(
         return []
     ls = long_steps(tl)
     # the wait at the epochs' starts: the long steps, when the hooks timed about one per epoch
-    at_start = min(wait, ls.share) if ls and ls.long and ls.long <= 3 * churn.respawns else wait
+    timed = ls is not None and 0 < ls.long <= 3 * churn.respawns + 1
+    at_start = min(wait, ls.share) if timed and ls is not None else wait
     conf = confidence_above(at_start, th.data_wait_warn, n)
     if at_start < th.data_wait_warn or conf < th.min_confidence:
         return []
@@ -93,7 +94,7 @@ def churn_findings(
         Evidence("data_wait_share", round(wait, 4), "ratio", source=source),
     ]
     per = ""
-    if ls and ls.long and at_start != wait:
+    if timed and ls is not None:
         ev.append(
             Evidence("seconds_lost_per_epoch_start", round(ls.pause_s, 3), "s", source="hooks")
         )

@@ -139,6 +139,10 @@ class ProcessProbe(Probe):
         self._prev_scope_t: dict[str, int] = {}
         self._prev_wait: dict[int, int] = {}  # tid -> run-queue ns, for the groups' sums
         self._churn = (0, 0)  # children started and ended, seen by the last re-listing
+        # the main thread's children, read every tick (cheap): a worker living less than the
+        # workers' pace is still seen; None where the kernel has no task/*/children
+        self._kids: set[int] | None = None
+        self._kid_churn = [0, 0]
 
     def set_level(self, level: float) -> None:
         """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
@@ -172,6 +176,7 @@ class ProcessProbe(Probe):
                 "run gpudiag as the job's user or as root",
             )
         self._prev_t = now_ns()
+        self._kids = self._direct_children()
         self._prev_scope_t = {"target": self._prev_t, "workers": self._prev_t}
         for ts in read_threads(target.pid):
             self._prev_threads[ts.tid] = ts
@@ -196,6 +201,35 @@ class ProcessProbe(Probe):
         )
         self._children = alive
         return list(alive.values())
+
+    def _direct_children(self) -> set[int] | None:
+        """The pids the target's main thread started (/proc/PID/task/PID/children)."""
+        pid = self._root_pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                return {int(x) for x in f.read().split()}
+        except (OSError, ValueError):
+            return None
+
+    def _track_children(self) -> None:
+        """Count the main thread's children that appeared and ended since the last tick."""
+        if self._kids is None:
+            return
+        now = self._direct_children()
+        if now is None:
+            return
+        self._kid_churn[0] += len(now - self._kids)
+        self._kid_churn[1] += len(self._kids - now)
+        self._kids = now
+
+    def _take_churn(self) -> tuple[int, int]:
+        """Children started and ended since the workers' last aggregate: from every tick's
+        read of the main thread's children, else from the re-listings."""
+        if self._kids is None:
+            return self._churn
+        out = (self._kid_churn[0], self._kid_churn[1])
+        self._kid_churn = [0, 0]
+        return out
 
     def _counters(
         self, proc: psutil.Process, baseline: bool = False
@@ -251,6 +285,7 @@ class ProcessProbe(Probe):
                 Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid), "comm": ts.comm}, vals)
             )
         self._prev_threads = cur_threads
+        self._track_children()
         assert self._root is not None
         target = self._aggregate("target", [self._root], t, threads)
         samples.append(target)
@@ -261,8 +296,9 @@ class ProcessProbe(Probe):
                 if pid not in seen:
                     del self._prev_proc[pid]
             workers = self._aggregate("workers", kids, t, threads)
-            workers.values["worker_starts"] = float(self._churn[0])
-            workers.values["worker_exits"] = float(self._churn[1])
+            started, ended = self._take_churn()
+            workers.values["worker_starts"] = float(started)
+            workers.values["worker_exits"] = float(ended)
             samples.append(workers)
             cpus = cores_available(self.target.pid)  # at the workers' pace: a re-read is rare
             if cpus is not None:
