@@ -64,6 +64,14 @@ CATALOGUE: dict[str, Spec] = {
             "data_wait_error",
             time_in="data_wait",
         ),
+        Spec(
+            "DATA003",
+            "DataLoader workers re-created every epoch",
+            "host",
+            True,
+            "data_wait_error",
+            time_in="data_wait",
+        ),
         Spec("IO001", "Input pipeline waits on storage reads", "host", True, time_in="storage_io"),
         Spec(
             "GIL001",
@@ -108,6 +116,13 @@ CATALOGUE: dict[str, Spec] = {
             "host",
             True,
         ),
+        Spec(
+            "HOST003",
+            "The job's own threads oversubscribe the CPU",
+            "host",
+            True,
+        ),
+        Spec("EVAL001", "Evaluation inside the training loop", "run", False),
         Spec(
             "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
         ),

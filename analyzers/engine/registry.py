@@ -17,10 +17,12 @@ from gpudiag.analyzers.engine.results import Finding
 from gpudiag.analyzers.findings import (
     checkpoint,
     data,
+    evaluation,
     gil,
     gpu,
     host_bound,
     host_contention,
+    oversubscription,
     startup,
     storage,
     sync,
@@ -35,8 +37,10 @@ FINDERS: tuple[Finder, ...] = (
     storage.find,
     gil.find,
     checkpoint.find,
+    evaluation.find,
     host_bound.find,
     host_contention.find,
+    oversubscription.find,
     unexplained.find,  # after every host-side cause: the loop time none of them explains
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,

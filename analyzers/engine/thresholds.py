@@ -19,6 +19,8 @@ UNITS: dict[str, str] = {
     "dist_min_rank_samples": "count",
     "dist_min_rank_steps": "count",
     "dist_hang_steps": "count",
+    "job_excess_cores_min": "cores",
+    "worker_respawn_min": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -91,6 +93,22 @@ class Thresholds:
     """HOST002: loop stack samples that identify the loop thread whose run-queue wait counts."""
     host_other_cores_min: float = 0.5
     """HOST002: CPU cores the processes outside the job must use to be named the cause."""
+    job_runqueue_warn: float = 0.30
+    """HOST003: share of the loop thread's time runnable but waiting for a CPU that the job's
+    own threads cause (schedstat; the part other processes cause is HOST002's)."""
+    job_excess_cores_min: float = 1.0
+    """HOST003: cores the job's threads want (running plus run-queue wait, main process and
+    workers) beyond the cores available to it (affinity, cgroup quota)."""
+    eval_share_warn: float = 0.20
+    """EVAL001: share of a training loop's wall time spent in evaluation (stack samples under
+    an evaluate/validate caller)."""
+    eval_share_target: float = 0.10
+    """EVAL001: share of wall time the advised evaluation interval holds evaluation under."""
+    eval_train_min: float = 0.05
+    """EVAL001: share of the loop in backward and optimizer that makes the job a training job."""
+    worker_respawn_min: int = 2
+    """DATA003: generations of DataLoader workers re-created during the look (worker processes
+    started, over the most alive at once, less the first generation)."""
     startup_note: float = 0.30
     """START001: share of the run spent before the first step (run mode) for a note."""
     startup_note_min_s: float = 10.0

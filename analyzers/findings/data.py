@@ -1,5 +1,6 @@
 """Input-pipeline findings: DATA001 (the loop waits for batches), DATA002 (the job's own
-workers already fill the physical cores). IO001 (storage) is in analyzers.storage."""
+workers already fill the physical cores), DATA003 (workers re-created every epoch: in
+worker_churn). IO001 (storage) is in analyzers.storage."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gpudiag.analyzers.engine.results import (
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.loaders import loader_on_cpu, waiting_loaders_finding
+from gpudiag.analyzers.findings.worker_churn import churn_findings
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.rules import user_location
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
@@ -361,5 +363,8 @@ def data_findings(
 
 
 def find(c: Context) -> list[Finding]:
-    """DATA001 and DATA002, from the analysis context."""
-    return data_findings(c.profile, c.metrics, c.th, c.caused("data_wait"), c.idle)
+    """DATA003 when the wait is for workers started again every epoch, else DATA001 or
+    DATA002, from the analysis context."""
+    return churn_findings(c.view, c.profile, c.metrics, c.th) or data_findings(
+        c.profile, c.metrics, c.th, c.caused("data_wait"), c.idle
+    )

@@ -139,6 +139,22 @@ def _loader_stats(
     return LoaderStats(source, busy_n, io_n, io_n / busy_n, top, block_n / busy_n)
 
 
+def job_cores(tl: Aggregate) -> float | None:
+    """The CPU cores the job may use: its affinity and cgroup quota (the process probe), else
+    the host's cores."""
+    return tl.mean("process", "cpus_allowed", scope="target") or tl.mean("host", "cpu_count")
+
+
+def job_cores_wanted(tl: Aggregate) -> float:
+    """The cores the job's threads want: what they ran and what they waited in the run queue,
+    the main process and its workers."""
+    return sum(
+        tl.mean("process", name, scope=scope) or 0.0
+        for name in ("cpu_cores", "runqueue_cores")
+        for scope in ("target", "workers")
+    )
+
+
 def runqueue_split(tl: Aggregate, loop_cpu: float | None, rq: float | None) -> tuple[float, float]:
     """The loop thread's run-queue wait split between the job itself and the processes
     outside it: the job's own part is what it would wait with the box to itself, i.e. the
@@ -153,12 +169,8 @@ def runqueue_split(tl: Aggregate, loop_cpu: float | None, rq: float | None) -> t
     others = tl.mean("host", "other_cpu_cores", scope="others") or 0.0
     if others <= 0:
         return rq, 0.0
-    cores = tl.mean("host", "cpu_count")
-    want = sum(
-        tl.mean("process", name, scope=scope) or 0.0
-        for name in ("cpu_cores", "runqueue_cores")
-        for scope in ("target", "workers")
-    )
+    cores = job_cores(tl)
+    want = job_cores_wanted(tl)
     if cores is None or want <= 0:
         return 0.0, rq
     excess = max(0.0, want - cores)  # the job oversubscribes the box on its own

@@ -85,6 +85,13 @@ class Rollup:
         """Mean of all values, None when there are none."""
         return self.total / self.count if self.count else None
 
+    def histogram(self) -> list[tuple[float, int]]:
+        """(value, count) of a distribution series' buckets, smallest first (within 2%)."""
+        return [
+            (min(self.maximum, max(self.minimum, math.exp((b + 0.5) * _LOG_STEP))), n)
+            for b, n in sorted((self.buckets or {}).items())
+        ]
+
     def quantile(self, q: float) -> float | None:
         """Approximate quantile (within 2%) of a distribution series; None otherwise."""
         if not self.buckets:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.host.probe import CGROUP_ROOT, cgroup_dir
 
 
 @dataclass
@@ -47,6 +50,47 @@ def read_threads(pid: int) -> list[ThreadStat]:
     return out
 
 
+def parse_cpu_max(text: str) -> float | None:
+    """Cores a cgroup v2 `cpu.max` line ("QUOTA PERIOD", or "max PERIOD") allows; None: no
+    quota."""
+    parts = text.split()
+    if len(parts) < 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if period > 0 else None
+
+
+def cgroup_quota_cores(pid: int, root: Path = CGROUP_ROOT) -> float | None:
+    """The tightest CPU quota (cores) of a process's cgroup and its parents; None: none."""
+    path = cgroup_dir(pid, root)
+    best: float | None = None
+    while path is not None and (path == root or root in path.parents):
+        try:
+            cores = parse_cpu_max((path / "cpu.max").read_text())
+        except OSError:
+            cores = None
+        if cores is not None and (best is None or cores < best):
+            best = cores
+        if path == root:
+            break
+        path = path.parent
+    return best
+
+
+def cores_available(pid: int, root: Path = CGROUP_ROOT) -> float | None:
+    """CPU cores a process may use: its affinity, capped by its cgroup's quota (rounded up:
+    a quota of 1.5 cores lets 2 threads run at once, each throttled)."""
+    try:
+        cores = float(len(os.sched_getaffinity(pid)))
+    except (AttributeError, OSError):
+        return None
+    quota = cgroup_quota_cores(pid, root)
+    return min(cores, float(max(1, math.ceil(quota)))) if quota is not None else cores
+
+
 class ProcessProbe(Probe):
     """Samples the target's threads (CPU, run-queue wait, state) and its process tree."""
 
@@ -73,6 +117,14 @@ class ProcessProbe(Probe):
             "gauge",
             "time the group's threads were runnable but waiting for a CPU, in cores",
         ),
+        Field(
+            "cpus_allowed",
+            "cores",
+            "gauge",
+            "CPU cores the job may use: its affinity, capped by its cgroup's CPU quota",
+        ),
+        Field("worker_starts", "count", "gauge", "child processes that appeared since the last"),
+        Field("worker_exits", "count", "gauge", "child processes that ended since the last"),
     )
 
     def __init__(self, interval_s: float = 0.2, workers_interval_s: float = 1.0) -> None:
@@ -86,6 +138,11 @@ class ProcessProbe(Probe):
         self._prev_t: int = 0
         self._prev_scope_t: dict[str, int] = {}
         self._prev_wait: dict[int, int] = {}  # tid -> run-queue ns, for the groups' sums
+        self._churn = (0, 0)  # children started and ended, seen by the last re-listing
+        # the main thread's children, read every tick (cheap): a worker living less than the
+        # workers' pace is still seen; None where the kernel has no task/*/children
+        self._kids: set[int] | None = None
+        self._kid_churn = [0, 0]
 
     def set_level(self, level: float) -> None:
         """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
@@ -119,6 +176,7 @@ class ProcessProbe(Probe):
                 "run gpudiag as the job's user or as root",
             )
         self._prev_t = now_ns()
+        self._kids = self._direct_children()
         self._prev_scope_t = {"target": self._prev_t, "workers": self._prev_t}
         for ts in read_threads(target.pid):
             self._prev_threads[ts.tid] = ts
@@ -137,8 +195,41 @@ class ProcessProbe(Probe):
         for k in kids:
             known = self._children.get(k.pid)
             alive[k.pid] = known if known is not None else k
+        self._churn = (
+            len(alive.keys() - self._children.keys()),
+            len(self._children.keys() - alive.keys()),
+        )
         self._children = alive
         return list(alive.values())
+
+    def _direct_children(self) -> set[int] | None:
+        """The pids the target's main thread started (/proc/PID/task/PID/children)."""
+        pid = self._root_pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                return {int(x) for x in f.read().split()}
+        except (OSError, ValueError):
+            return None
+
+    def _track_children(self) -> None:
+        """Count the main thread's children that appeared and ended since the last tick."""
+        if self._kids is None:
+            return
+        now = self._direct_children()
+        if now is None:
+            return
+        self._kid_churn[0] += len(now - self._kids)
+        self._kid_churn[1] += len(self._kids - now)
+        self._kids = now
+
+    def _take_churn(self) -> tuple[int, int]:
+        """Children started and ended since the workers' last aggregate: from every tick's
+        read of the main thread's children, else from the re-listings."""
+        if self._kids is None:
+            return self._churn
+        out = (self._kid_churn[0], self._kid_churn[1])
+        self._kid_churn = [0, 0]
+        return out
 
     def _counters(
         self, proc: psutil.Process, baseline: bool = False
@@ -194,15 +285,24 @@ class ProcessProbe(Probe):
                 Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid), "comm": ts.comm}, vals)
             )
         self._prev_threads = cur_threads
+        self._track_children()
         assert self._root is not None
-        samples.append(self._aggregate("target", [self._root], t, threads))
+        target = self._aggregate("target", [self._root], t, threads)
+        samples.append(target)
         if (t - self._prev_scope_t.get("workers", 0)) / 1e9 >= self.workers_interval_s * 0.95:
             kids = self._refresh_children()
             seen = {self.target.pid} | {p.pid for p in kids}
             for pid in list(self._prev_proc):
                 if pid not in seen:
                     del self._prev_proc[pid]
-            samples.append(self._aggregate("workers", kids, t, threads))
+            workers = self._aggregate("workers", kids, t, threads)
+            started, ended = self._take_churn()
+            workers.values["worker_starts"] = float(started)
+            workers.values["worker_exits"] = float(ended)
+            samples.append(workers)
+            cpus = cores_available(self.target.pid)  # at the workers' pace: a re-read is rare
+            if cpus is not None:
+                target.values["cpus_allowed"] = cpus
         return samples
 
     def _aggregate(

@@ -81,6 +81,43 @@ SAVE_FRAME_RE = re.compile(
 )
 
 
+# an evaluation pass inside a training loop: a function of the job's own code named like
+# evaluation (evaluate, eval_step, run_validation, val_epoch...; not train_and_evaluate),
+# or a trainer's evaluation
+# loop (Hugging Face's Trainer.evaluate/evaluation_loop, Lightning's loops/evaluation_loop.py)
+EVAL_NAME_RE = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation)(_|$)|^val(_|$)")
+_EVAL_LIB_RE = re.compile(
+    r"^(\w+\.)*(evaluate|evaluation_loop|prediction_loop) \(.*/transformers/trainer\.py:|"
+    r"\(.*/(lightning/pytorch|pytorch_lightning)/loops/evaluation_loop\.py:"
+)
+
+
+def is_eval_frame(frame: str) -> bool:
+    """True for a 'func (file:line)' frame that runs an evaluation pass (see EVAL_NAME_RE)."""
+    if _EVAL_LIB_RE.search(frame):
+        return True
+    if is_library_frame(frame) or is_own_frame(frame):
+        return False
+    lpar = frame.rfind(" (")
+    name = (frame[:lpar] if lpar >= 0 else frame).rsplit(".", 1)[-1]
+    # train_and_evaluate, train_eval: the training loop itself, not an evaluation inside it
+    return "train" not in name.lower() and bool(EVAL_NAME_RE.search(name))
+
+
+def eval_frame_index(frames: tuple[str, ...]) -> int | None:
+    """The index of the outermost evaluation frame of a stack (root first), None: none."""
+    return next((i for i, f in enumerate(frames) if i > 0 and is_eval_frame(f)), None)
+
+
+def _entry(frames: tuple[str, ...], i: int) -> str:
+    """The anchor of frames[:i+1]: frame i without its line (one call, wherever it runs)."""
+    frame = frames[i]
+    lpar = frame.rfind(" (")
+    colon = frame.rfind(":")
+    entry = frame[:colon] + ")" if lpar >= 0 and colon > lpar else frame
+    return ";".join(frames[:i] + (entry,))
+
+
 def episode_anchor(frames: tuple[str, ...]) -> str | None:
     """The user-code call into a library that a stack is inside, without the library's line.
 
@@ -91,16 +128,14 @@ def episode_anchor(frames: tuple[str, ...]) -> str | None:
         # a checkpoint save anchors its own episode even deep inside a library (Lightning's
         # Trainer.fit): one save, serialisation and the file write after it, is one episode
         if i > 0 and SAVE_FRAME_RE.match(frame):
-            lpar = frame.rfind(" (")
-            colon = frame.rfind(":")
-            entry = frame[:colon] + ")" if lpar >= 0 and colon > lpar else frame
-            return ";".join(frames[:i] + (entry,))
+            return _entry(frames, i)
+    # an evaluation pass is one episode whatever it calls (forwards, its DataLoader)
+    ev = eval_frame_index(frames)
+    if ev is not None:
+        return _entry(frames, ev)
     for i, frame in enumerate(frames):
         if i > 0 and is_library_frame(frame) and not is_library_frame(frames[i - 1]):
-            lpar = frame.rfind(" (")
-            colon = frame.rfind(":")
-            entry = frame[:colon] + ")" if lpar >= 0 and colon > lpar else frame
-            return ";".join(frames[:i] + (entry,))
+            return _entry(frames, i)
     return None
 
 

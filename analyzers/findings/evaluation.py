@@ -1,0 +1,261 @@
+"""EVAL001: evaluation passes inside a training loop take a large share of its wall time.
+
+An evaluation pass is the loop thread's time under a function named like evaluation
+(evaluate, validate, eval_step...; a trainer's evaluation loop): its forwards land in
+"forward" and its batches in "data_wait", so without this finding a job that evaluates most of
+the time reads as healthy. How often it runs and how long it takes come from the hooks' step
+timing (the long steps), else from the stack samples' evaluation episodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_step,
+)
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.measures.rules import Classifier, parse_frame
+from gpudiag.analyzers.measures.steps import long_steps
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.timeline.timeline import Aggregate
+from gpudiag.probes.stacks.pyspy_output import eval_frame_index, is_eval_frame
+
+TRAINING = ("backward", "optimizer")
+NICE = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
+
+
+@dataclass(frozen=True)
+class EvalTime:
+    """The loop thread's samples under evaluation and where evaluation is called from."""
+
+    samples: float
+    share: float  # of the loop's samples (start-up left out)
+    function: str  # the evaluation function, e.g. "evaluate"
+    location: Location | None  # the call site in the loop
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """How often evaluation runs and how long one pass takes."""
+
+    every: float  # steps (hooks) or seconds (stacks) between passes
+    unit: str  # "steps" or "s"
+    pass_s: float  # seconds one pass takes
+    seen: float  # passes seen
+    source: str
+
+
+def _entry(frame: str) -> str:
+    """A frame without its line: the same function whichever line it runs."""
+    fr = parse_frame(frame)
+    return f"{fr.function} ({fr.file})"
+
+
+def eval_time(tl: Aggregate, profile: LoopProfile, clf: Classifier) -> EvalTime | None:
+    """The loop thread's samples under an evaluation function. A function named like
+    evaluation that runs backward or the optimizer trains: it is left out."""
+    if profile.thread is None or profile.samples <= 0:
+        return None
+    rows = []
+    training: set[str] = set()
+    for (stack, code), n in tl.stacks.get(profile.thread, {}).items():
+        frames = tuple(stack.split(";"))
+        i = eval_frame_index(frames)
+        if i is None:
+            continue
+        cat = clf.category(stack, code)
+        if cat == "startup":
+            continue
+        rows.append((frames, i, n))
+        if cat in TRAINING:
+            training.add(_entry(frames[i]))
+    per: dict[str, float] = {}
+    sites: dict[tuple[str, str], float] = {}
+    for frames, i, n in rows:
+        key = _entry(frames[i])
+        if key in training:
+            continue
+        per[key] = per.get(key, 0.0) + n
+        sites[(key, frames[i - 1])] = sites.get((key, frames[i - 1]), 0.0) + n
+    total = sum(per.values())
+    if total <= 0:
+        return None
+    (_, caller), _n = max(sites.items(), key=lambda kv: kv[1])
+    fr = parse_frame(caller)
+    loc = Location(fr.file, fr.line, fr.function) if fr.line > 0 else None
+    top = max(per, key=lambda k: per[k])
+    return EvalTime(total, total / profile.samples, parse_frame(top).function, loc)
+
+
+def cadence(tl: Aggregate, profile: LoopProfile, share: float) -> Cadence | None:
+    """Evaluation's interval and duration: the hooks' long steps when they carry about the
+    evaluation's time, else the loop thread's evaluation episodes over the sampled time."""
+    ls = long_steps(tl)
+    if ls is not None and ls.long and ls.share >= share / 2:
+        return Cadence(ls.steps / ls.long, "steps", ls.pause_s, float(ls.long), "in-process hooks")
+    if ls is not None and not ls.long and ls.steps:  # every step evaluates
+        return Cadence(1.0, "steps", share * ls.total_s / ls.steps, float(ls.steps), "hooks")
+    passes = samples = 0.0
+    for (tid, _thread, anchor), (episodes, count) in tl.episodes.items():
+        if profile.thread is not None and tid == profile.thread.tid:
+            if is_eval_frame(anchor.rsplit(";", 1)[-1]):
+                passes += episodes
+                samples += count
+    w = tl.windows.get("all")
+    rate = w.rate_hz if w and w.rate_hz else 100.0
+    sampled_s = w.duration_s if w and w.duration_s else tl.duration_s
+    if passes < 1 or sampled_s <= 0:
+        return None
+    return Cadence(sampled_s / passes, "s", samples / passes / rate, passes, "stacks")
+
+
+def nice_ceil(x: float) -> float:
+    """The smallest round number (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten) >= x."""
+    if x <= 1:
+        return 1.0
+    mag = 10 ** math.floor(math.log10(x))
+    return next((m * mag for m in NICE if m * mag >= x - 1e-9), 10 * mag)
+
+
+def share_after(share: float, factor: float) -> float:
+    """Evaluation's share once it runs `factor` times less often (the training between two
+    passes `factor` times longer)."""
+    return share / (share + (1.0 - share) * factor)
+
+
+def plan(share: float, cad: Cadence | None, th: Thresholds) -> tuple[float, float, str]:
+    """(factor, share after, the action): evaluation `factor` times less often holds it at
+    or under eval_share_target."""
+    t = th.eval_share_target
+    need = share * (1.0 - t) / ((1.0 - share) * t) if share < 1 else 100.0
+    if cad is not None and cad.unit == "steps":
+        new = nice_ceil(cad.every * max(1.0, need))
+        factor = new / cad.every
+        what = f"every {new:.0f} steps instead of every {cad.every:.0f}"
+    elif cad is not None:
+        new = nice_ceil(cad.every * max(1.0, need))
+        factor = new / cad.every
+        what = f"every {new:.0f} s of training instead of every {cad.every:.0f} s"
+    else:
+        factor = nice_ceil(max(1.0, need))
+        what = f"{factor:.3g}x less often"
+    after = share_after(share, factor)
+    return (
+        factor,
+        after,
+        f"run evaluation {what} (evaluation {share:.0%} of wall time -> {after:.0%})",
+    )
+
+
+def _evidence(share: float, train: float, after: float, cad: Cadence | None, th: Thresholds):
+    ev = [
+        Evidence(
+            "eval_share",
+            round(share, 4),
+            "ratio",
+            th.eval_share_warn,
+            ">=",
+            "eval_share_warn",
+            "stacks",
+        ),
+        Evidence(
+            "training_share",
+            round(train, 4),
+            "ratio",
+            th.eval_train_min,
+            ">=",
+            "eval_train_min",
+            "stacks",
+        ),
+        Evidence(
+            "eval_share_after_fix",
+            round(after, 4),
+            "ratio",
+            th.eval_share_target,
+            "<=",
+            "eval_share_target",
+            "model",
+        ),
+    ]
+    if cad is not None:
+        unit = "steps" if cad.unit == "steps" else "s"
+        ev += [
+            Evidence("evaluations_seen", cad.seen, "count", source=cad.source),
+            Evidence(
+                f"{'steps' if unit == 'steps' else 'seconds'}_between_evaluations",
+                round(cad.every, 2),
+                unit,
+                source=cad.source,
+            ),
+            Evidence("seconds_per_evaluation", round(cad.pass_s, 3), "s", source=cad.source),
+        ]
+    return ev
+
+
+def evaluation_findings(
+    tl: Aggregate, profile: LoopProfile, clf: Classifier, metrics: dict, th: Thresholds
+) -> list[Finding]:
+    """EVAL001 with the evaluation's share, interval and duration, and the interval that
+    holds it under eval_share_target."""
+    if profile.samples < th.min_loop_samples:
+        return []
+    et = eval_time(tl, profile, clf)
+    if et is None or et.share < th.eval_share_warn:
+        return []
+    train = sum(profile.share(c) for c in TRAINING)
+    if train < th.eval_train_min and not metrics.get("steps"):
+        return []  # an evaluation or inference job: evaluating is its work
+    conf = confidence_above(et.share, th.eval_share_warn, profile.samples)
+    if conf < th.min_confidence:
+        return []
+    cad = cadence(tl, profile, et.share)
+    factor, after, action = plan(et.share, cad, th)
+    how = ""
+    if cad is not None:
+        every = f"{cad.every:.0f} steps" if cad.unit == "steps" else f"{cad.every:.1f} s"
+        how = f" One pass every {every}, each about {cad.pass_s:.2f} s ({cad.source})."
+    where = f" at {et.location}" if et.location else ""
+    msg = (
+        f"Evaluation ({et.function}{where}) takes {et.share:.0%} of the training loop's "
+        f"wall time.{how}"
+    )
+    actions = (
+        action,
+        "evaluate on a fixed subset of the held-out set between full evaluations "
+        "(e.g. the first N batches), and the full set at the end of an epoch",
+        "run evaluation under torch.inference_mode() with model.eval(), with a larger batch "
+        "size than training (no activations are kept)",
+        "or evaluate saved checkpoints in a separate process or on another device",
+    )
+    return [
+        new_finding(
+            "EVAL001",
+            th,
+            confidence=conf,
+            impact=et.share,
+            message=msg,
+            evidence=tuple(_evidence(et.share, train, after, cad, th)),
+            recommendation=Recommendation(
+                f"Evaluate {factor:.3g}x less often, or on a subset", actions
+            ),
+            expected_speedup=speedup_from_step((1.0 - et.share) / (1.0 - after)),
+            location=et.location,
+            signals=("stacks",) + (("hooks",) if cad and cad.unit == "steps" else ()),
+            speedup_basis=f"training between evaluations {factor:.3g}x longer: evaluation "
+            f"{et.share:.0%} -> {after:.0%} of wall time, the training steps unchanged",
+        )
+    ]
+
+
+def find(c: Context) -> list[Finding]:
+    """EVAL001, from the analysis context."""
+    return evaluation_findings(c.view, c.profile, c.clf, c.metrics, c.th)

@@ -1,0 +1,187 @@
+"""HOST003: the job's own threads oversubscribe the CPU cores available to it.
+
+Intra-op and inter-op pools (torch, OpenMP, MKL, OpenBLAS) of the main process and of each
+DataLoader worker wider than the cores the job may use (its affinity, its cgroup quota) make
+the loop thread wait in the run queue behind its own threads, and every parallel region wait
+for its slowest thread. It rests on direct signals: the loop thread's run-queue wait
+(schedstat) and the part of it the job's own threads cause (`runqueue_split`: the cores they
+want beyond those available), and the threads they run. Other processes' part is HOST002's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
+from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.loop import (
+    LoopProfile,
+    job_cores,
+    job_cores_wanted,
+    runqueue_split,
+    thread_series_count,
+)
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+
+@dataclass(frozen=True)
+class JobThreads:
+    """The job's threads and the cores they want against the cores it may use."""
+
+    cores: float  # cores available to the job
+    source: str  # where `cores` comes from
+    want: float  # cores its threads ran plus waited for
+    main_threads: float  # threads of the main process (mean)
+    main_runnable: float  # of those, runnable or running at a tick (mean)
+    workers: int  # DataLoader workers (most alive at once)
+    worker_threads: float  # threads per worker (mean)
+    worker_cores: float  # cores the workers ran
+
+
+def job_threads(tl: Aggregate) -> JobThreads | None:
+    """What the process probe saw of the job's threads; None without its readings."""
+    cores = job_cores(tl)
+    main = tl.mean("process", "threads", scope="target")
+    if cores is None or main is None:
+        return None
+    allowed = tl.mean("process", "cpus_allowed", scope="target")
+    running = tl.mean("process", "running_share", scope="target") or 0.0
+    procs = tl.maximum("process", "procs", scope="workers") or 0.0
+    w_threads = tl.mean("process", "threads", scope="workers") or 0.0
+    w_procs = tl.mean("process", "procs", scope="workers") or 0.0
+    return JobThreads(
+        cores,
+        "affinity and cgroup quota" if allowed else "host cores",
+        job_cores_wanted(tl),
+        main,
+        main * running,
+        int(round(procs)),
+        w_threads / w_procs if w_procs > 0 else 0.0,
+        tl.mean("process", "cpu_cores", scope="workers") or 0.0,
+    )
+
+
+def fitting_threads(jt: JobThreads) -> tuple[int, int]:
+    """(intra-op threads for the main process, threads per worker) that fit the cores: each
+    busy worker keeps a core, the main process gets the rest (at least one)."""
+    if jt.workers <= 0:
+        return max(1, int(jt.cores)), 0
+    busy = min(jt.workers, max(1, math.ceil(jt.worker_cores - 0.25)))
+    return max(1, int(jt.cores) - busy), 1
+
+
+def _evidence(rq: float, total: float, jt: JobThreads, th: Thresholds) -> list[Evidence]:
+    excess = jt.want - jt.cores
+    ev = [
+        Evidence(
+            "loop_runqueue_wait_for_own_threads",
+            round(rq, 4),
+            "ratio",
+            th.job_runqueue_warn,
+            ">=",
+            "job_runqueue_warn",
+            "procfs schedstat",
+        ),
+        Evidence(
+            "job_cores_wanted_beyond_available",
+            round(excess, 2),
+            "cores",
+            th.job_excess_cores_min,
+            ">=",
+            "job_excess_cores_min",
+            "procfs schedstat",
+        ),
+        Evidence("loop_thread_runqueue_wait", round(total, 4), "ratio", source="procfs schedstat"),
+        Evidence("job_cores_available", round(jt.cores, 2), "cores", source=jt.source),
+        Evidence("job_cores_wanted", round(jt.want, 2), "cores", source="procfs schedstat"),
+        Evidence("main_process_threads", round(jt.main_threads, 1), "count", source="procfs"),
+        Evidence(
+            "main_process_runnable_threads",
+            round(jt.main_runnable, 1),
+            "count",
+            source="procfs",
+        ),
+    ]
+    if jt.workers:
+        ev += [
+            Evidence("dataloader_workers", float(jt.workers), "count", source="procfs"),
+            Evidence("threads_per_worker", round(jt.worker_threads, 1), "count", source="procfs"),
+        ]
+    return ev
+
+
+def _actions(jt: JobThreads) -> tuple[str, ...]:
+    main, per_worker = fitting_threads(jt)
+    cores = f"{jt.cores:g}"
+    acts = [
+        f"torch.set_num_threads({main}) in the main process (or OMP_NUM_THREADS={main} "
+        f"MKL_NUM_THREADS={main} in its environment): {main} intra-op threads"
+        + (f" beside {jt.workers} busy workers" if per_worker else "")
+        + f" fit the {cores} cores available"
+    ]
+    if per_worker:
+        acts.append(
+            "one thread per DataLoader worker: DataLoader(..., worker_init_fn=lambda _: "
+            "torch.set_num_threads(1)), and OMP_NUM_THREADS=1 (MKL_NUM_THREADS, "
+            "OPENBLAS_NUM_THREADS) for the libraries the workers call"
+        )
+    acts.append("torch.set_num_interop_threads(1) when the job runs no parallel graphs")
+    acts.append(
+        "size pools from the cores the job may use (len(os.sched_getaffinity(0)), the "
+        "container's CPU limit), not from os.cpu_count()"
+    )
+    return tuple(acts)
+
+
+def oversubscription_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds) -> list[Finding]:
+    """HOST003 when the loop thread waits for a CPU behind the job's own threads."""
+    total = profile.loop_runqueue
+    if profile.thread is None or total is None or profile.samples < th.host_min_loop_samples:
+        return []
+    jt = job_threads(tl)
+    if jt is None or jt.want - jt.cores < th.job_excess_cores_min:
+        return []
+    rq, _others = runqueue_split(tl, profile.loop_cpu, total)
+    if rq < th.job_runqueue_warn:
+        return []
+    readings = thread_series_count(tl, "runqueue_wait", profile.thread.tid)
+    conf = confidence_above(rq, th.job_runqueue_warn, readings * 10)
+    if conf < th.min_confidence:
+        return []
+    workers = f" and {jt.workers} DataLoader workers ({jt.worker_threads:.0f} threads each)"
+    msg = (
+        f"The loop thread waits for a CPU {total:.0%} of the time, {rq:.0%} of the time "
+        f"behind the job's own threads: they want {jt.want:.1f} cores (running and "
+        f"runnable) of the {jt.cores:g} available to the job ({jt.source}). The main process runs "
+        f"{jt.main_threads:.0f} threads ({jt.main_runnable:.1f} runnable at a time)"
+        + (workers if jt.workers else "")
+        + ": thread pools wider than the cores wait for each other at every parallel region."
+    )
+    main, _ = fitting_threads(jt)
+    return [
+        new_finding(
+            "HOST003",
+            th,
+            confidence=conf,
+            impact=rq,
+            message=msg,
+            evidence=tuple(_evidence(rq, total, jt, th)),
+            recommendation=Recommendation(
+                f"Size the thread pools to the cores: torch.set_num_threads({main})",
+                _actions(jt),
+            ),
+            expected_speedup=speedup_from_impact(rq),
+            signals=("procfs schedstat", "procfs"),
+            speedup_kind="bound",
+            speedup_basis="the loop thread's run-queue wait behind the job's own threads removed",
+        )
+    ]
+
+
+def find(c: Context) -> list[Finding]:
+    """HOST003, from the analysis context."""
+    return oversubscription_findings(c.view, c.profile, c.th)
