@@ -12,6 +12,7 @@ from gpudiag.analyzers.measures.rules import Classifier
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
+from gpudiag.analyzers.measures.workload import Workload, decide_workload
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 
@@ -33,6 +34,7 @@ class Context:
     loader_d: float | None  # the loaders' D-state share (workers', or the loop thread's)
     phases: dict  # start-up, loop and shutdown (empty for a period)
     found: tuple = ()  # the findings the finders registered before this one made
+    workload: Workload | None = None  # training, inference or server (measures/workload.py)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a
@@ -84,4 +86,7 @@ def build_context(
         has_stacks=profile.samples > 0,
     )
     phases = phase_summary(tl, win, clf) if tl is not None else {}
-    return Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
+    whole = tl.whole() if isinstance(tl, Timeline) else view
+    workload = decide_workload(whole, metrics.get("steps") or 0.0)
+    c = Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
+    return replace(c, workload=workload)

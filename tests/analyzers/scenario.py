@@ -275,3 +275,73 @@ class Scenario:
                     {"other_cpu_cores": cores},
                 )
         return self
+
+
+# A ThreadingHTTPServer: the listener in serve_forever, each request on its own thread
+SERVE_MAIN = (
+    "<module> (/work/serve.py:90);serve_forever ({STD}/socketserver.py:233)"
+    ";_PollSelector.select ({STD}/selectors.py:415)"
+).replace("{STD}", STD)
+HANDLER = (
+    "Thread._bootstrap ({STD}/threading.py:1002);Thread.run ({STD}/threading.py:982)"
+    ";ThreadingMixIn.process_request_thread ({STD}/socketserver.py:691)"
+    ";BaseServer.finish_request ({STD}/socketserver.py:361)"
+    ";BaseHTTPRequestHandler.handle ({STD}/http/server.py:436)"
+    ";BaseHTTPRequestHandler.handle_one_request ({STD}/http/server.py:424)"
+    ";Handler.do_POST (/work/serve.py:40)"
+).replace("{STD}", STD)
+HANDLER_STACKS = {
+    "forward": f"{HANDLER};Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
+    ";Net.forward (/work/model.py:20)",
+    "json": f"{HANDLER};loads ({STD}/json/__init__.py:346)",
+    "write": f"{HANDLER};_SocketWriter.write ({STD}/socketserver.py:826)",
+}
+
+
+def add_thread_stacks(sc: Scenario, tid: int, name: str, stacks: dict[str, float]) -> None:
+    """Stack samples of one thread of the job ({stack: count}) at the scenario's time."""
+    for stack, n in stacks.items():
+        sc._add(
+            "stacks",
+            {
+                "mode": "all",
+                "kind": "stack",
+                "pid": "100",
+                "tid": str(tid),
+                "thread": name,
+                "role": "target",
+                "stack": stack,
+                "code": "",
+            },
+            {"count": n},
+        )
+
+
+def server_windows(
+    sc: Scenario, n: int = 5, handlers: int = 4, forward: float = 0.8, ticks: int = 300
+) -> Scenario:
+    """n 3 s windows of a threaded HTTP server: the listener waiting, and `handlers` request
+    threads (new ones each window) spending `forward` of their samples in the model."""
+    for w in range(n):
+        sc.t += 3_000_000_000
+        add_thread_stacks(sc, 100, "MainThread", {SERVE_MAIN: ticks})
+        for h in range(handlers):
+            tid = 1000 + w * handlers + h
+            name = f"Thread-{tid} (process_request_thread)"
+            rest = (1.0 - forward) / 2
+            add_thread_stacks(
+                sc,
+                tid,
+                name,
+                {
+                    HANDLER_STACKS["forward"]: round(forward * ticks),
+                    HANDLER_STACKS["json"]: round(rest * ticks),
+                    HANDLER_STACKS["write"]: round(rest * ticks),
+                },
+            )
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    return sc
