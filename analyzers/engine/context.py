@@ -9,6 +9,7 @@ from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.measures.serving import serving_metrics
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
@@ -88,5 +89,7 @@ def build_context(
     phases = phase_summary(tl, win, clf) if tl is not None else {}
     whole = tl.whole() if isinstance(tl, Timeline) else view
     workload = decide_workload(whole, metrics.get("steps") or 0.0)
+    if workload.kind != "training":  # a training job's report keeps its metrics
+        metrics.update(serving_metrics(whole))
     c = Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
     return replace(c, workload=workload)

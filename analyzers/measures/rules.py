@@ -17,7 +17,7 @@ from functools import lru_cache
 
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 # gpudiag's own code that runs inside the job (the in-process hooks) is never the user's
-_OWN_RE = re.compile(r"(^|/)gpudiag_(hooks|dist)\.py$|/gpudiag/(probes|agent|analyzers)/")
+_OWN_RE = re.compile(r"(^|/)gpudiag_(hooks|dist|serve)\.py$|/gpudiag/(probes|agent|analyzers)/")
 
 
 @dataclass(frozen=True)

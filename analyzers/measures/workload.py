@@ -27,6 +27,7 @@ STARTUP_FILE_RE = re.compile(r"^<frozen importlib\._bootstrap")  # imports: not 
 TRAINER_FILE_RE = re.compile(
     r"/transformers/trainer\.py$|/(lightning/pytorch|pytorch_lightning)/trainer/"
 )
+LISTENER_FUNC_RE = re.compile(r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept)$")
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 
 
@@ -58,6 +59,7 @@ class StackCensus:
     forward: float = 0.0  # nn.Module calls (on any thread)
     server: float = 0.0  # request-handler or listener frames
     server_forward: float = 0.0  # module calls under a server's frames or on its threads
+    handling: float = 0.0  # server frames not in the listener: requests being handled
     server_threads: int = 0
     threads: int = 0
     trainer_import: float = 0.0  # start-up samples importing a trainer library
@@ -68,6 +70,17 @@ def _is_training(fr: Frame) -> bool:
     if OPTIM_FILE_RE.search(fr.file):
         return fr.function != "<module>"
     return bool(TRAIN_FUNC_RE.search(fr.dotted))
+
+
+def is_listener(frames: tuple[Frame, ...]) -> bool:
+    """A server's listener or event loop waiting for connections, not handling a request."""
+    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames)
+
+
+def is_handling(stack: str) -> bool:
+    """A request being handled: server frames, not the listener's."""
+    frames = parse_stack(stack)
+    return any(SERVER_FILE_RE.search(fr.file) for fr in frames) and not is_listener(frames)
 
 
 def _frames_of(stack: str) -> tuple[bool, bool, bool] | str:
@@ -113,6 +126,7 @@ def census(tl: Aggregate) -> StackCensus:
             c.forward += n * fwd
             c.server += n * srv
             c.server_forward += n * (fwd and serving)
+            c.handling += n * (srv and is_handling(stack))
     return c
 
 
@@ -138,7 +152,10 @@ def decide_workload(tl: Aggregate, steps: float = 0.0) -> Workload:
         basis = "optimizer steps seen by the hooks" if steps > 0 else "backward/optimizer frames"
         return Workload("training", "step", basis, tuple(ev))
     outside = c.forward - c.server_forward
-    if requests > 0 or (c.server >= MIN_SAMPLES and c.server_forward >= outside):
+    # requests handled (or waiting on a batcher) at least a fifth as often as the model runs
+    # elsewhere: a batch job's metrics endpoint is scraped far less than that
+    busy = c.handling >= max(MIN_SAMPLES, 0.2 * outside)
+    if requests > 0 or (c.server >= MIN_SAMPLES and (busy or outside < MIN_SAMPLES)):
         ev.append(f"{c.server:.0f} samples in request-handler frames on {c.server_threads} threads")
         if requests:
             ev.append(f"{requests:.0f} requests (hooks)")

@@ -36,12 +36,14 @@ def request_lines(m: dict) -> list[str]:
             f"{_ms(m.get('request_latency_p50_s'))}, p95 {_ms(m.get('request_latency_p95_s'))}"
             f", p99 {_ms(m.get('request_latency_p99_s'))} · in flight "
             f"{m.get('requests_in_flight_mean') or 0:.1f} on average"
-            f" ({m.get('requests_basis') or 'hooks'})"
+            " (measured by the hooks)"
         )
-    elif m.get("requests_in_flight_mean") is not None:
+    elif m.get("requests_in_flight_est") is not None:
         out.append(
-            f"  requests in flight: {m['requests_in_flight_mean']:.1f} on average"
-            f" ({m.get('requests_basis') or 'stacks'})"
+            f"  requests in flight: {m['requests_in_flight_est']:.1f} on average, "
+            f"{m.get('handler_forward_share') or 0:.0%} of handler time in the model "
+            "(estimated from the stacks: request-handler samples per tick; the hooks give "
+            "requests/s and latency)"
         )
     if m.get("forwards_per_second") is not None:
         out.append(

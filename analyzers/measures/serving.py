@@ -1,0 +1,106 @@
+"""The work of an inference loop or a server: the model's forwards and the requests, exactly
+from the in-process hooks, and the requests in flight estimated from the stacks without them."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.measures.rules import parse_stack
+from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, is_handling
+from gpudiag.analyzers.timeline.rollup import Rollup
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+SERVING_UNITS = {
+    "forwards": "count",
+    "forwards_per_second": "1/s",
+    "forward_batch_p50": "samples",
+    "forward_batch_max": "samples",
+    "forward_time_p50_s": "s",
+    "forward_time_p95_s": "s",
+    "forward_grad_share": "ratio",
+    "forward_concurrency": "count",
+    "requests": "count",
+    "requests_per_second": "1/s",
+    "request_latency_p50_s": "s",
+    "request_latency_p95_s": "s",
+    "request_latency_p99_s": "s",
+    "requests_in_flight_mean": "count",
+    "requests_in_flight_max": "count",
+    "requests_in_flight_est": "count",
+    "handler_forward_share": "ratio",
+}
+
+
+def _span_s(r: Rollup) -> float:
+    if r.first_ns is None or r.last_ns is None:
+        return 0.0
+    return (r.last_ns - r.first_ns) / 1e9
+
+
+def _rate(r: Rollup) -> float | None:
+    """Events per second between the first and the last (None for fewer than 2)."""
+    span = _span_s(r)
+    return (r.count - 1) / span if r.count > 1 and span > 0 else None
+
+
+def forward_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """Forwards/s, batch size per forward, forward time, autograd on: the hooks' forwards."""
+    ft = tl.rollup("hooks", "forward_time_s", kind="forward")
+    if ft is None or not ft.count:
+        return {}
+    batch = tl.rollup("hooks", "forward_batch", kind="forward")
+    grad = tl.rollup("hooks", "forward_grad", kind="forward")
+    span = _span_s(ft)
+    b50 = batch.quantile(0.5) if batch else None
+    return {
+        "forwards": float(ft.count),
+        "forwards_per_second": _rate(ft),
+        "forward_batch_p50": None if b50 is None else float(round(b50)),
+        "forward_batch_max": batch.maximum if batch and batch.count else None,
+        "forward_time_p50_s": ft.quantile(0.5),
+        "forward_time_p95_s": ft.quantile(0.95),
+        "forward_grad_share": grad.mean if grad else None,
+        # forwards running at once on average (Little's law: busy time over the span)
+        "forward_concurrency": ft.total / span if span > 0 else None,
+    }
+
+
+def request_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """Requests/s, latency percentiles and requests in flight: the hooks' requests."""
+    rl = tl.rollup("hooks", "request_latency_s", kind="request")
+    if rl is None or not rl.count:
+        return {}
+    inflight = tl.rollup("hooks", "request_in_flight", kind="request")
+    span = _span_s(rl)
+    return {
+        "requests": float(rl.count),
+        "requests_per_second": _rate(rl),
+        "request_latency_p50_s": rl.quantile(0.5),
+        "request_latency_p95_s": rl.quantile(0.95),
+        "request_latency_p99_s": rl.quantile(0.99),
+        "requests_in_flight_mean": rl.total / span if span > 0 else None,
+        "requests_in_flight_max": inflight.maximum if inflight and inflight.count else None,
+    }
+
+
+def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """From the stacks: requests in flight (request-handler samples per py-spy tick, the
+    listener's wait left out) and the share of handler time in the model's forward."""
+    w = tl.windows.get("all")
+    if w is None or w.ticks <= 0:
+        return {}
+    handling = forward = 0.0
+    for key in tl.threads("all", "target"):
+        for (stack, _code), n in tl.stacks[key].items():
+            if is_handling(stack):
+                handling += n
+                forward += n * any(FORWARD_FILE_RE.search(fr.file) for fr in parse_stack(stack))
+    if handling <= 0:
+        return {}
+    return {
+        "requests_in_flight_est": handling / w.ticks,
+        "handler_forward_share": forward / handling,
+    }
+
+
+def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """Every serving metric there is signal for (empty for a job with none)."""
+    return forward_metrics(tl) | request_metrics(tl) | handler_metrics(tl)
