@@ -150,6 +150,13 @@ CATALOGUE: dict[str, Spec] = {
             time_in="collective",
             compares_ranks=True,
         ),
+        Spec(
+            "SERVE001",
+            "One request per forward while several are in flight: batch them",
+            "gpu",
+            False,
+        ),
+        Spec("INFER001", "Inference with autograd on", "host", False),
     )
 }
 

@@ -9,7 +9,7 @@ from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.measures.rules import Classifier
-from gpudiag.analyzers.measures.serving import serving_metrics
+from gpudiag.analyzers.measures.serving import POOLED_TID, pool_handlers, serving_metrics
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
@@ -43,6 +43,21 @@ class Context:
         return None if self.idle is None else self.cp.caused(category)
 
 
+def _profile(
+    view: Aggregate, clf: Classifier, workload: Workload, uses_gpu: bool, th: Thresholds
+) -> LoopProfile:
+    """The loop's profile; a server's from its request-handler threads pooled (each request
+    has its own short-lived thread: no one of them is the loop)."""
+    pooled = pool_handlers(view) if workload.kind == "server" else None
+    profile = profile_loop(
+        pooled or view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min
+    )
+    if pooled is None or profile.thread is None or profile.thread.tid != POOLED_TID:
+        return profile
+    basis = f"py-spy stack samples of the job's {profile.thread.thread}, pooled"
+    return replace(profile, breakdown=replace(profile.breakdown, basis=basis))
+
+
 def build_context(
     tl: Timeline | Aggregate | None,
     view: Aggregate,
@@ -54,11 +69,14 @@ def build_context(
     step rows are read from the view)."""
     stats = tuple(s for s in gpu_stats(view) if s.samples > 0)
     uses_gpu = any(s.job_uses_gpu for s in stats)
-    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min)
-    metrics = host_metrics(view)
+    whole = tl.whole() if isinstance(tl, Timeline) else view
     # step rows only exist inside the loop: read them over the whole run, so no step at the
     # window's edges is lost
-    metrics.update(throughput_metrics(tl.whole() if isinstance(tl, Timeline) else view))
+    steps = throughput_metrics(whole)
+    workload = decide_workload(whole, steps.get("steps") or 0.0)
+    profile = _profile(view, clf, workload, uses_gpu, th)
+    metrics = host_metrics(view)
+    metrics.update(steps)
     metrics["stack_samples"] = profile.samples
     metrics["startup_samples"] = profile.startup_samples
     if profile.thread is not None:
@@ -87,8 +105,6 @@ def build_context(
         has_stacks=profile.samples > 0,
     )
     phases = phase_summary(tl, win, clf) if tl is not None else {}
-    whole = tl.whole() if isinstance(tl, Timeline) else view
-    workload = decide_workload(whole, metrics.get("steps") or 0.0)
     if workload.kind != "training":  # a training job's report keeps its metrics
         metrics.update(serving_metrics(whole))
     c = Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)

@@ -21,6 +21,7 @@ from gpudiag.analyzers.findings import (
     gpu,
     host_bound,
     host_contention,
+    serving,
     startup,
     storage,
     sync,
@@ -38,6 +39,7 @@ FINDERS: tuple[Finder, ...] = (
     host_contention.find,
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,
+    serving.find,
 )
 
 

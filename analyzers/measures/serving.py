@@ -3,9 +3,11 @@ from the in-process hooks, and the requests in flight estimated from the stacks 
 
 from __future__ import annotations
 
+import copy
+
 from gpudiag.analyzers.measures.rules import parse_stack
 from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, is_handling
-from gpudiag.analyzers.timeline.rollup import Rollup
+from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 SERVING_UNITS = {
@@ -104,3 +106,25 @@ def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
 def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Every serving metric there is signal for (empty for a job with none)."""
     return forward_metrics(tl) | request_metrics(tl) | handler_metrics(tl)
+
+
+POOLED_TID = 0  # the pooled request handlers' thread id in a profile (no real thread has it)
+
+
+def pool_handlers(view: Aggregate) -> Aggregate | None:
+    """The view with every request-handler thread's stacks pooled into one thread, "request
+    handlers (N threads)"; None when no thread handles requests. The series are shared."""
+    keys = [
+        k for k in view.threads("all", "target") if any(is_handling(s) for s, _ in view.stacks[k])
+    ]
+    if not keys:
+        return None
+    merged: dict[tuple[str, str], float] = {}
+    for k in keys:
+        for sk, n in view.stacks[k].items():
+            merged[sk] = merged.get(sk, 0.0) + n
+    out = copy.copy(view)
+    out.stacks = {k: v for k, v in view.stacks.items() if k not in keys}
+    name = f"request handlers ({len(keys)} threads)"
+    out.stacks[ThreadKey("all", "target", POOLED_TID, name)] = merged
+    return out
