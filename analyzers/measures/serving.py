@@ -13,6 +13,7 @@ from gpudiag.analyzers.timeline.timeline import Aggregate
 SERVING_UNITS = {
     "forwards": "count",
     "forwards_per_second": "1/s",
+    "items_per_second": "samples/s",
     "forward_batch_p50": "samples",
     "forward_batch_max": "samples",
     "forward_time_p50_s": "s",
@@ -55,6 +56,7 @@ def forward_metrics(tl: Aggregate) -> dict[str, float | None]:
     return {
         "forwards": float(ft.count),
         "forwards_per_second": _rate(ft),
+        "items_per_second": batch.total / span if batch and span > 0 else None,
         "forward_batch_p50": None if b50 is None else float(round(b50)),
         "forward_batch_max": batch.maximum if batch and batch.count else None,
         "forward_time_p50_s": ft.quantile(0.5),

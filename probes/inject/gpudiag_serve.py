@@ -95,8 +95,11 @@ def _forward_hooks(torch, rec: Recorder):
             pass
         return None
 
-    def post(module, args, kwargs, output):
+    def post(module, args, *rest):
+        # (kwargs, output); torch calls an always_call hook with (output,) alone when the
+        # forward raised
         try:
+            kwargs = rest[0] if len(rest) == 2 else None
             if compiling():
                 return None
             loc = rec.local

@@ -345,3 +345,36 @@ def server_windows(
             {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
         )
     return sc
+
+
+def hook_serving(
+    sc: Scenario,
+    seconds: float = 15.0,
+    rate: float = 100.0,
+    forward_s: float = 0.005,
+    latency_s: float = 0.02,
+    batch: float = 1.0,
+    grad: float = 1.0,
+    requests: bool = True,
+) -> Scenario:
+    """The hooks' forwards (and requests) over `seconds` from the scenario's start: `rate`
+    requests a second, each answered in `latency_s`; forwards of `batch` requests each
+    taking `forward_s`, with autograd on when `grad`."""
+    n_req = int(seconds * rate)
+    step = int(1e9 / rate)
+    for i in range(n_req if requests else 0):
+        sc._add_at(
+            sc.t0 + (i + 1) * step,
+            "hooks",
+            {"kind": "request"},
+            {"request_latency_s": latency_s, "request_in_flight": rate * latency_s + 1},
+        )
+    fstep = int(step * batch)
+    for i in range(int(n_req / batch)):
+        sc._add_at(
+            sc.t0 + (i + 1) * fstep,
+            "hooks",
+            {"kind": "forward"},
+            {"forward_time_s": forward_s, "forward_batch": batch, "forward_grad": grad},
+        )
+    return sc

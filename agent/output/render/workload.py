@@ -47,7 +47,13 @@ def request_lines(m: dict) -> list[str]:
         )
     if m.get("forwards_per_second") is not None:
         out.append(
-            f"  model forwards: {m['forwards_per_second']:.1f}/s · batch size p50 "
+            f"  model forwards: {m['forwards_per_second']:.1f}/s"
+            + (
+                f" ({m['items_per_second']:.0f} items/s)"
+                if m.get("items_per_second") is not None
+                else ""
+            )
+            + f" · batch size p50 "
             f"{m.get('forward_batch_p50') or 0:.0f}, max {m.get('forward_batch_max') or 0:.0f}"
             f" · forward time p50 {_ms(m.get('forward_time_p50_s'))}"
             f" · autograd on in {m.get('forward_grad_share') or 0:.0%} of them"
