@@ -4,6 +4,7 @@ with autograd on), from the forwards and requests the in-process hooks timed."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
@@ -13,6 +14,7 @@ from gpudiag.analyzers.engine.results import (
     Recommendation,
     speedup_from_impact,
 )
+from gpudiag.analyzers.engine.thresholds import Thresholds
 
 # INFER001's model: the share of a forward autograd's bookkeeping costs when nothing needs it
 # (activations kept, version counters, no fused inference paths). Measured on the planted
@@ -20,6 +22,7 @@ from gpudiag.analyzers.engine.results import (
 # inference_mode (its encoder's fused path); a conservative tenth is assumed elsewhere.
 AUTOGRAD_COST = 0.10
 MAX_BATCH_LIMIT = 64  # the largest max batch size suggested
+HK = "hooks"
 
 
 def _forward_share(m: dict) -> float | None:
@@ -35,7 +38,13 @@ def batching_values(m: dict) -> tuple[int, float]:
     """(max batch, max wait in ms): the power of two that holds the requests seen in flight
     at once, and the time the measured arrival rate takes to fill it, never more than one
     forward's time (waiting longer costs more than the batch saves)."""
-    peak = max(2.0, m.get("requests_in_flight_max") or m.get("requests_in_flight_mean") or 2.0)
+    peak = max(
+        2.0,
+        m.get("requests_in_flight_max")
+        or m.get("requests_in_flight_mean")
+        or m.get("requests_in_flight_est")
+        or 2.0,
+    )
     batch = min(MAX_BATCH_LIMIT, 2 ** math.ceil(math.log2(peak)))
     rate = m.get("requests_per_second") or m.get("forwards_per_second") or 0.0
     fill = (batch - 1) / rate if rate > 0 else math.inf
@@ -43,44 +52,30 @@ def batching_values(m: dict) -> tuple[int, float]:
     return batch, round(wait * 1e3, 1) if math.isfinite(wait) else 0.0
 
 
-def serve001(c: Context) -> list[Finding]:
-    """SERVE001: a server runs one request per forward while several are in flight."""
-    m, th = c.metrics, c.th
+@dataclass(frozen=True)
+class Seen:
+    """What SERVE001 rests on: requests in flight, the share of a request in the forward,
+    the forward's batch as told, and where that was measured."""
+
+    inflight: float
+    share: float
+    batch: str
+    source: str
+    confidence: float
+    evidence: tuple[Evidence, ...]
+
+
+def seen_by_hooks(m: dict, th: Thresholds) -> Seen | None:
+    """Batch 1 and the requests in flight, timed by the hooks."""
     forwards, b50 = m.get("forwards") or 0.0, m.get("forward_batch_p50")
-    inflight = m.get("requests_in_flight_mean")
-    share = _forward_share(m)
-    if (
-        c.workload is None
-        or c.workload.kind != "server"
-        or forwards < th.serve_min_forwards
-        or b50 is None
-        or b50 > th.serve_batch_max
-        or inflight is None
-        or inflight < th.serve_in_flight_min
-        or not share
-    ):
-        return []
-    batch, wait_ms = batching_values(m)
-    together = max(2.0, inflight)  # requests that could share a forward, on average
-    impact = share * (1.0 - 1.0 / together)
-    fwd_ms = (m.get("forward_time_p50_s") or 0.0) * 1e3
-    peak = m.get("requests_in_flight_max") or inflight
-    rate = m.get("forwards_per_second") or 0.0
-    msg = (
-        f"Each forward of the model runs {b50:.0f} request while {inflight:.1f} are in "
-        f"flight on average (up to {peak:.0f}); {share:.0%} of a request's time is its "
-        f"forward ({fwd_ms:.1f} ms at p50, {rate:.0f} forwards/s). Batching the requests in "
-        f"flight runs {together:.1f} of them in about one forward's time."
-    )
+    inflight, share = m.get("requests_in_flight_mean"), _forward_share(m)
+    if forwards < th.serve_min_forwards or b50 is None or b50 > th.serve_batch_max:
+        return None
+    if inflight is None or inflight < th.serve_in_flight_min or not share:
+        return None
     ev = (
         Evidence(
-            "forward_batch_p50",
-            b50,
-            "samples",
-            th.serve_batch_max,
-            "<=",
-            "serve_batch_max",
-            "hooks",
+            "forward_batch_p50", b50, "samples", th.serve_batch_max, "<=", "serve_batch_max", HK
         ),
         Evidence(
             "requests_in_flight_mean",
@@ -89,42 +84,98 @@ def serve001(c: Context) -> list[Finding]:
             th.serve_in_flight_min,
             ">=",
             "serve_in_flight_min",
-            "hooks",
+            HK,
         ),
         Evidence(
-            "forwards",
-            forwards,
-            "count",
-            th.serve_min_forwards,
-            ">=",
-            "serve_min_forwards",
-            "hooks",
+            "forwards", forwards, "count", th.serve_min_forwards, ">=", "serve_min_forwards", HK
         ),
-        Evidence("request_forward_share", round(share, 4), "ratio", source="hooks"),
-        Evidence("requests_per_second", m.get("requests_per_second"), "1/s", source="hooks"),
-        Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source="hooks"),
+        Evidence("request_forward_share", round(share, 4), "ratio", source=HK),
+        Evidence("requests_per_second", m.get("requests_per_second"), "1/s", source=HK),
+        Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source=HK),
     )
+    return Seen(inflight, share, f"{b50:.0f} request", HK, 0.95, ev)
+
+
+def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
+    """Without the hooks: the model's forwards run on the request threads themselves (no
+    batcher), each on its own request's input, while the stacks show several in flight."""
+    inflight, share = m.get("requests_in_flight_est"), m.get("handler_forward_share")
+    if samples < th.min_loop_samples or not share or inflight is None:
+        return None
+    if inflight < th.serve_in_flight_min:
+        return None
+    ev = (
+        Evidence(
+            "requests_in_flight_est",
+            round(inflight, 3),
+            "requests",
+            th.serve_in_flight_min,
+            ">=",
+            "serve_in_flight_min",
+            "stacks",
+        ),
+        Evidence("handler_forward_share", round(share, 4), "ratio", source="stacks"),
+        Evidence(
+            "stack_samples", samples, "samples", th.min_loop_samples, ">=", "min_loop_samples"
+        ),
+    )
+    # below sure: a request may carry several items (the stacks cannot tell)
+    return Seen(inflight, share, "one request (on its own thread)", "stacks", 0.75, ev)
+
+
+def serve001(c: Context) -> list[Finding]:
+    """SERVE001: a server runs one request per forward while several are in flight."""
+    m, th = c.metrics, c.th
+    if c.workload is None or c.workload.kind != "server":
+        return []
+    seen = seen_by_hooks(m, th)
+    if seen is None and not m.get("forwards"):
+        seen = seen_in_stacks(m, th, c.profile.samples)
+    if seen is None:
+        return []
+    batch, wait_ms = batching_values(m)
+    together = max(2.0, seen.inflight)  # requests that could share a forward, on average
+    impact = seen.share * (1.0 - 1.0 / together)
+    fwd = m.get("forward_time_p50_s")
+    timing = (
+        f" ({fwd * 1e3:.1f} ms at p50, {m.get('forwards_per_second') or 0:.0f} forwards/s)"
+        if fwd
+        else ""
+    )
+    how = "measured by the hooks" if seen.source == HK else "estimated from the stacks"
+    msg = (
+        f"Each forward of the model runs {seen.batch} while {seen.inflight:.1f} are in flight "
+        f"on average ({how}); {seen.share:.0%} of a request's time is its forward{timing}. "
+        f"Batching the requests in flight runs {together:.1f} of them in about one forward's "
+        "time."
+    )
+    wait = f"max_wait_ms={wait_ms}" if wait_ms else "a max wait of about one forward's time"
     actions = (
         f"queue the requests to one model thread that takes up to max_batch_size={batch} at "
-        f"once, waiting at most max_wait_ms={wait_ms} for more, and runs them as one forward",
-        f"Ray Serve: @serve.batch(max_batch_size={batch}, batch_wait_timeout_s={wait_ms / 1e3:g})",
-        f"Triton: dynamic_batching {{ max_queue_delay_microseconds: {wait_ms * 1e3:.0f} }} "
-        f"with max_batch_size: {batch}; TorchServe: batchSize={batch}, "
-        f"maxBatchDelay={max(1, round(wait_ms))}",
+        f"once, with {wait} for more, and runs them as one forward",
+        f"Ray Serve: @serve.batch(max_batch_size={batch}"
+        + (f", batch_wait_timeout_s={wait_ms / 1e3:g})" if wait_ms else ")"),
+        f"Triton: dynamic_batching with max_batch_size: {batch}"
+        + (f", max_queue_delay_microseconds: {wait_ms * 1e3:.0f}" if wait_ms else ""),
+    ) + (
+        ()
+        if wait_ms
+        else ("gpudiag run (or instrument() in the server) measures the forward time and rate",)
+    )
+    summary = f"Batch the requests in flight (max batch {batch}" + (
+        f", max wait {wait_ms} ms)" if wait_ms else ")"
     )
     return [
         new_finding(
             "SERVE001",
             th,
-            confidence=0.95,
+            confidence=seen.confidence,
             impact=impact,
             message=msg,
-            evidence=ev,
-            recommendation=Recommendation(
-                f"Batch the requests in flight (max batch {batch}, max wait {wait_ms} ms)", actions
-            ),
+            evidence=seen.evidence,
+            recommendation=Recommendation(summary, actions),
             expected_speedup=speedup_from_impact(impact),
-            signals=("hooks",),
+            signals=(seen.source,),
             speedup_basis=f"at most: {together:.1f} requests share one forward, as if a batch "
             "cost no more than one request (it costs more: measure it)",
             speedup_kind="bound",

@@ -73,3 +73,21 @@ def test_batching_values_follow_the_arrival_rate_and_forward_time():
     assert batching_values(m) == (4, 3.0)  # 3 more requests arrive in 3 ms
     m = {"requests_in_flight_max": 200, "requests_per_second": 10.0, "forward_time_p50_s": 0.02}
     assert batching_values(m) == (64, 20.0)  # capped: 64 at most, one forward's time
+
+
+def test_without_the_hooks_forwards_on_the_request_threads_are_serve001_estimated():
+    """attach without instrument(): four request threads each running its own forward."""
+    a = analyze(server_windows(Scenario(), handlers=4, forward=0.8).tl)
+    assert ids(a) == ["SERVE001"]
+    f = a.findings[0]
+    assert f.signals == ("stacks",) and f.confidence < 0.9  # a request may carry a batch
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["requests_in_flight_est"].value == pytest.approx(4.0, rel=0.01)
+    assert f.impact == pytest.approx(0.8 * 0.75, abs=0.01)
+    assert "max wait" not in f.recommendation.summary  # no forward time measured
+
+
+def test_without_the_hooks_a_batcher_thread_is_not_serve001():
+    """The request threads wait for a batcher thread that runs the model: nothing to say."""
+    a = analyze(server_windows(Scenario(), handlers=4, forward=0.0).tl)
+    assert a.workload.kind == "server" and "SERVE001" not in ids(a)
