@@ -8,7 +8,7 @@ from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
-from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.measures.rules import NO_TRAINING_RULES, Classifier
 from gpudiag.analyzers.measures.serving import POOLED_TID, pool_handlers, serving_metrics
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
@@ -49,8 +49,15 @@ def _profile(
     """The loop's profile; a server's from its request-handler threads pooled (each request
     has its own short-lived thread: no one of them is the loop)."""
     pooled = pool_handlers(view) if workload.kind == "server" else None
+    if workload.kind in ("server", "inference"):
+        clf = Classifier(clf.user_rules + NO_TRAINING_RULES)
+    serving = workload.kind == "server"
     profile = profile_loop(
-        pooled or view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min
+        pooled or view,
+        clf,
+        backward_elsewhere=uses_gpu,
+        gil_other_min=th.gil_other_min,
+        idle_waits=serving,
     )
     if pooled is None or profile.thread is None or profile.thread.tid != POOLED_TID:
         return profile

@@ -46,3 +46,16 @@ def test_a_batch_job_with_a_metrics_listener_is_inference():
 def test_no_work_seen_is_unknown():
     w = decide_workload(Scenario().tl.whole())
     assert w.kind == "unknown"
+
+
+def test_entering_inference_mode_in_a_server_is_not_backward():
+    """The issue's server showed 1.3% 'backward': its handlers entering inference_mode."""
+    from tests.analyzers.scenario import HANDLER, SITE
+
+    sc = server_windows(Scenario())
+    enter = f"{HANDLER};inference_mode.__enter__ ({SITE}/torch/autograd/grad_mode.py:270)"
+    add_thread_stacks(sc, 999, "Thread-999 (process_request_thread)", {enter: 30})
+    a = analyze(sc.tl)
+    assert a.workload.kind == "server"
+    assert a.breakdown.get("backward") == 0.0
+    assert "request handlers (21 threads)" in a.breakdown.thread
