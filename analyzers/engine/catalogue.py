@@ -157,6 +157,7 @@ CATALOGUE: dict[str, Spec] = {
             False,
         ),
         Spec("INFER001", "Inference with autograd on", "host", False),
+        Spec("SERVE002", "The request path is bound by host work", "host", False),
     )
 }
 

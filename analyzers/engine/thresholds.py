@@ -160,6 +160,9 @@ class Thresholds:
     infer_grad_share: float = 0.5
     """INFER001: share of the forwards run with autograd on, in a job that never runs a
     backward."""
+    serve_host_warn: float = 0.30
+    """SERVE002: share of the request handlers' time on the CPU outside the model
+    (tokenizing, JSON, pre- and post-processing)."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

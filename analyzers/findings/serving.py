@@ -1,5 +1,6 @@
-"""SERVE001 (one request per forward while several are in flight) and INFER001 (inference
-with autograd on), from the forwards and requests the in-process hooks timed."""
+"""SERVE001 (one request per forward while several are in flight), INFER001 (inference with
+autograd on), from the forwards and requests the in-process hooks timed (SERVE001 also from
+the stacks), and SERVE002 (the request path bound by host work), from the stacks."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.serving import handler_split
+from gpudiag.analyzers.measures.summary import confidence_above
 
 # INFER001's model: the share of a forward autograd's bookkeeping costs when nothing needs it
 # (activations kept, version counters, no fused inference paths). Measured on the planted
@@ -248,6 +251,85 @@ def infer001(c: Context) -> list[Finding]:
     ]
 
 
+def serve002(c: Context) -> list[Finding]:
+    """SERVE002: the request path's busy time (the model's forwards and the handlers' own
+    work, waits left out) is mostly the handlers' CPU work outside the model (tokenizing,
+    decoding, JSON, pre- and post-processing), named by location."""
+    th = c.th
+    if c.workload is None or c.workload.kind != "server":
+        return []
+    split = handler_split(c.view, c.clf)
+    if split is None or split.busy < th.min_loop_samples:
+        return []
+    share = split.host / split.busy
+    conf = confidence_above(share, th.serve_host_warn, split.busy)
+    if share < th.serve_host_warn or conf < th.min_confidence:
+        return []
+    named = "; ".join(f"{loc.function} ({loc.file}:{loc.line}) {s:.0%}" for loc, s in split.top)
+    msg = (
+        f"{share:.0%} of the request path's busy time is the handlers' own CPU work outside "
+        f"the model ({1 - share:.0%} the model's forwards; waits left out)"
+        + (f"; most in {named}" if named else "")
+        + ". The handler threads share one GIL with the model: that work holds up every "
+        "request in flight."
+    )
+    ev = (
+        Evidence(
+            "request_path_host_share",
+            round(share, 4),
+            "ratio",
+            th.serve_host_warn,
+            ">=",
+            "serve_host_warn",
+            "stacks",
+        ),
+        Evidence(
+            "request_path_busy_samples",
+            split.busy,
+            "samples",
+            th.min_loop_samples,
+            ">=",
+            "min_loop_samples",
+            "stacks",
+        ),
+        Evidence(
+            "handler_forward_share",
+            round(split.forward / split.samples, 4),
+            "ratio",
+            source="stacks",
+        ),
+    ) + tuple(
+        Evidence(f"handler_share[{loc.function}:{loc.line}]", round(s, 4), "ratio", source="stacks")
+        for loc, s in split.top
+    )
+    actions = (
+        "take the work off the request path: tokenize or pre-process once per batch on the "
+        "model's thread (a fast tokenizer's batch call: tokenizers' encode_batch), not per "
+        "request on the handler",
+        "run CPU-heavy pre/post-processing in a process pool "
+        "(concurrent.futures.ProcessPoolExecutor), or serve from several processes "
+        "(gunicorn/uvicorn --workers N)",
+        "a faster JSON codec (orjson) when the payloads are large",
+    )
+    return [
+        new_finding(
+            "SERVE002",
+            th,
+            confidence=conf,
+            impact=share,
+            message=msg,
+            evidence=ev,
+            recommendation=Recommendation("Take the host work off the request path", actions),
+            expected_speedup=speedup_from_impact(share),
+            location=split.top[0][0] if split.top else None,
+            signals=("stacks",),
+            speedup_basis="at most: the handlers' CPU work outside the model taken off the "
+            "request path (the path then runs the model only)",
+            speedup_kind="bound",
+        )
+    ]
+
+
 def find(c: Context) -> list[Finding]:
-    """SERVE001 and INFER001, from the analysis context."""
-    return serve001(c) + infer001(c)
+    """SERVE001, INFER001 and SERVE002, from the analysis context."""
+    return serve001(c) + infer001(c) + serve002(c)

@@ -4,8 +4,11 @@ from the in-process hooks, and the requests in flight estimated from the stacks 
 from __future__ import annotations
 
 import copy
+import re
+from dataclasses import dataclass
 
-from gpudiag.analyzers.measures.rules import parse_stack
+from gpudiag.analyzers.engine.results import Location
+from gpudiag.analyzers.measures.rules import Classifier, parse_stack, user_location
 from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, is_handling
 from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
 from gpudiag.analyzers.timeline.timeline import Aggregate
@@ -130,3 +133,59 @@ def pool_handlers(view: Aggregate) -> Aggregate | None:
     name = f"request handlers ({len(keys)} threads)"
     out.stacks[ThreadKey("all", "target", POOLED_TID, name)] = merged
     return out
+
+
+# The server's own socket I/O on the request path (sending the answer, closing): waiting on
+# the network or for the GIL back after a send, not work the handler could move elsewhere.
+SOCKET_IO_RE = re.compile(r"/(socketserver|socket|ssl|selectors)\.py$")
+
+
+@dataclass(frozen=True)
+class HandlerSplit:
+    """Request-handler stack samples by what they do: the model's forward, waiting or socket
+    I/O, and host work (on the CPU outside the model), with host work's top user locations."""
+
+    samples: float
+    forward: float  # on the handlers
+    waiting: float
+    host: float
+    top: tuple[tuple[Location, float], ...]  # (user location, share of the busy samples)
+    model: float = 0.0  # forward samples on any thread (a batcher's included)
+
+    @property
+    def busy(self) -> float:
+        """The request path's busy samples: the model's forwards and the handlers' own work."""
+        return self.host + self.model
+
+
+def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
+    """The request handlers' samples split (None when no thread handles requests)."""
+    total = fwd = wait = host = model = 0.0
+    where: dict[Location, float] = {}
+    for key in view.threads("all", "target"):
+        for (stack, code), n in view.stacks[key].items():
+            frames = parse_stack(stack)
+            in_model = any(FORWARD_FILE_RE.search(fr.file) for fr in frames)
+            model += n * in_model
+            if not is_handling(stack):
+                continue
+            total += n
+            if in_model:
+                fwd += n
+            elif (
+                clf.is_waiting(stack, code)
+                or clf.is_blocking_call(stack, code)
+                or SOCKET_IO_RE.search(frames[-1].file)
+            ):
+                wait += n
+            else:
+                host += n
+                fr = user_location(stack)
+                if fr is not None:
+                    loc = Location(fr.file, fr.line, fr.function)
+                    where[loc] = where.get(loc, 0.0) + n
+    if total <= 0 or host + model <= 0:
+        return None
+    busy = host + model
+    top = tuple((loc, n / busy) for loc, n in sorted(where.items(), key=lambda x: -x[1])[:3])
+    return HandlerSplit(total, fwd, wait, host, top, model)

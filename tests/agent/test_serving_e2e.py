@@ -70,9 +70,17 @@ def test_run_names_the_server_its_request_rate_and_both_planted_causes(tmp_path)
 def test_run_on_the_healthy_server_raises_nothing_about_the_model(tmp_path):
     doc, rate = run_server(tmp_path, "--healthy")
     assert doc["workload"]["kind"] == "server"
-    assert not MODEL_IDS & ids(doc)
+    assert not (MODEL_IDS | {"SERVE002"}) & ids(doc)
     assert doc["metrics"]["forward_batch_p50"] > 1
     assert doc["metrics"]["requests_per_second"] == pytest.approx(rate, rel=0.10)
+
+
+def test_run_names_a_tokenizer_on_the_request_path(tmp_path):
+    """The model path fixed (batched, inference mode), the handlers tokenizing in Python."""
+    doc, _ = run_server(tmp_path, "--healthy", "--tokenize")
+    top = doc["findings"][0]
+    assert top["id"] == "SERVE002" and top["location"].endswith(":tokenize")
+    assert not MODEL_IDS & ids(doc)
 
 
 def test_attach_to_the_instrumented_server_names_the_planted_causes(tmp_path):

@@ -295,6 +295,7 @@ HANDLER_STACKS = {
     ";Net.forward (/work/model.py:20)",
     "json": f"{HANDLER};loads ({STD}/json/__init__.py:346)",
     "write": f"{HANDLER};_SocketWriter.write ({STD}/socketserver.py:826)",
+    "tokenize": f"{HANDLER};tokenize (/work/serve.py:12)",
 }
 
 
@@ -318,27 +319,30 @@ def add_thread_stacks(sc: Scenario, tid: int, name: str, stacks: dict[str, float
 
 
 def server_windows(
-    sc: Scenario, n: int = 5, handlers: int = 4, forward: float = 0.8, ticks: int = 300
+    sc: Scenario,
+    n: int = 5,
+    handlers: int = 4,
+    forward: float = 0.8,
+    ticks: int = 300,
+    tokenize: float = 0.0,
 ) -> Scenario:
     """n 3 s windows of a threaded HTTP server: the listener waiting, and `handlers` request
-    threads (new ones each window) spending `forward` of their samples in the model."""
+    threads (new ones each window) spending `forward` of their samples in the model and
+    `tokenize` in a tokenizer of the job's own; the rest half parsing JSON, half sending."""
     for w in range(n):
         sc.t += 3_000_000_000
         add_thread_stacks(sc, 100, "MainThread", {SERVE_MAIN: ticks})
         for h in range(handlers):
             tid = 1000 + w * handlers + h
             name = f"Thread-{tid} (process_request_thread)"
-            rest = (1.0 - forward) / 2
-            add_thread_stacks(
-                sc,
-                tid,
-                name,
-                {
-                    HANDLER_STACKS["forward"]: round(forward * ticks),
-                    HANDLER_STACKS["json"]: round(rest * ticks),
-                    HANDLER_STACKS["write"]: round(rest * ticks),
-                },
-            )
+            rest = (1.0 - forward - tokenize) / 2
+            counts = {
+                HANDLER_STACKS["forward"]: round(forward * ticks),
+                HANDLER_STACKS["json"]: round(rest * ticks),
+                HANDLER_STACKS["write"]: round(rest * ticks),
+                HANDLER_STACKS["tokenize"]: round(tokenize * ticks),
+            }
+            add_thread_stacks(sc, tid, name, {k: v for k, v in counts.items() if v})
         sc._add(
             "stacks",
             {"mode": "all", "kind": "window"},

@@ -91,3 +91,22 @@ def test_without_the_hooks_a_batcher_thread_is_not_serve001():
     """The request threads wait for a batcher thread that runs the model: nothing to say."""
     a = analyze(server_windows(Scenario(), handlers=4, forward=0.0).tl)
     assert a.workload.kind == "server" and "SERVE001" not in ids(a)
+
+
+def test_a_tokenizer_on_the_request_path_is_serve002_named_by_location():
+    # per handler: 30% tokenizing, 40% in the model, 15% JSON, 15% sending (I/O)
+    sc = hook_serving(
+        server_windows(Scenario(), forward=0.4, tokenize=0.3), rate=50.0, latency_s=0.01
+    )
+    a = analyze(sc.tl)
+    f = next(f for f in a.findings if f.id == "SERVE002")
+    # busy: tokenize 0.3 + JSON 0.15 (host) against the model's 0.4
+    assert f.impact == pytest.approx(0.45 / 0.85, abs=0.01)
+    assert str(f.location) == "/work/serve.py:12:tokenize"
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["request_path_host_share"].setting == "serve_host_warn"
+
+
+def test_a_server_mostly_in_its_model_is_not_serve002():
+    sc = hook_serving(server_windows(Scenario(), forward=0.8), rate=50.0, latency_s=0.01)
+    assert "SERVE002" not in ids(analyze(sc.tl))

@@ -29,7 +29,9 @@ def wait_port(path: str, timeout: float = 60.0) -> int:
 def client(port: int, until: float, seed: int, out: list[float], errors: list[str]) -> None:
     rng = random.Random(seed)
     while time.perf_counter() < until:
-        body = json.dumps({"tokens": [rng.randrange(1000) for _ in range(24)]})
+        tokens = [rng.randrange(1000) for _ in range(24)]
+        text = " ".join(f"W{t}." for t in tokens)
+        body = json.dumps({"tokens": tokens, "text": text})
         t0 = time.perf_counter()
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)

@@ -3,9 +3,11 @@ handler runs a small transformer forward per request (batch 1) with autograd on.
 
     python serve_http.py --seconds 20 --port-file /tmp/port   # then: load_gen.py --port-file
 
---batching queues the requests to one model thread that runs up to --max-batch of them at
-once, waiting at most --max-wait-ms for more (the SERVE001 fix); --inference-mode runs the
-forwards under torch.inference_mode() (the INFER001 fix); --healthy is both. --instrument
+--tokenize turns each request's text into tokens with a slow pure-Python tokenizer on the
+handler thread (planted SERVE002: host work on the request path). --batching queues the
+requests to one model thread that runs up to --max-batch of them at once, waiting at most
+--max-wait-ms for more (the SERVE001 fix); --inference-mode runs the forwards under
+torch.inference_mode() (the INFER001 fix); --healthy is both. --instrument
 calls gpudiag's instrument() (for `gpudiag attach`). Binds 127.0.0.1 only.
 """
 
@@ -23,6 +25,18 @@ import torch
 from torch import nn
 
 SEQ = 32
+WORDS = {f"w{i}": i for i in range(1000)}
+
+
+def tokenize(text: str) -> list[int]:
+    """A slow, pure-Python tokenizer: split, normalise, look up (as real ones do, slower)."""
+    ids = []
+    for word in text.split():
+        word = word.strip(".,;:!?").lower()
+        for _ in range(4000):  # a long normalisation chain
+            word = word.replace("--", "-").strip("-")
+        ids.append(WORDS.get(word, 0))
+    return ids
 
 
 class TinyTransformer(nn.Module):
@@ -71,11 +85,12 @@ class Batcher:
                 slot["done"].set()
 
 
-def make_handler(predict):
+def make_handler(predict, slow_tokenizer: bool = False):
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            tokens = json.loads(body)["tokens"]
+            req = json.loads(body)
+            tokens = tokenize(req["text"]) if slow_tokenizer else req["tokens"]
             out = json.dumps({"label": predict(tokens)}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -95,6 +110,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file", help="write the port here once listening")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--tokenize", action="store_true", help="tokenize text on the handler")
     p.add_argument("--batching", action="store_true")
     p.add_argument("--max-batch", type=int, default=8)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
@@ -128,7 +144,7 @@ def main() -> None:
         def predict(tokens: list[int]) -> int:
             return run([tokens])[0]
 
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(predict))
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(predict, args.tokenize))
     server.daemon_threads = True
     port = server.server_address[1]
     if args.port_file:
