@@ -102,7 +102,7 @@ def build_report(
     }
     if agent is not None:
         run["agent"] = agent
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "gpudiag", "version": tool_version()},
         "run": run,
@@ -124,6 +124,9 @@ def build_report(
         "thresholds": thresholds.to_dict(),
         "errors": errors,
     }
+    if analysis.workload is not None:
+        doc["workload"] = analysis.workload.to_dict()
+    return doc
 
 
 def report_of(

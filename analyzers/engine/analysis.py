@@ -17,6 +17,7 @@ from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, Rule
 from gpudiag.analyzers.measures.window import LoopWindow, find_loop_window
+from gpudiag.analyzers.measures.workload import Workload
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 __all__ = [
@@ -45,6 +46,7 @@ class Analysis:
     critical_path: CriticalPath | None = None
     verdict: dict = field(default_factory=dict)
     periods: list = field(default_factory=list)
+    workload: Workload | None = None
 
 
 def analyze(
@@ -142,4 +144,5 @@ def _analyze_view(
         c.phases,
         c.cp,
         done.verdict,
+        workload=c.workload,
     )

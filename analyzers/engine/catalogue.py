@@ -177,6 +177,14 @@ CATALOGUE: dict[str, Spec] = {
             time_in="collective",
             compares_ranks=True,
         ),
+        Spec(
+            "SERVE001",
+            "One request per forward while several are in flight: batch them",
+            "gpu",
+            False,
+        ),
+        Spec("INFER001", "Inference with autograd on", "host", False),
+        Spec("SERVE002", "The request path is bound by host work", "host", False),
     )
 }
 

@@ -8,10 +8,12 @@ from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
-from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.measures.rules import NO_TRAINING_RULES, Classifier
+from gpudiag.analyzers.measures.serving import POOLED_TID, pool_handlers, serving_metrics
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
+from gpudiag.analyzers.measures.workload import Workload, decide_workload
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 
@@ -33,11 +35,34 @@ class Context:
     loader_d: float | None  # the loaders' D-state share (workers', or the loop thread's)
     phases: dict  # start-up, loop and shutdown (empty for a period)
     found: tuple = ()  # the findings the finders registered before this one made
+    workload: Workload | None = None  # training, inference or server (measures/workload.py)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a
         GPU signal: the finders then use the loop's share)."""
         return None if self.idle is None else self.cp.caused(category)
+
+
+def _profile(
+    view: Aggregate, clf: Classifier, workload: Workload, uses_gpu: bool, th: Thresholds
+) -> LoopProfile:
+    """The loop's profile; a server's from its request-handler threads pooled (each request
+    has its own short-lived thread: no one of them is the loop)."""
+    pooled = pool_handlers(view) if workload.kind == "server" else None
+    if workload.kind in ("server", "inference"):
+        clf = Classifier(clf.user_rules + NO_TRAINING_RULES)
+    serving = workload.kind == "server"
+    profile = profile_loop(
+        pooled or view,
+        clf,
+        backward_elsewhere=uses_gpu,
+        gil_other_min=th.gil_other_min,
+        idle_waits=serving,
+    )
+    if pooled is None or profile.thread is None or profile.thread.tid != POOLED_TID:
+        return profile
+    basis = f"py-spy stack samples of the job's {profile.thread.thread}, pooled"
+    return replace(profile, breakdown=replace(profile.breakdown, basis=basis))
 
 
 def build_context(
@@ -51,11 +76,14 @@ def build_context(
     step rows are read from the view)."""
     stats = tuple(s for s in gpu_stats(view) if s.samples > 0)
     uses_gpu = any(s.job_uses_gpu for s in stats)
-    profile = profile_loop(view, clf, backward_elsewhere=uses_gpu, gil_other_min=th.gil_other_min)
-    metrics = host_metrics(view)
+    whole = tl.whole() if isinstance(tl, Timeline) else view
     # step rows only exist inside the loop: read them over the whole run, so no step at the
     # window's edges is lost
-    metrics.update(throughput_metrics(tl.whole() if isinstance(tl, Timeline) else view))
+    steps = throughput_metrics(whole)
+    workload = decide_workload(whole, steps.get("steps") or 0.0)
+    profile = _profile(view, clf, workload, uses_gpu, th)
+    metrics = host_metrics(view)
+    metrics.update(steps)
     metrics["stack_samples"] = profile.samples
     metrics["startup_samples"] = profile.startup_samples
     if profile.thread is not None:
@@ -84,4 +112,7 @@ def build_context(
         has_stacks=profile.samples > 0,
     )
     phases = phase_summary(tl, win, clf) if tl is not None else {}
-    return Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
+    if workload.kind != "training":  # a training job's report keeps its metrics
+        metrics.update(serving_metrics(whole))
+    c = Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
+    return replace(c, workload=workload)

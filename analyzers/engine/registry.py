@@ -23,6 +23,7 @@ from gpudiag.analyzers.findings import (
     host_bound,
     host_contention,
     oversubscription,
+    serving,
     startup,
     storage,
     sync,
@@ -44,6 +45,7 @@ FINDERS: tuple[Finder, ...] = (
     unexplained.find,  # after every host-side cause: the loop time none of them explains
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,
+    serving.find,
 )
 
 

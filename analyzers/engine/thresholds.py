@@ -21,12 +21,16 @@ UNITS: dict[str, str] = {
     "dist_hang_steps": "count",
     "job_excess_cores_min": "cores",
     "worker_respawn_min": "count",
+    "serve_batch_max": "count",
+    "serve_in_flight_min": "requests",
+    "serve_min_forwards": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
     "seconds": "a duration in seconds, more than 0",
     "count": "a count, a whole number from 0",
     "cores": "a number of CPU cores from 0",
+    "requests": "a number of requests from 0",
 }
 
 
@@ -176,6 +180,20 @@ class Thresholds:
     (a slow step, an evaluation or a save between steps), never below dist_hang_s."""
     trial_tolerance: float = 0.15
     """try: a prediction held when it lies in the measured 95% interval widened by this share."""
+    serve_batch_max: int = 1
+    """SERVE001: median batch size per model forward at or below which a server runs one
+    request per forward."""
+    serve_in_flight_min: float = 1.5
+    """SERVE001: requests in flight on average at or above which several could share a
+    forward."""
+    serve_min_forwards: int = 50
+    """SERVE001/INFER001: model forwards timed by the hooks before they are judged."""
+    infer_grad_share: float = 0.5
+    """INFER001: share of the forwards run with autograd on, in a job that never runs a
+    backward."""
+    serve_host_warn: float = 0.30
+    """SERVE002: share of the request handlers' time on the CPU outside the model
+    (tokenizing, JSON, pre- and post-processing)."""
 
     @classmethod
     def names(cls) -> dict[str, str]:
@@ -199,7 +217,7 @@ class Thresholds:
 
     @staticmethod
     def unit(name: str) -> str:
-        """share, seconds, count or cores."""
+        """share, seconds, count, cores or requests."""
         return UNITS.get(name, "seconds" if name.endswith("_s") else "share")
 
     @classmethod
@@ -222,6 +240,7 @@ class Thresholds:
                 "seconds": value > 0,
                 "count": value >= 0 and value.is_integer(),
                 "cores": value >= 0,
+                "requests": value >= 0,
             }[unit]
         )
         if not ok:

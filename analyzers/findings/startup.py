@@ -62,5 +62,8 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
 
 
 def find(c: Context) -> list[Finding]:
-    """START001, from the analysis context."""
+    """START001, from the analysis context; not for a server, whose work starts with its
+    first request, not a first step."""
+    if c.workload is not None and c.workload.kind == "server":
+        return []
     return startup_findings(c.phases, c.th)

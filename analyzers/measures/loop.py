@@ -199,6 +199,7 @@ def _gil_stats(
     loop_rq: float | None,
     blocking: tuple[str, ...],
     other_min: float = 0.20,
+    idle: float = 0.0,
 ) -> GilStats | None:
     w = tl.windows.get("gil")
     ticks = w.ticks if w else 0.0
@@ -231,7 +232,7 @@ def _gil_stats(
     # read every 0.2-1 s whatever py-spy's rate): a pure-Python thread on a CPU holds it.
     # The larger counts: on a busy box a holder is often preempted, and the ticks undercount.
     other = min(1.0, max(other_n / ticks if ticks else 0.0, other_cpu or 0.0))
-    blocked = sum(shares.get(c, 0.0) for c in blocking)
+    blocked = sum(shares.get(c, 0.0) for c in blocking) + idle
     off = None if loop_cpu is None else max(0.0, 1.0 - loop_cpu - (loop_rq or 0.0))
     # A thread handed the GIL must then get a CPU: while the job's own threads fill the
     # cores (the GIL holders, the intra-op pool) that wait is run-queue time, not sleep
@@ -264,11 +265,14 @@ def profile_loop(
     clf: Classifier,
     backward_elsewhere: bool = False,
     gil_other_min: float = 0.20,
+    idle_waits: bool = False,
 ) -> LoopProfile:
     """Find the loop thread and build its time breakdown from the timeline.
 
     `backward_elsewhere`: the job's backward runs on the autograd engine's device thread (CUDA),
     so the loop thread sleeps through it: that is not a wait for the GIL.
+    `idle_waits`: the loop waits for work on a queue or lock when it has none (a server's
+    model thread waiting for requests): that time is idle, not a wait for the GIL.
     """
     key = find_loop_thread(tl, clf)
     if key is None:
@@ -311,7 +315,11 @@ def profile_loop(
     if backward_elsewhere:
         blocking += ("backward",)
     compute_like = COMPUTE_LIKE + (("data_wait",) if own_loading else ())
-    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min)
+    idle = 0.0
+    if idle_waits:
+        waiting = (s for s in stacks if clf.category(s.stack, s.code) == "other")
+        idle = sum(s.count for s in waiting if clf.is_waiting(s.stack, s.code)) / total
+    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min, idle)
     if gil is not None and gil.wait_share > 0:
         pool = sum(shares.get(c, 0.0) for c in compute_like)
         take = min(gil.wait_share, pool)

@@ -188,6 +188,17 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# A job that never trains: autograd's grad-mode switches (entering no_grad or inference_mode)
+# are not a backward. Put before the built-in rules for such jobs only (the training
+# recordings' breakdowns stay as they were).
+NO_TRAINING_RULES: tuple[Rule, ...] = (
+    Rule(
+        "other",
+        function=r"torch\.autograd\.grad_mode\.",
+        description="entering or leaving no_grad/inference_mode (a job with no backward)",
+    ),
+)
+
 # Frames that mark a DataLoader worker's loading work (other worker threads only wait or serve).
 WORKER_LOOP_RE = re.compile(r"torch/utils/data/_utils/worker\.py")
 

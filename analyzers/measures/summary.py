@@ -40,12 +40,15 @@ METRIC_UNITS = {
 
 def metric_unit(name: str) -> str:
     """The unit of a metric, including the per-GPU ones (gpuN_busy, gpuN_vram_peak_bytes)."""
+    from gpudiag.analyzers.measures.serving import SERVING_UNITS
     from gpudiag.analyzers.measures.throughput import THROUGHPUT_UNITS
 
     if name in METRIC_UNITS:
         return METRIC_UNITS[name]
     if name in THROUGHPUT_UNITS:
         return THROUGHPUT_UNITS[name]
+    if name in SERVING_UNITS:
+        return SERVING_UNITS[name]
     if name.endswith("_busy"):
         return "ratio"
     return "bytes" if name.endswith("_bytes") else ""

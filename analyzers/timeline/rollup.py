@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 # Series whose distribution (percentiles) is kept, in log buckets 2% wide: bounded memory.
-DISTRIBUTIONS = frozenset({"step_time_s"})
+DISTRIBUTIONS = frozenset({"step_time_s", "forward_time_s", "forward_batch", "request_latency_s"})
 _LOG_STEP = math.log(1.02)
 
 

@@ -5,7 +5,8 @@ environment). What it measures, per optimizer step (PyTorch's global step hooks)
 the step's wall time, the time spent waiting in DataLoader iteration, the batch size, and,
 on CUDA only, host-to-device copy time (pinned or not) and host-device syncs (`.item()`,
 `.cpu()`, `.tolist()`, `torch.cuda.synchronize`) with their call sites; every 2 s the CUDA
-caching allocator's statistics.
+caching allocator's statistics. For inference and serving (gpudiag_serve.py): each
+outermost model forward (time, batch size, autograd on) and each request of an HTTP server.
 
 The channel is a Unix datagram socket the agent created in a private folder. Writes never
 block: when the agent is gone or slow, events are dropped and the job loses no time.
@@ -20,6 +21,7 @@ import math
 import os
 import socket
 import sys
+import threading
 import time
 from array import array
 
@@ -30,10 +32,13 @@ SITE_EVERY = 16  # record the call site of one sync in this many
 MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
 STEP_WIDTH = 9  # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
 #                           syncs, sync s
+SERVE_ROWS = 1000  # forwards or requests per datagram (about 40 KiB)
 try:
     from . import gpudiag_channel as _channel
+    from . import gpudiag_serve as _serve
 except ImportError:  # loaded as a top-level module by sitecustomize
     import gpudiag_channel as _channel
+    import gpudiag_serve as _serve
 
 RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"gpudiag-{os.getuid()}")
 
@@ -96,6 +101,8 @@ class _State:
         self.last_mem = 0.0
         self.cuda = False
         self.torch = None
+        self.serve = _serve.Recorder(self.maybe_flush)  # forwards and requests
+        self._flushing = threading.Lock()
 
     def on_step(self) -> None:
         now = time.perf_counter()
@@ -119,7 +126,20 @@ class _State:
         if now - self.last_flush >= FLUSH_S or len(self.pending) >= MAX_ROWS * STEP_WIDTH:
             self.flush(now)
 
+    def maybe_flush(self) -> None:
+        """Flush when FLUSH_S passed since the last (a forward or request just ended)."""
+        if time.perf_counter() - self.last_flush >= FLUSH_S:
+            self.flush()
+
     def flush(self, now: float | None = None) -> None:
+        if not self._flushing.acquire(blocking=False):
+            return  # another thread is sending: its flush carries these rows or the next does
+        try:
+            self._flush(now)
+        finally:
+            self._flushing.release()
+
+    def _flush(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
         self.last_flush = now
         msg: dict = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
@@ -133,6 +153,18 @@ class _State:
             self.channel.send(msg, self.pending)
             self.pending = array("d")
             self.sites = {}
+        self._flush_serving()
+
+    def _flush_serving(self) -> None:
+        """The forwards and requests since the last flush, SERVE_ROWS a datagram."""
+        fwd, req = self.serve.take()
+        while fwd or req:
+            msg: dict = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
+            if fwd:
+                msg["fwd"], fwd = fwd[:SERVE_ROWS], fwd[SERVE_ROWS:]
+            if req:
+                msg["req"], req = req[:SERVE_ROWS], req[SERVE_ROWS:]
+            self.channel.send(msg)
 
 
 _state: _State | None = None
@@ -189,6 +221,10 @@ def _install(torch) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
+    try:
+        _serve.install_forwards(torch, st.serve)
+    except Exception as exc:  # the step timing works without it
+        print(f"gpudiag: forward hooks not installed: {exc}", file=sys.stderr)
     _install_dist(torch, st)
     _sibling("gpudiag_fixes").install(torch)  # gpudiag try: GPUDIAG_FIX, when set
     try:
@@ -326,6 +362,10 @@ def install_on_torch_import(channel: str | None = None) -> None:
     if _state is not None:
         return
     _state = _State(_Channel(channel or os.environ.get(CHANNEL_ENV)))
+    try:
+        _serve.install_requests(_state.serve)
+    except Exception as exc:  # never break the job
+        print(f"gpudiag: request hooks not installed: {exc}", file=sys.stderr)
     if "torch" in sys.modules:
         _install(sys.modules["torch"])
     else:

@@ -73,6 +73,11 @@ class HookProbe(Probe):
         Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
         Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+        Field("forward_time_s", "s", "gauge", "wall time of one outermost model forward"),
+        Field("forward_batch", "samples", "gauge", "first dimension of the forward's input"),
+        Field("forward_grad", "ratio", "gauge", "1 when autograd was on in the forward"),
+        Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
+        Field("request_in_flight", "count", "gauge", "requests in flight as it started"),
         *COLLECTIVE_FIELDS,
         Field(
             "capture_steps",
@@ -266,6 +271,7 @@ def parse_message(msg: dict) -> list[Sample]:
                 {k: float(v) for k, v in zip(STEP_FIELDS, row[1:], strict=True)},
             )
         )
+    out += serving_samples(msg)
     t = out[-1].t_ns if out else now_ns()
     sites = msg.get("sites")
     for site, n in sites.items() if isinstance(sites, dict) else ():
@@ -302,6 +308,28 @@ def parse_message(msg: dict) -> list[Sample]:
                 },
             )
         )
+    return out
+
+
+SERVING_ROWS = {
+    "fwd": ("forward", ("forward_time_s", "forward_batch", "forward_grad")),
+    "req": ("request", ("request_latency_s", "request_in_flight")),
+}
+
+
+def serving_samples(msg: dict) -> list[Sample]:
+    """Samples of the forwards and requests of one datagram (rows [end time, values...]);
+    a malformed row is dropped."""
+    out: list[Sample] = []
+    for key, (kind, names) in SERVING_ROWS.items():
+        rows = msg.get(key)
+        for row in rows if isinstance(rows, list) else ():
+            if not isinstance(row, list) or len(row) != len(names) + 1 or not _numbers(row):
+                continue
+            if not all(math.isfinite(v) for v in row) or not 0 < row[0] < 1e10:
+                continue
+            values = {n: float(v) for n, v in zip(names, row[1:], strict=True)}
+            out.append(Sample("hooks", int(row[0] * 1e9), {"kind": kind}, values))
     return out
 
 

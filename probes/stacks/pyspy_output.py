@@ -13,7 +13,13 @@ _PROCESS_RE = re.compile(r'^process (\d+):"(.*?)"$')
 _PROFILE_RE = re.compile(r'^(?:Process (\d+) )?Thread (0x[0-9a-fA-F]+|\d+)(?: "(.*)")?')
 # gpudiag's own modules injected into the job (its DataLoader and tensor wrappers): their
 # frames are gpudiag's, never the user's, so they are dropped from every stack
-OWN_FILES = ("gpudiag_hooks.py", "gpudiag_dist.py", "gpudiag_capture.py", "gpudiag_trim.py")
+OWN_FILES = (
+    "gpudiag_hooks.py",
+    "gpudiag_dist.py",
+    "gpudiag_capture.py",
+    "gpudiag_trim.py",
+    "gpudiag_serve.py",
+)
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")
 

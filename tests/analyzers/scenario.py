@@ -286,3 +286,110 @@ class Scenario:
                     {"other_cpu_cores": cores},
                 )
         return self
+
+
+# A ThreadingHTTPServer: the listener in serve_forever, each request on its own thread
+SERVE_MAIN = (
+    "<module> (/work/serve.py:90);serve_forever ({STD}/socketserver.py:233)"
+    ";_PollSelector.select ({STD}/selectors.py:415)"
+).replace("{STD}", STD)
+HANDLER = (
+    "Thread._bootstrap ({STD}/threading.py:1002);Thread.run ({STD}/threading.py:982)"
+    ";ThreadingMixIn.process_request_thread ({STD}/socketserver.py:691)"
+    ";BaseServer.finish_request ({STD}/socketserver.py:361)"
+    ";BaseHTTPRequestHandler.handle ({STD}/http/server.py:436)"
+    ";BaseHTTPRequestHandler.handle_one_request ({STD}/http/server.py:424)"
+    ";Handler.do_POST (/work/serve.py:40)"
+).replace("{STD}", STD)
+HANDLER_STACKS = {
+    "forward": f"{HANDLER};Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
+    ";Net.forward (/work/model.py:20)",
+    "json": f"{HANDLER};loads ({STD}/json/__init__.py:346)",
+    "write": f"{HANDLER};_SocketWriter.write ({STD}/socketserver.py:826)",
+    "tokenize": f"{HANDLER};tokenize (/work/serve.py:12)",
+}
+
+
+def add_thread_stacks(sc: Scenario, tid: int, name: str, stacks: dict[str, float]) -> None:
+    """Stack samples of one thread of the job ({stack: count}) at the scenario's time."""
+    for stack, n in stacks.items():
+        sc._add(
+            "stacks",
+            {
+                "mode": "all",
+                "kind": "stack",
+                "pid": "100",
+                "tid": str(tid),
+                "thread": name,
+                "role": "target",
+                "stack": stack,
+                "code": "",
+            },
+            {"count": n},
+        )
+
+
+def server_windows(
+    sc: Scenario,
+    n: int = 5,
+    handlers: int = 4,
+    forward: float = 0.8,
+    ticks: int = 300,
+    tokenize: float = 0.0,
+) -> Scenario:
+    """n 3 s windows of a threaded HTTP server: the listener waiting, and `handlers` request
+    threads (new ones each window) spending `forward` of their samples in the model and
+    `tokenize` in a tokenizer of the job's own; the rest half parsing JSON, half sending."""
+    for w in range(n):
+        sc.t += 3_000_000_000
+        add_thread_stacks(sc, 100, "MainThread", {SERVE_MAIN: ticks})
+        for h in range(handlers):
+            tid = 1000 + w * handlers + h
+            name = f"Thread-{tid} (process_request_thread)"
+            rest = (1.0 - forward - tokenize) / 2
+            counts = {
+                HANDLER_STACKS["forward"]: round(forward * ticks),
+                HANDLER_STACKS["json"]: round(rest * ticks),
+                HANDLER_STACKS["write"]: round(rest * ticks),
+                HANDLER_STACKS["tokenize"]: round(tokenize * ticks),
+            }
+            add_thread_stacks(sc, tid, name, {k: v for k, v in counts.items() if v})
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    return sc
+
+
+def hook_serving(
+    sc: Scenario,
+    seconds: float = 15.0,
+    rate: float = 100.0,
+    forward_s: float = 0.005,
+    latency_s: float = 0.02,
+    batch: float = 1.0,
+    grad: float = 1.0,
+    requests: bool = True,
+) -> Scenario:
+    """The hooks' forwards (and requests) over `seconds` from the scenario's start: `rate`
+    requests a second, each answered in `latency_s`; forwards of `batch` requests each
+    taking `forward_s`, with autograd on when `grad`."""
+    n_req = int(seconds * rate)
+    step = int(1e9 / rate)
+    for i in range(n_req if requests else 0):
+        sc._add_at(
+            sc.t0 + (i + 1) * step,
+            "hooks",
+            {"kind": "request"},
+            {"request_latency_s": latency_s, "request_in_flight": rate * latency_s + 1},
+        )
+    fstep = int(step * batch)
+    for i in range(int(n_req / batch)):
+        sc._add_at(
+            sc.t0 + (i + 1) * fstep,
+            "hooks",
+            {"kind": "forward"},
+            {"forward_time_s": forward_s, "forward_batch": batch, "forward_grad": grad},
+        )
+    return sc

@@ -18,6 +18,7 @@ from gpudiag.agent.output.render.charts import (
     timeline_svg,
 )
 from gpudiag.agent.output.render.text import cost_lines, phase_lines
+from gpudiag.agent.output.render.workload import workload_lines
 from gpudiag.text.formatting import LABELS, evidence_parts, fmt_value, is_bound, speedup_text
 from gpudiag.text.trials import trial_lines
 
@@ -289,6 +290,7 @@ def render_html(doc: dict) -> str:
         f"<p class=muted>{_e(run.get('mode'))} · started {_e(run.get('start'))} · "
         f"{run.get('duration_s', 0):.0f} s · {_e(env.get('host', ''))} · Python "
         f"{_e(env.get('python', ''))} · torch {_e(env.get('torch') or 'n/a')}</p>",
+        "".join(f"<p>{_e(ln.strip())}</p>" for ln in workload_lines(doc)),
         _cards(doc),
         _gate(doc),
         "<h2>Timeline</h2>",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpudiag.agent.output.render.ranks import rank_lines
+from gpudiag.agent.output.render.workload import workload_lines
 from gpudiag.analyzers.engine.results import CATEGORIES
 from gpudiag.text.formatting import (
     LABELS,
@@ -189,7 +190,7 @@ def period_lines(doc: dict) -> list[str]:
 
 def render_text(doc: dict, verbose: bool = True) -> str:
     """The terminal summary: breakdown, ranked findings with fixes, probe status."""
-    out = _header(doc)
+    out = _header(doc) + workload_lines(doc)
     bd = doc["breakdown"]
     out.append("")
     out += phase_lines(doc)
@@ -271,6 +272,10 @@ def render_markdown(doc: dict) -> str:
     """A markdown summary to paste into a ticket or pull request."""
     head = [md_escape(h) for h in _header(doc)]
     out = [f"### {head[0]}", "", head[1], ""]
+    work = workload_lines(doc)
+    if work:
+        out += [md_escape(work[0]), ""] + [f"- {md_escape(ln.strip())}" for ln in work[1:]]
+        out += [""] if work[1:] else []
     bd = doc["breakdown"]
     if bd["samples"]:
         out += ["| where the time went | share |", "|---|---:|"]

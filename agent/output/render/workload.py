@@ -1,0 +1,61 @@
+"""The report's workload (training loop, batch inference or server) and, for a server or an
+inference loop, its view of the work: requests, latency, forwards and their batch sizes."""
+
+from __future__ import annotations
+
+KINDS = {
+    "training": "training loop",
+    "inference": "batch-inference loop",
+    "server": "server",
+    "unknown": "not told apart",
+}
+
+
+def workload_lines(doc: dict) -> list[str]:
+    """'Workload: server (unit: the request), from ...' and the request view; nothing for a
+    report made before gpudiag told workloads apart."""
+    w = doc.get("workload")
+    if not w:
+        return []
+    out = [
+        f"Workload: {KINDS.get(w['kind'], w['kind'])} (unit: the {w['unit']}), from {w['basis']}"
+    ]
+    return out + request_lines(doc.get("metrics") or {})
+
+
+def _ms(v: float | None) -> str:
+    return "?" if v is None else f"{v * 1e3:.1f} ms"
+
+
+def request_lines(m: dict) -> list[str]:
+    """The requests and forwards the hooks (or the stacks) measured, when there are any."""
+    out = []
+    if m.get("requests_per_second") is not None:
+        out.append(
+            f"  requests: {m['requests_per_second']:.1f}/s · latency p50 "
+            f"{_ms(m.get('request_latency_p50_s'))}, p95 {_ms(m.get('request_latency_p95_s'))}"
+            f", p99 {_ms(m.get('request_latency_p99_s'))} · in flight "
+            f"{m.get('requests_in_flight_mean') or 0:.1f} on average"
+            " (measured by the hooks)"
+        )
+    elif m.get("requests_in_flight_est") is not None:
+        out.append(
+            f"  requests in flight: {m['requests_in_flight_est']:.1f} on average, "
+            f"{m.get('handler_forward_share') or 0:.0%} of handler time in the model "
+            "(estimated from the stacks: request-handler samples per tick; the hooks give "
+            "requests/s and latency)"
+        )
+    if m.get("forwards_per_second") is not None:
+        out.append(
+            f"  model forwards: {m['forwards_per_second']:.1f}/s"
+            + (
+                f" ({m['items_per_second']:.0f} items/s)"
+                if m.get("items_per_second") is not None
+                else ""
+            )
+            + f" · batch size p50 "
+            f"{m.get('forward_batch_p50') or 0:.0f}, max {m.get('forward_batch_max') or 0:.0f}"
+            f" · forward time p50 {_ms(m.get('forward_time_p50_s'))}"
+            f" · autograd on in {m.get('forward_grad_share') or 0:.0%} of them"
+        )
+    return out

@@ -1,0 +1,335 @@
+"""SERVE001 (one request per forward while several are in flight), INFER001 (inference with
+autograd on), from the forwards and requests the in-process hooks timed (SERVE001 also from
+the stacks), and SERVE002 (the request path bound by host work), from the stacks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.serving import handler_split
+from gpudiag.analyzers.measures.summary import confidence_above
+
+# INFER001's model: the share of a forward autograd's bookkeeping costs when nothing needs it
+# (activations kept, version counters, no fused inference paths). Measured on the planted
+# server's 2-layer transformer on a CPU: 2.31 ms a forward with autograd on, 1.35 ms under
+# inference_mode (its encoder's fused path); a conservative tenth is assumed elsewhere.
+AUTOGRAD_COST = 0.10
+MAX_BATCH_LIMIT = 64  # the largest max batch size suggested
+HK = "hooks"
+
+
+def _forward_share(m: dict) -> float | None:
+    """The share of a request's time spent in the model's forward: forwards running at once
+    over requests in flight (Little's law on the hooks' timings), else the stacks' share."""
+    fc, inflight = m.get("forward_concurrency"), m.get("requests_in_flight_mean")
+    if fc is not None and inflight:
+        return min(1.0, fc / inflight)
+    return m.get("handler_forward_share")
+
+
+def batching_values(m: dict) -> tuple[int, float]:
+    """(max batch, max wait in ms): the power of two that holds the requests seen in flight
+    at once, and the time the measured arrival rate takes to fill it, never more than one
+    forward's time (waiting longer costs more than the batch saves)."""
+    peak = max(
+        2.0,
+        m.get("requests_in_flight_max")
+        or m.get("requests_in_flight_mean")
+        or m.get("requests_in_flight_est")
+        or 2.0,
+    )
+    batch = min(MAX_BATCH_LIMIT, 2 ** math.ceil(math.log2(peak)))
+    rate = m.get("requests_per_second") or m.get("forwards_per_second") or 0.0
+    fill = (batch - 1) / rate if rate > 0 else math.inf
+    wait = min(fill, m.get("forward_time_p50_s") or fill)
+    return batch, round(wait * 1e3, 1) if math.isfinite(wait) else 0.0
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What SERVE001 rests on: requests in flight, the share of a request in the forward,
+    the forward's batch as told, and where that was measured."""
+
+    inflight: float
+    share: float
+    batch: str
+    source: str
+    confidence: float
+    evidence: tuple[Evidence, ...]
+
+
+def seen_by_hooks(m: dict, th: Thresholds) -> Seen | None:
+    """Batch 1 and the requests in flight, timed by the hooks."""
+    forwards, b50 = m.get("forwards") or 0.0, m.get("forward_batch_p50")
+    inflight, share = m.get("requests_in_flight_mean"), _forward_share(m)
+    if forwards < th.serve_min_forwards or b50 is None or b50 > th.serve_batch_max:
+        return None
+    if inflight is None or inflight < th.serve_in_flight_min or not share:
+        return None
+    ev = (
+        Evidence(
+            "forward_batch_p50", b50, "samples", th.serve_batch_max, "<=", "serve_batch_max", HK
+        ),
+        Evidence(
+            "requests_in_flight_mean",
+            round(inflight, 3),
+            "requests",
+            th.serve_in_flight_min,
+            ">=",
+            "serve_in_flight_min",
+            HK,
+        ),
+        Evidence(
+            "forwards", forwards, "count", th.serve_min_forwards, ">=", "serve_min_forwards", HK
+        ),
+        Evidence("request_forward_share", round(share, 4), "ratio", source=HK),
+        Evidence("requests_per_second", m.get("requests_per_second"), "1/s", source=HK),
+        Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source=HK),
+    )
+    return Seen(inflight, share, f"{b50:.0f} request", HK, 0.95, ev)
+
+
+def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
+    """Without the hooks: the model's forwards run on the request threads themselves (no
+    batcher), each on its own request's input, while the stacks show several in flight."""
+    inflight, share = m.get("requests_in_flight_est"), m.get("handler_forward_share")
+    if samples < th.min_loop_samples or not share or inflight is None:
+        return None
+    if inflight < th.serve_in_flight_min:
+        return None
+    ev = (
+        Evidence(
+            "requests_in_flight_est",
+            round(inflight, 3),
+            "requests",
+            th.serve_in_flight_min,
+            ">=",
+            "serve_in_flight_min",
+            "stacks",
+        ),
+        Evidence("handler_forward_share", round(share, 4), "ratio", source="stacks"),
+        Evidence(
+            "stack_samples", samples, "samples", th.min_loop_samples, ">=", "min_loop_samples"
+        ),
+    )
+    # below sure: a request may carry several items (the stacks cannot tell)
+    return Seen(inflight, share, "one request (on its own thread)", "stacks", 0.75, ev)
+
+
+def serve001(c: Context) -> list[Finding]:
+    """SERVE001: a server runs one request per forward while several are in flight."""
+    m, th = c.metrics, c.th
+    if c.workload is None or c.workload.kind != "server":
+        return []
+    seen = seen_by_hooks(m, th)
+    if seen is None and not m.get("forwards"):
+        seen = seen_in_stacks(m, th, c.profile.samples)
+    if seen is None:
+        return []
+    batch, wait_ms = batching_values(m)
+    together = max(2.0, seen.inflight)  # requests that could share a forward, on average
+    impact = seen.share * (1.0 - 1.0 / together)
+    fwd = m.get("forward_time_p50_s")
+    timing = (
+        f" ({fwd * 1e3:.1f} ms at p50, {m.get('forwards_per_second') or 0:.0f} forwards/s)"
+        if fwd
+        else ""
+    )
+    how = "measured by the hooks" if seen.source == HK else "estimated from the stacks"
+    msg = (
+        f"Each forward of the model runs {seen.batch} while {seen.inflight:.1f} are in flight "
+        f"on average ({how}); {seen.share:.0%} of a request's time is its forward{timing}. "
+        f"Batching the requests in flight runs {together:.1f} of them in about one forward's "
+        "time."
+    )
+    wait = f"max_wait_ms={wait_ms}" if wait_ms else "a max wait of about one forward's time"
+    actions = (
+        f"queue the requests to one model thread that takes up to max_batch_size={batch} at "
+        f"once, with {wait} for more, and runs them as one forward",
+        f"Ray Serve: @serve.batch(max_batch_size={batch}"
+        + (f", batch_wait_timeout_s={wait_ms / 1e3:g})" if wait_ms else ")"),
+        f"Triton: dynamic_batching with max_batch_size: {batch}"
+        + (f", max_queue_delay_microseconds: {wait_ms * 1e3:.0f}" if wait_ms else ""),
+    ) + (
+        ()
+        if wait_ms
+        else ("gpudiag run (or instrument() in the server) measures the forward time and rate",)
+    )
+    summary = f"Batch the requests in flight (max batch {batch}" + (
+        f", max wait {wait_ms} ms)" if wait_ms else ")"
+    )
+    return [
+        new_finding(
+            "SERVE001",
+            th,
+            confidence=seen.confidence,
+            impact=impact,
+            message=msg,
+            evidence=seen.evidence,
+            recommendation=Recommendation(summary, actions),
+            expected_speedup=speedup_from_impact(impact),
+            signals=(seen.source,),
+            speedup_basis=f"at most: {together:.1f} requests share one forward, as if a batch "
+            "cost no more than one request (it costs more: measure it)",
+            speedup_kind="bound",
+        )
+    ]
+
+
+def infer001(c: Context) -> list[Finding]:
+    """INFER001: forwards run with autograd on in a job that never runs a backward."""
+    m, th = c.metrics, c.th
+    forwards, grad = m.get("forwards") or 0.0, m.get("forward_grad_share")
+    if (
+        c.workload is None
+        or c.workload.kind not in ("server", "inference")
+        or forwards < th.serve_min_forwards
+        or grad is None
+        or grad < th.infer_grad_share
+    ):
+        return []
+    busy = _forward_share(m) if c.workload.kind == "server" else m.get("forward_concurrency")
+    impact = min(1.0, busy or 0.0) * grad * AUTOGRAD_COST
+    msg = (
+        f"{grad:.0%} of the {forwards:.0f} model forwards ran with autograd on, and the job "
+        "never runs a backward: every forward records what a backward would need, for nothing."
+    )
+    ev = (
+        Evidence(
+            "forward_grad_share",
+            round(grad, 4),
+            "ratio",
+            th.infer_grad_share,
+            ">=",
+            "infer_grad_share",
+            "hooks",
+        ),
+        Evidence(
+            "forwards",
+            forwards,
+            "count",
+            th.serve_min_forwards,
+            ">=",
+            "serve_min_forwards",
+            "hooks",
+        ),
+        Evidence(
+            "forward_busy_share", None if busy is None else round(busy, 4), "ratio", source="hooks"
+        ),
+    )
+    actions = (
+        "wrap the model's calls in `with torch.inference_mode():` (or decorate the "
+        "handler or loop with @torch.inference_mode())",
+        "torch.no_grad() where tensors made inside must later be used with autograd",
+        "model.eval() as well, for dropout and batch norm (it does not turn autograd off)",
+    )
+    return [
+        new_finding(
+            "INFER001",
+            th,
+            confidence=0.95,
+            impact=impact,
+            message=msg,
+            evidence=ev,
+            recommendation=Recommendation("Run inference under torch.inference_mode()", actions),
+            expected_speedup=speedup_from_impact(impact),
+            signals=("hooks",),
+            speedup_basis=f"model: autograd's bookkeeping taken as {AUTOGRAD_COST:.0%} of the "
+            "forward time (measured 42% on the planted server's transformer, whose fused "
+            "inference path it also unlocks)",
+        )
+    ]
+
+
+def serve002(c: Context) -> list[Finding]:
+    """SERVE002: the request path's busy time (the model's forwards and the handlers' own
+    work, waits left out) is mostly the handlers' CPU work outside the model (tokenizing,
+    decoding, JSON, pre- and post-processing), named by location."""
+    th = c.th
+    if c.workload is None or c.workload.kind != "server":
+        return []
+    split = handler_split(c.view, c.clf)
+    if split is None or split.busy < th.min_loop_samples:
+        return []
+    share = split.host / split.busy
+    conf = confidence_above(share, th.serve_host_warn, split.busy)
+    if share < th.serve_host_warn or conf < th.min_confidence:
+        return []
+    named = "; ".join(f"{loc.function} ({loc.file}:{loc.line}) {s:.0%}" for loc, s in split.top)
+    msg = (
+        f"{share:.0%} of the request path's busy time is the handlers' own CPU work outside "
+        f"the model ({1 - share:.0%} the model's forwards; waits left out)"
+        + (f"; most in {named}" if named else "")
+        + ". The handler threads share one GIL with the model: that work holds up every "
+        "request in flight."
+    )
+    ev = (
+        Evidence(
+            "request_path_host_share",
+            round(share, 4),
+            "ratio",
+            th.serve_host_warn,
+            ">=",
+            "serve_host_warn",
+            "stacks",
+        ),
+        Evidence(
+            "request_path_busy_samples",
+            split.busy,
+            "samples",
+            th.min_loop_samples,
+            ">=",
+            "min_loop_samples",
+            "stacks",
+        ),
+        Evidence(
+            "handler_forward_share",
+            round(split.forward / split.samples, 4),
+            "ratio",
+            source="stacks",
+        ),
+    ) + tuple(
+        Evidence(f"handler_share[{loc.function}:{loc.line}]", round(s, 4), "ratio", source="stacks")
+        for loc, s in split.top
+    )
+    actions = (
+        "take the work off the request path: tokenize or pre-process once per batch on the "
+        "model's thread (a fast tokenizer's batch call: tokenizers' encode_batch), not per "
+        "request on the handler",
+        "run CPU-heavy pre/post-processing in a process pool "
+        "(concurrent.futures.ProcessPoolExecutor), or serve from several processes "
+        "(gunicorn/uvicorn --workers N)",
+        "a faster JSON codec (orjson) when the payloads are large",
+    )
+    return [
+        new_finding(
+            "SERVE002",
+            th,
+            confidence=conf,
+            impact=share,
+            message=msg,
+            evidence=ev,
+            recommendation=Recommendation("Take the host work off the request path", actions),
+            expected_speedup=speedup_from_impact(share),
+            location=split.top[0][0] if split.top else None,
+            signals=("stacks",),
+            speedup_basis="at most: the handlers' CPU work outside the model taken off the "
+            "request path (the path then runs the model only)",
+            speedup_kind="bound",
+        )
+    ]
+
+
+def find(c: Context) -> list[Finding]:
+    """SERVE001, INFER001 and SERVE002, from the analysis context."""
+    return serve001(c) + infer001(c) + serve002(c)

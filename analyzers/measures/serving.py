@@ -1,0 +1,191 @@
+"""The work of an inference loop or a server: the model's forwards and the requests, exactly
+from the in-process hooks, and the requests in flight estimated from the stacks without them."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+
+from gpudiag.analyzers.engine.results import Location
+from gpudiag.analyzers.measures.rules import Classifier, parse_stack, user_location
+from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, is_handling
+from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+SERVING_UNITS = {
+    "forwards": "count",
+    "forwards_per_second": "1/s",
+    "items_per_second": "samples/s",
+    "forward_batch_p50": "samples",
+    "forward_batch_max": "samples",
+    "forward_time_p50_s": "s",
+    "forward_time_p95_s": "s",
+    "forward_grad_share": "ratio",
+    "forward_concurrency": "count",
+    "requests": "count",
+    "requests_per_second": "1/s",
+    "request_latency_p50_s": "s",
+    "request_latency_p95_s": "s",
+    "request_latency_p99_s": "s",
+    "requests_in_flight_mean": "count",
+    "requests_in_flight_max": "count",
+    "requests_in_flight_est": "count",
+    "handler_forward_share": "ratio",
+}
+
+
+def _span_s(r: Rollup) -> float:
+    if r.first_ns is None or r.last_ns is None:
+        return 0.0
+    return (r.last_ns - r.first_ns) / 1e9
+
+
+def _rate(r: Rollup) -> float | None:
+    """Events per second between the first and the last (None for fewer than 2)."""
+    span = _span_s(r)
+    return (r.count - 1) / span if r.count > 1 and span > 0 else None
+
+
+def forward_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """Forwards/s, batch size per forward, forward time, autograd on: the hooks' forwards."""
+    ft = tl.rollup("hooks", "forward_time_s", kind="forward")
+    if ft is None or not ft.count:
+        return {}
+    batch = tl.rollup("hooks", "forward_batch", kind="forward")
+    grad = tl.rollup("hooks", "forward_grad", kind="forward")
+    span = _span_s(ft)
+    b50 = batch.quantile(0.5) if batch else None
+    return {
+        "forwards": float(ft.count),
+        "forwards_per_second": _rate(ft),
+        "items_per_second": batch.total / span if batch and span > 0 else None,
+        "forward_batch_p50": None if b50 is None else float(round(b50)),
+        "forward_batch_max": batch.maximum if batch and batch.count else None,
+        "forward_time_p50_s": ft.quantile(0.5),
+        "forward_time_p95_s": ft.quantile(0.95),
+        "forward_grad_share": grad.mean if grad else None,
+        # forwards running at once on average (Little's law: busy time over the span)
+        "forward_concurrency": ft.total / span if span > 0 else None,
+    }
+
+
+def request_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """Requests/s, latency percentiles and requests in flight: the hooks' requests."""
+    rl = tl.rollup("hooks", "request_latency_s", kind="request")
+    if rl is None or not rl.count:
+        return {}
+    inflight = tl.rollup("hooks", "request_in_flight", kind="request")
+    span = _span_s(rl)
+    return {
+        "requests": float(rl.count),
+        "requests_per_second": _rate(rl),
+        "request_latency_p50_s": rl.quantile(0.5),
+        "request_latency_p95_s": rl.quantile(0.95),
+        "request_latency_p99_s": rl.quantile(0.99),
+        "requests_in_flight_mean": rl.total / span if span > 0 else None,
+        "requests_in_flight_max": inflight.maximum if inflight and inflight.count else None,
+    }
+
+
+def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """From the stacks: requests in flight (request-handler samples per py-spy tick, the
+    listener's wait left out) and the share of handler time in the model's forward."""
+    w = tl.windows.get("all")
+    if w is None or w.ticks <= 0:
+        return {}
+    handling = forward = 0.0
+    for key in tl.threads("all", "target"):
+        for (stack, _code), n in tl.stacks[key].items():
+            if is_handling(stack):
+                handling += n
+                forward += n * any(FORWARD_FILE_RE.search(fr.file) for fr in parse_stack(stack))
+    if handling <= 0:
+        return {}
+    return {
+        "requests_in_flight_est": handling / w.ticks,
+        "handler_forward_share": forward / handling,
+    }
+
+
+def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """Every serving metric there is signal for (empty for a job with none)."""
+    return forward_metrics(tl) | request_metrics(tl) | handler_metrics(tl)
+
+
+POOLED_TID = 0  # the pooled request handlers' thread id in a profile (no real thread has it)
+
+
+def pool_handlers(view: Aggregate) -> Aggregate | None:
+    """The view with every request-handler thread's stacks pooled into one thread, "request
+    handlers (N threads)"; None when no thread handles requests. The series are shared."""
+    keys = [
+        k for k in view.threads("all", "target") if any(is_handling(s) for s, _ in view.stacks[k])
+    ]
+    if not keys:
+        return None
+    merged: dict[tuple[str, str], float] = {}
+    for k in keys:
+        for sk, n in view.stacks[k].items():
+            merged[sk] = merged.get(sk, 0.0) + n
+    out = copy.copy(view)
+    out.stacks = {k: v for k, v in view.stacks.items() if k not in keys}
+    name = f"request handlers ({len(keys)} threads)"
+    out.stacks[ThreadKey("all", "target", POOLED_TID, name)] = merged
+    return out
+
+
+# The server's own socket I/O on the request path (sending the answer, closing): waiting on
+# the network or for the GIL back after a send, not work the handler could move elsewhere.
+SOCKET_IO_RE = re.compile(r"/(socketserver|socket|ssl|selectors)\.py$")
+
+
+@dataclass(frozen=True)
+class HandlerSplit:
+    """Request-handler stack samples by what they do: the model's forward, waiting or socket
+    I/O, and host work (on the CPU outside the model), with host work's top user locations."""
+
+    samples: float
+    forward: float  # on the handlers
+    waiting: float
+    host: float
+    top: tuple[tuple[Location, float], ...]  # (user location, share of the busy samples)
+    model: float = 0.0  # forward samples on any thread (a batcher's included)
+
+    @property
+    def busy(self) -> float:
+        """The request path's busy samples: the model's forwards and the handlers' own work."""
+        return self.host + self.model
+
+
+def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
+    """The request handlers' samples split (None when no thread handles requests)."""
+    total = fwd = wait = host = model = 0.0
+    where: dict[Location, float] = {}
+    for key in view.threads("all", "target"):
+        for (stack, code), n in view.stacks[key].items():
+            frames = parse_stack(stack)
+            in_model = any(FORWARD_FILE_RE.search(fr.file) for fr in frames)
+            model += n * in_model
+            if not is_handling(stack):
+                continue
+            total += n
+            if in_model:
+                fwd += n
+            elif (
+                clf.is_waiting(stack, code)
+                or clf.is_blocking_call(stack, code)
+                or SOCKET_IO_RE.search(frames[-1].file)
+            ):
+                wait += n
+            else:
+                host += n
+                fr = user_location(stack)
+                if fr is not None:
+                    loc = Location(fr.file, fr.line, fr.function)
+                    where[loc] = where.get(loc, 0.0) + n
+    if total <= 0 or host + model <= 0:
+        return None
+    busy = host + model
+    top = tuple((loc, n / busy) for loc, n in sorted(where.items(), key=lambda x: -x[1])[:3])
+    return HandlerSplit(total, fwd, wait, host, top, model)

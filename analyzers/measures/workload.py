@@ -1,0 +1,176 @@
+"""What the job repeats: a training loop (unit: the step), a batch-inference loop (unit: the
+batch) or a server (unit: the request), told from the stacks of every thread of the job and
+the in-process hooks (optimizer steps, model forwards, requests)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpudiag.analyzers.measures.rules import Frame, parse_stack
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+# A request handler or its listener, by the file of any frame (stdlib http.server and
+# socketserver, wsgiref, Flask/Werkzeug, gunicorn, uvicorn/Starlette/FastAPI, aiohttp,
+# tornado, gRPC, Ray Serve).
+SERVER_FILE_RE = re.compile(
+    r"/(socketserver|http/server|wsgiref/simple_server)\.py$|"
+    r"/(werkzeug|flask|gunicorn|uvicorn|starlette|fastapi|hypercorn|aiohttp|tornado|grpc|"
+    r"ray/serve)/"
+)
+# Training: a backward pass (Tensor.backward, torch.autograd.backward/grad) or an optimizer.
+TRAIN_FUNC_RE = re.compile(r"torch\._tensor\.Tensor\.backward$|torch\.autograd\.(backward|grad)$")
+OPTIM_FILE_RE = re.compile(r"torch/optim/")
+FORWARD_FILE_RE = re.compile(r"torch/nn/modules/module\.py$")
+STARTUP_FILE_RE = re.compile(r"^<frozen importlib\._bootstrap")  # imports: not the work
+# Importing a trainer (Hugging Face's Trainer, Lightning's): a training job still starting up.
+TRAINER_FILE_RE = re.compile(
+    r"/transformers/trainer\.py$|/(lightning/pytorch|pytorch_lightning)/trainer/"
+)
+LISTENER_FUNC_RE = re.compile(r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept)$")
+MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The kind of job, its unit of work, what it was told from and the facts behind it."""
+
+    kind: str  # training, inference, server, unknown
+    unit: str  # step, batch, request
+    basis: str
+    evidence: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """JSON form (the report's `workload`)."""
+        return {
+            "kind": self.kind,
+            "unit": self.unit,
+            "basis": self.basis,
+            "evidence": list(self.evidence),
+        }
+
+
+@dataclass
+class StackCensus:
+    """Stack samples of the job's threads by what they show."""
+
+    samples: float = 0.0
+    train: float = 0.0  # backward or optimizer frames
+    forward: float = 0.0  # nn.Module calls (on any thread)
+    server: float = 0.0  # request-handler or listener frames
+    server_forward: float = 0.0  # module calls under a server's frames or on its threads
+    handling: float = 0.0  # server frames not in the listener: requests being handled
+    server_threads: int = 0
+    threads: int = 0
+    trainer_import: float = 0.0  # start-up samples importing a trainer library
+
+
+def _is_training(fr: Frame) -> bool:
+    """A backward, or an optimizer built or stepping (not torch.optim's own import)."""
+    if OPTIM_FILE_RE.search(fr.file):
+        return fr.function != "<module>"
+    return bool(TRAIN_FUNC_RE.search(fr.dotted))
+
+
+def is_listener(frames: tuple[Frame, ...]) -> bool:
+    """A server's listener or event loop waiting for connections, not handling a request."""
+    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames)
+
+
+def is_handling(stack: str) -> bool:
+    """A request being handled: server frames, not the listener's."""
+    frames = parse_stack(stack)
+    return any(SERVER_FILE_RE.search(fr.file) for fr in frames) and not is_listener(frames)
+
+
+def _frames_of(stack: str) -> tuple[bool, bool, bool] | str:
+    """(training, forward, server) frames in one stack; for an import (start-up), "train"
+    when it builds an optimizer, "trainer" when it imports a trainer, else ""."""
+    train = fwd = srv = False
+    frames = parse_stack(stack)
+    if any(STARTUP_FILE_RE.search(fr.file) for fr in frames):
+        if any(_is_training(fr) for fr in frames):
+            return "train"
+        return "trainer" if any(TRAINER_FILE_RE.search(fr.file) for fr in frames) else ""
+    for fr in frames:
+        if not train and _is_training(fr):
+            train = True
+        if not fwd and FORWARD_FILE_RE.search(fr.file):
+            fwd = True
+        if not srv and SERVER_FILE_RE.search(fr.file):
+            srv = True
+    return train, fwd, srv
+
+
+def census(tl: Aggregate) -> StackCensus:
+    """Count the target's stack samples (mode all) by training, forward and server frames."""
+    c = StackCensus()
+    for key in tl.threads("all", "target"):
+        rows = []
+        for (stack, _code), n in tl.stacks[key].items():
+            kinds = _frames_of(stack)
+            if isinstance(kinds, tuple):
+                rows.append((n, *kinds))
+            elif kinds == "train":  # an optimizer built: training, even in start-up
+                c.train += n
+            elif kinds == "trainer":
+                c.trainer_import += n
+        if not rows:
+            continue
+        serving = any(srv for _, _, _, srv in rows)
+        c.threads += 1
+        c.server_threads += int(serving)
+        for n, train, fwd, srv in rows:
+            c.samples += n
+            c.train += n * train
+            c.forward += n * fwd
+            c.server += n * srv
+            c.server_forward += n * (fwd and serving)
+            c.handling += n * (srv and is_handling(stack))
+    return c
+
+
+def _hooks_count(tl: Aggregate, name: str, kind: str) -> float:
+    r = tl.rollup("hooks", name, kind=kind)
+    return float(r.count) if r else 0.0
+
+
+def decide_workload(tl: Aggregate, steps: float = 0.0) -> Workload:
+    """The job's kind from its stacks (`tl`, the whole run) and the hooks' counts (`steps`:
+    optimizer steps). Training wins over everything (a trainer may serve metrics over HTTP);
+    a server needs request-handler frames, and its threads doing the model's forwards when
+    it has any; inference is forwards with no backward."""
+    c = census(tl)
+    forwards = _hooks_count(tl, "forward_time_s", "forward")
+    requests = _hooks_count(tl, "request_latency_s", "request")
+    ev = [f"{c.samples:.0f} stack samples after start-up over {c.threads} threads"]
+    if steps > 0 or c.train >= MIN_SAMPLES:
+        if steps > 0:
+            ev.append(f"{steps:.0f} optimizer steps (hooks)")
+        if c.train:
+            ev.append(f"{c.train:.0f} samples in backward, or building or stepping an optimizer")
+        basis = "optimizer steps seen by the hooks" if steps > 0 else "backward/optimizer frames"
+        return Workload("training", "step", basis, tuple(ev))
+    outside = c.forward - c.server_forward
+    # requests handled (or waiting on a batcher) at least a fifth as often as the model runs
+    # elsewhere: a batch job's metrics endpoint is scraped far less than that
+    busy = c.handling >= max(MIN_SAMPLES, 0.2 * outside)
+    if requests > 0 or (c.server >= MIN_SAMPLES and (busy or outside < MIN_SAMPLES)):
+        ev.append(f"{c.server:.0f} samples in request-handler frames on {c.server_threads} threads")
+        if requests:
+            ev.append(f"{requests:.0f} requests (hooks)")
+        if c.server_forward or forwards:
+            ev.append(f"{c.server_forward:.0f} samples in the model's forward under the server")
+        basis = "requests seen by the hooks" if requests else "request-handler frames"
+        return Workload("server", "request", basis, tuple(ev))
+    if forwards > 0 or c.forward >= MIN_SAMPLES:
+        if forwards:
+            ev.append(f"{forwards:.0f} model forwards (hooks)")
+        ev.append(f"{c.forward:.0f} samples in forward, none in backward or an optimizer")
+        basis = "model forwards with no backward"
+        return Workload("inference", "batch", basis, tuple(ev))
+    if c.trainer_import >= 1:
+        ev.append(f"{c.trainer_import:.0f} start-up samples importing a trainer")
+        return Workload("training", "step", "start-up only: the job imports a trainer", tuple(ev))
+    basis = "no backward, optimizer, forward or request frames after start-up"
+    return Workload("unknown", "step", basis, tuple(ev))

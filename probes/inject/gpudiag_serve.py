@@ -1,0 +1,254 @@
+"""In-process hooks of inference and serving: the model's outermost forwards (a global
+forward hook) and the requests of a standard-library or Werkzeug HTTP server, buffered for
+gpudiag_hooks to send with the steps.
+
+Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
+forward's inputs or outputs or a request's answer, every install step is guarded, and a
+failure inside a hook is swallowed (an exception never reaches the job's code). The forward
+hooks remove themselves at the job's first optimizer step: a training job keeps today's
+hooks and their cost.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import weakref
+
+MAX_ROWS = 20000  # forwards or requests kept between two flushes; more are dropped
+
+
+class Recorder:
+    """Forwards and requests since the last flush; `due()` is called after each one."""
+
+    def __init__(self, due) -> None:
+        self.lock = threading.Lock()
+        self.forwards: list[list[float]] = []  # [end (Unix s), seconds, batch, grad on]
+        self.requests: list[list[float]] = []  # [end (Unix s), seconds, in flight at start]
+        self.local = threading.local()
+        self.in_flight = 0
+        self.accepted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # socket: t
+        self.handles: list = []
+        self.due = due
+
+    def take(self) -> tuple[list, list]:
+        """The rows buffered so far, handed over once."""
+        with self.lock:
+            f, r = self.forwards, self.requests
+            self.forwards, self.requests = [], []
+        return f, r
+
+    def add(self, rows: list, row: list[float]) -> None:
+        with self.lock:
+            if len(rows) < MAX_ROWS:
+                rows.append(row)
+        self.due()
+
+    def start_request(self, conn) -> tuple[float, float]:
+        """(start, in flight): a connection's first request starts when it was accepted."""
+        now = time.perf_counter()
+        with self.lock:
+            self.in_flight += 1
+            try:
+                t0 = self.accepted.pop(conn, now)
+            except TypeError:  # not a socket
+                t0 = now
+            return t0, float(self.in_flight)
+
+    def accept(self, conn) -> None:
+        with self.lock:
+            if len(self.accepted) < 4096:
+                self.accepted[conn] = time.perf_counter()
+
+    def end_request(self, t0: float, in_flight: float) -> None:
+        with self.lock:
+            self.in_flight = max(0, self.in_flight - 1)
+        self.add(self.requests, [time.time(), time.perf_counter() - t0, in_flight])
+
+
+def batch_size(args: tuple, kwargs: dict | None) -> float:
+    """The first dimension of the first tensor among the inputs (0 when there is none)."""
+    values = list(args) + list((kwargs or {}).values())
+    for v in values:
+        for item in v if isinstance(v, (list, tuple)) else (v,):
+            shape = getattr(item, "shape", None)
+            if shape is not None and hasattr(item, "dtype"):
+                return float(shape[0]) if len(shape) else 1.0
+    return 0.0
+
+
+def _forward_hooks(torch, rec: Recorder):
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    def pre(module, args):
+        try:
+            if compiling():
+                return None
+            loc = rec.local
+            depth = getattr(loc, "depth", 0)
+            loc.depth = depth + 1
+            if depth == 0:  # the outermost module: one forward of the model
+                loc.t0 = time.perf_counter()
+                loc.grad = 1.0 if torch.is_grad_enabled() else 0.0
+        except Exception:
+            pass
+        return None
+
+    def post(module, args, *rest):
+        # (kwargs, output); torch calls an always_call hook with (output,) alone when the
+        # forward raised
+        try:
+            kwargs = rest[0] if len(rest) == 2 else None
+            if compiling():
+                return None
+            loc = rec.local
+            loc.depth = max(0, getattr(loc, "depth", 1) - 1)
+            if loc.depth == 0 and getattr(loc, "t0", None) is not None:
+                took = time.perf_counter() - loc.t0
+                row = [time.time(), took, batch_size(args, kwargs), loc.grad]
+                loc.t0 = None
+                rec.add(rec.forwards, row)
+        except Exception:
+            pass
+        return None
+
+    return pre, post
+
+
+def install_forwards(torch, rec: Recorder) -> None:
+    """Global forward hooks on every nn.Module, counting the outermost call of each thread;
+    removed at the first optimizer step."""
+    from torch.nn.modules import module as nn_module
+
+    pre, post = _forward_hooks(torch, rec)
+    rec.handles.append(nn_module.register_module_forward_pre_hook(pre))
+    try:
+        h = nn_module.register_module_forward_hook(post, with_kwargs=True, always_call=True)
+    except TypeError:  # an older torch: no always_call (a forward that raises is not timed)
+        h = nn_module.register_module_forward_hook(post, with_kwargs=True)
+    rec.handles.append(h)
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    def training(opt, args, kwargs):
+        try:
+            while rec.handles:
+                rec.handles.pop().remove()
+        except Exception:
+            pass
+
+    rec.handles.append(register_optimizer_step_pre_hook(training))
+
+
+def patch_handler(cls, rec: Recorder) -> None:
+    """Time each request of an http.server-style handler class: from its connection accepted
+    (a connection's first request; later ones from parse_request) to the end of
+    handle_one_request."""
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_parse, orig_one = cls.parse_request, cls.handle_one_request
+
+    def parse_request(self):
+        try:
+            if getattr(self, "_gpudiag_t0", None) is None:
+                self._gpudiag_t0 = rec.start_request(getattr(self, "request", None))
+        except Exception:
+            pass
+        return orig_parse(self)
+
+    def handle_one_request(self):
+        try:
+            self._gpudiag_t0 = None
+        except Exception:
+            pass
+        try:
+            return orig_one(self)
+        finally:
+            try:
+                started = getattr(self, "_gpudiag_t0", None)
+                if started is not None:
+                    self._gpudiag_t0 = None
+                    rec.end_request(*started)
+            except Exception:
+                pass
+
+    cls.parse_request, cls.handle_one_request = parse_request, handle_one_request
+    cls._gpudiag_patched = True
+
+
+def _patch_socketserver(module, rec: Recorder) -> None:
+    """The time each connection is accepted (TCPServer.get_request, in the listener)."""
+    cls = module.TCPServer
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig = cls.get_request
+
+    def get_request(self):
+        got = orig(self)
+        try:
+            rec.accept(got[0])
+        except Exception:
+            pass
+        return got
+
+    cls.get_request = get_request
+    cls._gpudiag_patched = True
+
+
+def _patch_http(module, rec: Recorder) -> None:
+    patch_handler(module.BaseHTTPRequestHandler, rec)
+
+
+def _patch_werkzeug(module, rec: Recorder) -> None:
+    patch_handler(module.WSGIRequestHandler, rec)
+
+
+PATCHES = {
+    "socketserver": _patch_socketserver,
+    "http.server": _patch_http,
+    "werkzeug.serving": _patch_werkzeug,
+}
+
+
+class _ImportWatcher:
+    """A meta path finder that patches a server module right after it is imported."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.pending = {k: v for k, v in PATCHES.items() if k not in sys.modules}
+
+    def find_spec(self, name, path=None, target=None):
+        patch = self.pending.pop(name, None)
+        if patch is None:
+            return None
+        if not self.pending and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            orig = spec.loader.exec_module
+
+            def exec_module(module):
+                orig(module)
+                _guarded(patch, module, self.rec)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def _guarded(patch, module, rec: Recorder) -> None:
+    try:
+        patch(module, rec)
+    except Exception as exc:  # never break the job
+        print(f"gpudiag: request hooks not installed: {exc}", file=sys.stderr)
+
+
+def install_requests(rec: Recorder) -> None:
+    """Patch the server modules already imported; watch for the others."""
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            _guarded(patch, sys.modules[name], rec)
+    watcher = _ImportWatcher(rec)
+    if watcher.pending:
+        sys.meta_path.insert(0, watcher)

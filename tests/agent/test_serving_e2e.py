@@ -1,0 +1,133 @@
+"""End to end: `gpudiag run` and `gpudiag attach` on the planted model server with its load
+generator (127.0.0.1), and on the batch-embedding job: the workload's kind, the request rate
+against the client's, the planted causes, and none on the fixed variants."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import WORKLOADS
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+CLI = [sys.executable, "-m", "gpudiag.agent.cli.main"]
+MODEL_IDS = {"SERVE001", "INFER001"}
+
+
+def load(port_file: Path, out: Path, seconds: float = 10.0) -> subprocess.Popen:
+    """The load generator: 4 clients back to back for `seconds`, its summary in `out`."""
+    args = ["--port-file", str(port_file), "--clients", "4", "--seconds", str(seconds)]
+    with open(out, "w") as f:
+        return subprocess.Popen(
+            [sys.executable, str(WORKLOADS / "load_gen.py"), *args, "--delay", "1"], stdout=f
+        )
+
+
+def client_rate(out: Path) -> float:
+    m = re.search(r"([\d.]+) req/s", out.read_text())
+    assert m, out.read_text()
+    return float(m.group(1))
+
+
+def run_server(tmp: Path, *server_args: str) -> tuple[dict, float]:
+    """`gpudiag run` on the server while the load runs: the report and the client's rate."""
+    port, report = tmp / "port", tmp / "r.json"
+    cmd = [*CLI, "run", "-q", "--duration", "14", "--out", str(report), "--"]
+    server = [sys.executable, str(WORKLOADS / "serve_http.py"), "--seconds", "15"]
+    with open(tmp / "gpudiag.out", "w") as f:
+        agent = subprocess.Popen(
+            [*cmd, *server, "--port-file", str(port), *server_args], stdout=f, stderr=f
+        )
+    client = load(port, tmp / "client.txt")
+    assert client.wait(timeout=120) == 0
+    assert agent.wait(timeout=120) == 0, (tmp / "gpudiag.out").read_text()
+    return json.loads(report.read_text()), client_rate(tmp / "client.txt")
+
+
+def ids(doc: dict) -> set[str]:
+    return {f["id"] for f in doc["findings"]}
+
+
+def test_run_names_the_server_its_request_rate_and_both_planted_causes(tmp_path):
+    doc, rate = run_server(tmp_path)
+    assert doc["workload"]["kind"] == "server" and doc["workload"]["unit"] == "request"
+    assert MODEL_IDS <= ids(doc)
+    m = doc["metrics"]
+    assert m["requests_per_second"] == pytest.approx(rate, rel=0.10)
+    assert m["forward_batch_p50"] == 1 and m["forward_grad_share"] == 1
+    assert "request handlers" in doc["breakdown"]["thread"]
+
+
+def test_run_on_the_healthy_server_raises_nothing_about_the_model(tmp_path):
+    doc, rate = run_server(tmp_path, "--healthy")
+    assert doc["workload"]["kind"] == "server"
+    assert not (MODEL_IDS | {"SERVE002"}) & ids(doc)
+    assert doc["metrics"]["forward_batch_p50"] > 1
+    assert doc["metrics"]["requests_per_second"] == pytest.approx(rate, rel=0.10)
+
+
+def test_run_names_a_tokenizer_on_the_request_path(tmp_path):
+    """The model path fixed (batched, inference mode), the handlers tokenizing in Python."""
+    doc, _ = run_server(tmp_path, "--healthy", "--tokenize")
+    top = doc["findings"][0]
+    assert top["id"] == "SERVE002" and top["location"].endswith(":tokenize")
+    assert not MODEL_IDS & ids(doc)
+
+
+def test_attach_to_the_instrumented_server_names_the_planted_causes(tmp_path):
+    port, report = tmp_path / "port", tmp_path / "r.json"
+    server = subprocess.Popen(
+        [sys.executable, str(WORKLOADS / "serve_http.py"), "--seconds", "40"]
+        + ["--port-file", str(port), "--instrument"],
+        stdout=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+    try:
+        deadline = time.time() + 60
+        while not port.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        client = load(port, tmp_path / "client.txt", seconds=16)
+        res = subprocess.run(
+            [*CLI, "attach", str(server.pid), "-q", "--duration", "14", "--out", str(report)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        assert client.wait(timeout=60) == 0
+    finally:
+        server.kill()
+        server.wait()
+    doc = json.loads(report.read_text())
+    assert doc["workload"]["kind"] == "server"
+    assert MODEL_IDS <= ids(doc)
+    assert doc["metrics"]["requests_per_second"] == pytest.approx(
+        client_rate(tmp_path / "client.txt"), rel=0.15
+    )
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_run_on_the_batch_embedding_job(tmp_path, fixed):
+    report = tmp_path / "r.json"
+    job = [sys.executable, str(WORKLOADS / "batch_embed.py"), "--seconds", "12"]
+    res = subprocess.run(
+        [*CLI, "run", "-q", "--duration", "11", "--out", str(report), "--", *job]
+        + (["--inference-mode"] if fixed else []),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(report.read_text())
+    assert doc["workload"]["kind"] == "inference" and doc["workload"]["unit"] == "batch"
+    assert ("INFER001" in ids(doc)) is not fixed
+    assert doc["metrics"]["forward_batch_p50"] == 16

@@ -1,0 +1,112 @@
+"""SERVE001 and INFER001 over scripted timelines: a server's stacks and the hooks' forwards
+and requests; healthy servers and training jobs get neither."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.findings.serving import batching_values
+from tests.analyzers.scenario import Scenario, hook_serving, server_windows
+from tests.analyzers.test_findings import HEALTHY, ids, windows
+
+
+def server(**kw) -> Scenario:
+    return hook_serving(server_windows(Scenario()), **kw)
+
+
+def test_batch_one_under_concurrency_is_serve001_with_batching_values():
+    # 200 requests/s answered in 20 ms: 4 in flight, each a 10 ms forward of batch 1
+    a = analyze(server(rate=200.0, latency_s=0.02, forward_s=0.01, grad=0.0).tl)
+    assert a.workload.kind == "server"
+    assert ids(a) == ["SERVE001"]
+    f = a.findings[0]
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["requests_in_flight_mean"].value == pytest.approx(4.0, rel=0.05)
+    assert ev["forward_batch_p50"].setting == "serve_batch_max"
+    # half of a request's time is its forward; 4 could share one: 0.5 * (1 - 1/4)
+    assert f.impact == pytest.approx(0.375, abs=0.03)
+    assert f.speedup_kind == "bound"
+    # 5 in flight at the peak -> max batch 8; 7 more requests take 35 ms at 200/s, capped
+    # by one forward's 10 ms
+    assert "max batch 8, max wait 10.0 ms" in f.recommendation.summary
+
+
+def test_a_batched_server_with_autograd_off_has_no_finding():
+    a = analyze(server(rate=200.0, latency_s=0.02, forward_s=0.01, batch=4.0, grad=0.0).tl)
+    assert a.workload.kind == "server" and ids(a) == []
+    assert a.metrics["forward_batch_p50"] == 4.0
+    assert a.metrics["requests_per_second"] == pytest.approx(200.0, rel=0.01)
+
+
+def test_one_client_at_a_time_is_not_serve001():
+    """One request in flight: nothing to batch."""
+    a = analyze(server(rate=50.0, latency_s=0.01, forward_s=0.008, grad=0.0).tl)
+    assert "SERVE001" not in ids(a)
+
+
+def test_forwards_with_autograd_on_and_no_backward_are_infer001():
+    a = analyze(server(rate=50.0, latency_s=0.01, forward_s=0.008, grad=1.0).tl)
+    assert ids(a) == ["INFER001"]
+    ev = {e.metric: e for e in a.findings[0].evidence}
+    assert ev["forward_grad_share"].value == 1.0
+    assert ev["forward_grad_share"].setting == "infer_grad_share"
+
+
+def test_batch_inference_with_autograd_on_is_infer001():
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    a = analyze(hook_serving(sc, rate=60.0, forward_s=0.015, batch=16.0, requests=False).tl)
+    assert a.workload.kind == "inference"
+    assert ids(a) == ["INFER001"]
+    assert a.metrics["items_per_second"] == pytest.approx(60.0, rel=0.05)
+
+
+def test_a_training_job_gets_no_serving_metric_or_finding():
+    sc = windows(Scenario(), shares=HEALTHY).host(0.3).process(0.95)
+    a = analyze(hook_serving(sc, rate=60.0, batch=16.0, requests=False).tl)
+    assert a.workload.kind == "training"
+    assert ids(a) == [] and "forwards" not in a.metrics
+
+
+def test_batching_values_follow_the_arrival_rate_and_forward_time():
+    m = {"requests_in_flight_max": 3, "requests_per_second": 1000.0, "forward_time_p50_s": 0.05}
+    assert batching_values(m) == (4, 3.0)  # 3 more requests arrive in 3 ms
+    m = {"requests_in_flight_max": 200, "requests_per_second": 10.0, "forward_time_p50_s": 0.02}
+    assert batching_values(m) == (64, 20.0)  # capped: 64 at most, one forward's time
+
+
+def test_without_the_hooks_forwards_on_the_request_threads_are_serve001_estimated():
+    """attach without instrument(): four request threads each running its own forward."""
+    a = analyze(server_windows(Scenario(), handlers=4, forward=0.8).tl)
+    assert ids(a) == ["SERVE001"]
+    f = a.findings[0]
+    assert f.signals == ("stacks",) and f.confidence < 0.9  # a request may carry a batch
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["requests_in_flight_est"].value == pytest.approx(4.0, rel=0.01)
+    assert f.impact == pytest.approx(0.8 * 0.75, abs=0.01)
+    assert "max wait" not in f.recommendation.summary  # no forward time measured
+
+
+def test_without_the_hooks_a_batcher_thread_is_not_serve001():
+    """The request threads wait for a batcher thread that runs the model: nothing to say."""
+    a = analyze(server_windows(Scenario(), handlers=4, forward=0.0).tl)
+    assert a.workload.kind == "server" and "SERVE001" not in ids(a)
+
+
+def test_a_tokenizer_on_the_request_path_is_serve002_named_by_location():
+    # per handler: 30% tokenizing, 40% in the model, 15% JSON, 15% sending (I/O)
+    sc = hook_serving(
+        server_windows(Scenario(), forward=0.4, tokenize=0.3), rate=50.0, latency_s=0.01
+    )
+    a = analyze(sc.tl)
+    f = next(f for f in a.findings if f.id == "SERVE002")
+    # busy: tokenize 0.3 + JSON 0.15 (host) against the model's 0.4
+    assert f.impact == pytest.approx(0.45 / 0.85, abs=0.01)
+    assert str(f.location) == "/work/serve.py:12:tokenize"
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["request_path_host_share"].setting == "serve_host_warn"
+
+
+def test_a_server_mostly_in_its_model_is_not_serve002():
+    sc = hook_serving(server_windows(Scenario(), forward=0.8), rate=50.0, latency_s=0.01)
+    assert "SERVE002" not in ids(analyze(sc.tl))

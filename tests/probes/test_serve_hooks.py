@@ -1,0 +1,133 @@
+"""The serving hooks inside the job: outermost forwards only, batch size, autograd on, removed
+at the first optimizer step; requests timed on a real server; answers never changed."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import types
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from gpudiag.probes.inject import gpudiag_serve
+from gpudiag.probes.inprocess.channel import parse_message
+
+torch = pytest.importorskip("torch")
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor, fail: bool = False) -> torch.Tensor:
+        if fail:
+            raise ValueError("planted")
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.fixture
+def rec():
+    r = gpudiag_serve.Recorder(lambda: None)
+    gpudiag_serve.install_forwards(torch, r)
+    yield r
+    while r.handles:
+        r.handles.pop().remove()
+
+
+def test_one_row_per_outermost_forward_with_its_batch_and_grad(rec):
+    net = Net()
+    net(torch.randn(3, 4))
+    with torch.inference_mode():
+        net(x=torch.randn(5, 4))  # an input given by keyword
+    fwd, _ = rec.take()
+    assert [(r[2], r[3]) for r in fwd] == [(3.0, 1.0), (5.0, 0.0)]
+    assert all(r[1] > 0 for r in fwd)
+
+
+def test_a_forward_that_raises_leaves_the_count_right(rec):
+    net = Net()
+    with pytest.raises(ValueError, match="planted"):
+        net(torch.randn(2, 4), fail=True)
+    net(torch.randn(7, 4))
+    fwd, _ = rec.take()
+    assert [r[2] for r in fwd][-1] == 7.0 and rec.local.depth == 0
+
+
+def test_the_hooks_change_no_answer(rec):
+    net = Net()
+    x = torch.randn(4, 4)
+    hooked = net(x)
+    while rec.handles:
+        rec.handles.pop().remove()
+    assert torch.equal(hooked, net(x))
+
+
+def test_the_first_optimizer_step_removes_the_forward_hooks(rec):
+    net = Net()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    net(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    net(torch.randn(2, 4))
+    fwd, _ = rec.take()
+    assert len(fwd) == 1 and rec.handles == []
+
+
+class Echo(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/boom":
+            raise RuntimeError("handler bug")
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_requests_are_timed_from_accept_to_answer_and_answers_unchanged():
+    rec = gpudiag_serve.Recorder(lambda: None)
+
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address) -> None:
+            pass  # the planted handler bug, kept off the test's output
+
+    class Handler(Echo):
+        pass
+
+    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Server), rec)
+    gpudiag_serve.patch_handler(Handler, rec)
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        bodies = []
+        for path in ("/a", "/b", "/boom", "/c"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            try:
+                bodies.append(conn.getresponse().read())
+            except http.client.RemoteDisconnected:
+                bodies.append(None)  # the handler raised: the server dropped the connection
+            conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert bodies == [b"ok", b"ok", None, b"ok"]
+    _, req = rec.take()
+    assert len(req) == 4 and all(r[1] > 0 and r[2] >= 1 for r in req)
+    assert rec.in_flight == 0
+
+
+def test_the_channel_turns_rows_into_samples_and_drops_malformed_ones():
+    msg = {
+        "fwd": [[1.7e9, 0.01, 4, 1], [1.7e9, "x", 4, 1], [1.7e9, 0.01, 4], [-1, 0.01, 1, 0]],
+        "req": [[1.7e9, 0.02, 3], [1.7e9, float("nan"), 1], "junk"],
+    }
+    got = [(s.labels["kind"], s.values) for s in parse_message(msg)]
+    assert got == [
+        ("forward", {"forward_time_s": 0.01, "forward_batch": 4.0, "forward_grad": 1.0}),
+        ("request", {"request_latency_s": 0.02, "request_in_flight": 3.0}),
+    ]
