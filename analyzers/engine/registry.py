@@ -42,10 +42,10 @@ FINDERS: tuple[Finder, ...] = (
     host_bound.find,
     host_contention.find,
     oversubscription.find,
+    serving.find,
     unexplained.find,  # after every host-side cause: the loop time none of them explains
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,
-    serving.find,
 )
 
 

@@ -143,10 +143,12 @@ def unplaced(
     categories: tuple[str, ...],
     skip_user: bool,
     top: int = 5,
+    named: frozenset[tuple[str, str]] = frozenset(),
 ) -> Unplaced:
     """The loop samples in `categories` (the ones no rule explains), by site. `skip_user`
     leaves out samples whose innermost frame is the job's own plain Python (HOST001 names
-    those; a C call on its line, such as gc.collect() or a socket read, stays here)."""
+    those; a C call on its line, such as gc.collect() or a socket read, stays here). `named`:
+    (file, function) of the job's frames another finding already names."""
     n = profile.samples
     if n <= 0 or profile.thread is None:
         return Unplaced(0.0, 0.0, ())
@@ -157,6 +159,8 @@ def unplaced(
         loc, call, fam, lib, own = _site_key(stack, code)
         if skip_user and own and fam == "user":
             continue
+        if loc is not None and (loc.file, loc.function) in named:
+            continue  # a finding already names this function: its time is explained
         entry = by_site.setdefault((loc, call, fam, lib), [0.0, code])
         entry[0] += count
     total = sum(v[0] for v in by_site.values())
