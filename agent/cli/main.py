@@ -25,6 +25,7 @@ from gpudiag.agent.output.safeio import dumps_json, file_mode
 from gpudiag.agent.session.targetwatch import running
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.text.sink import emit, outbound, say
 
 __all__ = ["build_parser", "main"]
 
@@ -95,13 +96,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         text = render_markdown(doc)
     else:
         text = render_text(doc) + "\n"
+    text = outbound(text, redact=args.format != "json")  # a file someone will `cat`, too
     if args.out:
         from gpudiag.agent.output.exports import write_text
 
         where = write_text(text, args.out, what=f"{args.format} report")
-        print(f"{args.format} written to {where}", file=sys.stderr)
+        emit(f"{args.format} written to {where}", file=sys.stderr)
     else:
-        print(text, end="")
+        emit(text, end="", redact=args.format != "json")
     _exports(doc, args)
     return EXIT_OK
 
@@ -118,7 +120,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.out:
         path = write_report(doc, args.out)
         note = sys.stdout if args.format == "text" else sys.stderr
-        print(f"Job report written to {path}", file=note)
+        emit(f"Job report written to {path}", file=note)
     else:
         validate(doc)
     return EXIT_OK
@@ -133,7 +135,7 @@ def _exports(doc: dict, args: argparse.Namespace) -> None:
             if path:
                 check_writable(path)
         for line in write_exports(doc, args.speedscope, args.trace):
-            print(line, file=sys.stderr)
+            emit(line, file=sys.stderr)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -146,7 +148,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print_summary(doc, args.format)
     if args.out:
         path = write_report(doc, args.out)  # WriteError names the file; the summary stands
-        print(
+        emit(
             f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,
         )
@@ -204,7 +206,7 @@ def cmd_thresholds(args: argparse.Namespace) -> int:
     defaults = Thresholds().to_dict()
     for name, doc in Thresholds.names().items():
         unit = Thresholds.unit(name)
-        print(f"{name} = {defaults[name]}  ({RANGES[unit]})\n    {doc}")
+        emit(f"{name} = {defaults[name]}  ({RANGES[unit]})\n    {doc}")
     return EXIT_OK
 
 
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         file_mode()  # a bad GPUDIAG_FILE_MODE is refused before profiling, not at the end
         if args.command == "schema":
-            print(schema_text(), end="")
+            emit(schema_text(), end="", redact=False)
             return EXIT_OK
         if args.command == "try":
             from gpudiag.agent.commands.tryfix import cmd_try
@@ -241,20 +243,19 @@ def main(argv: list[str] | None = None) -> int:
         }[args.command]
         return handler(args)
     except UsageError as exc:
-        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("gpudiag: interrupted", file=sys.stderr)
+        say("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # a bug of gpudiag's: one line, exit 2 (GPUDIAG_DEBUG=1: traceback)
         if os.environ.get("GPUDIAG_DEBUG"):
             raise
-        print(
-            f"gpudiag: internal error: {type(exc).__name__}: {str(exc)[:300]} "
-            "(please report it; GPUDIAG_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
+        say(
+            f"internal error: {type(exc).__name__}: {str(exc)[:300]} "
+            "(please report it; GPUDIAG_DEBUG=1 shows the traceback)"
         )
         return EXIT_USAGE
 

@@ -26,6 +26,7 @@ from gpudiag.agent.output.report import (
 from gpudiag.agent.output.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.analyzers.stats.gate import DIRECTIONS, Comparison, Limit, compare, overall
 from gpudiag.probes.numbers import finite_number
+from gpudiag.text.sink import emit
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
 BASELINE_FORMAT = "gpudiag-gate-baseline"
@@ -245,7 +246,7 @@ def profile_runs(
         reports.append(doc)
         if not quiet:
             sps = doc["metrics"].get("steps_per_second")
-            print(
+            emit(
                 f"gpudiag gate: run {i + 1}/{runs} done"
                 + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
                 file=sys.stderr,
@@ -315,12 +316,12 @@ def gate_command(args: argparse.Namespace) -> int:
     cur_runs = [run_metrics(r) for r in reports]
     cur_fp = fingerprint(reports[-1]["environment"])
     if args.calibrate:
-        print("\n".join(calibrate(cur_runs, cfg)))
+        emit("\n".join(calibrate(cur_runs, cfg)))
         return 0
     if args.update_baseline:
         check_writable(args.baseline)
         write_baseline(args.baseline, cur_runs, cur_fp)
-        print(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
+        emit(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
         return 0
     verdict, comps, note = decide(cfg, base_runs, base_fp, cur_runs, cur_fp)
     print_result(verdict, comps, note)
@@ -337,10 +338,10 @@ def gate_command(args: argparse.Namespace) -> int:
     }
     out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_report(last, out)
-    print(f"Report with the gate result written to {out}")
+    emit(f"Report with the gate result written to {out}")
     if getattr(args, "html", None):
         from gpudiag.agent.output.exports import write_text
         from gpudiag.agent.output.render.html import render_html
 
-        print(f"HTML page written to {write_text(render_html(last), args.html)}")
+        emit(f"HTML page written to {write_text(render_html(last), args.html)}")
     return 0 if args.exit_zero else EXIT[verdict]

@@ -19,6 +19,7 @@ from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
 from gpudiag.text.redact import redact_argv
+from gpudiag.text.sink import emit
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
@@ -123,16 +124,16 @@ def _profile_launched(
     failed = result.exit_code not in (None, 0)
     wiring.finish(result, stderr_tail=tee.lines() if failed else None)
     if result.end_reason in ("duration_reached", "verdict_sure"):
-        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
+        emit(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
     if tee.log_path:
-        print(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
+        emit(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
     if code is None and (passed or args.tui) and popen.poll() is not None:
         code = popen.returncode  # it ended on the signal the UI passed on, or on q
     if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
         # never leave the job orphaned: wait for it, unless the user interrupts again
-        print(
+        emit(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
             "(interrupt again to leave it running)",
             file=sys.stderr,

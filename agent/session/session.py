@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo
 from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.text.sink import say
 
 __all__ = ["Session", "SessionOptions", "SessionResult", "make_probes"]
 
@@ -74,7 +74,7 @@ class Session:
         self.probes = probes if probes is not None else make_probes(opts, hooks, n)
         self.popen = popen
         self.sink = sink
-        self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True))
+        self.log = log or say
         self.timeline = timeline or Timeline(skip_steps=opts.skip_steps)
         self.statuses: dict[str, ProbeStatus] = dict(opened or {})
         self.errors: list[dict] = []

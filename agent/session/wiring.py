@@ -22,11 +22,7 @@ from gpudiag.agent.session.session import Session, SessionOptions, SessionResult
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.gpu.probe import hardware_summary
 from gpudiag.text.redact import redact_lines
-
-
-def say(msg: str) -> None:
-    """A status line on stderr, as a session logs it."""
-    print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+from gpudiag.text.sink import emit
 
 
 def session_options(args: argparse.Namespace, attached: bool = False) -> SessionOptions:
@@ -186,7 +182,7 @@ class Wiring:
         print_summary(doc, fmt)  # the summary still shows what was found
         note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
         if path is not None:
-            print(
+            emit(
                 f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
                 file=note,
             )
@@ -194,12 +190,12 @@ class Wiring:
             from gpudiag.agent.output.exports import write_exports
 
             for line in write_exports(doc, outs.speedscope, outs.trace):
-                print(line, file=note)
+                emit(line, file=note)
         if recorder is not None and not recorder.failed:
             replay = f"gpudiag replay {shlex.quote(recorder.path)}"
-            print(f"Recording written to {recorder.path}  ({replay})", file=note)
+            emit(f"Recording written to {recorder.path}  ({replay})", file=note)
         elif recorder is not None:
-            print(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
+            emit(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
         if failed:
             raise UsageError(failed)
         return doc
@@ -210,10 +206,10 @@ def print_summary(doc: dict, fmt: str) -> None:
     if fmt == "html":
         from gpudiag.agent.output.render.html import render_html
 
-        print(render_html(doc), end="")
+        emit(render_html(doc), end="")
     elif fmt == "json":
-        print(dumps_json(doc, indent=2))  # strict JSON: never a NaN token
+        emit(dumps_json(doc, indent=2), redact=False)  # strict JSON, its fields redacted
     elif fmt == "markdown":
-        print(render_markdown(doc))
+        emit(render_markdown(doc))
     else:
-        print(render_text(doc, verbose=False))
+        emit(render_text(doc, verbose=False))

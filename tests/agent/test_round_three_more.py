@@ -1,0 +1,96 @@
+"""Issue 38, hardening round three, the rest: outbound text through one sink, frames that a
+`;` cannot forge, bounded config regexes, signals around the launch, guards inside the job,
+bounded fleet labels, and HOST002 against a saturated GPU. Each test failed on the code
+before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from gpudiag.agent.output.report import write_report
+from tests.conftest import gpudiag
+from tests.tui.test_app import starved_doc
+
+EVIL = "\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\x9b31m"  # clipboard write, clear screen, C1 CSI
+SECRET = "hf_abcdefghijklmnopqrstuvwx"
+
+
+def _evil_doc() -> dict:
+    doc = starved_doc()
+    f = doc["findings"][0]
+    f["location"] = f"train.py:12:load{EVIL}"
+    f["message"] += f" {EVIL} token {SECRET}"
+    f["title"] = "[/x] [bold]title"
+    return doc
+
+
+# ---- outbound text ----------------------------------------------------------------------------
+
+
+def test_summary_and_markdown_never_carry_escapes_or_secrets(tmp_path):
+    """A frame's name or a job's text holding ESC/OSC reached the terminal raw through the
+    text summary and markdown (`report`, and `report --out`, a file someone will `cat`)."""
+    report = write_report(_evil_doc(), str(tmp_path / "r.json"))
+    for fmt in ("text", "markdown"):
+        res = gpudiag("report", report, "--format", fmt)
+        assert res.returncode == 0, res.stderr
+        assert "load" in res.stdout and "[/x" in res.stdout.replace("\\", "")
+        assert not any(c in res.stdout for c in "\x1b\x07\x9b") and SECRET not in res.stdout
+        out = tmp_path / f"r.{fmt}"
+        assert gpudiag("report", report, "--format", fmt, "--out", str(out)).returncode == 0
+        assert "\x1b" not in out.read_text() and SECRET not in out.read_text()
+
+
+def test_a_newline_in_argv_cannot_forge_a_watch_log_line(capsys):
+    """`watch` logged a job's command line raw: a newline in it forged a log line."""
+    from gpudiag.agent.commands.watch import Watcher
+
+    w = Watcher(settings=None, opts=None)  # type: ignore[arg-type]
+    w.log(f"watching pid 7 (python x.py\ngpudiag: pid 1 ended; no longer watched{EVIL})")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpudiag: watching pid 7")
+    assert "\x1b" not in err and "\x07" not in err
+
+
+def test_the_sink_keeps_gpudiags_own_text(capsys):
+    """The sink hides secrets and escapes, not gpudiag's words: the settings listing, a
+    summary's lines and a path pass unchanged."""
+    from gpudiag.text.sink import emit, say
+
+    res = gpudiag("thresholds")
+    assert res.returncode == 0 and "= " in res.stdout
+    emit(res.stdout, end="")
+    say("Report written to /tmp/a b/report.json  (details: gpudiag report x)")
+    out = capsys.readouterr()
+    assert out.out == res.stdout
+    assert (
+        out.err == "gpudiag: Report written to /tmp/a b/report.json  (details: gpudiag report x)\n"
+    )
+
+
+def test_markup_in_any_report_field_does_not_crash_report_tui():
+    """A report title holding `[/x]` crashed `gpudiag report --tui` (Rich markup)."""
+    from gpudiag.tui.app import DiagnosisApp
+    from gpudiag.tui.feeds import static_feed
+    from gpudiag.tui.screens import FindingScreen
+    from gpudiag.tui.widgets import FindingsTable
+
+    doc = _evil_doc()
+    doc["run"]["pid"] = "[/pid]"
+    app = DiagnosisApp(static_feed(doc, f"report [/file].json{EVIL}"))
+
+    async def go():
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause()
+            row = " ".join(str(c) for c in app.screen.query_one(FindingsTable).get_row_at(0))
+            assert "[/x] [bold]title" in row
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, FindingScreen)
+            await pilot.press("escape", "question_mark")
+            await pilot.pause()
+            await pilot.press("q")
+
+    asyncio.run(go())
+    json.dumps(doc)  # the document itself is untouched
