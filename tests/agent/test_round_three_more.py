@@ -135,3 +135,83 @@ def test_a_semicolon_in_a_function_name_forges_no_frame(monkeypatch):
     assert "CKPT001" in _forged_stack(
         monkeypatch, ("<module> (/w/t.py:1)", "save_checkpoint (/w/t.py:2)")
     )
+
+
+# ---- rules from ./pyproject.toml --------------------------------------------------------------
+
+FIXTURE = "tests/fixtures/h100/ckpt.jsonl.gz"
+
+
+def _replay_with_rules(tmp_path, rule: str, timeout: float = 60):
+    from pathlib import Path
+
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.gpudiag]\n[[tool.gpudiag.rules]]\ncategory = "data_wait"\n{rule}\n'
+    )
+    fixture = Path(__file__).parents[2] / FIXTURE
+    return gpudiag("replay", str(fixture), cwd=tmp_path, timeout=timeout)
+
+
+def test_catastrophic_rule_patterns_are_refused_in_one_line(tmp_path):
+    """`[[tool.gpudiag.rules]]` read from ./pyproject.toml without being named compiled
+    `(a+)+b` and the like, which hang run, attach and replay on a long frame name."""
+    for pattern in (
+        r"(a+)+$",
+        r"(a|aa)*$",
+        r"\w*\w*\w*\w*!",
+        r"(.*a){12}",
+        r"(a)\1",
+        "a" * 201,
+    ):
+        res = _replay_with_rules(tmp_path, f"function = '{pattern}'", timeout=30)
+        assert res.returncode == 2, (pattern, res.stderr)
+        assert res.stderr.count("\n") == 1 and "rule 1: function" in res.stderr, res.stderr
+
+
+def test_wrongly_typed_rule_fields_are_a_usage_error(tmp_path):
+    """`function = 5` gave 'internal error' (a TypeError from re)."""
+    for rule in ("function = 5", 'file = ["x"]', 'function = "x"\ndescription = 5'):
+        res = _replay_with_rules(tmp_path, rule)
+        assert res.returncode == 2 and "internal error" not in res.stderr, res.stderr
+        assert res.stderr.count("\n") == 1 and "rule 1:" in res.stderr
+
+
+def test_a_users_rule_is_matched_in_bounded_time():
+    """What a rule that is allowed can still cost: two quantifiers over a huge frame name."""
+    import threading
+    import time
+
+    from gpudiag.analyzers.measures.rules import parse_stack, rules_from_config
+
+    ok = [r"save_ckpt$", r"torch/utils/data/.*\.py$", r"\w+\.\w+", r".*a.*b"]
+    rules = rules_from_config([{"category": "data_wait", "function": p} for p in ok])
+    stack = parse_stack("a" * 20_000 + " (/w/t.py:1)")
+    box: list[bool] = []
+    worker = threading.Thread(target=lambda: box.append(rules[-1].matches(stack, "")), daemon=True)
+    t0 = time.perf_counter()
+    worker.start()
+    worker.join(10)  # unbounded, this ran for hours (a daemon thread: the test ends anyway)
+    assert box == [False] and time.perf_counter() - t0 < 2.0
+
+
+def test_a_lone_surrogate_in_a_report_is_one_line(tmp_path):
+    """A report field holding "\\ud800" (valid JSON) gave 'internal error' on output."""
+    doc = starved_doc()
+    doc["findings"][0]["message"] = "x \ud800 y"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    res = gpudiag("report", str(path))
+    assert res.returncode == 2 and "lone surrogate" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+    capsys_free = emit_to_string("watching pid 1 (x \udcff.py)")
+    assert "\ufffd" in capsys_free
+
+
+def emit_to_string(text: str) -> str:
+    import io
+
+    from gpudiag.text.sink import emit
+
+    buf = io.StringIO()
+    emit(text, file=buf)
+    return buf.getvalue()
