@@ -7,6 +7,7 @@ an interval straddling a limit, or a baseline from a different environment).
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import time
@@ -222,37 +223,49 @@ def decide(
 def profile_runs(
     command: list[str], runs: int, settings, warmup_steps: int, duration: float | None, quiet: bool
 ) -> list[dict]:
-    """Run the job `runs` times under gpudiag (hooks injected); one report per run."""
+    """Run the job `runs` times under gpudiag (hooks injected); one report per run. A stop
+    signal (SIGINT, SIGTERM, SIGHUP) ends the gate there: the job gets SIGTERM and gpudiag
+    exits 128 + the signal, with no verdict and no baseline written."""
+    from gpudiag.agent.session.signals import StopSignals
+
+    reports: list[dict] = []
+    with StopSignals() as stops:
+        for i in range(runs):
+            doc = _one_run(command, i, settings, warmup_steps, duration, stops)
+            reports.append(doc)
+            if not quiet:
+                sps = doc["metrics"].get("steps_per_second")
+                emit(
+                    f"gpudiag gate: run {i + 1}/{runs} done"
+                    + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return reports
+
+
+def _one_run(command: list[str], i: int, settings, warmup_steps: int, duration, stops) -> dict:
+    """One run of the job under gpudiag, its report; SystemExit when a stop signal came."""
     import subprocess
 
     from gpudiag.agent.session.launch import launch
     from gpudiag.agent.session.session import SessionOptions
 
-    reports = []
-    for i in range(runs):
-        job = launch(command, stdout=subprocess.DEVNULL)
-        opts = SessionOptions(duration_s=duration, progress=False, skip_steps=warmup_steps)
-        session = job.session(settings, opts)
-        result = session.run()
-        popen = job.popen
-        if popen.poll() is None:
-            popen.terminate()
-            popen.wait(timeout=30)
-        if result.exit_code not in (None, 0):
-            raise UsageError(f"run {i + 1}: the job exited with code {result.exit_code}")
-        doc = report_of(
-            result, mode="run", command=command, pid=session.target.pid, settings=settings
-        )
-        reports.append(doc)
-        if not quiet:
-            sps = doc["metrics"].get("steps_per_second")
-            emit(
-                f"gpudiag gate: run {i + 1}/{runs} done"
-                + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
-                file=sys.stderr,
-                flush=True,
-            )
-    return reports
+    job = launch(command, stdout=subprocess.DEVNULL)
+    opts = SessionOptions(duration_s=duration, progress=False, skip_steps=warmup_steps)
+    session = job.session(settings, opts, stop_signals=stops)
+    result = session.run()
+    popen = job.popen
+    if popen.poll() is None:
+        popen.terminate()
+        popen.wait(timeout=30)
+    if stops.stopping:
+        name = signal.Signals(stops.signum).name
+        emit(f"gpudiag gate: stopped by {name}: no verdict, no baseline written", file=sys.stderr)
+        raise SystemExit(128 + int(stops.signum))
+    if result.exit_code not in (None, 0):
+        raise UsageError(f"run {i + 1}: the job exited with code {result.exit_code}")
+    return report_of(result, mode="run", command=command, pid=session.target.pid, settings=settings)
 
 
 def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
