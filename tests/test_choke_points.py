@@ -144,3 +144,87 @@ def test_every_read_goes_through_the_bounded_reader():
         if rel != READER and rel not in IN_JOB and rel not in PROCFS
     }
     assert {k: v for k, v in stray.items() if v} == {}
+
+
+# ---- outbound text: one sink ------------------------------------------------------------------
+
+SINK = "text/sink.py"
+# text that leaves gpudiag around the sink, with the reason it may
+RAW_OUT = {
+    "agent/commands/demo_job.py": "the demo's own training job (a child process), not gpudiag",
+    "agent/session/joboutput.py": "the job's own stderr passed through as it wrote it (no UI)",
+    "agent/session/signals.py": "a fixed line from a signal handler (os.write: no locks)",
+}
+_STD = {"stdout", "stderr", "__stdout__", "__stderr__"}
+
+
+def _is_std_stream(node: ast.AST) -> bool:
+    """`sys.stdout`, `sys.stderr` (or `.buffer` of either)."""
+    if isinstance(node, ast.Attribute) and node.attr == "buffer":
+        node = node.value
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in _STD
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
+def text_outs(source: str, name: str = "<snippet>") -> list[int]:
+    """Lines where the code puts text on a terminal or pipe itself: `print(...)`,
+    `sys.stdout.write(...)`, `sys.stderr.buffer.write(...)`, `os.write(1 or 2, ...)`."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "print":
+            found.append(node.lineno)
+        elif isinstance(f, ast.Attribute) and f.attr in ("write", "writelines"):
+            if _is_std_stream(f.value):
+                found.append(node.lineno)
+            elif isinstance(f.value, ast.Name) and f.value.id == "os" and node.args:
+                if _fd_is_std(node.args[0]):
+                    found.append(node.lineno)
+    return found
+
+
+def _fd_is_std(fd: ast.AST) -> bool:
+    """os.write's first argument: 1, 2, or `sys.stdout.fileno()` (a variable: not a tty)."""
+    if isinstance(fd, ast.Constant):
+        return fd.value in (1, 2)
+    return (
+        isinstance(fd, ast.Call)
+        and isinstance(fd.func, ast.Attribute)
+        and _is_std_stream(fd.func.value)
+    )
+
+
+def test_the_walker_sees_text_that_goes_around_the_sink():
+    """The shapes of the old holes are found: the summary, the progress line, watch's log."""
+    old = [
+        "print(render_text(doc, verbose=False))",
+        'self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr))',
+        'sys.stderr.write(f"watching pid {pid} ({cmd})\\n")',
+        "sys.stdout.buffer.write(data)",
+        'os.write(2, f"gpudiag: {msg}".encode())',
+        "os.write(sys.stdout.fileno(), data)",
+    ]
+    assert [text_outs(s) for s in old] == [[1]] * len(old)
+    assert text_outs("os.write(fd, view)") == []  # a file of the safe writer's
+    assert text_outs("console.print(self)") == []  # Rich into a capture buffer
+    assert text_outs("emit(text)") == []
+
+
+def test_every_outbound_text_goes_through_the_sink():
+    """Only text/sink.py puts text on stdout or stderr (it redacts and strips escapes)."""
+    stray = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            if rel == SINK or rel in RAW_OUT or rel.startswith("probes/inject/"):
+                continue
+            lines = text_outs(path.read_text(), rel)
+            if lines:
+                stray[rel] = lines
+    assert stray == {}

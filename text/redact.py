@@ -199,15 +199,17 @@ _ESCAPES = re.compile(
     r"|\x1b.?"  # any other escape
 )
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_SURROGATES = re.compile("[\ud800-\udfff]")  # half a pair: no terminal or file can take it
 
 
 def printable(text: str, lines: bool = False) -> str:
     """Text fit to show on a terminal or in a log: escape sequences (ESC, OSC, CSI) and
-    other control characters removed (a tab kept); a newline or carriage return becomes a
-    space unless `lines` (so job-controlled text cannot forge a log line)."""
+    other control characters removed (a tab kept), a lone surrogate shown as U+FFFD; a
+    newline or carriage return becomes a space unless `lines` (so job-controlled text cannot
+    forge a log line)."""
     if not text:
         return text
-    out = _ESCAPES.sub("", text)
+    out = _SURROGATES.sub("\ufffd", _ESCAPES.sub("", text))
     out = out.replace("\r\n", "\n").replace("\r", "\n")
     return _CONTROLS.sub("", out if lines else out.replace("\n", " "))
 

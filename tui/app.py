@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.app import App
 from textual.binding import Binding
 
+from gpudiag.text.redact import printable
 from gpudiag.tui.feeds import Feed
 from gpudiag.tui.offloop import OffLoop
 from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen
@@ -46,7 +47,7 @@ class DiagnosisApp(App):
         return True
 
     def on_mount(self) -> None:
-        self.sub_title = self.feed.title
+        self.sub_title = printable(self.feed.title)
         self.push_screen(DiagnosisScreen())
         if self.feed.live:
             self.set_interval(1.0, self.refresh_feed)

@@ -9,6 +9,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Log, Static
 
 from gpudiag.text.formatting import evidence_parts, is_bound, speedup_text
+from gpudiag.text.redact import printable
 from gpudiag.text.trials import summary_line, with_trials
 from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
@@ -19,11 +20,11 @@ class DiagnosisScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=getattr(self.app, "clock", True))
-        yield Static(id="status")
+        yield Static(id="status", markup=False)
         yield BreakdownBar(id="breakdown")
         with Horizontal(id="body"):
             yield FindingsTable(id="findings")
-            yield Static(id="metrics")
+            yield Static(id="metrics", markup=False)
         feed = getattr(self.app, "feed", None)
         if feed is not None and feed.output is not None:
             log = Log(id="joblog", max_lines=2000)
@@ -46,7 +47,7 @@ class DiagnosisScreen(Screen):
 
     def show(self, doc: dict | None, status: str) -> None:
         """Refresh every widget from a report document."""
-        self.query_one("#status", Static).update(status)
+        self.query_one("#status", Static).update(printable(status))
         lines = self.app.take_output() if hasattr(self.app, "take_output") else []
         if lines:
             self.query_one("#joblog", Log).write_lines(lines)
@@ -103,7 +104,7 @@ class FindingScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         with VerticalScroll():
-            yield Static(finding_text(self.finding), id="detail")
+            yield Static(finding_text(self.finding), id="detail", markup=False)
         yield Footer()
 
 
@@ -140,4 +141,6 @@ class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
 
     def compose(self) -> ComposeResult:
-        yield Static(help_text(lambda a: self.app.check_action(a, ()) is not False), id="help")
+        yield Static(
+            help_text(lambda a: self.app.check_action(a, ()) is not False), id="help", markup=False
+        )

@@ -112,8 +112,8 @@ class TopApp(App):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
-        yield Static(id="gpus")
-        yield Static(id="host")
+        yield Static(id="gpus", markup=False)
+        yield Static(id="host", markup=False)
         yield DataTable(id="procs", cursor_type="row")
         yield Footer()
 

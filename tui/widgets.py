@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 
 from gpudiag.text.formatting import SHORT_LABELS, period_parts, speedup_text
+from gpudiag.text.redact import printable
 from gpudiag.tui.wrap import Wrapped
 
 _STYLES = {
@@ -110,11 +111,11 @@ class FindingsTable(DataTable):
         self.add_column(Text("speed-up", justify="right"), width=self.FIXED[2][1])
         for f in findings:
             sev = SEVERITY_STYLE[f["severity"]]
-            cells = [Text(f["id"], style=sev)]
+            cells = [Text(printable(f["id"]), style=sev)]  # Text cells: never parsed as markup
             if severity:
                 cells.append(Text(f["severity"], style=sev))
             cells += [
-                shorten(f["title"], title_w),
+                Text(shorten(printable(f["title"]), title_w)),
                 Text(f"{f['impact']:.0%}", justify="right"),
                 Text(speedup_text(f), justify="right"),
             ]

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
+from gpudiag.text.redact import printable
+
 NUMBER = re.compile(r"^[-+×~≈$(]*\d[\d.,:]*$")  # a bare number: its unit follows it
 BREAK_AFTER = re.compile(r"(?<=[/.:])(?=[^/.:])")  # where a long name may break
 
@@ -79,8 +81,9 @@ class Wrapped:
     def para(
         self, text: str, style: str = "", lead: str = "", indent: int = 0, lead_style: str = "bold"
     ) -> Wrapped:
-        """Prose: numbers stay with their units; a lead ("Fix: ", "  • ") hangs before it."""
-        for line in text.split("\n"):
+        """Prose: numbers stay with their units; a lead ("Fix: ", "  • ") hangs before it.
+        Control characters and escapes are dropped (a field may hold the job's text)."""
+        for line in printable(text, lines=True).split("\n"):
             self.blocks.append(
                 Block(atoms(line), lead, max(indent, len(lead)), " ", style, lead_style)
             )
@@ -89,7 +92,8 @@ class Wrapped:
 
     def row(self, label: str, items: list[str], label_width: int = 18) -> Wrapped:
         """A panel row: label, then items separated by " · ", broken only between items."""
-        self.blocks.append(Block(items, label, label_width, " · "))
+        items = [printable(i) for i in items]
+        self.blocks.append(Block(items, printable(label), label_width, " · "))
         return self
 
     def blank(self) -> Wrapped:

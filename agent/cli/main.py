@@ -11,6 +11,7 @@ from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.cli.parser import build_parser, parse_args
 from gpudiag.agent.commands.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from gpudiag.agent.output.safeio import file_mode
+from gpudiag.text.sink import say
 
 __all__ = ["build_parser", "main"]
 
@@ -26,20 +27,19 @@ def main(argv: list[str] | None = None) -> int:
         file_mode()  # a bad GPUDIAG_FILE_MODE is refused before profiling, not at the end
         return BY_NAME[args.command].main(args)
     except UsageError as exc:
-        print(f"gpudiag: error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("gpudiag: interrupted", file=sys.stderr)
+        say("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:  # a bug of gpudiag's: one line, exit 2 (GPUDIAG_DEBUG=1: traceback)
         if os.environ.get("GPUDIAG_DEBUG"):
             raise
-        print(
-            f"gpudiag: internal error: {type(exc).__name__}: {str(exc)[:300]} "
-            "(please report it; GPUDIAG_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
+        say(
+            f"internal error: {type(exc).__name__}: {str(exc)[:300]} "
+            "(please report it; GPUDIAG_DEBUG=1 shows the traceback)"
         )
         return EXIT_USAGE
 

@@ -22,12 +22,13 @@ from gpudiag.agent.session.setup import make_probes, open_probe
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targets import choose_target
 from gpudiag.agent.session.targetwatch import running
-from gpudiag.agent.session.wiring import Outputs, Wiring, say, session_options
+from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
 from gpudiag.probes.base import Probe, ProbeStatus, Target
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.probes.stacks.probe import StackProbe
 from gpudiag.text.redact import redact_argv
+from gpudiag.text.sink import say
 
 EXIT_OK = 0
 

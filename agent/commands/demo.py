@@ -25,6 +25,7 @@ from gpudiag.agent.session.launch import launch
 from gpudiag.agent.session.session import Session, SessionOptions
 from gpudiag.analyzers import Analysis
 from gpudiag.text.formatting import speedup_text
+from gpudiag.text.sink import emit
 
 FIRST_STEP_WAIT_S = 180.0  # start-up allowed before the first step (imports on a busy box)
 CHECK_EVERY_S = 2.0  # how often the verdict so far is looked at
@@ -116,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
     settings = load_settings(None, None)
     seconds = FIRST_STEP_WAIT_S + args.duration + 60
     cmd = [sys.executable, "-m", "gpudiag.agent.commands.demo_job", "--seconds", f"{seconds:g}"]
-    print(
+    emit(
         "gpudiag demo: training a small CNN whose DataLoader has num_workers=0 and a slow "
         f"augmentation; profiling its loop (from the first step) until the verdict is sure, "
         f"at most {args.duration:.0f} s...",
@@ -151,9 +152,9 @@ def main(args: argparse.Namespace) -> int:
         settings=settings,
     )
     path = write_report(doc, out)
-    print(render_text(doc))
-    print(f"\nReport written to {path}")
-    print(found_line(doc, clock))
+    emit(render_text(doc))
+    emit(f"\nReport written to {path}")
+    emit(found_line(doc, clock))
     return 0 if result.end_reason != "interrupted" else 130
 
 

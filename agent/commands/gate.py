@@ -7,6 +7,7 @@ an interval straddling a limit, or a baseline from a different environment).
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import time
@@ -27,6 +28,7 @@ from gpudiag.agent.output.report import (
 from gpudiag.agent.output.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.analyzers.stats.gate import DIRECTIONS, Comparison, Limit, compare, overall
 from gpudiag.probes.numbers import finite_number
+from gpudiag.text.sink import emit
 
 EXIT = {"pass": 0, "warn": 0, "fail": 1, "inconclusive": 3}
 BASELINE_FORMAT = "gpudiag-gate-baseline"
@@ -222,37 +224,49 @@ def decide(
 def profile_runs(
     command: list[str], runs: int, settings, warmup_steps: int, duration: float | None, quiet: bool
 ) -> list[dict]:
-    """Run the job `runs` times under gpudiag (hooks injected); one report per run."""
+    """Run the job `runs` times under gpudiag (hooks injected); one report per run. A stop
+    signal (SIGINT, SIGTERM, SIGHUP) ends the gate there: the job gets SIGTERM and gpudiag
+    exits 128 + the signal, with no verdict and no baseline written."""
+    from gpudiag.agent.session.signals import StopSignals
+
+    reports: list[dict] = []
+    with StopSignals() as stops:
+        for i in range(runs):
+            doc = _one_run(command, i, settings, warmup_steps, duration, stops)
+            reports.append(doc)
+            if not quiet:
+                sps = doc["metrics"].get("steps_per_second")
+                emit(
+                    f"gpudiag gate: run {i + 1}/{runs} done"
+                    + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return reports
+
+
+def _one_run(command: list[str], i: int, settings, warmup_steps: int, duration, stops) -> dict:
+    """One run of the job under gpudiag, its report; SystemExit when a stop signal came."""
     import subprocess
 
     from gpudiag.agent.session.launch import launch
     from gpudiag.agent.session.session import SessionOptions
 
-    reports = []
-    for i in range(runs):
-        job = launch(command, stdout=subprocess.DEVNULL)
-        opts = SessionOptions(duration_s=duration, progress=False, skip_steps=warmup_steps)
-        session = job.session(settings, opts)
-        result = session.run()
-        popen = job.popen
-        if popen.poll() is None:
-            popen.terminate()
-            popen.wait(timeout=30)
-        if result.exit_code not in (None, 0):
-            raise UsageError(f"run {i + 1}: the job exited with code {result.exit_code}")
-        doc = report_of(
-            result, mode="run", command=command, pid=session.target.pid, settings=settings
-        )
-        reports.append(doc)
-        if not quiet:
-            sps = doc["metrics"].get("steps_per_second")
-            print(
-                f"gpudiag gate: run {i + 1}/{runs} done"
-                + (f", {sps:.2f} steps/s" if sps else ", no step timing"),
-                file=sys.stderr,
-                flush=True,
-            )
-    return reports
+    job = launch(command, stdout=subprocess.DEVNULL)
+    opts = SessionOptions(duration_s=duration, progress=False, skip_steps=warmup_steps)
+    session = job.session(settings, opts, stop_signals=stops)
+    result = session.run()
+    popen = job.popen
+    if popen.poll() is None:
+        popen.terminate()
+        popen.wait(timeout=30)
+    if stops.stopping:
+        name = signal.Signals(stops.signum).name
+        emit(f"gpudiag gate: stopped by {name}: no verdict, no baseline written", file=sys.stderr)
+        raise SystemExit(128 + int(stops.signum))
+    if result.exit_code not in (None, 0):
+        raise UsageError(f"run {i + 1}: the job exited with code {result.exit_code}")
+    return report_of(result, mode="run", command=command, pid=session.target.pid, settings=settings)
 
 
 def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
@@ -316,12 +330,12 @@ def main(args: argparse.Namespace) -> int:
     cur_runs = [run_metrics(r) for r in reports]
     cur_fp = fingerprint(reports[-1]["environment"])
     if args.calibrate:
-        print("\n".join(calibrate(cur_runs, cfg)))
+        emit("\n".join(calibrate(cur_runs, cfg)))
         return 0
     if args.update_baseline:
         check_writable(args.baseline)
         write_baseline(args.baseline, cur_runs, cur_fp)
-        print(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
+        emit(f"gpudiag gate: baseline of {len(cur_runs)} runs written to {args.baseline}")
         return 0
     verdict, comps, note = decide(cfg, base_runs, base_fp, cur_runs, cur_fp)
     print_result(verdict, comps, note)
@@ -338,12 +352,12 @@ def main(args: argparse.Namespace) -> int:
     }
     out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_report(last, out)
-    print(f"Report with the gate result written to {out}")
+    emit(f"Report with the gate result written to {out}")
     if getattr(args, "html", None):
         from gpudiag.agent.output.exports import write_text
         from gpudiag.agent.output.render.html import render_html
 
-        print(f"HTML page written to {write_text(render_html(last), args.html)}")
+        emit(f"HTML page written to {write_text(render_html(last), args.html)}")
     return 0 if args.exit_zero else EXIT[verdict]
 
 

@@ -11,6 +11,7 @@ from xml.sax.saxutils import escape
 from gpudiag.agent.output.safeio import WriteError, append_text, atomic_write
 from gpudiag.analyzers.stats.gate import Comparison
 from gpudiag.text.redact import printable
+from gpudiag.text.sink import emit, line, outbound
 
 
 def _fmt(v: float | None) -> str:
@@ -91,11 +92,11 @@ def github_outputs(verdict: str, comps: list[Comparison], note: str) -> None:
         return
     for c in worst_first(comps):
         if c.verdict == "fail":
-            print(f"::error title=gpudiag gate: {c.metric} regressed::{describe(c)}")
+            emit(line(f"::error title=gpudiag gate: {c.metric} regressed::{describe(c)}"))
         elif c.verdict in ("warn", "inconclusive"):
-            print(f"::warning title=gpudiag gate: {c.metric} {c.verdict}::{describe(c)}")
+            emit(line(f"::warning title=gpudiag gate: {c.metric} {c.verdict}::{describe(c)}"))
     if note:
-        print(f"::warning title=gpudiag gate::{note}")
+        emit(line(f"::warning title=gpudiag gate::{note}"))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         lines = [f"### gpudiag gate: {verdict.upper()}", ""]
@@ -105,9 +106,9 @@ def github_outputs(verdict: str, comps: list[Comparison], note: str) -> None:
             lines += ["| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
             lines += ["| " + " | ".join(_cells(c)) + " |" for c in worst_first(comps)]
         try:
-            append_text(summary, "\n".join(lines) + "\n", what="GitHub step summary")
+            append_text(summary, outbound("\n".join(lines)) + "\n", what="GitHub step summary")
         except WriteError as exc:  # a FIFO or a link: said, and the gate's verdict stands
-            print(f"gpudiag: {exc}", file=sys.stderr)
+            emit(f"gpudiag: {exc}", file=sys.stderr)
 
 
 def _attr(text: str) -> str:
@@ -144,11 +145,11 @@ def junit_xml(path: str, comps: list[Comparison], note: str) -> None:
 def print_result(verdict: str, comps: list[Comparison], note: str) -> None:
     """The table and the verdict line on stdout."""
     if comps:
-        print("\n".join(table(comps)))
+        emit("\n".join(table(comps)))
     if note:
-        print(note)
+        emit(note)
     worst = [c for c in worst_first(comps) if c.verdict in ("fail", "inconclusive")]
     for c in worst:
-        print(("REGRESSION " if c.verdict == "fail" else "INCONCLUSIVE ") + describe(c))
-    print(f"gpudiag gate: {verdict.upper()}")
+        emit(("REGRESSION " if c.verdict == "fail" else "INCONCLUSIVE ") + describe(c))
+    emit(f"gpudiag gate: {verdict.upper()}")
     sys.stdout.flush()

@@ -22,6 +22,7 @@ from gpudiag.analyzers.distributed.compare import RankStats, straggler
 from gpudiag.analyzers.engine.catalogue import compares_ranks, ranked
 from gpudiag.analyzers.engine.finalize import merged_verdict
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.text.sink import emit
 
 
 def _ranks_of(doc: dict, path: str, fallback: int) -> list[dict]:
@@ -175,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
     if args.out:
         path = write_report(doc, args.out)
         note = sys.stdout if args.format == "text" else sys.stderr
-        print(f"Job report written to {path}", file=note)
+        emit(f"Job report written to {path}", file=note)
     else:
         validate(doc)
     return 0

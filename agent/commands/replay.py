@@ -19,6 +19,7 @@ from gpudiag.agent.session.environment import describe_environment
 from gpudiag.agent.session.session import SessionResult
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers import analyze
+from gpudiag.text.sink import emit
 
 
 def replay_report(path: str, settings: Settings) -> dict:
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     print_summary(doc, args.format)
     if args.out:
         path = write_report(doc, args.out)  # WriteError names the file; the summary stands
-        print(
+        emit(
             f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,
         )

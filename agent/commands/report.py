@@ -9,6 +9,7 @@ import sys
 from gpudiag.agent.cli.evidence_options import export_options
 from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import check_writable, load_report
+from gpudiag.text.sink import emit, outbound
 
 EXIT_OK = 0
 
@@ -21,13 +22,14 @@ def main(args: argparse.Namespace) -> int:
     if args.tui:
         return browse(doc, f"report {args.file}")
     text = render(doc, args.format)
+    text = outbound(text, redact=args.format != "json")  # a file someone will `cat`, too
     if args.out:
         from gpudiag.agent.output.exports import write_text
 
         where = write_text(text, args.out, what=f"{args.format} report")
-        print(f"{args.format} written to {where}", file=sys.stderr)
+        emit(f"{args.format} written to {where}", file=sys.stderr)
     else:
-        print(text, end="")
+        emit(text, end="", redact=args.format != "json")
     exports(doc, args)
     return EXIT_OK
 
@@ -41,7 +43,7 @@ def exports(doc: dict, args: argparse.Namespace) -> None:
             if path:
                 check_writable(path)
         for line in write_exports(doc, args.speedscope, args.trace):
-            print(line, file=sys.stderr)
+            emit(line, file=sys.stderr)
 
 
 def browse(doc: dict, title: str) -> int:

@@ -22,6 +22,7 @@ from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
 from gpudiag.text.redact import redact_argv
+from gpudiag.text.sink import emit
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
@@ -37,14 +38,45 @@ def capture_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
-    """Launch the job, profile it, write the report; the job's exit code (or ours)."""
-    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr;
-    # under the terminal UI both go to its log panel and a file, never over the UI
-    job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    """Launch the job, profile it, write the report; the job's exit code (or ours). Under
+    the terminal UI the job's stdout and stderr go to its log panel and a file."""
     log_path = job_log_path(args.out) if args.tui else None
     if log_path:
         check_writable(log_path)
     server = open_metrics(args)
+    launched: list[Job] = []
+
+    def pass_on(signum: int, count: int) -> None:
+        # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
+        # gpudiag (a terminal's Ctrl-C already reaches the whole foreground group)
+        if signum != signal.SIGINT and launched and launched[0].popen.returncode is None:
+            os.kill(launched[0].popen.pid, signum)
+
+    # the handlers go in before the job starts: a SIGTERM in between still gets the report,
+    # and the job gets it too (it killed gpudiag and orphaned the job)
+    with StopSignals(pass_on) as stops:
+        job, err_r = _launch(args, command, log_path, server)
+        launched.append(job)
+        if stops.signum is not None:
+            pass_on(stops.signum, stops.count)  # it came before the job existed
+        tee = StderrTee(err_r, log_path)
+        if not args.tui:
+            try:
+                return _profile_launched(args, job, settings, tee, server, stops)
+            finally:
+                tee.close()
+    try:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
+        return _profile_launched(args, job, settings, tee, server, pass_on=pass_on)
+    finally:
+        tee.close()
+
+
+def _launch(
+    args: argparse.Namespace, command: list[str], log_path: str | None, server
+) -> tuple[Job, int]:
+    """The job started, and the pipe its stderr (under the UI, its stdout too) goes into."""
+    # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
+    job_stdout = None if args.format == "text" else sys.stderr.fileno()
     err_r, err_w = os.pipe()
     try:
         job = launch(
@@ -54,7 +86,7 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
             stderr=err_w,
             extra_env=capture_env(args),
         )
-    except UsageError:
+    except BaseException:
         os.close(err_r)
         if server is not None:
             server.close()
@@ -63,21 +95,7 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         os.close(err_w)
     if isinstance(getattr(args, "launched", None), list):  # `try` ends the job by this PID
         args.launched.append(job.popen.pid)
-    tee = StderrTee(err_r, log_path)
-
-    def pass_on(signum: int, count: int) -> None:
-        # SIGTERM and SIGHUP stop the run: the job gets them too, as it would without
-        # gpudiag (a terminal's Ctrl-C already reaches the whole foreground group)
-        if signum != signal.SIGINT and job.popen.returncode is None:
-            os.kill(job.popen.pid, signum)
-
-    try:
-        if args.tui:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
-            return _profile_launched(args, job, settings, tee, server, pass_on=pass_on)
-        with StopSignals(pass_on) as stops:
-            return _profile_launched(args, job, settings, tee, server, stops)
-    finally:
-        tee.close()
+    return job, err_r
 
 
 def _profile_launched(
@@ -126,16 +144,18 @@ def _profile_launched(
     failed = result.exit_code not in (None, 0)
     wiring.finish(result, stderr_tail=tee.lines() if failed else None)
     if result.end_reason in ("duration_reached", "verdict_sure"):
-        print(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
+        emit(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
     code = result.exit_code
+    if code is None and popen.poll() is not None:
+        code = popen.returncode  # it ended after the session's last look: its code stands
     if tee.log_path:
-        print(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
+        emit(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
     if code is None and (passed or args.tui) and popen.poll() is not None:
         code = popen.returncode  # it ended on the signal the UI passed on, or on q
     if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
         # never leave the job orphaned: wait for it, unless the user interrupts again
-        print(
+        emit(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
             "(interrupt again to leave it running)",
             file=sys.stderr,

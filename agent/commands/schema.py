@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 
 from gpudiag.agent.output.report import schema_text
+from gpudiag.text.sink import emit
 
 
 def main(args: argparse.Namespace) -> int:
     """Print the schema."""
-    print(schema_text(), end="")
+    emit(schema_text(), end="", redact=False)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from gpudiag.analyzers.engine.thresholds import RANGES, Thresholds
+from gpudiag.text.sink import emit
 
 
 def main(args: argparse.Namespace) -> int:
@@ -13,7 +14,7 @@ def main(args: argparse.Namespace) -> int:
     defaults = Thresholds().to_dict()
     for name, doc in Thresholds.names().items():
         unit = Thresholds.unit(name)
-        print(f"{name} = {defaults[name]}  ({RANGES[unit]})\n    {doc}")
+        emit(f"{name} = {defaults[name]}  ({RANGES[unit]})\n    {doc}")
     return 0
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from gpudiag.probes.inject.gpudiag_fixes import FIX_ENV, KINDS, STEPS_ENV
 from gpudiag.probes.inprocess.channel import injection_env
 from gpudiag.probes.numbers import finite_number
 from gpudiag.text.redact import printable, shown
+from gpudiag.text.sink import say
 
 NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
 
@@ -57,7 +57,7 @@ class TrialPlan:
 
 def progress(text: str) -> None:
     """One progress line on stderr."""
-    print(f"gpudiag try: {text}", file=sys.stderr, flush=True)
+    say(text, prefix="gpudiag try: ")
 
 
 MAX_STEPS_BYTES = 64 << 20  # an arm's step file: one line a step

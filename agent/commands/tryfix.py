@@ -8,6 +8,7 @@ import os
 import sys
 
 from gpudiag.agent.cli.errors import UsageError
+from gpudiag.text.sink import emit
 
 USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
@@ -79,7 +80,7 @@ def run_then_try(args: argparse.Namespace, command: list[str], rc: int) -> int:
     try:
         main(try_args)
     except UsageError as exc:  # nothing to try is a result of the diagnosis, not an error
-        print(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
+        emit(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
     return rc
 
 
@@ -170,8 +171,8 @@ def main(args: argparse.Namespace) -> int:
         plan.rounds, plan.seconds, plan.warmup = args.rounds, args.seconds, args.warmup
     trials = [try_fix(plan, Thresholds()) for plan in plans]
     for t in trials:
-        print(summary_line(t))
-        print(f"  change: {t['change']}")
+        emit(summary_line(t))
+        emit(f"  change: {t['change']}")
     if args.out:
         from gpudiag.agent.output.report import write_report
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from gpudiag.probes.host.discovery import dcgm_process, find_jobs, list_processe
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.text.sink import say
 
 # with many jobs under one budget, each job's sampling may go lower than attach's floor: the
 # loop down to 1 Hz (a verdict then takes minutes, which a daemon has)
@@ -113,7 +113,7 @@ class Watcher:
     rss_budget_bytes: int = 400 * 1024 * 1024
     match: re.Pattern[str] | None = None
     discover: Callable[[], list[int]] | None = None
-    log: Callable[[str], None] = lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+    log: Callable[[str], None] = say
     refresh_s: float = 5.0
     recent_s: float | None = 600.0  # findings over the last this many seconds; None: all
     jobs: dict[int, Watched] = field(default_factory=dict)

@@ -13,7 +13,7 @@ import re
 import socket
 from pathlib import Path
 
-from gpudiag.text.redact import redact_argv
+from gpudiag.text.redact import printable, redact_argv
 
 COMMAND_MAX = 80  # characters of the command label
 # the pod's UID and the container's id in a kubepods cgroup path, for both cgroup drivers:
@@ -107,7 +107,7 @@ def identity_from(
     in_pod = bool(cg) or "KUBERNETES_SERVICE_HOST" in env
     pod = env.get("POD_NAME") or (env.get("HOSTNAME", "") if in_pod else "")
     step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or ""
-    return {
+    labels = {
         "pid": str(pid),
         "user": user,
         "command": redact_command(argv),
@@ -119,6 +119,18 @@ def identity_from(
         "slurm_step_id": step,
         "Hostname": host,
     }
+    return {k: bounded_label(v, MAX_COMMAND_CHARS if k == "command" else MAX_LABEL_CHARS)
+            for k, v in labels.items()}  # fmt: skip
+
+
+MAX_LABEL_CHARS = 253  # a Kubernetes name's limit; the job's environment sets these
+MAX_COMMAND_CHARS = 1024
+
+
+def bounded_label(value: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """A label value from the job (its environment, its argv): controls dropped, then cut
+    (a 5,000-character POD_NAME went into every metric's labels)."""
+    return printable(str(value))[:limit]
 
 
 def job_identity(pid: int, argv: list[str] | None = None) -> dict[str, str]:

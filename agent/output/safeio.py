@@ -170,7 +170,21 @@ def parse_json(
             f"{where}: integer of {digits[1]} digits" if digits else f"{where}: {exc}"
         ) from None
     check_value(value, where, allow_nonfinite)
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then is every string looked at
+        _no_lone_surrogates(value, where)
     return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _no_lone_surrogates(value: object, where: str) -> None:
+    """UsageError when a parsed value holds half a surrogate pair (`"\\ud800"`: valid JSON,
+    but no character, and no file or terminal can take it)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{where}: a string holds a lone surrogate (\\ud800-\\udfff)") from None
 
 
 def parse_toml(data: bytes, where: str) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo
 from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.text.sink import say
 
 __all__ = ["Session", "SessionOptions", "SessionResult", "make_probes"]
 
@@ -73,7 +73,7 @@ class Session:
         self.probes = probes if probes is not None else make_probes(opts, hooks, n)
         self.popen = popen
         self.sink = sink
-        self.log = log or (lambda msg: print(f"gpudiag: {msg}", file=sys.stderr, flush=True))
+        self.log = log or say
         self.timeline = timeline or Timeline(skip_steps=opts.skip_steps)
         self.statuses: dict[str, ProbeStatus] = dict(opened or {})
         self.errors: list[dict] = []
@@ -176,20 +176,35 @@ class Session:
         if self.popen is not None:
             code = self.popen.poll()
             if code is not None:
-                self.exit_code = code
-                if code < 0:
-                    name = signal.Signals(-code).name if -code in signal.valid_signals() else code
-                    self.error("target", f"the job was killed by {name}")
+                self._ended(code)
                 return False
             if self.popen.pid != self.target.pid:
                 return True  # a launcher's Python child: followed through the launcher
         if not running(self.target.pid):
+            self._reap()
             return False
         why = self._watch.changed() if self._watch is not None else None
         if why is not None:
             self.error("target", why)
             return False
         return True
+
+    def _ended(self, code: int) -> None:
+        """The launched job's exit code kept; a signal that killed it is an error."""
+        self.exit_code = code
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else code
+            self.error("target", f"the job was killed by {name}")
+
+    def _reap(self) -> None:
+        """The launched job died between poll() and the look at its pid (a zombie, e.g.
+        SIGKILLed): reap it, so its exit code is never lost (it gave exit 0)."""
+        if self.popen is None or self.popen.pid != self.target.pid:
+            return
+        try:
+            self._ended(self.popen.wait(timeout=2.0))
+        except subprocess.TimeoutExpired:
+            pass
 
     def run(self, preopened: dict[str, ProbeStatus] | None = None) -> SessionResult:
         """Sample until a stop condition; then close the probes and analyse."""

@@ -21,11 +21,7 @@ from gpudiag.agent.session.session import Session, SessionOptions, SessionResult
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.gpu.probe import hardware_summary
 from gpudiag.text.redact import redact_lines
-
-
-def say(msg: str) -> None:
-    """A status line on stderr, as a session logs it."""
-    print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+from gpudiag.text.sink import emit
 
 
 def session_options(args: argparse.Namespace, attached: bool = False) -> SessionOptions:
@@ -185,7 +181,7 @@ class Wiring:
         print_summary(doc, fmt)  # the summary still shows what was found
         note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
         if path is not None:
-            print(
+            emit(
                 f"Report written to {path}  (details: gpudiag report {shlex.quote(str(path))})",
                 file=note,
             )
@@ -193,18 +189,19 @@ class Wiring:
             from gpudiag.agent.output.exports import write_exports
 
             for line in write_exports(doc, outs.speedscope, outs.trace):
-                print(line, file=note)
+                emit(line, file=note)
         if recorder is not None and not recorder.failed:
             replay = f"gpudiag replay {shlex.quote(recorder.path)}"
-            print(f"Recording written to {recorder.path}  ({replay})", file=note)
+            emit(f"Recording written to {recorder.path}  ({replay})", file=note)
         elif recorder is not None:
-            print(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
+            emit(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
         if failed:
             raise UsageError(failed)
         return doc
 
 
 def print_summary(doc: dict, fmt: str) -> None:
-    """The summary on stdout, in one of the output formats (text: the shorter summary)."""
+    """The summary on stdout, in one of the output formats (text: the shorter summary),
+    through the outbound sink (JSON's fields are redacted where the report is built)."""
     text = render(doc, fmt, verbose=False)
-    print(text + ("\n" if fmt == "markdown" else ""), end="")
+    emit(text + ("\n" if fmt == "markdown" else ""), end="", redact=fmt != "json")

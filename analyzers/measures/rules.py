@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gpudiag.analyzers.measures.safe_regex import check_pattern, subject
 from gpudiag.probes.stacks.pyspy_output import OWN_FILES
 
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
@@ -89,6 +90,7 @@ class Rule:
     file: str | None = None
     code: str | None = None
     description: str = ""
+    bounded: bool = False  # a user's rule: its text cut to MAX_SUBJECT_CHARS (safe_regex)
 
     def __post_init__(self) -> None:
         if not (self.function or self.file or self.code):
@@ -97,17 +99,20 @@ class Rule:
             if pat is not None:
                 re.compile(pat)
 
+    def _text(self, text: str) -> str:
+        return subject(text) if self.bounded else text
+
     def _frame_ok(self, fr: Frame) -> bool:
-        if self.file and not re.search(self.file, fr.file):
+        if self.file and not re.search(self.file, self._text(fr.file)):
             return False
-        return not (self.function and not re.search(self.function, fr.dotted))
+        return not (self.function and not re.search(self.function, self._text(fr.dotted)))
 
     def matches(self, frames: tuple[Frame, ...], code: str) -> bool:
         """True when this rule applies to a stack (root first) whose innermost line is `code`."""
         if not frames:
             return False
         if self.code is not None:
-            return bool(re.search(self.code, code)) and self._frame_ok(frames[-1])
+            return bool(re.search(self.code, self._text(code))) and self._frame_ok(frames[-1])
         return any(self._frame_ok(fr) for fr in frames)
 
 
@@ -333,17 +338,11 @@ def rules_from_config(entries: list[dict]) -> tuple[Rule, ...]:
         if cat not in CATEGORIES:
             raise ValueError(f"rule {i + 1}: category must be one of {', '.join(CATEGORIES)}")
         try:
-            out.append(
-                Rule(
-                    cat,
-                    e.get("function"),
-                    e.get("file"),
-                    e.get("code"),
-                    e.get("description", "user rule"),
-                )
-            )
-        except re.error as exc:
-            raise ValueError(f"rule {i + 1}: bad regular expression: {exc}") from None
+            pats = {k: check_pattern(e[k], k) for k in ("function", "file", "code") if k in e}
+            desc = e.get("description", "user rule")
+            if not isinstance(desc, str):
+                raise ValueError("description must be a string")
+            out.append(Rule(cat, description=desc, bounded=True, **pats))
         except ValueError as exc:
             raise ValueError(f"rule {i + 1}: {exc}") from None
     return tuple(out)

@@ -185,8 +185,24 @@ class _Steps:
         self.rows = []
 
 
+def under_try() -> bool:
+    """Whether this job was started by `gpudiag try`: GPUDIAG_TRY_STEPS names a file in a
+    folder private to this user (the trial's own). A stale GPUDIAG_FIX left in the
+    environment of an ordinary run skipped the job's checkpoints."""
+    path = os.environ.get(STEPS_ENV)
+    if not path:
+        return False
+    try:
+        from . import gpudiag_channel
+    except ImportError:  # loaded as a top-level module by sitecustomize
+        import gpudiag_channel
+    return gpudiag_channel.private_path(path)
+
+
 def install(torch) -> None:
-    """Apply GPUDIAG_FIX and start the step log; nothing when neither is set."""
+    """Apply GPUDIAG_FIX and start the step log, under `gpudiag try` only."""
+    if not under_try():
+        return
     spec = os.environ.get(FIX_ENV)
     if spec:
         try:

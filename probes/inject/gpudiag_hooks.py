@@ -192,8 +192,11 @@ def _batch_size(batch) -> int:
             batch = next(iter(batch.values()))
         else:
             break
-    shape = getattr(batch, "shape", None)
-    return int(shape[0]) if shape else 0
+    try:  # a nested tensor's .shape raises; a custom batch's may be anything
+        shape = getattr(batch, "shape", None)
+        return int(shape[0]) if shape else 0
+    except Exception:
+        return 0
 
 
 def _install(torch) -> None:
@@ -226,15 +229,22 @@ def _install(torch) -> None:
     except Exception as exc:  # the step timing works without it
         print(f"gpudiag: forward hooks not installed: {exc}", file=sys.stderr)
     _install_dist(torch, st)
-    _sibling("gpudiag_fixes").install(torch)  # gpudiag try: GPUDIAG_FIX, when set
-    try:
-        _install_capture(torch, st)
-    except Exception as exc:  # the step timing works without it
-        print(f"gpudiag: profiler capture not available: {exc}", file=sys.stderr)
-    if torch.cuda.is_available():
+    _guarded("try's fix", lambda: _sibling("gpudiag_fixes").install(torch))  # under `try` only
+    _guarded("profiler capture", lambda: _install_capture(torch, st))
+    if torch.cuda.is_available() and _guarded("CUDA hooks", lambda: _install_cuda(torch, st)):
         st.cuda = True
-        _install_cuda(torch, st)
     atexit.register(st.flush)
+
+
+def _guarded(what: str, install) -> bool:
+    """`install()` run so that it never breaks the job: an exception is one line on stderr
+    (the step timing works without it); whether it ran to its end."""
+    try:
+        install()
+        return True
+    except Exception as exc:
+        print(f"gpudiag: {what} not installed: {exc}", file=sys.stderr)
+        return False
 
 
 def _sibling(name: str):
@@ -367,7 +377,7 @@ def install_on_torch_import(channel: str | None = None) -> None:
     except Exception as exc:  # never break the job
         print(f"gpudiag: request hooks not installed: {exc}", file=sys.stderr)
     if "torch" in sys.modules:
-        _install(sys.modules["torch"])
+        _guarded("in-process hooks", lambda: _install(sys.modules["torch"]))
     else:
         sys.meta_path.insert(0, _TorchWatcher())
 
@@ -378,4 +388,4 @@ def instrument() -> None:
     Call it at the top of the training script. Until an agent attaches, events are dropped
     at the cost of a failed non-blocking send every 0.1 s.
     """
-    install_on_torch_import(os.environ.get(CHANNEL_ENV))
+    _guarded("in-process hooks", lambda: install_on_torch_import(os.environ.get(CHANNEL_ENV)))

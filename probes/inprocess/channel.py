@@ -26,6 +26,7 @@ from gpudiag.probes.dist.collectives import FIELDS as COLLECTIVE_FIELDS
 from gpudiag.probes.dist.collectives import RankLabels
 from gpudiag.probes.inject import gpudiag_hooks
 from gpudiag.probes.inject.gpudiag_channel import folder_problem, write_request
+from gpudiag.probes.inject.gpudiag_fixes import FIX_ENV, STEPS_ENV
 from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
@@ -43,8 +44,9 @@ STEP_FIELDS = (
 
 
 def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
-    """The launched job's environment: our sitecustomize first on PYTHONPATH, the channel."""
-    out = dict(env)
+    """The launched job's environment: our sitecustomize first on PYTHONPATH, the channel;
+    `try`'s variables dropped (a stale one changed an ordinary run: `try` sets its own)."""
+    out = {k: v for k, v in env.items() if k not in (FIX_ENV, STEPS_ENV)}
     prev = out.get("PYTHONPATH")
     out["PYTHONPATH"] = INJECT_DIR + (os.pathsep + prev if prev else "")
     out[gpudiag_hooks.CHANNEL_ENV] = channel
@@ -97,6 +99,8 @@ class HookProbe(Probe):
         self.malformed = 0  # datagrams that could not be read, dropped one by one
         self.labels = RankLabels()  # distributed jobs: the rank each datagram comes from
         self.refused: ProbeStatus | None = None  # the channel's folder was not private
+        self.loop_pid: int | None = None  # the process whose steps count (one-process jobs)
+        self.other_steps = 0  # step rows of another process (a forked child), dropped
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -151,6 +155,7 @@ class HookProbe(Probe):
             if not self._from_us(anc):
                 self.rejected += 1
                 continue
+            sender = self._sender_pid(anc)
             try:  # one bad datagram is dropped, never the probe
                 msg = decode_datagram(data)
                 if msg is None:
@@ -160,8 +165,32 @@ class HookProbe(Probe):
                 self.malformed += 1
                 continue
             self.messages += 1
-            out += got
+            out += got if self.labels.enabled else self._one_process(sender, msg, got)
         return out
+
+    def _one_process(self, sender: int | None, msg: dict, got: list[Sample]) -> list[Sample]:
+        """Without ranks, the steps of one process: the first that sent steps. A forked
+        child's hooks send on the same channel; merged, its steps added to the parent's
+        (50.8 steps/s reported for 19.1)."""
+        pid = sender if sender is not None else msg.get("pid")
+        if not isinstance(pid, int) or not any(s.labels.get("kind") == "step" for s in got):
+            return got
+        if self.loop_pid is None:
+            self.loop_pid = pid
+        if pid == self.loop_pid:
+            return got
+        kept = [s for s in got if s.labels.get("kind") != "step"]
+        self.other_steps += len(got) - len(kept)
+        return kept
+
+    @staticmethod
+    def _sender_pid(ancillary: list) -> int | None:
+        """The sender's pid as the kernel gives it (SCM_CREDENTIALS), else None."""
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == getattr(socket, "SCM_CREDENTIALS", -1):
+                if len(data) >= 12:
+                    return struct.unpack("iII", data[:12])[0]
+        return None
 
     @staticmethod
     def _from_us(ancillary: list) -> bool:

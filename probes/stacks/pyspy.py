@@ -13,10 +13,11 @@ from pathlib import Path
 
 import psutil
 
+# never `setcap cap_sys_ptrace+ep` on py-spy: that lets every local user read every process,
+# root's included
 PTRACE_HINT = (
-    "run gpudiag as root, or allow ptrace: "
-    "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`, or "
-    "`sudo setcap cap_sys_ptrace+ep $(which py-spy)`; "
+    "run gpudiag as the job's user or as root (sudo), or allow ptrace of your own processes: "
+    "`echo 0 | sudo tee /proc/sys/kernel/yama/ptrace_scope`; "
     "in Docker add `--cap-add SYS_PTRACE`"
 )
 

@@ -22,6 +22,33 @@ OWN_FILES = (
 )
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")
+# a stack label joins its frames with ';' (as py-spy's collapsed format does): a ';' inside a
+# frame's function or file name (the job chooses both: `code.replace(co_name=...)`) is shown as
+# a full-width '；', so it never splits one frame into forged ones; control characters go too
+SEP_STAND_IN = "\uff1b"
+_NAME_CLEAN = {**{c: " " for c in range(32)}, 0x7F: " ", ord(";"): SEP_STAND_IN}
+# the end of one frame in py-spy's raw output: 'func (file:line)' or 'func (file)'
+_RAW_FRAME_END = re.compile(r" \(.*\)$")
+
+
+def frame_name(name: object, loc: object) -> str:
+    """One frame as stack labels hold it, 'func (file:line)', with no ';' inside."""
+    return f"{str(name).translate(_NAME_CLEAN)} ({str(loc).translate(_NAME_CLEAN)})"
+
+
+def raw_frames(parts: list[str]) -> tuple[str, ...]:
+    """The frames of one raw line split at ';': a piece that does not end a frame (a ';' in
+    a function name) is joined to the piece after it, not taken as a frame of its own."""
+    frames: list[str] = []
+    piece: list[str] = []
+    for part in parts:
+        piece.append(part)
+        if _RAW_FRAME_END.search(part):
+            frames.append(SEP_STAND_IN.join(piece).translate(_NAME_CLEAN))
+            piece = []
+    if piece:
+        frames.append(SEP_STAND_IN.join(piece).translate(_NAME_CLEAN))
+    return tuple(frames)
 
 
 @dataclass(frozen=True)
@@ -57,7 +84,7 @@ def parse_raw(lines: Iterable[str], default_pid: int) -> list[StackRow]:
             tid = int(m.group(1), 0)
             thread = (m.group(2) or "").strip()
             i += 1
-        rows.append(StackRow(pid, tid, thread, drop_own_frames(parts[i:]), count))
+        rows.append(StackRow(pid, tid, thread, drop_own_frames(raw_frames(parts[i:])), count))
     return rows
 
 
@@ -164,7 +191,7 @@ def parse_speedscope(doc: dict, default_pid: int) -> tuple[list[StackRow], list[
     for fr in frames_tbl:
         line = fr.get("line")
         loc = f"{fr.get('file', '?')}:{line}" if line is not None else str(fr.get("file", "?"))
-        names.append(f"{fr.get('name', '?')} ({loc})")
+        names.append(frame_name(fr.get("name", "?"), loc))
     rows: list[StackRow] = []
     episodes: list[Episode] = []
     for prof in doc.get("profiles", []):

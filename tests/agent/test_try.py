@@ -58,9 +58,17 @@ def test_change_line_names_the_finding_location():
 
 
 def _in_job(fix: dict, body: str, tmp_path) -> subprocess.CompletedProcess:
-    """Run `body` in a fresh interpreter with the fix installed as the hooks would."""
+    """Run `body` in a fresh interpreter with the fix installed as the hooks would (under
+    `try`: its step log in a private folder)."""
     code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
-    env = dict(os.environ, GPUDIAG_FIX=json.dumps(fix), PYTHONPATH=INJECT_DIR)
+    folder = tmp_path.parent / f"{tmp_path.name}-try"  # beside the job's folder, not in it
+    folder.mkdir(mode=0o700, exist_ok=True)
+    env = dict(
+        os.environ,
+        GPUDIAG_FIX=json.dumps(fix),
+        GPUDIAG_TRY_STEPS=str(folder / "steps"),
+        PYTHONPATH=INJECT_DIR,
+    )
     return subprocess.run(
         [sys.executable, "-c", code],
         env=env,

@@ -15,7 +15,7 @@ from gpudiag.text.formatting import (
     period_parts,
     speedup_text,
 )
-from gpudiag.text.redact import redact_argv, redact_lines
+from gpudiag.text.redact import redact_argv, redact_lines, shown
 from gpudiag.text.trials import trial_lines
 
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
@@ -26,8 +26,9 @@ def _evidence_line(e: dict) -> str:
 
 
 def md_escape(text: str) -> str:
-    """Text from the job (function names like `__getitem__`, paths) made literal in markdown."""
-    return re.sub(r"([\\`*_\[\]<>|~])", r"\\\1", text)
+    """Text from the job (function names like `__getitem__`, paths) made literal in markdown:
+    redacted and on one line first (an escape would hide a secret from the redactor)."""
+    return re.sub(r"([\\`*_\[\]<>|~])", r"\\\1", shown(text))
 
 
 def primary_evidence(f: dict) -> dict | None:
@@ -262,7 +263,9 @@ def render_text(doc: dict, verbose: bool = True) -> str:
 
 
 def _code_span(text: str) -> str:
-    """`text` as a markdown code span (longer fences when it holds backticks)."""
+    """`text` as a markdown code span (longer fences when it holds backticks), redacted and
+    on one line."""
+    text = shown(text)
     fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
