@@ -110,7 +110,7 @@ class FindingsTable(DataTable):
         self.add_column(Text("speed-up", justify="right"), width=self.FIXED[2][1])
         for f in findings:
             sev = SEVERITY_STYLE[f["severity"]]
-            cells = [Text(f["id"], style=sev)]
+            cells: list[str | Text] = [Text(f["id"], style=sev)]
             if severity:
                 cells.append(Text(f["severity"], style=sev))
             cells += [

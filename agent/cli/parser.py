@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.cli.evidence_options import capture_option, export_options
@@ -33,7 +34,7 @@ Start with `gpudiag demo`. Exit codes: 0 ok; 2 bad input or a failure of gpudiag
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump) and exit code 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
@@ -284,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="saved reports to compare (or -- CMD ARGS... to run the job; options "
         "may come before or after the reports, not after --)",
     )
-    parser.gate_parser = p  # type: ignore[attr-defined]  # parsed by parse_args()
+    parser.gate_parser = p  # type: ignore[attr-defined]  # gate's own parser, for parse_args
 
     p = sub.add_parser(
         "top",
@@ -350,6 +351,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     if "--" in rest:
         i = rest.index("--")
         rest, cmd = rest[:i], rest[i + 1 :]
-    args = parser.gate_parser.parse_intermixed_args(rest)  # type: ignore[attr-defined]
+    gate = parser.gate_parser  # type: ignore[attr-defined]  # set by build_parser
+    args = gate.parse_intermixed_args(rest)
     args.command, args.cmd = "gate", cmd
     return args

@@ -205,8 +205,8 @@ def decide(
     comps = [
         compare(
             lim,
-            [r.get(lim.metric) for r in base_runs],
-            [r.get(lim.metric) for r in cur_runs],
+            [v for r in base_runs if (v := r.get(lim.metric)) is not None],
+            [v for r in cur_runs if (v := r.get(lim.metric)) is not None],
             cfg.min_effect,
         )
         for lim in cfg.limits
@@ -266,7 +266,7 @@ def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
         "",
     ]
     for lim in cfg.limits:
-        vals = [r.get(lim.metric) for r in cur_runs if r.get(lim.metric) is not None]
+        vals = [v for r in cur_runs if (v := r.get(lim.metric)) is not None]
         if len(vals) < 2 or not lim.relative:
             continue
         med = statistics.median(vals)

@@ -216,7 +216,8 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
         ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
         + ["--", *command]
     )
-    ns.launched = launched = []  # the job's PID, kept here: never read back from a file
+    launched: list[int] = []
+    ns.launched = launched  # the job's PID, kept here: never read back from a file
     try:
         cmd_run(ns)
     finally:

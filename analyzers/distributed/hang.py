@@ -186,15 +186,15 @@ def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -
         summary = f"Find why rank {guilty[0].rank} never reaches {first.split()[0]}"
         loc = _loc(user_frame(guilty[0].stack))
     elif waiting:
-        seqs = {r.rank: r.inside_seq for r in ranks if r.inside_seq is not None}
-        if len(set(seqs.values())) > 1:
-            low = min(seqs.values())
-            behind = [k for k, v in seqs.items() if v == low]
+        by_rank = {r.rank: r.inside_seq for r in ranks if r.inside_seq is not None}
+        if len(set(by_rank.values())) > 1:
+            low = min(by_rank.values())
+            late = [k for k, v in by_rank.items() if v == low]
             msg = (
                 f"{quiet}; every rank is inside a "
                 f"collective but not the same one: "
                 + ", ".join(f"rank {k} in {v}" for k, v in sorted(waiting.items()))
-                + f". Rank(s) {', '.join(map(str, behind))} are behind (collective #{low}): "
+                + f". Rank(s) {', '.join(map(str, late))} are behind (collective #{low}): "
                 "the ranks call collectives in a different order"
             )
             summary = "Make every rank call the same collectives in the same order"

@@ -138,7 +138,7 @@ def job_gpu_idle(stats: list[GpuStats]) -> tuple[float | None, tuple[str, ...]]:
     signals = ("nvml utilization",) + (
         ("nvml gpm",) if any(st.sm_active is not None for st in used) else ()
     )
-    return sum(st.idle for st in used) / len(used), signals
+    return sum(st.idle for st in used if st.idle is not None) / len(used), signals
 
 
 def link_bound(stats: list[GpuStats], th: Thresholds) -> float:
@@ -162,5 +162,9 @@ def gpu_compute(stats: list[GpuStats]) -> float | None:
     used = [st for st in stats if st.job_uses_gpu and st.busy is not None and not st.lost]
     if not used:
         return None
-    vals = [(st.busy + st.sm_active) / 2 if st.sm_active is not None else st.busy for st in used]
+    vals = [
+        (busy + st.sm_active) / 2 if st.sm_active is not None else busy
+        for st in used
+        if (busy := st.busy) is not None
+    ]
     return sum(vals) / len(vals)

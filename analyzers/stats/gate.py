@@ -135,6 +135,7 @@ def compare(
             "metric not measured",
         )
     worse_sign = -1.0 if limit.direction == "higher" else 1.0
+    verdict: Verdict
     if not limit.relative:
         lo, hi = bootstrap_median_ci(cur) if len(cur) > 1 else (cur[0], cur[0])
         value = statistics.median(cur)
@@ -207,5 +208,5 @@ def overall(comparisons: list[Comparison]) -> Verdict:
     verdicts = {c.verdict for c in comparisons}
     for v in ("fail", "inconclusive", "warn"):
         if v in verdicts:
-            return v  # type: ignore[return-value]
+            return v
     return "pass"
