@@ -58,6 +58,28 @@ def run_cli():
     return gpudiag
 
 
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """`gpudiag ARGS...` called in this process, as `main([...])`: its exit code and what it
+    printed, as `gpudiag()` gives them. For parsing, usage errors and --help; a test that
+    launches or attaches to a job, or sends a signal, runs the real process (`gpudiag()`)."""
+    from gpudiag.agent.cli.main import main
+
+    monkeypatch.delenv("GPUDIAG_DEBUG", raising=False)  # an internal error: one line, as run
+    monkeypatch.setenv("COLUMNS", "80")  # --help wrapped as under a pipe, not this terminal
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's --help and --version
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["gpudiag", *args], code, out, err)
+
+    return call
+
+
 BURN = "while True:\n    sum(range(10000))\n"
 
 
