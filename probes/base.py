@@ -140,6 +140,7 @@ class Probe(Protocol):
 
     def set_level(self, level: float) -> None:
         """Sample at this share (0-1) of the configured rates (adaptive probes)."""
+        return None  # a body: a default, not an abstract member of the protocol
 
     def rates(self) -> dict[str, float]:
         """The rates or intervals in force (adaptive probes); {} if none."""
@@ -155,6 +156,7 @@ class Probe(Protocol):
 
     def shed_memory(self) -> None:
         """Drop what it can: the agent is over its memory budget."""
+        return None  # a body: a default, not an abstract member of the protocol
 
     def request_capture(self, steps: int) -> bool:
         """Ask the job for a profiler capture of `steps` steps (probes that `captures`)."""

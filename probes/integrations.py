@@ -19,7 +19,7 @@ def lightning_callback() -> Any:
         from lightning.pytorch import Callback
     except ImportError:
         try:
-            from pytorch_lightning import Callback
+            from pytorch_lightning import Callback  # type: ignore[assignment]  # the older package, same class
         except ImportError:
             raise ImportError(
                 "lightning_callback() needs PyTorch Lightning: pip install lightning"

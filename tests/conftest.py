@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import signal
@@ -58,6 +59,28 @@ def run_cli():
     return gpudiag
 
 
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """`gpudiag ARGS...` called in this process, as `main([...])`: its exit code and what it
+    printed, as `gpudiag()` gives them. For parsing, usage errors and --help; a test that
+    launches or attaches to a job, or sends a signal, runs the real process (`gpudiag()`)."""
+    from gpudiag.agent.cli.main import main
+
+    monkeypatch.delenv("GPUDIAG_DEBUG", raising=False)  # an internal error: one line, as run
+    monkeypatch.setenv("COLUMNS", "80")  # --help wrapped as under a pipe, not this terminal
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's --help and --version
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["gpudiag", *args], code, out, err)
+
+    return call
+
+
 BURN = "while True:\n    sum(range(10000))\n"
 
 
@@ -85,8 +108,64 @@ def _nvml_has_gpu() -> bool:
     return ok
 
 
+# The e2e tier: a test that starts a process (gpudiag's command line, a job, a shell tool) or
+# drives a Textual app, in its own body, through a helper of its module or through a fixture.
+# `pytest -m "not e2e and not slow"` is the fast tier (CONTRIBUTING.md).
+_STARTS = re.compile(
+    r"\bgpudiag(?:_until_sure)?\(|\bsubprocess\.|\bPopen\(|\bos\.(?:fork|spawn|exec)|"
+    r"\bWORKLOADS\b|\brun_test\(|\bsnap_compare\b|\bmultiprocessing\b"
+)
+E2E_FIXTURES = {"run_cli", "busy_core", "snap_compare"}
+
+
+def _starting_helpers(module) -> set[str]:
+    """The module's own functions that start a process, directly or through one another."""
+    sources = {}
+    for name, fn in vars(module).items():
+        if inspect.isfunction(fn) and fn.__module__ == module.__name__:
+            try:
+                sources[name] = inspect.getsource(fn)
+            except (OSError, TypeError):
+                continue
+    found = {n for n, src in sources.items() if _STARTS.search(src)}
+    while found:
+        more = {n for n, src in sources.items() if n not in found and _calls(found, src)}
+        if not more:
+            break
+        found |= more
+    return found
+
+
+def _calls(names: set[str], src: str) -> bool:
+    pattern = "|".join(re.escape(n) for n in names)
+    return bool(names) and re.search(rf"\b(?:{pattern})\(", src) is not None
+
+
+def _starts_a_process(item, helpers: set[str]) -> bool:
+    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    fn = getattr(item, "function", None)
+    try:
+        src = inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return False
+    if _STARTS.search(src):
+        return True
+    return _calls(helpers - {fn.__name__}, src)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` run only where NVML finds a GPU."""
+    """Tests that start a process are marked `e2e`; tests marked `gpu` run only where NVML
+    finds a GPU."""
+    helpers: dict[str, set[str]] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        if module.__name__ not in helpers:
+            helpers[module.__name__] = _starting_helpers(module)
+        if _starts_a_process(item, helpers[module.__name__]):
+            item.add_marker(pytest.mark.e2e)
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if gpu_items and not _nvml_has_gpu():
         skip = pytest.mark.skip(reason="no NVIDIA GPU found by NVML")

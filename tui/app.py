@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.app import App
 from textual.binding import Binding
+from textual.widgets import DataTable
 
 from gpudiag.text.redact import printable
 from gpudiag.tui.feeds import Feed
@@ -100,7 +101,7 @@ class DiagnosisApp(App):
         if not isinstance(self.screen, DiagnosisScreen) or not self.doc:
             return
         findings = self.doc.get("findings", [])
-        table = self.screen.query_one("#findings")
+        table = self.screen.query_one("#findings", DataTable)
         if findings and 0 <= table.cursor_row < len(findings):
             self.push_screen(FindingScreen(findings[table.cursor_row]))
 

@@ -37,13 +37,13 @@ class DiagnosisScreen(Screen):
 
     def on_mount(self) -> None:
         self.set_class(self.app.size.width < self.NARROW, "narrow")
-        self.app.refresh_feed()
+        self.app.refresh_feed()  # type: ignore[attr-defined]  # GpudiagApp's; importing it: a cycle
 
     def on_resize(self, event) -> None:
         self.set_class(event.size.width < self.NARROW, "narrow")
 
     def on_screen_resume(self) -> None:
-        self.app.refresh_feed()
+        self.app.refresh_feed()  # type: ignore[attr-defined]  # GpudiagApp's; importing it: a cycle
 
     def show(self, doc: dict | None, status: str) -> None:
         """Refresh every widget from a report document."""

@@ -111,7 +111,7 @@ class FindingsTable(DataTable):
         self.add_column(Text("speed-up", justify="right"), width=self.FIXED[2][1])
         for f in findings:
             sev = SEVERITY_STYLE[f["severity"]]
-            cells = [Text(printable(f["id"]), style=sev)]  # Text cells: never parsed as markup
+            cells: list[str | Text] = [Text(printable(f["id"]), style=sev)]  # never markup
             if severity:
                 cells.append(Text(f["severity"], style=sev))
             cells += [

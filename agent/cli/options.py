@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NoReturn
 
 from gpudiag.agent.cli.errors import UsageError
 
@@ -11,7 +12,7 @@ from gpudiag.agent.cli.errors import UsageError
 class CommandParser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump) and exit code 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 

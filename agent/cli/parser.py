@@ -49,6 +49,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     if "--" in rest:
         i = rest.index("--")
         rest, cmd = rest[:i], rest[i + 1 :]
-    args = parser.gate_parser.parse_intermixed_args(rest)  # type: ignore[attr-defined]
+    gate = parser.gate_parser  # type: ignore[attr-defined]  # set by build_parser
+    args = gate.parse_intermixed_args(rest)
     args.command, args.cmd = "gate", cmd
     return args

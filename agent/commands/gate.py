@@ -91,35 +91,7 @@ def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
         raise UsageError(f"{source}: gate.metrics must be a table of metric tables")
     limits = {m: Limit(m, DIRECTIONS.get(m, "higher")) for m in DEFAULT_METRICS}
     for metric, cfg in metrics_cfg.items():
-        where = f"{source}: gate.metrics.{metric}"
-        if not isinstance(cfg, dict):
-            raise UsageError(f"{where} must be a table (warn, fail, level, direction)")
-        unknown = set(cfg) - {"warn", "fail", "level", "direction"}
-        if unknown:
-            raise UsageError(f"{where}: unknown keys {sorted(unknown)}")
-        direction = cfg.get("direction", DIRECTIONS.get(metric))
-        if direction not in ("higher", "lower"):
-            raise UsageError(
-                f"{where}: direction must be 'higher' or 'lower' (gpudiag does "
-                "not know this metric's)"
-            )
-        warn, rel_w = _limit_value(cfg.get("warn"), where)
-        fail, rel_f = _limit_value(cfg.get("fail"), where)
-        if rel_w is not None and rel_f is not None and rel_w != rel_f:
-            raise UsageError(f"{where}: warn and fail must both be percentages or both absolute")
-        level = cfg.get("level", "error")
-        if level not in ("off", "warn", "error"):
-            raise UsageError(f"{where}: level must be off, warn or error")
-        relative = rel_f if rel_f is not None else (rel_w if rel_w is not None else True)
-        base = limits.get(metric, Limit(metric, direction))
-        limits[metric] = Limit(
-            metric,
-            direction,
-            warn if "warn" in cfg else (base.warn if relative else None),
-            fail if "fail" in cfg else (base.fail if relative else None),
-            relative,
-            level,
-        )
+        limits[metric] = _metric_limit(metric, cfg, source, limits.get(metric))
     try:
         runs = int(section.get("runs", 5))
         warmup = int(section.get("warmup_steps", 5))
@@ -127,6 +99,38 @@ def load_gate_config(config: str | None, cwd: Path | None = None) -> GateConfig:
     except (TypeError, ValueError, OverflowError):
         raise UsageError(f"{source}: runs, warmup_steps and min_effect must be numbers") from None
     return GateConfig(tuple(limits.values()), runs, warmup, min_effect, source)
+
+
+def _metric_limit(metric: str, cfg: object, source: str, default: Limit | None) -> Limit:
+    """One [gate.metrics.NAME] table as a Limit (`default`: gpudiag's own for the metric)."""
+    where = f"{source}: gate.metrics.{metric}"
+    if not isinstance(cfg, dict):
+        raise UsageError(f"{where} must be a table (warn, fail, level, direction)")
+    unknown = set(cfg) - {"warn", "fail", "level", "direction"}
+    if unknown:
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)}")
+    direction = cfg.get("direction", DIRECTIONS.get(metric))
+    if direction not in ("higher", "lower"):
+        raise UsageError(
+            f"{where}: direction must be 'higher' or 'lower' (gpudiag does not know this metric's)"
+        )
+    warn, rel_w = _limit_value(cfg.get("warn"), where)
+    fail, rel_f = _limit_value(cfg.get("fail"), where)
+    if rel_w is not None and rel_f is not None and rel_w != rel_f:
+        raise UsageError(f"{where}: warn and fail must both be percentages or both absolute")
+    level = cfg.get("level", "error")
+    if level not in ("off", "warn", "error"):
+        raise UsageError(f"{where}: level must be off, warn or error")
+    relative = rel_f if rel_f is not None else (rel_w if rel_w is not None else True)
+    base = default or Limit(metric, direction)
+    return Limit(
+        metric,
+        direction,
+        warn if "warn" in cfg else (base.warn if relative else None),
+        fail if "fail" in cfg else (base.fail if relative else None),
+        relative,
+        level,
+    )
 
 
 # ---- baselines and reports --------------------------------------------------------------
@@ -208,8 +212,8 @@ def decide(
     comps = [
         compare(
             lim,
-            [r.get(lim.metric) for r in base_runs],
-            [r.get(lim.metric) for r in cur_runs],
+            [v for r in base_runs if (v := r.get(lim.metric)) is not None],
+            [v for r in cur_runs if (v := r.get(lim.metric)) is not None],
             cfg.min_effect,
         )
         for lim in cfg.limits
@@ -281,7 +285,7 @@ def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
         "",
     ]
     for lim in cfg.limits:
-        vals = [r.get(lim.metric) for r in cur_runs if r.get(lim.metric) is not None]
+        vals = [v for r in cur_runs if (v := r.get(lim.metric)) is not None]
         if len(vals) < 2 or not lim.relative:
             continue
         med = statistics.median(vals)
@@ -340,9 +344,22 @@ def main(args: argparse.Namespace) -> int:
     verdict, comps, note = decide(cfg, base_runs, base_fp, cur_runs, cur_fp)
     print_result(verdict, comps, note)
     github_outputs(verdict, comps, note)
+    _write_outputs(args, cfg, reports[-1], verdict, comps, note)
+    return 0 if args.exit_zero else EXIT[verdict]
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    cfg: GateConfig,
+    report: dict,
+    verdict: str,
+    comps: list[Comparison],
+    note: str,
+) -> None:
+    """The JUnit file, the last report with the gate's result, and its HTML page."""
     if args.junit_xml:
         junit_xml(args.junit_xml, comps, note)
-    last = dict(reports[-1])
+    last = dict(report)
     last["gate"] = {
         "verdict": verdict,
         "note": note or None,
@@ -358,7 +375,6 @@ def main(args: argparse.Namespace) -> int:
         from gpudiag.agent.output.render.html import render_html
 
         emit(f"HTML page written to {write_text(render_html(last), args.html)}")
-    return 0 if args.exit_zero else EXIT[verdict]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

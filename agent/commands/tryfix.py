@@ -6,9 +6,13 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from gpudiag.agent.cli.errors import UsageError
 from gpudiag.text.sink import emit
+
+if TYPE_CHECKING:
+    from gpudiag.agent.commands.trial import TrialPlan
 
 USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
@@ -123,7 +127,7 @@ def parse_fix(text: str) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     """`gpudiag try`: try each fix; print the results and the code changes; write --out."""
-    from gpudiag.agent.commands.trial import TrialPlan, check_fix, progress, try_fix
+    from gpudiag.agent.commands.trial import TrialPlan, check_fix, try_fix
     from gpudiag.agent.output.report import check_writable, load_report
     from gpudiag.analyzers.engine.thresholds import Thresholds
     from gpudiag.text.trials import summary_line
@@ -143,24 +147,7 @@ def main(args: argparse.Namespace) -> int:
         args.from_report = diagnose_first(command, args)
     if args.from_report:
         doc = load_report(args.from_report)
-        for f in doc.get("findings") or []:
-            if args.finding and f.get("id") != args.finding:
-                continue
-            if not f.get("fix"):
-                progress(
-                    f"{f.get('id')}: no fix applicable from outside; change the code: "
-                    f"{'; '.join(f.get('recommendation', {}).get('actions', [])[:1])}"
-                )
-                continue
-            plans.append(
-                TrialPlan(
-                    command,
-                    f["fix"],
-                    finding=f.get("id"),
-                    predicted=f.get("expected_speedup"),
-                    location=f.get("location"),
-                )
-            )
+        plans += _plans_of_report(doc, command, args.finding)
     if not plans:
         top = (doc.get("verdict") or {}).get("statement") or "no finding"
         raise UsageError(f"no finding in the report carries a fix that can be tried ({top})")
@@ -174,17 +161,48 @@ def main(args: argparse.Namespace) -> int:
         emit(summary_line(t))
         emit(f"  change: {t['change']}")
     if args.out:
-        from gpudiag.agent.output.report import write_report
-
-        if doc:
-            doc["trials"] = trials
-            write_report(doc, args.out)
-        else:
-            from gpudiag.agent.output.exports import write_text
-            from gpudiag.agent.output.safeio import dumps_json
-
-            write_text(dumps_json({"trials": trials}, indent=2) + "\n", args.out, "try results")
+        _write_trials(args.out, doc, trials)
     return 0 if all(t["verdict"] != "failed" for t in trials) else 1
+
+
+def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list[TrialPlan]:
+    """A trial of each finding's fix in a report (only `finding`'s when given)."""
+    from gpudiag.agent.commands.trial import TrialPlan, progress
+
+    plans: list[TrialPlan] = []
+    for f in doc.get("findings") or []:
+        if finding and f.get("id") != finding:
+            continue
+        if not f.get("fix"):
+            progress(
+                f"{f.get('id')}: no fix applicable from outside; change the code: "
+                f"{'; '.join(f.get('recommendation', {}).get('actions', [])[:1])}"
+            )
+            continue
+        plans.append(
+            TrialPlan(
+                command,
+                f["fix"],
+                finding=f.get("id"),
+                predicted=f.get("expected_speedup"),
+                location=f.get("location"),
+            )
+        )
+    return plans
+
+
+def _write_trials(out: str, doc: dict, trials: list[dict]) -> None:
+    """--out: the report with its trials, or the trials alone when no report was read."""
+    from gpudiag.agent.output.report import write_report
+
+    if doc:
+        doc["trials"] = trials
+        write_report(doc, out)
+    else:
+        from gpudiag.agent.output.exports import write_text
+        from gpudiag.agent.output.safeio import dumps_json
+
+        write_text(dumps_json({"trials": trials}, indent=2) + "\n", out, "try results")
 
 
 def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
@@ -205,7 +223,8 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
         ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
         + ["--", *command]
     )
-    ns.launched = launched = []  # the job's PID, kept here: never read back from a file
+    launched: list[int] = []
+    ns.launched = launched  # the job's PID, kept here: never read back from a file
     try:
         run.main(ns)
     finally:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import psutil
 
@@ -31,6 +32,9 @@ from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.probes.stacks.probe import StackProbe
 from gpudiag.text.sink import say
+
+if TYPE_CHECKING:
+    from gpudiag.probes.gpu.probe import GpuProbe
 
 # with many jobs under one budget, each job's sampling may go lower than attach's floor: the
 # loop down to 1 Hz (a verdict then takes minutes, which a daemon has)
@@ -119,7 +123,7 @@ class Watcher:
     jobs: dict[int, Watched] = field(default_factory=dict)
     skipped: set[int] = field(default_factory=set)
     shared: SharedCpu = field(default_factory=SharedCpu)
-    _gpu: object | None = None
+    _gpu: GpuProbe | Literal[False] | None = None  # False: no GPU to ask
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- discovery ------------------------------------------------------------------------

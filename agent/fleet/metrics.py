@@ -142,7 +142,7 @@ def _gauge(name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
 
 
-def _gpu_family(key: str) -> Metric:
+def _gpu_family(key: str) -> GaugeMetricFamily | CounterMetricFamily:
     name, doc = GPU_FIELDS[key]
     if key in COUNTERS:  # exposed as <name>_total
         return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(GPU_LABELS))
@@ -166,7 +166,7 @@ class GpudiagCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Every metric family, from each job's report so far."""
-        fam = {
+        fam: dict[str, Any] = {  # gauges, and the info family (add_metric of a dict)
             "impact": _gauge(
                 "finding_impact_ratio",
                 f"share of wall time the finding costs; {FINDING_CATEGORY_HELP}",
@@ -244,12 +244,12 @@ class GpudiagCollector(Collector):
         yield from own_cost(host)
         h = self.health()
         for name, (value, doc) in sorted(h.items()):
-            g = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["Hostname"])
-            g.add_metric([host], float(value))
-            yield g
+            gauge = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["Hostname"])
+            gauge.add_metric([host], float(value))
+            yield gauge
 
     @staticmethod
-    def _job(job: LiveJob, doc: dict, fam: dict[str, GaugeMetricFamily]) -> None:
+    def _job(job: LiveJob, doc: dict, fam: dict[str, Any]) -> None:
         lv = [job.labels[k] for k in LABELS]
         fam["info"].add_metric(
             [job.labels["job"], job.labels["Hostname"]],

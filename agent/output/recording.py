@@ -29,6 +29,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.output.safeio import bounded_lines, create_stream, open_regular, parse_json
@@ -256,7 +257,7 @@ def sample_of(obj: dict, where: str) -> Sample:
     )
 
 
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import jsonschema
 
@@ -89,7 +89,7 @@ def build_report(
     `agent` is the agent's own cost and effective sampling rates (Governor.summary()).
     """
     metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
-    run = {
+    run: dict[str, Any] = {
         "mode": mode,
         "command": redact_argv(command),  # secrets never reach a report
         "pid": pid,
@@ -187,7 +187,7 @@ def validate(doc: dict) -> None:
 def write_report(doc: dict, path: str | os.PathLike) -> Path:
     """Validate, then write atomically and privately (safeio.atomic_write); non-finite
     numbers are written as null."""
-    doc = finite(doc)
+    doc = cast(dict, finite(doc))
     validate(doc)
     atomic_write(path, dumps_json(doc, indent=2) + "\n", what="report")
     return Path(path).resolve()

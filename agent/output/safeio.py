@@ -12,6 +12,7 @@ then renamed over the target; 0600 unless asked otherwise; nothing left behind o
 from __future__ import annotations
 
 import errno
+import io
 import json
 import math
 import os
@@ -68,7 +69,9 @@ def read_bounded(path: str | os.PathLike, limit: int, what: str) -> bytes:
     return data
 
 
-def bounded_lines(f: IO[bytes], max_line: int, max_total: int, where: str) -> Iterator[bytes]:
+def bounded_lines(
+    f: IO[bytes] | io.BufferedIOBase, max_line: int, max_total: int, where: str
+) -> Iterator[bytes]:
     """Lines of a binary stream (a gzip file), each at most `max_line` bytes and all of them
     at most `max_total`: UsageError past either, read no further than the bound."""
     total = 0

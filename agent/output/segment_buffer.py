@@ -45,20 +45,21 @@ class SegmentBuffer:
                 tl.origin_ns = self._flushed_at = s.t_ns
             if self._newest is None or s.t_ns > self._newest:
                 self._newest = s.t_ns
-        if tl.origin_ns is None:
+        newest = self._newest  # set with the origin, by the first sample
+        if tl.origin_ns is None or newest is None:
             return rows
         width = (
             self._width_ns()
             if self._width_ns is not None
-            else segment_width_ns(self._newest - tl.origin_ns, BASE_NS, MAX_SEGMENTS)
+            else segment_width_ns(newest - tl.origin_ns, BASE_NS, MAX_SEGMENTS)
         )
         if width != tl.segment_ns:
             rows += self.flush()
             tl.segment_ns = width
         tl.extend(samples)
-        if self._newest - (self._flushed_at or 0) >= FLUSH_NS:
+        if newest - (self._flushed_at or 0) >= FLUSH_NS:
             return rows + self.flush()
-        return rows + self._take(lambda end: end <= self._newest - LAG_NS)
+        return rows + self._take(lambda end: end <= newest - LAG_NS)
 
     def flush(self) -> list[dict]:
         """The rows of every segment buffered, complete or not."""

@@ -40,7 +40,7 @@ class AutoCapture:
         asked = self.session.capture_steps  # attach --capture-steps N
         if asked:
             hooks = next((p for p in self.session.probes if p.captures), None)
-            if hooks is not None and getattr(hooks, "messages", 0):
+            if hooks is not None and getattr(hooks, "messages", None):
                 self.session.capture_steps = None
                 self.done = True  # the one capture of this session
                 line = self.session.request_capture(asked)
@@ -53,7 +53,7 @@ class AutoCapture:
         if gpu is None or not gpu.available:
             return None  # no NVML verdict to check: do not spend an analysis on it
         hooks = next((p for p in self.session.probes if p.captures), None)
-        if hooks is None or not getattr(hooks, "messages", 0):
+        if hooks is None or not getattr(hooks, "messages", None):
             return None  # no hooks, or the job has not reported a step yet
         fid = nvml_only_verdict(self.session.snapshot())
         if fid is None:

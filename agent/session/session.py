@@ -321,7 +321,9 @@ class Session:
             tl = self.timeline.snapshot()
         spans = tl.spans() if recent_s is not None else []
         return analyze(
-            tl.window(spans[-1][1] - int(recent_s * 1e9), None) if spans else tl,
+            tl.window(spans[-1][1] - int(recent_s * 1e9), None)
+            if recent_s is not None and spans
+            else tl,
             self.settings.thresholds,
             self.settings.rules,
             self.settings.price,

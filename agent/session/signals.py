@@ -68,5 +68,5 @@ class StopSignals:
 
     def __exit__(self, *exc: object) -> None:
         for s, old in self._old.items():
-            signal.signal(s, old)  # type: ignore[arg-type]
+            signal.signal(s, old)  # type: ignore[arg-type]  # what signal() gave back before
         self._old.clear()

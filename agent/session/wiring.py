@@ -8,6 +8,7 @@ import argparse
 import shlex
 import sys
 from dataclasses import dataclass, fields
+from typing import Any
 
 from gpudiag.agent.cli.config import Settings
 from gpudiag.agent.cli.errors import UsageError
@@ -57,7 +58,8 @@ class Outputs:
     @classmethod
     def of(cls, args: argparse.Namespace) -> Outputs:
         """The outputs a parsed command line asks for (absent options: the defaults)."""
-        return cls(**{f.name: getattr(args, f.name, f.default) for f in fields(cls)})
+        given: dict[str, Any] = {f.name: getattr(args, f.name, f.default) for f in fields(cls)}
+        return cls(**given)
 
 
 def recorder_for(
@@ -102,13 +104,18 @@ class Wiring:
         if server is not None:
             from gpudiag.agent.session.live import live_doc
 
-            self.live = serve_job(
-                server, lambda: live_doc(self.session, mode, command, pid), pid, command
-            )
+            def doc() -> dict:
+                assert self.session is not None  # scraped once the session runs
+                return live_doc(self.session, mode, command, pid)
+
+            self.live = serve_job(server, doc, pid, command)
 
     def kwargs(self) -> dict:
         """The Session arguments: its timeline, sink, log and hang report."""
-        sinks = (self.recorder.write if self.recorder else None, self.live and self.live.tap)
+        sinks = (
+            self.recorder.write if self.recorder else None,
+            self.live.tap if self.live else None,
+        )
         more: dict = {
             "timeline": self.timeline,
             "sink": chain_sinks(*sinks) if any(sinks) else None,

@@ -139,11 +139,10 @@ def recorder_lines(ranks: list[HangRank]) -> tuple[str, list[int]]:
     return text, behind
 
 
-def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -> Finding:
-    """DIST002 for ranks that made no step for `quiet_s` seconds (None: known only from the
-    flight recorder's dumps, after the job stopped), live state merged with the recorder."""
+def _waiting(ranks: list[HangRank], rec_behind: list[int]) -> dict[int, str]:
+    """The ranks inside a collective, by rank: the collective, as the hooks, the stack or the
+    flight recorder name it."""
     waiting: dict[int, str] = {}
-    rec_text, rec_behind = recorder_lines(ranks)
     for r in ranks:
         op = r.inside_op or stack_collective(r.stack)
         if op:
@@ -157,6 +156,48 @@ def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -
             if r.recorder is not None and r.rank not in rec_behind and r.recorder.last_entered:
                 e = r.recorder.last_entered
                 waiting[r.rank] = f"{e[1]} #{e[0]} (flight recorder)"
+    return waiting
+
+
+def _where(g: HangRank, ranks: list[HangRank]) -> str:
+    """Where a rank outside the collective is, and how far behind."""
+    at = user_frame(g.stack) or (g.stack[0] if g.stack else "stack not read")
+    behind = ""
+    seqs = [r.inside_seq for r in ranks if r.inside_seq is not None]
+    if g.recorder is not None and g.recorder.last_entered:
+        behind = f", its last collective was #{g.recorder.last_entered[0]} (flight recorder)"
+    elif seqs and g.seq is not None:
+        behind = f", {max(seqs) - g.seq} collective(s) behind (its last was #{g.seq})"
+    return f"rank {g.rank} is not in it: it is at {at}{behind}"
+
+
+def _all_waiting(quiet: str, ranks: list[HangRank], waiting: dict[int, str]) -> tuple[str, str]:
+    """Every rank inside a collective: not the same one (order), or the same (transport)."""
+    by_rank = {r.rank: r.inside_seq for r in ranks if r.inside_seq is not None}
+    if len(set(by_rank.values())) > 1:
+        low = min(by_rank.values())
+        late = [k for k, v in by_rank.items() if v == low]
+        msg = (
+            f"{quiet}; every rank is inside a "
+            f"collective but not the same one: "
+            + ", ".join(f"rank {k} in {v}" for k, v in sorted(waiting.items()))
+            + f". Rank(s) {', '.join(map(str, late))} are behind (collective #{low}): "
+            "the ranks call collectives in a different order"
+        )
+        return msg, "Make every rank call the same collectives in the same order"
+    msg = (
+        f"{quiet}; every rank is inside "
+        f"{sorted(waiting.values())[0]}: the collective itself does not complete "
+        "(network, NCCL transport or a rank on another host)"
+    )
+    return msg, "Check the transport (NCCL_DEBUG=INFO) and the ranks on other hosts"
+
+
+def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -> Finding:
+    """DIST002 for ranks that made no step for `quiet_s` seconds (None: known only from the
+    flight recorder's dumps, after the job stopped), live state merged with the recorder."""
+    rec_text, rec_behind = recorder_lines(ranks)
+    waiting = _waiting(ranks, rec_behind)
     quiet = (
         f"no rank finished a step for {quiet_s:.0f} s"
         if quiet_s is not None
@@ -165,18 +206,7 @@ def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -
     guilty = [r for r in ranks if r.rank not in waiting]
     if waiting and guilty:
         first = sorted(waiting.items())[0][1]
-        where = []
-        for g in guilty:
-            at = user_frame(g.stack) or (g.stack[0] if g.stack else "stack not read")
-            behind = ""
-            seqs = [r.inside_seq for r in ranks if r.inside_seq is not None]
-            if g.recorder is not None and g.recorder.last_entered:
-                behind = (
-                    f", its last collective was #{g.recorder.last_entered[0]} (flight recorder)"
-                )
-            elif seqs and g.seq is not None:
-                behind = f", {max(seqs) - g.seq} collective(s) behind (its last was #{g.seq})"
-            where.append(f"rank {g.rank} is not in it: it is at {at}{behind}")
+        where = [_where(g, ranks) for g in guilty]
         msg = (
             f"{quiet}. Rank(s) "
             f"{', '.join(str(k) for k in sorted(waiting))} wait in {first}; "
@@ -186,25 +216,7 @@ def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -
         summary = f"Find why rank {guilty[0].rank} never reaches {first.split()[0]}"
         loc = _loc(user_frame(guilty[0].stack))
     elif waiting:
-        seqs = {r.rank: r.inside_seq for r in ranks if r.inside_seq is not None}
-        if len(set(seqs.values())) > 1:
-            low = min(seqs.values())
-            behind = [k for k, v in seqs.items() if v == low]
-            msg = (
-                f"{quiet}; every rank is inside a "
-                f"collective but not the same one: "
-                + ", ".join(f"rank {k} in {v}" for k, v in sorted(waiting.items()))
-                + f". Rank(s) {', '.join(map(str, behind))} are behind (collective #{low}): "
-                "the ranks call collectives in a different order"
-            )
-            summary = "Make every rank call the same collectives in the same order"
-        else:
-            msg = (
-                f"{quiet}; every rank is inside "
-                f"{sorted(waiting.values())[0]}: the collective itself does not complete "
-                "(network, NCCL transport or a rank on another host)"
-            )
-            summary = "Check the transport (NCCL_DEBUG=INFO) and the ranks on other hosts"
+        msg, summary = _all_waiting(quiet, ranks, waiting)
         loc = None
     else:
         msg = (

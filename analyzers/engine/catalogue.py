@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.results import Finding
+from gpudiag.analyzers.engine.results import Finding, Severity
 from gpudiag.analyzers.engine.thresholds import Thresholds
 
 
@@ -41,7 +41,7 @@ class Spec:
             f" {detail}" if detail else ""
         )
         at = impact if severity_at is None else severity_at
-        level = "note" if note else severity(self.id, at, th)
+        level: Severity = "note" if note else severity(self.id, at, th)
         return Finding(id=self.id, title=title, severity=level, impact=impact, **fields)
 
 
@@ -199,7 +199,7 @@ def new_finding(finding_id: str, th: Thresholds, **fields) -> Finding:
     return spec(finding_id).finding(th, **fields)
 
 
-def severity(finding_id: str, impact: float, th: Thresholds) -> str:
+def severity(finding_id: str, impact: float, th: Thresholds) -> Severity:
     """error, warning or note for a finding of this id at this impact."""
     s = spec(finding_id)
     if s.always_note:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 # Each threshold's unit; one not named here is a share (of time, capacity or spend, 0..1),
 # or, when its name ends in `_s`, a duration in seconds.
@@ -204,7 +205,9 @@ class Thresholds:
 
         src = textwrap.dedent(inspect.getsource(cls))
         docs: dict[str, str] = {}
-        body = ast.parse(src).body[0].body  # type: ignore[attr-defined]
+        node = ast.parse(src).body[0]
+        assert isinstance(node, ast.ClassDef)
+        body = node.body
         for prev, node in zip(body, body[1:], strict=False):
             if (
                 isinstance(prev, ast.AnnAssign)
@@ -228,7 +231,7 @@ class Thresholds:
         try:
             if isinstance(raw, bool):
                 raise ValueError
-            value = float(raw)  # type: ignore[arg-type]
+            value = float(raw)  # type: ignore[arg-type]  # any object: TypeError caught below
         except (TypeError, ValueError):
             raise ValueError(
                 f"threshold {name} needs a number ({RANGES[unit]}), got {raw!r}"
@@ -251,7 +254,7 @@ class Thresholds:
         """A copy with the given settings changed; ValueError on unknown names or values out
         of their unit's range."""
         known = {f.name for f in fields(self)}
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         for name, raw in overrides.items():
             if name not in known:
                 raise ValueError(f"unknown threshold {name!r} (see `gpudiag thresholds`)")

@@ -189,6 +189,7 @@ def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
     busy = st.busy if st.busy is not None else 1.0
     matrix = st.sm_active * busy  # share of the step the SMs spend on (fp32) matrix work
     if ratio is not None:
+        assert model is not None  # a ratio comes from the model's datasheet
         after = (1.0 - matrix) + matrix / ratio
         speed = 1.0 / after
         impact = min(0.99, 1.0 - after)
@@ -233,12 +234,16 @@ def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
     ]
 
 
+def _busy(st: GpuStats) -> float:
+    return st.busy if st.busy is not None else 0.0
+
+
 def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
     busy = [s for s in stats if s.busy is not None and not s.lost]
     if len(busy) < 2:
         return []
-    hi, lo = max(busy, key=lambda s: s.busy), min(busy, key=lambda s: s.busy)
-    spread = hi.busy - lo.busy
+    hi, lo = max(busy, key=_busy), min(busy, key=_busy)
+    spread = _busy(hi) - _busy(lo)
     if spread < th.gpu_imbalance:
         return []
     ev = tuple(

@@ -90,12 +90,12 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
             else "."
         )
     )
-    actions = [
+    fixes = [
         f"raise the batch size up to ~{mult}x (scale the learning rate with it), "
         "watching VRAM with gpudiag"
     ]
     if smaller:
-        actions.append(f"or run on a smaller GPU: {smaller} fits {need_g:.1f} GiB (peak + 25%)")
+        fixes.append(f"or run on a smaller GPU: {smaller} fits {need_g:.1f} GiB (peak + 25%)")
     return [
         new_finding(
             "MEM001",
@@ -105,7 +105,7 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
             message=msg,
             evidence=e,
             recommendation=Recommendation(
-                f"Use the memory: batch up to ~{mult}x, or a smaller GPU", tuple(actions)
+                f"Use the memory: batch up to ~{mult}x, or a smaller GPU", tuple(fixes)
             ),
             expected_speedup=1.0,
             signals=("nvml memory",),

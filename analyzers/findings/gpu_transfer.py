@@ -119,6 +119,7 @@ def transfer_findings(
             else "Overlap the copies, send fewer bytes"
         )
     else:
+        assert cap is not None  # not stalls, so near: the link's capacity is known
         impact = 0.0 if busy >= th.pcie_busy_max else min(0.99, 1.0 - busy)
         speed = speedup_from_impact(impact)
         basis = (

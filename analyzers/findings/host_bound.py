@@ -63,7 +63,7 @@ def user_code_share(
         n += c
         loc = Location(inner.file, inner.line, inner.function)
         by_site[loc] = by_site.get(loc, 0.0) + c
-    top = max(by_site, key=by_site.get) if by_site else None
+    top = max(by_site, key=by_site.__getitem__) if by_site else None
     return n / profile.samples, top
 
 
@@ -115,7 +115,7 @@ def host_findings(
         )
     floor = speedup_from_impact(idle)  # the step cannot beat the GPU's busy time
     phases = {c: shares.get(c, 0.0) for c in ("forward", "backward", "optimizer")}
-    top = max(phases, key=phases.get)
+    top = max(phases, key=phases.__getitem__)
     if kind in OPTIMIZER_CUT and opt >= th.host_optimizer_min:
         cut = OPTIMIZER_CUT[kind]
         speed = min(floor, speedup_from_impact(cut * opt))
@@ -125,7 +125,7 @@ def host_findings(
             f"takes {opt:.0%} of the loop, stepping {kind}: one small kernel per parameter "
             f"and operation, each paying the launch cost."
         )
-        actions = (
+        actions: tuple[str, ...] = (
             "torch.optim.AdamW(..., fused=True) (or foreach=True where fused is not "
             "supported): one multi-tensor launch instead of one per parameter",
             "then, for the forward and backward launches: torch.compile(model), or "

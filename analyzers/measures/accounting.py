@@ -50,6 +50,7 @@ _CODE_FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("file", "io", r"\.(write|flush)\(|\b(json|pkl|np|numpy|torch)\.(dump|save)\(|\.dump\("),
     )
 )
+MAX_SITES = 50  # sites kept, largest first (a finding shows three)
 OFF_CPU = frozenset({"network", "sleep", "subprocess", "lock", "file"})
 # Families of calls the loop makes and waits for, each a blocking call (BLOCK001).
 BLOCKING = frozenset({"network", "logging", "sleep", "subprocess", "file"})
@@ -142,7 +143,6 @@ def unplaced(
     clf: Classifier,
     categories: tuple[str, ...],
     skip_user: bool,
-    top: int = 5,
     named: frozenset[tuple[str, str]] = frozenset(),
 ) -> Unplaced:
     """The loop samples in `categories` (the ones no rule explains), by site. `skip_user`
@@ -168,4 +168,4 @@ def unplaced(
         (Site(k[0], k[1], k[2], k[3], v[0] / n, v[1]) for k, v in by_site.items()),
         key=lambda s: (-s.share, s.call),
     )
-    return Unplaced(min(1.0, total / n), n, tuple(sites[:top]))
+    return Unplaced(min(1.0, total / n), n, tuple(sites[:MAX_SITES]))

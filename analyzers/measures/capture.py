@@ -40,8 +40,8 @@ def capture_of(tl: Timeline | Aggregate) -> dict | None:
     if roll.first_ns is not None and start is not None:
         out["start_s_run"] = round(max(0.0, (roll.first_ns - start) / 1e9), 6)
     for k in ("window_s", "cost_s"):
-        if _num(raw.get(k)) is not None:
-            out[k] = max(0.0, _num(raw.get(k)))
+        if (v := _num(raw.get(k))) is not None:
+            out[k] = max(0.0, v)
     idle_by = raw.get("idle_by_host_s")
     if isinstance(idle_by, dict):
         out["idle_by_host_s"] = {

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gpudiag.analyzers.engine.results import Evidence
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.timeline.rollup import Rollup
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 NVML_ONLY_CONFIDENCE = 0.6
@@ -62,6 +63,26 @@ class GpuStats:
         return PCIE_LANE_GBPS.get(int(self.pcie_gen), 0.0) * self.pcie_width * 1e9
 
 
+# a 'gpu' series -> the GpuStats field it sets and the rollup value it takes
+_FIELD_OF = {
+    "job_sm_util": ("job_sm", "mean"),
+    "gpm_sm_active": ("sm_active", "mean"),
+    "gpm_tensor_active": ("tensor_active", "mean"),
+    "mem_total_bytes": ("mem_total", "maximum"),
+    "pcie_rx_bytes_per_s": ("pcie_rx", "mean"),
+    "pcie_tx_bytes_per_s": ("pcie_tx", "mean"),
+    "pcie_gen": ("pcie_gen", "minimum"),
+    "pcie_width": ("pcie_width", "minimum"),
+    "pcie_gen_max": ("pcie_gen_max", "maximum"),
+    "pcie_width_max": ("pcie_width_max", "maximum"),
+    "power_w": ("power_w", "mean"),
+    "power_limit_w": ("power_limit", "minimum"),
+    "power_default_limit_w": ("power_default", "maximum"),
+    "sm_clock_mhz": ("sm_clock", "mean"),
+    "sm_clock_max_mhz": ("sm_clock_max", "maximum"),
+}
+
+
 def gpu_stats(tl: Aggregate) -> list[GpuStats]:
     """Per-GPU statistics from the timeline's 'gpu' series."""
     out: dict[str, GpuStats] = {}
@@ -73,49 +94,34 @@ def gpu_stats(tl: Aggregate) -> list[GpuStats]:
         st = out.setdefault(
             labels.get("gpu", "?"), GpuStats(labels.get("gpu", "?"), labels.get("name", "GPU"))
         )
-        mean, peak = roll.mean, roll.maximum
-        if name == "util_gpu":
-            st.busy, st.samples = mean, roll.count
-        elif name == "job_sm_util":
-            st.job_sm = mean
-        elif name == "gpm_sm_active":
-            st.sm_active = mean
-        elif name == "gpm_tensor_active":
-            st.tensor_active = mean
-        elif name == "mem_used_bytes":
-            st.mem_peak = peak if st.mem_peak is None else st.mem_peak
+        if name in _FIELD_OF:
+            attr, stat = _FIELD_OF[name]
+            setattr(st, attr, getattr(roll, stat))
         elif name == "job_mem_bytes":
-            job_mem[st.index] = peak
-        elif name == "mem_total_bytes":
-            st.mem_total = peak
-        elif name == "pcie_rx_bytes_per_s":
-            st.pcie_rx = mean
-        elif name == "pcie_tx_bytes_per_s":
-            st.pcie_tx = mean
-        elif name in ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max"):
-            setattr(st, name, roll.minimum if name in ("pcie_gen", "pcie_width") else peak)
-        elif name == "gpm_pcie_rx_mib_s":
-            st.gpm_pcie_rx = mean * 1048576.0 if mean is not None else None
-        elif name == "power_w":
-            st.power_w = mean
-        elif name == "power_limit_w":
-            st.power_limit = roll.minimum
-        elif name == "power_default_limit_w":
-            st.power_default = peak
-        elif name == "sm_clock_mhz":
-            st.sm_clock = mean
-        elif name == "sm_clock_max_mhz":
-            st.sm_clock_max = peak
-        elif name.startswith("throttle_"):
-            st.throttle[name[len("throttle_") :]] = mean or 0.0
-        elif name == "lost" and peak and peak > 0:
-            st.lost = True
-        elif name == "job_uses_gpu":
-            st.job_uses_gpu = bool(peak)
+            job_mem[st.index] = roll.maximum
+        else:
+            _other_series(st, name, roll)
     # the job's own memory is what matters; the device's used memory is the fallback
     for index, peak in job_mem.items():
         out[index].mem_peak = peak
     return [out[k] for k in sorted(out, key=lambda x: (len(x), x))]
+
+
+def _other_series(st: GpuStats, name: str, roll: Rollup) -> None:
+    """The series that are not one field's mean, minimum or peak."""
+    mean, peak = roll.mean, roll.maximum
+    if name == "util_gpu":
+        st.busy, st.samples = mean, roll.count
+    elif name == "mem_used_bytes":
+        st.mem_peak = peak if st.mem_peak is None else st.mem_peak
+    elif name == "gpm_pcie_rx_mib_s":
+        st.gpm_pcie_rx = mean * 1048576.0 if mean is not None else None
+    elif name.startswith("throttle_"):
+        st.throttle[name[len("throttle_") :]] = mean or 0.0
+    elif name == "lost" and peak and peak > 0:
+        st.lost = True
+    elif name == "job_uses_gpu":
+        st.job_uses_gpu = bool(peak)
 
 
 def confidence(st: GpuStats, base: float = NVML_ONLY_CONFIDENCE) -> float:
@@ -138,7 +144,7 @@ def job_gpu_idle(stats: list[GpuStats]) -> tuple[float | None, tuple[str, ...]]:
     signals = ("nvml utilization",) + (
         ("nvml gpm",) if any(st.sm_active is not None for st in used) else ()
     )
-    return sum(st.idle for st in used) / len(used), signals
+    return sum(st.idle for st in used if st.idle is not None) / len(used), signals
 
 
 def link_bound(stats: list[GpuStats], th: Thresholds) -> float:
@@ -162,5 +168,9 @@ def gpu_compute(stats: list[GpuStats]) -> float | None:
     used = [st for st in stats if st.job_uses_gpu and st.busy is not None and not st.lost]
     if not used:
         return None
-    vals = [(st.busy + st.sm_active) / 2 if st.sm_active is not None else st.busy for st in used]
+    vals = [
+        (busy + st.sm_active) / 2 if st.sm_active is not None else busy
+        for st in used
+        if (busy := st.busy) is not None
+    ]
     return sum(vals) / len(vals)

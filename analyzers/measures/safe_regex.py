@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 
-try:  # Python 3.11+
-    from re import _constants as _c
-    from re import _parser as _sre
+try:  # Python 3.11+ (private modules of `re`, the parser the regex engine itself uses)
+    from re import _constants as _c  # type: ignore[attr-defined]  # no stubs for re's parser
+    from re import _parser as _sre  # type: ignore[attr-defined]  # no stubs for re's parser
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_constants as _c
+    import sre_parse as _sre
 
 MAX_PATTERN_CHARS = 200
 MAX_VARIABLE_REPEATS = 2

@@ -53,10 +53,11 @@ class LoopWindow:
 
 
 def _hook_span(agg: Aggregate) -> tuple[int | None, int | None]:
-    first = last = None
+    first: int | None = None
+    last: int | None = None
     for name in STEP_SERIES:
         r = agg.rollup("hooks", name, kind="step")
-        if r is None or r.first_ns is None:
+        if r is None or r.first_ns is None or r.last_ns is None:  # both set by the first value
             continue
         first = r.first_ns if first is None else min(first, r.first_ns)
         last = r.last_ns if last is None else max(last, r.last_ns)
@@ -119,7 +120,8 @@ def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
         w = tl.whole().windows.get("all")
         back = int(w.duration_s / w.windows * 1e9) if w and w.windows else 0
         # a stack window is stamped when it ends: the loop began within it
-        a = max(start, loop_spans[0][0] - back // 2)
+        a = loop_spans[0][0] - back // 2
+        a = a if start is None else max(start, a)
         return LoopWindow(start, end, a, loop_spans[-1][1], "stacks")
     return LoopWindow(start, end, None, None, "whole run")
 

@@ -136,28 +136,46 @@ def compare(
         )
     worse_sign = -1.0 if limit.direction == "higher" else 1.0
     if not limit.relative:
-        lo, hi = bootstrap_median_ci(cur) if len(cur) > 1 else (cur[0], cur[0])
-        value = statistics.median(cur)
-        fail, warn = limit.fail, limit.warn
+        return _compare_absolute(limit, cur, min_runs, worse_sign)
+    return _compare_relative(limit, base, cur, min_effect, min_runs, worse_sign)
 
-        def beyond(x: float, lim: float | None) -> bool:
-            return lim is not None and (x > lim if worse_sign > 0 else x < lim)
 
-        if len(cur) < min_runs and beyond(value, fail):
-            verdict, reason = "inconclusive", f"{len(cur)} runs, {min_runs} needed"
-        elif beyond(lo if worse_sign > 0 else hi, fail):
-            verdict, reason = "fail", "whole interval beyond the budget"
-        elif beyond(value, fail):
-            verdict, reason = "inconclusive", "interval straddles the budget"
-        elif beyond(value, warn):
-            verdict, reason = "warn", "median beyond the warning budget"
-        else:
-            verdict, reason = "pass", "within budget"
-        if verdict == "fail" and limit.level == "warn":
-            verdict = "warn"
-        return Comparison(
-            limit.metric, verdict, None, value, value, lo, hi, 0, len(cur), fail, reason
-        )
+def _compare_absolute(
+    limit: Limit, cur: list[float], min_runs: int, worse_sign: float
+) -> Comparison:
+    """An absolute budget: the current runs' median and its interval against the limits."""
+    lo, hi = bootstrap_median_ci(cur) if len(cur) > 1 else (cur[0], cur[0])
+    value = statistics.median(cur)
+    fail, warn = limit.fail, limit.warn
+
+    def beyond(x: float, lim: float | None) -> bool:
+        return lim is not None and (x > lim if worse_sign > 0 else x < lim)
+
+    verdict: Verdict
+    if len(cur) < min_runs and beyond(value, fail):
+        verdict, reason = "inconclusive", f"{len(cur)} runs, {min_runs} needed"
+    elif beyond(lo if worse_sign > 0 else hi, fail):
+        verdict, reason = "fail", "whole interval beyond the budget"
+    elif beyond(value, fail):
+        verdict, reason = "inconclusive", "interval straddles the budget"
+    elif beyond(value, warn):
+        verdict, reason = "warn", "median beyond the warning budget"
+    else:
+        verdict, reason = "pass", "within budget"
+    if verdict == "fail" and limit.level == "warn":
+        verdict = "warn"
+    return Comparison(limit.metric, verdict, None, value, value, lo, hi, 0, len(cur), fail, reason)
+
+
+def _compare_relative(
+    limit: Limit,
+    base: list[float],
+    cur: list[float],
+    min_effect: float,
+    min_runs: int,
+    worse_sign: float,
+) -> Comparison:
+    """A relative limit: the ratio of the medians, current over baseline, and its interval."""
     b, c = statistics.median(base), statistics.median(cur)
     ratio = c / b if b else float("inf")
     delta = ratio - 1.0
@@ -175,6 +193,7 @@ def compare(
     def worse_than(d: float, lim: float | None) -> bool:
         return lim is not None and d * worse_sign > max(lim, min_effect)
 
+    verdict: Verdict
     if worse_than(best, fail) and enough:
         verdict, reason = "fail", "whole interval worse than the fail limit"
     elif worse_than(delta, fail):
@@ -207,5 +226,5 @@ def overall(comparisons: list[Comparison]) -> Verdict:
     verdicts = {c.verdict for c in comparisons}
     for v in ("fail", "inconclusive", "warn"):
         if v in verdicts:
-            return v  # type: ignore[return-value]
+            return v
     return "pass"

@@ -41,7 +41,7 @@ class Encoder:
         restart = len(self._ids) > self._max  # a run whose stacks keep changing: stay bounded
         if restart:
             self.reset()
-        series = []
+        series: list[list] = []
         for (probe, name, labels), r in agg.series.items():
             if not r.count:
                 continue

@@ -107,7 +107,9 @@ def run_series(tl: Timeline, clf: Classifier, thread: ThreadKey | None = None) -
     return {
         "points": points,
         "segment_s": round(spans[0][1] / 1e9 - spans[0][0] / 1e9, 3) * group,
-        "loop_start_s": _round((win.start_ns - origin) / 1e9, 3) if win.found else None,
+        "loop_start_s": (
+            _round((win.start_ns - origin) / 1e9, 3) if win.start_ns is not None else None
+        ),
         "loop_end_s": (
             _round((win.end_ns - origin) / 1e9, 3) if win.found and win.end_ns else None
         ),
@@ -123,7 +125,7 @@ def loop_stacks(tl: Timeline, clf: Classifier, thread: ThreadKey | None = None) 
     view = tl.window(win.start_ns, win.end_ns) if win.found else tl.whole()
     if thread is None:
         thread = find_loop_thread(view, clf)
-    empty = {"thread": None, "samples": 0, "frames": [], "stacks": []}
+    empty: dict = {"thread": None, "samples": 0, "frames": [], "stacks": []}
     if thread is None:
         return empty
     table = view.stacks.get(thread) or {}
@@ -132,7 +134,7 @@ def loop_stacks(tl: Timeline, clf: Classifier, thread: ThreadKey | None = None) 
     ranked = sorted(table.items(), key=lambda kv: (-kv[1], kv[0]))
     frames: list[str] = []
     index: dict[str, int] = {}
-    stacks = []
+    stacks: list[dict] = []
     rest = 0.0
     for (stack, code), count in ranked:
         cat = clf.category(stack, code)

@@ -111,8 +111,8 @@ class Aggregate:
         for tkey, table in other.stacks.items():
             for skey, n in table.items():
                 self.add_stack(tkey, skey, n)
-        for key, (episodes, count) in other.episodes.items():
-            self.add_episode(key, episodes, count)
+        for ekey, (episodes, count) in other.episodes.items():
+            self.add_episode(ekey, episodes, count)
         for mode, w in other.windows.items():
             self.windows.setdefault(mode, WindowTotals()).merge(w)
         for pid in other.worker_pids:
@@ -328,9 +328,10 @@ class Timeline:
         """Remove and return the segments (start_ns, end_ns, aggregate) whose end `done`
         accepts, in time order (a recording's buffer hands them to the file)."""
         out = []
+        origin = self.origin_ns or 0  # set once there is a segment to take
         for start, end, seg in self.spans():
             if done(end):
-                del self.segments[(start - self.origin_ns) // self.segment_ns]
+                del self.segments[(start - origin) // self.segment_ns]
                 out.append((start, end, seg))
         if out:
             self._merged = None

@@ -69,7 +69,7 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
             continue
         if _time(row[0]) is None:
             continue
-        vals = {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])}
+        vals: dict[str, float | None] = {"collective_s": float(row[1]), "collectives": float(row[2]), "seq": float(row[3])}
         kind = "collective_step"
         if len(row) == 5:  # the step's length too; 0 for the first step (start-up, apart)
             if float(row[4]) > 0:
@@ -88,7 +88,8 @@ def parse_dist(msg: dict) -> tuple[list[Sample], CollectiveState | None]:
                     {"calls": float(vals[0]), "collective_time_s": float(vals[1])},
                 )
             )
-    env = d.get("env") if isinstance(d.get("env"), dict) else {}
+    env = d.get("env")
+    env = env if isinstance(env, dict) else {}
     inside = d.get("inside") if isinstance(d.get("inside"), dict) else None
     pid = msg.get("pid")
     state = CollectiveState(

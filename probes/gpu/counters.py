@@ -63,9 +63,9 @@ def field_counters(n: Nvml, d: Any, t: int, v: dict[str, float | None]) -> None:
     reasons = n.call("nvmlDeviceGetCurrentClocksEventReasons", d.handle, device=d.index)
     if reasons is None:
         reasons = n.call("nvmlDeviceGetCurrentClocksThrottleReasons", d.handle, device=d.index)
-    for name, (bit, fid) in THROTTLE_REASONS.items():
-        if fid is not None and fid in rates:
-            v[f"throttle_{name}"] = min(1.0, rates[fid] / 1e9)  # ns of throttle per s
+    for name, (bit, rate_id) in THROTTLE_REASONS.items():
+        if rate_id is not None and rate_id in rates:
+            v[f"throttle_{name}"] = min(1.0, rates[rate_id] / 1e9)  # ns of throttle per s
         elif reasons is not None:
             v[f"throttle_{name}"] = 1.0 if int(reasons) & bit else 0.0
 

@@ -33,7 +33,7 @@ class Nvml:
     """Wraps a pynvml-like module (the real `pynvml`, or a fake in tests)."""
 
     def __init__(self, module: ModuleType | Any | None = None) -> None:
-        self._mod = module
+        self._mod: Any = module  # pynvml or a fake: its functions are looked up by name
         self.ready = False
         self.unsupported: dict[str, str] = {}
         self.lost: dict[int, str] = {}

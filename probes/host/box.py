@@ -42,8 +42,8 @@ class BoxSampler:
                 v = dict(s.values)
                 key = s.labels["gpu"]
                 hist = self.history.setdefault(key, [])
-                if v.get("util_gpu") is not None:
-                    hist.append(v["util_gpu"])
+                if (util := v.get("util_gpu")) is not None:
+                    hist.append(util)
                     del hist[:-60]
                 gpus.append(
                     {"index": key, "name": s.labels.get("name"), **v, "history": list(hist)}

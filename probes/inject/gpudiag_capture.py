@@ -22,6 +22,7 @@ import socket
 import sys
 import tempfile
 import time
+from typing import Any
 
 try:
     from . import gpudiag_channel as _channel
@@ -161,8 +162,8 @@ def summarise(trace: dict, marks: list[float]) -> dict:
     for e in by_cat.get("gpu_memcpy", []):
         m = re.search(r"Memcpy (\w+) \((\w+) -> (\w+)\)", e["name"])
         direction = m.group(1) if m else e["name"]
-        host = (m.group(2) if m and m.group(1) == "HtoD" else m.group(3) if m else "").lower()
-        kind = host if host in ("pinned", "pageable") else "device"
+        src = (m.group(2) if m and m.group(1) == "HtoD" else m.group(3) if m else "").lower()
+        kind = src if src in ("pinned", "pageable") else "device"
         c = copies.setdefault((kind, direction), [0, 0.0, 0.0])
         c[0] += 1
         c[1] += float((e.get("args") or {}).get("bytes", 0) or 0)
@@ -178,10 +179,10 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         end = e["ts"] + e.get("dur", 0.0)
         j = bisect.bisect_left(gpu_starts, end)
         nxt = gpu_starts[j] if j < len(gpu_starts) else None
-        s = syncs.setdefault(e["name"], [0, 0.0, 0.0])
-        s[0] += 1
-        s[1] += e.get("dur", 0.0)
-        s[2] += (nxt - end) if nxt is not None else 0.0
+        sy = syncs.setdefault(e["name"], [0, 0.0, 0.0])
+        sy[0] += 1
+        sy[1] += e.get("dur", 0.0)
+        sy[2] += (nxt - end) if nxt is not None else 0.0
     kept = sorted(ops + gpu, key=lambda e: -e.get("dur", 0.0))[:MAX_EVENTS]
     lane = {"cpu_op": "CPU ops (loop thread)", "kernel": "GPU kernels"}
     return {
@@ -231,8 +232,8 @@ class Capture:
         self.steps = steps
         self.after = after
         self.seen = 0
-        self.prof = None
-        self.mark = None
+        self.prof: Any = None  # torch.profiler.profile, while capturing
+        self.mark: Any = None  # the open record_function of the step
         self.marks: list[float] = []
         self.t0_wall = 0.0
         self.start_cost = 0.0

@@ -40,7 +40,9 @@ def folder_problem(folder: str) -> str | None:
 
 def private_path(path: str | None) -> bool:
     """Whether the hooks may use `path` (its folder is private to this user)."""
-    return bool(path) and folder_problem(os.path.dirname(path) or ".") is None
+    if not path:
+        return False
+    return folder_problem(os.path.dirname(path) or ".") is None
 
 
 def read_request(path: str, limit: int = 16) -> str | None:

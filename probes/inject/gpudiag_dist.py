@@ -175,7 +175,7 @@ def _wrap(dist: _Dist, name: str, orig, compiling=lambda: False):
         finally:
             dist.leave(name, time.perf_counter() - t0, seq)
 
-    collective.__wrapped__ = orig  # type: ignore[attr-defined]
+    collective.__wrapped__ = orig  # type: ignore[attr-defined]  # a function attribute
     collective.__name__ = getattr(orig, "__name__", name)
     collective.__doc__ = getattr(orig, "__doc__", None)
     return collective
@@ -200,7 +200,7 @@ def install(torch, channel: str | None = None) -> bool:
         if orig is None or hasattr(orig, "__gpudiag__"):
             continue
         wrapped = _wrap(_dist, name, orig, compiling)
-        wrapped.__gpudiag__ = True  # type: ignore[attr-defined]
+        wrapped.__gpudiag__ = True
         setattr(tdist, name, wrapped)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -242,7 +242,7 @@ def timed_hook(st: _Dist, hook, name: str = DDP_OP):
 
         return fut.then(done)
 
-    timed.__gpudiag__ = True  # type: ignore[attr-defined]
+    timed.__gpudiag__ = True  # type: ignore[attr-defined]  # our mark on the wrapper
     return timed
 
 
@@ -298,4 +298,4 @@ def _install_ddp(st: _Dist) -> None:
     DDP.register_comm_hook = register_comm_hook
     DDP._register_builtin_comm_hook = register_builtin
     DDP._pre_forward = pre_forward
-    DDP.__gpudiag__ = True
+    DDP.__gpudiag__ = True  # type: ignore[attr-defined]  # our mark on torch's class

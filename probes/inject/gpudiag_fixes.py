@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 FIX_ENV = "GPUDIAG_FIX"
 STEPS_ENV = "GPUDIAG_TRY_STEPS"
@@ -72,18 +73,18 @@ def optimizer(torch, values: dict) -> None:
         if cls is torch.optim.Optimizer:
             continue
         try:
-            params = inspect.signature(cls.__init__).parameters
+            params = inspect.signature(cls.__init__).parameters  # type: ignore[misc]  # a patch
         except (TypeError, ValueError):
             continue
         take = {k: v for k, v in wanted.items() if k in params}
         if not take:
             continue
-        orig = cls.__init__
+        orig = cls.__init__  # type: ignore[misc]  # the constructor this patch wraps
 
         def __init__(self, *args, _orig=orig, _take=take, **kwargs):
             _orig(self, *args, **{**kwargs, **_take})
 
-        cls.__init__ = __init__
+        cls.__init__ = __init__  # type: ignore[misc]  # the patch itself
     _say(f"optimizers: {wanted}")
 
 
@@ -103,7 +104,7 @@ def tf32(torch, values: dict) -> None:
 
 def compile_module(torch, values: dict) -> None:
     """torch.compile the first top-level module called (its forward replaced in place)."""
-    done = []
+    done: list[object] = []
     orig_call = torch.nn.Module.__call__
 
     def __call__(self, *args, **kwargs):
@@ -127,7 +128,7 @@ def checkpoint(torch, values: dict) -> None:
     """Only every k-th torch.save runs; a skipped last save runs at exit (none is lost)."""
     every = max(1, int(values.get("every", 2)))
     orig = torch.save
-    state = {"n": 0, "skipped": None}
+    state: dict[str, Any] = {"n": 0, "skipped": None}
 
     def save(obj, f, *args, **kwargs):
         state["n"] += 1

@@ -86,7 +86,7 @@ class _State:
 
     def __init__(self, channel: _Channel) -> None:
         self.channel = channel
-        self.last_step = None
+        self.last_step: float | None = None
         self.loop_start = None
         self.data_wait = 0.0
         self.batch = 0

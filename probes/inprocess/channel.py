@@ -357,7 +357,9 @@ def serving_samples(msg: dict) -> list[Sample]:
                 continue
             if not all(math.isfinite(v) for v in row) or not 0 < row[0] < 1e10:
                 continue
-            values = {n: float(v) for n, v in zip(names, row[1:], strict=True)}
+            values: dict[str, float | None] = {
+                n: float(v) for n, v in zip(names, row[1:], strict=True)
+            }
             out.append(Sample("hooks", int(row[0] * 1e9), {"kind": kind}, values))
     return out
 

@@ -56,7 +56,7 @@ from gpudiag.probes.stacks.samples import (
 )
 
 
-class StackProbe(StackRates, Probe):
+class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float here, Probe allows None
     """Samples Python stacks of the target with py-spy, in rolling windows.
 
     The loop process is recorded at `rate_hz` (scaled by the budget level); the job's child
@@ -269,7 +269,7 @@ class StackProbe(StackRates, Probe):
         try:
             with os.fdopen(open_regular_fd(run.out)[0]) as f:  # our own temporary folder
                 if run.mode == "gil":
-                    parsed = parse_raw(f, run.pid), []
+                    parsed: tuple[list[StackRow], list[Episode]] = parse_raw(f, run.pid), []
                 else:
                     parsed = parse_speedscope(json.load(f), run.pid)
             os.unlink(run.out)

@@ -8,15 +8,37 @@ worker_rate_hz, min_rate_hz, window_s), its target, its running recorders and it
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 
 import psutil
 
+from gpudiag.probes.base import Target
 from gpudiag.probes.stacks.pyspy import SPY_SAMPLE_BASE_S, SPY_SAMPLE_PER_THREAD_S, SPY_START_S
 from gpudiag.probes.stacks.pyspy_output import SourceLines
 
 
 class StackRates:
     """Rates and cost of the stack probe (see the module docstring)."""
+
+    # set by StackProbe.__init__ (and open): what the rates and costs read
+    rate_hz: int
+    gil_rate_hz: int
+    worker_rate_hz: int
+    min_rate_hz: int
+    window_s: float
+    subprocesses: bool
+    level: float
+    target: Target | None
+    lean: bool
+    spy_cpu_s: float
+    spy_window_rss: int
+    _lock: threading.Lock
+    _procs: list[subprocess.Popen]
+    _sources: SourceLines
+
+    def _workers(self) -> list[int]:
+        raise NotImplementedError  # StackProbe's
 
     # ---- rates --------------------------------------------------------------------------
     def set_level(self, level: float) -> None:

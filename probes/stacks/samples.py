@@ -77,7 +77,7 @@ def episode_sample(probe: str, t: int, mode: str, e: Episode) -> Sample:
 def window_sample(probe: str, t: int, run: SpyRun, ticks: int, duration: float) -> Sample:
     """A recorder's window: its ticks, length, rate and the errors py-spy reported."""
     m = re.search(r"Errors:\s*(\d+)", run.err)
-    values = {
+    values: dict[str, float | None] = {
         "ticks": float(ticks),
         "duration_s": duration,
         "rate_hz": float(run.rate),
@@ -90,7 +90,7 @@ def workers_window_sample(
     probe: str, t: int, rate: float, duration: float, alive: int, recorded: int, weight: float
 ) -> Sample:
     """The workers' turn in a window: how many were alive, recorded, and their weight."""
-    values = {
+    values: dict[str, float | None] = {
         "duration_s": duration,
         "rate_hz": float(rate),
         "workers": float(alive),

@@ -15,7 +15,6 @@ import pytest
 from gpudiag.agent.cli import main as cli
 from gpudiag.agent.fleet.identity import other_user
 from tests.agent.test_cli_errors import assert_one_line_error
-from tests.conftest import gpudiag
 
 
 @pytest.mark.parametrize(
@@ -39,8 +38,8 @@ from tests.conftest import gpudiag
         (["--set", "data_wait_warn"], "name=value"),
     ],
 )
-def test_out_of_range_options(args, words):
-    assert_one_line_error(gpudiag("run", *args, "--", sys.executable, "-c", "pass"), words)
+def test_out_of_range_options(cli, args, words):
+    assert_one_line_error(cli("run", *args, "--", sys.executable, "-c", "pass"), words)
 
 
 @pytest.mark.parametrize(
@@ -54,10 +53,10 @@ def test_out_of_range_options(args, words):
         (["attach", "2"], "cannot attach"),  # kthreadd: a kernel thread, not Python
     ],
 )
-def test_bad_pids_and_counts(argv, words):
+def test_bad_pids_and_counts(cli, argv, words):
     if argv[:2] == ["attach", "2"] and not os.path.exists("/proc/2/stat"):
         pytest.skip("no pid 2 in this PID namespace")
-    assert_one_line_error(gpudiag(*argv), words)
+    assert_one_line_error(cli(*argv), words)
 
 
 @pytest.mark.parametrize(
@@ -69,11 +68,11 @@ def test_bad_pids_and_counts(argv, words):
     ],
     ids=["huge", "future-major", "nul-bytes"],
 )
-def test_bad_report_files(tmp_path, name, content, words):
+def test_bad_report_files(cli, tmp_path, name, content, words):
     path = tmp_path / name
     path.write_bytes(content)
-    assert_one_line_error(gpudiag("report", str(path)), words)
-    assert_one_line_error(gpudiag("gate", "--baseline", str(path), str(path)), name)
+    assert_one_line_error(cli("report", str(path)), words)
+    assert_one_line_error(cli("gate", "--baseline", str(path), str(path)), name)
 
 
 @pytest.mark.parametrize(
@@ -88,25 +87,25 @@ def test_bad_report_files(tmp_path, name, content, words):
         (gzip.compress(b'{"format": "gpudiag-recording", "version": 1}\n')[:-6], ""),
     ],
 )
-def test_bad_recordings(tmp_path, content, words):
+def test_bad_recordings(cli, tmp_path, content, words):
     path = tmp_path / "r.jsonl.gz"
     path.write_bytes(content)
-    res = gpudiag("replay", str(path))
+    res = cli("replay", str(path))
     if words:
         assert_one_line_error(res, words)
     else:  # cut short while writing: replays what was complete
         assert res.returncode in (0, 2) and "Traceback" not in res.stderr
 
 
-def test_runaway_report_file_is_not_read_into_memory(tmp_path):
+def test_runaway_report_file_is_not_read_into_memory(cli, tmp_path):
     path = tmp_path / "big.json"
     with open(path, "wb") as f:
         f.truncate(200 * 1024 * 1024)  # sparse: takes no disk space
-    assert_one_line_error(gpudiag("report", str(path)), "too large")
-    assert_one_line_error(gpudiag("gate", "--baseline", str(path), str(path)), "too large")
+    assert_one_line_error(cli("report", str(path)), "too large")
+    assert_one_line_error(cli("gate", "--baseline", str(path), str(path)), "too large")
 
 
-def test_recording_with_a_malformed_footer(tmp_path):
+def test_recording_with_a_malformed_footer(cli, tmp_path):
     path = tmp_path / "r.jsonl.gz"
     lines = [
         {"format": "gpudiag-recording", "version": 1, "run": {"pid": 1, "command": ["x"]}},
@@ -114,7 +113,7 @@ def test_recording_with_a_malformed_footer(tmp_path):
         {"footer": True, "probes": [{"name": 3}], "errors": []},
     ]
     path.write_bytes(gzip.compress("\n".join(json.dumps(x) for x in lines).encode()))
-    assert_one_line_error(gpudiag("replay", str(path)), "footer is malformed")
+    assert_one_line_error(cli("replay", str(path)), "footer is malformed")
 
 
 @pytest.mark.parametrize(
@@ -126,17 +125,17 @@ def test_recording_with_a_malformed_footer(tmp_path):
         (b"rules = 'data_wait'\n", "array of tables"),
     ],
 )
-def test_bad_config_files(tmp_path, toml, words):
+def test_bad_config_files(cli, tmp_path, toml, words):
     cfg = tmp_path / "c.toml"
     cfg.write_bytes(toml)
-    assert_one_line_error(gpudiag("run", "--config", str(cfg), "--", "true"), words)
+    assert_one_line_error(cli("run", "--config", str(cfg), "--", "true"), words)
 
 
-def test_attach_to_a_zombie():
+def test_attach_to_a_zombie(cli):
     done = subprocess.Popen(["true"])
     try:
         time.sleep(0.5)  # exited, not reaped: a zombie
-        assert_one_line_error(gpudiag("attach", str(done.pid)), "already exited")
+        assert_one_line_error(cli("attach", str(done.pid)), "already exited")
     finally:
         done.wait()
 

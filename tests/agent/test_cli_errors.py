@@ -23,12 +23,12 @@ def assert_one_line_error(res: subprocess.CompletedProcess, *words: str) -> None
         assert w in lines[0]
 
 
-def test_attach_to_missing_pid():
-    assert_one_line_error(gpudiag("attach", "4194000"), "no process with pid 4194000")
+def test_attach_to_missing_pid(cli):
+    assert_one_line_error(cli("attach", "4194000"), "no process with pid 4194000")
 
 
-def test_attach_to_a_pid_that_is_not_a_number():
-    assert_one_line_error(gpudiag("attach", "train.py"), "PID must be a number")
+def test_attach_to_a_pid_that_is_not_a_number(cli):
+    assert_one_line_error(cli("attach", "train.py"), "PID must be a number")
 
 
 def test_attach_to_a_process_that_is_not_python():
@@ -82,41 +82,41 @@ def test_attach_without_ptrace_permission(tmp_path):
         job.wait()
 
 
-def test_report_of_corrupt_file(tmp_path):
+def test_report_of_corrupt_file(cli, tmp_path):
     bad = tmp_path / "r.json"
     bad.write_text('{"schema_version": "1.0", "tool": ')
-    assert_one_line_error(gpudiag("report", str(bad)), "not a gpudiag report", "invalid JSON")
+    assert_one_line_error(cli("report", str(bad)), "not a gpudiag report", "invalid JSON")
 
 
-def test_report_of_wrongly_typed_file(tmp_path):
+def test_report_of_wrongly_typed_file(cli, tmp_path):
     bad = tmp_path / "r.json"
     bad.write_text(
         json.dumps({"schema_version": "1.0", "tool": {"name": "gpudiag"}, "findings": "none"})
     )
-    assert_one_line_error(gpudiag("report", str(bad)), "not a valid gpudiag report")
+    assert_one_line_error(cli("report", str(bad)), "not a valid gpudiag report")
     other = tmp_path / "list.json"
     other.write_text("[1, 2, 3]")
-    assert_one_line_error(gpudiag("report", str(other)), "not a gpudiag report")
+    assert_one_line_error(cli("report", str(other)), "not a gpudiag report")
     binary = tmp_path / "bin.json"
     binary.write_bytes(b"\xff\xfe\x00\x81")
-    assert_one_line_error(gpudiag("report", str(binary)), "not a gpudiag report")
+    assert_one_line_error(cli("report", str(binary)), "not a gpudiag report")
 
 
-def test_report_of_missing_file(tmp_path):
-    assert_one_line_error(gpudiag("report", str(tmp_path / "nope.json")), "not found")
+def test_report_of_missing_file(cli, tmp_path):
+    assert_one_line_error(cli("report", str(tmp_path / "nope.json")), "not found")
 
 
-def test_unknown_option():
-    assert_one_line_error(gpudiag("attach", "1", "--frobnicate"), "unrecognized arguments")
-    assert_one_line_error(gpudiag("explode"), "invalid choice")
+def test_unknown_option(cli):
+    assert_one_line_error(cli("attach", "1", "--frobnicate"), "unrecognized arguments")
+    assert_one_line_error(cli("explode"), "invalid choice")
 
 
 def test_command_that_cannot_start():
     assert_one_line_error(gpudiag("run", "--", "/no/such/trainer"), "cannot start")
 
 
-def test_run_without_a_command():
-    assert_one_line_error(gpudiag("run"), "needs a command")
+def test_run_without_a_command(cli):
+    assert_one_line_error(cli("run"), "needs a command")
 
 
 @pytest.mark.parametrize(
@@ -131,18 +131,16 @@ def test_run_without_a_command():
         (["--metrics-port", "http"], "expected a TCP port"),
     ],
 )
-def test_bad_profiling_options(args, word):
-    assert_one_line_error(gpudiag("run", *args, "--", sys.executable, "-c", "pass"), word)
+def test_bad_profiling_options(cli, args, word):
+    assert_one_line_error(cli("run", *args, "--", sys.executable, "-c", "pass"), word)
 
 
-def test_bad_config_file(tmp_path):
+def test_bad_config_file(cli, tmp_path):
     cfg = tmp_path / "gpudiag.toml"
     cfg.write_text("[thresholds\n")
-    assert_one_line_error(gpudiag("run", "--config", str(cfg), "--", "true"), "not valid TOML")
+    assert_one_line_error(cli("run", "--config", str(cfg), "--", "true"), "not valid TOML")
     cfg.write_text('[[rules]]\ncategory = "teleport"\nfile = "x"\n')
-    assert_one_line_error(
-        gpudiag("run", "--config", str(cfg), "--", "true"), "category must be one of"
-    )
+    assert_one_line_error(cli("run", "--config", str(cfg), "--", "true"), "category must be one of")
 
 
 @pytest.mark.parametrize(

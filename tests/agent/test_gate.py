@@ -36,14 +36,14 @@ def report(tmp_path, name: str, dt: float, env: dict | None = None) -> str:
     return str(write_report(doc, tmp_path / name))
 
 
-def test_saved_reports_pass_and_fail(tmp_path):
+def test_saved_reports_pass_and_fail(cli, tmp_path):
     base = report(tmp_path, "base.json", 0.1)
     same = [report(tmp_path, f"s{i}.json", 0.1 * (1 + 0.01 * i)) for i in range(3)]
     slow = [report(tmp_path, f"w{i}.json", 0.15 * (1 + 0.01 * i)) for i in range(3)]
-    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *same)
+    res = cli("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), *same)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "gpudiag gate: PASS" in res.stdout
-    res = gpudiag(
+    res = cli(
         "gate",
         "--baseline",
         base,
@@ -58,16 +58,14 @@ def test_saved_reports_pass_and_fail(tmp_path):
     assert '<failure message="steps_per_second' in (tmp_path / "j.xml").read_text()
     gate = json.loads((tmp_path / "g.json").read_text())["gate"]
     assert gate["verdict"] == "fail"
-    res = gpudiag(
-        "gate", "--baseline", base, "--exit-zero", "--out", str(tmp_path / "g.json"), *slow
-    )
+    res = cli("gate", "--baseline", base, "--exit-zero", "--out", str(tmp_path / "g.json"), *slow)
     assert res.returncode == 0
 
 
-def test_different_environment_is_not_comparable(tmp_path):
+def test_different_environment_is_not_comparable(cli, tmp_path):
     base = report(tmp_path, "base.json", 0.1)
     other = report(tmp_path, "o.json", 0.1, dict(ENV, torch="2.9.1"))
-    res = gpudiag("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), other)
+    res = cli("gate", "--baseline", base, "--out", str(tmp_path / "g.json"), other)
     assert res.returncode == 3 and "not comparable" in res.stdout and "torch" in res.stdout
 
 
@@ -141,13 +139,13 @@ def test_github_outputs_worst_first_with_limits_as_percentages(tmp_path):
     assert terminal[0].startswith("step_time_p50_s") and terminal[0].endswith("10%")
 
 
-def test_gate_options_after_the_report_files(tmp_path):
+def test_gate_options_after_the_report_files(cli, tmp_path):
     base = report(tmp_path, "base.json", 0.1)
     same = [report(tmp_path, f"s{i}.json", 0.1 * (1 + 0.01 * i)) for i in range(3)]
-    res = gpudiag("gate", "--baseline", base, *same, "-q", "--out", str(tmp_path / "g.json"))
+    res = cli("gate", "--baseline", base, *same, "-q", "--out", str(tmp_path / "g.json"))
     assert res.returncode == 0, res.stderr
     assert "gpudiag gate: PASS" in res.stdout
-    res = gpudiag(
+    res = cli(
         "gate",
         same[0],
         "--baseline",
@@ -168,10 +166,10 @@ def test_gate_options_after_the_report_files(tmp_path):
         ('{"format": "gpudiag-gate-baseline", "runs": 3}', "malformed"),
     ],
 )
-def test_malformed_baseline_exits_2(tmp_path, content, word):
+def test_malformed_baseline_exits_2(cli, tmp_path, content, word):
     base = tmp_path / "b.json"
     base.write_text(content)
-    res = gpudiag("gate", "--baseline", str(base), str(base))
+    res = cli("gate", "--baseline", str(base), str(base))
     assert res.returncode == 2 and word in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
@@ -185,11 +183,11 @@ def test_malformed_baseline_exits_2(tmp_path, content, word):
         ('[gate.metrics.steps_per_second]\nlevel = "loud"\n', "level must be"),
     ],
 )
-def test_malformed_config_exits_2(tmp_path, toml, word):
+def test_malformed_config_exits_2(cli, tmp_path, toml, word):
     cfg = tmp_path / "gate.toml"
     cfg.write_text(toml)
     base = report(tmp_path, "base.json", 0.1)
-    res = gpudiag("gate", "--baseline", base, "--config", str(cfg), base)
+    res = cli("gate", "--baseline", base, "--config", str(cfg), base)
     assert res.returncode == 2 and word in res.stderr, res.stderr
 
 

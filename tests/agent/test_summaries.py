@@ -54,9 +54,9 @@ def test_run_format_markdown_keeps_the_job_output_apart(tmp_path):
     assert "hello from the job" in res.stderr
 
 
-def test_format_help_says_where_the_job_output_goes():
+def test_format_help_says_where_the_job_output_goes(cli):
     for command in ("run", "attach", "report", "replay"):
-        res = gpudiag(command, "--help")
+        res = cli(command, "--help")
         text = " ".join(res.stdout.split())
         # report and replay also render the HTML page
         choices = "{text,markdown,json,html}" if command in ("report", "replay") else None
@@ -64,7 +64,7 @@ def test_format_help_says_where_the_job_output_goes():
         assert f"--format {choices}" in text
         described = text.rsplit(f"--format {choices}", 1)[1].split(" --")[0]
         assert "markdown" in described and "json" in described, command
-    assert "job's own stdout is sent to stderr" in " ".join(gpudiag("run", "--help").stdout.split())
+    assert "job's own stdout is sent to stderr" in " ".join(cli("run", "--help").stdout.split())
 
 
 def test_short_summary_keeps_the_evidence_line():

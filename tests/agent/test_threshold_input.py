@@ -18,8 +18,8 @@ def test_every_default_lies_in_its_range():
         assert Thresholds.parse(name, value) == value, name
 
 
-def test_thresholds_command_states_unit_and_range():
-    res = gpudiag("thresholds")
+def test_thresholds_command_states_unit_and_range(cli):
+    res = cli("thresholds")
     assert res.returncode == 0
     listing = res.stdout
     assert "data_wait_warn = 0.1  (a share from 0 to 1)" in listing
@@ -43,8 +43,8 @@ def test_thresholds_command_states_unit_and_range():
         ("data_wait_warn=nan", ("a share from 0 to 1",)),
     ],
 )
-def test_set_refuses_values_out_of_range(setting, words):
-    res = gpudiag("run", "--set", setting, "--", sys.executable, "-c", "pass")
+def test_set_refuses_values_out_of_range(cli, setting, words):
+    res = cli("run", "--set", setting, "--", sys.executable, "-c", "pass")
     assert_one_line_error(res, "--set", *words)
 
 
@@ -84,8 +84,8 @@ def test_duration_thresholds_must_be_positive():
         ("[thresholds]\ngil_wait_warn = true\n", ("cfg.toml", "gil_wait_warn")),
     ],
 )
-def test_config_file_values_are_checked_too(tmp_path, toml, words):
+def test_config_file_values_are_checked_too(cli, tmp_path, toml, words):
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(toml)
-    res = gpudiag("run", "--config", str(cfg), "--", sys.executable, "-c", "pass")
+    res = cli("run", "--config", str(cfg), "--", sys.executable, "-c", "pass")
     assert_one_line_error(res, *words)

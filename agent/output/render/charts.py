@@ -105,7 +105,7 @@ def _gpu_lane(pts, gpus, x, top, lane, left) -> str:
     out.append(f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">GPU util</text>')
     out.append(f'<text x="{left - 6}" y="{top + lane}" text-anchor="end">0</text>')
     for j, g in enumerate(gpus):
-        path = []
+        path: list[str] = []
         for p in pts:
             v = p.get("gpu_util", {}).get(g)
             if v is None:

@@ -7,6 +7,7 @@ view it draws is bounded in the report (series, stacks, capture).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from gpudiag.agent.output.render.charts import (
@@ -49,7 +50,7 @@ def _e(v) -> str:
     return escape(str(v))
 
 
-def _legend(categories, extra: list[tuple[str, str]] = ()) -> str:
+def _legend(categories, extra: Sequence[tuple[str, str]] = ()) -> str:
     items = [(col, label) for label, col in extra] + [
         (color(c), LABELS.get(c, c)) for c in categories
     ]
@@ -159,17 +160,16 @@ def _gpu_panels(doc: dict) -> str:
     return "<div class=gpus>" + "".join(out) + "</div>"
 
 
+def _cell(v: object) -> object:
+    return round(v, 6) if isinstance(v, float) else v
+
+
 def _rows(rows: list[dict], cols: tuple[str, ...]) -> str:
     if not rows:
         return "<p class=muted>none</p>"
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{_e(round(r.get(c), 6) if isinstance(r.get(c), float) else r.get(c, ''))}</td>"
-            for c in cols
-        )
-        + "</tr>"
+        "<tr>" + "".join(f"<td>{_e(_cell(r.get(c, '')))}</td>" for c in cols) + "</tr>"
         for r in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"

@@ -236,8 +236,8 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             out.append("    Evidence:")
             for e in f["evidence"]:
                 out.append(f"      · {_evidence_line(e)}")
-        elif primary_evidence(f) is not None:
-            out.append(f"    Why: {_evidence_line(primary_evidence(f))}")
+        elif (why := primary_evidence(f)) is not None:
+            out.append(f"    Why: {_evidence_line(why)}")
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
     out += trial_lines(doc)

@@ -75,7 +75,7 @@ class RankSet:
         self.root_pid = primary.pid
         self.recorder: dict = {}  # rank -> RecorderRank, from the flight recorder's dumps
         self.gpu_basis: dict[int, str] = {}  # rank -> how its GPU is known (nvml, env)
-        self.gpu_probe = None  # the session's GpuProbe: which device each rank's pid is on
+        self.gpu_probe: GpuProbe | None = None  # which device each rank's pid is on
         self.main_timeline: Callable[[], Timeline | None] = lambda: None
         for r in ranks:
             self.add(r)
@@ -166,7 +166,7 @@ class RankSet:
                     gpu_stats=gpu_stats(main_tl, gpu),
                     parts=rank_parts(an.breakdown),
                     samples=an.breakdown.samples,
-                    steps=int(m["steps"]) if m.get("steps") is not None else None,
+                    steps=int(steps) if (steps := m.get("steps")) is not None else None,
                     step_time_s=1.0 / sps if sps else None,
                     collective_share_hooks=share,
                     locations=_part_locations(an.profile.stacks_by_category),
