@@ -27,7 +27,7 @@ from gpudiag.analyzers.measures.rules import Classifier, parse_frame
 from gpudiag.analyzers.measures.steps import long_steps
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.timeline.timeline import Aggregate
-from gpudiag.probes.stacks.pyspy_output import eval_frame_index, is_eval_frame
+from gpudiag.probes.stacks.pyspy_output import eval_frame_index
 
 TRAINING = ("backward", "optimizer")
 NICE = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
@@ -107,7 +107,8 @@ def cadence(tl: Aggregate, profile: LoopProfile, share: float) -> Cadence | None
     passes = samples = 0.0
     for (tid, _thread, anchor), (episodes, count) in tl.episodes.items():
         if profile.thread is not None and tid == profile.thread.tid:
-            if is_eval_frame(anchor.rsplit(";", 1)[-1]):
+            parts = tuple(anchor.split(";"))
+            if eval_frame_index(parts) == len(parts) - 1:
                 passes += episodes
                 samples += count
     w = tl.windows.get("all")

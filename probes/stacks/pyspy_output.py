@@ -137,9 +137,33 @@ def is_eval_frame(frame: str) -> bool:
     return "train" not in name.lower() and bool(EVAL_NAME_RE.search(name))
 
 
+# torch's decorator frame around a function decorated with @torch.no_grad() or
+# @torch.inference_mode() (nanoGPT's estimate_loss, a Trainer's eval step): in a job that
+# trains, such a function is an evaluation (or sampling) pass, whatever its name
+_NO_GRAD_RE = re.compile(r"decorate_context \(.*torch/utils/_contextlib\.py:")
+
+
+def _under_no_grad(frames: tuple[str, ...], i: int) -> bool:
+    """True when frame i is the job's own function called through torch's no-grad decorator."""
+    return (
+        i > 0
+        and bool(_NO_GRAD_RE.search(frames[i - 1]))
+        and not is_library_frame(frames[i])
+        and not is_own_frame(frames[i])
+    )
+
+
 def eval_frame_index(frames: tuple[str, ...]) -> int | None:
-    """The index of the outermost evaluation frame of a stack (root first), None: none."""
-    return next((i for i, f in enumerate(frames) if i > 0 and is_eval_frame(f)), None)
+    """The index of the outermost evaluation frame of a stack (root first), None: none: a
+    function named like evaluation, or the job's own function decorated with no_grad."""
+    return next(
+        (
+            i
+            for i, f in enumerate(frames)
+            if i > 0 and (is_eval_frame(f) or _under_no_grad(frames, i))
+        ),
+        None,
+    )
 
 
 def _entry(frames: tuple[str, ...], i: int) -> str:

@@ -201,3 +201,18 @@ def test_persistent_workers_or_no_wait_is_not_data003():
     a = analyze(churning(0, 0).tl)
     assert "DATA003" not in ids(a) and "DATA001" in ids(a)  # no churn: the loaders' DATA001
     assert "DATA003" not in ids(analyze(churning(2, 2, wait=0.03).tl))  # churn, no wait
+
+
+def test_a_function_decorated_with_no_grad_is_an_evaluation_pass_whatever_its_name():
+    """nanoGPT's estimate_loss (@torch.no_grad()): torch's decorator frame marks it."""
+    from gpudiag.probes.stacks.pyspy_output import eval_frame_index
+
+    site = "/v/lib/python3.11/site-packages/torch"
+    frames = (
+        "<module> (/w/train.py:181)",
+        f"context_decorator.<locals>.decorate_context ({site}/utils/_contextlib.py:124)",
+        "estimate_loss (/w/train.py:158)",
+        f"Module._wrapped_call_impl ({site}/nn/modules/module.py:1778)",
+    )
+    assert eval_frame_index(frames) == 2
+    assert eval_frame_index((frames[0], "estimate_loss (/w/train.py:158)")) is None
