@@ -43,6 +43,10 @@ TRUTH: dict[str, str | None] = {
     "inline_tokenizer": "HOST001",
     "waiting_loader": "DATA001",  # a loader that waits (off-CPU): more workers, not DATA002
     "gil_mlp": "GIL001",  # three pure-Python threads competing for the GIL
+    "metrics_post": "BLOCK001",  # a metrics POST to a slow collector every step
+    "eval_in_loop": "EVAL001",  # a held-out pass every 10 steps
+    "oversubscribed_threads": "HOST003",  # torch.set_num_threads(16) on the box's cores
+    "respawned_workers": "DATA003",  # workers re-created each epoch with a costly init
 }
 # ids also right for a workload (none: DATA001 is graded by the idle cores, never renamed)
 SAME_CAUSE: dict[str, set[str]] = {}  # one cause, one id: the loader-bound loop is DATA001
