@@ -53,6 +53,16 @@ def summary(out: Path) -> str:
     return f"{top[:3] or 'none'} sure={v.get('sure')} samples={d['breakdown'].get('samples')}"
 
 
+def end_jobs(cmd: list[str]) -> None:
+    """End the job a `run --duration` left running: processes whose command line is `cmd`
+    (never this benchmark, whose own command line may name the job)."""
+    import psutil
+
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if p.info["pid"] != os.getpid() and p.info["cmdline"] == cmd:
+            p.kill()
+
+
 def look(name: str, mode: str, i: int, tmp: Path) -> str:
     """One look; its line."""
     cmd, out, load = JOBS[name][0], tmp / f"{name}.{mode}.{i}.json", os.getloadavg()[0]
@@ -60,7 +70,7 @@ def look(name: str, mode: str, i: int, tmp: Path) -> str:
     args = ["-q", "--until-sure", "--duration", "30", "--out", str(out)]
     if mode == "run":
         subprocess.run([*GPUDIAG, "run", *args, "--", *cmd], env=ENV, timeout=240, **quiet)
-        subprocess.run(["pkill", "-f", shlex.join(cmd[1:2])], check=False)
+        end_jobs(cmd)
     else:
         job = subprocess.Popen(cmd, env=ENV, **quiet)
         time.sleep(8)

@@ -110,7 +110,13 @@ class Session:
         has bought the verdict's samples, when a governor runs)."""
         if self.governor is not None and self.governor.early():
             return False
-        return bool(self.snapshot().verdict.get("sure"))
+        analysis = self.snapshot()
+        # a cause that comes every few seconds (an epoch's new workers, a save every N steps)
+        # must have had the time to show itself before a verdict stops the look
+        loop_s = (analysis.phases or {}).get("loop_s") or 0.0
+        if loop_s < self.settings.thresholds.sure_min_loop_s:
+            return False
+        return bool(analysis.verdict.get("sure"))
 
     def _loop_samples(self) -> float:
         with self._lock:  # the governor's thread; the timeline is filled meanwhile

@@ -161,6 +161,9 @@ class Thresholds:
     """Periods of the loop analysed on their own (when it is at least two of them long)."""
     max_periods: int = 48
     """At most this many periods: longer runs get longer periods."""
+    sure_min_loop_s: float = 10.0
+    """--until-sure stops no earlier than this many seconds of loop, so that a cause that
+    comes every few seconds (workers re-created each epoch, a save every N steps) is seen."""
     sure_confidence: float = 0.9
     """A verdict whose top finding is at least this likely is stated as sure."""
     min_confidence: float = 0.5

@@ -30,6 +30,7 @@ from gpudiag.analyzers.timeline.timeline import Aggregate
 from gpudiag.probes.stacks.pyspy_output import eval_frame_index
 
 TRAINING = ("backward", "optimizer")
+TRAINS_SHARE = 0.2  # of a function's samples in backward/optimizer: it trains
 NICE = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
 
 
@@ -66,7 +67,8 @@ def eval_time(tl: Aggregate, profile: LoopProfile, clf: Classifier) -> EvalTime 
     if profile.thread is None or profile.samples <= 0:
         return None
     rows = []
-    training: set[str] = set()
+    trains: dict[str, float] = {}
+    under: dict[str, float] = {}
     for (stack, code), n in tl.stacks.get(profile.thread, {}).items():
         frames = tuple(stack.split(";"))
         i = eval_frame_index(frames)
@@ -76,8 +78,13 @@ def eval_time(tl: Aggregate, profile: LoopProfile, clf: Classifier) -> EvalTime 
         if cat == "startup":
             continue
         rows.append((frames, i, n))
+        key = _entry(frames[i])
+        under[key] = under.get(key, 0.0) + n
         if cat in TRAINING:
-            training.add(_entry(frames[i]))
+            trains[key] = trains.get(key, 0.0) + n
+    # a function that trains runs backward or the optimizer for a real part of its time; a
+    # stray sample (a stack py-spy read while the thread moved on) does not make it train
+    training = {k for k, v in trains.items() if v >= TRAINS_SHARE * under[k]}
     per: dict[str, float] = {}
     sites: dict[tuple[str, str], float] = {}
     for frames, i, n in rows:

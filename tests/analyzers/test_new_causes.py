@@ -216,3 +216,30 @@ def test_a_function_decorated_with_no_grad_is_an_evaluation_pass_whatever_its_na
     )
     assert eval_frame_index(frames) == 2
     assert eval_frame_index((frames[0], "estimate_loss (/w/train.py:158)")) is None
+
+
+def test_one_stray_backward_sample_under_evaluate_does_not_hide_evaluation():
+    """py-spy reads stacks without pausing the job: one torn sample that shows evaluate()
+    above a backward frame must not make evaluate() a training function."""
+    from gpudiag.analyzers.findings.evaluation import eval_time
+    from gpudiag.analyzers.measures.loop import profile_loop
+    from gpudiag.analyzers.measures.rules import Classifier
+    from gpudiag.analyzers.timeline.timeline import Timeline
+    from gpudiag.probes.base import Sample
+
+    site = "/v/lib/python3.11/site-packages/torch"
+    ev = "<module> (/w/t.py:40);evaluate (/w/t.py:10)"
+    stacks = {
+        f"{ev};Module._call_impl ({site}/nn/modules/module.py:1789)": 60,
+        f"{ev};backward ({site}/autograd/__init__.py:266)": 1,
+        f"<module> (/w/t.py:41);backward ({site}/autograd/__init__.py:266)": 30,
+    }
+    tl = Timeline()
+    for stack, n in stacks.items():
+        labels = {"mode": "all", "kind": "stack", "pid": "1", "tid": "1", "thread": "MainThread",
+                  "role": "target", "stack": stack, "code": ""}  # fmt: skip
+        tl.add(Sample("stacks", 10**12, labels, {"count": n}))
+    clf = Classifier()
+    view = tl.whole()
+    got = eval_time(view, profile_loop(view, clf), clf)
+    assert got is not None and got.function == "evaluate" and got.samples == 61
