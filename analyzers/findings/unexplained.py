@@ -137,7 +137,7 @@ def _finding(
 ) -> Finding:
     top = sites[0]
     conf = confidence_above(share, limit, u.samples)
-    lines = "; ".join(_site_line(s) for s in sites[:3])
+    lines = "; ".join(_site_line(s) for s in sites[:3] if s.share >= 0.01 or s is top)
     if fid == "BLOCK001":
         msg = (
             f"The loop waits {share:.0%} of its time for calls it makes itself: {lines}. "

@@ -125,7 +125,7 @@ def _site_key(stack: str, code: str) -> tuple[Location | None, str, str, str, bo
     """(the job's frame, the call it made, family, library, whether the job's own code is
     the innermost frame)."""
     # gpudiag's own wrappers and py-spy's process/thread labels say nothing of the call
-    frames = tuple(fr for fr in parse_stack(stack) if fr.file and not fr.is_own)
+    frames = tuple(fr for fr in parse_stack(stack) if fr.file and fr.line > 0 and not fr.is_own)
     user_idx = max((i for i, fr in enumerate(frames) if fr.is_user and fr.line > 0), default=-1)
     fam, lib = _family(frames, user_idx, code)
     loc = None
