@@ -26,6 +26,7 @@ PROCFS = {
     "probes/host/process.py": "/proc/PID/task/TID/{stat,schedstat}",
     "probes/host/probe.py": "PSI: /proc/pressure/* and the job cgroup's *.pressure (kernel files)",
     "agent/output/report.py": "the report's JSON Schema, a resource of the package",
+    "analyzers/cost/prices.py": "the GPU models and prices table, a resource of the package",
 }
 
 _WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}

@@ -198,6 +198,23 @@ class GpudiagCollector(Collector):
             "usd_idle": _gauge(
                 "idle_gpu_usd_per_hour", "money per hour spent on the job's idle GPU time", LABELS
             ),
+            "unit_usd": _gauge(
+                "usd_per_1000_units",
+                "money per 1,000 units of work (unit: step, request, item or batch) at the "
+                "report's price",
+                (*LABELS, "unit"),
+            ),
+            "rs_speed": _gauge(
+                "right_size_relative_speed_ratio",
+                "the job's speed on a reference GPU model as a multiple of now (basis: measured "
+                "for the GPU it runs on, model for the others: a projection from its bound)",
+                (*LABELS, "gpu_model", "basis"),
+            ),
+            "rs_usd": _gauge(
+                "right_size_usd_per_1000_units",
+                "money per 1,000 units of work on a reference GPU model (basis: measured or model)",
+                (*LABELS, "gpu_model", "unit", "basis"),
+            ),
             "dur": _gauge("job_profiled_seconds", "how long the job has been profiled", LABELS),
             "probe": _gauge(
                 "probe_up", "1 when the probe runs for the job, 0 if not", (*LABELS, "probe")
@@ -278,9 +295,7 @@ class GpudiagCollector(Collector):
         idle = gpu_idle(doc)
         if idle is not None:
             fam["idle"].add_metric(lv, idle)
-        cost = doc.get("cost") or {}
-        if cost.get("available"):
-            fam["usd_idle"].add_metric(lv, float(cost["idle"]["usd_per_hour"]))
+        _money(doc, lv, fam)
         run = doc.get("run") or {}
         fam["dur"].add_metric(lv, float(run.get("duration_s") or 0.0))
         for p in doc.get("probes", []):
@@ -292,6 +307,23 @@ class GpudiagCollector(Collector):
             fam["budget"].add_metric(lv, float(agent["cpu_budget_cores"]))
         if agent.get("peak_rss_bytes") is not None:
             fam["rss"].add_metric(lv, float(agent["peak_rss_bytes"]))
+
+
+def _money(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:
+    """Idle spend, cost per 1,000 units of work, and the right-size rows (a model)."""
+    cost = doc.get("cost") or {}
+    if cost.get("available"):
+        fam["usd_idle"].add_metric(lv, float(cost["idle"]["usd_per_hour"]))
+        if cost.get("usd_per_1000_units") is not None:
+            unit = str(cost.get("unit") or "step")
+            fam["unit_usd"].add_metric([*lv, unit], float(cost["usd_per_1000_units"]))
+    rs = doc.get("right_size") or {}
+    for r in rs.get("rows") or [] if rs.get("available") else []:
+        basis = "measured" if r["measured"] else "model"
+        fam["rs_speed"].add_metric([*lv, r["model"], basis], float(r["relative_speed"]))
+        if r.get("usd_per_1000_units") is not None:
+            row = [*lv, r["model"], rs["unit"], basis]
+            fam["rs_usd"].add_metric(row, float(r["usd_per_1000_units"]))
 
 
 def probe_up(probe: dict, doc: dict) -> bool:

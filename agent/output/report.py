@@ -126,6 +126,8 @@ def build_report(
     }
     if analysis.workload is not None:
         doc["workload"] = analysis.workload.to_dict()
+    if analysis.right_size:
+        doc["right_size"] = analysis.right_size
     return doc
 
 

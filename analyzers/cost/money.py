@@ -1,5 +1,5 @@
-"""What the waste costs: money per finding, idle spend (COST001), cost per unit of work,
-right-sizing from the measured peak VRAM and compute share, and when spot capacity fits.
+"""What the waste costs: money per finding, idle spend (COST001), cost per 1,000 units of
+work, the price's age, and when spot capacity fits (right-sizing: analyzers.cost.projection).
 
 Money figures exist only when the job uses a GPU and a price is known; every figure says
 which price it used and where that came from.
@@ -8,8 +8,10 @@ which price it used and where that came from.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 
-from gpudiag.analyzers.cost.prices import AS_OF, MODELS, SPOT_NOTE, Price, by_key, identify
+from gpudiag.analyzers.cost.prices import SPOT_NOTE, Price
+from gpudiag.analyzers.cost.projection import right_size_line, unit_rate
 from gpudiag.analyzers.engine.catalogue import (
     about_time_in,
     explains_gpu_idle,
@@ -17,85 +19,40 @@ from gpudiag.analyzers.engine.catalogue import (
 )
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.gpu_stats import GIB, GpuStats
+from gpudiag.analyzers.measures.gpu_stats import GpuStats
 
-VRAM_MARGIN = 1.25  # right-sizing keeps 25% above the measured peak
-SPEED_MARGIN = 1.2  # and 20% above the compute the job actually used
+STALE_DAYS = 365  # a reference price older than this (at the run's date) is flagged
 
 
-def resolve_price(
-    stats: list[GpuStats], override: Price | None, table: dict[str, float]
-) -> Price | None:
-    """The price to use: an explicit one, the user's table, else the built-in reference."""
-    if override is not None:
-        return override
-    if not stats:
-        return None
-    model = identify(stats[0].name)
-    for key in ([model.key] if model else []) + [stats[0].name, "default"]:
-        for name, usd in table.items():
-            if name.lower() == key.lower():
-                return Price(
-                    float(usd), f"user price table entry '{name}'", model.key if model else None
-                )
-    if model is None:
-        return None
-    return Price(
-        model.on_demand_usd,
-        f"built-in reference: {model.label} on-demand, {AS_OF} ({model.basis})",
-        model.key,
-    )
+def price_age(price: Price, run_day: date | None) -> dict:
+    """The reference row's date and whether it is older than a year at the run's date."""
+    if price.row is None:
+        return {}
+    if run_day is None:
+        return {"date": price.row.date, "stale": None}
+    days = (run_day - price.row.day()).days
+    return {"date": price.row.date, "age_days": days, "stale": days > STALE_DAYS}
 
 
 def _money(usd_per_hour: float) -> dict:
     return {"usd_per_hour": round(usd_per_hour, 4), "usd_per_day": round(usd_per_hour * 24, 2)}
 
 
-def right_size(stats: list[GpuStats], price: Price) -> dict | None:
-    """The cheapest reference GPU that holds peak VRAM +25% and the compute the job used."""
-    st = max(stats, key=lambda s: s.mem_peak or 0.0)
-    current = by_key(price.model) if price.model else identify(st.name)
-    if st.mem_peak is None or current is None:
-        return None
-    busy = st.sm_active if st.sm_active is not None else (st.busy or 0.0)
-    need_gib = st.mem_peak / GIB * VRAM_MARGIN
-    need_speed = current.relative_speed * busy * SPEED_MARGIN
-    fits = [
-        m
-        for m in MODELS
-        if m.memory_gib >= need_gib
-        and m.relative_speed >= need_speed
-        and m.on_demand_usd < current.on_demand_usd
-        and m.key != current.key
-    ]
-    base = {
-        "peak_vram_gib": round(st.mem_peak / GIB, 2),
-        "need_vram_gib": round(need_gib, 2),
-        "compute_share": round(busy, 4),
-        "current": current.label,
-        "basis": "measured peak VRAM (+25%) and busy share (+20%) against the reference "
-        "table's memory and relative speed classes; an estimate, not a promise",
-    }
-    if not fits:
-        return {
-            **base,
-            "suggestion": None,
-            "statement": f"no cheaper reference GPU holds {need_gib:.1f} GiB with the "
-            "compute this job used",
-        }
-    best = min(fits, key=lambda m: m.on_demand_usd)
-    ratio = best.on_demand_usd / current.on_demand_usd
-    return {
-        **base,
-        "suggestion": best.label,
-        "suggestion_usd_per_gpu_hour": best.on_demand_usd,
-        "price_ratio": round(ratio, 3),
-        "statement": f"this job peaks at {st.mem_peak / GIB:.1f} GiB and keeps its "
-        f"{current.label} busy {busy:.0%} of the time; "
-        f"{'an' if best.label[0] in 'AEFHILMNORSX8' else 'a'} {best.label} would "
-        f"hold it with room, at about {ratio:.0%} of the hourly price "
-        "(estimate)",
-    }
+def per_unit(section: dict, metrics: dict, workload_kind: str | None, per_hour: float) -> None:
+    """Cost per 1,000 steps, requests or items (price x GPU time per unit) in `section`."""
+    unit, metric, rate = unit_rate(metrics, workload_kind)
+    sps, samples_ps = metrics.get("steps_per_second"), metrics.get("samples_per_second")
+    section["usd_per_1000_steps"] = round(per_hour / (sps * 3.6), 4) if sps else None
+    section["usd_per_million_samples"] = (
+        round(per_hour / (samples_ps * 3600) * 1e6, 2) if samples_ps else None
+    )
+    section["unit"] = unit
+    section["usd_per_1000_units"] = round(per_hour / (rate * 3.6), 4) if rate else None
+    if not rate:
+        section["per_unit_note"] = (
+            f"cost per {unit} needs the job's rate ({metric}, from the in-process hooks); "
+            "not measured in this run"
+        )
 
 
 def cost_analysis(
@@ -105,8 +62,14 @@ def cost_analysis(
     checkpoints: bool,
     price: Price | None,
     th: Thresholds,
+    *,
+    right: dict | None = None,
+    workload_kind: str | None = None,
+    run_day: date | None = None,
 ) -> tuple[dict, list[Finding]]:
-    """The report's cost section, and the findings with their cost (plus COST001)."""
+    """The report's cost section, and the findings with their cost (plus COST001).
+
+    `right`: the right-size projection (analyzers.cost.projection) COST001 points at."""
     used = [s for s in stats if s.job_uses_gpu and s.busy is not None]
     if not used:
         return {
@@ -124,23 +87,14 @@ def cost_analysis(
     idle = sum(1.0 - (s.busy or 0.0) for s in used) / n
     section: dict = {
         "available": True,
-        "price": price.to_dict(),
+        "price": {**price.to_dict(), **price_age(price, run_day)},
         "gpus": n,
         "gpu_model": used[0].name,
         **_money(per_hour),
         "gpu_idle_share": round(idle, 4),
         "idle": _money(per_hour * idle),
     }
-    sps, samples_ps = metrics.get("steps_per_second"), metrics.get("samples_per_second")
-    section["usd_per_1000_steps"] = round(per_hour / (sps * 3.6), 4) if sps else None
-    section["usd_per_million_samples"] = (
-        round(per_hour / (samples_ps * 3600) * 1e6, 2) if samples_ps else None
-    )
-    if not sps:
-        section["per_unit_note"] = (
-            "cost per step needs the job's step rate (in-process step "
-            "timing); not measured in this run"
-        )
+    per_unit(section, metrics, workload_kind, per_hour)
     out = [
         replace(
             f, cost={"gpu_hours_per_hour": round(n * f.impact, 4), **_money(per_hour * f.impact)}
@@ -168,10 +122,13 @@ def cost_analysis(
                 if section["usd_per_1000_steps"]
                 else None
             ),
+            "usd_per_1000_units": (
+                round(section["usd_per_1000_units"] / speed, 4)
+                if section["usd_per_1000_units"]
+                else None
+            ),
         }
-    sizing = right_size(used, price)
-    if sizing:
-        section["right_sizing"] = sizing
+    sizing = right_size_line(right)
     if checkpoints:
         section["spot"] = {
             "applicable": True,
@@ -189,7 +146,7 @@ def _cost001(
     per_hour: float,
     price: Price,
     top: list[Finding],
-    sizing: dict | None,
+    sizing: str | None,
     checkpoints: bool,
     th: Thresholds,
 ) -> Finding:
@@ -216,8 +173,8 @@ def _cost001(
     actions = []
     if top:
         actions.append("fix the findings above first: " + ", ".join(f.id for f in top))
-    if sizing and sizing.get("suggestion"):
-        actions.append(f"right-size: {sizing['statement']}")
+    if sizing:
+        actions.append(f"right-size: {sizing}")
     if checkpoints:
         actions.append(f"use spot/preemptible capacity: {SPOT_NOTE}")
     actions.append("profile before you provision: rerun gpudiag after each change")

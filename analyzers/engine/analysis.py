@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.cost.prices import Price
+from gpudiag.analyzers.cost.projection import Prices
 from gpudiag.analyzers.engine.context import build_context
 from gpudiag.analyzers.engine.finalize import finalize, unjudged, verdict_of
 from gpudiag.analyzers.engine.registry import run_finders
@@ -47,6 +48,7 @@ class Analysis:
     verdict: dict = field(default_factory=dict)
     periods: list = field(default_factory=list)
     workload: Workload | None = None
+    right_size: dict = field(default_factory=dict)
 
 
 def analyze(
@@ -128,7 +130,7 @@ def _analyze_view(
     price: Price | None,
     price_table: dict[str, float] | None,
 ) -> Analysis:
-    c = build_context(tl, view, win, th, clf)
+    c = build_context(tl, view, win, th, clf, Prices(price, price_table or {}))
     found = run_finders(c)
     for st in c.stats:
         c.metrics[f"gpu{st.index}_busy"] = st.busy
@@ -145,4 +147,5 @@ def _analyze_view(
         c.cp,
         done.verdict,
         workload=c.workload,
+        right_size=c.right_size,
     )

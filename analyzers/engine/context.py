@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from gpudiag.analyzers.cost.projection import Prices, host_cause, project, resolve_price
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
@@ -36,6 +37,7 @@ class Context:
     phases: dict  # start-up, loop and shutdown (empty for a period)
     found: tuple = ()  # the findings the finders registered before this one made
     workload: Workload | None = None  # training, inference or server (measures/workload.py)
+    right_size: dict = field(default_factory=dict)  # the model of the job on other GPUs
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a
@@ -71,9 +73,11 @@ def build_context(
     win: LoopWindow,
     th: Thresholds,
     clf: Classifier,
+    prices: Prices | None = None,
 ) -> Context:
     """The context of `view`; `tl` is the whole run (None for a period: no phases, and the
-    step rows are read from the view)."""
+    step rows are read from the view). `prices`: the user's price and price table, which
+    the right-size projection uses."""
     stats = tuple(s for s in gpu_stats(view) if s.samples > 0)
     uses_gpu = any(s.job_uses_gpu for s in stats)
     whole = tl.whole() if isinstance(tl, Timeline) else view
@@ -115,4 +119,7 @@ def build_context(
     if workload.kind != "training":  # a training job's report keeps its metrics
         metrics.update(serving_metrics(whole))
     c = Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
-    return replace(c, workload=workload)
+    given = prices or Prices()
+    chosen = Prices(resolve_price(list(stats), given.current, given.table), given.table)
+    right = project(list(stats), metrics, workload.kind, chosen, host_cause(cp))
+    return replace(c, workload=workload, right_size=right)

@@ -6,9 +6,11 @@ findings) and `merge` all finish through here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import date, datetime, timezone
 
-from gpudiag.analyzers.cost.money import checkpoints_seen, cost_analysis, resolve_price
+from gpudiag.analyzers.cost.money import checkpoints_seen, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
+from gpudiag.analyzers.cost.projection import resolve_price
 from gpudiag.analyzers.engine.catalogue import category, explains_gpu_idle, ranked
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding
@@ -43,12 +45,25 @@ def finalize(
         checkpoints_seen(findings, c.profile.share("checkpoint")),
         chosen,
         c.th,
+        right=c.right_size,
+        workload_kind=c.workload.kind if c.workload else None,
+        run_day=run_day(c.view.start_ns),
     )
     findings = ranked(findings)
     verdict = verdict_of(
         findings, c.profile.samples, c.metrics.get("steps"), c.th, unjudged(c.profile, c.th)
     )
     return Finished(tuple(findings), cost, verdict)
+
+
+def run_day(start_ns: int | None) -> date | None:
+    """The UTC day a span of the run started (for the price's age); None when unknown."""
+    if start_ns is None:
+        return None
+    try:
+        return datetime.fromtimestamp(start_ns / 1e9, timezone.utc).date()
+    except (OverflowError, OSError, ValueError):  # a time no clock can show
+        return None
 
 
 def with_more(

@@ -10,6 +10,7 @@ activity or the host-side stacks confirm.
 from __future__ import annotations
 
 from gpudiag.analyzers.cost.prices import identify
+from gpudiag.analyzers.cost.projection import right_size_line
 from gpudiag.analyzers.engine.catalogue import explains_gpu_idle, new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
@@ -28,13 +29,19 @@ from gpudiag.analyzers.measures.gpu_stats import (
 
 
 def gpu_findings(
-    stats: list[GpuStats], host: list[Finding], th: Thresholds, cp: CriticalPath, metrics: dict
+    stats: list[GpuStats],
+    host: list[Finding],
+    th: Thresholds,
+    cp: CriticalPath,
+    metrics: dict,
+    sizing: str | None = None,
 ) -> list[Finding]:
-    """GPU findings over the loop window's per-GPU statistics."""
+    """GPU findings over the loop window's per-GPU statistics (`sizing`: the right-size line
+    MEM001 points at)."""
     out: list[Finding] = []
     for st in stats:
         own = transfer_findings(st, th, cp, metrics) + _launch(st, th)
-        out += own + _tensor(st, th) + memory_findings(st, th) + throttle_findings(st, th)
+        out += own + _tensor(st, th) + memory_findings(st, th, sizing) + throttle_findings(st, th)
         out += _idle(st, host + own, th, cp)
     out += _imbalance(stats, th)
     return out
@@ -290,4 +297,5 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
 def find(c: Context) -> list[Finding]:
     """The GPU findings, from the analysis context; GPU idle the host-side findings made
     before it (`c.found`) leave unexplained is its own finding."""
-    return gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics)
+    sizing = right_size_line(c.right_size)
+    return gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics, sizing)

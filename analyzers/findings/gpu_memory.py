@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.cost.prices import MODELS
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.results import Finding, Recommendation
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.gpu_stats import GIB, GpuStats, gpu_evidence
 
 
-def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
+def memory_findings(st: GpuStats, th: Thresholds, sizing: str | None = None) -> list[Finding]:
+    """MEM002 near the limit, MEM001 with room to use (`sizing`: the right-size line from the
+    job's measured bound, which MEM001 points at)."""
     if not st.mem_peak or not st.mem_total:
         return []
     frac = st.mem_peak / st.mem_total
@@ -61,12 +62,6 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
     if frac > th.mem_headroom_max:
         return []
     mult = max(1, math.floor(0.85 * st.mem_total / st.mem_peak))
-    need_g = peak_g * 1.25
-    fits = sorted(
-        (m for m in MODELS if need_g <= m.memory_gib < total_g * 0.9),
-        key=lambda m: (m.memory_gib, m.on_demand_usd),
-    )
-    smaller = fits[0].label if fits else None
     e = ev + (
         gpu_evidence(
             st,
@@ -83,19 +78,14 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
         f"The job peaks at {peak_g:.1f} GiB of GPU {st.index}'s {total_g:.0f} GiB "
         f"({frac:.0%}). About {mult}x the batch would still fit (activations scale with "
         "batch size, weights do not; so this is an upper estimate)"
-        + (
-            f"; a {smaller} GPU has the memory for it with 25% margin (memory only: the "
-            "cost section's right-sizing also checks the compute)."
-            if smaller
-            else "."
-        )
+        + (f". Right-size (model, from the job's measured bound): {sizing}." if sizing else ".")
     )
     fixes = [
         f"raise the batch size up to ~{mult}x (scale the learning rate with it), "
         "watching VRAM with gpudiag"
     ]
-    if smaller:
-        fixes.append(f"or run on a smaller GPU: {smaller} fits {need_g:.1f} GiB (peak + 25%)")
+    if sizing:
+        fixes.append(f"or run on a cheaper GPU: {sizing}")
     return [
         new_finding(
             "MEM001",
@@ -105,7 +95,8 @@ def memory_findings(st: GpuStats, th: Thresholds) -> list[Finding]:
             message=msg,
             evidence=e,
             recommendation=Recommendation(
-                f"Use the memory: batch up to ~{mult}x, or a smaller GPU", tuple(fixes)
+                f"Use the memory: batch up to ~{mult}x" + (", or a cheaper GPU" if sizing else ""),
+                tuple(fixes),
             ),
             expected_speedup=1.0,
             signals=("nvml memory",),

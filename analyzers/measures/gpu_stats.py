@@ -28,6 +28,7 @@ class GpuStats:
     job_sm: float | None = None  # per-process SM utilisation of the job, mean
     sm_active: float | None = None  # GPM
     tensor_active: float | None = None  # GPM
+    dram_bw: float | None = None  # GPM: share of peak DRAM bandwidth used
     mem_peak: float | None = None
     mem_total: float | None = None
     pcie_rx: float | None = None
@@ -68,6 +69,7 @@ _FIELD_OF = {
     "job_sm_util": ("job_sm", "mean"),
     "gpm_sm_active": ("sm_active", "mean"),
     "gpm_tensor_active": ("tensor_active", "mean"),
+    "gpm_dram_bw": ("dram_bw", "mean"),
     "mem_total_bytes": ("mem_total", "maximum"),
     "pcie_rx_bytes_per_s": ("pcie_rx", "mean"),
     "pcie_tx_bytes_per_s": ("pcie_tx", "mean"),

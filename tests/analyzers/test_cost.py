@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.cost.prices import MODELS, Price
+from gpudiag.analyzers.cost.prices import Price, row_of
 from tests.analyzers.scenario import Scenario
 from tests.analyzers.test_gpu_findings import ME, STARVED, timeline
 from tests.probes.fake_nvml import FakeGpu, const
@@ -13,28 +13,33 @@ from tests.probes.fake_nvml import FakeGpu, const
 QUARTER_BUSY_9GIB = FakeGpu(job_pids=[ME], util=const(25), job_mem=const(9 * 2**30))
 
 
-def test_quarter_busy_h100_with_9_gib_costs_money_and_could_be_smaller():
+def test_quarter_busy_h100_with_9_gib_costs_money_at_the_dated_reference_price():
     a = analyze(timeline(QUARTER_BUSY_9GIB).tl)
     cost = a.cost
-    assert cost["available"] and cost["price"]["usd_per_gpu_hour"] == 12.29
-    assert "built-in reference: H100 SXM 80 GB" in cost["price"]["source"]
+    row = row_of("H100-SXM")
+    assert row is not None
+    assert cost["available"] and cost["price"]["usd_per_gpu_hour"] == row.usd_per_gpu_hour
+    assert cost["price"]["date"] == row.date and cost["price"]["row"]["url"] == row.url
+    assert f"built-in reference ({row.date})" in cost["price"]["source"]
     f = next(f for f in a.findings if f.id == "COST001")
-    daily_idle = 12.29 * 24 * 0.75
+    daily_idle = row.usd_per_gpu_hour * 24 * 0.75
     assert f.cost["usd_per_day"] == pytest.approx(daily_idle, abs=0.01)
     assert f"${daily_idle:,.0f}" in f.message
-    sizing = cost["right_sizing"]
-    assert sizing["peak_vram_gib"] == pytest.approx(9.0)
-    assert sizing["suggestion"] is not None
-    chosen = next(m for m in MODELS if m.label == sizing["suggestion"])
-    assert chosen.memory_gib >= 9 * 1.25 and chosen.on_demand_usd < 12.29
-    assert chosen.relative_speed >= 0.25 * 1.2  # keeps up with the compute the job used
-    assert any("right-size" in a_ for a_ in f.recommendation.actions)
+    # no GPM counters in this fake: the bound is not measured, so no model is projected
+    rs = a.right_size
+    assert not rs["available"] and rs["kind"] == "model" and "rows" not in rs
+    assert any("gpm_tensor_active" in m for m in rs["missing"])
+    assert rs["host_share"] == pytest.approx(0.75, abs=0.01)
+    assert not any("right-size" in a_ for a_ in f.recommendation.actions)
 
 
 def test_price_override_changes_every_money_figure_consistently():
     tl = timeline(QUARTER_BUSY_9GIB).tl
-    base, dear = analyze(tl), analyze(tl, price=Price(24.58, "--price"))
-    assert dear.cost["price"] == {"usd_per_gpu_hour": 24.58, "source": "--price", "model": None}
+    base = analyze(tl)
+    twice = 2 * base.cost["price"]["usd_per_gpu_hour"]
+    dear = analyze(tl, price=Price(twice, "--price"))
+    assert dear.cost["price"] == {"usd_per_gpu_hour": twice, "source": "--price", "model": None}
+    assert base.cost["price"]["date"] and "date" not in dear.cost["price"]
     assert dear.cost["usd_per_day"] == pytest.approx(2 * base.cost["usd_per_day"], rel=1e-3)
     assert dear.cost["idle"]["usd_per_day"] == pytest.approx(
         2 * base.cost["idle"]["usd_per_day"], rel=1e-3
@@ -49,7 +54,8 @@ def test_price_override_changes_every_money_figure_consistently():
 def test_findings_carry_their_cost_and_the_fixed_scenario_is_cheaper():
     a = analyze(timeline(FakeGpu(job_pids=[ME], util=const(25)), shares=STARVED).tl)
     data = next(f for f in a.findings if f.id == "DATA001")
-    assert data.cost["usd_per_hour"] == pytest.approx(12.29 * data.impact, rel=1e-3)
+    price = a.cost["price"]["usd_per_gpu_hour"]
+    assert data.cost["usd_per_hour"] == pytest.approx(price * data.impact, rel=1e-3)
     fixed = a.cost["if_fixed"]
     assert fixed["findings"][0] == "DATA001"
     assert fixed["idle"]["usd_per_day"] < a.cost["idle"]["usd_per_day"]

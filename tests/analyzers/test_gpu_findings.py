@@ -106,7 +106,8 @@ def test_vram_headroom_9_of_80_gib_gives_a_batch_multiplier():
     f = a.findings[0]
     assert f.severity == "note"
     assert "7x" in f.recommendation.summary
-    assert "T4" in " ".join(f.recommendation.actions)
+    # no GPM counters in the fake: no right-size projection, so no GPU model is named
+    assert len(f.recommendation.actions) == 1 and "GPU" not in f.recommendation.summary
 
 
 def test_vram_near_the_limit_is_mem002():

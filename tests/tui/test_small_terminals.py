@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from rich.console import Console
 
+from gpudiag.analyzers.cost.prices import row_of
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import Feed, static_feed
 from gpudiag.tui.screens import HelpScreen, finding_text
@@ -70,7 +71,7 @@ def test_panel_values_never_split_from_their_units(width):
         "4 using 3.6 cores",
         "VRAM peak 60.0 GiB",
         "20% of 16 cores",
-        "$295/day",
+        f"${row_of('H100-SXM').usd_per_gpu_hour * 24:,.0f}/day",  # the reference price
     ):
         assert any(value in ln for ln in lines), (value, lines)
 

@@ -18,6 +18,7 @@ from gpudiag.agent.output.render.charts import (
     gpu_legend,
     timeline_svg,
 )
+from gpudiag.agent.output.render.right_size import right_size_lines, right_size_table_html
 from gpudiag.agent.output.render.text import cost_lines, phase_lines
 from gpudiag.agent.output.render.workload import workload_lines
 from gpudiag.text.formatting import LABELS, evidence_parts, fmt_value, is_bound, speedup_text
@@ -312,6 +313,7 @@ def render_html(doc: dict) -> str:
         _gpu_panels(doc),
         "<h2>Money</h2>",
         "<pre>" + _e("\n".join(cost_lines(doc))) + "</pre>",
+        _right_size(doc),
         f"<h2>Flame graph of the loop thread</h2><p class=muted>{_e(stacks.get('thread') or '')}"
         f" · {stacks.get('samples', 0):.0f} samples over the loop; hover a frame for its "
         "share.</p>",
@@ -330,4 +332,23 @@ def render_html(doc: dict) -> str:
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>gpudiag report: {_e(cmd)[:80]}</title><style>{CSS}</style></head>"
         f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
+
+
+def _right_size(doc: dict) -> str:
+    """The right-size projection (a model): its basis, its table and its two picks."""
+    lines = right_size_lines(doc)
+    if not lines:
+        return ""
+    rs = doc["right_size"]
+    picks = [ln for ln in lines[1:] if not ln.startswith("    ")]
+    return (
+        "<h3>Right-size (model)</h3>"
+        f"<p class=muted>{_e(lines[0])}</p>"
+        + right_size_table_html(doc, _e)
+        + (
+            "<pre>" + _e("\n".join(ln.strip() for ln in picks)) + "</pre>"
+            if rs.get("available")
+            else ""
+        )
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpudiag.agent.output.render.ranks import rank_lines
+from gpudiag.agent.output.render.right_size import price_age_lines, right_size_lines
 from gpudiag.agent.output.render.workload import workload_lines
 from gpudiag.analyzers.engine.results import CATEGORIES
 from gpudiag.text.formatting import (
@@ -117,9 +118,12 @@ def cost_lines(doc: dict) -> list[str]:
         f"${cost['usd_per_day']:,.0f}/day; idle {cost['gpu_idle_share']:.0%} = "
         f"${cost['idle']['usd_per_day']:,.0f}/day",
     ]
-    if cost.get("usd_per_1000_steps") is not None:
+    out += price_age_lines(cost)
+    unit = cost.get("unit", "step")
+    per = cost.get("usd_per_1000_units", cost.get("usd_per_1000_steps"))
+    if per is not None:
         out.append(
-            f"  ${cost['usd_per_1000_steps']:.4f} per 1,000 steps"
+            f"  ${per:.4f} per 1,000 {unit}s"
             + (
                 f", ${cost['usd_per_million_samples']:.2f} per million samples"
                 if cost.get("usd_per_million_samples") is not None
@@ -133,8 +137,8 @@ def cost_lines(doc: dict) -> list[str]:
             f"{speedup_text(fixed)} faster, idle "
             f"{fixed['gpu_idle_share']:.0%} = ${fixed['idle']['usd_per_day']:,.0f}/day"
         )
-    sizing = cost.get("right_sizing")
-    if sizing:
+    sizing = cost.get("right_sizing")  # a report made before right_size
+    if sizing and "right_size" not in doc:
         out.append(f"  right-sizing: {sizing['statement']}")
     if cost.get("spot"):
         out.append(f"  spot: {cost['spot']['note']}")
@@ -248,6 +252,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
         out.append(f"Verdict: {verdict['statement']}")  # (else "No diagnosis" said why)
     out.append("")
     out += cost_lines(doc)
+    out += right_size_lines(doc)
     out.append("")
     out.append("Probes: " + " · ".join(f"{p['name']} {_probe_state(p)}" for p in doc["probes"]))
     for p in doc["probes"]:
@@ -331,6 +336,10 @@ def render_markdown(doc: dict) -> str:
         for i, ln in enumerate(cost_lines(doc))
     ]
     out.append("")
+    sizing = right_size_lines(doc)
+    if sizing:
+        out += ["#### Right-size (model)", "", md_escape(sizing[0]), "", "```", *sizing[1:]]
+        out += ["```", ""]
     missing = [p for p in doc["probes"] if not p["available"]]
     if missing:
         out.append(
