@@ -130,10 +130,11 @@ def profiling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cpu-budget",
         type=budget,
-        default=3.0,
+        default=None,
         metavar="PERCENT",
         help="CPU gpudiag and its py-spy may use, in percent of one core; sampling "
-        "rates adapt to it (default: 3; 0: no limit)",
+        "rates adapt to it (default: 1.5%% of the box's CPU, at least 3 and at most 50: "
+        "3 on 2 cores, 24 on 16; 0: no limit)",
     )
     p.add_argument(
         "--window",

@@ -40,6 +40,19 @@ VERDICT_MARGIN = 1.2  # loop samples wanted per sample a verdict needs (a margin
 # the analyzers drop: warm-up steps, the edges of the loop window)
 
 
+BOX_SHARE = 0.015  # the default budget: 1.5% of the box's CPU ...
+MIN_BUDGET_CORES = 0.03  # ... never under 3% of one core ...
+MAX_BUDGET_CORES = 0.5  # ... nor over half of one
+
+
+def default_cpu_budget(cores: int | None) -> float:
+    """The default CPU budget in cores: 1.5% of the box (3% of one core on 2 cores, 24% on
+    16). A fixed 3% of one core starved the stack probe on a 16-core H100 box: py-spy's cost
+    per window on a CUDA process left 47 stack samples in 22 s, too few for any verdict,
+    while 14 cores sat idle."""
+    return round(min(MAX_BUDGET_CORES, max(MIN_BUDGET_CORES, BOX_SHARE * (cores or 1))), 4)
+
+
 @dataclass(frozen=True)
 class Budget:
     """What the agent may cost: CPU in cores (0.03 = 3% of one core) and resident bytes."""

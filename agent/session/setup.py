@@ -3,8 +3,10 @@ what it returns."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
+from gpudiag.agent.session.budget import default_cpu_budget
 from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Target
@@ -26,7 +28,8 @@ class SessionOptions:
     nonblocking: bool = True
     progress: bool = True
     skip_steps: int = 0
-    cpu_budget: float | None = 0.03  # cores gpudiag and its py-spy may use; None: no limit
+    # cores gpudiag and its py-spy may use (default: 1.5% of the box); None: no limit
+    cpu_budget: float | None = field(default_factory=lambda: default_cpu_budget(os.cpu_count()))
     rss_budget_bytes: int = 150 * 1024 * 1024
     probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
     until_sure: bool = False  # stop once the verdict is sure (checked every SURE_CHECK_S)

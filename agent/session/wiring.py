@@ -5,6 +5,7 @@ report and summary written at the end."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from dataclasses import dataclass, fields
@@ -17,6 +18,7 @@ from gpudiag.agent.fleet.server import MetricsServer, serve_job
 from gpudiag.agent.output.recording import Recorder
 from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import report_of, write_report
+from gpudiag.agent.session.budget import default_cpu_budget
 from gpudiag.agent.session.environment import describe_environment
 from gpudiag.agent.session.session import Session, SessionOptions, SessionResult
 from gpudiag.analyzers.timeline.timeline import Timeline
@@ -28,7 +30,8 @@ from gpudiag.text.sink import emit
 def session_options(args: argparse.Namespace, attached: bool = False) -> SessionOptions:
     """The sampling options `run` and `attach` take (`attached`: the job runs already, and
     a --capture-steps is asked of its hooks once they connect)."""
-    budget = getattr(args, "cpu_budget", 3.0)
+    budget = getattr(args, "cpu_budget", None)
+    cores = default_cpu_budget(os.cpu_count()) if budget is None else budget / 100.0
     return SessionOptions(
         attached=attached,
         capture_steps=getattr(args, "capture_steps", None) if attached else None,
@@ -37,7 +40,7 @@ def session_options(args: argparse.Namespace, attached: bool = False) -> Session
         window_s=args.window,
         nonblocking=not args.blocking,
         progress=not args.quiet,
-        cpu_budget=budget / 100.0 if budget else None,
+        cpu_budget=cores or None,
         until_sure=bool(getattr(args, "until_sure", False)),
     )
 

@@ -184,6 +184,12 @@ CATALOGUE: dict[str, Spec] = {
             False,
         ),
         Spec("INFER001", "Inference with autograd on", "host", False),
+        Spec(
+            "INFER002",
+            "One item per forward in an inference loop: pass them in batches",
+            "gpu",
+            False,
+        ),
         Spec("SERVE002", "The request path is bound by host work", "host", False),
     )
 }

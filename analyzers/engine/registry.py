@@ -39,10 +39,10 @@ FINDERS: tuple[Finder, ...] = (
     gil.find,
     checkpoint.find,
     evaluation.find,
+    serving.find,  # before HOST001: a server's or batch-1 inference's host time is theirs
     host_bound.find,
     host_contention.find,
     oversubscription.find,
-    serving.find,
     unexplained.find,  # after every host-side cause: the loop time none of them explains
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,

@@ -128,6 +128,9 @@ class Thresholds:
     """GPU003: SM activity needed before missing tensor-core use matters."""
     tensor_active_max: float = 0.05
     """GPU003: tensor-core activity at or below which matrix work is plain fp32."""
+    tensor_dram_ratio_max: float = 0.5
+    """GPU003: DRAM bandwidth used per unit of SM activity at or above which the SMs' time is
+    memory traffic (elementwise work, reductions), which tensor cores would not speed up."""
     capture_idle_confirm: float = 0.50
     """Capture: a GPU-idle finding is confirmed when the captured steps' GPU idle share is at
     least this share of the GPU idle NVML measured over the loop (refuted below)."""
@@ -195,6 +198,9 @@ class Thresholds:
     infer_grad_share: float = 0.5
     """INFER001: share of the forwards run with autograd on, in a job that never runs a
     backward."""
+    infer_idle_min: float = 0.5
+    """INFER002: share of an inference loop the GPU idles at or above which one item per
+    forward is what holds it back (below it, the GPU's own work sets the pace)."""
     serve_host_warn: float = 0.30
     """SERVE002: share of the request handlers' time on the CPU outside the model
     (tokenizing, JSON, pre- and post-processing)."""

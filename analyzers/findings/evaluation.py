@@ -27,7 +27,7 @@ from gpudiag.analyzers.measures.rules import Classifier, parse_frame
 from gpudiag.analyzers.measures.steps import long_steps
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.timeline.timeline import Aggregate
-from gpudiag.probes.stacks.pyspy_output import eval_frame_index
+from gpudiag.probes.stacks.pyspy_output import eval_frame_index, is_library_frame
 
 TRAINING = ("backward", "optimizer")
 TRAINS_SHARE = 0.2  # of a function's samples in backward/optimizer: it trains
@@ -61,6 +61,15 @@ def _entry(frame: str) -> str:
     return f"{fr.function} ({fr.file})"
 
 
+def _caller(frames: tuple[str, ...], i: int) -> str:
+    """The job's own frame that calls the evaluation at frames[i]: the nearest caller outside
+    libraries (torch's no_grad decorator wraps nanoGPT's estimate_loss in a library frame)."""
+    for j in range(i - 1, -1, -1):
+        if not is_library_frame(frames[j]):
+            return frames[j]
+    return frames[i - 1]
+
+
 def eval_time(tl: Aggregate, profile: LoopProfile, clf: Classifier) -> EvalTime | None:
     """The loop thread's samples under an evaluation function. A function named like
     evaluation that runs backward or the optimizer trains: it is left out."""
@@ -92,7 +101,7 @@ def eval_time(tl: Aggregate, profile: LoopProfile, clf: Classifier) -> EvalTime 
         if key in training:
             continue
         per[key] = per.get(key, 0.0) + n
-        sites[(key, frames[i - 1])] = sites.get((key, frames[i - 1]), 0.0) + n
+        sites[(key, _caller(frames, i))] = sites.get((key, _caller(frames, i)), 0.0) + n
     total = sum(per.values())
     if total <= 0:
         return None
@@ -214,7 +223,7 @@ def evaluation_findings(
 ) -> list[Finding]:
     """EVAL001 with the evaluation's share, interval and duration, and the interval that
     holds it under eval_share_target."""
-    if profile.samples < th.min_loop_samples:
+    if profile.samples < th.stack_floor_samples:  # how sure: confidence_above, as LOOP001
         return []
     et = eval_time(tl, profile, clf)
     if et is None or et.share < th.eval_share_warn:

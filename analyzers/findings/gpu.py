@@ -9,6 +9,8 @@ activity or the host-side stacks confirm.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpudiag.analyzers.cost.prices import identify
 from gpudiag.analyzers.cost.projection import right_size_line
 from gpudiag.analyzers.engine.catalogue import explains_gpu_idle, new_finding
@@ -160,10 +162,20 @@ def _launch(st: GpuStats, th: Thresholds) -> list[Finding]:
     ]
 
 
+def memory_bound(st: GpuStats, th: Thresholds) -> bool:
+    """The SMs' activity is mostly waiting on DRAM (elementwise passes, reductions): the
+    GPM DRAM bandwidth is high for that activity. Unknown (no GPM DRAM counter): False."""
+    if st.dram_bw is None or not st.sm_active:
+        return False
+    return st.dram_bw / st.sm_active >= th.tensor_dram_ratio_max
+
+
 def _tensor(st: GpuStats, th: Thresholds) -> list[Finding]:
     if st.sm_active is None or st.tensor_active is None:
         return []
     if st.sm_active < th.tensor_sm_min or st.tensor_active > th.tensor_active_max:
+        return []
+    if memory_bound(st, th):
         return []
     ev = [
         gpu_evidence(
@@ -298,4 +310,38 @@ def find(c: Context) -> list[Finding]:
     """The GPU findings, from the analysis context; GPU idle the host-side findings made
     before it (`c.found`) leave unexplained is its own finding."""
     sizing = right_size_line(c.right_size)
-    return gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics, sizing)
+    out = gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics, sizing)
+    samples = int(c.profile.samples) if c.profile is not None else None
+    return [blind(f, samples, c.th) if f.id == "GPU001" else f for f in out]
+
+
+BLIND_CONFIDENCE = 0.5  # GPU001 with too few loop stacks to rule the host out: not sure
+
+
+def blind(f: Finding, samples: int | None, th: Thresholds) -> Finding:
+    """GPU001 says neither side explains the idle; with fewer loop stack samples than
+    `stack_floor_samples` the host side is not ruled out: not sure, and it says so (a 16-core
+    H100 box gave nanoGPT 0 loop samples and a sure GPU001 while evaluation held the loop)."""
+    if samples is None or samples >= th.stack_floor_samples:
+        return f
+    ev = Evidence(
+        "loop_stack_samples",
+        samples,
+        "samples",
+        th.stack_floor_samples,
+        "<",
+        "stack_floor_samples",
+        "stacks",
+    )
+    msg = (
+        f"{f.message.split(', and neither side')[0]}, and the {samples} stack samples of "
+        "the loop thread are too few to say which side holds it: the host's work (data, "
+        "syncs, Python, evaluation) is not ruled out. Profile longer (--duration) or raise "
+        "--cpu-budget."
+    )
+    return replace(
+        f,
+        confidence=min(f.confidence, BLIND_CONFIDENCE),
+        message=msg,
+        evidence=(*f.evidence, ev),
+    )

@@ -280,6 +280,15 @@ def _user_code(
     )
 
 
+# The serving finders' causes of host-bound time: one request or item per forward (the
+# model's launch cost paid per request) and the handlers' own work; HOST001 would name the
+# same seconds again, as "the loop thread", in a job that has no training loop.
+SERVING_CAUSES = {"server": ("SERVE001", "SERVE002"), "inference": ("INFER002",)}
+
+
 def find(c: Context) -> list[Finding]:
-    """HOST001, from the analysis context."""
+    """HOST001, from the analysis context (not where a serving finder named the cause)."""
+    kind = c.workload.kind if c.workload is not None else None
+    if any(f.id in SERVING_CAUSES.get(kind or "", ()) for f in c.found):
+        return []
     return host_findings(c.view, c.profile, c.clf, c.shares, c.cp, c.metrics, c.th)

@@ -1,5 +1,6 @@
 """SERVE001 (one request per forward while several are in flight), INFER001 (inference with
-autograd on), from the forwards and requests the in-process hooks timed (SERVE001 also from
+autograd on), INFER002 (one item per forward in an inference loop while the GPU idles),
+from the forwards and requests the in-process hooks timed (SERVE001 also from
 the stacks), and SERVE002 (the request path bound by host work), from the stacks."""
 
 from __future__ import annotations
@@ -251,6 +252,79 @@ def infer001(c: Context) -> list[Finding]:
     ]
 
 
+def _infer002_evidence(m: dict, idle: float, th: Thresholds) -> tuple[Evidence, ...]:
+    b50, forwards = m.get("forward_batch_p50"), m.get("forwards") or 0.0
+    return (
+        Evidence(
+            "forward_batch_p50", b50, "items", th.serve_batch_max, "<=", "serve_batch_max", HK
+        ),
+        Evidence(
+            "forwards", forwards, "count", th.serve_min_forwards, ">=", "serve_min_forwards", HK
+        ),
+        Evidence(
+            "gpu_idle_share",
+            round(idle, 4),
+            "ratio",
+            th.infer_idle_min,
+            ">=",
+            "infer_idle_min",
+            "critical path (nvml + loop)",
+        ),
+        Evidence("forwards_per_second", m.get("forwards_per_second"), "1/s", source=HK),
+    )
+
+
+def infer002(c: Context) -> list[Finding]:
+    """INFER002: an inference loop (no backward, no requests) whose forwards take one item
+    each while the GPU idles: each forward pays the model's launch cost for one item."""
+    m, th = c.metrics, c.th
+    forwards, b50 = m.get("forwards") or 0.0, m.get("forward_batch_p50")
+    idle = c.cp.gpu_idle
+    if (
+        c.workload is None
+        or c.workload.kind != "inference"
+        or forwards < th.serve_min_forwards
+        or b50 is None
+        or b50 < 1
+        or b50 > th.serve_batch_max
+        or idle is None
+        or idle < th.infer_idle_min
+    ):
+        return []
+    batch = MAX_BATCH_LIMIT
+    speed = batch / (idle + batch * (1.0 - idle))
+    msg = (
+        f"{forwards:.0f} model forwards ran {b50:g} item each at the median "
+        f"({m.get('forwards_per_second') or 0:.0f} forwards/s) while the GPU idled {idle:.0%} "
+        "of the loop: every forward pays the host's cost of launching the model's kernels "
+        "for a single item."
+    )
+    actions = (
+        f"pass the items in batches of {batch}: model.encode(texts, batch_size={batch}) "
+        f"(sentence-transformers), pipeline(..., batch_size={batch}) (transformers), or "
+        f"DataLoader(dataset, batch_size={batch}) and one forward per batch",
+        "keep the forwards under torch.inference_mode()",
+        "then torch.compile(model) or CUDA graphs for the launch cost left",
+    )
+    return [
+        new_finding(
+            "INFER002",
+            th,
+            confidence=0.9,
+            impact=min(0.99, 1.0 - 1.0 / speed),
+            message=msg,
+            evidence=_infer002_evidence(m, idle, th),
+            recommendation=Recommendation(f"Batch the inputs: {batch} items per forward", actions),
+            expected_speedup=speed,
+            signals=("hooks", "nvml utilization"),
+            speedup_basis=f"model, a floor: the forward's fixed cost (the {idle:.0%} the GPU "
+            f"idles) paid once per {batch} items, the GPU's time per item kept at batch 1's "
+            "(batched kernels cost less per item, so the measured gain is usually larger)",
+            speedup_kind="model",
+        )
+    ]
+
+
 def serve002(c: Context) -> list[Finding]:
     """SERVE002: the request path's busy time (the model's forwards and the handlers' own
     work, waits left out) is mostly the handlers' CPU work outside the model (tokenizing,
@@ -331,5 +405,5 @@ def serve002(c: Context) -> list[Finding]:
 
 
 def find(c: Context) -> list[Finding]:
-    """SERVE001, INFER001 and SERVE002, from the analysis context."""
-    return serve001(c) + infer001(c) + serve002(c)
+    """SERVE001, INFER001, INFER002 and SERVE002, from the analysis context."""
+    return serve001(c) + infer001(c) + infer002(c) + serve002(c)

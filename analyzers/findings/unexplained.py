@@ -198,7 +198,11 @@ def find(c: Context) -> list[Finding]:
     user, _ = user_code_share(c.view, profile, c.clf)
     host001 = c.idle is None and user >= th.host_user_code_warn  # HOST001 names that time
     named = frozenset((f.location.file, f.location.function) for f in c.found if f.location)
-    u = unplaced(c.view, profile, c.clf, cats, skip_user=host001, named=named)
+    skip = frozenset(
+        ({"user"} if host001 else set())
+        | ({"eval"} if any(f.id == "EVAL001" for f in c.found) else set())
+    )
+    u = unplaced(c.view, profile, c.clf, cats, skip=skip, named=named)
     u = u.capped(sum(c.shares.get(cat, 0.0) for cat in cats))
     out: list[Finding] = []
     blocking = tuple(s for s in u.sites if s.family in BLOCKING)

@@ -18,6 +18,7 @@ from gpudiag.analyzers.engine.results import Location
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, Frame, parse_stack
 from gpudiag.analyzers.timeline.timeline import Aggregate
+from gpudiag.probes.stacks.pyspy_output import eval_frame_index
 
 # (family, library label, expression on a frame's file or dotted name), first match wins,
 # tested from the call the job made inwards.
@@ -142,13 +143,15 @@ def unplaced(
     profile: LoopProfile,
     clf: Classifier,
     categories: tuple[str, ...],
-    skip_user: bool,
+    skip: frozenset[str] = frozenset(),
     named: frozenset[tuple[str, str]] = frozenset(),
 ) -> Unplaced:
-    """The loop samples in `categories` (the ones no rule explains), by site. `skip_user`
+    """The loop samples in `categories` (the ones no rule explains), by site. `skip` "user"
     leaves out samples whose innermost frame is the job's own plain Python (HOST001 names
     those; a C call on its line, such as gc.collect() or a socket read, stays here). `named`:
-    (file, function) of the job's frames another finding already names."""
+    (file, function) of the job's frames another finding already names; `skip` "eval" leaves
+    out the samples under an evaluation pass (EVAL001 names that time, whatever it does
+    inside: nanoGPT's estimate_loss spends it in get_batch)."""
     n = profile.samples
     if n <= 0 or profile.thread is None:
         return Unplaced(0.0, 0.0, ())
@@ -157,7 +160,9 @@ def unplaced(
         if clf.category(stack, code) not in categories:
             continue
         loc, call, fam, lib, own = _site_key(stack, code)
-        if skip_user and own and fam == "user":
+        if "user" in skip and own and fam == "user":
+            continue
+        if "eval" in skip and eval_frame_index(tuple(stack.split(";"))) is not None:
             continue
         if loc is not None and (loc.file, loc.function) in named:
             continue  # a finding already names this function: its time is explained

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 
 MAX_ROWS = 20000  # forwards or requests kept between two flushes; more are dropped
 
@@ -67,15 +68,34 @@ class Recorder:
         self.add(self.requests, [time.time(), time.perf_counter() - t0, in_flight])
 
 
+def _items(v) -> tuple:
+    """The values to look into for a tensor: a list's or tuple's items, a mapping's values
+    (Hugging Face models take a dict or a BatchEncoding of tensors), else the value itself."""
+    if isinstance(v, (list, tuple)):
+        return tuple(v)
+    if isinstance(v, Mapping):
+        return tuple(v.values())
+    return (v,)
+
+
 def batch_size(args: tuple, kwargs: dict | None) -> float:
     """The first dimension of the first tensor among the inputs (0 when there is none)."""
     values = list(args) + list((kwargs or {}).values())
     for v in values:
-        for item in v if isinstance(v, (list, tuple)) else (v,):
+        for item in _items(v):
             shape = getattr(item, "shape", None)
             if shape is not None and hasattr(item, "dtype"):
                 return float(shape[0]) if len(shape) else 1.0
     return 0.0
+
+
+def first_parameter(module):
+    """The module's first parameter; None for a module without any (torchvision's
+    transforms, activations, pooling): its call is not a model's forward."""
+    try:
+        return next(module.parameters(), None)
+    except Exception:
+        return None
 
 
 def _forward_hooks(torch, rec: Recorder):
@@ -87,10 +107,13 @@ def _forward_hooks(torch, rec: Recorder):
                 return None
             loc = rec.local
             depth = getattr(loc, "depth", 0)
-            loc.depth = depth + 1
             if depth == 0:  # the outermost module: one forward of the model
+                param = first_parameter(module)
+                if param is None:  # a transform or another parameter-less module
+                    return None
                 loc.t0 = time.perf_counter()
-                loc.grad = 1.0 if torch.is_grad_enabled() else 0.0
+                loc.grad = 1.0 if torch.is_grad_enabled() and param.requires_grad else 0.0
+            loc.depth = depth + 1
         except Exception:
             pass
         return None

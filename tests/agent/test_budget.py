@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudiag.agent.session.budget import Budget, Governor
+from gpudiag.agent.session.budget import Budget, Governor, default_cpu_budget
 from gpudiag.probes.base import Probe
 
 
@@ -204,3 +204,11 @@ def test_a_loop_mostly_in_user_code_counts_its_samples_for_the_verdict():
         sc.window({"other": 0.85, "forward": 0.15}, ticks=100)
     got = loop_window_samples(sc.tl, Classifier(()))
     assert got == analyze(sc.tl).profile.samples == 300
+
+
+@pytest.mark.parametrize(
+    "cores, budget", [(None, 0.03), (1, 0.03), (2, 0.03), (4, 0.06), (16, 0.24), (64, 0.5)]
+)
+def test_the_default_budget_is_a_share_of_the_box(cores, budget):
+    # 3% of one core starved py-spy on a 16-core H100 box (47 stack samples in 22 s)
+    assert default_cpu_budget(cores) == budget

@@ -46,6 +46,43 @@ def test_one_row_per_outermost_forward_with_its_batch_and_grad(rec):
     assert all(r[1] > 0 for r in fwd)
 
 
+class DictNet(torch.nn.Module):
+    """A Hugging Face-style model: its input is a dict (a BatchEncoding) of tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, features: dict) -> torch.Tensor:
+        return self.emb(features["input_ids"]).mean(dim=1)
+
+
+def test_parameterless_modules_are_not_model_forwards(rec):
+    """torchvision's transforms are nn.Modules with no parameters: a Flask server's
+    per-request Normalize was counted as a batch-3 forward with autograd on (INFER001 on a
+    server whose model ran under inference_mode)."""
+    norm = torch.nn.Identity()  # no parameters, as Resize / CenterCrop / Normalize
+    net = Net()
+    norm(torch.randn(3, 224, 224))
+    with torch.inference_mode():
+        net(torch.randn(2, 4))
+    fwd, _ = rec.take()
+    assert [(r[2], r[3]) for r in fwd] == [(2.0, 0.0)] and rec.local.depth == 0
+
+
+def test_a_frozen_model_does_not_run_with_autograd_on(rec):
+    net = Net().requires_grad_(False)
+    net(torch.randn(2, 4))
+    fwd, _ = rec.take()
+    assert [(r[2], r[3]) for r in fwd] == [(2.0, 0.0)]
+
+
+def test_the_batch_of_a_dict_input_is_its_tensors_first_dimension(rec):
+    DictNet()({"input_ids": torch.zeros(6, 9, dtype=torch.long)})
+    fwd, _ = rec.take()
+    assert [r[2] for r in fwd] == [6.0]
+
+
 def test_a_forward_that_raises_leaves_the_count_right(rec):
     net = Net()
     with pytest.raises(ValueError, match="planted"):
