@@ -84,8 +84,9 @@ class _Channel:
 class _State:
     """What the hooks accumulate between steps, and the buffered steps to send."""
 
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, channel: _Channel, attached: bool = False) -> None:
         self.channel = channel
+        self.attached = attached  # loaded mid-run: the first step seen is only partly seen
         self.last_step: float | None = None
         self.loop_start = None
         self.data_wait = 0.0
@@ -107,6 +108,8 @@ class _State:
     def on_step(self) -> None:
         now = time.perf_counter()
         prev = self.last_step if self.last_step is not None else self.loop_start
+        if self.attached and self.last_step is None:
+            prev = None  # attach: the step the hooks came in during is only the loop's start
         self.last_step = now
         self.pending.extend(
             (
@@ -366,12 +369,13 @@ class _TorchWatcher:
         return None
 
 
-def install_on_torch_import(channel: str | None = None) -> None:
-    """Hook the job when it imports torch (now, if it already has)."""
+def install_on_torch_import(channel: str | None = None, attached: bool = False) -> None:
+    """Hook the job when it imports torch (now, if it already has); `attached`: loaded into
+    a running job by `gpudiag attach --hooks`."""
     global _state
     if _state is not None:
         return
-    _state = _State(_Channel(channel or os.environ.get(CHANNEL_ENV)))
+    _state = _State(_Channel(channel or os.environ.get(CHANNEL_ENV)), attached)
     try:
         _serve.install_requests(_state.serve)
     except Exception as exc:  # never break the job
