@@ -16,6 +16,11 @@ import os
 import socket
 import sys
 
+try:
+    from . import gpudiag_channel as _channel
+except ImportError:  # loaded as a top-level module by the injected script
+    import gpudiag_channel as _channel
+
 HOOK_MODULES = ("gpudiag_hooks", "gpudiag.probes.inject.gpudiag_hooks")
 
 
@@ -72,14 +77,7 @@ def _hello(channel: str, nonce: str, hello: dict) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
         sock.setblocking(False)
-        if _private(channel):
+        if _channel.private_path(channel):
             sock.sendto(json.dumps(msg).encode() + b"\n", channel)
     finally:
         sock.close()
-
-
-def _private(path: str) -> bool:
-    """The channel's one privacy check (gpudiag_channel, beside this file)."""
-    import gpudiag_channel
-
-    return gpudiag_channel.private_path(path)
