@@ -58,6 +58,8 @@ def _install(channel: str) -> dict:
     if reused and state is not None and state.channel.path != channel:
         if not _live(state.channel.path):  # never take the data of a live `gpudiag run`
             state.channel.path = channel
+    if reused and state is not None and state.channel.path == channel:
+        state.wake()  # hooks gone quiet when the last agent went: they time steps again
     return {
         "reused": reused,
         "torch": state is not None and state.torch is not None,

@@ -16,6 +16,7 @@ Steps are buffered and sent every 0.1 s, so a step costs a few microseconds.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import math
 import os
@@ -33,6 +34,8 @@ MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
 STEP_WIDTH = 9  # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
 #                           syncs, sync s
 SERVE_ROWS = 1000  # forwards or requests per datagram (about 40 KiB)
+QUIET_AFTER_S = 3.0  # hooks loaded by attach --hooks go quiet once the agent is gone this long
+GONE = (errno.ENOENT, errno.ECONNREFUSED)  # no socket, or no agent bound to it any more
 try:
     from . import gpudiag_channel as _channel
     from . import gpudiag_serve as _serve
@@ -60,6 +63,7 @@ class _Channel:
         self.path = path
         self.sent = 0
         self.dropped = 0
+        self.gone_since: float | None = None  # the agent's socket gone (not merely full)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
 
@@ -74,11 +78,18 @@ class _Channel:
             data += rows.tobytes()
         try:
             self._sock.sendto(data, path)
-        except OSError:  # no agent, agent gone, buffer full: drop, never wait
+        except OSError as exc:  # no agent, agent gone, buffer full: drop, never wait
             self.dropped += 1
+            if exc.errno in GONE and self.gone_since is None:
+                self.gone_since = time.monotonic()
             return False
         self.sent += 1
+        self.gone_since = None
         return True
+
+    def gone_for(self) -> float:
+        """Seconds since the agent's socket went away (0 while it is there)."""
+        return 0.0 if self.gone_since is None else time.monotonic() - self.gone_since
 
 
 class _State:
@@ -104,8 +115,32 @@ class _State:
         self.torch = None
         self.serve = _serve.Recorder(self.maybe_flush)  # forwards and requests
         self._flushing = threading.Lock()
+        self.quiet = False  # attach --hooks, the agent gone: no timing, no sending
+        self.patches: list[tuple[type, str, object, object]] = []  # (class, name, orig, ours)
+
+    def go_quiet(self) -> None:
+        """The agent is gone: put the job's classes back and stop timing steps (the global
+        optimizer hook stays, returning at once: removing it from inside its own call would
+        break the job's loop). A later attach --hooks wakes them (`wake`)."""
+        self.quiet = True
+        for cls, name, orig, _ in self.patches:
+            setattr(cls, name, orig)
+        self.pending = array("d")
+        self.sites = {}
+        self.serve.take()
+
+    def wake(self) -> None:
+        """A new agent attached: the hooks time steps again (the first one partly seen)."""
+        for cls, name, _, ours in self.patches:
+            setattr(cls, name, ours)
+        self.channel.gone_since = None
+        self.last_step = None
+        self.attached = True
+        self.quiet = False
 
     def on_step(self) -> None:
+        if self.quiet:
+            return
         now = time.perf_counter()
         prev = self.last_step if self.last_step is not None else self.loop_start
         if self.attached and self.last_step is None:
@@ -130,9 +165,15 @@ class _State:
             self.flush(now)
 
     def maybe_flush(self) -> None:
-        """Flush when FLUSH_S passed since the last (a forward or request just ended)."""
-        if time.perf_counter() - self.last_flush >= FLUSH_S:
-            self.flush()
+        """Flush when FLUSH_S passed since the last (a forward or request just ended); quiet,
+        drop what was buffered instead."""
+        now = time.perf_counter()
+        if now - self.last_flush >= FLUSH_S:
+            if self.quiet:
+                self.last_flush = now
+                self.serve.take()
+            else:
+                self.flush(now)
 
     def flush(self, now: float | None = None) -> None:
         if not self._flushing.acquire(blocking=False):
@@ -157,6 +198,8 @@ class _State:
             self.pending = array("d")
             self.sites = {}
         self._flush_serving()
+        if self.attached and self.channel.gone_for() > QUIET_AFTER_S:
+            self.go_quiet()
 
     def _flush_serving(self) -> None:
         """The forwards and requests since the last flush, SERVE_ROWS a datagram."""
@@ -223,6 +266,7 @@ def _install(torch) -> None:
         return batch
 
     dataloader._BaseDataLoaderIter.__next__ = __next__
+    st.patches.append((dataloader._BaseDataLoaderIter, "__next__", orig_next, __next__))
     _install_trim()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
