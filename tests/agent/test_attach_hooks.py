@@ -236,3 +236,59 @@ def test_attach_hooks_data_wait_is_runs_within_five_points(tmp_path):
     assert res.returncode == 0, res.stderr
     run_wait = json.loads(out.read_text())["metrics"]["data_wait_ratio"]
     assert abs(doc["metrics"]["data_wait_ratio"] - run_wait) <= 0.05, (doc["metrics"], run_wait)
+
+
+QUIET_JOB = """
+import os, sys, time, torch
+sys.path.append({inject!r})
+import gpudiag_hooks
+gpudiag_hooks.QUIET_AFTER_S = 0.5
+from torch.utils.data import DataLoader, dataloader
+orig = dataloader._BaseDataLoaderIter.__next__
+m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)
+def state(word):
+    st = gpudiag_hooks._state
+    ours = dataloader._BaseDataLoaderIter.__next__ is not orig
+    print(word, st is not None and st.quiet, ours, flush=True)
+print("ready", flush=True)
+said = set()
+t = time.time()
+while time.time() - t < 90:
+    for x in DataLoader(torch.randn(64, 4), batch_size=4):
+        o.zero_grad(); m(x).sum().backward(); o.step()
+    time.sleep(0.005)
+    for word in ("loaded", "gone", "woken", "stop"):
+        if os.path.exists(os.path.join({folder!r}, word)) and word not in said:
+            said.add(word); state(word)
+    if "stop" in said:
+        break
+"""
+
+
+@needs_gdb
+def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_path):
+    pytest.importorskip("torch")
+    job = _job(sys.executable, QUIET_JOB.format(inject=INJECT_DIR, folder=str(tmp_path)))
+    assert job.stdout is not None
+    seen = []
+    try:
+        for word in ("loaded", "gone", "woken", "stop"):
+            if word in ("loaded", "woken"):
+                probe = _probe(tmp_path / f"agent-{word}")
+                assert load_hooks(probe, [job.pid]).reason.startswith(LOADED)
+                time.sleep(0.5)
+            if word == "gone":
+                probe.close()  # gpudiag went away: the job's sends fail from now on
+                time.sleep(1.5)
+            (tmp_path / word).touch()
+            seen.append(job.stdout.readline().strip())
+        probe.close()
+        # the job's word, its hooks quiet, the DataLoader class patched
+        assert seen == ["loaded False True", "gone True False", "woken False True"] + [
+            "stop False True"
+        ]
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 0 and "Traceback" not in err, err
+    finally:
+        job.kill()
+        job.wait()
