@@ -182,7 +182,11 @@ class HookProbe(Probe):
             return
         pid = sender if sender is not None else msg.get("pid")
         if isinstance(pid, int):
-            self.hellos[pid] = {k: v for k, v in hello.items() if isinstance(v, (bool, str))}
+            self.hellos[pid] = {
+                k: v if isinstance(v, bool) else v[:300]
+                for k, v in hello.items()
+                if isinstance(v, (bool, str))
+            }
 
     def await_hello(self, pids: list[int], timeout_s: float) -> dict[int, dict]:
         """The hellos of `pids`' hooks, waited for at most `timeout_s`; what arrives

@@ -16,16 +16,16 @@ itself: the caller waits a bounded time for the hello and explains its absence.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
 
+from gpudiag.probes.inject.gpudiag_channel import write_request
+
 GDB_TIMEOUT_S = 60.0  # symbol loading on a busy 2-core box takes a few seconds
 VERSION_TIMEOUT_S = 10.0
-PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 CAP_SYS_PTRACE = 19
 PTRACE_HINT = (
     "run gpudiag as the job's user with ptrace allowed: Yama's "
@@ -45,12 +45,13 @@ class Loaded:
 
 
 def script_text(inject_dir: str, channel: str, nonce: str) -> str:
-    """The script the job runs: no name bound in its __main__, nothing raised."""
+    """The script the job runs (ASCII): no name bound in its __main__, nothing raised."""
+    folder = ascii(inject_dir)
     return (
         "try:\n"
-        f" __import__('sys').path.append({inject_dir!r}) if {inject_dir!r} not in"
+        f" __import__('sys').path.append({folder}) if {folder} not in"
         " __import__('sys').path else None\n"
-        f" __import__('gpudiag_attach').install({channel!r}, {nonce!r})\n"
+        f" __import__('gpudiag_attach').install({ascii(channel)}, {ascii(nonce)})\n"
         "except BaseException:\n"
         " pass\n"
     )
@@ -79,8 +80,7 @@ def python_version(pid: int) -> tuple[int, int] | None:
 def ptrace_problem() -> str | None:
     """Why this process may not ptrace a process of its own user, or None."""
     try:
-        with open(PTRACE_SCOPE) as f:
-            scope = int(f.read().strip() or 0)
+        scope = int(_ptrace_scope().strip() or 0)
     except (OSError, ValueError):
         return None  # no Yama: same-user ptrace is allowed
     if scope == 0:
@@ -92,6 +92,12 @@ def ptrace_problem() -> str | None:
     if scope == 2:
         return "Yama's ptrace_scope is 2 and gpudiag lacks CAP_SYS_PTRACE"
     return "Yama's ptrace_scope is 1 (only a process's parent may trace it)"
+
+
+def _ptrace_scope() -> str:
+    """Yama's ptrace_scope (OSError without Yama)."""
+    with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+        return f.read(16)
 
 
 def _has_cap_ptrace() -> bool:
@@ -148,12 +154,8 @@ def _remote_exec(pid: int, version: tuple[int, int], script: str, path: str) -> 
             "-X disable_remote_debug)",
             hint="restart it without that setting, or under `gpudiag run`",
         )
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(script)
-    except OSError as exc:
-        return Loaded(pid, reason=f"cannot write the script for sys.remote_exec: {exc}")
+    if not write_request(path, script):  # the channel's private writer (0600, no links)
+        return Loaded(pid, reason=f"cannot write the script for sys.remote_exec at {path}")
     call = f"import sys; sys.remote_exec({pid}, {path!r})"
     res = _bounded([f"/proc/{pid}/exe", "-I", "-S", "-c", call], GDB_TIMEOUT_S)
     if isinstance(res, str):

@@ -8,8 +8,9 @@ import types
 
 import pytest
 
+from gpudiag.agent.cli.parser import build_parser
 from gpudiag.agent.fleet.metrics import probe_up
-from gpudiag.agent.session import hookload
+from gpudiag.agent.session import hookload, wiring
 from gpudiag.probes.base import Target
 from gpudiag.probes.inject import gpudiag_attach
 from gpudiag.probes.inprocess import loader
@@ -28,11 +29,12 @@ def _run_script(script: str, monkeypatch, install) -> dict:
 
 def test_the_script_binds_no_name_in_the_jobs_main_and_calls_install(monkeypatch):
     calls = []
-    script = loader.script_text("/opt/x'y", "/run/gpudiag-0/agent-1.sock", "abc")
+    script = loader.script_text("/opt/x'y/é", "/run/gpudiag-0/agent-1.sock", "abc")
+    assert script.isascii() and len(script.splitlines()) == 5
     ns = _run_script(script, monkeypatch, lambda *a: calls.append(a))
     assert calls == [("/run/gpudiag-0/agent-1.sock", "abc")]
     assert set(ns) == {"__name__", "__builtins__"}
-    assert "/opt/x'y" in sys.path
+    assert "/opt/x'y/é" in sys.path
 
 
 def test_the_script_swallows_whatever_install_raises(monkeypatch):
@@ -67,17 +69,18 @@ def test_gdbs_command_writes_the_script_byte_for_byte_in_one_page():
         ("3", True, "ptrace_scope is 3"),
     ],
 )
-def test_ptrace_scope_is_read_before_injecting(tmp_path, monkeypatch, scope, cap, words):
-    f = tmp_path / "ptrace_scope"
-    f.write_text(scope + "\n")
-    monkeypatch.setattr(loader, "PTRACE_SCOPE", str(f))
+def test_ptrace_scope_is_read_before_injecting(monkeypatch, scope, cap, words):
+    monkeypatch.setattr(loader, "_ptrace_scope", lambda: scope + "\n")
     monkeypatch.setattr(loader, "_has_cap_ptrace", lambda: cap)
     got = loader.ptrace_problem()
     assert (got is None) if words is None else (words in got)
 
 
-def test_no_yama_allows_ptrace(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader, "PTRACE_SCOPE", str(tmp_path / "absent"))
+def test_no_yama_allows_ptrace(monkeypatch):
+    def absent():
+        raise FileNotFoundError
+
+    monkeypatch.setattr(loader, "_ptrace_scope", absent)
     assert loader.ptrace_problem() is None
 
 
@@ -156,3 +159,21 @@ def test_a_loaded_hooks_status_counts_as_up_once_steps_are_timed():
     assert probe_up(probe, {"metrics": {"steps_per_second": 3.0}})
     off = dict(probe, reason="not connected (optional)")
     assert not probe_up(off, {"metrics": {"steps_per_second": 3.0}})
+
+
+def test_a_channel_folder_not_private_is_refused_before_anything_is_loaded(tmp_path, monkeypatch):
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")  # planted where the socket goes
+    probe = HookProbe(str(tmp_path / "link" / "agent-1.sock"), optional=True)
+    monkeypatch.setattr(hookload, "load", lambda *a: pytest.fail("loaded despite the refusal"))
+    st = probe.open(Target(0))
+    assert not st.available and "is a link" in st.reason
+    assert hookload.load_hooks(probe, [1]) is probe.refused
+
+
+def test_hooks_is_opt_in_on_attach_only():
+    parser = build_parser()
+    attach = parser.parse_args(["attach", "1"])
+    assert not wiring.session_options(attach, attached=True).load_hooks
+    hooked = parser.parse_args(["attach", "1", "--hooks"])
+    assert wiring.session_options(hooked, attached=True).load_hooks
