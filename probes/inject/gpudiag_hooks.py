@@ -97,7 +97,8 @@ class _State:
 
     def __init__(self, channel: _Channel, attached: bool = False) -> None:
         self.channel = channel
-        self.attached = attached  # loaded mid-run: the first step seen is only partly seen
+        self.attached = attached  # loaded by attach --hooks: quiet once the agent is gone
+        self.partial = attached  # loaded mid-run: the first step seen is only partly seen
         self.last_step: float | None = None
         self.loop_start = None
         self.data_wait = 0.0
@@ -134,8 +135,7 @@ class _State:
         for cls, name, _, ours in self.patches:
             setattr(cls, name, ours)
         self.channel.gone_since = None
-        self.last_step = None
-        self.attached = True
+        self.partial = True
         self.quiet = False
 
     def on_step(self) -> None:
@@ -143,8 +143,8 @@ class _State:
             return
         now = time.perf_counter()
         prev = self.last_step if self.last_step is not None else self.loop_start
-        if self.attached and self.last_step is None:
-            prev = None  # attach: the step the hooks came in during is only the loop's start
+        if self.partial:
+            prev, self.partial = None, False  # the step they came in during: the loop's start
         self.last_step = now
         self.pending.extend(
             (

@@ -9,6 +9,7 @@ is tested on every Python 3.10-3.13 under ~/.pyenv/versions with a torch-free jo
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -289,6 +290,35 @@ def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_pat
         ]
         out, err = job.communicate(timeout=60)
         assert job.returncode == 0 and "Traceback" not in err, err
+    finally:
+        job.kill()
+        job.wait()
+
+
+@pytest.mark.slow
+@needs_gdb
+def test_attach_hooks_goes_into_every_local_rank_of_a_ddp_job(tmp_path):
+    pytest.importorskip("torch")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    job = subprocess.Popen(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "dist_ddp.py", "--seconds", "40"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=WORKLOADS,
+        env={**os.environ, "GPUDIAG_TEST_PLANT": "loop"},
+    )
+    try:
+        time.sleep(12)
+        out = tmp_path / "r.json"
+        args = ("attach", str(job.pid), "--hooks", "-q", "--duration", "12")
+        res = gpudiag(*args, "--out", str(out), timeout=180)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(out.read_text())
+        hooks = next(p for p in doc["probes"] if p["name"] == "hooks")
+        assert hooks["reason"].startswith(LOADED) and hooks["reason"].count(" by gdb ") == 2
+        assert "DDP's communication hook cannot be added" in hooks["reason"]
+        assert doc["distributed"]["straggler"].get("straggler") == 1
+        assert job.wait(timeout=120) == 0
     finally:
         job.kill()
         job.wait()
