@@ -29,14 +29,13 @@ def load_hooks(hooks: HookProbe, pids: list[int], wait_s: float = HELLO_WAIT_S) 
         return hooks.refused or ProbeStatus(hooks.name, False, "the hooks' socket is not open")
     hooks.nonce = secrets.token_hex(8)
     script = script_text(INJECT_DIR, hooks.path, hooks.nonce)
-    files = [f"{hooks.path}.{pid}.py" for pid in pids]
-    try:
-        loads = [load(pid, script, path) for pid, path in zip(pids, files, strict=True)]
-        hellos = hooks.await_hello([x.pid for x in loads if x.how], wait_s)
-    finally:
-        for path in files:
+    files = {pid: f"{hooks.path}.{pid}.py" for pid in pids}  # sys.remote_exec reads them
+    loads = [load(pid, script, files[pid]) for pid in pids]
+    hellos = hooks.await_hello([x.pid for x in loads if x.how], wait_s)
+    for x in loads:  # a script queued but not run yet is kept: its job reads it when it can
+        if x.pid in hellos or x.how is None:
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                os.unlink(files[x.pid])
     hooks.loaded = _status(hooks.name, loads, hellos, wait_s, len(pids) > 1)
     return hooks.loaded
 

@@ -125,7 +125,14 @@ def remote_debug_disabled(pid: int) -> bool:
 
 def load(pid: int, script: str, script_path: str) -> Loaded:
     """Queue `script` on `pid`'s main thread (`script_path`: where 3.14's remote_exec reads it,
-    a file in the channel's private folder)."""
+    a file in the channel's private folder); never raises."""
+    try:
+        return _load(pid, script, script_path)
+    except Exception as exc:  # noqa: BLE001 (attach goes on with stacks whatever happens)
+        return Loaded(pid, reason=f"loading failed: {type(exc).__name__}: {exc}")
+
+
+def _load(pid: int, script: str, script_path: str) -> Loaded:
     problem = ptrace_problem()
     if problem is not None:
         return Loaded(pid, reason=f"no ptrace permission: {problem}", hint=PTRACE_HINT)
