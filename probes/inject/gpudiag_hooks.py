@@ -275,7 +275,8 @@ def _install(torch) -> None:
         _serve.install_forwards(torch, st.serve)
     except Exception as exc:  # the step timing works without it
         print(f"gpudiag: forward hooks not installed: {exc}", file=sys.stderr)
-    _install_dist(torch, st)
+    if not st.attached or _dist_initialized(torch):  # attach: a job's ranks run already
+        _install_dist(torch, st)
     _guarded("try's fix", lambda: _sibling("gpudiag_fixes").install(torch))  # under `try` only
     _guarded("profiler capture", lambda: _install_capture(torch, st))
     if torch.cuda.is_available() and _guarded("CUDA hooks", lambda: _install_cuda(torch, st)):
@@ -313,6 +314,14 @@ def _install_trim() -> None:
         pass
 
 
+def _dist_initialized(torch) -> bool:
+    """Whether the job runs torch.distributed's process group (a rank of a multi-rank job)."""
+    try:
+        return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+    except Exception:
+        return False
+
+
 def _install_dist(torch, st: _State) -> None:
     """Collective counters per rank (gpudiag_dist, beside this file)."""
     try:
@@ -335,7 +344,11 @@ def _install_capture(torch, st: _State) -> None:
     watcher = gpudiag_capture.Watcher(torch, st.channel.path or attach_path(os.getpid()))
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda opt, args, kwargs: watcher.on_step())
+    def on_step(opt, args, kwargs) -> None:
+        if not st.quiet:
+            watcher.on_step()
+
+    register_optimizer_step_post_hook(on_step)
 
 
 def _install_cuda(torch, st: _State) -> None:
