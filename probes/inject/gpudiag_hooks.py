@@ -9,7 +9,9 @@ caching allocator's statistics. For inference and serving (gpudiag_serve.py): ea
 outermost model forward (time, batch size, autograd on) and each request of an HTTP server.
 
 The channel is a Unix datagram socket the agent created in a private folder. Writes never
-block: when the agent is gone or slow, events are dropped and the job loses no time.
+block: when the agent is gone or slow, events are dropped and the job loses no time. Hooks
+loaded by `attach --hooks` (gpudiag_attach) go quiet once the agent is gone: the DataLoader
+class put back, no timing, nothing sent, until the next attach wakes them.
 Steps are buffered and sent every 0.1 s, so a step costs a few microseconds.
 """
 
