@@ -191,7 +191,7 @@ def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def _attached(tmp_path: Path, seconds: int = 12) -> tuple[dict, list[float]]:
+def _attached(tmp_path: Path, seconds: int = 12, *extra: str) -> tuple[dict, list[float]]:
     """attach --hooks on the starved-loader job: the report and the job's own step times."""
     times = tmp_path / "steps.json"
     job = subprocess.Popen(
@@ -202,7 +202,7 @@ def _attached(tmp_path: Path, seconds: int = 12) -> tuple[dict, list[float]]:
     try:
         time.sleep(5)
         out = tmp_path / "r.json"
-        args = ("attach", str(job.pid), "--hooks", "-q", "--duration", str(seconds))
+        args = ("attach", str(job.pid), "--hooks", "-q", "--duration", str(seconds), *extra)
         res = gpudiag(*args, "--out", str(out), timeout=180)
         assert res.returncode == 0, res.stderr
         assert job.wait(timeout=120) == 0
@@ -322,3 +322,11 @@ def test_attach_hooks_goes_into_every_local_rank_of_a_ddp_job(tmp_path):
     finally:
         job.kill()
         job.wait()
+
+
+@pytest.mark.slow
+@needs_gdb
+def test_attach_hooks_takes_a_profiler_capture_on_request(tmp_path):
+    pytest.importorskip("torch")
+    doc, _ = _attached(tmp_path, 12, "--capture-steps", "3")
+    assert len(doc["capture"]["steps"]) == 3
