@@ -16,6 +16,7 @@ itself: the caller waits a bounded time for the hello and explains its absence.
 
 from __future__ import annotations
 
+import platform
 import re
 import shutil
 import signal
@@ -27,6 +28,7 @@ from gpudiag.probes.inject.gpudiag_channel import write_request
 GDB_TIMEOUT_S = 60.0  # symbol loading on a busy 2-core box takes a few seconds
 VERSION_TIMEOUT_S = 10.0
 CAP_SYS_PTRACE = 19
+FORK_SYSCALLS = {56, 57, 58, 435}  # clone, fork, vfork, clone3 on x86-64
 PTRACE_HINT = (
     "run gpudiag as the job's user with ptrace allowed: Yama's "
     "/proc/sys/kernel/yama/ptrace_scope 0 (or 1 when run as root or with CAP_SYS_PTRACE; "
@@ -75,6 +77,18 @@ def python_version(pid: int) -> tuple[int, int] | None:
         return (int(out[0]), int(out[1])) if len(out) == 2 else None
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+
+
+def forking(pid: int) -> bool:
+    """Whether the job's main thread is inside fork/vfork/clone now (x86-64 numbers)."""
+    if platform.machine() != "x86_64":
+        return False
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            first = f.read(64).split()[:1]
+        return bool(first) and first[0].isdigit() and int(first[0]) in FORK_SYSCALLS
+    except (OSError, ValueError):
+        return False
 
 
 def ptrace_problem() -> str | None:
@@ -133,6 +147,13 @@ def load(pid: int, script: str, script_path: str) -> Loaded:
 
 
 def _load(pid: int, script: str, script_path: str) -> Loaded:
+    if forking(pid):
+        return Loaded(
+            pid,
+            reason="the job was in the middle of a fork (its child would inherit the queued "
+            "script half way)",
+            hint="attach with --hooks again in a moment",
+        )
     problem = ptrace_problem()
     if problem is not None:
         return Loaded(pid, reason=f"no ptrace permission: {problem}", hint=PTRACE_HINT)

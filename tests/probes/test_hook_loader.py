@@ -177,3 +177,16 @@ def test_hooks_is_opt_in_on_attach_only():
     assert not wiring.session_options(attach, attached=True).load_hooks
     hooked = parser.parse_args(["attach", "1", "--hooks"])
     assert wiring.session_options(hooked, attached=True).load_hooks
+
+
+def test_a_job_in_the_middle_of_a_fork_is_refused(monkeypatch):
+    monkeypatch.setattr(loader, "forking", lambda pid: True)
+    monkeypatch.setattr(loader, "python_version", lambda pid: pytest.fail("went on"))
+    got = loader.load(42, "pass\n", "/unused")
+    assert "middle of a fork" in got.reason and "again" in got.hint
+
+
+def test_this_process_is_not_forking():
+    import os
+
+    assert not loader.forking(os.getpid())
