@@ -1,4 +1,5 @@
-"""`gpudiag top`: GPU and host panels and a process table; `a` attaches to a Python process."""
+"""`gpudiag top`: GPU and host panels and a process table; `a` attaches to a Python process
+(after a question: load the in-process hooks too, `y`, or only read it, `n`)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def host_text(box: dict) -> Text:
 
 
 class TopApp(App):
-    """The box view. Exits with the pid to attach to when `a` is pressed."""
+    """The box view. Exits with (pid, load the hooks) once `a` is pressed and answered."""
 
     CSS_PATH = "gpudiag.tcss"
     TITLE = "gpudiag top"
@@ -102,6 +103,9 @@ class TopApp(App):
         Binding("q", "quit", "quit"),
         Binding("a", "attach", "attach & diagnose"),
         Binding("question_mark", "help", "help"),
+        Binding("y", "answer(True)", "load the hooks", show=False),
+        Binding("n", "answer(False)", "read only", show=False),
+        Binding("escape", "answer(None)", "cancel", show=False),
     ]
 
     def __init__(self, snapshot: Callable[[], dict]) -> None:
@@ -109,6 +113,7 @@ class TopApp(App):
         self.snapshot = snapshot
         self.box: dict = {}
         self._samples = OffLoop(self, snapshot, self.show)  # NVML and psutil off the loop
+        self.asking: int | None = None  # `a` pressed on this pid: waiting for y / n / esc
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
@@ -171,7 +176,21 @@ class TopApp(App):
             if not p["python"]:
                 self.notify("not a Python process: gpudiag attaches to Python jobs")
                 return
-            self.exit(p["pid"])
+            self.asking = p["pid"]
+            self.notify(
+                f"attach to pid {p['pid']}: also load gpudiag's hooks into it (exact steps/s "
+                "and data wait; gdb or sys.remote_exec)? y: yes · n: only read it · esc: cancel",
+                timeout=30,
+            )
+
+    def action_answer(self, hooks: bool | None) -> None:
+        """The answer to `a`'s question: attach with or without the hooks, or not at all."""
+        pid, self.asking = self.asking, None
+        if pid is not None and hooks is not None:
+            self.exit((pid, hooks))
 
     def action_help(self) -> None:
-        self.notify("↑/↓ select a process · a attach and diagnose it · q quit", timeout=6)
+        self.notify(
+            "↑/↓ select a process · a attach and diagnose it (y: with the hooks) · q quit",
+            timeout=6,
+        )

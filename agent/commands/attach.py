@@ -17,6 +17,7 @@ from gpudiag.agent.cli.options import profiling_options
 from gpudiag.agent.fleet.identity import other_user
 from gpudiag.agent.fleet.server import MetricsServer, open_metrics
 from gpudiag.agent.output.report import check_outputs, default_report_name
+from gpudiag.agent.session.hookload import load_hooks
 from gpudiag.agent.session.session import Session, SessionOptions
 from gpudiag.agent.session.setup import make_probes, open_probe
 from gpudiag.agent.session.signals import StopSignals
@@ -54,6 +55,11 @@ class _Attached:
     probes: list[Probe]
     stacks: ProbeStatus  # the stack probe's status (open)
     ranks: tuple[list, int] | None  # a multi-rank job's ranks and root pid
+    hooks: ProbeStatus | None = None  # --hooks: the hooks probe, opened and loaded
+
+    def opened(self) -> dict[str, ProbeStatus]:
+        """The probes opened before the session starts, with their status."""
+        return {"stacks": self.stacks} | ({"hooks": self.hooks} if self.hooks else {})
 
 
 def attach(
@@ -87,6 +93,8 @@ def attach(
     if not outs.quiet:
         say(f"profiling {choice.why}")
     att = _Attached(pid, cmdline, out, probes, status, (ranks, root) if ranks else None)
+    if opts.load_hooks:
+        att.hooks = _load(hooks, [r.pid for r in ranks] if ranks else [pid], outs.quiet)
     if outs.tui:
         return _attach_profile(outs, att, opts, settings, server)
     with StopSignals() as stops:
@@ -119,7 +127,7 @@ def _attach_profile(
             opts,
             probes=att.probes,
             ranks=att.ranks,
-            opened={"stacks": att.stacks},
+            opened=att.opened(),
             stop_signals=stops,
             **wiring.kwargs(),
         )
@@ -129,7 +137,7 @@ def _attach_profile(
         if outs.tui:
             from gpudiag.agent.session.live import run_with_tui
 
-            result = run_with_tui(session, "attach", cmdline, pid, out, {"stacks": att.stacks})
+            result = run_with_tui(session, "attach", cmdline, pid, out, att.opened())
         else:
             result = session.run()
     finally:
@@ -137,6 +145,18 @@ def _attach_profile(
             server.collector.jobs = lambda: []
     wiring.finish(result)
     return EXIT_OK
+
+
+def _load(hooks: HookProbe, pids: list[int], quiet: bool) -> ProbeStatus:
+    """--hooks: the hooks probe opened and the hooks loaded into `pids` (or why not)."""
+    status = open_probe(hooks, Target(pids[0]))
+    if status.available:
+        if not quiet:
+            say(f"loading the hooks into pid {', '.join(map(str, pids))} (--hooks)")
+        status = load_hooks(hooks, pids)
+    if not quiet:
+        say(f"hooks: {status.reason or 'loaded'}")
+    return status
 
 
 def parse_pid(text: str) -> int:
@@ -178,4 +198,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pid", help="process id of the job's Python process")
     profiling_options(p)
     capture_option(p, "attach")
+    p.add_argument(
+        "--hooks",
+        action="store_true",
+        help="load run's in-process hooks into the running job (exact steps/s, data wait, "
+        "batch sizes; gdb on Python 3.10-3.13, sys.remote_exec on 3.14+; needs ptrace "
+        "permission). Without it attach only reads the job",
+    )
     metrics_options(p)

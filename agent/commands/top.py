@@ -15,16 +15,17 @@ def main(args: argparse.Namespace) -> int:
 
     sampler = BoxSampler()
     try:
-        pid = TopApp(sampler.snapshot).run()
+        chosen = TopApp(sampler.snapshot).run()
     finally:
         sampler.close()
-    if not pid:
+    if not chosen:
         return 0
+    pid, hooks = chosen
     from gpudiag.agent.commands.attach import attach, parse_pid
     from gpudiag.agent.session.session import SessionOptions
     from gpudiag.agent.session.wiring import Outputs
 
-    opts = SessionOptions(duration_s=args.duration, attached=True)
+    opts = SessionOptions(duration_s=args.duration, attached=True, load_hooks=hooks)
     return attach(parse_pid(str(pid)), load_settings(None), opts, Outputs(tui=True))
 
 

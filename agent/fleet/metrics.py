@@ -31,6 +31,7 @@ from gpudiag.agent.fleet.identity import LABELS as IDENTITY
 from gpudiag.agent.fleet.identity import hostname
 from gpudiag.analyzers.engine.catalogue import category
 from gpudiag.probes.base import Sample
+from gpudiag.probes.inprocess.channel import LOADED
 from gpudiag.text.formatting import LABELS as CATEGORY_WORDS
 from gpudiag.text.formatting import is_bound
 
@@ -330,7 +331,8 @@ def probe_up(probe: dict, doc: dict) -> bool:
     """Whether a probe gives the job's data: available, not an information-only line (the
     hooks of a job that never connected); the hooks only once they timed steps (so
     `steps_per_second` is there whenever they read up)."""
-    if not probe.get("available") or probe.get("info"):
+    loaded = str(probe.get("reason") or "").startswith(LOADED)  # attach --hooks: info, up
+    if not probe.get("available") or (probe.get("info") and not loaded):
         return False
     if probe.get("name") == "hooks":
         return (doc.get("metrics") or {}).get("steps_per_second") is not None

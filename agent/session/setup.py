@@ -34,6 +34,7 @@ class SessionOptions:
     probe_timeout_s: float = 30.0  # a probe call running longer is hung: marked failed
     until_sure: bool = False  # stop once the verdict is sure (checked every SURE_CHECK_S)
     capture_steps: int | None = None  # a profiler capture of N steps, once the job connects
+    load_hooks: bool = False  # attach --hooks: load run's hooks into the running job
     attached: bool = False  # attach/watch: the job runs already (no start-up wait for py-spy)
     stacks_min_rate_hz: int | None = None  # the lowest py-spy rate the budget may set
 

@@ -35,6 +35,7 @@ def session_options(args: argparse.Namespace, attached: bool = False) -> Session
     return SessionOptions(
         attached=attached,
         capture_steps=getattr(args, "capture_steps", None) if attached else None,
+        load_hooks=bool(getattr(args, "hooks", False)) if attached else False,
         duration_s=args.duration,
         rate_hz=args.rate,
         window_s=args.window,

@@ -9,13 +9,16 @@ caching allocator's statistics. For inference and serving (gpudiag_serve.py): ea
 outermost model forward (time, batch size, autograd on) and each request of an HTTP server.
 
 The channel is a Unix datagram socket the agent created in a private folder. Writes never
-block: when the agent is gone or slow, events are dropped and the job loses no time.
+block: when the agent is gone or slow, events are dropped and the job loses no time. Hooks
+loaded by `attach --hooks` (gpudiag_attach) go quiet once the agent is gone: the DataLoader
+class put back, no timing, nothing sent, until the next attach wakes them.
 Steps are buffered and sent every 0.1 s, so a step costs a few microseconds.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import math
 import os
@@ -33,6 +36,8 @@ MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
 STEP_WIDTH = 9  # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
 #                           syncs, sync s
 SERVE_ROWS = 1000  # forwards or requests per datagram (about 40 KiB)
+QUIET_AFTER_S = 3.0  # hooks loaded by attach --hooks go quiet once the agent is gone this long
+GONE = (errno.ENOENT, errno.ECONNREFUSED)  # no socket, or no agent bound to it any more
 try:
     from . import gpudiag_channel as _channel
     from . import gpudiag_serve as _serve
@@ -60,6 +65,7 @@ class _Channel:
         self.path = path
         self.sent = 0
         self.dropped = 0
+        self.gone_since: float | None = None  # the agent's socket gone (not merely full)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
 
@@ -74,18 +80,27 @@ class _Channel:
             data += rows.tobytes()
         try:
             self._sock.sendto(data, path)
-        except OSError:  # no agent, agent gone, buffer full: drop, never wait
+        except OSError as exc:  # no agent, agent gone, buffer full: drop, never wait
             self.dropped += 1
+            if exc.errno in GONE and self.gone_since is None:
+                self.gone_since = time.monotonic()
             return False
         self.sent += 1
+        self.gone_since = None
         return True
+
+    def gone_for(self) -> float:
+        """Seconds since the agent's socket went away (0 while it is there)."""
+        return 0.0 if self.gone_since is None else time.monotonic() - self.gone_since
 
 
 class _State:
     """What the hooks accumulate between steps, and the buffered steps to send."""
 
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, channel: _Channel, attached: bool = False) -> None:
         self.channel = channel
+        self.attached = attached  # loaded by attach --hooks: quiet once the agent is gone
+        self.partial = attached  # loaded mid-run: the first step seen is only partly seen
         self.last_step: float | None = None
         self.loop_start = None
         self.data_wait = 0.0
@@ -103,10 +118,35 @@ class _State:
         self.torch = None
         self.serve = _serve.Recorder(self.maybe_flush)  # forwards and requests
         self._flushing = threading.Lock()
+        self.quiet = False  # attach --hooks, the agent gone: no timing, no sending
+        self.patches: list[tuple[type, str, object, object]] = []  # (class, name, orig, ours)
+
+    def go_quiet(self) -> None:
+        """The agent is gone: put the job's classes back and stop timing steps (the global
+        optimizer hook stays, returning at once: removing it from inside its own call would
+        break the job's loop). A later attach --hooks wakes them (`wake`)."""
+        self.quiet = True
+        for cls, name, orig, _ in self.patches:
+            setattr(cls, name, orig)
+        self.pending = array("d")
+        self.sites = {}
+        self.serve.take()
+
+    def wake(self) -> None:
+        """A new agent attached: the hooks time steps again (the first one partly seen)."""
+        for cls, name, _, ours in self.patches:
+            setattr(cls, name, ours)
+        self.channel.gone_since = None
+        self.partial = True
+        self.quiet = False
 
     def on_step(self) -> None:
+        if self.quiet:
+            return
         now = time.perf_counter()
         prev = self.last_step if self.last_step is not None else self.loop_start
+        if self.partial:
+            prev, self.partial = None, False  # the step they came in during: the loop's start
         self.last_step = now
         self.pending.extend(
             (
@@ -127,9 +167,15 @@ class _State:
             self.flush(now)
 
     def maybe_flush(self) -> None:
-        """Flush when FLUSH_S passed since the last (a forward or request just ended)."""
-        if time.perf_counter() - self.last_flush >= FLUSH_S:
-            self.flush()
+        """Flush when FLUSH_S passed since the last (a forward or request just ended); quiet,
+        drop what was buffered instead."""
+        now = time.perf_counter()
+        if now - self.last_flush >= FLUSH_S:
+            if self.quiet:
+                self.last_flush = now
+                self.serve.take()
+            else:
+                self.flush(now)
 
     def flush(self, now: float | None = None) -> None:
         if not self._flushing.acquire(blocking=False):
@@ -154,6 +200,8 @@ class _State:
             self.pending = array("d")
             self.sites = {}
         self._flush_serving()
+        if self.attached and self.channel.gone_for() > QUIET_AFTER_S:
+            self.go_quiet()
 
     def _flush_serving(self) -> None:
         """The forwards and requests since the last flush, SERVE_ROWS a datagram."""
@@ -220,6 +268,7 @@ def _install(torch) -> None:
         return batch
 
     dataloader._BaseDataLoaderIter.__next__ = __next__
+    st.patches.append((dataloader._BaseDataLoaderIter, "__next__", orig_next, __next__))
     _install_trim()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -228,7 +277,8 @@ def _install(torch) -> None:
         _serve.install_forwards(torch, st.serve)
     except Exception as exc:  # the step timing works without it
         print(f"gpudiag: forward hooks not installed: {exc}", file=sys.stderr)
-    _install_dist(torch, st)
+    if not st.attached or _dist_initialized(torch):  # attach: a job's ranks run already
+        _install_dist(torch, st)
     _guarded("try's fix", lambda: _sibling("gpudiag_fixes").install(torch))  # under `try` only
     _guarded("profiler capture", lambda: _install_capture(torch, st))
     if torch.cuda.is_available() and _guarded("CUDA hooks", lambda: _install_cuda(torch, st)):
@@ -266,6 +316,14 @@ def _install_trim() -> None:
         pass
 
 
+def _dist_initialized(torch) -> bool:
+    """Whether the job runs torch.distributed's process group (a rank of a multi-rank job)."""
+    try:
+        return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
+    except Exception:
+        return False
+
+
 def _install_dist(torch, st: _State) -> None:
     """Collective counters per rank (gpudiag_dist, beside this file)."""
     try:
@@ -288,7 +346,11 @@ def _install_capture(torch, st: _State) -> None:
     watcher = gpudiag_capture.Watcher(torch, st.channel.path or attach_path(os.getpid()))
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda opt, args, kwargs: watcher.on_step())
+    def on_step(opt, args, kwargs) -> None:
+        if not st.quiet:
+            watcher.on_step()
+
+    register_optimizer_step_post_hook(on_step)
 
 
 def _install_cuda(torch, st: _State) -> None:
@@ -366,12 +428,13 @@ class _TorchWatcher:
         return None
 
 
-def install_on_torch_import(channel: str | None = None) -> None:
-    """Hook the job when it imports torch (now, if it already has)."""
+def install_on_torch_import(channel: str | None = None, attached: bool = False) -> None:
+    """Hook the job when it imports torch (now, if it already has); `attached`: loaded into
+    a running job by `gpudiag attach --hooks`."""
     global _state
     if _state is not None:
         return
-    _state = _State(_Channel(channel or os.environ.get(CHANNEL_ENV)))
+    _state = _State(_Channel(channel or os.environ.get(CHANNEL_ENV)), attached)
     try:
         _serve.install_requests(_state.serve)
     except Exception as exc:  # never break the job

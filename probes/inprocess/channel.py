@@ -18,6 +18,7 @@ import socket
 import stat
 import struct
 import tempfile
+import time
 from array import array
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
+LOADED = "loaded into the running job"  # how a hooks status that `attach --hooks` set begins
 STEP_FIELDS = (
     "step_time_s",
     "data_wait_s",
@@ -101,6 +103,10 @@ class HookProbe(Probe):
         self.refused: ProbeStatus | None = None  # the channel's folder was not private
         self.loop_pid: int | None = None  # the process whose steps count (one-process jobs)
         self.other_steps = 0  # step rows of another process (a forked child), dropped
+        self.nonce: str | None = None  # attach --hooks: the handshake the loaded hooks answer
+        self.hellos: dict[int, dict] = {}  # pid -> its hooks' hello (attach --hooks)
+        self.loaded: ProbeStatus | None = None  # how `attach --hooks` went, for the report
+        self._held: list[Sample] = []  # samples read while waiting for the hellos
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -142,7 +148,7 @@ class HookProbe(Probe):
 
     def sample(self) -> list[Sample]:
         """Drain what the hooks sent since the last tick."""
-        out: list[Sample] = []
+        out, self._held = self._held, []
         if self._sock is None:
             return out
         for _ in range(MAX_DATAGRAMS_PER_TICK):
@@ -165,8 +171,31 @@ class HookProbe(Probe):
                 self.malformed += 1
                 continue
             self.messages += 1
+            self._note_hello(msg, sender)
             out += got if self.labels.enabled else self._one_process(sender, msg, got)
         return out
+
+    def _note_hello(self, msg: dict, sender: int | None) -> None:
+        """Keep the hello of hooks `attach --hooks` loaded (the nonce it was given)."""
+        hello = msg.get("hello")
+        if not isinstance(hello, dict) or self.nonce is None or hello.get("nonce") != self.nonce:
+            return
+        pid = sender if sender is not None else msg.get("pid")
+        if isinstance(pid, int):
+            self.hellos[pid] = {
+                k: v if isinstance(v, bool) else v[:300]
+                for k, v in hello.items()
+                if isinstance(v, (bool, str))
+            }
+
+    def await_hello(self, pids: list[int], timeout_s: float) -> dict[int, dict]:
+        """The hellos of `pids`' hooks, waited for at most `timeout_s`; what arrives
+        meanwhile is kept for the next sample()."""
+        end = time.monotonic() + timeout_s
+        while not all(p in self.hellos for p in pids) and time.monotonic() < end:
+            self._held = self.sample()
+            time.sleep(0.05)
+        return {p: self.hellos[p] for p in pids if p in self.hellos}
 
     def _one_process(self, sender: int | None, msg: dict, got: list[Sample]) -> list[Sample]:
         """Without ranks, the steps of one process: the first that sent steps. A forked
@@ -216,6 +245,8 @@ class HookProbe(Probe):
             return self.refused
         if self._sock is None and self.path is None:
             return ProbeStatus(self.name, False, "not started")
+        if self.loaded is not None:
+            return self.loaded
         if self.messages:
             return ProbeStatus(self.name, True)
         if self.optional:
@@ -224,9 +255,9 @@ class HookProbe(Probe):
                 True,
                 "not connected (optional): the job's own step "
                 "timing would add exact steps/s, step-time percentiles, the "
-                "data wait per step and profiler captures (loading them into a running "
-                "job needs Python 3.14's sys.remote_exec, not used yet)",
-                "add `from gpudiag.probes.hooks import "
+                "data wait per step and profiler captures",
+                "attach with `--hooks` to load them into the running job (gdb on Python "
+                "3.10-3.13, sys.remote_exec on 3.14+), add `from gpudiag.probes.hooks import "
                 "instrument; instrument()` at the top of the training script, or "
                 "start it with `gpudiag run -- CMD`",
                 info=True,

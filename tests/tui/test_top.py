@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gpudiag.tui.top import TopApp, gpu_text
 
 NO_GPU = {
@@ -75,9 +77,31 @@ def test_attach_follows_the_selected_process_across_refreshes():
             await pilot.pause()
             await pilot.press("a")
             await pilot.pause()
+            assert app.is_running and app.asking == 202  # the question first
+            await pilot.press("n")
+            await pilot.pause()
 
     asyncio.run(go())
-    assert app.return_value == 202
+    assert app.return_value == (202, False)
+
+
+@pytest.mark.parametrize(("keys", "value"), [("ay", (101, True)), ("a", None)])
+def test_attach_asks_before_loading_the_hooks(keys, value):
+    app = TopApp(lambda: dict(NO_GPU, processes=procs([1])))
+
+    async def go():
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause()
+            await pilot.press(*keys)
+            await pilot.pause()
+            if app.is_running:
+                await pilot.press("escape", "y")  # cancelled: a late `y` does nothing
+                await pilot.pause()
+                assert app.is_running
+                await pilot.press("q")
+
+    asyncio.run(go())
+    assert app.return_value == value
 
 
 def test_attach_refuses_a_non_python_process():
