@@ -175,6 +175,43 @@ def test_wrongly_typed_rule_fields_are_a_usage_error(tmp_path):
         assert res.stderr.count("\n") == 1 and "rule 1:" in res.stderr
 
 
+def _implicit(tmp_path, mode: int, uid: int | None = None):
+    import os
+
+    from gpudiag.agent.cli.config import load_settings
+
+    pp = tmp_path / "pyproject.toml"
+    pp.write_text("[tool.gpudiag.thresholds]\ndata_wait_warn = 0.9\n")
+    pp.chmod(mode)
+    if uid is not None:
+        os.chown(pp, uid, -1)
+    return load_settings(None, cwd=tmp_path)
+
+
+def test_an_implicit_pyproject_others_may_write_is_ignored_in_one_line(tmp_path, capsys):
+    """./pyproject.toml is read without being named: group- or world-writable, anyone could
+    have set its thresholds and rules (a user's own, 0644, is read)."""
+    assert _implicit(tmp_path, 0o644).thresholds.data_wait_warn == 0.9
+    for mode, who in ((0o664, "its group"), (0o646, "others")):
+        s = _implicit(tmp_path, mode)
+        assert s.source is None and s.thresholds.data_wait_warn != 0.9
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"writable by {who}" in err and "ignoring" in err
+
+
+def test_an_implicit_pyproject_of_another_user_is_ignored(tmp_path, capsys, monkeypatch):
+    """Another user's ./pyproject.toml (a shared folder) is not read; root's is."""
+    import os
+
+    if os.geteuid() == 0:
+        s = _implicit(tmp_path, 0o644, uid=4321)
+    else:  # the file is ours: look at it as another, non-root user
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+        s = _implicit(tmp_path, 0o644)
+    assert s.source is None and s.thresholds.data_wait_warn != 0.9
+    assert "belongs to another user" in capsys.readouterr().err
+
+
 def test_a_users_rule_is_matched_in_bounded_time():
     """What a rule that is allowed can still cost: two quantifiers over a huge frame name."""
     import threading
