@@ -64,21 +64,24 @@ MAX_STEPS_BYTES = 64 << 20  # an arm's step file: one line a step
 TAIL_BYTES = 64 << 10  # the end of a failed arm's stderr
 
 
-def read_steps(path: str) -> tuple[list[float], str | None]:
-    """Step times and the applied-fix line from an arm's step file (bounded; a time that
-    is not a finite number ends the reading there)."""
+def read_steps(path: str) -> tuple[list[float], str | None, str | None]:
+    """Step times, the applied-fix line and why the fix did not act (the later of the two
+    lines wins) from an arm's step file (bounded; a time that is not a finite number ends the
+    reading there)."""
     times: list[float] = []
-    applied = None
+    applied = why = None
     try:
         text = read_regular(path, MAX_STEPS_BYTES).decode(errors="replace")
         for line in text.splitlines():
             if line.startswith("# applied:"):
-                applied = printable(line[len("# applied:") :].strip())[:300]
+                applied, why = printable(line[len("# applied:") :].strip())[:300], None
+            elif line.startswith("# not applied:"):
+                applied, why = None, printable(line[len("# not applied:") :].strip())[:300]
             elif line.strip():
                 times.append(finite_number(line))
     except (OSError, ValueError):
         pass
-    return times, applied
+    return times, applied, why
 
 
 def rate_after(times: list[float], start: float, seconds: float) -> tuple[float | None, int]:
@@ -107,15 +110,17 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
     while proc.poll() is None and time.time() < limit:
         time.sleep(0.2)
         if start is None:
-            times, _ = read_steps(steps)
+            times, _, _ = read_steps(steps)
             if times:
                 start = times[0] + plan.warmup
                 limit = start + plan.seconds + 1.0
     rc = proc.poll()
     if rc is None:
         stop(proc)
-    times, applied = read_steps(steps)
+    times, applied, why = read_steps(steps)
     tail = _tail(errpath)
+    if why is not None and rc in (None, 0):
+        return Arm(None, len(times), None, rc, f"the fix was not applied in the job: {why}")
     if rc not in (None, 0):
         return Arm(None, len(times), applied, rc, f"exit code {rc}: {tail}")
     if start is None:
