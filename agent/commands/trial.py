@@ -204,6 +204,8 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
         verdict, reason = "failed", "; ".join(failures)[:500]
     elif failures:
         reason += f" ({len(failures)} arm(s) failed: {failures[0][:200]})"
+    if plan.fix.get("candidate") and result.measured is not None:
+        reason += f"; a candidate the model was unsure of ({plan.fix['candidate']}): measured"
     return {
         "finding": plan.finding,
         "fix": plan.fix,

@@ -445,3 +445,40 @@ def test_try_with_nothing_to_try_says_why_in_one_line(tmp_path):
     r = gpudiag("try", "--diagnose-seconds", "5", "--", sys.executable, str(job), timeout=120)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and "no finding in the report carries a fix" in last, r.stderr
+
+
+def test_a_candidate_fix_is_planned_with_no_prediction(capsys):
+    """A report's finding whose fix the model is unsure of (DATA001 on a box with no idle
+    core) is tried, said so, and judged without a prediction (its bound is not one)."""
+    from gpudiag.agent.commands.tryfix import _plans_of_report
+
+    fix = {"kind": "dataloader", "values": {"num_workers": 2}, "candidate": "no idle core"}
+    doc = {"findings": [{"id": "DATA001", "fix": fix, "expected_speedup": 2.5}]}
+    (plan,) = _plans_of_report(doc, ["python", "job.py"], None)
+    assert plan.fix == fix and plan.predicted is None
+    assert "candidate fix the model is unsure of: no idle core" in capsys.readouterr().err
+
+
+def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
+    """Issue 38: beside a process burning a core, `try -- job` on an in-process loader that
+    computes diagnosed DATA001 with no idle core and stopped with "no finding in the report
+    carries a fix that can be tried". Whether a worker pays on a full box is what a
+    measurement answers: the candidate is tried, without a prediction, and said so."""
+    from tests.conftest import WORKLOADS
+
+    out = tmp_path / "r.json"
+    r = gpudiag(
+        "try",
+        *("--diagnose-seconds", "25", "--rounds", "1", "--seconds", "2", "--warmup", "1"),
+        *("--out", str(out), "--", sys.executable, str(WORKLOADS / "starved_loader.py")),
+        *("--seconds", "120"),
+        timeout=400,
+    )
+    assert "no finding in the report carries a fix" not in r.stderr, r.stderr
+    doc = json.loads(out.read_text())
+    trial = next(t for t in doc["trials"] if t["finding"] == "DATA001")
+    assert trial["fix"]["kind"] == "dataloader" and trial["measured"], trial
+    if trial["fix"].get("candidate"):  # no idle core when it looked (the box's other load)
+        assert trial["predicted"] is None and "candidate" in trial["reason"]
+        assert "trying a candidate fix" in r.stderr
+    assert r.returncode == 0, r.stderr
