@@ -222,11 +222,53 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
     }
 
 
+# each kind's values: a whole number in a range, or a flag (true/false)
+VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
+    "dataloader": {
+        "num_workers": (0, 1024),
+        "prefetch_factor": (1, 1024),
+        "pin_memory": None,
+        "persistent_workers": None,
+    },
+    "optimizer": {"foreach": None, "fused": None},
+    "checkpoint": {"every": (1, 1_000_000)},
+}
+
+
+def check_values(kind: str, values: object) -> str | None:
+    """Why a fix's values cannot be tried (an unknown name, a value of the wrong type or
+    out of range), or None: checked here, before the job sees them."""
+    if not isinstance(values, dict):
+        return f"fix {kind}: values must be a table of name = value"
+    allowed = VALUES.get(kind, {})
+    for name, value in values.items():
+        if name not in allowed:
+            known = ", ".join(allowed) or "none"
+            return f"fix {kind}: unknown value {str(name)[:40]!r} (known: {known})"
+        limits = allowed[name]
+        if limits is None and not isinstance(value, bool):
+            return f"fix {kind}: {name} must be true or false, got {str(value)[:40]!r}"
+        if limits is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not limits[0] <= value <= limits[1]
+        ):
+            return (
+                f"fix {kind}: {name} must be a whole number from {limits[0]} to {limits[1]}, "
+                f"got {str(value)[:40]!r}"
+            )
+    return None
+
+
 def check_fix(fix: dict, allow_numerics: bool, allow_compile: bool = False) -> str | None:
-    """Why a fix cannot be tried (unknown kind, numerics or compile not allowed), or None."""
+    """Why a fix cannot be tried (unknown kind, bad values, numerics or compile not
+    allowed), or None."""
     kind = fix.get("kind")
     if kind not in KINDS:
         return f"unknown fix kind {kind!r} (one of: {', '.join(KINDS)})"
+    bad = check_values(str(kind), fix.get("values") or {})
+    if bad:
+        return bad
     if kind in NUMERICS and not allow_numerics:
         return f"{kind} changes the job's numerics: add --allow-numerics to try it"
     if kind == "compile" and not allow_compile:

@@ -482,3 +482,24 @@ def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
         assert trial["predicted"] is None and "candidate" in trial["reason"]
         assert "trying a candidate fix" in r.stderr
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("checkpoint:every=0", "every must be a whole number from 1"),
+        ("checkpoint:every=nan", "every must be a whole number"),
+        ("checkpoint:every=2.5", "every must be a whole number"),
+        ("dataloader:num_workers=-1", "num_workers must be a whole number from 0"),
+        ("dataloader:num_workers=true", "num_workers must be a whole number"),
+        ("dataloader:pin_memory=3", "pin_memory must be true or false"),
+        ("dataloader:workers=2", "unknown value 'workers'"),
+        ("cudnn_benchmark:x=1", "unknown value 'x' (known: none)"),
+    ],
+)
+def test_bad_fix_values_are_one_line_and_exit_2(cli, text, words):
+    """A fix value the job would refuse or misread (every=0 divided by zero inside the job,
+    every=nan raised there) is refused before any arm runs."""
+    r = cli("try", "--fix", text, "--", "python", "job.py")
+    assert r.returncode == 2 and words in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
