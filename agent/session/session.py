@@ -368,7 +368,7 @@ class Session:
             found,
             analysis.verdict,
             analysis.profile,
-            analysis.metrics.get("steps"),
+            analysis.metrics,
             self.settings.thresholds,
         )
         return replace(analysis, findings=tuple(merged), verdict=verdict), section

@@ -45,17 +45,22 @@ def finalize(
         c.th,
     )
     findings = ranked(findings)
-    rate = starved_rate(c.metrics, c.th)
-    samples = c.profile.samples * (rate if rate is not None else 1.0)
-    verdict = verdict_of(
+    return Finished(tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th))
+
+
+def judged(findings: list[Finding], profile, metrics: dict, th: Thresholds) -> dict:
+    """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
+    recorded when the box starved it) and the timed steps."""
+    rate = starved_rate(metrics, th)
+    samples = profile.samples * (rate if rate is not None else 1.0)
+    return verdict_of(
         findings,
         samples,
-        c.metrics.get("steps"),
-        c.th,
-        unjudged(c.profile, c.th, samples),
+        metrics.get("steps"),
+        th,
+        unjudged(profile, th, samples),
         starved=rate,
     )
-    return Finished(tuple(findings), cost, verdict)
 
 
 def starved_rate(metrics: dict, th: Thresholds) -> float | None:
@@ -70,7 +75,7 @@ def with_more(
     more: list[Finding],
     verdict: dict,
     profile,
-    steps: float | None,
+    metrics: dict,
     th: Thresholds,
 ) -> tuple[list[Finding], dict]:
     """Findings decided after the analysis (the ranks' DIST findings) ranked in, and the
@@ -79,7 +84,7 @@ def with_more(
     merged = ranked([*findings, *more])
     if not more:
         return merged, verdict
-    return merged, verdict_of(merged, profile.samples, steps, th, unjudged(profile, th))
+    return merged, judged(merged, profile, metrics, th)
 
 
 def unjudged(profile, th: Thresholds, samples: float | None = None) -> tuple[str, ...]:
