@@ -64,6 +64,17 @@ def reader_of(pid: int) -> Reader | None:
     return Reader(uid, frozenset(gids))
 
 
+def refuse_untrusted(path: str | os.PathLike, st: os.stat_result, uid: int) -> None:
+    """FileRefused unless a file found rather than named (./pyproject.toml) is `uid`'s or
+    root's and writable by neither its group nor others (another user could have planted or
+    changed it)."""
+    if st.st_uid not in (uid, 0):
+        raise FileRefused(f"{path} belongs to another user (uid {st.st_uid})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+        raise FileRefused(f"{path} is writable by {who} (chmod go-w {os.fspath(path)})")
+
+
 def open_regular_fd(
     path: str | os.PathLike, owners: frozenset[int] | set[int] | None = None
 ) -> tuple[int, os.stat_result]:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import parse_toml, read_bounded
+from gpudiag.agent.output.safeio import Untrusted, parse_toml, read_bounded
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.rules import Rule, rules_from_config
+from gpudiag.text.sink import say
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,14 @@ class Settings:
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a settings file is a few KiB; refuse a runaway file
 
 
-def read_section(path: Path, whole_file: bool, what: str = "config file") -> dict:
+def read_section(
+    path: Path, whole_file: bool, what: str = "config file", trusted_for: int | None = None
+) -> dict:
     """gpudiag's table of a TOML file: [tool.gpudiag] (of a pyproject.toml), or, with
-    `whole_file`, the whole file when it has no [tool] table. UsageError when unreadable."""
-    data = parse_toml(read_bounded(path, MAX_CONFIG_BYTES, what), f"{what} {path}")
+    `whole_file`, the whole file when it has no [tool] table. UsageError when unreadable;
+    Untrusted, with `trusted_for`, when another user could have planted or changed it."""
+    raw = read_bounded(path, MAX_CONFIG_BYTES, what, trusted_for)
+    data = parse_toml(raw, f"{what} {path}")
     if whole_file and "tool" not in data:
         return data
     tool = data.get("tool", {})
@@ -74,6 +80,21 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+def _implicit_section(pp: Path) -> tuple[dict, str | None]:
+    """[tool.gpudiag] of ./pyproject.toml, found rather than named: read only when it is the
+    user's (or root's) and only they may write it, else ignored with one line saying why."""
+    if not _is_file(pp):
+        return {}, None
+    try:
+        section = read_section(pp, whole_file=False, what="config", trusted_for=os.geteuid())
+    except Untrusted as exc:
+        say(f"ignoring {exc}")
+        return {}, None
+    except UsageError:
+        return {}, None
+    return section, (f"{pp} [tool.gpudiag]" if section else None)
+
+
 def load_settings(
     config: str | None,
     overrides: list[str] | None = None,
@@ -92,13 +113,7 @@ def load_settings(
         path = Path(config)
         section, source = read_section(path, whole_file=True), str(path)
     else:
-        pp = (cwd or Path.cwd()) / "pyproject.toml"
-        if _is_file(pp):
-            try:
-                section = read_section(pp, whole_file=False)
-                source = f"{pp} [tool.gpudiag]" if section else None
-            except UsageError:
-                section = {}
+        section, source = _implicit_section((cwd or Path.cwd()) / "pyproject.toml")
     cli_over: dict[str, object] = {}
     for item in overrides or []:
         name, sep, value = item.partition("=")

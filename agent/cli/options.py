@@ -109,7 +109,8 @@ def profiling_options(p: argparse.ArgumentParser) -> None:
         "--duration",
         type=positive,
         metavar="SECONDS",
-        help="stop profiling after this many seconds (the job keeps running)",
+        help="stop profiling after this many seconds (run: counted from the job's first "
+        "step, not its start-up; the job keeps running)",
     )
     p.add_argument(
         "--until-sure",

@@ -119,7 +119,11 @@ def _profile_launched(
     if not args.quiet:
         session.log(
             f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
-            + (f" for {args.duration:.0f} s" if args.duration else " until it exits")
+            + (
+                f" for {args.duration:.0f} s of its loop (counted from its first step)"
+                if args.duration
+                else " until it exits"
+            )
         )
     wiring.announce()
     passed: list[int] = []  # signals the UI passed on to the job
@@ -143,6 +147,12 @@ def _profile_launched(
             server.close()
     failed = result.exit_code not in (None, 0)
     wiring.finish(result, stderr_tail=tee.lines() if failed else None)
+    if result.end_reason == "duration_reached" and session.first_step_at is None:
+        emit(
+            f"gpudiag: no step of the job's loop in {args.duration:g} s: the look saw its "
+            "start-up only (give a longer --duration)",
+            file=sys.stderr,
+        )
     if result.end_reason in ("duration_reached", "verdict_sure"):
         emit(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK

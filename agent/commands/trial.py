@@ -64,21 +64,24 @@ MAX_STEPS_BYTES = 64 << 20  # an arm's step file: one line a step
 TAIL_BYTES = 64 << 10  # the end of a failed arm's stderr
 
 
-def read_steps(path: str) -> tuple[list[float], str | None]:
-    """Step times and the applied-fix line from an arm's step file (bounded; a time that
-    is not a finite number ends the reading there)."""
+def read_steps(path: str) -> tuple[list[float], str | None, str | None]:
+    """Step times, the applied-fix line and why the fix did not act (the later of the two
+    lines wins) from an arm's step file (bounded; a time that is not a finite number ends the
+    reading there)."""
     times: list[float] = []
-    applied = None
+    applied = why = None
     try:
         text = read_regular(path, MAX_STEPS_BYTES).decode(errors="replace")
         for line in text.splitlines():
             if line.startswith("# applied:"):
-                applied = printable(line[len("# applied:") :].strip())[:300]
+                applied, why = printable(line[len("# applied:") :].strip())[:300], None
+            elif line.startswith("# not applied:"):
+                applied, why = None, printable(line[len("# not applied:") :].strip())[:300]
             elif line.strip():
                 times.append(finite_number(line))
     except (OSError, ValueError):
         pass
-    return times, applied
+    return times, applied, why
 
 
 def rate_after(times: list[float], start: float, seconds: float) -> tuple[float | None, int]:
@@ -107,15 +110,17 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
     while proc.poll() is None and time.time() < limit:
         time.sleep(0.2)
         if start is None:
-            times, _ = read_steps(steps)
+            times, _, _ = read_steps(steps)
             if times:
                 start = times[0] + plan.warmup
                 limit = start + plan.seconds + 1.0
     rc = proc.poll()
     if rc is None:
         stop(proc)
-    times, applied = read_steps(steps)
+    times, applied, why = read_steps(steps)
     tail = _tail(errpath)
+    if why is not None and rc in (None, 0):
+        return Arm(None, len(times), None, rc, f"the fix was not applied in the job: {why}")
     if rc not in (None, 0):
         return Arm(None, len(times), applied, rc, f"exit code {rc}: {tail}")
     if start is None:
@@ -199,6 +204,8 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
         verdict, reason = "failed", "; ".join(failures)[:500]
     elif failures:
         reason += f" ({len(failures)} arm(s) failed: {failures[0][:200]})"
+    if plan.fix.get("candidate") and result.measured is not None:
+        reason += f"; a candidate the model was unsure of ({plan.fix['candidate']}): measured"
     return {
         "finding": plan.finding,
         "fix": plan.fix,
@@ -215,11 +222,53 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
     }
 
 
+# each kind's values: a whole number in a range, or a flag (true/false)
+VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
+    "dataloader": {
+        "num_workers": (0, 1024),
+        "prefetch_factor": (1, 1024),
+        "pin_memory": None,
+        "persistent_workers": None,
+    },
+    "optimizer": {"foreach": None, "fused": None},
+    "checkpoint": {"every": (1, 1_000_000)},
+}
+
+
+def check_values(kind: str, values: object) -> str | None:
+    """Why a fix's values cannot be tried (an unknown name, a value of the wrong type or
+    out of range), or None: checked here, before the job sees them."""
+    if not isinstance(values, dict):
+        return f"fix {kind}: values must be a table of name = value"
+    allowed = VALUES.get(kind, {})
+    for name, value in values.items():
+        if name not in allowed:
+            known = ", ".join(allowed) or "none"
+            return f"fix {kind}: unknown value {str(name)[:40]!r} (known: {known})"
+        limits = allowed[name]
+        if limits is None and not isinstance(value, bool):
+            return f"fix {kind}: {name} must be true or false, got {str(value)[:40]!r}"
+        if limits is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not limits[0] <= value <= limits[1]
+        ):
+            return (
+                f"fix {kind}: {name} must be a whole number from {limits[0]} to {limits[1]}, "
+                f"got {str(value)[:40]!r}"
+            )
+    return None
+
+
 def check_fix(fix: dict, allow_numerics: bool, allow_compile: bool = False) -> str | None:
-    """Why a fix cannot be tried (unknown kind, numerics or compile not allowed), or None."""
+    """Why a fix cannot be tried (unknown kind, bad values, numerics or compile not
+    allowed), or None."""
     kind = fix.get("kind")
     if kind not in KINDS:
         return f"unknown fix kind {kind!r} (one of: {', '.join(KINDS)})"
+    bad = check_values(str(kind), fix.get("values") or {})
+    if bad:
+        return bad
     if kind in NUMERICS and not allow_numerics:
         return f"{kind} changes the job's numerics: add --allow-numerics to try it"
     if kind == "compile" and not allow_compile:

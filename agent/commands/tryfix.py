@@ -179,12 +179,15 @@ def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list
                 f"{'; '.join(f.get('recommendation', {}).get('actions', [])[:1])}"
             )
             continue
+        unsure = f["fix"].get("candidate")
+        if unsure:
+            progress(f"{f.get('id')}: trying a candidate fix the model is unsure of: {unsure}")
         plans.append(
             TrialPlan(
                 command,
                 f["fix"],
                 finding=f.get("id"),
-                predicted=f.get("expected_speedup"),
+                predicted=None if unsure else f.get("expected_speedup"),
                 location=f.get("location"),
             )
         )

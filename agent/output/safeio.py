@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from gpudiag.agent.cli.errors import UsageError
-from gpudiag.probes.files import FileRefused, kind_of, open_regular_fd
+from gpudiag.probes.files import FileRefused, kind_of, open_regular_fd, refuse_untrusted
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,23 +43,38 @@ class WriteError(UsageError):
     """A file gpudiag was asked to write could not be written (full disk, no permission)."""
 
 
-def open_regular(path: str | os.PathLike, what: str) -> IO[bytes]:
+class Untrusted(UsageError):
+    """A file found rather than named is another user's or writable by others."""
+
+
+def open_regular(path: str | os.PathLike, what: str, trusted_for: int | None = None) -> IO[bytes]:
     """The file opened for binary reading; UsageError unless it is a regular file after
-    resolving links (through `probes/files.py`, the one reader: a FIFO cannot hang us)."""
+    resolving links (through `probes/files.py`, the one reader: a FIFO cannot hang us);
+    with `trusted_for` (a uid), Untrusted unless that user or root owns it and only they
+    may write it."""
     try:
-        fd, _st = open_regular_fd(path)
+        fd, st = open_regular_fd(path)
     except FileNotFoundError:
         raise UsageError(f"{what} not found: {path}") from None
     except FileRefused as exc:
         raise UsageError(f"{what} {exc}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if trusted_for is not None:
+        try:
+            refuse_untrusted(path, st, trusted_for)
+        except FileRefused as exc:
+            os.close(fd)
+            raise Untrusted(f"{what} {exc}") from None
     return os.fdopen(fd, "rb")
 
 
-def read_bounded(path: str | os.PathLike, limit: int, what: str) -> bytes:
-    """At most `limit` bytes of a regular file; UsageError when it holds more."""
-    with open_regular(path, what) as f:
+def read_bounded(
+    path: str | os.PathLike, limit: int, what: str, trusted_for: int | None = None
+) -> bytes:
+    """At most `limit` bytes of a regular file; UsageError when it holds more (Untrusted,
+    with `trusted_for`, as `open_regular`)."""
+    with open_regular(path, what, trusted_for) as f:
         try:
             data = f.read(limit + 1)
         except OSError as exc:

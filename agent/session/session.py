@@ -33,6 +33,7 @@ __all__ = ["Session", "SessionOptions", "SessionResult", "make_probes"]
 
 
 SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
+LOOP_KINDS = ("step", "forward", "request")  # hooks' samples of the work the job repeats
 RankPlan = tuple[list[RankInfo], int]  # the ranks of a multi-rank job, and its root pid
 
 
@@ -82,6 +83,7 @@ class Session:
         self._threads: list[tuple[threading.Thread, str]] = []  # (thread, its probe's name)
         self.exit_code: int | None = None
         self.paused = False
+        self.first_step_at: float | None = None  # wall time the hooks' first unit of work came
         self.start_time = time.time()
         self.stop_signals = stop_signals
         self.capture_steps = opts.capture_steps  # asked once the job connects (autocapture)
@@ -137,6 +139,10 @@ class Session:
             if self.ranks is not None:  # a multi-rank job: each rank's own timeline too
                 samples, _others = self.ranks.route(samples)  # a recording: the main rank
             self.timeline.extend(samples)
+            if self.first_step_at is None and any(
+                s.probe == "hooks" and s.labels.get("kind") in LOOP_KINDS for s in samples
+            ):
+                self.first_step_at = time.time()
             if self.sink is not None:
                 self.sink(samples)
 
@@ -261,7 +267,7 @@ class Session:
                 if not self.target_alive():
                     return "target_exited"
                 elapsed = time.time() - start
-                if self.opts.duration_s is not None and elapsed >= self.opts.duration_s:
+                if self.opts.duration_s is not None and self.looked(start) >= self.opts.duration_s:
                     return "duration_reached"
                 if self.opts.until_sure and time.monotonic() >= next_sure:
                     next_sure = time.monotonic() + SURE_CHECK_S
@@ -284,6 +290,15 @@ class Session:
             if own_handler:
                 signal.signal(signal.SIGTERM, old_term)
 
+    def looked(self, start: float) -> float:
+        """Seconds the --duration clock has run: from launch, restarted at the job's first
+        step (start-up is not the loop: a 23 s torch import left 2 s of a 25 s look); from
+        the start for an attached job (its loop runs already)."""
+        since = start
+        if self.first_step_at is not None and not self.opts.attached:
+            since = self.first_step_at
+        return time.time() - since
+
     def check_hung(self) -> None:
         """Mark a probe whose call has run past `probe_timeout_s` as failed (see HangWatch)."""
         for name in self.hangs.overdue():
@@ -298,7 +313,9 @@ class Session:
             ticks = int(w.ticks) if w else 0
         left = ""
         if self.opts.duration_s is not None:
-            left = f" of {self.opts.duration_s:.0f} s"
+            looked = self.looked(time.time() - elapsed)
+            loop = "" if self.first_step_at is None or self.opts.attached else " of loop"
+            left = f" ({looked:.0f} s{loop} of {self.opts.duration_s:.0f} s)"
         return (
             f"profiling pid {self.target.pid}: {elapsed:.0f} s{left}, "
             f"{ticks} stack samples so far (Ctrl-C stops and writes the report)"
@@ -351,7 +368,7 @@ class Session:
             found,
             analysis.verdict,
             analysis.profile,
-            analysis.metrics.get("steps"),
+            analysis.metrics,
             self.settings.thresholds,
         )
         return replace(analysis, findings=tuple(merged), verdict=verdict), section

@@ -103,6 +103,7 @@ CATALOGUE: dict[str, Spec] = {
             "Other processes on the box take the CPU the job's threads need",
             "host",
             True,
+            note_title="Other processes on the box take CPU, but the GPU does not wait for it",
         ),
         Spec(
             "BLOCK001",
@@ -121,6 +122,7 @@ CATALOGUE: dict[str, Spec] = {
             "The job's own threads oversubscribe the CPU",
             "host",
             True,
+            note_title="The job's own threads oversubscribe the CPU, but the GPU does not wait",
         ),
         Spec("EVAL001", "Evaluation inside the training loop", "run", False),
         Spec(

@@ -50,10 +50,29 @@ def finalize(
         run_day=run_day(c.view.start_ns),
     )
     findings = ranked(findings)
-    verdict = verdict_of(
-        findings, c.profile.samples, c.metrics.get("steps"), c.th, unjudged(c.profile, c.th)
+    return Finished(tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th))
+
+
+def judged(findings: list[Finding], profile, metrics: dict, th: Thresholds) -> dict:
+    """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
+    recorded when the box starved it) and the timed steps."""
+    rate = starved_rate(metrics, th)
+    samples = profile.samples * (rate if rate is not None else 1.0)
+    return verdict_of(
+        findings,
+        samples,
+        metrics.get("steps"),
+        th,
+        unjudged(profile, th, samples),
+        starved=rate,
     )
-    return Finished(tuple(findings), cost, verdict)
+
+
+def starved_rate(metrics: dict, th: Thresholds) -> float | None:
+    """The share of the asked-for py-spy ticks recorded when the box starved the sampler
+    (below `stack_rate_min`), else None."""
+    rate = metrics.get("stack_rate_achieved")
+    return rate if rate is not None and rate < th.stack_rate_min else None
 
 
 def run_day(start_ns: int | None) -> date | None:
@@ -71,7 +90,7 @@ def with_more(
     more: list[Finding],
     verdict: dict,
     profile,
-    steps: float | None,
+    metrics: dict,
     th: Thresholds,
 ) -> tuple[list[Finding], dict]:
     """Findings decided after the analysis (the ranks' DIST findings) ranked in, and the
@@ -80,16 +99,17 @@ def with_more(
     merged = ranked([*findings, *more])
     if not more:
         return merged, verdict
-    return merged, verdict_of(merged, profile.samples, steps, th, unjudged(profile, th))
+    return merged, judged(merged, profile, metrics, th)
 
 
-def unjudged(profile, th: Thresholds) -> tuple[str, ...]:
+def unjudged(profile, th: Thresholds, samples: float | None = None) -> tuple[str, ...]:
     """The checks that rest on the loop's stack samples and did not have enough of them:
     every one below stack_floor_samples; below min_loop_samples, those whose share's
-    interval still straddles their threshold (a share far from it is judged on fewer)."""
-    if profile.samples >= th.min_loop_samples:
+    interval still straddles their threshold (a share far from it is judged on fewer).
+    `samples`: what the samples count for (fewer when the sampler was starved)."""
+    n = profile.samples if samples is None else samples
+    if n >= th.min_loop_samples:
         return ()
-    n = profile.samples
     checks = (
         ("data wait", profile.share("data_wait"), th.data_wait_warn),
         ("checkpoint", profile.share("checkpoint"), th.checkpoint_warn),
@@ -113,19 +133,42 @@ def verdict_of(
     steps: float | None,
     th: Thresholds,
     not_judged: tuple[str, ...] = (),
+    starved: float | None = None,
 ) -> dict:
     """How sure the top verdict is, from the samples it rests on.
 
     `not_judged`: checks that lacked their evidence; with none of the others crossing its
     threshold the verdict names them and is not sure (timed steps judge the data wait only).
+    `starved`: the share of py-spy's ticks recorded on a box that starved it: `samples` are
+    already counted at that share, and a top finding's confidence alone makes nothing sure.
     """
+    verdict = _verdict(findings, samples, steps, th, not_judged, starved is not None)
+    if starved is not None:
+        verdict["statement"] += (
+            f"; stack sampling fell behind (it recorded {starved:.0%} of the ticks asked "
+            f"for, below stack_rate_min={th.stack_rate_min:g}): samples counted at that share"
+        )
+    return verdict
+
+
+def _verdict(
+    findings: list[Finding],
+    samples: float,
+    steps: float | None,
+    th: Thresholds,
+    not_judged: tuple[str, ...],
+    starved: bool,
+) -> dict:
+    """verdict_of's decision (see there)."""
     top = next((f for f in findings if f.severity in ("error", "warning")), None)
     enough = samples >= th.min_loop_samples or (steps or 0) >= 10  # hooks time every step
     # an effect far from its threshold is sure on fewer samples: a top finding sure by its
     # own interval, or every check's interval clear of its threshold
     if samples >= th.stack_floor_samples:
         enough = (
-            enough or not_judged == () or (top is not None and top.confidence >= th.sure_confidence)
+            enough
+            or not_judged == ()
+            or (not starved and top is not None and top.confidence >= th.sure_confidence)
         )
     # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
     enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
@@ -156,7 +199,7 @@ def verdict_of(
             "confidence": None,
             "statement": f"no bottleneck crossed its threshold ({basis})",
         }
-    sure = top.confidence >= th.sure_confidence
+    sure = top.confidence >= th.sure_confidence and (not starved or enough)
     return {
         "finding": top.id,
         "sure": sure,

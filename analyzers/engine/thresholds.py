@@ -45,6 +45,10 @@ class Thresholds:
     threshold, and named 'not judged' while the interval still straddles it."""
     stack_floor_samples: int = 30
     """The fewest loop stack samples any stack-based check judges from."""
+    stack_rate_min: float = 0.5
+    """Share of the py-spy ticks asked for that must be recorded (0.72-0.99 on the kept
+    recordings); below it the box starved the sampler: the loop's samples count at that
+    share, and the verdict is sure only on enough of them (or on timed steps)."""
     data_wait_warn: float = 0.10
     """DATA001/DATA002: share of loop time spent waiting for batches that raises a warning."""
     data_wait_error: float = 0.40

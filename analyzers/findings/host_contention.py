@@ -2,7 +2,9 @@
 
 It rests on direct signals only: the loop thread's run-queue wait (schedstat: runnable, not
 running) and the CPU the processes outside the job use (the host probe's scan), naming the
-top ones. The idle-cores reading alone never makes it.
+top ones. The idle-cores reading alone never makes it. With a GPU signal its impact is the
+GPU idle the wait explains (the idle the host waits do not take): over a saturated GPU the
+contention costs nothing measurable and the finding is a note that says so.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_count
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.timeline.timeline import Aggregate
@@ -30,8 +33,47 @@ def top_others(tl: Aggregate, n: int = 3) -> list[tuple[str, str, float]]:
     return ranked[:n]
 
 
-def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds) -> list[Finding]:
-    """HOST002 when the loop thread waits for a CPU and processes outside the job use it."""
+def idle_explained(cp: CriticalPath | None, rq: float) -> float | None:
+    """The GPU idle the loop's run-queue wait can explain: the idle no host wait takes (the
+    loop thread late to launch), at most the wait; None without a GPU signal."""
+    left = None if cp is None else cp.not_on_waits()
+    return None if left is None else min(rq, left)
+
+
+def gpu_evidence(
+    cp: CriticalPath, explained: float, threshold: float, setting: str
+) -> list[Evidence]:
+    """The GPU side of the grade: its idle share and the part the wait explains."""
+    return [
+        Evidence(
+            "gpu_idle_share", round(cp.gpu_idle or 0.0, 4), "ratio", source="nvml utilization"
+        ),
+        Evidence(
+            "gpu_idle_explained_by_runqueue_wait",
+            round(explained, 4),
+            "ratio",
+            threshold,
+            ">=",
+            setting,
+            "critical path (nvml + loop)",
+        ),
+    ]
+
+
+def saturated_note(cp: CriticalPath, explained: float) -> str:
+    """The message's ending when the GPU does not wait for the host."""
+    return (
+        f" The GPU is busy {1 - (cp.gpu_idle or 0.0):.0%} of the loop and the wait explains "
+        f"{explained:.0%} of its idle: the GPU does not wait for the host, so the contention "
+        "costs nothing measurable now (it will once the GPU work gets faster)."
+    )
+
+
+def host_contention_findings(
+    tl: Aggregate, profile: LoopProfile, th: Thresholds, cp: CriticalPath | None = None
+) -> list[Finding]:
+    """HOST002 when the loop thread waits for a CPU and processes outside the job use it;
+    graded by the GPU idle it explains where there is a GPU signal (`cp`)."""
     rq = profile.loop_runqueue
     others = tl.mean("host", "other_cpu_cores", scope="others")
     if profile.thread is None or rq is None or others is None:
@@ -59,6 +101,11 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
         + (f" (top: {named})" if named else "")
         + ". Other work on the box takes the CPU the job needs."
     )
+    explained = idle_explained(cp, rq)
+    impact = rq if explained is None else explained
+    note = impact < th.host_runqueue_warn
+    if cp is not None and explained is not None:
+        msg += saturated_note(cp, explained) if note else ""
     ev = [
         Evidence(
             "loop_runqueue_wait_for_other_processes",
@@ -82,6 +129,8 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
             "procfs",
         ),
     ]
+    if cp is not None and explained is not None:
+        ev += gpu_evidence(cp, explained, th.host_runqueue_warn, "host_runqueue_warn")
     ev += [
         Evidence(f"other_cpu_cores[{pid} {name}]", round(c, 2), "cores", source="procfs")
         for pid, name, c in top
@@ -103,21 +152,24 @@ def host_contention_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds
         new_finding(
             "HOST002",
             th,
+            note=note,
             confidence=conf,
-            impact=rq,
+            impact=impact,
             message=msg,
             evidence=tuple(ev),
             recommendation=Recommendation(
                 "Give the job the CPU it needs: stop or move the other work", actions
             ),
-            expected_speedup=speedup_from_impact(rq),
-            signals=("procfs schedstat", "procfs"),
+            expected_speedup=speedup_from_impact(impact),
+            signals=("procfs schedstat", "procfs")
+            + (cp.signals if explained is not None and cp else ()),
             speedup_kind="bound",
-            speedup_basis="the loop thread's run-queue wait removed",
+            speedup_basis="the loop thread's run-queue wait removed"
+            + ("" if explained is None else ", capped by the GPU idle it explains"),
         )
     ]
 
 
 def find(c: Context) -> list[Finding]:
     """HOST002, from the analysis context."""
-    return host_contention_findings(c.view, c.profile, c.th)
+    return host_contention_findings(c.view, c.profile, c.th, c.cp)

@@ -17,6 +17,8 @@ from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.host_contention import gpu_evidence, idle_explained, saturated_note
+from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import (
     LoopProfile,
     job_cores,
@@ -137,8 +139,11 @@ def _actions(jt: JobThreads) -> tuple[str, ...]:
     return tuple(acts)
 
 
-def oversubscription_findings(tl: Aggregate, profile: LoopProfile, th: Thresholds) -> list[Finding]:
-    """HOST003 when the loop thread waits for a CPU behind the job's own threads."""
+def oversubscription_findings(
+    tl: Aggregate, profile: LoopProfile, th: Thresholds, cp: CriticalPath | None = None
+) -> list[Finding]:
+    """HOST003 when the loop thread waits for a CPU behind the job's own threads; graded by
+    the GPU idle it explains where there is a GPU signal (`cp`), as HOST002."""
     total = profile.loop_runqueue
     if profile.thread is None or total is None or profile.samples < th.host_min_loop_samples:
         return []
@@ -162,26 +167,35 @@ def oversubscription_findings(tl: Aggregate, profile: LoopProfile, th: Threshold
         + ": thread pools wider than the cores wait for each other at every parallel region."
     )
     main, _ = fitting_threads(jt)
+    ev = _evidence(rq, total, jt, th)
+    explained = idle_explained(cp, rq)
+    impact = rq if explained is None else explained
+    note = impact < th.job_runqueue_warn
+    if cp is not None and explained is not None:
+        ev += gpu_evidence(cp, explained, th.job_runqueue_warn, "job_runqueue_warn")
+        msg += saturated_note(cp, explained) if note else ""
     return [
         new_finding(
             "HOST003",
             th,
+            note=note,
             confidence=conf,
-            impact=rq,
+            impact=impact,
             message=msg,
-            evidence=tuple(_evidence(rq, total, jt, th)),
+            evidence=tuple(ev),
             recommendation=Recommendation(
                 f"Size the thread pools to the cores: torch.set_num_threads({main})",
                 _actions(jt),
             ),
-            expected_speedup=speedup_from_impact(rq),
+            expected_speedup=speedup_from_impact(impact),
             signals=("procfs schedstat", "procfs"),
             speedup_kind="bound",
-            speedup_basis="the loop thread's run-queue wait behind the job's own threads removed",
+            speedup_basis="the loop thread's run-queue wait behind the job's own threads removed"
+            + ("" if explained is None else ", capped by the GPU idle it explains"),
         )
     ]
 
 
 def find(c: Context) -> list[Finding]:
     """HOST003, from the analysis context."""
-    return oversubscription_findings(c.view, c.profile, c.th)
+    return oversubscription_findings(c.view, c.profile, c.th, c.cp)

@@ -38,6 +38,13 @@ class CriticalPath:
         """GPU idle a host wait category causes (0 when there is no GPU signal)."""
         return self.idle_by_wait.get(category, 0.0)
 
+    def not_on_waits(self) -> float | None:
+        """GPU idle no host wait takes (the loop thread late to launch, or unexplained): what
+        a slower loop thread, e.g. one waiting for a CPU, can cost; None without a GPU signal."""
+        if self.gpu_idle is None:
+            return None
+        return self.host_bound + self.sync_bubbles + self.unexplained
+
     def to_dict(self) -> dict:
         """JSON form used in reports."""
         return {

@@ -32,6 +32,7 @@ METRIC_UNITS = {
     "startup_samples": "samples",
     "stack_windows": "count",
     "stack_errors": "count",
+    "stack_rate_achieved": "ratio",
     "loop_thread_cpu": "ratio",
     "loop_thread_d_state": "ratio",
     "gpus": "count",
@@ -87,7 +88,16 @@ def host_metrics(tl: Aggregate) -> dict[str, float | None]:
         "swap_in_bytes_per_s": tl.mean("host", "swap_in_bytes_per_s"),
         "stack_windows": float(w.windows) if w else 0.0,
         "stack_errors": float(w.errors) if w else 0.0,
+        "stack_rate_achieved": rate_achieved(w),
     }
+
+
+def rate_achieved(w) -> float | None:
+    """The share of the ticks py-spy was asked for that it recorded (its `--idle` loop
+    samples every thread each tick): under 1 when the box starved the sampler of CPU."""
+    if w is None or w.expected_ticks <= 0:
+        return None
+    return round(min(1.0, w.ticks / w.expected_ticks), 4)
 
 
 def share_interval(share: float, samples: float, z: float = 1.2816) -> tuple[float, float]:

@@ -69,7 +69,7 @@ class Encoder:
             "stacks": stacks,
             "episodes": episodes,
             "windows": {
-                mode: [w.windows, w.ticks, w.duration_s, w.errors, w.rate_hz]
+                mode: [w.windows, w.ticks, w.duration_s, w.errors, w.rate_hz, w.expected_ticks]
                 for mode, w in agg.windows.items()
             },
             "workers": sorted(agg.worker_pids),
@@ -160,8 +160,9 @@ class Decoder:
                 table[(t[flat[i]], t[flat[i + 1]])] = float(flat[i + 2])
         for tid, thread, anchor, ep, count in row["episodes"]:
             agg.episodes[(int(tid), t[thread], t[anchor])] = [float(ep), float(count)]
-        for mode, (n, ticks, dur, errors, rate) in row["windows"].items():
-            agg.windows[str(mode)] = WindowTotals(int(n), ticks, dur, errors, rate)
+        for mode, (n, ticks, dur, errors, rate, *more) in row["windows"].items():
+            expected = more[0] if more else dur * rate  # older files: at the last rate
+            agg.windows[str(mode)] = WindowTotals(int(n), ticks, dur, errors, rate, expected)
         agg.worker_pids = {int(p) for p in row.get("workers", [])}
         agg.dropped = int(row.get("dropped", 0))
         return agg

@@ -125,10 +125,12 @@ class WindowTotals:
     duration_s: float = 0.0
     errors: float = 0.0
     rate_hz: float = 0.0
+    expected_ticks: float = 0.0  # what the requested rates would have recorded
 
     def merge(self, other: WindowTotals) -> None:
         """Fold another total in."""
         self.windows += other.windows
+        self.expected_ticks += other.expected_ticks
         self.ticks += other.ticks
         self.duration_s += other.duration_s
         self.errors += other.errors

@@ -68,6 +68,7 @@ class Aggregate:
         w.duration_s += values.get("duration_s") or 0.0
         w.errors += values.get("errors") or 0.0
         w.rate_hz = values.get("rate_hz") or w.rate_hz
+        w.expected_ticks += (values.get("duration_s") or 0.0) * (values.get("rate_hz") or 0.0)
 
     def add_episode(self, key: tuple[int, str, str], episodes: float, count: float) -> None:
         """Fold one call-episode count in."""

@@ -12,7 +12,9 @@ is a patch of this process only. Kinds:
 - tf32: TF32 matmul/cuDNN and float32 matmul precision "high" (changes numerics: the
   trial sets it only with --allow-numerics);
 - compile: torch.compile of the first module whose forward runs (opt-in);
-- checkpoint: only every `every`-th torch.save runs; the last skipped one runs at exit.
+- checkpoint: only every `every`-th torch.save runs, each through a temporary file renamed
+  over the target; only a save over this process's own complete earlier save is skipped (the
+  code after a save may move or read its file); the last skipped one runs at exit or SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,14 +23,26 @@ import atexit
 import inspect
 import json
 import os
+import signal
 import sys
+import tempfile
 import time
-from typing import Any
 
 FIX_ENV = "GPUDIAG_FIX"
 STEPS_ENV = "GPUDIAG_TRY_STEPS"
 FLUSH_S = 0.5
 APPLIED: list[str] = []  # what was set, for the trial's log
+NOTES: list[str] = []  # lines for the step log found as the job ran ("# not applied: ...")
+END: list = []  # what runs at exit (and, under the checkpoint fix, on SIGTERM), in order
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
 
 
 def _say(text: str) -> None:
@@ -124,31 +138,129 @@ def compile_module(torch, values: dict) -> None:
     _say("torch.compile of the top-level module")
 
 
-def checkpoint(torch, values: dict) -> None:
-    """Only every k-th torch.save runs; a skipped last save runs at exit (none is lost)."""
-    every = max(1, int(values.get("every", 2)))
-    orig = torch.save
-    state: dict[str, Any] = {"n": 0, "skipped": None}
+def _fsync_dir(folder: str) -> None:
+    """Make a rename in `folder` durable (where the filesystem allows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
-    def save(obj, f, *args, **kwargs):
-        state["n"] += 1
-        if state["n"] % every == 0:
-            state["skipped"] = None
-            return orig(obj, f, *args, **kwargs)
-        state["skipped"] = (obj, f, args, kwargs)
+
+def atomic_save(orig, obj, path: str, args: tuple, kwargs: dict) -> None:
+    """torch.save to `path` through a temporary file in its folder, fsync'd, then renamed
+    over it: a job killed mid-save leaves the old checkpoint or the new one, never a torn one.
+    The file gets the mode a plain torch.save would give it."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        os.fchmod(fd, 0o666 & ~UMASK)
+        with os.fdopen(fd, "wb") as fh:
+            orig(obj, fh, *args, **kwargs)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(folder)
+
+
+class _Saves:
+    """The checkpoint fix's state: only every k-th torch.save runs, and only a save over a
+    complete checkpoint this process wrote there is skipped (the code after a save may move or
+    read its file: timm's save-then-rename crashed on a skipped save's missing file)."""
+
+    def __init__(self, orig, every: int) -> None:
+        self.orig, self.every = orig, every
+        self.n = self.skips = 0
+        self.told = False
+        self.pending: tuple | None = None
+        self.written: dict[str, tuple[int, int]] = {}  # path -> (device, inode) we saved
+
+    def _own(self, path: str) -> bool:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return self.written.get(path) == (st.st_dev, st.st_ino)
+
+    def write(self, obj, f, args: tuple, kwargs: dict) -> None:
+        if not isinstance(f, (str, os.PathLike)):
+            self.orig(obj, f, *args, **kwargs)  # a buffer or a handle: the caller's to close
+            return
+        path = os.fspath(f)
+        atomic_save(self.orig, obj, path, args, kwargs)
+        st = os.stat(path)
+        self.written[path] = (st.st_dev, st.st_ino)
+
+    def save(self, obj, f, *args, **kwargs):
+        self.n += 1
+        path = os.fspath(f) if isinstance(f, (str, os.PathLike)) else None
+        if self.n % self.every == 0 or path is None or not self._own(path):
+            if self.n % self.every and self.n > self.every and not self.skips and not self.told:
+                self.told = True  # a whole round of saves, each to a new file
+                NOTES.append(
+                    f"# not applied: torch.save #{self.n} wrote a new file, which the code "
+                    "after it may move or read (save-then-rename): it ran"
+                )
+            self.pending = None
+            return self.write(obj, f, args, kwargs)
+        if not self.skips and self.told:
+            NOTES.append(f"# applied: {'; '.join(APPLIED)}")
+        self.skips += 1
+        self.pending = (obj, f, args, kwargs)
         return None
 
-    def last() -> None:
-        if state["skipped"] is not None:
-            obj, f, args, kwargs = state["skipped"]
+    def last(self) -> None:
+        """The last skipped save, at exit (or SIGTERM): none is lost."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            obj, f, args, kwargs = pending
             try:
-                orig(obj, f, *args, **kwargs)
+                self.write(obj, f, args, kwargs)
             except Exception as exc:
                 print(f"gpudiag try: final save failed: {exc}", file=sys.stderr)
 
-    torch.save = save
-    atexit.register(last)
-    _say(f"torch.save runs every {every}th time (the last one always)")
+
+def _end() -> None:
+    """What the fix and the step log do at the end, once, in order."""
+    while END:
+        END.pop(0)()
+
+
+def _on_sigterm() -> None:
+    """Run the last skipped save on SIGTERM too (try stops each arm with it), then die of
+    the signal as before; only where the job left SIGTERM to its default."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def handler(signum, frame):
+        _end()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+def checkpoint(torch, values: dict) -> None:
+    """Only every k-th torch.save runs (save-then-rename); a skipped last save runs at exit."""
+    saves = _Saves(torch.save, max(1, int(values.get("every", 2))))
+    torch.save = saves.save
+    END.append(saves.last)
+    _on_sigterm()
+    _say(f"torch.save runs every {saves.every}th time, atomically (the last one always)")
 
 
 KINDS = {
@@ -176,14 +288,16 @@ class _Steps:
 
     def flush(self) -> None:
         self.last = time.monotonic()
-        if not self.rows:
+        text = "".join(f"{t:.6f}\n" for t in self.rows) + "".join(f"{n}\n" for n in NOTES)
+        if not text:
             return
         try:
             with open(self.path, "a") as f:
-                f.write("".join(f"{t:.6f}\n" for t in self.rows))
+                f.write(text)
         except OSError:
             pass
         self.rows = []
+        NOTES.clear()
 
 
 def under_try() -> bool:
@@ -221,4 +335,5 @@ def install(torch) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.on_step())
-        atexit.register(steps.flush)
+        END.append(steps.flush)
+    atexit.register(_end)

@@ -55,6 +55,8 @@ from gpudiag.probes.stacks.samples import (
     workers_window_sample,
 )
 
+STARVED_BELOW = 0.5  # the analyzers' stack_rate_min default: py-spy starved below this share
+
 
 class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float here, Probe allows None
     """Samples Python stacks of the target with py-spy, in rolling windows.
@@ -111,6 +113,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         self.last_error: str | None = None
         self.last_hint: str | None = None
         self.windows_read = self.windows_failed = 0  # windows whose loop recording was read
+        self.ticks = self.ticks_asked = 0.0  # loop recordings' ticks, and what was asked for
         self._sources = SourceLines()
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -318,6 +321,8 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 for r in rows:
                     per_thread[r.tid] = per_thread.get(r.tid, 0) + r.count
                 ticks = max(per_thread.values(), default=0)
+                self.ticks += ticks
+                self.ticks_asked += duration * run.rate
             for r in rows:
                 samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
             n = ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
@@ -342,10 +347,29 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         """Why py-spy last failed, if it did."""
         return [self.last_error] if self.last_error else []
 
+    def achieved(self) -> float | None:
+        """The share of the ticks asked for that py-spy recorded (None before a window)."""
+        return min(1.0, self.ticks / self.ticks_asked) if self.ticks_asked > 0 else None
+
+    def _starved(self) -> ProbeStatus | None:
+        """Degraded when the box starved py-spy of CPU: it fell behind its rate."""
+        got = self.achieved()
+        if got is None or got >= STARVED_BELOW:
+            return None
+        return ProbeStatus(
+            self.name,
+            True,
+            f"sampling fell behind: py-spy recorded {got:.0%} of the ticks asked for "
+            f"({self.ticks:.0f} of {self.ticks_asked:.0f}); the box is too busy to give it "
+            "CPU on time, so the verdict counts the samples at that share",
+            "give gpudiag CPU: run it at a higher priority (sudo nice -n -5 gpudiag ...), "
+            "keep a core free for it (taskset the other work), or profile longer (--duration)",
+        )
+
     def final_status(self) -> ProbeStatus | None:
         """Unavailable (py-spy failed in every window) or degraded, with why and the fix."""
         if not self.windows_failed or not self.last_error:
-            return None
+            return self._starved()
         if not self.windows_read:
             return ProbeStatus(
                 self.name,

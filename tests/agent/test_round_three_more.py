@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 from gpudiag.agent.output.report import write_report
@@ -173,6 +174,43 @@ def test_wrongly_typed_rule_fields_are_a_usage_error(tmp_path):
         res = _replay_with_rules(tmp_path, rule)
         assert res.returncode == 2 and "internal error" not in res.stderr, res.stderr
         assert res.stderr.count("\n") == 1 and "rule 1:" in res.stderr
+
+
+def _implicit(tmp_path, mode: int, uid: int | None = None):
+    import os
+
+    from gpudiag.agent.cli.config import load_settings
+
+    pp = tmp_path / "pyproject.toml"
+    pp.write_text("[tool.gpudiag.thresholds]\ndata_wait_warn = 0.9\n")
+    pp.chmod(mode)
+    if uid is not None:
+        os.chown(pp, uid, -1)
+    return load_settings(None, cwd=tmp_path)
+
+
+def test_an_implicit_pyproject_others_may_write_is_ignored_in_one_line(tmp_path, capsys):
+    """./pyproject.toml is read without being named: group- or world-writable, anyone could
+    have set its thresholds and rules (a user's own, 0644, is read)."""
+    assert _implicit(tmp_path, 0o644).thresholds.data_wait_warn == 0.9
+    for mode, who in ((0o664, "its group"), (0o646, "others")):
+        s = _implicit(tmp_path, mode)
+        assert s.source is None and s.thresholds.data_wait_warn != 0.9
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"writable by {who}" in err and "ignoring" in err
+
+
+def test_an_implicit_pyproject_of_another_user_is_ignored(tmp_path, capsys, monkeypatch):
+    """Another user's ./pyproject.toml (a shared folder) is not read; root's is."""
+    import os
+
+    if os.geteuid() == 0:
+        s = _implicit(tmp_path, 0o644, uid=4321)
+    else:  # the file is ours: look at it as another, non-root user
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+        s = _implicit(tmp_path, 0o644)
+    assert s.source is None and s.thresholds.data_wait_warn != 0.9
+    assert "belongs to another user" in capsys.readouterr().err
 
 
 def test_a_users_rule_is_matched_in_bounded_time():
@@ -452,3 +490,41 @@ def test_steps_of_a_forked_child_are_not_merged_with_the_parents(tmp_path):
         assert len(steps) == 3 and probe.other_steps == 5  # the child's, though it claims pid 1
     finally:
         probe.close()
+
+
+# ---- durations count from the first step ------------------------------------------------------
+
+SLOW_START = (
+    "import sys, time\ntime.sleep(float(sys.argv[1]))  # a slow start-up (a 20 s torch import)\n"
+    "import torch\nm = torch.nn.Linear(64, 64)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+    "t0 = time.time()\nwhile time.time() - t0 < float(sys.argv[2]):\n"
+    "    m(torch.randn(32, 64)).sum().backward()\n    opt.step()\n    opt.zero_grad()\n"
+)
+
+
+def _run_slow(tmp_path, duration: str, sleep: str, loop: str):
+    job, out = tmp_path / "slow.py", tmp_path / "r.json"
+    job.write_text(SLOW_START)
+    r = gpudiag(
+        *("run", "-q", "--duration", duration, "--out", str(out)),
+        *("--", sys.executable, str(job), sleep, loop),
+        timeout=180,
+    )
+    return r, out
+
+
+def test_run_duration_counts_from_the_first_step(tmp_path):
+    """`run --duration 25` of a job with a 17.6 s start-up got 9.5-12 s of loop: the clock
+    now restarts at the first step, so the whole look goes to the loop."""
+    r, out = _run_slow(tmp_path, "10", "1", "14")
+    assert r.returncode == 0, r.stderr
+    ph = json.loads(out.read_text())["phases"]
+    assert ph["startup_s"] >= 1.0 and ph["loop_s"] >= 8.5, ph
+    assert "start-up only" not in r.stderr
+
+
+def test_a_look_that_ends_before_the_first_step_says_so(tmp_path):
+    """No step within --duration: the look ends on time, and says it saw start-up only."""
+    r, _ = _run_slow(tmp_path, "2", "5", "0")
+    assert r.returncode == 0, r.stderr
+    assert "no step of the job's loop in 2 s: the look saw its start-up only" in r.stderr

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from gpudiag.agent.commands.trial import change_line, check_fix, rate_after
+from gpudiag.agent.commands.trial import change_line, check_fix, rate_after, read_steps
 from gpudiag.agent.commands.tryfix import parse_fix
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
@@ -137,19 +139,116 @@ def test_gpu_flags_cudnn_benchmark_and_tf32(tmp_path):
 
 
 def test_checkpoint_fix_saves_every_kth_and_the_last(tmp_path):
+    """Saves over the same file: only every 3rd runs (the 1st, to a new file, too), the last
+    skipped one at exit; each through a temporary file, none left behind."""
     out = _in_job(
         {"kind": "checkpoint", "values": {"every": 3}},
         """
         import os
-        for i in range(1, 5):
-            torch.save({"i": i}, f"ck{i}.pt")
-        print(sorted(os.listdir(".")))
+        for i in range(1, 6):
+            torch.save({"i": i}, "ck.pt")
+        print(torch.load("ck.pt")["i"], sorted(os.listdir(".")))
     """,
         tmp_path,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['ck3.pt']"  # during the run: only the 3rd
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck3.pt", "ck4.pt"]  # + the last
+    assert out.stdout.strip() == "3 ['ck.pt']"  # during the run: the 3rd (1st, 3rd ran)
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+    assert torch_load(tmp_path / "ck.pt")["i"] == 5  # + the last, at exit
+
+
+def torch_load(path):
+    torch = pytest.importorskip("torch")
+    return torch.load(path)
+
+
+def _steps_text(tmp_path) -> str:
+    return (tmp_path.parent / f"{tmp_path.name}-try" / "steps").read_text()
+
+
+def test_a_skipped_save_never_breaks_save_then_rename(tmp_path):
+    """timm's train.py saves to tmp then os.replace(tmp, last): a skipped save left no tmp and
+    the job crashed. A save to a new file runs, and the trial is told the fix cannot act."""
+    out = _in_job(
+        {"kind": "checkpoint", "values": {"every": 2}},
+        """
+        import os
+        m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i in range(1, 6):
+            torch.save({"i": i}, "tmp.pt")
+            os.replace("tmp.pt", "last.pt")
+            m(torch.zeros(1, 2)).sum().backward(); o.step()
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert torch_load(tmp_path / "last.pt")["i"] == 5
+    lines = _steps_text(tmp_path).splitlines()
+    assert [ln for ln in lines if ln.startswith("# ")][-1].startswith("# not applied:")
+    times, applied, why = read_steps(str(tmp_path.parent / f"{tmp_path.name}-try" / "steps"))
+    assert len(times) == 5 and applied is None and "new file" in (why or "")
+
+
+def test_a_job_killed_mid_save_never_leaves_a_torn_checkpoint(tmp_path):
+    """SIGKILL while torch.save writes a 32 MB checkpoint (every save runs): the file on disk
+    is the previous complete checkpoint or the new one, never a torn one."""
+    body = """
+        import sys
+        big = torch.zeros(8 << 20)
+        for i in range(1, 400):
+            torch.save({"i": i, "w": big}, "ck.pt")
+            print(i, flush=True)
+    """
+    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
+    folder = tmp_path.parent / f"{tmp_path.name}-try"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    env = dict(
+        os.environ,
+        GPUDIAG_FIX=json.dumps({"kind": "checkpoint", "values": {"every": 1}}),
+        GPUDIAG_TRY_STEPS=str(folder / "steps"),
+        PYTHONPATH=INJECT_DIR,
+    )
+    for delay in (0.013, 0.037, 0.071):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE
+        )
+        try:
+            assert proc.stdout is not None and proc.stdout.readline()  # one save done
+            time.sleep(delay)  # and the next one under way
+        finally:
+            proc.kill()
+            proc.wait(30)
+        assert torch_load(tmp_path / "ck.pt")["w"].numel() == 8 << 20
+
+
+def test_the_last_skipped_save_runs_on_sigterm(tmp_path):
+    """try stops each arm with SIGTERM: the promised last save was lost (atexit never ran)."""
+    body = """
+        import time
+        for i in range(1, 5):
+            torch.save({"i": i}, "ck.pt")
+        print("saved", flush=True)
+        time.sleep(60)
+    """
+    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
+    folder = tmp_path.parent / f"{tmp_path.name}-try"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    env = dict(
+        os.environ,
+        GPUDIAG_FIX=json.dumps({"kind": "checkpoint", "values": {"every": 3}}),
+        GPUDIAG_TRY_STEPS=str(folder / "steps"),
+        PYTHONPATH=INJECT_DIR,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"saved\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == -signal.SIGTERM  # it still dies of the signal
+    finally:
+        proc.kill()
+    assert torch_load(tmp_path / "ck.pt")["i"] == 4
 
 
 def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
@@ -346,3 +445,61 @@ def test_try_with_nothing_to_try_says_why_in_one_line(tmp_path):
     r = gpudiag("try", "--diagnose-seconds", "5", "--", sys.executable, str(job), timeout=120)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and "no finding in the report carries a fix" in last, r.stderr
+
+
+def test_a_candidate_fix_is_planned_with_no_prediction(capsys):
+    """A report's finding whose fix the model is unsure of (DATA001 on a box with no idle
+    core) is tried, said so, and judged without a prediction (its bound is not one)."""
+    from gpudiag.agent.commands.tryfix import _plans_of_report
+
+    fix = {"kind": "dataloader", "values": {"num_workers": 2}, "candidate": "no idle core"}
+    doc = {"findings": [{"id": "DATA001", "fix": fix, "expected_speedup": 2.5}]}
+    (plan,) = _plans_of_report(doc, ["python", "job.py"], None)
+    assert plan.fix == fix and plan.predicted is None
+    assert "candidate fix the model is unsure of: no idle core" in capsys.readouterr().err
+
+
+def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
+    """Issue 38: beside a process burning a core, `try -- job` on an in-process loader that
+    computes diagnosed DATA001 with no idle core and stopped with "no finding in the report
+    carries a fix that can be tried". Whether a worker pays on a full box is what a
+    measurement answers: the candidate is tried, without a prediction, and said so."""
+    from tests.conftest import WORKLOADS
+
+    out = tmp_path / "r.json"
+    r = gpudiag(
+        "try",
+        *("--diagnose-seconds", "25", "--rounds", "1", "--seconds", "2", "--warmup", "1"),
+        *("--out", str(out), "--", sys.executable, str(WORKLOADS / "starved_loader.py")),
+        *("--seconds", "120"),
+        timeout=400,
+    )
+    assert "no finding in the report carries a fix" not in r.stderr, r.stderr
+    doc = json.loads(out.read_text())
+    trial = next(t for t in doc["trials"] if t["finding"] == "DATA001")
+    assert trial["fix"]["kind"] == "dataloader" and trial["measured"], trial
+    if trial["fix"].get("candidate"):  # no idle core when it looked (the box's other load)
+        assert trial["predicted"] is None and "candidate" in trial["reason"]
+        assert "trying a candidate fix" in r.stderr
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("checkpoint:every=0", "every must be a whole number from 1"),
+        ("checkpoint:every=nan", "every must be a whole number"),
+        ("checkpoint:every=2.5", "every must be a whole number"),
+        ("dataloader:num_workers=-1", "num_workers must be a whole number from 0"),
+        ("dataloader:num_workers=true", "num_workers must be a whole number"),
+        ("dataloader:pin_memory=3", "pin_memory must be true or false"),
+        ("dataloader:workers=2", "unknown value 'workers'"),
+        ("cudnn_benchmark:x=1", "unknown value 'x' (known: none)"),
+    ],
+)
+def test_bad_fix_values_are_one_line_and_exit_2(cli, text, words):
+    """A fix value the job would refuse or misread (every=0 divided by zero inside the job,
+    every=nan raised there) is refused before any arm runs."""
+    r = cli("try", "--fix", text, "--", "python", "job.py")
+    assert r.returncode == 2 and words in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

@@ -98,8 +98,10 @@ class Scenario:
         workers: int = 0,
         gil_other: float = 0.0,
         saves: int = 0,
+        asked_hz: float | None = None,
     ) -> Scenario:
-        """One 3 s py-spy window of the loop thread (plus workers and GIL samples)."""
+        """One 3 s py-spy window of the loop thread (plus workers and GIL samples); `ticks`
+        recorded where `asked_hz` asked for 3 s of them (default: on time, ticks / 3 s)."""
         self.t += 3_000_000_000
         for cat, share in shares.items():
             n = round(share * ticks)
@@ -159,7 +161,12 @@ class Scenario:
         self._add(
             "stacks",
             {"mode": "all", "kind": "window"},
-            {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+            {
+                "ticks": ticks,
+                "duration_s": 3.0,
+                "rate_hz": ticks / 3.0 if asked_hz is None else asked_hz,
+                "errors": 0,
+            },
         )
         gil_ticks = ticks // 4
         if gil_other:

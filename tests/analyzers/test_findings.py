@@ -181,3 +181,5 @@ def test_no_workers_on_a_busy_cpu_is_data001_graded_to_cheaper_loading():
     assert ev["host_free_cores"].comparison == "<"
     assert ev["physical_cores"].value == 2
     assert ev["loader_off_cpu_share"].value < Thresholds().loader_wait_min
+    # whether a worker pays on a full box is what `try` measures: a candidate, no promise
+    assert f.fix is not None and f.fix["values"]["num_workers"] >= 1 and f.fix["candidate"]

@@ -63,6 +63,7 @@ def test_workers_that_compute_and_fill_the_cores_are_data002():
     """The job's own workers fill the physical cores with CPU work: DATA002, a fact of the job."""
     fs = run(0.97, loop_cpu=0.5, cpu_count=4, workers=6, worker_busy=0.95, worker_cpu=3.4)
     assert [f.id for f in fs] == ["DATA002"]
+    assert fs[0].fix is None  # more workers cannot help: nothing to try
 
 
 def test_inline_loader_off_cpu_waiting_on_native_threads_computes():

@@ -243,3 +243,15 @@ def test_one_stray_backward_sample_under_evaluate_does_not_hide_evaluation():
     view = tl.whole()
     got = eval_time(view, profile_loop(view, clf), clf)
     assert got is not None and got.function == "evaluate" and got.samples == 61
+
+
+def test_an_oversubscribed_pool_beside_a_saturated_gpu_is_a_note():
+    """HOST003 graded like HOST002: a fake H100 98% busy does not wait for the loop thread,
+    whatever its run-queue wait, so the pool costs nothing measurable (a note saying why)."""
+    from tests.analyzers.test_host_contention import on_fake_gpu
+
+    a = analyze(on_fake_gpu(own_threads(0.6, (1.9, 9.0)), 98, 85).tl)
+    f = next(f for f in a.findings if f.id == "HOST003")
+    assert f.severity == "note" and f.impact < 0.05
+    assert {e.metric for e in f.evidence} >= {"gpu_idle_share"}
+    assert "does not wait for the host" in f.message

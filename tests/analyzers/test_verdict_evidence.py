@@ -56,7 +56,7 @@ def test_findings_added_later_keep_the_checks_that_were_not_judged():
         recommendation=Recommendation("", ()),
         expected_speedup=1.0,
     )
-    merged, v = with_more(list(a.findings), [note], a.verdict, a.profile, 200.0, th)
+    merged, v = with_more(list(a.findings), [note], a.verdict, a.profile, {"steps": 200.0}, th)
     assert [f.id for f in merged] == ["MEM001"]
     assert v["sure"] is False and "not judged:" in v["statement"]
 
@@ -77,3 +77,27 @@ def test_the_gpu_idle_is_added_once_to_a_host_cause_that_lacks_it():
     added = with_gpu_idle(bare, cp)
     assert [e.metric for e in added.evidence] == ["gpu_idle_share"] and "60%" in added.message
     assert with_gpu_idle(said, cp) is said  # its evidence says it already: not twice
+
+
+def test_a_rank_finding_added_later_keeps_the_starved_sampler_in_the_verdict():
+    """A multi-rank job's DIST findings are ranked in after the analysis: the verdict given
+    again still counts the samples at the share a starved py-spy recorded."""
+    from tests.analyzers.scenario import Scenario
+
+    th = Thresholds()
+    sc = Scenario(cpu_count=2)
+    for _ in range(5):
+        sc.window({"data_wait": 0.2, "forward": 0.4, "backward": 0.4}, ticks=60, asked_hz=100)
+    a = analyze(sc.host(0.5).process(1.0).tl)
+    note = new_finding(
+        "MEM001",
+        th,
+        impact=0.0,
+        confidence=0.8,
+        message="",
+        evidence=(),
+        recommendation=Recommendation("", ()),
+        expected_speedup=1.0,
+    )
+    _, v = with_more(list(a.findings), [note], a.verdict, a.profile, a.metrics, th)
+    assert v["sure"] is False and "stack sampling fell behind" in v["statement"]

@@ -1,0 +1,89 @@
+"""Sampling starvation: a box too busy to give py-spy CPU on time. The probe says so in its
+status, with the fix, and the verdict counts the samples at the share it recorded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpudiag.analyzers import analyze
+from gpudiag.probes.base import Target
+from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.probes.stacks.pyspy import find_py_spy
+from tests.analyzers.scenario import Scenario
+from tests.conftest import BURN
+
+NEAR = {"data_wait": 0.2, "forward": 0.4, "backward": 0.4}  # twice data_wait_warn
+JOB = "import time\nt0 = time.time()\nwhile time.time() - t0 < 40:\n    sum(range(5000))\n"
+
+
+def _on_core0() -> None:
+    os.sched_setaffinity(0, {0})
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_py_spy_starved_by_burners_is_said_in_the_probe_status(tmp_path, monkeypatch):
+    """Real burners: three processes burning core 0, and py-spy confined to that core at the
+    lowest priority (a wrapper: nice 19, affinity core 0), sampling a real job at 100 Hz. It
+    cannot keep its rate; the probe measures what it recorded against what it asked for."""
+    real = find_py_spy()
+    if real is None or shutil.which("taskset") is None:
+        pytest.skip("needs py-spy and taskset")
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f'#!/bin/sh\nexec nice -n 19 taskset -c 0 "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr("gpudiag.probes.stacks.probe.find_py_spy", lambda: str(wrapper))
+    job = subprocess.Popen([sys.executable, "-c", JOB])
+    burners = [
+        subprocess.Popen([sys.executable, "-c", BURN], preexec_fn=_on_core0) for _ in range(3)
+    ]
+    probe = StackProbe(rate_hz=100, window_s=2.0, gil_rate_hz=0, subprocesses=False)
+    try:
+        assert probe.open(Target(job.pid)).available
+        deadline = time.monotonic() + 20
+        while probe.windows_read < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        probe.close()
+        for p in (job, *burners):
+            p.kill()
+            p.wait()
+    got = probe.achieved()
+    assert got is not None and got < 0.5, got
+    status = probe.final_status()
+    assert status is not None and status.available
+    assert "sampling fell behind" in (status.reason or "") and "nice" in (status.hint or "")
+
+
+def test_an_unstarved_probe_has_no_status_to_add():
+    probe = StackProbe()
+    probe.ticks, probe.ticks_asked = 280.0, 300.0
+    assert probe.final_status() is None
+
+
+def _windows(asked_hz: float) -> Scenario:
+    """5 windows of 3 s, each recording 60 loop samples where `asked_hz` asked for more."""
+    sc = Scenario(cpu_count=2)
+    for _ in range(5):
+        sc.window(NEAR, ticks=60, asked_hz=asked_hz)
+    return sc.host(0.5).process(1.0)
+
+
+def test_a_starved_sampler_widens_the_verdict_instead_of_a_sure_one():
+    """The same 300 loop samples: recorded on time (20 Hz asked) the verdict is sure; where
+    100 Hz was asked they are a fifth of the ticks, bunched where py-spy got the CPU: counted
+    at that share (60), the verdict is not sure and says why."""
+    on_time = analyze(_windows(20).tl)
+    assert on_time.metrics["stack_rate_achieved"] == 1.0
+    assert on_time.verdict["sure"] and "fell behind" not in on_time.verdict["statement"]
+    a = analyze(_windows(100).tl)
+    assert a.metrics["stack_rate_achieved"] == pytest.approx(0.2)
+    assert a.findings[0].id == on_time.findings[0].id == "DATA001"
+    assert not a.verdict["sure"], a.verdict
+    assert "stack sampling fell behind (it recorded 20% of the ticks" in a.verdict["statement"]
+    assert "stack_rate_min=0.5" in a.verdict["statement"]
