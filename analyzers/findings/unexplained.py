@@ -208,7 +208,10 @@ def find(c: Context) -> list[Finding]:
     blocking = tuple(s for s in u.sites if s.family in BLOCKING)
     block_share = sum(s.share for s in blocking)
     rest, rest_share = u.sites, u.share
-    if block_share >= th.blocking_call_warn:
+    # with a GPU signal, the loop's host time costs no more than the GPU idles: a GPU busy
+    # through the loop (a memory-bound elementwise job at 100%) hides it
+    cap = 1.0 if c.idle is None else c.idle
+    if block_share >= th.blocking_call_warn and cap >= th.blocking_call_warn:
         out.append(
             _finding(
                 "BLOCK001", u, blocking, block_share, c, "blocking_call_warn", th.blocking_call_warn
@@ -216,7 +219,7 @@ def find(c: Context) -> list[Finding]:
         )
         rest = tuple(s for s in u.sites if s.family not in BLOCKING)
         rest_share = max(0.0, u.share - block_share)
-    if rest and rest_share >= th.unexplained_warn:
+    if rest and rest_share >= th.unexplained_warn and cap >= th.unexplained_warn:
         out.append(
             _finding("LOOP001", u, rest, rest_share, c, "unexplained_warn", th.unexplained_warn)
         )

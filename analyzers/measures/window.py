@@ -123,7 +123,34 @@ def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
         a = loop_spans[0][0] - back // 2
         a = a if start is None else max(start, a)
         return LoopWindow(start, end, a, loop_spans[-1][1], "stacks")
+    after = _after_startup(tl, clf)
+    if after is not None:
+        return LoopWindow(start, end, after[0], after[1], "stacks (after start-up)")
     return LoopWindow(start, end, None, None, "whole run")
+
+
+def _startup_share(seg: Aggregate, clf: Classifier) -> float:
+    """The share of the target's samples in a segment that are start-up (imports, set-up)."""
+    up = total = 0.0
+    for key in seg.threads("all", "target"):
+        for (stack, code), n in seg.stacks[key].items():
+            total += n
+            if clf.category(stack, code) == "startup":
+                up += n
+    return up / total if total else 0.0
+
+
+def _after_startup(tl: Timeline, clf: Classifier) -> tuple[int, int] | None:
+    """A loop made of the job's own code alone (elementwise passes, a custom kernel loop: no
+    forward, backward or data frames): the stack windows after the last one that is mostly
+    start-up. None when no window was start-up (an attach: the whole look is the loop) or
+    none came after it. Without it, a `run` of such a job measured its GPU over the
+    start-up too: an H100 at 100% in its loop read 64% busy."""
+    spans = [(s0, s1, _startup_share(seg, clf)) for s0, s1, seg in tl.spans()]
+    last = max((i for i, (_, _, up) in enumerate(spans) if up >= 0.5), default=None)
+    if last is None or last + 1 >= len(spans):
+        return None
+    return spans[last][1], spans[-1][1]
 
 
 def phase_summary(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) -> dict:
