@@ -34,11 +34,11 @@ Finder = Callable[[Context], list[Finding]]
 
 FINDERS: tuple[Finder, ...] = (
     data.find,
+    evaluation.find,  # before SYNC001: the syncs an evaluation pass makes are EVAL001's
     sync.find,
     storage.find,
     gil.find,
     checkpoint.find,
-    evaluation.find,
     serving.find,  # before HOST001: a server's or batch-1 inference's host time is theirs
     host_bound.find,
     host_contention.find,

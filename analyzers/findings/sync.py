@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
@@ -12,6 +14,7 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.evaluation import eval_time
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.throughput import sync_sites
 
@@ -96,5 +99,21 @@ def sync_findings(
 
 
 def find(c: Context) -> list[Finding]:
-    """SYNC001, from the analysis context."""
-    return sync_findings(c.metrics, sync_sites(c.view), c.th, c.cp)
+    """SYNC001, from the analysis context; the syncs an evaluation pass makes are left to
+    EVAL001 (one cause, one id: nanoGPT's estimate_loss calls .item() 400 times a pass)."""
+    sites = sync_sites(c.view)
+    if not any(f.id == "EVAL001" for f in c.found) or not sites:
+        return sync_findings(c.metrics, sites, c.th, c.cp)
+    et = eval_time(c.view, c.profile, c.clf)
+    if et is None:
+        return sync_findings(c.metrics, sites, c.th, c.cp)
+    own = [(site, n) for site, n in sites if _function(site) != et.function]
+    kept = sum(n for _, n in own) / sum(n for _, n in sites)
+    cp = replace(c.cp, sync_bubbles=c.cp.sync_bubbles * kept)
+    return sync_findings(c.metrics, own, c.th, cp)
+
+
+def _function(site: str) -> str:
+    """The function of a sync site 'file:line:function:call'."""
+    parts = site.rsplit(":", 3)
+    return parts[2] if len(parts) == 4 else ""

@@ -29,7 +29,7 @@ TRUTH = {
     "st_b1": ("INFER002", {"HOST001"}, 53.0),
     "st_b1_again": ("INFER002", {"HOST001"}, 53.0),
     # eval_interval 10 -> 250: 3.5-4.0 -> 48-53 iterations/s (x13)
-    "nanogpt_eval10": ("EVAL001", {"LOOP001"}, 13.0),
+    "nanogpt_eval10": ("EVAL001", {"LOOP001", "SYNC001"}, 13.0),
 }
 
 
