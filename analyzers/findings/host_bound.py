@@ -9,6 +9,8 @@ could overlap with the model's work.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
@@ -291,4 +293,8 @@ def find(c: Context) -> list[Finding]:
     kind = c.workload.kind if c.workload is not None else None
     if any(f.id in SERVING_CAUSES.get(kind or "", ()) for f in c.found):
         return []
-    return host_findings(c.view, c.profile, c.clf, c.shares, c.cp, c.metrics, c.th)
+    cp = c.cp
+    evaluation = next((f for f in c.found if f.id == "EVAL001"), None)
+    if evaluation is not None:  # the evaluation pass's host time is EVAL001's
+        cp = replace(cp, host_bound=cp.host_bound * (1.0 - min(1.0, evaluation.impact)))
+    return host_findings(c.view, c.profile, c.clf, c.shares, cp, c.metrics, c.th)

@@ -30,6 +30,8 @@ TRUTH = {
     "st_b1_again": ("INFER002", {"HOST001"}, 53.0),
     # eval_interval 10 -> 250: 3.5-4.0 -> 48-53 iterations/s (x13)
     "nanogpt_eval10": ("EVAL001", {"LOOP001", "SYNC001"}, 13.0),
+    # the same under the 1.5%-of-the-box budget: 1005 loop samples (32 before); 3.03 -> 45-50
+    "nanogpt_eval10_budget": ("EVAL001", {"LOOP001", "HOST001"}, 16.7),
 }
 
 
