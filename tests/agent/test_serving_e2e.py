@@ -38,16 +38,21 @@ def client_rate(out: Path) -> float:
     return float(m.group(1))
 
 
-def run_server(tmp: Path, *server_args: str) -> tuple[dict, float]:
-    """`gpudiag run` on the server while the load runs: the report and the client's rate."""
+def run_server(
+    tmp: Path, *server_args: str, script: str = "serve_http.py", whole: bool = False
+) -> tuple[dict, float]:
+    """`gpudiag run` on the server while the load runs: the report and the client's rate.
+    `whole`: a shorter load that ends well inside gpudiag's look (the same requests counted
+    by both ends, not two windows of a rate that drifts on a busy box)."""
     port, report = tmp / "port", tmp / "r.json"
-    cmd = [*CLI, "run", "-q", "--duration", "14", "--out", str(report), "--"]
-    server = [sys.executable, str(WORKLOADS / "serve_http.py"), "--seconds", "15"]
+    look, serve, secs = ("24", "26", 8.0) if whole else ("14", "15", 10.0)
+    cmd = [*CLI, "run", "-q", "--duration", look, "--out", str(report), "--"]
+    server = [sys.executable, str(WORKLOADS / script), "--seconds", serve]
     with open(tmp / "gpudiag.out", "w") as f:
         agent = subprocess.Popen(
             [*cmd, *server, "--port-file", str(port), *server_args], stdout=f, stderr=f
         )
-    client = load(port, tmp / "client.txt")
+    client = load(port, tmp / "client.txt", seconds=secs)
     assert client.wait(timeout=120) == 0
     assert agent.wait(timeout=120) == 0, (tmp / "gpudiag.out").read_text()
     return json.loads(report.read_text()), client_rate(tmp / "client.txt")
@@ -65,6 +70,23 @@ def test_run_names_the_server_its_request_rate_and_both_planted_causes(tmp_path)
     assert m["requests_per_second"] == pytest.approx(rate, rel=0.10)
     assert m["forward_batch_p50"] == 1 and m["forward_grad_share"] == 1
     assert "request handlers" in doc["breakdown"]["thread"]
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_run_on_a_fastapi_server_as_its_docs_write_one(tmp_path, fixed):
+    """FastAPI under uvicorn, one forward per request (the docs' style): the ASGI hooks count
+    the requests the clients sent (within 2%), and the planted causes are named; with
+    inference mode INFER001 goes."""
+    pytest.importorskip("fastapi")
+    args = ["--inference-mode"] if fixed else []
+    doc, rate = run_server(tmp_path, *args, script="serve_fastapi.py", whole=True)
+    assert doc["workload"]["kind"] == "server" and doc["workload"]["unit"] == "request"
+    m = doc["metrics"]
+    said = (tmp_path / "client.txt").read_text()
+    assert m["requests_per_second"] == pytest.approx(rate, rel=0.02), (m["requests"], said)
+    assert m["forward_batch_p50"] == 1 and m["requests_in_flight_max"] >= 2
+    assert "SERVE001" in ids(doc)
+    assert ("INFER001" in ids(doc)) is not fixed
 
 
 def test_run_on_the_healthy_server_raises_nothing_about_the_model(tmp_path):
