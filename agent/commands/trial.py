@@ -67,18 +67,39 @@ TAIL_BYTES = 64 << 10  # the end of a failed arm's stderr
 def read_steps(path: str) -> tuple[list[float], str | None]:
     """Step times and the applied-fix line from an arm's step file (bounded; a time that
     is not a finite number ends the reading there)."""
+    times, _, applied = read_clock(path)
+    return times, applied
+
+
+def read_clock(path: str) -> tuple[list[float], list[tuple[float, float]], str | None]:
+    """(step times, forwards as (time, items), the applied-fix line) of an arm's step file."""
     times: list[float] = []
+    forwards: list[tuple[float, float]] = []
     applied = None
     try:
         text = read_regular(path, MAX_STEPS_BYTES).decode(errors="replace")
         for line in text.splitlines():
             if line.startswith("# applied:"):
                 applied = printable(line[len("# applied:") :].strip())[:300]
+            elif line.startswith("f "):
+                t, _, n = line[2:].partition(" ")
+                forwards.append((finite_number(t), finite_number(n)))
             elif line.strip():
                 times.append(finite_number(line))
     except (OSError, ValueError):
         pass
-    return times, applied
+    return times, forwards, applied
+
+
+def items_rate_after(
+    forwards: list[tuple[float, float]], start: float, seconds: float
+) -> tuple[float | None, int]:
+    """Items per second over [start, start + seconds]: the items of the forwards after the
+    first one inside it, over first to last (a batch inference loop's rate)."""
+    inside = [(t, n) for t, n in forwards if start <= t <= start + seconds]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None, len(inside)
+    return sum(n for _, n in inside[1:]) / (inside[-1][0] - inside[0][0]), len(inside)
 
 
 def rate_after(times: list[float], start: float, seconds: float) -> tuple[float | None, int]:
@@ -103,24 +124,28 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
             command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
     limit = time.time() + plan.warmup + plan.seconds + 120  # start-up allowance
-    start = None
+    start, by_steps = None, False
     while proc.poll() is None and time.time() < limit:
         time.sleep(0.2)
-        if start is None:
-            times, _ = read_steps(steps)
-            if times:
-                start = times[0] + plan.warmup
+        if not by_steps:  # a training job's clock starts at its first optimizer step
+            times, forwards, _ = read_clock(steps)
+            first = times[0] if times else (forwards[0][0] if forwards else None)
+            if first is not None and (start is None or times):
+                start, by_steps = first + plan.warmup, bool(times)
                 limit = start + plan.seconds + 1.0
     rc = proc.poll()
     if rc is None:
         stop(proc)
-    times, applied = read_steps(steps)
+    times, forwards, applied = read_clock(steps)
     tail = _tail(errpath)
     if rc not in (None, 0):
         return Arm(None, len(times), applied, rc, f"exit code {rc}: {tail}")
     if start is None:
-        return Arm(None, 0, applied, rc, f"no optimizer step seen: {tail}")
-    rate, n = rate_after(times, start, plan.seconds)
+        return Arm(None, 0, applied, rc, f"no optimizer step or model forward seen: {tail}")
+    if times:
+        rate, n = rate_after(times, start, plan.seconds)
+    else:  # no optimizer step: a batch inference loop, timed by its forwards' items
+        rate, n = items_rate_after(forwards, start, plan.seconds)
     if rate is None:
         return Arm(None, n, applied, rc, "too few steps after the warm-up")
     return Arm(rate, n, applied, rc)
@@ -162,6 +187,10 @@ def change_line(fix: dict, location: str | None) -> str:
         "checkpoint": "save every {}th time (keep the last save)".format(
             (fix.get("values") or {}).get("every", 2)
         ),
+        "inference_mode": "with torch.inference_mode(): model(...)",
+        "batch": "DataLoader(..., batch_size=<{}x the current>)".format(
+            (fix.get("values") or {}).get("factor", 2)
+        ),
     }.get(fix.get("kind", ""), values)
     if location:
         file, _, rest = location.partition(":")
@@ -192,7 +221,7 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
                     progress(failures[-1])
                 elif res.rate is not None:
                     (fixed if arm == "B" else base).append(res.rate)
-                    progress(f"  {res.rate:.2f} steps/s ({res.steps} steps)")
+                    progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
     result = judge(base, fixed, plan.predicted, th)
     verdict, reason = result.verdict, result.reason
     if any(f.startswith("fixed") for f in failures) and not fixed:

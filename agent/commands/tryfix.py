@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
         default=[],
         metavar="KIND:KEY=VALUE,...",
         help="a fix to try, e.g. dataloader:num_workers=2,persistent_workers=true "
-        "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint)",
+        "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
+        "inference_mode, batch)",
     )
     p.add_argument(
         "--from",

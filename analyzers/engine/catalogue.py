@@ -182,6 +182,7 @@ CATALOGUE: dict[str, Spec] = {
             "One request per forward while several are in flight: batch them",
             "gpu",
             False,
+            None,  # a warning at most: whether batching helps is a hypothesis until measured
         ),
         Spec("INFER001", "Inference with autograd on", "host", False),
         Spec("SERVE002", "The request path is bound by host work", "host", False),
@@ -237,8 +238,20 @@ def _get(f, key: str):
 
 def ranked(findings: list) -> list:
     """Findings (objects or report dicts) largest impact first (ties by id): the one ranking
-    `analyze`, the multi-rank session and `merge` share. A cause in the box (HOST002) ranks
-    by its impact like any other: beside a process burning one of 2 cores, the held-out jobs'
-    planted fixes moved them x0.8-0.92 while giving the intra-op pool the core the other
-    process left moved them x1.5-2.8 (docs/how-it-measures.md, 'A busy box')."""
-    return sorted(findings, key=lambda f: (-_get(f, "impact"), _get(f, "id")))
+    `analyze`, the multi-rank session and `merge` share; a hypothesis after the rest. A cause
+    in the box (HOST002) ranks by its impact like any other: beside a process burning one of
+    2 cores, the held-out jobs' planted fixes moved them x0.8-0.92 while giving the intra-op
+    pool the core the other process left moved them x1.5-2.8 (docs/how-it-measures.md, 'A busy
+    box')."""
+    return sorted(findings, key=lambda f: (*_unverified(f), -_get(f, "impact"), _get(f, "id")))
+
+
+def _unverified(f) -> tuple[bool, float]:
+    """A finding whose speed-up is an unchecked hypothesis ranks after the others (a cause
+    seen whose fix may not help, as batching on a CPU did not, never outranks one that will),
+    and among hypotheses by the share its low end surely gives back."""
+    kind = f.get("speedup_kind") if isinstance(f, dict) else getattr(f, "speedup_kind", None)
+    if kind != "hypothesis":
+        return False, 0.0
+    low = (f.get("speedup_low") if isinstance(f, dict) else getattr(f, "speedup_low", None)) or 1
+    return True, -(1.0 - 1.0 / max(1.0, low))

@@ -11,7 +11,13 @@ import textwrap
 
 import pytest
 
-from gpudiag.agent.commands.trial import change_line, check_fix, rate_after
+from gpudiag.agent.commands.trial import (
+    change_line,
+    check_fix,
+    items_rate_after,
+    rate_after,
+    read_clock,
+)
 from gpudiag.agent.commands.tryfix import parse_fix
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
@@ -100,6 +106,71 @@ def test_dataloader_fix_sets_the_values(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "True", "4"]
+
+
+def test_inference_mode_fix_runs_the_outermost_forwards_without_autograd(tmp_path):
+    """Outermost calls under inference mode (the nested ones inside it too); a call already
+    under no_grad is left as it is; the answers are the same numbers."""
+    out = _in_job(
+        {"kind": "inference_mode", "values": {}},
+        """
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        x = torch.ones(3, 4)
+        y = m(x)
+        with torch.no_grad():
+            z = m(x)
+        print(y.is_inference(), y.requires_grad, z.is_inference(), torch.equal(y, z))
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "False", "True"]
+
+
+def test_batch_fix_multiplies_every_loaders_batch(tmp_path):
+    out = _in_job(
+        {"kind": "batch", "values": {"factor": 4}},
+        """
+        from torch.utils.data import DataLoader
+        data = list(range(64))
+        print(DataLoader(data, batch_size=8).batch_size, DataLoader(data, 2).batch_size,
+              DataLoader(data).batch_size)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["32", "8", "4"]
+
+
+def test_an_inference_loop_is_timed_by_its_forwards_items(tmp_path):
+    """No optimizer step: each outermost forward and its batch size on the step log (nested
+    modules not counted); the clock stops at a first optimizer step."""
+    out = _in_job(
+        {"kind": "inference_mode", "values": {}},
+        """
+        import gpudiag_fixes
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        for n in (3, 5, 7):
+            m(torch.ones(n, 4))
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        with torch.enable_grad():
+            torch.nn.Linear(4, 1)(torch.ones(2, 4)).sum()
+        opt.step()
+        m(torch.ones(9, 4))  # after a step: a training job, timed by its steps only
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    times, forwards, applied = read_clock(str(tmp_path.parent / f"{tmp_path.name}-try" / "steps"))
+    assert [n for _, n in forwards] == [3.0, 5.0, 7.0, 2.0]
+    assert len(times) == 1 and applied and "inference_mode" in applied
+
+
+def test_items_rate_after_counts_items_not_forwards():
+    fwd = [(0.0, 8.0), (1.0, 8.0), (2.0, 8.0), (3.0, 4.0), (10.0, 8.0)]
+    assert items_rate_after(fwd, 0.0, 3.0) == (20.0 / 3.0, 4)
+    assert items_rate_after(fwd, 2.5, 1.0) == (None, 1)
 
 
 def test_optimizer_fix_sets_foreach(tmp_path):

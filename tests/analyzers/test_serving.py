@@ -26,7 +26,11 @@ def test_batch_one_under_concurrency_is_serve001_with_batching_values():
     assert ev["forward_batch_p50"].setting == "serve_batch_max"
     # half of a request's time is its forward; 4 could share one: 0.5 * (1 - 1/4)
     assert f.impact == pytest.approx(0.375, abs=0.03)
-    assert f.speedup_kind == "bound"
+    # a hypothesis: from no gain (a batch costing its requests, as on a CPU) to the bound
+    assert f.speedup_kind == "hypothesis" and f.speedup_low == 1.0
+    assert f.expected_speedup == pytest.approx(1 / (1 - 0.375), abs=0.08)
+    assert f.severity == "warning" and "unverified" in f.speedup_basis
+    assert ev["forward_batch_p50"].unit == "items"
     # 5 in flight at the peak -> max batch 8; 7 more requests take 35 ms at 200/s, capped
     # by one forward's 10 ms
     assert "max batch 8, max wait 10.0 ms" in f.recommendation.summary
@@ -110,3 +114,31 @@ def test_a_tokenizer_on_the_request_path_is_serve002_named_by_location():
 def test_a_server_mostly_in_its_model_is_not_serve002():
     sc = hook_serving(server_windows(Scenario(), forward=0.8), rate=50.0, latency_s=0.01)
     assert "SERVE002" not in ids(analyze(sc.tl))
+
+
+def test_serve001_unverified_ranks_after_infer001_and_the_verdict_is_not_sure():
+    """The planted server's two causes: inference mode doubled its rate, batching did not help
+    on a CPU; an unverified batching hypothesis never leads, and a verdict whose top finding
+    rests on an unmeasured gain is not sure."""
+    a = analyze(server(rate=200.0, latency_s=0.02, forward_s=0.015, grad=1.0).tl)
+    assert ids(a) == ["INFER001", "SERVE001"]
+    assert a.verdict["sure"] is False and "unverified" in a.verdict["statement"]
+    infer = a.findings[0]
+    assert infer.fix == {"kind": "inference_mode", "values": {}}
+    # batch 1: autograd's per-forward work from a tenth to 45% of the forward time
+    busy = min(1.0, a.metrics["forward_concurrency"] / a.metrics["requests_in_flight_mean"])
+    assert infer.speedup_low == pytest.approx(1 / (1 - 0.10 * busy), rel=0.01)
+    assert infer.expected_speedup == pytest.approx(1 / (1 - 0.45 * busy), rel=0.01)
+    assert "0.75" not in a.verdict["statement"]
+
+
+def test_infer001_high_end_falls_with_the_batch():
+    """Autograd's per-op work is paid per forward: amortised over a larger batch's items."""
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    small = analyze(hook_serving(sc, rate=60.0, forward_s=0.015, batch=1.0, requests=False).tl)
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    big = analyze(hook_serving(sc, rate=640.0, forward_s=0.09, batch=64.0, requests=False).tl)
+    s, b = small.findings[0], big.findings[0]
+    assert s.id == b.id == "INFER001"
+    assert s.speedup_low == pytest.approx(b.speedup_low, rel=0.01)
+    assert b.expected_speedup < s.expected_speedup
