@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gpudiag.analyzers.cost.money import resolve_price
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.engine.context import build_context
 from gpudiag.analyzers.engine.finalize import finalize, unjudged, verdict_of
@@ -129,6 +130,7 @@ def _analyze_view(
     price_table: dict[str, float] | None,
 ) -> Analysis:
     c = build_context(tl, view, win, th, clf)
+    c = replace(c, price=resolve_price(list(c.stats), price, price_table or {}))
     found = run_finders(c)
     for st in c.stats:
         c.metrics[f"gpu{st.index}_busy"] = st.busy

@@ -186,6 +186,7 @@ CATALOGUE: dict[str, Spec] = {
         ),
         Spec("INFER001", "Inference with autograd on", "host", False),
         Spec("SERVE002", "The request path is bound by host work", "host", False),
+        Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
     )
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
@@ -36,6 +37,7 @@ class Context:
     phases: dict  # start-up, loop and shutdown (empty for a period)
     found: tuple = ()  # the findings the finders registered before this one made
     workload: Workload | None = None  # training, inference or server (measures/workload.py)
+    price: Price | None = None  # the GPU-hour price this run is priced at (None: not known)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a

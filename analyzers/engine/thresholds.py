@@ -198,6 +198,9 @@ class Thresholds:
     serve_host_warn: float = 0.30
     """SERVE002: share of the request handlers' time on the CPU outside the model
     (tokenizing, JSON, pre- and post-processing)."""
+    serve_gpu_idle_warn: float = 0.70
+    """SERVE003: share of the time a server's GPU sits idle (NVML utilisation) at or above
+    which the GPU it holds is mostly paid for nothing."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpudiag.analyzers.cost.money import right_size
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import (
@@ -361,6 +362,78 @@ def serve002(c: Context) -> list[Finding]:
     ]
 
 
+def serve003(c: Context) -> list[Finding]:
+    """SERVE003: a server's GPU idles most of the time (NVML): its idle share, the money that
+    idle costs a day at the run's price, and the choices (scale to zero, share the GPU, a
+    smaller GPU that holds the measured peak memory). A cost, not lost time: impact 0."""
+    th = c.th
+    used = [s for s in c.stats if s.job_uses_gpu and s.busy is not None]
+    if c.workload is None or c.workload.kind != "server" or not used:
+        return []
+    idle = sum(1.0 - (s.busy or 0.0) for s in used) / len(used)
+    if idle < th.serve_gpu_idle_warn:
+        return []
+    m = c.metrics
+    rate = m.get("requests_per_second")
+    peak = max((s.mem_peak or 0.0) for s in used)
+    ev = [
+        Evidence(
+            "gpu_idle_share",
+            round(idle, 4),
+            "ratio",
+            th.serve_gpu_idle_warn,
+            ">=",
+            "serve_gpu_idle_warn",
+            "nvml utilization",
+        ),
+        Evidence("requests_per_second", rate, "1/s", source=HK),
+        Evidence("gpu_memory_peak", round(peak / 2**30, 2), "GiB", source="nvml"),
+    ]
+    traffic = f"{rate:.1f} requests/s" if rate else "no request timed"
+    msg = (
+        f"The server's {len(used)}x {used[0].name} sat idle {idle:.0%} of the time "
+        f"({traffic}) while holding {peak / 2**30:.1f} GiB"
+    )
+    actions = [
+        "scale to zero between bursts (a serverless or autoscaled deployment with min "
+        "replicas 0), or keep the model on CPU for a trickle of requests",
+        "share the GPU: serve several models or replicas on it (several processes, NVIDIA "
+        "MPS, or a MIG slice that holds the peak memory)",
+    ]
+    cost = None
+    if c.price is not None:
+        day = len(used) * c.price.usd_per_gpu_hour * 24
+        cost = {"usd_per_hour": round(day * idle / 24, 4), "usd_per_day": round(day * idle, 2)}
+        msg += (
+            f": about ${day * idle:,.0f} of ${day:,.0f} a day pays for idle GPU time at "
+            f"${c.price.usd_per_gpu_hour:.2f}/GPU-hour ({c.price.source})"
+        )
+        ev += [
+            Evidence("price", c.price.usd_per_gpu_hour, "USD/GPU-hour", source=c.price.source),
+            Evidence("idle_spend", round(day * idle, 2), "USD/day", source="price x idle share"),
+        ]
+        sizing = right_size(used, c.price)
+        if sizing and sizing.get("suggestion"):
+            actions.append(f"a smaller GPU: {sizing['statement']}")
+    return [
+        new_finding(
+            "SERVE003",
+            th,
+            confidence=0.9,
+            impact=0.0,
+            message=msg + ".",
+            evidence=tuple(ev),
+            recommendation=Recommendation(
+                "Give the idle GPU back: scale to zero, share it, or a smaller one", tuple(actions)
+            ),
+            expected_speedup=1.0,
+            cost=cost,
+            signals=("nvml utilization",),
+            speedup_basis="none: money spent on a GPU the requests leave idle, not lost time",
+        )
+    ]
+
+
 def find(c: Context) -> list[Finding]:
-    """SERVE001, INFER001 and SERVE002, from the analysis context."""
-    return serve001(c) + infer001(c) + serve002(c)
+    """SERVE001, INFER001, SERVE002 and SERVE003, from the analysis context."""
+    return serve001(c) + infer001(c) + serve002(c) + serve003(c)

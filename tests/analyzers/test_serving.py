@@ -142,3 +142,46 @@ def test_infer001_high_end_falls_with_the_batch():
     assert s.id == b.id == "INFER001"
     assert s.speedup_low == pytest.approx(b.speedup_low, rel=0.01)
     assert b.expected_speedup < s.expected_speedup
+
+
+def _server_on_gpu(util: float, rate: float = 4.0) -> Scenario:
+    """A server with a trickle of requests (one at a time) on a fake-NVML H100 holding 9 GiB."""
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.gpu.nvml import Nvml
+    from gpudiag.probes.gpu.probe import GpuProbe
+    from tests.analyzers.test_gpu_findings import ME
+    from tests.probes.fake_nvml import FakeGpu, FakeNvml, const
+    from tests.probes.test_gpu_probe import Clock
+
+    sc = server(rate=rate, latency_s=0.02, forward_s=0.01, grad=0.0)
+    gpu = FakeGpu(job_pids=[ME], util=const(util), job_mem=const(9 * 2**30))
+    clock = Clock()
+    probe = GpuProbe(Nvml(FakeNvml([gpu], clock=clock)), clock_ns=clock.ns)
+    assert probe.open(Target(ME)).available
+    for _ in range(20):
+        clock.t += 1.0
+        sc.tl.extend(probe.sample())
+    return sc
+
+
+def test_a_server_whose_gpu_idles_is_serve003_with_its_daily_cost():
+    a = analyze(_server_on_gpu(util=5).tl)
+    f = next(f for f in a.findings if f.id == "SERVE003")
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["gpu_idle_share"].value == pytest.approx(0.95, abs=0.01)
+    assert ev["gpu_idle_share"].setting == "serve_gpu_idle_warn"
+    daily = 12.29 * 24 * 0.95  # the built-in H100 price, as COST001 prices it
+    assert f.cost["usd_per_day"] == pytest.approx(daily, abs=0.5)
+    assert f"${daily:,.0f}" in f.message and "4.0 requests/s" in f.message
+    assert f.impact == 0.0 and f.severity == "warning"  # a cost, ranked after lost time
+    assert any("smaller GPU" in x for x in f.recommendation.actions)
+    assert not {"SERVE001", "INFER001", "SERVE002"} & set(ids(a))  # the model is fine
+
+
+def test_a_busy_server_gpu_is_not_serve003_and_a_price_override_is_used():
+    from gpudiag.analyzers.cost.prices import Price
+
+    assert "SERVE003" not in ids(analyze(_server_on_gpu(util=60).tl))
+    a = analyze(_server_on_gpu(util=10).tl, price=Price(2.0, "--price"))
+    f = next(f for f in a.findings if f.id == "SERVE003")
+    assert f.cost["usd_per_day"] == pytest.approx(2.0 * 24 * 0.9, abs=0.1)
