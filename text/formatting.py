@@ -82,5 +82,7 @@ def speedup_text(f: dict) -> str:
     speed = float(f.get("expected_speedup") or 1.0)
     if f.get("speedup_kind") == "hypothesis":
         low = float(f.get("speedup_low") or 1.0)
+        if f.get("measured_speedup") is not None:
+            return f"×{float(f['measured_speedup']):.2f} measured by try (×{low:.2f}-×{speed:.2f})"
         return f"×{low:.2f}-×{speed:.2f}, unverified"
     return f"up to ×{speed:.1f}" if is_bound(f) else f"×{speed:.2f}"

@@ -52,6 +52,7 @@ class TrialPlan:
     finding: str | None = None
     predicted: float | None = None
     location: str | None = None
+    predicted_low: float | None = None  # a hypothesis' low end (its range meets the interval)
     log: list[str] = field(default_factory=list)
 
 
@@ -222,7 +223,7 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
                 elif res.rate is not None:
                     (fixed if arm == "B" else base).append(res.rate)
                     progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
-    result = judge(base, fixed, plan.predicted, th)
+    result = judge(base, fixed, plan.predicted, th, plan.predicted_low)
     verdict, reason = result.verdict, result.reason
     if any(f.startswith("fixed") for f in failures) and not fixed:
         verdict, reason = "failed", "; ".join(failures)[:500]
@@ -232,6 +233,7 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
         "finding": plan.finding,
         "fix": plan.fix,
         "predicted": plan.predicted,
+        "predicted_low": plan.predicted_low,
         "measured": None if result.measured is None else round(result.measured, 4),
         "interval": None if result.interval is None else [round(v, 4) for v in result.interval],
         "rounds": min(len(base), len(fixed)),

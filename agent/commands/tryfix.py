@@ -187,6 +187,7 @@ def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list
                 finding=f.get("id"),
                 predicted=f.get("expected_speedup"),
                 location=f.get("location"),
+                predicted_low=f.get("speedup_low"),
             )
         )
     return plans
@@ -198,12 +199,30 @@ def _write_trials(out: str, doc: dict, trials: list[dict]) -> None:
 
     if doc:
         doc["trials"] = trials
+        measured_into(doc.get("findings") or [], trials)
         write_report(doc, out)
     else:
         from gpudiag.agent.output.exports import write_text
         from gpudiag.agent.output.safeio import dumps_json
 
         write_text(dumps_json({"trials": trials}, indent=2) + "\n", out, "try results")
+
+
+def measured_into(findings: list[dict], trials: list[dict]) -> None:
+    """A hypothesis `try` measured carries the measurement (`measured_speedup`, shown instead
+    of 'unverified'); a trial that failed or measured nothing leaves it unverified."""
+    for f in findings:
+        if f.get("speedup_kind") != "hypothesis":
+            continue
+        done = [
+            t
+            for t in trials
+            if t.get("finding") == f.get("id")
+            and t.get("measured") is not None
+            and t.get("verdict") != "failed"
+        ]
+        if done:
+            f["measured_speedup"] = done[-1]["measured"]
 
 
 def diagnose_first(command: list[str], args: argparse.Namespace) -> str:

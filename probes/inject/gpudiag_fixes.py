@@ -306,15 +306,18 @@ def _forward_clock(torch, steps: _Steps) -> _Clock:
         local.depth = getattr(local, "depth", 0) + 1
 
     def post(module, args, *rest):
+        # (kwargs, output); (output,) alone when the forward raised
         local.depth = max(0, getattr(local, "depth", 1) - 1)
         if local.depth == 0:
-            first = next((a for a in args if hasattr(a, "shape")), None)
+            kwargs = rest[0] if len(rest) == 2 and isinstance(rest[0], dict) else {}
+            inputs = list(args) + list(kwargs.values())
+            first = next((a for a in inputs if hasattr(a, "shape")), None)
             shape = getattr(first, "shape", None)
             steps.on_forward(float(shape[0]) if shape is not None and len(shape) else 1.0)
 
     return _Clock(
         [
             nn_module.register_module_forward_pre_hook(pre),
-            nn_module.register_module_forward_hook(post, always_call=True),
+            nn_module.register_module_forward_hook(post, with_kwargs=True, always_call=True),
         ]
     )

@@ -151,8 +151,9 @@ def test_an_inference_loop_is_timed_by_its_forwards_items(tmp_path):
         """
         import gpudiag_fixes
         m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
-        for n in (3, 5, 7):
+        for n in (3, 5):
             m(torch.ones(n, 4))
+        m(input=torch.ones(7, 4))  # an input given by keyword
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         with torch.enable_grad():
             torch.nn.Linear(4, 1)(torch.ones(2, 4)).sum()
@@ -417,3 +418,26 @@ def test_try_with_nothing_to_try_says_why_in_one_line(tmp_path):
     r = gpudiag("try", "--diagnose-seconds", "5", "--", sys.executable, str(job), timeout=120)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and "no finding in the report carries a fix" in last, r.stderr
+
+
+def test_a_hypothesis_holds_when_its_range_meets_the_measured_interval():
+    th = Thresholds()
+    base, fixed = [10.0, 10.2, 9.9], [11.0, 11.3, 10.8]  # about x1.1
+    assert judge(base, fixed, 1.45, th).verdict == "missed"  # the high end alone
+    held = judge(base, fixed, 1.45, th, predicted_low=1.0)
+    assert held.verdict == "held" and "x1.00-x1.45" in held.reason
+    assert judge(base, fixed, 3.0, th, predicted_low=2.0).verdict == "missed"
+
+
+def test_a_measured_hypothesis_is_shown_measured_not_unverified():
+    from gpudiag.agent.commands.tryfix import measured_into
+    from gpudiag.text.formatting import speedup_text
+
+    f = {"id": "INFER001", "speedup_kind": "hypothesis", "speedup_low": 1.1}
+    f["expected_speedup"] = 1.19
+    assert speedup_text(f) == "×1.10-×1.19, unverified"
+    measured_into([f], [{"finding": "INFER001", "measured": 1.62, "verdict": "missed"}])
+    assert speedup_text(f) == "×1.62 measured by try (×1.10-×1.19)"
+    g = dict(f, measured_speedup=None)
+    measured_into([g], [{"finding": "INFER001", "measured": None, "verdict": "failed"}])
+    assert "unverified" in speedup_text(g)
