@@ -200,6 +200,7 @@ def _write_trials(out: str, doc: dict, trials: list[dict]) -> None:
     if doc:
         doc["trials"] = trials
         measured_into(doc.get("findings") or [], trials)
+        doc["verdict"] = verdict_measured(doc.get("verdict") or {}, trials)
         write_report(doc, out)
     else:
         from gpudiag.agent.output.exports import write_text
@@ -223,6 +224,19 @@ def measured_into(findings: list[dict], trials: list[dict]) -> None:
         ]
         if done:
             f["measured_speedup"] = done[-1]["measured"]
+
+
+def verdict_measured(verdict: dict, trials: list[dict]) -> dict:
+    """The verdict of a report whose top finding's hypothesis `try` measured: its statement
+    says what was measured (it stays as sure as its samples made it)."""
+    top = verdict.get("finding")
+    done = [t for t in trials if t.get("finding") == top and t.get("measured") is not None]
+    if not top or not done or "unverified" not in str(verdict.get("statement")):
+        return verdict
+    t = done[-1]
+    lo, hi = t.get("interval") or (t["measured"], t["measured"])
+    said = f"gpudiag try measured x{t['measured']:.2f} [{lo:.2f}, {hi:.2f}] ({t['verdict']})"
+    return {**verdict, "statement": f"{verdict['statement']}; {said}"}
 
 
 def diagnose_first(command: list[str], args: argparse.Namespace) -> str:

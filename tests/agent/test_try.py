@@ -441,3 +441,16 @@ def test_a_measured_hypothesis_is_shown_measured_not_unverified():
     g = dict(f, measured_speedup=None)
     measured_into([g], [{"finding": "INFER001", "measured": None, "verdict": "failed"}])
     assert "unverified" in speedup_text(g)
+
+
+def test_the_verdict_and_trial_line_say_what_try_measured_of_a_hypothesis():
+    from gpudiag.agent.commands.tryfix import verdict_measured
+    from gpudiag.text.trials import summary_line
+
+    v = {"finding": "INFER001", "sure": False, "statement": "INFER001 seen; unverified"}
+    t = {"finding": "INFER001", "fix": {"kind": "inference_mode", "values": {}}}
+    t |= {"measured": 1.5, "interval": [1.3, 1.7], "verdict": "missed", "rounds": 3}
+    t |= {"predicted": 1.19, "predicted_low": 1.1}
+    assert verdict_measured(v, [t])["statement"].endswith("measured x1.50 [1.30, 1.70] (missed)")
+    assert verdict_measured(v, [dict(t, finding="SERVE001")]) == v
+    assert "predicted x1.10-x1.19: missed" in summary_line(t)
