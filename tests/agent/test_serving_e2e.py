@@ -153,3 +153,50 @@ def test_run_on_the_batch_embedding_job(tmp_path, fixed):
     assert doc["workload"]["kind"] == "inference" and doc["workload"]["unit"] == "batch"
     assert ("INFER001" in ids(doc)) is not fixed
     assert doc["metrics"]["forward_batch_p50"] == 16
+
+
+@pytest.mark.parametrize("util", [3, 80])
+def test_an_idle_gpu_under_a_fastapi_server_is_serve003_under_fake_nvml(tmp_path, util):
+    """A real FastAPI server's run recorded (one client at a time: nothing to batch, inference
+    mode on), then the fake NVML layer's GPU held by its pid added to the same span: idle 97%
+    is SERVE003 with the idle money a day, and nothing about the model; busy 80% is not."""
+    pytest.importorskip("fastapi")
+    from gpudiag.agent.output.recording import open_recording
+    from gpudiag.analyzers import analyze
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.gpu.nvml import Nvml
+    from gpudiag.probes.gpu.probe import GpuProbe
+    from tests.probes.fake_nvml import FakeGpu, FakeNvml, const
+    from tests.probes.test_gpu_probe import Clock
+
+    port, rec = tmp_path / "port", tmp_path / "run.jsonl.gz"
+    cmd = [*CLI, "run", "-q", "--duration", "16", "--record", str(rec), "--"]
+    server = [sys.executable, str(WORKLOADS / "serve_fastapi.py"), "--seconds", "18"]
+    agent = subprocess.Popen(
+        [*cmd, *server, "--port-file", str(port), "--inference-mode"], stdout=subprocess.DEVNULL
+    )
+    args = ["--port-file", str(port), "--clients", "1", "--seconds", "6", "--delay", "1"]
+    client = subprocess.run(
+        [sys.executable, str(WORKLOADS / "load_gen.py"), *args], capture_output=True, timeout=120
+    )
+    assert client.returncode == 0 and agent.wait(timeout=120) == 0
+    recording = open_recording(str(rec))
+    tl, pid = recording.timeline(), recording.header["run"]["pid"]
+    gpu = FakeGpu(job_pids=[pid], util=const(util), job_mem=const(6 * 2**30))
+    clock = Clock()
+    clock.t = (tl.start_ns - 1_000_000_000_000) / 1e9
+    probe = GpuProbe(Nvml(FakeNvml([gpu], clock=clock)), clock_ns=clock.ns)
+    assert probe.open(Target(pid)).available
+    while clock.ns() < tl.end_ns:
+        clock.t += 1.0
+        tl.extend(probe.sample())
+    a = analyze(tl)
+    found = {f.id: f for f in a.findings}
+    assert a.workload.kind == "server"
+    assert not MODEL_IDS & set(found)
+    if util > 50:
+        assert "SERVE003" not in found
+        return
+    f = found["SERVE003"]
+    assert f.cost and f.cost["usd_per_day"] > 0 and "a day pays for idle GPU time" in f.message
+    assert {e.metric: e.value for e in f.evidence}["gpu_idle_share"] >= 0.9
