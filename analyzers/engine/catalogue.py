@@ -186,6 +186,13 @@ CATALOGUE: dict[str, Spec] = {
         ),
         Spec("INFER001", "Inference with autograd on", "host", False),
         Spec("SERVE002", "The request path is bound by host work", "host", False),
+        Spec(
+            "INFER002",
+            "Small batches leave the GPU idle in a batch-inference loop",
+            "gpu",
+            True,
+            None,  # a warning at most: whether a larger batch helps is a hypothesis
+        ),
         Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
     )
 }

@@ -198,6 +198,12 @@ class Thresholds:
     serve_host_warn: float = 0.30
     """SERVE002: share of the request handlers' time on the CPU outside the model
     (tokenizing, JSON, pre- and post-processing)."""
+    infer_gpu_idle_warn: float = 0.50
+    """INFER002: share of the time the GPU of a batch-inference loop sits idle (NVML) at or
+    above which its batches are too small for it."""
+    infer_forward_min: float = 0.50
+    """INFER002: share of the loop's time in the model's forwards (the hooks) at or above
+    which the GPU's idle is the forwards' own (else the input side leaves it idle)."""
     serve_gpu_idle_warn: float = 0.70
     """SERVE003: share of the time a server's GPU sits idle (NVML utilisation) at or above
     which the GPU it holds is mostly paid for nothing."""
