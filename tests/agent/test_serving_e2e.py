@@ -105,10 +105,15 @@ def test_run_names_a_tokenizer_on_the_request_path(tmp_path):
     assert not MODEL_IDS & ids(doc)
 
 
-def test_attach_to_the_instrumented_server_names_the_planted_causes(tmp_path):
+@pytest.mark.parametrize("script", ["serve_http.py", "serve_fastapi.py"])
+def test_attach_to_the_instrumented_server_names_the_planted_causes(tmp_path, script):
+    """attach to a server that called instrument(): the standard library's, and FastAPI's
+    under uvicorn (its modules imported before instrument() patches them)."""
+    if script == "serve_fastapi.py":
+        pytest.importorskip("fastapi")
     port, report = tmp_path / "port", tmp_path / "r.json"
     server = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "serve_http.py"), "--seconds", "40"]
+        [sys.executable, str(WORKLOADS / script), "--seconds", "40"]
         + ["--port-file", str(port), "--instrument"],
         stdout=subprocess.DEVNULL,
         env=dict(os.environ),

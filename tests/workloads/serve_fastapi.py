@@ -2,7 +2,8 @@
 pydantic request body, the model loaded at start-up, one forward per request in a plain
 `def` endpoint, which FastAPI runs in its thread pool), under uvicorn on 127.0.0.1. Planted
 by the style itself: batch 1 per forward, autograd on (nothing in the docs' example turns
-it off); --inference-mode is the INFER001 fix.
+it off); --inference-mode is the INFER001 fix; --instrument calls gpudiag's instrument()
+(for `gpudiag attach`).
 
     python serve_fastapi.py --seconds 20 --port-file /tmp/port   # then: load_gen.py
 """
@@ -44,7 +45,12 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--port-file", required=True)
     p.add_argument("--inference-mode", action="store_true")
+    p.add_argument("--instrument", action="store_true", help="call gpudiag's instrument()")
     args = p.parse_args()
+    if args.instrument:
+        from gpudiag.probes.hooks import instrument
+
+        instrument()
     torch.set_num_threads(1)
     MODE["inference"] = args.inference_mode
     sock = socket.socket()
