@@ -11,7 +11,12 @@ def summary_line(trial: dict) -> str:
     if trial["measured"] is None:
         return f"{head}: {trial['verdict']}: {trial['reason']}"
     lo, hi = trial["interval"]
-    pred = f", predicted x{trial['predicted']:.2f}" if trial.get("predicted") else ""
+    low = trial.get("predicted_low")
+    pred = (
+        f", predicted x{low:.2f}-x{trial['predicted']:.2f}"
+        if low and trial.get("predicted") and low < trial["predicted"]
+        else (f", predicted x{trial['predicted']:.2f}" if trial.get("predicted") else "")
+    )
     return (
         f"{head}: x{trial['measured']:.2f} [{lo:.2f}, {hi:.2f}] over {trial['rounds']} rounds"
         f"{pred}: {trial['verdict']}"

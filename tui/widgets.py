@@ -124,12 +124,46 @@ class FindingsTable(DataTable):
             self.move_cursor(row=min(keep, len(findings) - 1))
 
 
-def metrics_text(doc: dict) -> Wrapped:
-    """Throughput, host and GPU numbers, each with its unit (never split from it)."""
-    m = doc.get("metrics", {})
-    t = Wrapped()
-    line = t.row
+def _ms(v: float | None) -> str:
+    return "?" if v is None else f"{v * 1e3:.1f} ms"
 
+
+def request_rows(doc: dict, line) -> bool:
+    """A server's or an inference loop's view (kind, requests/s, latency percentiles, in
+    flight, forwards and their batch); False for a training job (its rows stay as they were)."""
+    w, m = doc.get("workload") or {}, doc.get("metrics", {})
+    if w.get("kind") not in ("server", "inference"):
+        return False
+    line("workload", [f"{w['kind']} (unit: the {w.get('unit')})"])
+    if m.get("requests_per_second") is not None:
+        line("requests", [f"{m['requests_per_second']:.1f}/s", "measured by the hooks"])
+        line(
+            "latency",
+            [f"p{q} {_ms(m.get(f'request_latency_p{q}_s'))}" for q in (50, 95, 99)],
+        )
+        line(
+            "in flight",
+            [f"{m.get('requests_in_flight_mean') or 0:.1f} on average"]
+            + (
+                [f"max {m['requests_in_flight_max']:.0f}"]
+                if m.get("requests_in_flight_max") is not None
+                else []
+            ),
+        )
+    elif m.get("requests_in_flight_est") is not None:
+        line("in flight", [f"{m['requests_in_flight_est']:.1f} on average", "from the stacks"])
+    if m.get("forwards_per_second") is not None:
+        line(
+            "model forwards",
+            [f"{m['forwards_per_second']:.1f}/s", f"{m.get('items_per_second') or 0:.0f} items/s"]
+            + [f"batch p50 {m.get('forward_batch_p50') or 0:.0f}"],
+        )
+    return True
+
+
+def step_rows(m: dict, line, served: bool) -> None:
+    """A training loop's throughput and step time (n/a without step timing, unless the
+    request view already says what the job does)."""
     if m.get("steps_per_second"):
         line(
             "throughput",
@@ -143,8 +177,17 @@ def metrics_text(doc: dict) -> Wrapped:
                 f"p95 {m['step_time_p95_s'] * 1000:.0f} ms",
             ],
         )
-    else:
+    elif not served:
         line("throughput", ["n/a", "no in-process step timing"])
+
+
+def metrics_text(doc: dict) -> Wrapped:
+    """Throughput, host and GPU numbers, each with its unit (never split from it)."""
+    m = doc.get("metrics", {})
+    t = Wrapped()
+    line = t.row
+
+    step_rows(m, line, request_rows(doc, line))
     if m.get("host_cpu_util") is not None:
         line(
             "host CPU",

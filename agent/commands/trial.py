@@ -52,6 +52,7 @@ class TrialPlan:
     finding: str | None = None
     predicted: float | None = None
     location: str | None = None
+    predicted_low: float | None = None  # a hypothesis' low end (its range meets the interval)
     log: list[str] = field(default_factory=list)
 
 
@@ -68,7 +69,17 @@ def read_steps(path: str) -> tuple[list[float], str | None, str | None]:
     """Step times, the applied-fix line and why the fix did not act (the later of the two
     lines wins) from an arm's step file (bounded; a time that is not a finite number ends the
     reading there)."""
+    times, _, applied, why = read_clock(path)
+    return times, applied, why
+
+
+def read_clock(
+    path: str,
+) -> tuple[list[float], list[tuple[float, float]], str | None, str | None]:
+    """(step times, forwards as (time, items), the applied-fix line, why the fix did not
+    act) of an arm's step file."""
     times: list[float] = []
+    forwards: list[tuple[float, float]] = []
     applied = why = None
     try:
         text = read_regular(path, MAX_STEPS_BYTES).decode(errors="replace")
@@ -77,11 +88,25 @@ def read_steps(path: str) -> tuple[list[float], str | None, str | None]:
                 applied, why = printable(line[len("# applied:") :].strip())[:300], None
             elif line.startswith("# not applied:"):
                 applied, why = None, printable(line[len("# not applied:") :].strip())[:300]
+            elif line.startswith("f "):
+                t, _, n = line[2:].partition(" ")
+                forwards.append((finite_number(t), finite_number(n)))
             elif line.strip():
                 times.append(finite_number(line))
     except (OSError, ValueError):
         pass
-    return times, applied, why
+    return times, forwards, applied, why
+
+
+def items_rate_after(
+    forwards: list[tuple[float, float]], start: float, seconds: float
+) -> tuple[float | None, int]:
+    """Items per second over [start, start + seconds]: the items of the forwards after the
+    first one inside it, over first to last (a batch inference loop's rate)."""
+    inside = [(t, n) for t, n in forwards if start <= t <= start + seconds]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None, len(inside)
+    return sum(n for _, n in inside[1:]) / (inside[-1][0] - inside[0][0]), len(inside)
 
 
 def rate_after(times: list[float], start: float, seconds: float) -> tuple[float | None, int]:
@@ -106,26 +131,30 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
             command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
     limit = time.time() + plan.warmup + plan.seconds + 120  # start-up allowance
-    start = None
+    start, by_steps = None, False
     while proc.poll() is None and time.time() < limit:
         time.sleep(0.2)
-        if start is None:
-            times, _, _ = read_steps(steps)
-            if times:
-                start = times[0] + plan.warmup
+        if not by_steps:  # a training job's clock starts at its first optimizer step
+            times, forwards, _, _ = read_clock(steps)
+            first = times[0] if times else (forwards[0][0] if forwards else None)
+            if first is not None and (start is None or times):
+                start, by_steps = first + plan.warmup, bool(times)
                 limit = start + plan.seconds + 1.0
     rc = proc.poll()
     if rc is None:
         stop(proc)
-    times, applied, why = read_steps(steps)
+    times, forwards, applied, why = read_clock(steps)
     tail = _tail(errpath)
     if why is not None and rc in (None, 0):
         return Arm(None, len(times), None, rc, f"the fix was not applied in the job: {why}")
     if rc not in (None, 0):
         return Arm(None, len(times), applied, rc, f"exit code {rc}: {tail}")
     if start is None:
-        return Arm(None, 0, applied, rc, f"no optimizer step seen: {tail}")
-    rate, n = rate_after(times, start, plan.seconds)
+        return Arm(None, 0, applied, rc, f"no optimizer step or model forward seen: {tail}")
+    if times:
+        rate, n = rate_after(times, start, plan.seconds)
+    else:  # no optimizer step: a batch inference loop, timed by its forwards' items
+        rate, n = items_rate_after(forwards, start, plan.seconds)
     if rate is None:
         return Arm(None, n, applied, rc, "too few steps after the warm-up")
     return Arm(rate, n, applied, rc)
@@ -167,6 +196,10 @@ def change_line(fix: dict, location: str | None) -> str:
         "checkpoint": "save every {}th time (keep the last save)".format(
             (fix.get("values") or {}).get("every", 2)
         ),
+        "inference_mode": "with torch.inference_mode(): model(...)",
+        "batch": "DataLoader(..., batch_size=<{}x the current>)".format(
+            (fix.get("values") or {}).get("factor", 2)
+        ),
     }.get(fix.get("kind", ""), values)
     if location:
         file, _, rest = location.partition(":")
@@ -197,8 +230,8 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
                     progress(failures[-1])
                 elif res.rate is not None:
                     (fixed if arm == "B" else base).append(res.rate)
-                    progress(f"  {res.rate:.2f} steps/s ({res.steps} steps)")
-    result = judge(base, fixed, plan.predicted, th)
+                    progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
+    result = judge(base, fixed, plan.predicted, th, plan.predicted_low)
     verdict, reason = result.verdict, result.reason
     if any(f.startswith("fixed") for f in failures) and not fixed:
         verdict, reason = "failed", "; ".join(failures)[:500]
@@ -210,6 +243,7 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
         "finding": plan.finding,
         "fix": plan.fix,
         "predicted": plan.predicted,
+        "predicted_low": plan.predicted_low,
         "measured": None if result.measured is None else round(result.measured, 4),
         "interval": None if result.interval is None else [round(v, 4) for v in result.interval],
         "rounds": min(len(base), len(fixed)),

@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
         default=[],
         metavar="KIND:KEY=VALUE,...",
         help="a fix to try, e.g. dataloader:num_workers=2,persistent_workers=true "
-        "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint)",
+        "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
+        "inference_mode, batch)",
     )
     p.add_argument(
         "--from",
@@ -189,6 +190,7 @@ def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list
                 finding=f.get("id"),
                 predicted=None if unsure else f.get("expected_speedup"),
                 location=f.get("location"),
+                predicted_low=f.get("speedup_low"),
             )
         )
     return plans
@@ -200,12 +202,44 @@ def _write_trials(out: str, doc: dict, trials: list[dict]) -> None:
 
     if doc:
         doc["trials"] = trials
+        measured_into(doc.get("findings") or [], trials)
+        doc["verdict"] = verdict_measured(doc.get("verdict") or {}, trials)
         write_report(doc, out)
     else:
         from gpudiag.agent.output.exports import write_text
         from gpudiag.agent.output.safeio import dumps_json
 
         write_text(dumps_json({"trials": trials}, indent=2) + "\n", out, "try results")
+
+
+def measured_into(findings: list[dict], trials: list[dict]) -> None:
+    """A hypothesis `try` measured carries the measurement (`measured_speedup`, shown instead
+    of 'unverified'); a trial that failed or measured nothing leaves it unverified."""
+    for f in findings:
+        if f.get("speedup_kind") != "hypothesis":
+            continue
+        done = [
+            t
+            for t in trials
+            if t.get("finding") == f.get("id")
+            and t.get("measured") is not None
+            and t.get("verdict") != "failed"
+        ]
+        if done:
+            f["measured_speedup"] = done[-1]["measured"]
+
+
+def verdict_measured(verdict: dict, trials: list[dict]) -> dict:
+    """The verdict of a report whose top finding's hypothesis `try` measured: its statement
+    says what was measured (it stays as sure as its samples made it)."""
+    top = verdict.get("finding")
+    done = [t for t in trials if t.get("finding") == top and t.get("measured") is not None]
+    if not top or not done or "unverified" not in str(verdict.get("statement")):
+        return verdict
+    t = done[-1]
+    lo, hi = t.get("interval") or (t["measured"], t["measured"])
+    said = f"gpudiag try measured x{t['measured']:.2f} [{lo:.2f}, {hi:.2f}] ({t['verdict']})"
+    return {**verdict, "statement": f"{verdict['statement']}; {said}"}
 
 
 def diagnose_first(command: list[str], args: argparse.Namespace) -> str:

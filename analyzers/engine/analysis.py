@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.cost.prices import Price
-from gpudiag.analyzers.cost.projection import Prices
+from gpudiag.analyzers.cost.projection import Prices, resolve_price
 from gpudiag.analyzers.engine.context import build_context
 from gpudiag.analyzers.engine.finalize import finalize, unjudged, verdict_of
 from gpudiag.analyzers.engine.registry import run_finders
@@ -131,6 +131,7 @@ def _analyze_view(
     price_table: dict[str, float] | None,
 ) -> Analysis:
     c = build_context(tl, view, win, th, clf, Prices(price, price_table or {}))
+    c = replace(c, price=resolve_price(list(c.stats), price, price_table or {}))
     found = run_finders(c)
     for st in c.stats:
         c.metrics[f"gpu{st.index}_busy"] = st.busy

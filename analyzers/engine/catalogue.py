@@ -184,15 +184,18 @@ CATALOGUE: dict[str, Spec] = {
             "One request per forward while several are in flight: batch them",
             "gpu",
             False,
+            None,  # a warning at most: whether batching helps is a hypothesis until measured
         ),
         Spec("INFER001", "Inference with autograd on", "host", False),
+        Spec("SERVE002", "The request path is bound by host work", "host", False),
         Spec(
             "INFER002",
-            "One item per forward in an inference loop: pass them in batches",
+            "Small batches leave the GPU idle in a batch-inference loop",
             "gpu",
-            False,
+            True,
+            None,  # a warning at most: whether a larger batch helps is a hypothesis
         ),
-        Spec("SERVE002", "The request path is bound by host work", "host", False),
+        Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
     )
 }
 
@@ -245,8 +248,22 @@ def _get(f, key: str):
 
 def ranked(findings: list) -> list:
     """Findings (objects or report dicts) largest impact first (ties by id): the one ranking
-    `analyze`, the multi-rank session and `merge` share. A cause in the box (HOST002) ranks
-    by its impact like any other: beside a process burning one of 2 cores, the held-out jobs'
-    planted fixes moved them x0.8-0.92 while giving the intra-op pool the core the other
-    process left moved them x1.5-2.8 (docs/how-it-measures.md, 'A busy box')."""
-    return sorted(findings, key=lambda f: (-_get(f, "impact"), _get(f, "id")))
+    `analyze`, the multi-rank session and `merge` share; a hypothesis after the rest. A cause
+    in the box (HOST002) ranks by its impact like any other: beside a process burning one of
+    2 cores, the held-out jobs' planted fixes moved them x0.8-0.92 while giving the intra-op
+    pool the core the other process left moved them x1.5-2.8 (docs/how-it-measures.md, 'A busy
+    box')."""
+    return sorted(findings, key=lambda f: (*_unverified(f), -_get(f, "impact"), _get(f, "id")))
+
+
+def _unverified(f) -> tuple[int, float]:
+    """Causes whose speed-up is measured, modelled or bounded first; then the causes whose
+    speed-up is an unchecked hypothesis (a cause seen whose fix may not help, as batching on a
+    CPU did not, never outranks one that will), among them by the share their low end surely
+    gives back; last, what costs no time (money, memory headroom, notes: impact 0), which
+    never leads a verdict over a cause (a Flask server's verdict was COST001)."""
+    kind = f.get("speedup_kind") if isinstance(f, dict) else getattr(f, "speedup_kind", None)
+    if kind != "hypothesis":
+        return (0 if _get(f, "impact") > 0 else 2), 0.0
+    low = (f.get("speedup_low") if isinstance(f, dict) else getattr(f, "speedup_low", None)) or 1
+    return 1, -(1.0 - 1.0 / max(1.0, low))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import Prices, host_cause, project, resolve_price
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
@@ -38,6 +39,7 @@ class Context:
     found: tuple = ()  # the findings the finders registered before this one made
     workload: Workload | None = None  # training, inference or server (measures/workload.py)
     right_size: dict = field(default_factory=dict)  # the model of the job on other GPUs
+    price: Price | None = None  # the GPU-hour price this run is priced at (None: not known)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a

@@ -199,6 +199,8 @@ def _verdict(
             "confidence": None,
             "statement": f"no bottleneck crossed its threshold ({basis})",
         }
+    if top.speedup_kind == "hypothesis":
+        return unverified_verdict(top, basis)
     sure = top.confidence >= th.sure_confidence and (not starved or enough)
     return {
         "finding": top.id,
@@ -206,6 +208,20 @@ def _verdict(
         "confidence": round(top.confidence, 3),
         "statement": f"{top.id} with {top.confidence:.0%} confidence ({basis})"
         + ("" if sure else "; not sure: profile longer (--duration) to settle it"),
+    }
+
+
+def unverified_verdict(top: Finding, basis: str) -> dict:
+    """A top finding whose fix's effect is a hypothesis: the cause is seen, the gain is not
+    proven, so the verdict is not sure until `gpudiag try` (or a change) measures it."""
+    low = top.speedup_low or 1.0
+    return {
+        "finding": top.id,
+        "sure": False,
+        "confidence": round(top.confidence, 3),
+        "statement": f"{top.id} seen with {top.confidence:.0%} confidence ({basis}); its fix's "
+        f"effect is unverified (x{low:.2f} to x{top.expected_speedup:.2f}): measure it "
+        "(gpudiag try, or the change timed)",
     }
 
 

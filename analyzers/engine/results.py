@@ -112,7 +112,10 @@ class Finding:
     signals: tuple[str, ...] = field(default=())
     speedup_basis: str = ""  # one line: how expected_speedup was made (model, bound)
     fix: dict | None = None  # {"kind": ..., "values": {...}}: applicable from outside (try)
-    speedup_kind: str = "model"  # "model": what the named fix should give; "bound": at most
+    speedup_kind: str = "model"  # "model": what the named fix should give; "bound": at most;
+    # "hypothesis": a range (speedup_low to expected_speedup) no measurement of the job has
+    # checked yet (`gpudiag try` measures it)
+    speedup_low: float | None = None
 
     def to_dict(self) -> dict:
         """JSON form used in reports."""
@@ -127,6 +130,10 @@ class Finding:
         d["confidence"] = round(self.confidence, 3)
         d["impact"] = round(self.impact, 4)
         d["expected_speedup"] = round(self.expected_speedup, 3)
+        if self.speedup_low is None:  # only a hypothesis has a low end
+            del d["speedup_low"]
+        else:
+            d["speedup_low"] = round(self.speedup_low, 3)
         return d
 
 

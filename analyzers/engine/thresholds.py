@@ -202,12 +202,18 @@ class Thresholds:
     infer_grad_share: float = 0.5
     """INFER001: share of the forwards run with autograd on, in a job that never runs a
     backward."""
-    infer_idle_min: float = 0.5
-    """INFER002: share of an inference loop the GPU idles at or above which one item per
-    forward is what holds it back (below it, the GPU's own work sets the pace)."""
     serve_host_warn: float = 0.30
     """SERVE002: share of the request handlers' time on the CPU outside the model
     (tokenizing, JSON, pre- and post-processing)."""
+    infer_gpu_idle_warn: float = 0.50
+    """INFER002: share of the time the GPU of a batch-inference loop sits idle (NVML) at or
+    above which its batches are too small for it."""
+    infer_forward_min: float = 0.50
+    """INFER002: share of the loop's time in the model's forwards (the hooks) at or above
+    which the GPU's idle is the forwards' own (else the input side leaves it idle)."""
+    serve_gpu_idle_warn: float = 0.70
+    """SERVE003: share of the time a server's GPU sits idle (NVML utilisation) at or above
+    which the GPU it holds is mostly paid for nothing."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

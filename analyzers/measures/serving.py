@@ -16,9 +16,9 @@ from gpudiag.analyzers.timeline.timeline import Aggregate
 SERVING_UNITS = {
     "forwards": "count",
     "forwards_per_second": "1/s",
-    "items_per_second": "samples/s",
-    "forward_batch_p50": "samples",
-    "forward_batch_max": "samples",
+    "items_per_second": "items/s",
+    "forward_batch_p50": "items",
+    "forward_batch_max": "items",
     "forward_time_p50_s": "s",
     "forward_time_p95_s": "s",
     "forward_grad_share": "ratio",

@@ -78,8 +78,12 @@ def is_listener(frames: tuple[Frame, ...]) -> bool:
 
 
 def is_handling(stack: str) -> bool:
-    """A request being handled: server frames, not the listener's."""
+    """A request being handled: server frames, not the listener's, and not a server module
+    being imported (a FastAPI server's start-up imports uvicorn and starlette: SERVE002 named
+    its `import` lines as the request path's host work)."""
     frames = parse_stack(stack)
+    if any(STARTUP_FILE_RE.search(fr.file) for fr in frames):
+        return False
     return any(SERVER_FILE_RE.search(fr.file) for fr in frames) and not is_listener(frames)
 
 

@@ -21,12 +21,17 @@ class TrialResult:
 
 
 def judge(
-    base: list[float], fixed: list[float], predicted: float | None, th: Thresholds
+    base: list[float],
+    fixed: list[float],
+    predicted: float | None,
+    th: Thresholds,
+    predicted_low: float | None = None,
 ) -> TrialResult:
     """Compare per-round step rates of the two arms.
 
     slower: the whole interval is under 1; held: the prediction lies in the interval widened
-    by `trial_tolerance`; missed otherwise; no prediction when none was made."""
+    by `trial_tolerance` (a hypothesis' range, `predicted_low` to `predicted`, meets it);
+    missed otherwise; no prediction when none was made."""
     if not base or not fixed or min(base) <= 0:
         return TrialResult(None, None, "failed", "no steps measured in one of the arms")
     measured = statistics.median(fixed) / statistics.median(base)
@@ -40,12 +45,14 @@ def judge(
         return TrialResult(measured, (lo, hi), "slower", f"{where}: the fix slows the job")
     if predicted is None:
         return TrialResult(measured, (lo, hi), "no prediction", f"{where}; nothing predicted")
-    inside = lo * (1 - tol) <= predicted <= hi * (1 + tol)
+    low = predicted if predicted_low is None else min(predicted_low, predicted)
+    inside = low <= hi * (1 + tol) and predicted >= lo * (1 - tol)
     verdict = "held" if inside else "missed"
+    said = f"x{predicted:.2f}" if low == predicted else f"x{low:.2f}-x{predicted:.2f}"
     return TrialResult(
         measured,
         (lo, hi),
         verdict,
-        f"{where}, predicted x{predicted:.2f}: {'inside' if inside else 'outside'} the "
+        f"{where}, predicted {said}: {'inside' if inside else 'outside'} the "
         f"interval widened by trial_tolerance={tol:g}",
     )

@@ -14,7 +14,14 @@ is a patch of this process only. Kinds:
 - compile: torch.compile of the first module whose forward runs (opt-in);
 - checkpoint: only every `every`-th torch.save runs, each through a temporary file renamed
   over the target; only a save over this process's own complete earlier save is skipped (the
-  code after a save may move or read its file); the last skipped one runs at exit or SIGTERM.
+  code after a save may move or read its file); the last skipped one runs at exit or SIGTERM;
+- inference_mode: the model's outermost forwards run under torch.inference_mode() where
+  autograd was on (a job that never runs a backward: INFER001);
+- batch: every DataLoader's batch_size times `factor` (an inference loop's batch).
+
+A job with no optimizer step (batch inference) is timed by its outermost forwards instead:
+one line "f TIME ITEMS" a forward, ITEMS its batch size (the trial's rate is then items/s);
+the forward clock stops at a first optimizer step, so a training job is timed as before.
 """
 
 from __future__ import annotations
@@ -263,6 +270,49 @@ def checkpoint(torch, values: dict) -> None:
     _say(f"torch.save runs every {saves.every}th time, atomically (the last one always)")
 
 
+def inference_mode(torch, values: dict) -> None:
+    """Run each thread's outermost module call under torch.inference_mode() when autograd is
+    on there (nested calls and calls already without autograd are left as they are)."""
+    import threading
+
+    orig_call = torch.nn.Module.__call__
+    local = threading.local()
+
+    def __call__(self, *args, **kwargs):
+        if getattr(local, "inside", False) or not torch.is_grad_enabled():
+            return orig_call(self, *args, **kwargs)
+        local.inside = True
+        try:
+            with torch.inference_mode():
+                return orig_call(self, *args, **kwargs)
+        finally:
+            local.inside = False
+
+    torch.nn.Module.__call__ = __call__
+    _say("the model's outermost forwards under torch.inference_mode()")
+
+
+def batch(torch, values: dict) -> None:
+    """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it."""
+    from torch.utils.data import DataLoader
+
+    factor = max(1, int(values.get("factor", 2)))
+    orig = DataLoader.__init__
+
+    def __init__(self, *args, **kwargs):
+        a, kw = list(args), dict(kwargs)
+        if len(a) >= 2 and isinstance(a[1], int):
+            a[1] *= factor
+        elif kw.get("batch_sampler") is None and "batch_size" not in kw and len(a) < 2:
+            kw["batch_size"] = factor  # DataLoader's default batch_size is 1
+        elif isinstance(kw.get("batch_size"), int):
+            kw["batch_size"] *= factor
+        orig(self, *a, **kw)
+
+    DataLoader.__init__ = __init__
+    _say(f"DataLoader batch_size x{factor}")
+
+
 KINDS = {
     "dataloader": dataloader,
     "optimizer": optimizer,
@@ -270,6 +320,8 @@ KINDS = {
     "tf32": tf32,
     "compile": compile_module,
     "checkpoint": checkpoint,
+    "inference_mode": inference_mode,
+    "batch": batch,
 }
 
 
@@ -278,17 +330,22 @@ class _Steps:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.rows: list[float] = []
+        self.rows: list[str] = []
         self.last = time.monotonic()
 
     def on_step(self) -> None:
-        self.rows.append(time.time())
+        self.rows.append(f"{time.time():.6f}")
+        if time.monotonic() - self.last >= FLUSH_S:
+            self.flush()
+
+    def on_forward(self, items: float) -> None:
+        self.rows.append(f"f {time.time():.6f} {items:g}")
         if time.monotonic() - self.last >= FLUSH_S:
             self.flush()
 
     def flush(self) -> None:
         self.last = time.monotonic()
-        text = "".join(f"{t:.6f}\n" for t in self.rows) + "".join(f"{n}\n" for n in NOTES)
+        text = "".join(f"{row}\n" for row in self.rows) + "".join(f"{n}\n" for n in NOTES)
         if not text:
             return
         try:
@@ -334,6 +391,48 @@ def install(torch) -> None:
         steps = _Steps(path)
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        clock = _forward_clock(torch, steps)
         register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.on_step())
+        register_optimizer_step_post_hook(lambda opt, args, kwargs: clock.stop())
         END.append(steps.flush)
     atexit.register(_end)
+
+
+class _Clock:
+    """The forward clock's hooks, removed at the first optimizer step."""
+
+    def __init__(self, handles: list) -> None:
+        self.handles = handles
+
+    def stop(self) -> None:
+        while self.handles:
+            self.handles.pop().remove()
+
+
+def _forward_clock(torch, steps: _Steps) -> _Clock:
+    """Time each thread's outermost forward (and its batch size) on the step file."""
+    import threading
+
+    from torch.nn.modules import module as nn_module
+
+    local = threading.local()
+
+    def pre(module, args):
+        local.depth = getattr(local, "depth", 0) + 1
+
+    def post(module, args, *rest):
+        # (kwargs, output); (output,) alone when the forward raised
+        local.depth = max(0, getattr(local, "depth", 1) - 1)
+        if local.depth == 0:
+            kwargs = rest[0] if len(rest) == 2 and isinstance(rest[0], dict) else {}
+            inputs = list(args) + list(kwargs.values())
+            first = next((a for a in inputs if hasattr(a, "shape")), None)
+            shape = getattr(first, "shape", None)
+            steps.on_forward(float(shape[0]) if shape is not None and len(shape) else 1.0)
+
+    return _Clock(
+        [
+            nn_module.register_module_forward_pre_hook(pre),
+            nn_module.register_module_forward_hook(post, with_kwargs=True, always_call=True),
+        ]
+    )

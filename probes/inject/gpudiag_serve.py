@@ -1,6 +1,7 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
-forward hook) and the requests of a standard-library or Werkzeug HTTP server, buffered for
-gpudiag_hooks to send with the steps.
+forward hook) and the requests of a standard-library or Werkzeug HTTP server, or of an ASGI
+app (uvicorn's request cycle, Starlette/FastAPI's app call), buffered for gpudiag_hooks to
+send with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -11,6 +12,7 @@ hooks and their cost.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 import time
@@ -226,10 +228,70 @@ def _patch_werkzeug(module, rec: Recorder) -> None:
     patch_handler(module.WSGIRequestHandler, rec)
 
 
+# set while an ASGI request is timed: uvicorn's cycle and the Starlette app it calls are one
+# request, timed once (at the outer of the two)
+_IN_ASGI: contextvars.ContextVar[bool] = contextvars.ContextVar("gpudiag_asgi", default=False)
+
+
+async def _timed(rec: Recorder, call):
+    """Await `call()` as one request (the outermost ASGI level only)."""
+    if _IN_ASGI.get():
+        return await call()
+    started = None
+    try:
+        started = rec.start_request(None)
+    except Exception:
+        pass
+    token = _IN_ASGI.set(True)
+    try:
+        return await call()
+    finally:
+        _IN_ASGI.reset(token)
+        try:
+            if started is not None:
+                rec.end_request(*started)
+        except Exception:
+            pass
+
+
+def _patch_uvicorn_cycle(module, rec: Recorder) -> None:
+    """uvicorn (h11 or httptools): a request from its cycle's start (headers parsed) to the
+    app's return (the answer sent)."""
+    cls = module.RequestResponseCycle
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig = cls.run_asgi
+
+    async def run_asgi(self, app):
+        return await _timed(rec, lambda: orig(self, app))
+
+    cls.run_asgi = run_asgi
+    cls._gpudiag_patched = True
+
+
+def _patch_starlette(module, rec: Recorder) -> None:
+    """Starlette and FastAPI under any ASGI server: an HTTP request is the app's call."""
+    cls = module.Starlette
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig = cls.__call__
+
+    async def __call__(self, scope, receive, send):
+        if not isinstance(scope, dict) or scope.get("type") != "http":
+            return await orig(self, scope, receive, send)
+        return await _timed(rec, lambda: orig(self, scope, receive, send))
+
+    cls.__call__ = __call__
+    cls._gpudiag_patched = True
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
     "werkzeug.serving": _patch_werkzeug,
+    "uvicorn.protocols.http.h11_impl": _patch_uvicorn_cycle,
+    "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
+    "starlette.applications": _patch_starlette,
 }
 
 

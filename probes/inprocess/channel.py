@@ -78,7 +78,7 @@ class HookProbe(Probe):
         Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
         Field("forward_time_s", "s", "gauge", "wall time of one outermost model forward"),
-        Field("forward_batch", "samples", "gauge", "first dimension of the forward's input"),
+        Field("forward_batch", "items", "gauge", "first dimension of the forward's input"),
         Field("forward_grad", "ratio", "gauge", "1 when autograd was on in the forward"),
         Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
         Field("request_in_flight", "count", "gauge", "requests in flight as it started"),

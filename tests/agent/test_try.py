@@ -13,7 +13,14 @@ import time
 
 import pytest
 
-from gpudiag.agent.commands.trial import change_line, check_fix, rate_after, read_steps
+from gpudiag.agent.commands.trial import (
+    change_line,
+    check_fix,
+    items_rate_after,
+    rate_after,
+    read_clock,
+    read_steps,
+)
 from gpudiag.agent.commands.tryfix import parse_fix
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
@@ -102,6 +109,74 @@ def test_dataloader_fix_sets_the_values(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "True", "4"]
+
+
+def test_inference_mode_fix_runs_the_outermost_forwards_without_autograd(tmp_path):
+    """Outermost calls under inference mode (the nested ones inside it too); a call already
+    under no_grad is left as it is; the answers are the same numbers."""
+    out = _in_job(
+        {"kind": "inference_mode", "values": {}},
+        """
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        x = torch.ones(3, 4)
+        y = m(x)
+        with torch.no_grad():
+            z = m(x)
+        print(y.is_inference(), y.requires_grad, z.is_inference(), torch.equal(y, z))
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "False", "True"]
+
+
+def test_batch_fix_multiplies_every_loaders_batch(tmp_path):
+    out = _in_job(
+        {"kind": "batch", "values": {"factor": 4}},
+        """
+        from torch.utils.data import DataLoader
+        data = list(range(64))
+        print(DataLoader(data, batch_size=8).batch_size, DataLoader(data, 2).batch_size,
+              DataLoader(data).batch_size)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["32", "8", "4"]
+
+
+def test_an_inference_loop_is_timed_by_its_forwards_items(tmp_path):
+    """No optimizer step: each outermost forward and its batch size on the step log (nested
+    modules not counted); the clock stops at a first optimizer step."""
+    out = _in_job(
+        {"kind": "inference_mode", "values": {}},
+        """
+        import gpudiag_fixes
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        for n in (3, 5):
+            m(torch.ones(n, 4))
+        m(input=torch.ones(7, 4))  # an input given by keyword
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        with torch.enable_grad():
+            torch.nn.Linear(4, 1)(torch.ones(2, 4)).sum()
+        opt.step()
+        m(torch.ones(9, 4))  # after a step: a training job, timed by its steps only
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    times, forwards, applied, _ = read_clock(
+        str(tmp_path.parent / f"{tmp_path.name}-try" / "steps")
+    )
+    assert [n for _, n in forwards] == [3.0, 5.0, 7.0, 2.0]
+    assert len(times) == 1 and applied and "inference_mode" in applied
+
+
+def test_items_rate_after_counts_items_not_forwards():
+    fwd = [(0.0, 8.0), (1.0, 8.0), (2.0, 8.0), (3.0, 4.0), (10.0, 8.0)]
+    assert items_rate_after(fwd, 0.0, 3.0) == (20.0 / 3.0, 4)
+    assert items_rate_after(fwd, 2.5, 1.0) == (None, 1)
 
 
 def test_optimizer_fix_sets_foreach(tmp_path):
@@ -270,7 +345,11 @@ def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
     )
     assert r.returncode == 0 and "fix not applied" in r.stderr
     lines = steps.read_text().splitlines()
-    assert len(lines) == 3 and not any(ln.startswith("# applied") for ln in lines)
+    assert not any(ln.startswith("# applied") for ln in lines)
+    # three steps; the one forward before the first step is on the forward clock, which
+    # the first step stops
+    assert len([ln for ln in lines if not ln.startswith("f ")]) == 3
+    assert len([ln for ln in lines if ln.startswith("f ")]) == 1
 
 
 def test_bad_fix_and_numerics_are_one_line_exit_2():
@@ -503,3 +582,39 @@ def test_bad_fix_values_are_one_line_and_exit_2(cli, text, words):
     r = cli("try", "--fix", text, "--", "python", "job.py")
     assert r.returncode == 2 and words in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_a_hypothesis_holds_when_its_range_meets_the_measured_interval():
+    th = Thresholds()
+    base, fixed = [10.0, 10.2, 9.9], [11.0, 11.3, 10.8]  # about x1.1
+    assert judge(base, fixed, 1.45, th).verdict == "missed"  # the high end alone
+    held = judge(base, fixed, 1.45, th, predicted_low=1.0)
+    assert held.verdict == "held" and "x1.00-x1.45" in held.reason
+    assert judge(base, fixed, 3.0, th, predicted_low=2.0).verdict == "missed"
+
+
+def test_a_measured_hypothesis_is_shown_measured_not_unverified():
+    from gpudiag.agent.commands.tryfix import measured_into
+    from gpudiag.text.formatting import speedup_text
+
+    f = {"id": "INFER001", "speedup_kind": "hypothesis", "speedup_low": 1.1}
+    f["expected_speedup"] = 1.19
+    assert speedup_text(f) == "×1.10-×1.19, unverified"
+    measured_into([f], [{"finding": "INFER001", "measured": 1.62, "verdict": "missed"}])
+    assert speedup_text(f) == "×1.62 measured by try (×1.10-×1.19)"
+    g = dict(f, measured_speedup=None)
+    measured_into([g], [{"finding": "INFER001", "measured": None, "verdict": "failed"}])
+    assert "unverified" in speedup_text(g)
+
+
+def test_the_verdict_and_trial_line_say_what_try_measured_of_a_hypothesis():
+    from gpudiag.agent.commands.tryfix import verdict_measured
+    from gpudiag.text.trials import summary_line
+
+    v = {"finding": "INFER001", "sure": False, "statement": "INFER001 seen; unverified"}
+    t = {"finding": "INFER001", "fix": {"kind": "inference_mode", "values": {}}}
+    t |= {"measured": 1.5, "interval": [1.3, 1.7], "verdict": "missed", "rounds": 3}
+    t |= {"predicted": 1.19, "predicted_low": 1.1}
+    assert verdict_measured(v, [t])["statement"].endswith("measured x1.50 [1.30, 1.70] (missed)")
+    assert verdict_measured(v, [dict(t, finding="SERVE001")]) == v
+    assert "predicted x1.10-x1.19: missed" in summary_line(t)

@@ -57,7 +57,8 @@ def test_replay_names_the_cause_its_fix_proved(name):
 
 def test_batch_one_inference_names_a_batch_size_and_the_library_call():
     f = next(f for f in replay("st_b1")["findings"] if f["id"] == "INFER002")
-    assert "batch_size=64" in f["recommendation"]["actions"][0]
+    assert "model.encode(texts, batch_size=" in f["recommendation"]["actions"][0]
+    assert f["fix"]["kind"] == "batch"  # gpudiag try --fix batch measures it
     ev = {e["metric"]: e for e in f["evidence"]}
     assert ev["forward_batch_p50"]["value"] == 1 and ev["forward_batch_p50"]["unit"] == "items"
 

@@ -26,7 +26,11 @@ def test_batch_one_under_concurrency_is_serve001_with_batching_values():
     assert ev["forward_batch_p50"].setting == "serve_batch_max"
     # half of a request's time is its forward; 4 could share one: 0.5 * (1 - 1/4)
     assert f.impact == pytest.approx(0.375, abs=0.03)
-    assert f.speedup_kind == "bound"
+    # a hypothesis: from no gain (a batch costing its requests, as on a CPU) to the bound
+    assert f.speedup_kind == "hypothesis" and f.speedup_low == 1.0
+    assert f.expected_speedup == pytest.approx(1 / (1 - 0.375), abs=0.08)
+    assert f.severity == "warning" and "unverified" in f.speedup_basis
+    assert ev["forward_batch_p50"].unit == "items"
     # 5 in flight at the peak -> max batch 8; 7 more requests take 35 ms at 200/s, capped
     # by one forward's 10 ms
     assert "max batch 8, max wait 10.0 ms" in f.recommendation.summary
@@ -110,3 +114,137 @@ def test_a_tokenizer_on_the_request_path_is_serve002_named_by_location():
 def test_a_server_mostly_in_its_model_is_not_serve002():
     sc = hook_serving(server_windows(Scenario(), forward=0.8), rate=50.0, latency_s=0.01)
     assert "SERVE002" not in ids(analyze(sc.tl))
+
+
+def test_a_server_module_being_imported_is_not_the_request_path():
+    """A FastAPI server's start-up imports uvicorn (server frames under importlib): not a
+    request being handled (SERVE002 named the `import uvicorn` line of a FastAPI server)."""
+    from tests.analyzers.scenario import SITE, add_thread_stacks
+
+    importing = (
+        "<module> (/work/serve_fastapi.py:20);_find_and_load (<frozen importlib._bootstrap>:1360)"
+        f";<module> ({SITE}/starlette/routing.py:12);<module> ({SITE}/starlette/requests.py:40)"
+    )
+    sc = Scenario()
+    for _ in range(5):  # the imports in every window, beside the handlers
+        server_windows(sc, n=1, forward=0.8)
+        add_thread_stacks(sc, 7, "importer", {importing: 300})
+    a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
+    assert a.workload.kind == "server" and "SERVE002" not in ids(a)
+
+
+def test_serve001_unverified_ranks_after_infer001_and_the_verdict_is_not_sure():
+    """The planted server's two causes: inference mode doubled its rate, batching did not help
+    on a CPU; an unverified batching hypothesis never leads, and a verdict whose top finding
+    rests on an unmeasured gain is not sure."""
+    a = analyze(server(rate=200.0, latency_s=0.02, forward_s=0.015, grad=1.0).tl)
+    assert ids(a) == ["INFER001", "SERVE001"]
+    assert a.verdict["sure"] is False and "unverified" in a.verdict["statement"]
+    infer = a.findings[0]
+    assert infer.fix == {"kind": "inference_mode", "values": {}}
+    # autograd's per-forward work from a tenth to 55% of the forward time
+    busy = min(1.0, a.metrics["forward_concurrency"] / a.metrics["requests_in_flight_mean"])
+    assert infer.speedup_low == pytest.approx(1 / (1 - 0.10 * busy), rel=0.01)
+    assert infer.expected_speedup == pytest.approx(1 / (1 - 0.55 * busy), rel=0.01)
+    assert "0.75" not in a.verdict["statement"]
+
+
+def test_infer001_range_is_the_same_at_any_batch():
+    """Measured: 11-42% of a forward on a CPU at batch 1 to 32, 50-54% on an H100 at batch 1
+    to 64 (a launch-bound forward): no batch rule held, so the range does not move with it."""
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    small = analyze(hook_serving(sc, rate=60.0, forward_s=0.015, batch=1.0, requests=False).tl)
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    big = analyze(hook_serving(sc, rate=640.0, forward_s=0.09, batch=64.0, requests=False).tl)
+    s, b = small.findings[0], big.findings[0]
+    assert s.id == b.id == "INFER001"
+    assert s.speedup_low == pytest.approx(b.speedup_low, rel=0.01)
+    assert b.expected_speedup == pytest.approx(s.expected_speedup, rel=0.01)
+
+
+def _on_gpu(sc: Scenario, util: float, mem_gib: float = 9.0) -> Scenario:
+    """The scenario's span on a fake-NVML H100 (80 GB) held by the job, `util`% busy."""
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.gpu.nvml import Nvml
+    from gpudiag.probes.gpu.probe import GpuProbe
+    from tests.analyzers.test_gpu_findings import ME
+    from tests.probes.fake_nvml import FakeGpu, FakeNvml, const
+    from tests.probes.test_gpu_probe import Clock
+
+    gpu = FakeGpu(job_pids=[ME], util=const(util), job_mem=const(mem_gib * 2**30))
+    clock = Clock()
+    probe = GpuProbe(Nvml(FakeNvml([gpu], clock=clock)), clock_ns=clock.ns)
+    assert probe.open(Target(ME)).available
+    for _ in range(20):
+        clock.t += 1.0
+        sc.tl.extend(probe.sample())
+    return sc
+
+
+def _server_on_gpu(util: float, rate: float = 4.0) -> Scenario:
+    """A server with a trickle of requests (one at a time) on a GPU holding 9 GiB."""
+    return _on_gpu(server(rate=rate, latency_s=0.02, forward_s=0.01, grad=0.0), util)
+
+
+def _loop_on_gpu(util: float, mem_gib: float = 4.0, forward_s: float = 0.09) -> Scenario:
+    """A batch-inference loop (batch 8, inference mode) on a GPU: `forward_s` of each of its
+    10 forwards a second in the model."""
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    return _on_gpu(
+        hook_serving(sc, rate=80.0, forward_s=forward_s, batch=8.0, grad=0.0, requests=False),
+        util,
+        mem_gib,
+    )
+
+
+def test_a_loop_in_its_forwards_on_an_idle_gpu_is_infer002_with_a_batch_fix():
+    a = analyze(_loop_on_gpu(util=20).tl)
+    assert a.workload.kind == "inference"
+    f = next(f for f in a.findings if f.id == "INFER002")
+    assert f.fix == {"kind": "batch", "values": {"factor": 8}}
+    share = a.metrics["forward_concurrency"]
+    assert share == pytest.approx(0.9, abs=0.02)
+    # the low end: the GPU busy 20% of the time, 22% of the forwards' time: a batch of 8
+    # costs one launch and 8x that GPU time; the high end: 8x fewer calls, each call's work
+    # fixed (no data wait in this loop)
+    g = 0.2 / share
+    per_item = 8 / ((1 - g) + 8 * g)
+    low = 1 / ((1 - share) + share / per_item)
+    assert f.speedup_kind == "hypothesis" and f.speedup_low == pytest.approx(low, rel=0.02)
+    assert f.expected_speedup == pytest.approx(8.0)
+    assert "batch_size=64" in f.recommendation.actions[0]
+    assert "GPU001" not in ids(a)  # the idle it explains is not unexplained
+
+
+def test_infer002_keeps_the_larger_batch_in_memory_and_leaves_busy_gpus_and_waits_alone():
+    f = next(
+        f for f in analyze(_loop_on_gpu(util=20, mem_gib=20).tl).findings if f.id == "INFER002"
+    )
+    assert f.fix["values"]["factor"] == 2  # 20 GiB x2 fits 80% of 80 GB; x4 does not
+    assert "INFER002" not in ids(analyze(_loop_on_gpu(util=20, mem_gib=50).tl))  # no room
+    assert "INFER002" not in ids(analyze(_loop_on_gpu(util=85).tl))  # the GPU is busy
+    # forwards a fifth of the loop: the idle is the input side's, not the batch's
+    assert "INFER002" not in ids(analyze(_loop_on_gpu(util=20, forward_s=0.02).tl))
+
+
+def test_a_server_whose_gpu_idles_is_serve003_with_its_daily_cost():
+    a = analyze(_server_on_gpu(util=5).tl)
+    f = next(f for f in a.findings if f.id == "SERVE003")
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["gpu_idle_share"].value == pytest.approx(0.95, abs=0.01)
+    assert ev["gpu_idle_share"].setting == "serve_gpu_idle_warn"
+    daily = 3.90 * 24 * 0.95  # the built-in H100 price row, as COST001 prices it
+    assert f.cost["usd_per_day"] == pytest.approx(daily, abs=0.5)
+    assert f"${daily:,.0f}" in f.message and "4.0 requests/s" in f.message
+    assert f.impact == 0.0 and f.severity == "warning"  # a cost, ranked after lost time
+    assert any("smaller GPU" in x for x in f.recommendation.actions)
+    assert not {"SERVE001", "INFER001", "SERVE002"} & set(ids(a))  # the model is fine
+
+
+def test_a_busy_server_gpu_is_not_serve003_and_a_price_override_is_used():
+    from gpudiag.analyzers.cost.prices import Price
+
+    assert "SERVE003" not in ids(analyze(_server_on_gpu(util=60).tl))
+    a = analyze(_server_on_gpu(util=10).tl, price=Price(2.0, "--price"))
+    f = next(f for f in a.findings if f.id == "SERVE003")
+    assert f.cost["usd_per_day"] == pytest.approx(2.0 * 24 * 0.9, abs=0.1)

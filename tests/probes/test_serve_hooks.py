@@ -168,3 +168,108 @@ def test_the_channel_turns_rows_into_samples_and_drops_malformed_ones():
         ("forward", {"forward_time_s": 0.01, "forward_batch": 4.0, "forward_grad": 1.0}),
         ("request", {"request_latency_s": 0.02, "request_in_flight": 3.0}),
     ]
+
+
+@pytest.fixture
+def asgi_rec():
+    """The ASGI patches on uvicorn's h11 cycle and on Starlette, undone after the test."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import starlette.applications as sa
+    import uvicorn.protocols.http.h11_impl as h11
+
+    saved = [(h11.RequestResponseCycle, "run_asgi"), (sa.Starlette, "__call__")]
+    old = [(cls, name, cls.__dict__[name]) for cls, name in saved]
+    r = gpudiag_serve.Recorder(lambda: None)
+    gpudiag_serve._patch_uvicorn_cycle(h11, r)
+    gpudiag_serve._patch_starlette(sa, r)
+    yield r
+    for cls, name, fn in old:
+        setattr(cls, name, fn)
+        del cls._gpudiag_patched
+
+
+def _fastapi_server(app):
+    """A uvicorn server (h11) on 127.0.0.1 in a thread: (server, port)."""
+    import socket
+    import time
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", http="h11"))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.02)
+    return server, sock.getsockname()[1]
+
+
+def test_fastapi_under_uvicorn_counts_each_request_once_with_its_concurrency(asgi_rec):
+    """A FastAPI app as its docs write one: every request timed once (uvicorn's cycle and
+    the app's call are one request), the parallel clients seen in flight, answers as sent."""
+    import time
+
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/predict/{n}")
+    def predict(n: int) -> dict:
+        time.sleep(0.05)
+        return {"n": n * 2}
+
+    server, port = _fastapi_server(app)
+    answers: list[bytes] = []
+
+    def client(i: int) -> None:
+        for k in range(5):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", f"/predict/{i * 10 + k}")
+            answers.append(conn.getresponse().read())
+            conn.close()
+
+    try:
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.should_exit = True
+    _, req = asgi_rec.take()
+    sent = [2 * (i * 10 + k) for i in range(4) for k in range(5)]
+    assert sorted(answers) == sorted(f'{{"n":{n}}}'.encode() for n in sent)
+    assert len(req) == 20
+    assert all(r[1] >= 0.05 for r in req)
+    assert max(r[2] for r in req) >= 2  # parallel clients: several in flight at once
+    assert asgi_rec.in_flight == 0
+
+
+def test_starlette_called_by_another_asgi_server_times_the_request_once(asgi_rec):
+    """Under another ASGI server only the app's call is patched: an HTTP request is one row,
+    its answer as sent."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    sent: list[dict] = []
+
+    async def call(scope_type: str) -> None:
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(msg):
+            sent.append(msg)
+
+        scope = {"type": scope_type, "method": "GET", "path": "/", "headers": []}
+        scope |= {"query_string": b"", "root_path": ""}
+        await app(scope, receive, send)
+
+    asyncio.run(call("http"))
+    _, req = asgi_rec.take()
+    assert len(req) == 1 and sent[-1]["body"] == b"ok"

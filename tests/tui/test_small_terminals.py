@@ -158,3 +158,30 @@ def test_a_long_run_shows_which_period_had_which_finding():
     assert "Over time" in text and "12 earlier periods: see the report" in text
     assert "23:00:00-24:00:00" in text and "DATA001 (60%)" in text
     assert "19:00:00-20:00:00" in text and "no bottleneck" in text
+
+
+def test_a_server_gets_the_request_view_and_a_training_job_keeps_its_rows():
+    """Requests/s, latency percentiles, in flight and the forwards' batch for a server (no
+    'throughput n/a': it has no steps); a training report shows no workload row."""
+    doc = {
+        "workload": {"kind": "server", "unit": "request"},
+        "metrics": {
+            "requests_per_second": 349.3,
+            "request_latency_p50_s": 0.0082,
+            "request_latency_p95_s": 0.0168,
+            "request_latency_p99_s": 0.0239,
+            "requests_in_flight_mean": 3.11,
+            "requests_in_flight_max": 5.0,
+            "forwards_per_second": 349.3,
+            "items_per_second": 349.3,
+            "forward_batch_p50": 1.0,
+        },
+        "probes": [],
+    }
+    text = metrics_text(doc).plain(100)
+    for value in ("349.3/s", "p50 8.2 ms", "p95 16.8 ms", "p99 23.9 ms", "3.1 on average", "max 5"):
+        assert value in text, (value, text)
+    assert "batch p50 1" in text and "server (unit: the request)" in text
+    assert "no in-process step timing" not in text
+    training = metrics_text(scenario("hooked")).plain(100)
+    assert "workload" not in training and "steps/s" in training

@@ -224,7 +224,8 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             else ""
         )
         out.append(
-            f"    impact {f['impact']:.0%} of wall time · "
+            f"    impact {'up to ' if f.get('speedup_kind') == 'hypothesis' else ''}"
+            f"{f['impact']:.0%} of wall time · "
             f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
             f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}"
         )
