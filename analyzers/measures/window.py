@@ -129,28 +129,48 @@ def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
     return LoopWindow(start, end, None, None, "whole run")
 
 
-def _startup_share(seg: Aggregate, clf: Classifier) -> float:
-    """The share of the target's samples in a segment that are start-up (imports, set-up)."""
+def _startup_split(seg: Aggregate, clf: Classifier) -> tuple[float, float, dict]:
+    """(start-up samples, all samples, each thread's samples past start-up) of the target's
+    threads in a segment."""
     up = total = 0.0
+    past: dict = {}
     for key in seg.threads("all", "target"):
         for (stack, code), n in seg.stacks[key].items():
             total += n
             if clf.category(stack, code) == "startup":
                 up += n
-    return up / total if total else 0.0
+            else:
+                past[key.tid] = past.get(key.tid, 0.0) + n
+    return up, total, past
 
 
 def _after_startup(tl: Timeline, clf: Classifier) -> tuple[int, int] | None:
     """A loop made of the job's own code alone (elementwise passes, a custom kernel loop: no
     forward, backward or data frames): the stack windows after the last one that is mostly
-    start-up. None when no window was start-up (an attach: the whole look is the loop) or
-    none came after it. Without it, a `run` of such a job measured its GPU over the
-    start-up too: an H100 at 100% in its loop read 64% busy."""
-    spans = [(s0, s1, _startup_share(seg, clf)) for s0, s1, seg in tl.spans()]
-    last = max((i for i, (_, _, up) in enumerate(spans) if up >= 0.5), default=None)
-    if last is None or last + 1 >= len(spans):
+    start-up, where the thread that ran the start-up runs on past it. None when no window was
+    start-up (an attach: the whole look is the loop), or that thread never left it (a look
+    that saw only start-up, other threads beside it). Without it, a `run` of such a job
+    measured its GPU over the start-up too: an H100 at 100% in its loop read 64% busy."""
+    spans = [(s0, s1, _startup_split(seg, clf)) for s0, s1, seg in tl.spans()]
+    ups = [i for i, (_, _, (up, total, _p)) in enumerate(spans) if total and up / total >= 0.5]
+    if not ups or ups[-1] + 1 >= len(spans):
         return None
-    return spans[last][1], spans[-1][1]
+    starter = _starter(tl, clf)
+    after = [(s0, s1) for s0, s1, (_u, _t, past) in spans[ups[-1] + 1 :] if past.get(starter)]
+    if starter is None or not after:
+        return None
+    return spans[ups[-1]][1], after[-1][1]
+
+
+def _starter(tl: Timeline, clf: Classifier):
+    """The tid with the most start-up samples (the thread that imports and sets up)."""
+    counts: dict = {}
+    whole = tl.whole()
+    for key in whole.threads("all", "target"):
+        for (stack, code), n in whole.stacks[key].items():
+            if clf.category(stack, code) == "startup":
+                counts[key.tid] = counts.get(key.tid, 0.0) + n
+    return max(counts, key=counts.__getitem__) if counts else None
 
 
 def phase_summary(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) -> dict:
