@@ -410,25 +410,37 @@ class _Clock:
 
 
 def _forward_clock(torch, steps: _Steps) -> _Clock:
-    """Time each thread's outermost forward (and its batch size) on the step file."""
+    """Time each thread's outermost forward (and its batch size) on the step file, counted
+    as the serve hooks count them: a module without parameters (a torchvision transform) is
+    not a model's forward, and a dict or BatchEncoding input's batch is its tensors' first
+    dimension (a Hugging Face model called with a dict read 1 item a forward at any batch)."""
     import threading
 
     from torch.nn.modules import module as nn_module
 
+    try:
+        from . import gpudiag_serve
+    except ImportError:  # loaded as a top-level module by sitecustomize
+        import gpudiag_serve
+
     local = threading.local()
 
     def pre(module, args):
-        local.depth = getattr(local, "depth", 0) + 1
+        depth = getattr(local, "depth", 0)
+        if depth == 0 and gpudiag_serve.first_parameter(module) is None:
+            return
+        local.depth = depth + 1
 
     def post(module, args, *rest):
         # (kwargs, output); (output,) alone when the forward raised
-        local.depth = max(0, getattr(local, "depth", 1) - 1)
+        depth = getattr(local, "depth", 0)
+        if depth == 0:  # a parameter-less module outside any model: not counted
+            return
+        local.depth = depth - 1
         if local.depth == 0:
             kwargs = rest[0] if len(rest) == 2 and isinstance(rest[0], dict) else {}
-            inputs = list(args) + list(kwargs.values())
-            first = next((a for a in inputs if hasattr(a, "shape")), None)
-            shape = getattr(first, "shape", None)
-            steps.on_forward(float(shape[0]) if shape is not None and len(shape) else 1.0)
+            items = gpudiag_serve.batch_size(tuple(args), kwargs)
+            steps.on_forward(items if items > 0 else 1.0)
 
     return _Clock(
         [

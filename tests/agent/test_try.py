@@ -157,6 +157,17 @@ def test_an_inference_loop_is_timed_by_its_forwards_items(tmp_path):
         for n in (3, 5):
             m(torch.ones(n, 4))
         m(input=torch.ones(7, 4))  # an input given by keyword
+        torch.nn.Identity()(torch.ones(3, 224, 224))  # a transform: no parameters, no forward
+
+        class Hf(torch.nn.Module):  # a Hugging Face-style model: a dict of tensors in
+            def __init__(self):
+                super().__init__()
+                self.e = torch.nn.Embedding(10, 4)
+
+            def forward(self, features):
+                return self.e(features["input_ids"])
+
+        Hf()({"input_ids": torch.zeros(6, 3, dtype=torch.long)})
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         with torch.enable_grad():
             torch.nn.Linear(4, 1)(torch.ones(2, 4)).sum()
@@ -169,7 +180,7 @@ def test_an_inference_loop_is_timed_by_its_forwards_items(tmp_path):
     times, forwards, applied, _ = read_clock(
         str(tmp_path.parent / f"{tmp_path.name}-try" / "steps")
     )
-    assert [n for _, n in forwards] == [3.0, 5.0, 7.0, 2.0]
+    assert [n for _, n in forwards] == [3.0, 5.0, 7.0, 6.0, 2.0]
     assert len(times) == 1 and applied and "inference_mode" in applied
 
 
