@@ -21,6 +21,7 @@ from gpudiag.agent.session.joboutput import StderrTee, job_log_path
 from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
+from gpudiag.probes.inject.gpudiag_channel import CAPTURE_ENV
 from gpudiag.text.redact import redact_argv
 from gpudiag.text.sink import emit
 
@@ -34,7 +35,7 @@ def capture_env(args: argparse.Namespace) -> dict[str, str]:
         return {}
     if args.no_inject:
         raise UsageError("--capture-steps needs the in-process hooks: drop --no-inject")
-    return {"GPUDIAG_CAPTURE_STEPS": str(n)}
+    return {CAPTURE_ENV: str(n)}
 
 
 def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:

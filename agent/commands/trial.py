@@ -20,7 +20,8 @@ from gpudiag.agent.output.safeio import create_stream
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
 from gpudiag.probes.files import read_regular, read_tail
-from gpudiag.probes.inject.gpudiag_fixes import FIX_ENV, KINDS, STEPS_ENV
+from gpudiag.probes.inject.gpudiag_channel import FIX_ENV, STEPS_ENV
+from gpudiag.probes.inject.gpudiag_fixes import KINDS
 from gpudiag.probes.inprocess.channel import injection_env
 from gpudiag.probes.numbers import finite_number
 from gpudiag.text.redact import printable, shown

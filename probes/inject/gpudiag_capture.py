@@ -29,11 +29,11 @@ try:
 except ImportError:  # loaded as a top-level module by sitecustomize
     import gpudiag_channel as _channel
 
-CAPTURE_ENV = "GPUDIAG_CAPTURE_STEPS"
+CAPTURE_ENV = _channel.CAPTURE_ENV
 REQUEST_SUFFIX = ".capture"  # the agent asks for a capture in a file beside its socket
 POLL_S = 0.5  # how often the job looks for that file (one failed open() when absent)
 MAX_STEPS = 1000
-AFTER_ENV = "GPUDIAG_CAPTURE_AFTER"
+AFTER_ENV = _channel.AFTER_ENV
 DEFAULT_AFTER = 5
 TOP = 20
 MAX_EVENTS = 500  # events kept for the trace export (the longest ones)

@@ -1,5 +1,7 @@
-"""The one privacy check for every path the job's hooks touch (step, collectives and capture
-channels, and the capture request file beside the socket).
+"""The wire between the job's hooks and the agent, spelled once for both sides: the
+environment variables that carry the channel, the fix and the step log, the width and fields
+of a step row; and the one privacy check for every path the job's hooks touch (step,
+collectives and capture channels, and the capture request file beside the socket).
 
 A path is used only when its folder is a real folder (not a link) owned by this user that no
 one else may enter or write (no group/other bits): a folder another local user pre-created
@@ -13,6 +15,24 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+
+CHANNEL_ENV = "GPUDIAG_CHANNEL"  # the agent's socket (run sets it, attach --hooks passes it)
+FIX_ENV = "GPUDIAG_FIX"  # `try`: the fix an arm applies (JSON)
+STEPS_ENV = "GPUDIAG_TRY_STEPS"  # `try`: the arm's step log
+CAPTURE_ENV = "GPUDIAG_CAPTURE_STEPS"  # run --capture-steps N
+AFTER_ENV = "GPUDIAG_CAPTURE_AFTER"  # the warm-up steps before the capture
+# a step row: the wall time, then these (NaN where not measured)
+STEP_FIELDS = (
+    "step_time_s",
+    "data_wait_s",
+    "batch_size",
+    "h2d_copy_s",
+    "h2d_pinned",
+    "h2d_pageable",
+    "syncs",
+    "sync_time_s",
+)
+STEP_WIDTH = 1 + len(STEP_FIELDS)
 
 _PRIVATE: set[str] = set()
 

@@ -32,7 +32,8 @@ try:
 except ImportError:  # loaded as a top-level module by sitecustomize
     import gpudiag_channel as _channel
 
-CHANNEL_ENV = "GPUDIAG_CHANNEL"
+CHANNEL_ENV = _channel.CHANNEL_ENV
+
 SEND_S = 0.5
 MAX_STEP_ROWS = 256
 COLLECTIVES = (

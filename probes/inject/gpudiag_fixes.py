@@ -35,8 +35,13 @@ import sys
 import tempfile
 import time
 
-FIX_ENV = "GPUDIAG_FIX"
-STEPS_ENV = "GPUDIAG_TRY_STEPS"
+try:
+    from . import gpudiag_channel as _channel
+except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_channel as _channel
+
+FIX_ENV = _channel.FIX_ENV
+STEPS_ENV = _channel.STEPS_ENV
 FLUSH_S = 0.5
 APPLIED: list[str] = []  # what was set, for the trial's log
 NOTES: list[str] = []  # lines for the step log found as the job ran ("# not applied: ...")
@@ -364,11 +369,7 @@ def under_try() -> bool:
     path = os.environ.get(STEPS_ENV)
     if not path:
         return False
-    try:
-        from . import gpudiag_channel
-    except ImportError:  # loaded as a top-level module by sitecustomize
-        import gpudiag_channel
-    return gpudiag_channel.private_path(path)
+    return _channel.private_path(path)
 
 
 def install(torch) -> None:

@@ -28,13 +28,10 @@ import threading
 import time
 from array import array
 
-CHANNEL_ENV = "GPUDIAG_CHANNEL"
 FLUSH_S = 0.1
 MEM_EVERY_S = 2.0
 SITE_EVERY = 16  # record the call site of one sync in this many
 MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
-STEP_WIDTH = 9  # wall time, step s, data wait s, batch, h2d s, pinned, pageable,
-#                           syncs, sync s
 SERVE_ROWS = 1000  # forwards or requests per datagram (about 40 KiB)
 QUIET_AFTER_S = 3.0  # hooks loaded by attach --hooks go quiet once the agent is gone this long
 GONE = (errno.ENOENT, errno.ECONNREFUSED)  # no socket, or no agent bound to it any more
@@ -44,6 +41,9 @@ try:
 except ImportError:  # loaded as a top-level module by sitecustomize
     import gpudiag_channel as _channel
     import gpudiag_serve as _serve
+
+CHANNEL_ENV = _channel.CHANNEL_ENV
+STEP_WIDTH = _channel.STEP_WIDTH
 
 RUNTIME_DIR = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"gpudiag-{os.getuid()}")
 

@@ -10,6 +10,7 @@ import sys
 
 
 def _gpudiag_hook() -> None:
+    # gpudiag_channel.CHANNEL_ENV, spelled here so that a process without it imports nothing
     if not os.environ.get("GPUDIAG_CHANNEL"):
         return
     try:

@@ -26,23 +26,20 @@ from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_n
 from gpudiag.probes.dist.collectives import FIELDS as COLLECTIVE_FIELDS
 from gpudiag.probes.dist.collectives import RankLabels
 from gpudiag.probes.inject import gpudiag_hooks
-from gpudiag.probes.inject.gpudiag_channel import folder_problem, write_request
-from gpudiag.probes.inject.gpudiag_fixes import FIX_ENV, STEPS_ENV
+from gpudiag.probes.inject.gpudiag_channel import (
+    CHANNEL_ENV,
+    FIX_ENV,
+    STEP_FIELDS,
+    STEP_WIDTH,
+    STEPS_ENV,
+    folder_problem,
+    write_request,
+)
 from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
 LOADED = "loaded into the running job"  # how a hooks status that `attach --hooks` set begins
-STEP_FIELDS = (
-    "step_time_s",
-    "data_wait_s",
-    "batch_size",
-    "h2d_copy_s",
-    "h2d_pinned",
-    "h2d_pageable",
-    "syncs",
-    "sync_time_s",
-)
 
 
 def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
@@ -51,7 +48,7 @@ def injection_env(env: dict[str, str], channel: str) -> dict[str, str]:
     out = {k: v for k, v in env.items() if k not in (FIX_ENV, STEPS_ENV)}
     prev = out.get("PYTHONPATH")
     out["PYTHONPATH"] = INJECT_DIR + (os.pathsep + prev if prev else "")
-    out[gpudiag_hooks.CHANNEL_ENV] = channel
+    out[CHANNEL_ENV] = channel
     return out
 
 
@@ -313,7 +310,7 @@ def parse_message(msg: dict) -> list[Sample]:
         return out
     steps = msg.get("steps", [])
     for row in steps if isinstance(steps, list) else []:
-        if not isinstance(row, list) or len(row) != 9:
+        if not isinstance(row, list) or len(row) != STEP_WIDTH:
             continue
         if not _numbers(row[:1]) or abs(row[0]) > 1e10:
             continue  # data only: a malformed row is dropped, never evaluated
