@@ -313,8 +313,10 @@ def project(
         "need_vram_gib": round(peak * VRAM_MARGIN, 2),
         "basis": _basis(st, b, name),
         "rows": rows,
-        "note": "a model from datasheet ratios and the measured bound, unverified across "
-        "GPU models; `gpudiag try` cannot measure it",
+        "note": "a model from datasheet ratios and the measured bound, with this box's CPUs "
+        "(a host-bound job moves with its host: the same jobs ran 25-30% faster on an H200 "
+        "box's CPUs); its GPU side held on H100 vs H200 (docs/cost.md), other models "
+        "unverified; `gpudiag try` cannot measure it",
     }
     out.update(picks(rows, unit, name))
     return out
