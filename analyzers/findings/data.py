@@ -84,18 +84,21 @@ def suggest_workers(
     return WorkerPlan(need, suggest, 1.0 / after, cores, phys, assumed)
 
 
-def data_findings(
-    profile: LoopProfile,
-    metrics: dict,
-    th: Thresholds,
-    gpu_idle_caused: float | None = None,
-    gpu_idle: float | None = None,
-) -> list[Finding]:
-    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline.
+@dataclass(frozen=True)
+class Wait:
+    """The loop's wait for batches: its share, how sure, what measured it, its impact (the
+    GPU idle it causes where there is a GPU signal, else the share)."""
 
-    `gpu_idle_caused` is the GPU idle the critical path attributes to the wait (None without
-    a GPU signal: the impact is then the loop's wait share).
-    """
+    share: float
+    conf: float
+    source: str
+    impact: float
+
+
+def measured_wait(
+    profile: LoopProfile, metrics: dict, th: Thresholds, gpu_idle_caused: float | None
+) -> Wait | None:
+    """The wait for batches when it crosses data_wait_warn surely, else None."""
     wait = profile.share("data_wait")
     n = profile.samples
     exact = metrics.get("data_wait_ratio")
@@ -110,65 +113,113 @@ def data_findings(
         source = "in-process hooks"
     else:
         if n < th.stack_floor_samples:
-            return []
+            return None
         conf = confidence_above(wait, th.data_wait_warn, n)
         source = STACKS
     if wait < th.data_wait_warn or conf < th.min_confidence:
-        return []
+        return None
     impact = wait if gpu_idle_caused is None else gpu_idle_caused
     if impact < th.data_wait_warn:
-        return []
+        return None
+    return Wait(wait, conf, source, impact)
+
+
+@dataclass(frozen=True)
+class Loading:
+    """The input pipeline and the box it runs on, as DATA001/DATA002 reason about them."""
+
+    cpu_count: int
+    free: float | None
+    util: float | None
+    workers: int
+    plan: WorkerPlan  # more workers, on the idle cores
+    full: WorkerPlan  # more workers, on every core
+    floor: float | None  # the GPU's busy time caps any speed-up
+    on_cpu: float | None
+    blocking: float
+    hot: str | None
+
+    @property
+    def cores_txt(self) -> str:
+        return f"{self.plan.physical} physical cores" + (
+            " (assumed: 2 logical CPUs per core)" if self.plan.smt_assumed else ""
+        )
+
+    @property
+    def fills_cores(self) -> bool:
+        """The job's own workers already fill the cores loading can use (DATA002)."""
+        return self.workers > 0 and (self.full.suggest <= self.workers or self.full.speedup < 1.05)
+
+    @property
+    def where(self) -> str:
+        return f" Loaders spend most time in {self.hot}." if self.hot else ""
+
+
+def loading_of(profile: LoopProfile, metrics: dict, wait: float, gpu_idle: float | None) -> Loading:
+    """The loaders, the cores and the worker plans for a wait of `wait`."""
     cpu_count = int(metrics.get("cpu_count") or 1)
     free = metrics.get("host_free_cores")
-    util = metrics.get("host_cpu_util")
     workers = (
         int(round(metrics.get("workers") or 0))
         if profile.loader and profile.loader.source == "workers"
         else 0
     )
-    loc = location_of(profile.stacks_by_category.get("data_wait", ()))
-    hot = hot_loader_function(profile)
+    physical = metrics.get("cpu_physical")
     plan = suggest_workers(
-        wait,
-        workers,
-        free if free is not None else cpu_count - 1,
-        cpu_count,
-        metrics.get("cpu_physical"),
+        wait, workers, free if free is not None else cpu_count - 1, cpu_count, physical
     )
-    floor = speedup_from_impact(gpu_idle) if gpu_idle is not None else None
-    speedup = min(plan.speedup, floor) if floor else plan.speedup
+    # the job's own workers fill the physical cores with CPU work: a fact of the job, not of
+    # how busy the box was when we looked (that only grades DATA001's advice)
+    full = suggest_workers(wait, workers, cpu_count, cpu_count, physical)
+    return Loading(
+        cpu_count,
+        free,
+        metrics.get("host_cpu_util"),
+        workers,
+        plan,
+        full,
+        speedup_from_impact(gpu_idle) if gpu_idle is not None else None,
+        loader_on_cpu(profile, metrics, workers),
+        profile.loader.blocking_fraction if profile.loader else 0.0,
+        hot_loader_function(profile),
+    )
+
+
+def _evidence(
+    w: Wait, ld: Loading, th: Thresholds, gpu_idle_caused: float | None
+) -> list[Evidence]:
     ev = [
         Evidence(
             "data_wait_share",
-            round(wait, 4),
+            round(w.share, 4),
             "ratio",
             th.data_wait_warn,
             ">=",
             "data_wait_warn",
-            source,
+            w.source,
         ),
-        Evidence("dataloader_workers", float(workers), "count", source="procfs"),
+        Evidence("dataloader_workers", float(ld.workers), "count", source="procfs"),
     ]
-    if free is not None:
+    if ld.free is not None:
         ev.append(
             Evidence(
                 "host_free_cores",
-                round(free, 2),
+                round(ld.free, 2),
                 "cores",
                 th.min_free_cores,
-                ">=" if free >= th.min_free_cores else "<",
+                ">=" if ld.free >= th.min_free_cores else "<",
                 "min_free_cores",
                 "procfs",
             )
         )
-    if util is not None:
-        ev.append(Evidence("host_cpu_util", round(util, 4), "ratio", source="procfs"))
+    if ld.util is not None:
+        ev.append(Evidence("host_cpu_util", round(ld.util, 4), "ratio", source="procfs"))
     ev.append(
         Evidence(
             "physical_cores",
-            float(plan.physical),
+            float(ld.plan.physical),
             "cores",
-            source="assumed: 2 logical CPUs per core" if plan.smt_assumed else "psutil",
+            source="assumed: 2 logical CPUs per core" if ld.plan.smt_assumed else "psutil",
         )
     )
     if gpu_idle_caused is not None:
@@ -180,149 +231,165 @@ def data_findings(
                 source="critical path (nvml + loop)",
             )
         )
-    where = f" Loaders spend most time in {hot}." if hot else ""
-    cores_txt = f"{plan.physical} physical cores" + (
-        " (assumed: 2 logical CPUs per core)" if plan.smt_assumed else ""
-    )
-    on_cpu = loader_on_cpu(profile, metrics, workers)
-    if on_cpu is not None:
-        off = 1.0 - on_cpu
-        ev.append(
-            Evidence(
-                "loader_off_cpu_share",
-                round(off, 4),
-                "ratio",
-                th.loader_wait_min,
-                ">=" if off >= th.loader_wait_min else "<",
-                "loader_wait_min",
-                "procfs schedstat",
-            )
+    return ev + _loader_evidence(ld, th)
+
+
+def _loader_evidence(ld: Loading, th: Thresholds) -> list[Evidence]:
+    if ld.on_cpu is None:
+        return []
+    off = 1.0 - ld.on_cpu
+    ev = [
+        Evidence(
+            "loader_off_cpu_share",
+            round(off, 4),
+            "ratio",
+            th.loader_wait_min,
+            ">=" if off >= th.loader_wait_min else "<",
+            "loader_wait_min",
+            "procfs schedstat",
         )
+    ]
     # With num_workers=0 the loop thread's off-CPU time while loading may be a wait on the
     # native threads doing the work (a fast tokenizer's pool, the intra-op pool): it is a wait
     # for I/O only when the loading lines py-spy sampled wait too (measured on the Trainer
     # script: off-CPU 48-60% while tokenising, and 2 workers gave x0.98).
-    blocking = profile.loader.blocking_fraction if profile.loader else 0.0
-    if workers == 0 and on_cpu is not None:
+    if ld.workers == 0:
         ev.append(
             Evidence(
                 "loader_blocking_call_share",
-                round(blocking, 4),
+                round(ld.blocking, 4),
                 "ratio",
                 th.loader_blocking_min,
-                ">=" if blocking >= th.loader_blocking_min else "<",
+                ">=" if ld.blocking >= th.loader_blocking_min else "<",
                 "loader_blocking_min",
                 "stacks",
             )
         )
+    return ev
+
+
+def data_findings(
+    profile: LoopProfile,
+    metrics: dict,
+    th: Thresholds,
+    gpu_idle_caused: float | None = None,
+    gpu_idle: float | None = None,
+) -> list[Finding]:
+    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline.
+
+    `gpu_idle_caused` is the GPU idle the critical path attributes to the wait (None without
+    a GPU signal: the impact is then the loop's wait share).
+    """
+    w = measured_wait(profile, metrics, th, gpu_idle_caused)
+    if w is None:
+        return []
+    ld = loading_of(profile, metrics, w.share, gpu_idle)
+    ev = _evidence(w, ld, th, gpu_idle_caused)
+    loc = location_of(profile.stacks_by_category.get("data_wait", ()))
     waits = (
-        on_cpu is not None
-        and 1.0 - on_cpu >= th.loader_wait_min
-        and (workers > 0 or blocking >= th.loader_blocking_min)
+        ld.on_cpu is not None
+        and 1.0 - ld.on_cpu >= th.loader_wait_min
+        and (ld.workers > 0 or ld.blocking >= th.loader_blocking_min)
     )
-    # the job's own workers fill the physical cores with CPU work: a fact of the job, not of
-    # how busy the box was when we looked (that only grades DATA001's advice below)
-    full = suggest_workers(wait, workers, cpu_count, cpu_count, metrics.get("cpu_physical"))
-    fill = workers > 0 and not waits and (full.suggest <= workers or full.speedup < 1.05)
-    no_room = free is not None and free < th.min_free_cores
     if waits:
-        return [
-            waiting_loaders_finding(
-                profile,
-                wait,
-                workers,
-                1.0 - (on_cpu or 0.0),
-                floor,
-                conf,
-                impact,
-                th,
-                ev,
-                loc,
-                where,
-            )
-        ]
-    if fill or no_room:
+        off = 1.0 - (ld.on_cpu or 0.0)
+        found = waiting_loaders_finding(
+            profile, w.share, ld.workers, off, ld.floor, w.conf, w.impact, th, ev, loc, ld.where
+        )
+        return [found]
+    no_room = ld.free is not None and ld.free < th.min_free_cores
+    if ld.fills_cores or no_room:
+        return [_crowded(w, ld, metrics, th, ev, loc)]
+    return [_more_workers(w, ld, th, ev, loc)]
+
+
+def _crowded_actions(ld: Loading, fill: bool) -> list[str]:
+    actions = []
+    if ld.hot:
+        actions.append(
+            f"make the per-sample work cheaper: profile {ld.hot} "
+            "(decode at lower resolution, vectorise, drop redundant copies)"
+        )
+    actions += [
+        "pre-process once and cache the decoded/augmented tensors (e.g. save to .npy or "
+        "a WebDataset/LMDB shard) so each epoch only reads them",
+        "move augmentation to the GPU (torchvision.transforms.v2 on CUDA tensors, "
+        "NVIDIA DALI, torchvision.io.decode_jpeg(device='cuda'))",
+    ]
+    if ld.workers > ld.cpu_count:
+        actions.append(
+            f"num_workers={max(1, ld.cpu_count - 1)}: {ld.workers} workers on "
+            f"{ld.cpu_count} cores oversubscribe the CPU"
+        )
+    if not fill and ld.full.suggest > ld.workers:
+        actions.append(
+            f"num_workers={ld.full.suggest} once the box has idle cores (stop the other "
+            "work on it, or run on a machine with more CPU cores per GPU)"
+        )
+    else:
+        actions.append("or run on a machine with more CPU cores per GPU")
+    return actions
+
+
+def _crowded(w: Wait, ld: Loading, metrics: dict, th: Thresholds, ev: list, loc) -> Finding:
+    """DATA002 (the job's own workers fill the cores) or DATA001 on a box with no idle core:
+    more workers cannot help, or only once cores are free."""
+    fill = ld.fills_cores
+    if fill:
+        why = (
+            f"{ld.workers} workers already fill the {ld.full.loader_cores} of the "
+            f"{ld.cores_txt} that loading can use (the loop keeps one)"
+        )
+    else:
         used = (metrics.get("worker_cpu_cores") or 0.0) + (metrics.get("target_cpu_cores") or 0.0)
-        if fill:
-            why = (
-                f"{workers} workers already fill the {full.loader_cores} of the "
-                f"{cores_txt} that loading can use (the loop keeps one)"
-            )
-        else:
-            why = (
-                f"the loaders compute and the box has {free or 0:.1f} of {cpu_count} cores "
-                f"idle ({util or 0:.0%} busy; the job uses {used:.1f} cores, {workers} "
-                f"DataLoader workers)"
-            )
-        msg = (
-            f"The loop waits for batches {wait:.0%} of the time, but {why}. More workers "
-            + (
-                "would only compete for the same cores."
-                if fill
-                else "pay only once cores are free."
-            )
-            + where
+        why = (
+            f"the loaders compute and the box has {ld.free or 0:.1f} of {ld.cpu_count} cores "
+            f"idle ({ld.util or 0:.0%} busy; the job uses {used:.1f} cores, {ld.workers} "
+            f"DataLoader workers)"
         )
-        actions = []
-        if hot:
-            actions.append(
-                f"make the per-sample work cheaper: profile {hot} "
-                "(decode at lower resolution, vectorise, drop redundant copies)"
-            )
-        actions += [
-            "pre-process once and cache the decoded/augmented tensors (e.g. save to .npy or "
-            "a WebDataset/LMDB shard) so each epoch only reads them",
-            "move augmentation to the GPU (torchvision.transforms.v2 on CUDA tensors, "
-            "NVIDIA DALI, torchvision.io.decode_jpeg(device='cuda'))",
-        ]
-        if workers > cpu_count:
-            actions.append(
-                f"num_workers={max(1, cpu_count - 1)}: {workers} workers on "
-                f"{cpu_count} cores oversubscribe the CPU"
-            )
-        if not fill and full.suggest > workers:
-            actions.append(
-                f"num_workers={full.suggest} once the box has idle cores (stop the other "
-                "work on it, or run on a machine with more CPU cores per GPU)"
-            )
-        else:
-            actions.append("or run on a machine with more CPU cores per GPU")
-        bound = speedup_from_impact(wait)
-        if floor:
-            bound = min(bound, floor)
-        fid = "DATA002" if fill else "DATA001"
-        summary = (
-            "Make loading cheaper; more workers cannot help here"
-            if fill
-            else f"Make loading cheaper; num_workers={full.suggest} helps once cores are free"
-        )
-        return [
-            new_finding(
-                fid,
-                th,
-                confidence=conf,
-                impact=impact,
-                message=msg,
-                evidence=tuple(ev),
-                recommendation=Recommendation(summary, tuple(actions)),
-                expected_speedup=bound,
-                location=loc,
-                signals=("stacks", "procfs"),
-                speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
-                + (", capped by the GPU's busy time)" if floor else ")"),
-                speedup_kind="bound",
-                fix=None if fill else candidate_fix(full.suggest, workers),
-            )
-        ]
+    msg = (
+        f"The loop waits for batches {w.share:.0%} of the time, but {why}. More workers "
+        + ("would only compete for the same cores." if fill else "pay only once cores are free.")
+        + ld.where
+    )
+    bound = speedup_from_impact(w.share)
+    if ld.floor:
+        bound = min(bound, ld.floor)
+    summary = (
+        "Make loading cheaper; more workers cannot help here"
+        if fill
+        else f"Make loading cheaper; num_workers={ld.full.suggest} helps once cores are free"
+    )
+    return new_finding(
+        "DATA002" if fill else "DATA001",
+        th,
+        confidence=w.conf,
+        impact=w.impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(summary, tuple(_crowded_actions(ld, fill))),
+        expected_speedup=bound,
+        location=loc,
+        signals=("stacks", "procfs"),
+        speedup_basis=f"a bound: x{bound:.2f} if loading cost nothing (the wait removed"
+        + (", capped by the GPU's busy time)" if ld.floor else ")"),
+        speedup_kind="bound",
+        fix=None if fill else candidate_fix(ld.full.suggest, ld.workers),
+    )
+
+
+def _more_workers(w: Wait, ld: Loading, th: Thresholds, ev: list, loc) -> Finding:
+    """DATA001 with idle cores: the workers that keep up, and the speed-up they give."""
+    plan = ld.plan
     idle = (
-        f"{free:.1f} of {cpu_count} CPU cores are idle"
-        if free is not None
+        f"{ld.free:.1f} of {ld.cpu_count} CPU cores are idle"
+        if ld.free is not None
         else "host CPU use was not measured"
     )
     msg = (
-        f"The loop waits for batches {wait:.0%} of the time "
-        f"(num_workers={workers}); {idle}."
-        f"{where} Loading needs about {plan.need} worker{'s' if plan.need != 1 else ''} to "
+        f"The loop waits for batches {w.share:.0%} of the time "
+        f"(num_workers={ld.workers}); {idle}."
+        f"{ld.where} Loading needs about {plan.need} worker{'s' if plan.need != 1 else ''} to "
         f"keep up" + (f"; {plan.suggest} fit the idle cores." if plan.suggest < plan.need else ".")
     )
     actions = [f"DataLoader(..., num_workers={plan.suggest})"]
@@ -332,35 +399,34 @@ def data_findings(
             f"(or cheaper transforms) set num_workers={plan.need}"
         )
     actions.append("persistent_workers=True (keep workers alive between epochs)")
-    if workers > 0:
+    if ld.workers > 0:
         actions.append("prefetch_factor=4 (more batches queued per worker, smooths bursts)")
+    speedup = min(plan.speedup, ld.floor) if ld.floor else plan.speedup
     basis = (
         f"loader rate with {plan.suggest} workers on at most {plan.loader_cores} of "
-        f"{cores_txt} against the rate the rest of the step allows "
-        f"({1 - wait:.0%} of it)"
-        + ("; capped by the GPU's busy time" if floor and plan.speedup > floor else "")
+        f"{ld.cores_txt} against the rate the rest of the step allows "
+        f"({1 - w.share:.0%} of it)"
+        + ("; capped by the GPU's busy time" if ld.floor and plan.speedup > ld.floor else "")
     )
-    return [
-        new_finding(
-            "DATA001",
-            th,
-            confidence=conf,
-            impact=impact,
-            message=msg,
-            evidence=tuple(ev),
-            recommendation=Recommendation(
-                f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)
-            ),
-            expected_speedup=speedup,
-            location=loc,
-            signals=("stacks", "procfs"),
-            speedup_basis=basis,
-            fix={
-                "kind": "dataloader",
-                "values": {"num_workers": plan.suggest, "persistent_workers": True},
-            },
-        )
-    ]
+    return new_finding(
+        "DATA001",
+        th,
+        confidence=w.conf,
+        impact=w.impact,
+        message=msg,
+        evidence=tuple(ev),
+        recommendation=Recommendation(
+            f"Load batches in parallel: num_workers={plan.suggest}", tuple(actions)
+        ),
+        expected_speedup=speedup,
+        location=loc,
+        signals=("stacks", "procfs"),
+        speedup_basis=basis,
+        fix={
+            "kind": "dataloader",
+            "values": {"num_workers": plan.suggest, "persistent_workers": True},
+        },
+    )
 
 
 def candidate_fix(suggest: int, workers: int) -> dict | None:
