@@ -44,6 +44,23 @@ def _python(minor: int) -> str | None:
     return str(found[-1]) if found else None
 
 
+def _torch_python(minor: int) -> str | None:
+    """An interpreter of Python 3.`minor` with torch: the running one, or one named in
+    GPUDIAG_TEST_PYTHONS (colon-separated paths; pyenv's interpreters have no torch)."""
+    if sys.version_info[:2] == (3, minor):
+        return sys.executable
+    for path in filter(None, os.environ.get("GPUDIAG_TEST_PYTHONS", "").split(":")):
+        out = subprocess.run(
+            [path, "-c", "import sys, torch; print(sys.version_info[1])"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if out.returncode == 0 and out.stdout.strip() == str(minor):
+            return path
+    return None
+
+
 def _job(python: str, code: str) -> subprocess.Popen:
     """A torch-free job that says `ready` once it runs its loop."""
     job = subprocess.Popen(
@@ -191,11 +208,13 @@ def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def _attached(tmp_path: Path, seconds: int = 12, *extra: str) -> tuple[dict, list[float]]:
+def _attached(
+    tmp_path: Path, seconds: int = 12, *extra: str, python: str = sys.executable
+) -> tuple[dict, list[float]]:
     """attach --hooks on the starved-loader job: the report and the job's own step times."""
     times = tmp_path / "steps.json"
     job = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "attach_target.py"), str(seconds + 22), str(times)],
+        [python, str(WORKLOADS / "attach_target.py"), str(seconds + 22), str(times)],
         stdout=subprocess.DEVNULL,
         cwd=WORKLOADS,
     )
@@ -213,9 +232,14 @@ def _attached(tmp_path: Path, seconds: int = 12, *extra: str) -> tuple[dict, lis
 
 
 @needs_gdb
-def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path):
-    pytest.importorskip("torch")
-    doc, times = _attached(tmp_path)
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path, minor):
+    """On each Python the job runs (3.10-3.13 through gdb); another version than the suite's
+    needs its interpreter with torch in GPUDIAG_TEST_PYTHONS."""
+    python = _torch_python(minor)
+    if python is None:
+        pytest.skip(f"no Python 3.{minor} with torch (set GPUDIAG_TEST_PYTHONS to one)")
+    doc, times = _attached(tmp_path, python=python)
     hooks = next(p for p in doc["probes"] if p["name"] == "hooks")
     assert hooks["reason"].startswith(LOADED), hooks
     start, end = _epoch(doc["run"]["start"]), _epoch(doc["run"]["end"])
@@ -228,11 +252,14 @@ def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path):
 
 @pytest.mark.slow
 @needs_gdb
-def test_attach_hooks_data_wait_is_runs_within_five_points(tmp_path):
-    pytest.importorskip("torch")
-    doc, _ = _attached(tmp_path)
+@pytest.mark.parametrize("minor", [10, 11, 12, 13])
+def test_attach_hooks_data_wait_is_runs_within_five_points(tmp_path, minor):
+    python = _torch_python(minor)
+    if python is None:
+        pytest.skip(f"no Python 3.{minor} with torch (set GPUDIAG_TEST_PYTHONS to one)")
+    doc, _ = _attached(tmp_path, python=python)
     out = tmp_path / "run.json"
-    job = [sys.executable, str(WORKLOADS / "attach_target.py"), "17", str(tmp_path / "t.json")]
+    job = [python, str(WORKLOADS / "attach_target.py"), "17", str(tmp_path / "t.json")]
     res = gpudiag("run", "-q", "--out", str(out), "--", *job, timeout=180, cwd=WORKLOADS)
     assert res.returncode == 0, res.stderr
     run_wait = json.loads(out.read_text())["metrics"]["data_wait_ratio"]
