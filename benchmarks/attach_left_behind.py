@@ -104,16 +104,22 @@ def timed(job: subprocess.Popen) -> tuple[float, str]:
     return float(lines[-1]), f"{lines[-3].split()[-1]}, {hook_us:.2f} µs a step in its hooks"
 
 
-def one_round(steps: int, folder: Path, swap: bool) -> tuple[float, float, str]:
+def one_round(
+    steps: int, folder: Path, swap: bool, control: bool = False
+) -> tuple[float, float, str]:
     """(bare µs/step, attached-then-killed µs/step, the state of its hooks); `swap`: the
-    attached job started first."""
+    attached job started first; `control`: neither job is attached (the harness's own
+    difference between two identical jobs side by side)."""
     go = folder / "go"
     bare, hooked = start(go, steps), start(go, steps)
     if swap:
         bare, hooked = hooked, bare
-    line = attach_and_kill(hooked.pid, folder)
-    if "loaded into the running job" not in line:
-        raise SystemExit(f"the hooks did not get in: {line or 'no hooks line'}")
+    if not control:
+        line = attach_and_kill(hooked.pid, folder)
+        if "loaded into the running job" not in line:
+            raise SystemExit(f"the hooks did not get in: {line or 'no hooks line'}")
+    else:
+        time.sleep(3.0)  # as long as an attach takes
     time.sleep(4.0)  # past the hooks' QUIET_AFTER_S: the agent is gone
     go.touch()
     (bare, base), (after, state) = timed(bare), timed(hooked)
@@ -126,11 +132,16 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="attach neither job: the harness's own ratio between two identical jobs",
+    )
     args = ap.parse_args()
     ratios = []
     for i in range(args.rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            bare, after, line = one_round(args.steps, Path(tmp), swap=i % 2 == 1)
+            bare, after, line = one_round(args.steps, Path(tmp), i % 2 == 1, args.control)
         ratios.append(bare / after)
         print(
             f"round {i + 1}: bare {bare:.1f} µs/step, after the kill {after:.1f} µs/step, "
