@@ -244,9 +244,10 @@ def test_ddp_rank_that_stops_calling_backward_is_named_hung(tmp_path):
 
 
 def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
-    # rank 0 evaluates 9 s (rank 1 6 s, then waits in a barrier); dist_hang_s=3
+    # rank 0 evaluates 9 s (rank 1 6 s, then waits in a barrier); dist_hang_s=3. The first
+    # evaluation starts at step 20 and the job ends at the step after it (--seconds 10)
     env = {"GPUDIAG_TEST_PLANT": "eval", "GPUDIAG_TEST_DELAY": "6"}
-    p, out = start_hung(tmp_path, env, "16", "3")
+    p, out = start_hung(tmp_path, env, "10", "3")
     try:
         _, err = p.communicate(timeout=180)
     finally:
