@@ -51,27 +51,45 @@ def test_report_step_count_equals_the_jobs_own(name, tmp_path):
     assert 0 < m["step_time_p50_s"] <= m["step_time_p95_s"] <= m["step_time_max_s"]
 
 
-def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(tmp_path):
-    out = tmp_path / "r.json"
+@pytest.fixture(scope="module")
+def attached_instrumented(tmp_path_factory) -> dict:
+    """One `attach --capture-steps 4` of 15 s to a job that calls instrument() (the starved
+    loader): its report, read by the tests below for what each checks."""
+    out = tmp_path_factory.mktemp("attached") / "r.json"
     env = dict(os.environ, PYTHONPATH=str(WORKLOADS))
     job = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "30"],
+        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "60"],
         stdout=subprocess.DEVNULL,
         env=env,
     )
     try:
-        time.sleep(5)
-        res = gpudiag("attach", str(job.pid), "-q", "--duration", "15", "--out", str(out))
+        time.sleep(5)  # past the imports: attach to a job that is training
+        args = ("attach", str(job.pid), "-q", "--duration", "15", "--capture-steps", "4")
+        res = gpudiag(*args, "--out", str(out), timeout=120)
         assert res.returncode == 0, res.stderr
-        doc = json.loads(out.read_text())
-        exact = doc["metrics"]["data_wait_ratio"]
-        sampled = doc["breakdown"]["shares"]["data_wait"] + doc["breakdown"]["shares"]["storage_io"]
-        assert exact > 0.3 and abs(exact - sampled) <= 0.05, (exact, sampled)
-        assert doc["findings"][0]["id"] == loader_finding(doc)
-        assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
+        return json.loads(out.read_text())
     finally:
         job.kill()
         job.wait()
+
+
+def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(
+    attached_instrumented,
+):
+    doc = attached_instrumented
+    exact = doc["metrics"]["data_wait_ratio"]
+    sampled = doc["breakdown"]["shares"]["data_wait"] + doc["breakdown"]["shares"]["storage_io"]
+    assert exact > 0.3 and abs(exact - sampled) <= 0.05, (exact, sampled)
+    assert doc["findings"][0]["id"] == loader_finding(doc)
+    assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
+
+
+def test_attach_capture_steps_on_an_instrumented_job(attached_instrumented):
+    """attach --capture-steps N: asked through the request file once the job's hooks connect
+    (run --capture-steps is tests/agent/test_capture_run.py)."""
+    doc = attached_instrumented
+    assert len(doc["capture"]["steps"]) == 4
+    assert doc["capture"]["top_ops"]
 
 
 def test_dead_or_absent_agent_leaves_the_job_unchanged(tmp_path):
