@@ -266,9 +266,31 @@ def test_nohup_keeps_sighup_ignored():
         signal.signal(signal.SIGHUP, old)
 
 
-def _read_pty(fd: int, until: float) -> str:
+def _catches_sigterm(parent: int) -> bool:
+    """The TERM_AWARE job below `parent` has its SIGTERM handler installed (SigCgt)."""
+    import psutil
+
+    try:
+        kids = [k for k in psutil.Process(parent).children() if TERM_AWARE in k.cmdline()]
+    except psutil.Error:
+        return False
+    for kid in kids:
+        try:
+            with open(f"/proc/{kid.pid}/status") as f:
+                caught = next(ln for ln in f if ln.startswith("SigCgt:")).split()[1]
+        except (OSError, StopIteration):
+            continue
+        if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+            return True
+    return False
+
+
+def _read_pty(fd: int, until: float, done=None) -> str:
+    """What the pty shows until `until`, or until `done(text so far)` says enough."""
     seen = b""
     while time.monotonic() < until:
+        if done is not None and done(seen.decode("utf-8", "replace")):
+            break
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
             try:
@@ -295,7 +317,9 @@ def test_run_tui_passes_sigterm_on_to_the_job(tmp_path):
     )
     os.close(slave)
     try:
-        _read_pty(master, time.monotonic() + 12)  # the UI is up and sampling
+        # the UI is up (its job-output panel drawn) and the job has its SIGTERM handler
+        up = lambda text: "job output" in text and _catches_sigterm(agent.pid)  # noqa: E731
+        _read_pty(master, time.monotonic() + 12, up)
         agent.send_signal(signal.SIGTERM)
         seen = _read_pty(master, time.monotonic() + 40)
         code = agent.wait(timeout=30)
