@@ -112,12 +112,13 @@ def test_dead_or_absent_agent_leaves_the_job_unchanged(tmp_path):
 
 
 def test_killing_the_agent_mid_run_leaves_the_job_running_to_completion(tmp_path):
-    marker = tmp_path / "finished"
+    marker, started = tmp_path / "finished", tmp_path / "started"
     code = (
         "import time, torch, pathlib\n"
         "m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        f"pathlib.Path({str(started)!r}).write_text('ok')\n"
         "t = time.time()\n"
-        "while time.time() - t < 8:\n"
+        "while time.time() - t < 5:\n"
         "    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()\n"
         f"pathlib.Path({str(marker)!r}).write_text('ok')\n"
     )
@@ -138,7 +139,11 @@ def test_killing_the_agent_mid_run_leaves_the_job_running_to_completion(tmp_path
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(4)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # mid-run: the job's hooks have been sending steps for a second
+    assert not marker.exists()
     agent.send_signal(signal.SIGKILL)
     agent.wait()
     for _ in range(60):
