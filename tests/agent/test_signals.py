@@ -94,15 +94,21 @@ def test_run_passes_term_and_hup_on_and_writes_the_report(tmp_path, sig, code):
 def test_run_interrupted_alone_waits_for_the_job(tmp_path):
     """SIGINT to gpudiag only (not to the job): the report is written, the job runs on to
     its own end, and gpudiag exits after it with its code: not orphaned, not killed."""
-    out = tmp_path / "r.json"
+    out, done = tmp_path / "r.json", tmp_path / "done"
+    job = (  # runs until told to end (60 s at most)
+        "import os, sys, time\nt = time.time()\n"
+        "while not os.path.exists(sys.argv[1]) and time.time() - t < 60:\n    time.sleep(0.05)\n"
+    )
     agent = start(
-        "run", "--no-inject", "--out", str(out), "--", sys.executable, "-c", TERM_AWARE, "8"
+        "run", "--no-inject", "--out", str(out), "--", sys.executable, "-c", job, str(done)
     )
     wait_for(agent, "profiling pid")
     agent.send_signal(signal.SIGINT)
     wait_for(agent, "waiting for the job")
     assert out.exists()  # written before waiting
-    assert agent.poll() is None
+    time.sleep(0.5)
+    assert agent.poll() is None  # still waiting for the job
+    done.touch()  # the job ends: gpudiag follows
     _, err = finish(agent)
     assert agent.returncode == 0, err
     assert report(out)["run"]["end_reason"] == "interrupted"
