@@ -258,6 +258,8 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 self.spy_window_rss = sum(r.maxrss_bytes for r in runs)
             duration = time.monotonic() - started
             if not self._collect(runs, alive, duration):
+                if self._stop.is_set():
+                    return  # close() cut a window py-spy had not written yet: not a failure
                 # py-spy failed outright (target gone, or lost permission): say why, back off
                 msg = runs[0].err
                 if self.target and not process_alive(self.target.pid):

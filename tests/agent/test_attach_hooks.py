@@ -212,18 +212,22 @@ def _attached(
     tmp_path: Path, seconds: int = 12, *extra: str, python: str = sys.executable
 ) -> tuple[dict, list[float]]:
     """attach --hooks on the starved-loader job: the report and the job's own step times."""
-    times = tmp_path / "steps.json"
+    times = tmp_path / "steps.json"  # the job stops once the look is over; seconds + 60 at most
     job = subprocess.Popen(
-        [python, str(WORKLOADS / "attach_target.py"), str(seconds + 22), str(times)],
+        [python, str(WORKLOADS / "attach_target.py"), str(seconds + 60), str(times)],
         stdout=subprocess.DEVNULL,
         cwd=WORKLOADS,
     )
     try:
-        time.sleep(5)
+        deadline = time.monotonic() + 60
+        while not Path(f"{times}.ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)  # attach to a job that is training, past its imports
+        time.sleep(2.0)  # past its first steps' warm-up: the rate the look and the job compare
         out = tmp_path / "r.json"
         args = ("attach", str(job.pid), "--hooks", "-q", "--duration", str(seconds), *extra)
         res = gpudiag(*args, "--out", str(out), timeout=180)
         assert res.returncode == 0, res.stderr
+        Path(f"{times}.stop").touch()  # the job ends at its next step and writes its times
         assert job.wait(timeout=120) == 0
         return json.loads(out.read_text()), json.loads(times.read_text())
     finally:

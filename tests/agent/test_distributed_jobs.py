@@ -43,7 +43,7 @@ def why(doc: dict) -> str:
 def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
     rec = str(tmp_path / "rec.jsonl.gz")
     env = {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
-    doc = run_job(tmp_path, env, "10", "--record", rec)
+    doc = run_job(tmp_path, env, "6", "--record", rec)  # 6 s of job: found in a shorter look
     assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
     # the recording holds every rank; its replay rebuilds the main rank's view exactly
     replay = json.loads(gpudiag("replay", rec, "--format", "json").stdout)
@@ -137,7 +137,7 @@ def test_attach_to_one_rank_profiles_every_rank(tmp_path):
         time.sleep(3)  # past the imports
         out = tmp_path / "a.json"
         res = gpudiag(
-            "attach", str(ranks[1].pid), *SAMPLING, "--duration", "8", "--out", str(out),
+            "attach", str(ranks[1].pid), *SAMPLING, "--duration", "5", "--out", str(out),
             timeout=120,
         )  # fmt: skip
         assert res.returncode == 0, res.stderr[-2000:]
@@ -181,17 +181,17 @@ def run_ddp(tmp_path: Path, env: dict[str, str], seconds: str, *extra: str) -> d
 
 
 @pytest.mark.parametrize(
-    "plant,cause",
+    "plant,cause,seconds",
     [
-        ("loop", "own loop work"),
-        pytest.param("data", "DataLoader", marks=pytest.mark.slow),
-        pytest.param("backward", "own compute is slower", marks=pytest.mark.slow),
+        ("loop", "own loop work", "6"),  # the default suite's: found in 6 s of job
+        pytest.param("data", "DataLoader", "10", marks=pytest.mark.slow),
+        pytest.param("backward", "own compute is slower", "10", marks=pytest.mark.slow),
     ],
 )
-def test_ddp_straggler_is_named_from_the_measured_allreduce_wait(tmp_path, plant, cause):
+def test_ddp_straggler_is_named_from_the_measured_allreduce_wait(tmp_path, plant, cause, seconds):
     # the issue's held-out case: rank 1 slow outside forward/backward/optimizer, rank 0's
     # wait inside DDP's all-reduce under backward (timed by gpudiag's comm hook)
-    doc = run_ddp(tmp_path, {"GPUDIAG_TEST_PLANT": plant}, "10")
+    doc = run_ddp(tmp_path, {"GPUDIAG_TEST_PLANT": plant}, seconds)
     assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
     assert "measured" in doc["distributed"]["straggler"]["basis"]
     f = next(f for f in doc["findings"] if f["id"] == "DIST001")
@@ -244,9 +244,10 @@ def test_ddp_rank_that_stops_calling_backward_is_named_hung(tmp_path):
 
 
 def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
-    # rank 0 evaluates 9 s (rank 1 6 s, then waits in a barrier); dist_hang_s=3
+    # rank 0 evaluates 9 s (rank 1 6 s, then waits in a barrier); dist_hang_s=3. The first
+    # evaluation starts at step 20 and the job ends at the step after it (--seconds 10)
     env = {"GPUDIAG_TEST_PLANT": "eval", "GPUDIAG_TEST_DELAY": "6"}
-    p, out = start_hung(tmp_path, env, "16", "3")
+    p, out = start_hung(tmp_path, env, "10", "3")
     try:
         _, err = p.communicate(timeout=180)
     finally:

@@ -51,27 +51,45 @@ def test_report_step_count_equals_the_jobs_own(name, tmp_path):
     assert 0 < m["step_time_p50_s"] <= m["step_time_p95_s"] <= m["step_time_max_s"]
 
 
-def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(tmp_path):
-    out = tmp_path / "r.json"
+@pytest.fixture(scope="module")
+def attached_instrumented(tmp_path_factory) -> dict:
+    """One `attach --capture-steps 4` of 15 s to a job that calls instrument() (the starved
+    loader): its report, read by the tests below for what each checks."""
+    out = tmp_path_factory.mktemp("attached") / "r.json"
     env = dict(os.environ, PYTHONPATH=str(WORKLOADS))
     job = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "30"],
+        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "60"],
         stdout=subprocess.DEVNULL,
         env=env,
     )
     try:
-        time.sleep(5)
-        res = gpudiag("attach", str(job.pid), "-q", "--duration", "15", "--out", str(out))
+        time.sleep(5)  # past the imports: attach to a job that is training
+        args = ("attach", str(job.pid), "-q", "--duration", "15", "--capture-steps", "4")
+        res = gpudiag(*args, "--out", str(out), timeout=120)
         assert res.returncode == 0, res.stderr
-        doc = json.loads(out.read_text())
-        exact = doc["metrics"]["data_wait_ratio"]
-        sampled = doc["breakdown"]["shares"]["data_wait"] + doc["breakdown"]["shares"]["storage_io"]
-        assert exact > 0.3 and abs(exact - sampled) <= 0.05, (exact, sampled)
-        assert doc["findings"][0]["id"] == loader_finding(doc)
-        assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
+        return json.loads(out.read_text())
     finally:
         job.kill()
         job.wait()
+
+
+def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(
+    attached_instrumented,
+):
+    doc = attached_instrumented
+    exact = doc["metrics"]["data_wait_ratio"]
+    sampled = doc["breakdown"]["shares"]["data_wait"] + doc["breakdown"]["shares"]["storage_io"]
+    assert exact > 0.3 and abs(exact - sampled) <= 0.05, (exact, sampled)
+    assert doc["findings"][0]["id"] == loader_finding(doc)
+    assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
+
+
+def test_attach_capture_steps_on_an_instrumented_job(attached_instrumented):
+    """attach --capture-steps N: asked through the request file once the job's hooks connect
+    (run --capture-steps is tests/agent/test_capture_run.py)."""
+    doc = attached_instrumented
+    assert len(doc["capture"]["steps"]) == 4
+    assert doc["capture"]["top_ops"]
 
 
 def test_dead_or_absent_agent_leaves_the_job_unchanged(tmp_path):
@@ -94,12 +112,13 @@ def test_dead_or_absent_agent_leaves_the_job_unchanged(tmp_path):
 
 
 def test_killing_the_agent_mid_run_leaves_the_job_running_to_completion(tmp_path):
-    marker = tmp_path / "finished"
+    marker, started = tmp_path / "finished", tmp_path / "started"
     code = (
         "import time, torch, pathlib\n"
         "m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        f"pathlib.Path({str(started)!r}).write_text('ok')\n"
         "t = time.time()\n"
-        "while time.time() - t < 8:\n"
+        "while time.time() - t < 5:\n"
         "    o.zero_grad(); m(torch.randn(8, 4)).sum().backward(); o.step()\n"
         f"pathlib.Path({str(marker)!r}).write_text('ok')\n"
     )
@@ -120,7 +139,11 @@ def test_killing_the_agent_mid_run_leaves_the_job_running_to_completion(tmp_path
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(4)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # mid-run: the job's hooks have been sending steps for a second
+    assert not marker.exists()
     agent.send_signal(signal.SIGKILL)
     agent.wait()
     for _ in range(60):

@@ -22,7 +22,7 @@ from gpudiag.agent.session.live import live_doc
 from gpudiag.agent.session.session import Session, SessionOptions
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import Sample, Target
-from tests.conftest import WORKLOADS, gpudiag
+from tests.conftest import WORKLOADS, gpudiag, kill_left_job
 
 SYSTEMD = (
     "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
@@ -256,9 +256,13 @@ def test_run_serves_metrics_while_the_job_runs(tmp_path):
     pytest.importorskip("torch")
     port, out = free_port(), tmp_path / "r.json"
     cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "run", "-q", "--metrics-port", str(port)]
-    cmd += ["--cpu-budget", "0", "--window", "1", "--duration", "20", "--out", str(out), "--"]
-    cmd += [sys.executable, str(WORKLOADS / "starved_loader.py"), "--seconds", "24"]
-    gd = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cmd += ["--cpu-budget", "0", "--window", "1", "--until-sure", "--duration", "20"]
+    cmd += ["--out", str(out), "--", sys.executable, str(WORKLOADS / "starved_loader.py")]
+    cmd += ["--seconds", "24"]
+    # its stderr through a file: the job left running (--until-sure) keeps its copy open
+    err = tmp_path / "gpudiag.stderr"
+    with open(err, "w") as fe:
+        gd = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe)
     seen: set[str] = set()
     labels: dict = {}
     try:
@@ -273,9 +277,10 @@ def test_run_serves_metrics_while_the_job_runs(tmp_path):
                 labels = s.labels
             if seen - {"START001"}:
                 break
-        assert gd.wait(timeout=90) == 0, gd.stderr.read()
+        assert gd.wait(timeout=90) == 0, err.read_text()
     finally:
         gd.kill()
+        kill_left_job(err.read_text())
     assert load_report(str(out))["run"]["pid"]
     assert seen & {"DATA001", "DATA002"}, seen
     assert labels["user"] == _me() and labels["job"].startswith(f"{_me()}@")

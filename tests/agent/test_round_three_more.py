@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from gpudiag.agent.output.report import write_report
-from tests.conftest import gpudiag
+from tests.conftest import gpudiag, gpudiag_until_sure
 from tests.tui.test_app import starved_doc
 
 EVIL = "\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\x9b31m"  # clipboard write, clear screen, C1 CSI
@@ -505,9 +505,11 @@ SLOW_START = (
 def _run_slow(tmp_path, duration: str, sleep: str, loop: str):
     job, out = tmp_path / "slow.py", tmp_path / "r.json"
     job.write_text(SLOW_START)
-    r = gpudiag(
+    # output through files and the job left running killed: no wait for the job to end
+    r = gpudiag_until_sure(
         *("run", "-q", "--duration", duration, "--out", str(out)),
         *("--", sys.executable, str(job), sleep, loop),
+        tmp=tmp_path,
         timeout=180,
     )
     return r, out

@@ -94,15 +94,21 @@ def test_run_passes_term_and_hup_on_and_writes_the_report(tmp_path, sig, code):
 def test_run_interrupted_alone_waits_for_the_job(tmp_path):
     """SIGINT to gpudiag only (not to the job): the report is written, the job runs on to
     its own end, and gpudiag exits after it with its code: not orphaned, not killed."""
-    out = tmp_path / "r.json"
+    out, done = tmp_path / "r.json", tmp_path / "done"
+    job = (  # runs until told to end (60 s at most)
+        "import os, sys, time\nt = time.time()\n"
+        "while not os.path.exists(sys.argv[1]) and time.time() - t < 60:\n    time.sleep(0.05)\n"
+    )
     agent = start(
-        "run", "--no-inject", "--out", str(out), "--", sys.executable, "-c", TERM_AWARE, "8"
+        "run", "--no-inject", "--out", str(out), "--", sys.executable, "-c", job, str(done)
     )
     wait_for(agent, "profiling pid")
     agent.send_signal(signal.SIGINT)
     wait_for(agent, "waiting for the job")
     assert out.exists()  # written before waiting
-    assert agent.poll() is None
+    time.sleep(0.5)
+    assert agent.poll() is None  # still waiting for the job
+    done.touch()  # the job ends: gpudiag follows
     _, err = finish(agent)
     assert agent.returncode == 0, err
     assert report(out)["run"]["end_reason"] == "interrupted"
@@ -266,9 +272,31 @@ def test_nohup_keeps_sighup_ignored():
         signal.signal(signal.SIGHUP, old)
 
 
-def _read_pty(fd: int, until: float) -> str:
+def _catches_sigterm(parent: int) -> bool:
+    """The TERM_AWARE job below `parent` has its SIGTERM handler installed (SigCgt)."""
+    import psutil
+
+    try:
+        kids = [k for k in psutil.Process(parent).children() if TERM_AWARE in k.cmdline()]
+    except psutil.Error:
+        return False
+    for kid in kids:
+        try:
+            with open(f"/proc/{kid.pid}/status") as f:
+                caught = next(ln for ln in f if ln.startswith("SigCgt:")).split()[1]
+        except (OSError, StopIteration):
+            continue
+        if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+            return True
+    return False
+
+
+def _read_pty(fd: int, until: float, done=None) -> str:
+    """What the pty shows until `until`, or until `done(text so far)` says enough."""
     seen = b""
     while time.monotonic() < until:
+        if done is not None and done(seen.decode("utf-8", "replace")):
+            break
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
             try:
@@ -295,7 +323,9 @@ def test_run_tui_passes_sigterm_on_to_the_job(tmp_path):
     )
     os.close(slave)
     try:
-        _read_pty(master, time.monotonic() + 12)  # the UI is up and sampling
+        # the UI is up (its job-output panel drawn) and the job has its SIGTERM handler
+        up = lambda text: "job output" in text and _catches_sigterm(agent.pid)  # noqa: E731
+        _read_pty(master, time.monotonic() + 12, up)
         agent.send_signal(signal.SIGTERM)
         seen = _read_pty(master, time.monotonic() + 40)
         code = agent.wait(timeout=30)
