@@ -56,6 +56,8 @@ from gpudiag.probes.stacks.samples import (
 )
 
 STARVED_BELOW = 0.5  # the analyzers' stack_rate_min default: py-spy starved below this share
+STARVED_MIN_ASKED = 200  # ticks asked before falling behind is judged (2 s at 100 Hz): a job
+# that crashed at once left py-spy a fraction of a window, and "profile longer" was its fix
 
 
 class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float here, Probe allows None
@@ -356,7 +358,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
     def _starved(self) -> ProbeStatus | None:
         """Degraded when the box starved py-spy of CPU: it fell behind its rate."""
         got = self.achieved()
-        if got is None or got >= STARVED_BELOW:
+        if got is None or got >= STARVED_BELOW or self.ticks_asked < STARVED_MIN_ASKED:
             return None
         return ProbeStatus(
             self.name,
