@@ -21,12 +21,7 @@ sleep 6; timeout 30 gpudiag attach $jp -q --duration 12 --out $R/st_b1.attach.js
 echo "st_b1.attach $(tail -1 $R/st_b1.attach.job)" >> $R/summary.txt
 pack B
 # C: nanoGPT (karpathy/nanoGPT @3adf61e, unmodified), shakespeare_char config, eval every 10 iterations
-mkdir -p /tmp/ng/data/shakespeare_char && cp $G/nanogpt/*.py /tmp/ng/ && cd /tmp/ng && python3 -c "
-import numpy as np, pickle
-r=np.random.default_rng(0)
-r.integers(0,65,2_000_000,dtype=np.uint16).tofile('data/shakespeare_char/train.bin')
-r.integers(0,65,200_000,dtype=np.uint16).tofile('data/shakespeare_char/val.bin')
-pickle.dump({'vocab_size':65},open('data/shakespeare_char/meta.pkl','wb'))"
+ng_data
 NG="train.py --dataset=shakespeare_char --device=cuda --compile=False --log_interval=1 --batch_size=64 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 --dropout=0.2 --eval_iters=200 --max_iters=100000 --always_save_checkpoint=False --out_dir=/tmp/ng/out"
 timeout 22 python3 $NG --eval_interval=10 > $R/ng_e10.bare.log 2>&1
 timeout 22 python3 $NG --eval_interval=250 > $R/ng_e250.bare.log 2>&1

@@ -11,12 +11,7 @@ pack S
 serve flask2_b1.run1 run
 serve flask2_batching.run1 run --batching
 pack F
-mkdir -p /tmp/ng/data/shakespeare_char && cp $G/nanogpt/*.py /tmp/ng/ && cd /tmp/ng && python3 -c "
-import numpy as np, pickle
-r=np.random.default_rng(0)
-r.integers(0,65,2_000_000,dtype=np.uint16).tofile('data/shakespeare_char/train.bin')
-r.integers(0,65,200_000,dtype=np.uint16).tofile('data/shakespeare_char/val.bin')
-pickle.dump({'vocab_size':65},open('data/shakespeare_char/meta.pkl','wb'))"
+ng_data
 NG="train.py --dataset=shakespeare_char --device=cuda --compile=False --gradient_accumulation_steps=1 --log_interval=1 --batch_size=64 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 --dropout=0.2 --eval_iters=200 --max_iters=100000 --always_save_checkpoint=False --out_dir=/tmp/ng/out"
 timeout 20 python3 $NG --eval_interval=10 > $R/ng2_e10.bare.log 2>&1
 timeout 20 python3 $NG --eval_interval=250 > $R/ng2_e250.bare.log 2>&1

@@ -1,10 +1,5 @@
 . gpuwork/common.sh
-mkdir -p /tmp/ng/data/shakespeare_char && cp $G/nanogpt/*.py /tmp/ng/ && cd /tmp/ng && python3 -c "
-import numpy as np, pickle
-r=np.random.default_rng(0)
-r.integers(0,65,2_000_000,dtype=np.uint16).tofile('data/shakespeare_char/train.bin')
-r.integers(0,65,200_000,dtype=np.uint16).tofile('data/shakespeare_char/val.bin')
-pickle.dump({'vocab_size':65},open('data/shakespeare_char/meta.pkl','wb'))"
+ng_data
 NG="train.py --dataset=shakespeare_char --device=cuda --compile=False --gradient_accumulation_steps=1 --log_interval=1 --batch_size=64 --block_size=256 --n_layer=6 --n_head=6 --n_embd=384 --dropout=0.2 --eval_iters=200 --max_iters=100000 --always_save_checkpoint=False --out_dir=/tmp/ng/out"
 timeout 30 gpudiag run -q --duration 18 --out $R/ng3_e10.json --record $R/ng3_e10.jsonl.gz -- python3 $NG --eval_interval=10 > $R/ng3_e10.log 2>&1; pkill -f "train.py --dataset"; sleep 1
 timeout 30 gpudiag run -q --duration 18 --out $R/ng3_e250.json --record $R/ng3_e250.jsonl.gz -- python3 $NG --eval_interval=250 > $R/ng3_e250.log 2>&1; pkill -f "train.py --dataset"; sleep 1

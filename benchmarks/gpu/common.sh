@@ -27,3 +27,11 @@ serve() { # serve NAME LOOKSPEC ARGS... : LOOKSPEC = bare|run|attach
   wait 2>/dev/null
   echo "$name $(cat $R/$name.load | tail -1)" >> $R/summary.txt
 }
+ng_data() { # karpathy/nanoGPT's train.py in /tmp/ng, on random shakespeare_char tokens
+  mkdir -p /tmp/ng/data/shakespeare_char && cp $G/nanogpt/*.py /tmp/ng/ && cd /tmp/ng && python3 -c "
+import numpy as np, pickle
+r=np.random.default_rng(0)
+r.integers(0,65,2_000_000,dtype=np.uint16).tofile('data/shakespeare_char/train.bin')
+r.integers(0,65,200_000,dtype=np.uint16).tofile('data/shakespeare_char/val.bin')
+pickle.dump({'vocab_size':65},open('data/shakespeare_char/meta.pkl','wb'))"
+}
