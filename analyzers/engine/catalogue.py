@@ -116,6 +116,7 @@ CATALOGUE: dict[str, Spec] = {
             "Loop time no catalogued cause explains",
             "host",
             True,
+            note_title="Loop time no catalogued cause explains, under the warning threshold",
         ),
         Spec(
             "HOST003",
@@ -260,10 +261,14 @@ def _unverified(f) -> tuple[int, float]:
     """Causes whose speed-up is measured, modelled or bounded first; then the causes whose
     speed-up is an unchecked hypothesis (a cause seen whose fix may not help, as batching on a
     CPU did not, never outranks one that will), among them by the share their low end surely
-    gives back; last, what costs no time (money, memory headroom, notes: impact 0), which
-    never leads a verdict over a cause (a Flask server's verdict was COST001)."""
+    gives back; then the notes (a cause under its warning threshold); last, what costs no
+    time (money, memory headroom: impact 0), which never leads a verdict over a cause (a Flask
+    server's verdict was COST001)."""
     kind = f.get("speedup_kind") if isinstance(f, dict) else getattr(f, "speedup_kind", None)
+    sev = f.get("severity") if isinstance(f, dict) else getattr(f, "severity", None)
+    if sev == "note":  # under its threshold: after every warning
+        return (2 if _get(f, "impact") > 0 else 3), 0.0
     if kind != "hypothesis":
-        return (0 if _get(f, "impact") > 0 else 2), 0.0
+        return (0 if _get(f, "impact") > 0 else 3), 0.0
     low = (f.get("speedup_low") if isinstance(f, dict) else getattr(f, "speedup_low", None)) or 1
     return 1, -(1.0 - 1.0 / max(1.0, low))

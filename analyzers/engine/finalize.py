@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 from gpudiag.analyzers.cost.money import checkpoints_seen, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
@@ -197,7 +198,7 @@ def _verdict(
             "finding": None,
             "sure": True,
             "confidence": None,
-            "statement": f"no bottleneck crossed its threshold ({basis})",
+            "statement": f"no bottleneck crossed its threshold ({basis})" + _below(findings),
         }
     if top.speedup_kind == "hypothesis":
         return unverified_verdict(top, basis)
@@ -209,6 +210,18 @@ def _verdict(
         "statement": f"{top.id} with {top.confidence:.0%} confidence ({basis})"
         + ("" if sure else "; not sure: profile longer (--duration) to settle it"),
     }
+
+
+def _below(findings: list[Finding]) -> str:
+    """The loop time a note still names (a cause under its warning threshold), for a verdict
+    that found no bottleneck: it says where the time goes, not only that nothing crossed."""
+    notes = [f for f in findings if f.severity == "note" and f.impact > 0 and f.location]
+    return "".join(
+        f"; under its threshold: {f.id}, {f.impact:.0%} of the loop at "
+        f"{Path(f.location.file).name}:{f.location.line}"
+        for f in notes[:1]
+        if f.location is not None
+    )
 
 
 def unverified_verdict(top: Finding, basis: str) -> dict:

@@ -165,6 +165,7 @@ def _finding(
     return new_finding(
         fid,
         c.th,
+        note=setting == "unexplained_note",
         confidence=conf,
         impact=share,
         message=msg,
@@ -219,8 +220,12 @@ def find(c: Context) -> list[Finding]:
         )
         rest = tuple(s for s in u.sites if s.family not in BLOCKING)
         rest_share = max(0.0, u.share - block_share)
-    if rest and rest_share >= th.unexplained_warn and cap >= th.unexplained_warn:
+    if rest and min(rest_share, cap) >= th.unexplained_warn:
         out.append(
             _finding("LOOP001", u, rest, rest_share, c, "unexplained_warn", th.unexplained_warn)
+        )
+    elif rest and min(rest_share, cap) >= th.unexplained_note:
+        out.append(
+            _finding("LOOP001", u, rest, rest_share, c, "unexplained_note", th.unexplained_note)
         )
     return out

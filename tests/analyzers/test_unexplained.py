@@ -105,3 +105,23 @@ def test_the_share_interval_is_sound_at_zero_and_narrows_with_samples():
     assert low == 0.0 and high > 0.25  # 3 independent samples cannot rule out 25%
     assert not straddles(0.0, 0.25, 3000)
     assert straddles(0.24, 0.25, 300) and not straddles(0.9, 0.25, 300)
+
+
+def test_library_work_under_the_warning_threshold_is_named_in_a_note_and_the_verdict():
+    # a whole-model copy.deepcopy each step: 16% of the held-out job's loop, its fix x1.2
+    a = run({"forward": 0.35, "backward": 0.45, "json": 0.2})
+    assert [f.id for f in a.findings if f.severity in ("error", "warning")] == []
+    (f,) = [f for f in a.findings if f.id == "LOOP001"]
+    assert f.severity == "note" and "json.dumps" in f.message
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["unplaced_loop_share"].setting == "unexplained_note"
+    assert a.verdict["finding"] is None and a.verdict["sure"]
+    assert "under its threshold: LOOP001" in a.verdict["statement"]
+
+
+def test_a_note_ranks_after_every_warning():
+    from gpudiag.analyzers.engine.catalogue import ranked
+
+    a = run({"forward": 0.3, "backward": 0.35, "json": 0.2, "post": 0.15})
+    order = [(f.id, f.severity) for f in ranked(list(a.findings))]
+    assert order[0] == ("BLOCK001", "warning") and ("LOOP001", "note") in order
