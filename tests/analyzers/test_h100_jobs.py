@@ -103,3 +103,17 @@ def test_the_right_size_band_holds_the_measured_h200_speed(where, name):
     row = next(r for r in doc["right_size"]["rows"] if r["model"] == "H200")
     low, high = row["relative_speed_band"]
     assert low <= H200_MEASURED[(where, name)] <= high, (row, H200_MEASURED[(where, name)])
+
+
+def test_evaluations_share_is_the_timed_wall_time_when_the_hooks_time_the_steps():
+    """nanoGPT at eval_interval=10: 94% of the timed steps' wall time is in the long steps
+    where 74% of the stack samples fell under estimate_loss; at the interval the fix measured
+    (250, x15-17) the model from the timed share gives x11.9, from the samples' x3.5."""
+    from gpudiag.analyzers.findings.evaluation import share_after
+
+    f = next(f for f in replay("nanogpt_eval10_budget")["findings"] if f["id"] == "EVAL001")
+    ev = {e["metric"]: e["value"] for e in f["evidence"]}
+    assert f["impact"] >= 0.9 and "timed: the long steps" in f["message"]
+    share, every = f["impact"], ev["steps_between_evaluations"]
+    at_250 = (1 - share_after(share, 250 / every)) / (1 - share)
+    assert 16.7 / 1.5 <= at_250 <= 16.7 * 1.25, at_250
