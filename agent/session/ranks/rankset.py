@@ -17,10 +17,11 @@ from gpudiag.analyzers.distributed.compare import (
     RANK_PARTS,
     RankStats,
     rank_parts,
-    straggler,
     uses_ddp,
 )
 from gpudiag.analyzers.distributed.hang import HangRank
+from gpudiag.analyzers.distributed.passes import RanksSeen
+from gpudiag.analyzers.engine.registry import RANKS
 from gpudiag.analyzers.engine.results import Finding
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import location_of
@@ -182,10 +183,8 @@ class RankSet:
         stats = self.stats(th, rules)
         if not gpus:
             stats = [replace(s, gpu=None, gpu_stats={}) for s in stats]
-        findings, decision = straggler(stats, th)
         rank_hang.recorder_hang(self, th)
-        if self.hang_finding is not None:
-            findings = [self.hang_finding] + findings
+        compared = RANKS.run(RanksSeen(stats, th, self.hang_finding))
         ranks = []
         for s in stats:
             d = self.ranks[s.rank].to_dict()
@@ -212,8 +211,8 @@ class RankSet:
                 "hangs (DIST002) not watched: no step events from the ranks' in-process hooks "
                 "(`gpudiag run` injects them; a job profiled with attach needs instrument())"
             )
-        dist = {"straggler": decision, "hang": self.hang, "notes": notes}
-        return findings, {"ranks": ranks, "distributed": dist}
+        dist = {"straggler": compared.part, "hang": self.hang, "notes": notes}
+        return compared.findings, {"ranks": ranks, "distributed": dist}
 
     # ---- the watcher --------------------------------------------------------------------
     def start(self, th: Thresholds) -> None:
