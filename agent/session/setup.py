@@ -14,7 +14,7 @@ from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.host.probe import HostProbe
 from gpudiag.probes.host.process import ProcessProbe
 from gpudiag.probes.inprocess.channel import HookProbe
-from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
 
 @dataclass
@@ -63,10 +63,12 @@ def make_probes(
     the job's in-process hooks. With `ranks` > 1 the stack rates are split between the ranks
     (each further rank gets its own stack probe, agent.ranks)."""
     stacks = StackProbe(
-        rate_hz=opts.rate_hz,
-        window_s=opts.window_s,
-        gil_rate_hz=opts.gil_rate_hz,
-        nonblocking=opts.nonblocking,
+        StackConfig(
+            rate_hz=opts.rate_hz,
+            window_s=opts.window_s,
+            gil_rate_hz=opts.gil_rate_hz,
+            nonblocking=opts.nonblocking,
+        )
     )
     if opts.attached:
         stacks.startup_timeout_s = 0.0

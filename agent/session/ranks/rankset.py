@@ -30,7 +30,7 @@ from gpudiag.probes.base import ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks
 from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.inprocess.channel import HookProbe
-from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
 DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns after set-up)
 
@@ -38,8 +38,8 @@ DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns af
 class RankStackProbe(StackProbe):
     """The stack probe of one non-primary rank: its samples carry the rank's label."""
 
-    def __init__(self, rank: int, pid: int, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, rank: int, pid: int, config: StackConfig) -> None:
+        super().__init__(config)
         self.rank = rank
         self.pid = pid
         self.name = f"stacks-rank{rank}"
@@ -98,14 +98,10 @@ class RankSet:
 
     def stack_probe(self, info: RankInfo, rate_hz: int, window_s: float, nonblocking: bool):
         """A stack probe for a non-primary rank, at its share of the rates."""
-        return RankStackProbe(
-            info.rank,
-            info.pid,
-            rate_hz=rate_hz,
-            window_s=window_s,
-            gil_rate_hz=0,
-            nonblocking=nonblocking,
+        config = StackConfig(
+            rate_hz=rate_hz, window_s=window_s, gil_rate_hz=0, nonblocking=nonblocking
         )
+        return RankStackProbe(info.rank, info.pid, config)
 
     # ---- samples ------------------------------------------------------------------------
     def route(self, samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
