@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gpudiag.agent.output.report import build_report
+from gpudiag.agent.output.report import RunInfo, build_report
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
@@ -20,13 +20,9 @@ def starved_doc() -> dict:
     now = time.time()
     return build_report(
         analysis=analyze(timeline(QUARTER_BUSY_9GIB, shares=STARVED).tl),
-        mode="run",
-        command=["python", "train.py"],
-        pid=42,
-        start=now - 15,
-        end=now,
-        end_reason="duration_reached",
-        exit_code=None,
+        run_info=RunInfo(
+            "run", ["python", "train.py"], 42, now - 15, now, "duration_reached", None
+        ),
         environment={"host": "h", "cpu_count": 16, "python": "3.11"},
         probes=[],
         errors=[],
