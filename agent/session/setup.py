@@ -39,6 +39,17 @@ class SessionOptions:
     stacks_min_rate_hz: int | None = None  # the lowest py-spy rate the budget may set
 
 
+@dataclass(frozen=True)
+class Subject:
+    """The job a session's report is about, and where the report goes: how the job is
+    profiled (`mode`: run, attach), its command, its pid and the report's path."""
+
+    mode: str
+    command: list[str]
+    pid: int
+    out: str
+
+
 @dataclass
 class SessionResult:
     """What a finished session collected."""
