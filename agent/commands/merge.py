@@ -75,6 +75,27 @@ def clock_offsets(ranks: list[dict]) -> dict[str, float]:
     return out
 
 
+def _rank_stats(r: dict) -> RankStats:
+    """A report's rank, as the straggler analysis reads it."""
+    return RankStats(
+        rank=r["rank"],
+        pid=r.get("pid"),
+        host=r.get("host"),
+        gpu=r.get("gpu"),
+        parts=r.get("breakdown") or {},
+        samples=int(r.get("stack_samples") or 0) if r.get("breakdown") else 0,
+        steps=r.get("steps"),
+        step_time_s=r.get("step_time_s"),
+        collective_share_hooks=r.get("collective_share_hooks"),
+        ddp=bool(r.get("ddp")),
+        gpu_stats={
+            k: v
+            for k, v in (r.get("gpu_stats") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        },
+    )
+
+
 def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     """The job report of several per-host reports; UsageError for unusable input."""
     th = th or Thresholds()
@@ -97,26 +118,7 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     offsets = clock_offsets(ranks)
     for r in ranks:
         r["clock_offset_s"] = offsets.get(str(r.get("host")))
-    stats = [
-        RankStats(
-            rank=r["rank"],
-            pid=r.get("pid"),
-            host=r.get("host"),
-            gpu=r.get("gpu"),
-            parts=r.get("breakdown") or {},
-            samples=int(r.get("stack_samples") or 0) if r.get("breakdown") else 0,
-            steps=r.get("steps"),
-            step_time_s=r.get("step_time_s"),
-            collective_share_hooks=r.get("collective_share_hooks"),
-            ddp=bool(r.get("ddp")),
-            gpu_stats={
-                k: v
-                for k, v in (r.get("gpu_stats") or {}).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            },
-        )
-        for r in ranks
-    ]
+    stats = [_rank_stats(r) for r in ranks]
     hosts = {str(r.get("host")) for r in ranks}
     reports = [
         ((doc.get("environment") or {}).get("host") or path, doc.get("findings") or [])
