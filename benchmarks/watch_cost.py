@@ -68,19 +68,32 @@ def _scrape(url: str) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
-def measure(n: int, seconds: float, settle: float, extra: list[str]) -> dict:
-    """Run watch over `n` light jobs; its cost."""
-    folder = Path(tempfile.mkdtemp(prefix="gpudiag-watch-bench-"))
+def _start_jobs(folder: Path, n: int, seconds: float) -> list[subprocess.Popen]:
+    """`n` light jobs of `seconds`, each from a copy of the job script in `folder` (what
+    watch --match picks)."""
     script = folder / "watched_job.py"
     shutil.copy(JOB, script)
-    jobs = [
+    return [
         subprocess.Popen(
-            [sys.executable, str(script), "--seconds", str(seconds + 120)],
+            [sys.executable, str(script), "--seconds", str(seconds)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         for _ in range(n)
     ]
+
+
+def _shown(fams: dict[str, list]) -> tuple[int, list[float]]:
+    """From the last scrape: how many jobs the endpoint showed, and the governor's CPU cores
+    per job."""
+    shown = {s.labels["pid"] for s in fams.get("gpudiag_job_profiled_seconds", [])}
+    return len(shown), [s.value for s in fams.get("gpudiag_agent_cpu_cores", [])]
+
+
+def measure(n: int, seconds: float, settle: float, extra: list[str]) -> dict:
+    """Run watch over `n` light jobs; its cost."""
+    folder = Path(tempfile.mkdtemp(prefix="gpudiag-watch-bench-"))
+    jobs = _start_jobs(folder, n, seconds + 120)
     time.sleep(5 + n * 0.5)  # past their imports: PyTorch loaded
     port = _port()
     cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "--metrics-port", str(port)]
@@ -124,14 +137,13 @@ def measure(n: int, seconds: float, settle: float, extra: list[str]) -> dict:
             j.kill()
             j.wait()
         shutil.rmtree(folder, ignore_errors=True)
-    shown = {s.labels["pid"] for s in fams.get("gpudiag_job_profiled_seconds", [])}
-    per_job = [s.value for s in fams.get("gpudiag_agent_cpu_cores", [])]
+    shown, per_job = _shown(fams)
     steady = None
     if cpu_settled is not None and last is not None and last[1] > t_settled:
         steady = (last[0] - cpu_settled) / (last[1] - t_settled)
     return {
         "jobs": n,
-        "jobs_shown": len(shown),
+        "jobs_shown": shown,
         "seconds": round(wall, 1),
         "cpu_cores_whole_run": round(total_cpu / wall, 4),
         "cpu_cores_steady": None if steady is None else round(steady, 4),

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from textual.app import App
 from textual.binding import Binding
+from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from gpudiag.text.redact import printable
 from gpudiag.tui.feeds import Feed
 from gpudiag.tui.offloop import OffLoop
-from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen
+from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen, Shown
 
 
 class DiagnosisApp(App):
-    """Live or saved diagnosis of one job."""
+    """Live or saved diagnosis of one job. What the diagnosis screen shows is one reactive,
+    `shown` (the newest report document, the status line, the job's new output), which the
+    screen watches."""
 
     CSS_PATH = "gpudiag.tcss"
     TITLE = "gpudiag"
@@ -26,6 +29,8 @@ class DiagnosisApp(App):
         Binding("enter", "open_finding", "details", show=False),
     ]
 
+    shown: reactive[Shown | None] = reactive(None, always_update=True)
+
     def __init__(self, feed: Feed, clock: bool = True) -> None:
         super().__init__()
         self.feed = feed
@@ -33,7 +38,6 @@ class DiagnosisApp(App):
         self.doc: dict | None = None
         self.paused = False
         self.message = ""
-        self._output: list[str] = []  # job output not yet shown (a finding was open)
         self._snapshots = OffLoop(self, feed.snapshot, self._arrived)  # live: off the loop
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -49,23 +53,22 @@ class DiagnosisApp(App):
 
     def on_mount(self) -> None:
         self.sub_title = printable(self.feed.title)
-        self.push_screen(DiagnosisScreen())
+        feed = self.feed
+        self.push_screen(DiagnosisScreen(self.clock, feed.output is not None, feed.output_path))
         if self.feed.live:
             self.set_interval(1.0, self.refresh_feed)
 
     def take_output(self) -> list[str]:
-        """The job's output lines the log panel has not shown yet."""
-        if self.feed.output is not None:
-            self._output += self.feed.output()
-        out, self._output = self._output[-2000:], []
-        return out
+        """The job's output lines the log panel has not shown yet (its last 2,000)."""
+        return self.feed.output()[-2000:] if self.feed.output is not None else []
+
+    def on_diagnosis_screen_wanted(self, message: DiagnosisScreen.Wanted) -> None:
+        self.refresh_feed()
 
     def refresh_feed(self) -> None:
         """Show the newest report document. A live feed's snapshot (an analysis of what was
         collected so far) runs on a worker thread, one at a time, so the event loop keeps
         drawing and taking keys; the screen updates when it arrives."""
-        if self.feed.output is not None and not isinstance(self.screen, DiagnosisScreen):
-            self._output = (self._output + self.feed.output())[-2000:]
         if not self.feed.live:
             self._arrived(self.feed.snapshot())
             return
@@ -78,9 +81,7 @@ class DiagnosisApp(App):
         self._show()
 
     def _show(self) -> None:
-        screen = self.screen
-        if isinstance(screen, DiagnosisScreen):
-            screen.show(self.doc, self.status_line())
+        self.shown = Shown(self.doc, self.status_line(), tuple(self.take_output()))
 
     def status_line(self) -> str:
         if self.doc is None:
@@ -109,7 +110,7 @@ class DiagnosisApp(App):
         self.action_open_finding()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(lambda a: self.check_action(a, ()) is not False))
 
     def action_save(self) -> None:
         if self.feed.save is None:

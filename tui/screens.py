@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, Log, Static
 
@@ -15,20 +19,45 @@ from gpudiag.tui.widgets import BreakdownBar, FindingsTable, metrics_text
 from gpudiag.tui.wrap import Wrapped
 
 
+@dataclass(frozen=True)
+class Shown:
+    """What the diagnosis screen shows, as one value: the newest report document (None
+    before the first), the status line, and the job's output lines new since the last. The
+    app holds it in one reactive (`DiagnosisApp.shown`) that the screen watches."""
+
+    doc: dict | None
+    status: str
+    output: tuple[str, ...] = ()
+
+
 class DiagnosisScreen(Screen):
-    """Breakdown, findings ranked by impact, and the numbers behind them."""
+    """Breakdown, findings ranked by impact, and the numbers behind them; it watches the
+    app's `shown` and asks for the newest (`Wanted`) when it is shown."""
+
+    class Wanted(Message):
+        """The screen is shown (mounted, or back from another screen): the newest report
+        document is wanted."""
+
+    def __init__(
+        self, clock: bool = True, output: bool = False, output_path: str | None = None
+    ) -> None:
+        """`clock` in the header; `output`: a log panel for the job's output (a copy of it
+        in `output_path`)."""
+        super().__init__()
+        self.clock = clock
+        self.output = output
+        self.output_path = output_path
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=getattr(self.app, "clock", True))
+        yield Header(show_clock=self.clock)
         yield Static(id="status", markup=False)
         yield BreakdownBar(id="breakdown")
         with Horizontal(id="body"):
             yield FindingsTable(id="findings")
             yield Static(id="metrics", markup=False)
-        feed = getattr(self.app, "feed", None)
-        if feed is not None and feed.output is not None:
+        if self.output:
             log = Log(id="joblog", max_lines=2000)
-            where = f" (also in {feed.output_path})" if feed.output_path else ""
+            where = f" (also in {self.output_path})" if self.output_path else ""
             log.border_title = f"job output{where}"
             yield log
         yield Footer()
@@ -37,20 +66,23 @@ class DiagnosisScreen(Screen):
 
     def on_mount(self) -> None:
         self.set_class(self.app.size.width < self.NARROW, "narrow")
-        self.app.refresh_feed()  # type: ignore[attr-defined]  # GpudiagApp's; importing it: a cycle
+        self.watch(self.app, "shown", self.show)
+        self.post_message(self.Wanted())
 
     def on_resize(self, event) -> None:
         self.set_class(event.size.width < self.NARROW, "narrow")
 
     def on_screen_resume(self) -> None:
-        self.app.refresh_feed()  # type: ignore[attr-defined]  # GpudiagApp's; importing it: a cycle
+        self.post_message(self.Wanted())
 
-    def show(self, doc: dict | None, status: str) -> None:
-        """Refresh every widget from a report document."""
-        self.query_one("#status", Static).update(printable(status))
-        lines = self.app.take_output() if hasattr(self.app, "take_output") else []
-        if lines:
-            self.query_one("#joblog", Log).write_lines(lines)
+    def show(self, shown: Shown | None) -> None:
+        """Refresh every widget from what the app shows."""
+        if shown is None:
+            return
+        self.query_one("#status", Static).update(printable(shown.status))
+        if shown.output:
+            self.query_one("#joblog", Log).write_lines(list(shown.output))
+        doc = shown.doc
         if doc is None:
             return
         self.query_one(BreakdownBar).show(doc.get("breakdown"))
@@ -136,11 +168,14 @@ def help_text(enabled) -> str:
 
 
 class HelpScreen(ModalScreen):
-    """Keys and what the view shows."""
+    """Keys and what the view shows (`enabled(action)`: whether a key's action does anything
+    in this view)."""
 
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
 
+    def __init__(self, enabled: Callable[[str], bool]) -> None:
+        super().__init__()
+        self.enabled = enabled
+
     def compose(self) -> ComposeResult:
-        yield Static(
-            help_text(lambda a: self.app.check_action(a, ()) is not False), id="help", markup=False
-        )
+        yield Static(help_text(self.enabled), id="help", markup=False)

@@ -18,7 +18,7 @@ from gpudiag.agent.fleet.identity import other_user
 from gpudiag.agent.fleet.server import MetricsServer, open_metrics
 from gpudiag.agent.output.report import check_outputs, default_report_name
 from gpudiag.agent.session.hookload import load_hooks
-from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, Subject
 from gpudiag.agent.session.setup import make_probes, open_probe
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targets import choose_target
@@ -119,17 +119,18 @@ def _attach_profile(
                 else "; Ctrl-C stops and writes the report"
             )
         )
-    wiring = Wiring(outs, server, "attach", cmdline, pid, out, settings, opts)
+    subject = Subject("attach", cmdline, pid, out)
+    wiring = Wiring(outs, server, subject, settings, opts)
     session = wiring.built(
         Session(
             Target(pid),
             settings,
             opts,
-            probes=att.probes,
-            ranks=att.ranks,
-            opened=att.opened(),
-            stop_signals=stops,
-            **wiring.kwargs(),
+            wiring.parts(
+                SessionParts(
+                    probes=att.probes, ranks=att.ranks, opened=att.opened(), stop_signals=stops
+                )
+            ),
         )
     )
     wiring.announce()
@@ -137,7 +138,7 @@ def _attach_profile(
         if outs.tui:
             from gpudiag.agent.session.live import run_with_tui
 
-            result = run_with_tui(session, "attach", cmdline, pid, out, att.opened())
+            result = run_with_tui(session, subject, att.opened())
         else:
             result = session.run()
     finally:

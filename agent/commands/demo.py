@@ -22,7 +22,7 @@ from gpudiag.agent.cli.options import positive
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import check_writable, report_of, write_report
 from gpudiag.agent.session.launch import launch
-from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.analyzers import Analysis
 from gpudiag.text.formatting import speedup_text
 from gpudiag.text.sink import emit
@@ -130,7 +130,8 @@ def main(args: argparse.Namespace) -> int:
         if any(s.probe == "hooks" and s.labels.get("kind") == "step" for s in samples):
             first_step.set()
 
-    session = job.session(settings, SessionOptions(duration_s=None, progress=False), sink=sink)
+    opts = SessionOptions(duration_s=None, progress=False)
+    session = job.session(settings, opts, parts=SessionParts(sink=sink))
     clock = watch_verdict(session, first_step, done, args.duration)
     try:
         result = session.run()

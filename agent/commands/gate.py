@@ -254,11 +254,11 @@ def _one_run(command: list[str], i: int, settings, warmup_steps: int, duration, 
     import subprocess
 
     from gpudiag.agent.session.launch import launch
-    from gpudiag.agent.session.session import SessionOptions
+    from gpudiag.agent.session.session import SessionOptions, SessionParts
 
     job = launch(command, stdout=subprocess.DEVNULL)
     opts = SessionOptions(duration_s=duration, progress=False, skip_steps=warmup_steps)
-    session = job.session(settings, opts, stop_signals=stops)
+    session = job.session(settings, opts, parts=SessionParts(stop_signals=stops))
     result = session.run()
     popen = job.popen
     if popen.poll() is None:

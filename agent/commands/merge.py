@@ -18,9 +18,10 @@ from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.cli.options import settings_options
 from gpudiag.agent.output.report import check_writable, iso, load_report, validate, write_report
 from gpudiag.agent.session.wiring import print_summary
-from gpudiag.analyzers.distributed.compare import RankStats, straggler
-from gpudiag.analyzers.engine.catalogue import compares_ranks, ranked
+from gpudiag.analyzers.distributed.compare import RankStats
+from gpudiag.analyzers.distributed.passes import RanksSeen, ReportsMerged
 from gpudiag.analyzers.engine.finalize import merged_verdict
+from gpudiag.analyzers.engine.registry import MERGE
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.text.sink import emit
 
@@ -74,6 +75,27 @@ def clock_offsets(ranks: list[dict]) -> dict[str, float]:
     return out
 
 
+def _rank_stats(r: dict) -> RankStats:
+    """A report's rank, as the straggler analysis reads it."""
+    return RankStats(
+        rank=r["rank"],
+        pid=r.get("pid"),
+        host=r.get("host"),
+        gpu=r.get("gpu"),
+        parts=r.get("breakdown") or {},
+        samples=int(r.get("stack_samples") or 0) if r.get("breakdown") else 0,
+        steps=r.get("steps"),
+        step_time_s=r.get("step_time_s"),
+        collective_share_hooks=r.get("collective_share_hooks"),
+        ddp=bool(r.get("ddp")),
+        gpu_stats={
+            k: v
+            for k, v in (r.get("gpu_stats") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        },
+    )
+
+
 def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     """The job report of several per-host reports; UsageError for unusable input."""
     th = th or Thresholds()
@@ -96,38 +118,14 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     offsets = clock_offsets(ranks)
     for r in ranks:
         r["clock_offset_s"] = offsets.get(str(r.get("host")))
-    stats = [
-        RankStats(
-            rank=r["rank"],
-            pid=r.get("pid"),
-            host=r.get("host"),
-            gpu=r.get("gpu"),
-            parts=r.get("breakdown") or {},
-            samples=int(r.get("stack_samples") or 0) if r.get("breakdown") else 0,
-            steps=r.get("steps"),
-            step_time_s=r.get("step_time_s"),
-            collective_share_hooks=r.get("collective_share_hooks"),
-            ddp=bool(r.get("ddp")),
-            gpu_stats={
-                k: v
-                for k, v in (r.get("gpu_stats") or {}).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            },
-        )
-        for r in ranks
-    ]
-    found, decision = straggler(stats, th)
+    stats = [_rank_stats(r) for r in ranks]
     hosts = {str(r.get("host")) for r in ranks}
-    findings = [f.to_dict() for f in found]
-    for doc, path in zip(docs, paths, strict=True):
-        host = (doc.get("environment") or {}).get("host") or path
-        for f in doc.get("findings") or []:
-            if compares_ranks(f["id"]):
-                continue  # decided again across every rank
-            if len(hosts) > 1:
-                f = dict(f, message=f"{host}: {f['message']}")
-            findings.append(f)
-    findings = ranked(findings)
+    reports = [
+        ((doc.get("environment") or {}).get("host") or path, doc.get("findings") or [])
+        for doc, path in zip(docs, paths, strict=True)
+    ]
+    merged = MERGE.run(ReportsMerged(RanksSeen(stats, th), reports))
+    findings, decision = merged.findings, merged.part
     base = dict(docs[0])
     starts = [d["run"]["start"] for d in docs if d["run"].get("start")]
     ends = [d["run"]["end"] for d in docs if d["run"].get("end")]

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gpudiag.agent.cli.config import Settings, load_settings
 from gpudiag.agent.cli.errors import UsageError
@@ -19,6 +20,7 @@ from gpudiag.agent.fleet.server import MetricsServer, open_metrics
 from gpudiag.agent.output.report import check_outputs, check_writable, default_report_name
 from gpudiag.agent.session.joboutput import StderrTee, job_log_path
 from gpudiag.agent.session.launch import Job, launch
+from gpudiag.agent.session.session import Session, SessionParts, SessionResult, Subject
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
 from gpudiag.probes.inject.gpudiag_channel import CAPTURE_ENV
@@ -63,11 +65,11 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
         tee = StderrTee(err_r, log_path)
         if not args.tui:
             try:
-                return _profile_launched(args, job, settings, tee, server, stops)
+                return _profile_launched(args, job, settings, Around(tee, server, stops))
             finally:
                 tee.close()
     try:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
-        return _profile_launched(args, job, settings, tee, server, pass_on=pass_on)
+        return _profile_launched(args, job, settings, Around(tee, server, pass_on=pass_on))
     finally:
         tee.close()
 
@@ -99,24 +101,29 @@ def _launch(
     return job, err_r
 
 
+@dataclass(frozen=True)
+class Around:
+    """What `run` set up around the launched job: the tee of its stderr, the metrics server,
+    and how signals reach the job: `stops` (the signals as a flag, without the UI) or
+    `pass_on` (the UI's handlers pass them on)."""
+
+    tee: StderrTee
+    server: MetricsServer | None = None
+    stops: StopSignals | None = None
+    pass_on: Callable[[int, int], None] | None = None
+
+
 def _profile_launched(
-    args: argparse.Namespace,
-    job: Job,
-    settings: Settings,
-    tee: StderrTee,
-    server: MetricsServer | None = None,
-    stops: StopSignals | None = None,
-    pass_on: Callable[[int, int], None] | None = None,
+    args: argparse.Namespace, job: Job, settings: Settings, around: Around
 ) -> int:
     popen, command = job.popen, job.command
     out = args.out or default_report_name(popen.pid, time.time())
     opts = session_options(args)
     found = job.find_target()
-    target = found[0]
-    wiring = Wiring(Outputs.of(args), server, "run", command, target, out, settings, opts)
-    session = wiring.built(
-        job.session(settings, opts, found, stop_signals=stops, **wiring.kwargs())
-    )
+    subject = Subject("run", command, found[0], out)
+    wiring = Wiring(Outputs.of(args), around.server, subject, settings, opts)
+    parts = wiring.parts(SessionParts(stop_signals=around.stops))
+    session = wiring.built(job.session(settings, opts, found, parts))
     if not args.quiet:
         session.log(
             f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
@@ -129,25 +136,12 @@ def _profile_launched(
     wiring.announce()
     passed: list[int] = []  # signals the UI passed on to the job
     try:
-        if args.tui:
-            from gpudiag.agent.session.live import JobView, run_with_tui
-
-            relay = None
-            if pass_on is not None:
-
-                def relay(signum: int, count: int) -> None:
-                    passed.append(signum)
-                    pass_on(signum, count)
-
-            view = JobView(popen, tee.take_lines, tee.log_path)
-            result = run_with_tui(session, "run", command, target, out, pass_on=relay, job=view)
-        else:
-            result = session.run()
+        result = _run_session(args, session, subject, job, around, passed)
     finally:
-        if server is not None:
-            server.close()
+        if around.server is not None:
+            around.server.close()
     failed = result.exit_code not in (None, 0)
-    wiring.finish(result, stderr_tail=tee.lines() if failed else None)
+    wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
     if result.end_reason == "duration_reached" and session.first_step_at is None:
         emit(
             f"gpudiag: no step of the job's loop in {args.duration:g} s: the look saw its "
@@ -157,11 +151,46 @@ def _profile_launched(
     if result.end_reason in ("duration_reached", "verdict_sure"):
         emit(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
+    return _exit_code(args, job, result, around, passed)
+
+
+def _run_session(
+    args: argparse.Namespace,
+    session: Session,
+    subject: Subject,
+    job: Job,
+    around: Around,
+    passed: list[int],
+) -> SessionResult:
+    """The session run, behind the UI with --tui (the signals its handlers pass on to the job
+    are added to `passed`)."""
+    if not args.tui:
+        return session.run()
+    from gpudiag.agent.session.live import JobView, run_with_tui
+
+    relay = None
+    pass_on = around.pass_on
+    if pass_on is not None:
+
+        def relay(signum: int, count: int) -> None:
+            passed.append(signum)
+            pass_on(signum, count)
+
+    view = JobView(job.popen, around.tee.take_lines, around.tee.log_path)
+    return run_with_tui(session, subject, pass_on=relay, job=view)
+
+
+def _exit_code(
+    args: argparse.Namespace, job: Job, result: SessionResult, around: Around, passed: list[int]
+) -> int:
+    """The exit code of `run` once the job ended (or the session did): the job's, passed
+    through; the job is never left orphaned when the user stopped the look."""
+    popen, stops = job.popen, around.stops
     code = result.exit_code
     if code is None and popen.poll() is not None:
         code = popen.returncode  # it ended after the session's last look: its code stands
-    if tee.log_path:
-        emit(f"gpudiag: the job's output is in {tee.log_path}", file=sys.stderr)
+    if around.tee.log_path:
+        emit(f"gpudiag: the job's output is in {around.tee.log_path}", file=sys.stderr)
     if code is None and (passed or args.tui) and popen.poll() is not None:
         code = popen.returncode  # it ended on the signal the UI passed on, or on q
     if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
@@ -175,7 +204,7 @@ def _profile_launched(
         if stops is not None:
             code = popen.wait()
         else:  # after the UI: its handlers are gone; a new one passes on, a second exits
-            with StopSignals(pass_on) as again:
+            with StopSignals(around.pass_on) as again:
                 again.count = 1 if passed else 0  # after q: one more interrupt is the first
                 code = popen.wait()
     if code is not None:

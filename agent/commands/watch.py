@@ -24,7 +24,7 @@ from gpudiag.agent.fleet.metrics import LiveJob
 from gpudiag.agent.session.budget import SPY_SHARE, Budget, Governor
 from gpudiag.agent.session.live import live_doc
 from gpudiag.agent.session.ranks.launch import is_launcher, primary_of
-from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import Target
 from gpudiag.probes.dist.ranks import sibling_ranks
 from gpudiag.probes.host.discovery import dcgm_process, find_jobs, list_processes, read_proc
@@ -195,16 +195,14 @@ class Watcher:
             return live_doc(session, "attach", command, pid, self.recent_s)
 
         live = LiveJob(ident, report, refresh_s=self.refresh_s)
-        session = Session(
-            Target(main),
-            self.settings,
-            opts,
+        parts = SessionParts(
             sink=live.tap,
             log=lambda msg: self.log(f"pid {pid}: {msg}"),
             hooks=HookProbe(attach_path(main), optional=True),
             ranks=(ranks, pid) if ranks else None,
             governor=governor,
         )
+        session = Session(Target(main), self.settings, opts, parts)
         stacks = next(p for p in session.probes if isinstance(p, StackProbe))
         status = session.open_probe(stacks)
         if not status.available:

@@ -273,19 +273,7 @@ class GpudiagCollector(Collector):
             [job.labels["job"], job.labels["Hostname"]],
             {"pid": job.identity["pid"], "command": job.identity["command"]},
         )
-        top = None
-        for f in doc.get("findings", []):
-            fl = [*lv, f["id"], f["severity"], category(f["id"])]
-            fam["impact"].add_metric(fl, float(f["impact"]))
-            kind = "bound" if is_bound(f) else "model"
-            fam["speedup"].add_metric([*fl, kind], float(f["expected_speedup"]))
-            usd = (f.get("cost") or {}).get("usd_per_hour")
-            if usd is not None:
-                fam["usd"].add_metric(fl, float(usd))
-            if top is None and f["severity"] in ("error", "warning"):
-                top = f
-        if top is not None:
-            fam["top"].add_metric([*lv, top["id"], top["title"]], float(top["impact"]))
+        _findings(doc, lv, fam)
         bd = doc.get("breakdown") or {}
         for cat, share in (bd.get("shares") or {}).items():
             if share is not None:
@@ -301,13 +289,34 @@ class GpudiagCollector(Collector):
         fam["dur"].add_metric(lv, float(run.get("duration_s") or 0.0))
         for p in doc.get("probes", []):
             fam["probe"].add_metric([*lv, p["name"]], 1.0 if probe_up(p, doc) else 0.0)
-        agent = run.get("agent") or {}
-        if agent.get("cpu_cores") is not None:
-            fam["cpu"].add_metric(lv, float(agent["cpu_cores"]))
-        if agent.get("cpu_budget_cores") is not None:
-            fam["budget"].add_metric(lv, float(agent["cpu_budget_cores"]))
-        if agent.get("peak_rss_bytes") is not None:
-            fam["rss"].add_metric(lv, float(agent["peak_rss_bytes"]))
+        _agent_cost(run.get("agent") or {}, lv, fam)
+
+
+def _findings(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:
+    """Each finding's impact, speed-up and money, and the top one."""
+    top = None
+    for f in doc.get("findings", []):
+        fl = [*lv, f["id"], f["severity"], category(f["id"])]
+        fam["impact"].add_metric(fl, float(f["impact"]))
+        kind = "bound" if is_bound(f) else "model"
+        fam["speedup"].add_metric([*fl, kind], float(f["expected_speedup"]))
+        usd = (f.get("cost") or {}).get("usd_per_hour")
+        if usd is not None:
+            fam["usd"].add_metric(fl, float(usd))
+        if top is None and f["severity"] in ("error", "warning"):
+            top = f
+    if top is not None:
+        fam["top"].add_metric([*lv, top["id"], top["title"]], float(top["impact"]))
+
+
+def _agent_cost(agent: dict, lv: list[str], fam: dict[str, Any]) -> None:
+    """gpudiag's own cost on the job: its CPU, its CPU budget and its peak memory."""
+    if agent.get("cpu_cores") is not None:
+        fam["cpu"].add_metric(lv, float(agent["cpu_cores"]))
+    if agent.get("cpu_budget_cores") is not None:
+        fam["budget"].add_metric(lv, float(agent["cpu_budget_cores"]))
+    if agent.get("peak_rss_bytes") is not None:
+        fam["rss"].add_metric(lv, float(agent["peak_rss_bytes"]))
 
 
 def _money(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:

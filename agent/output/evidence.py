@@ -4,8 +4,9 @@ about the findings."""
 
 from __future__ import annotations
 
+from gpudiag.analyzers.engine.registry import CAPTURE
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.capture import capture_checks, capture_of
+from gpudiag.analyzers.measures.capture import CaptureSeen, capture_of
 from gpudiag.analyzers.measures.rules import Classifier
 from gpudiag.analyzers.timeline.series import loop_stacks, run_series
 from gpudiag.analyzers.timeline.timeline import Timeline
@@ -27,9 +28,7 @@ def add_evidence_views(
     cap = capture_of(tl)
     if cap is not None:
         idle = (doc.get("critical_path") or {}).get("gpu_idle")
-        checks, evidence = capture_checks(doc["findings"], cap, idle, th or Thresholds())
-        for f in doc["findings"]:
-            f["evidence"] = list(f["evidence"]) + evidence.get(f["id"], [])
-        cap["checks"] = checks
-        doc["capture"] = cap
+        checked = CAPTURE.run(CaptureSeen(doc["findings"], cap, idle, th or Thresholds()))
+        doc["findings"] = checked.findings
+        doc["capture"] = checked.part
     return doc

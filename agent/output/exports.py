@@ -86,13 +86,13 @@ def chrome_trace_of(doc: dict) -> dict:
             spans.append(("shutdown", hi, end))
     for name, a, b in spans:
         if b > a:
-            ev.append(_x(name, "run", RUN_PID, 1, a, b - a))
+            ev.append(_x(name, "run", (RUN_PID, 1), a, b - a))
     prev = 0.0
     for p in pts:
         t1 = p["t_s"] + p["dur_s"]
         if p.get("phases"):
             top = max(p["phases"], key=p["phases"].get)
-            ev.append(_x(top, "phases", RUN_PID, 2, prev, t1 - prev, dict(p["phases"])))
+            ev.append(_x(top, "phases", (RUN_PID, 2), prev, t1 - prev, dict(p["phases"])))
             prev = t1
         if p.get("gpu_util"):
             args = {f"GPU {g}": round(v * 100, 1) for g, v in p["gpu_util"].items()}
@@ -109,7 +109,9 @@ def chrome_trace_of(doc: dict) -> dict:
     }
 
 
-def _x(name, cat, pid, tid, start_s, dur_s, args=None) -> dict:
+def _x(name: str, cat: str, lane: tuple[int, int], start_s: float, dur_s: float, args=None) -> dict:
+    """A complete event on `lane` (its pid and tid)."""
+    pid, tid = lane
     ev = {
         "name": name,
         "cat": cat,
@@ -138,7 +140,7 @@ def _capture_events(cap: dict) -> list[dict]:
     for i, s in enumerate(cap["steps"]):
         start = base + float(s.get("start_s") or 0.0)
         args = {k: s[k] for k in ("busy_s", "idle_s") if s.get(k) is not None}
-        out.append(_x(f"step {i + 1}", "capture", CAPTURE_PID, 1, start, s["dur_s"], args))
+        out.append(_x(f"step {i + 1}", "capture", (CAPTURE_PID, 1), start, s["dur_s"], args))
     lanes: dict[str, int] = {}
     for e in cap.get("events", []):
         lane = str(e.get("lane", "ops"))
@@ -149,8 +151,7 @@ def _capture_events(cap: dict) -> list[dict]:
             _x(
                 str(e.get("name", "?")),
                 lane,
-                CAPTURE_PID,
-                lanes[lane],
+                (CAPTURE_PID, lanes[lane]),
                 base + float(e["ts"]),
                 float(e.get("dur") or 0.0),
             )

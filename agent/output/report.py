@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
@@ -67,41 +68,49 @@ def iso(t: float | None) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """What the session knows of the run a report is about: how it was profiled (`mode`), the
+    command (redacted in the report), the pid, its start and end (Unix times), why it ended,
+    the job's exit code, where the settings came from, and the agent's own cost and effective
+    sampling rates (Governor.summary())."""
+
+    mode: str
+    command: list[str] | None
+    pid: int | None
+    start: float
+    end: float | None
+    end_reason: str
+    exit_code: int | None = None
+    settings_source: str | None = None
+    agent: dict | None = None
+
+
 def build_report(
     *,
     analysis: Analysis,
-    mode: str,
-    command: list[str] | None,
-    pid: int | None,
-    start: float,
-    end: float | None,
-    end_reason: str,
-    exit_code: int | None,
+    run_info: RunInfo,
     environment: dict,
     probes: list[ProbeStatus],
     errors: list[dict],
     thresholds: Thresholds,
-    settings_source: str | None = None,
-    agent: dict | None = None,
 ) -> dict:
-    """Assemble a report document from an analysis and what the session knows.
-
-    `agent` is the agent's own cost and effective sampling rates (Governor.summary()).
-    """
+    """Assemble a report document from an analysis and what the session knows."""
+    r = run_info
     metrics = {k: (None if v is None else round(float(v), 6)) for k, v in analysis.metrics.items()}
     run: dict[str, Any] = {
-        "mode": mode,
-        "command": redact_argv(command),  # secrets never reach a report
-        "pid": pid,
-        "start": iso(start),
-        "end": iso(end),
-        "duration_s": round(max(0.0, (end or start) - start), 3),
-        "end_reason": end_reason,
-        "exit_code": exit_code,
-        "settings_source": settings_source,
+        "mode": r.mode,
+        "command": redact_argv(r.command),  # secrets never reach a report
+        "pid": r.pid,
+        "start": iso(r.start),
+        "end": iso(r.end),
+        "duration_s": round(max(0.0, (r.end or r.start) - r.start), 3),
+        "end_reason": r.end_reason,
+        "exit_code": r.exit_code,
+        "settings_source": r.settings_source,
     }
-    if agent is not None:
-        run["agent"] = agent
+    if r.agent is not None:
+        run["agent"] = r.agent
     doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "gpudiag", "version": tool_version()},
@@ -145,21 +154,24 @@ def report_of(
     the probes described."""
     if environment is None:
         environment = describe_environment(pid, result.hardware)
+    run_info = RunInfo(
+        mode,
+        command,
+        pid,
+        result.start,
+        result.end,
+        result.end_reason,
+        result.exit_code,
+        settings.source,
+        result.agent,
+    )
     doc = build_report(
         analysis=result.analysis,
-        mode=mode,
-        command=command,
-        pid=pid,
-        start=result.start,
-        end=result.end,
-        end_reason=result.end_reason,
-        exit_code=result.exit_code,
+        run_info=run_info,
         environment=environment,
         probes=result.probes,
         errors=result.errors,
         thresholds=settings.thresholds,
-        settings_source=settings.source,
-        agent=result.agent,
     )
     if result.distributed:
         doc.update(result.distributed)  # a multi-rank job: `ranks` and `distributed`

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpudiag.agent.cli.config import Settings
 from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.inprocess.channel import HookProbe, injection_env
 
@@ -44,23 +44,17 @@ class Job:
         settings: Settings,
         opts: SessionOptions,
         found: tuple[int, tuple[list, int] | None] | None = None,
-        **more,
+        parts: SessionParts | None = None,
     ) -> Session:
         """A session on the job's Python process with the hooks and, for a multi-rank job,
-        every rank (`found`: what find_target() said, else it is asked); `more` goes to
-        Session (sink, log, stop_signals...)."""
+        every rank (`found`: what find_target() said, else it is asked); `parts` gives the
+        rest (sink, log, stop_signals...)."""
         target, ranks = found or self.find_target()
         opened = {self.hooks.name: ProbeStatus(self.hooks.name, True)} if self.hooks else {}
-        return Session(
-            Target(target),
-            settings,
-            opts,
-            popen=self.popen,
-            hooks=self.hooks,
-            ranks=ranks,
-            opened=opened,
-            **more,
+        mine = replace(
+            parts or SessionParts(), popen=self.popen, hooks=self.hooks, ranks=ranks, opened=opened
         )
+        return Session(Target(target), settings, opts, mine)
 
 
 def launch(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from gpudiag.agent.output.report import report_of, write_report
-from gpudiag.agent.session.session import Session, SessionResult
+from gpudiag.agent.session.session import Session, SessionResult, Subject
 from gpudiag.agent.session.signals import StopSignals
 
 
@@ -67,10 +67,7 @@ def signal_name(num: int) -> str:
 
 def run_with_tui(
     session: Session,
-    mode: str,
-    command: list[str],
-    pid: int,
-    out: str,
+    subject: Subject,
     preopened: dict | None = None,
     headless: bool = False,
     pass_on: Callable[[int, int], None] | None = None,
@@ -84,6 +81,7 @@ def run_with_tui(
     from gpudiag.tui.app import DiagnosisApp
     from gpudiag.tui.feeds import Feed
 
+    mode, command, pid, out = subject.mode, subject.command, subject.pid, subject.out
     box: dict = {}
 
     def work() -> None:

@@ -12,12 +12,19 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.session.autocapture import AutoCapture
 from gpudiag.agent.session.budget import Budget, Governor, loop_window_samples
 from gpudiag.agent.session.ranks.rankset import RankSet, setup_ranks
-from gpudiag.agent.session.setup import SessionOptions, SessionResult, make_probes, open_probe
+from gpudiag.agent.session.setup import (
+    SessionOptions,
+    SessionResult,
+    Subject,
+    make_probes,
+    open_probe,
+)
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.analyzers import Analysis, analyze
@@ -29,7 +36,14 @@ from gpudiag.probes.dist.ranks import RankInfo
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.text.sink import say
 
-__all__ = ["Session", "SessionOptions", "SessionResult", "make_probes"]
+__all__ = [
+    "Session",
+    "SessionOptions",
+    "SessionParts",
+    "SessionResult",
+    "Subject",
+    "make_probes",
+]
 
 
 SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
@@ -41,6 +55,29 @@ class _Interrupted(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class SessionParts:
+    """What a session is given beside its target, settings and options (all optional): its
+    `probes` (else make_probes(opts, hooks)), the job's `popen` when it was launched, the
+    `sink` every sample also goes to, its `log`, the job's in-process `hooks`, `ranks` to
+    follow every rank of a job, `opened` probes already opened with their status,
+    `stop_signals` (run/attach: the signals as a flag), the `timeline` to fill (a recorder
+    reads its segment length), `on_hang` for a multi-rank job's hang, and `governor` (else
+    the budget of the options)."""
+
+    probes: list[Probe] | None = None
+    popen: subprocess.Popen | None = None
+    sink: Callable[[list[Sample]], None] | None = None
+    log: Callable[[str], None] | None = None
+    hooks: HookProbe | None = None
+    ranks: RankPlan | None = None
+    opened: dict[str, ProbeStatus] | None = None
+    stop_signals: StopSignals | None = None
+    timeline: Timeline | None = None
+    on_hang: Callable[[Session], None] | None = None
+    governor: Callable[[list[Probe]], Governor] | None = None
+
+
 class Session:
     """Samples one target with a set of probes into a timeline."""
 
@@ -49,34 +86,21 @@ class Session:
         target: Target,
         settings: Settings,
         opts: SessionOptions,
-        probes: list[Probe] | None = None,
-        popen: subprocess.Popen | None = None,
-        sink: Callable[[list[Sample]], None] | None = None,
-        log: Callable[[str], None] | None = None,
-        *,
-        hooks: HookProbe | None = None,
-        ranks: RankPlan | None = None,
-        opened: dict[str, ProbeStatus] | None = None,
-        stop_signals: StopSignals | None = None,
-        timeline: Timeline | None = None,
-        on_hang: Callable[[Session], None] | None = None,
-        governor: Callable[[list[Probe]], Governor] | None = None,
+        parts: SessionParts | None = None,
     ) -> None:
-        """Everything a session needs, given here (nothing is set on it afterwards):
-        `probes` (else make_probes(opts, hooks)), `ranks` to follow every rank of a job,
-        `opened` probes already opened with their status, `stop_signals` (run/attach: the
-        signals as a flag), the `timeline` to fill (a recorder reads its segment length),
-        `on_hang` for a multi-rank job's hang, and `governor` (else the budget of `opts`)."""
+        """Everything a session needs, given here (nothing is set on it afterwards): its
+        target, settings and options, and its `parts` (SessionParts)."""
+        p = parts or SessionParts()
         self.target = target
         self.settings = settings
         self.opts = opts
-        n = len(ranks[0]) if ranks else 1
-        self.probes = probes if probes is not None else make_probes(opts, hooks, n)
-        self.popen = popen
-        self.sink = sink
-        self.log = log or say
-        self.timeline = timeline or Timeline(skip_steps=opts.skip_steps)
-        self.statuses: dict[str, ProbeStatus] = dict(opened or {})
+        n = len(p.ranks[0]) if p.ranks else 1
+        self.probes = p.probes if p.probes is not None else make_probes(opts, p.hooks, n)
+        self.popen = p.popen
+        self.sink = p.sink
+        self.log = p.log or say
+        self.timeline = p.timeline or Timeline(skip_steps=opts.skip_steps)
+        self.statuses: dict[str, ProbeStatus] = dict(p.opened or {})
         self.errors: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -85,27 +109,34 @@ class Session:
         self.paused = False
         self.first_step_at: float | None = None  # wall time the hooks' first unit of work came
         self.start_time = time.time()
-        self.stop_signals = stop_signals
+        self.stop_signals = p.stop_signals
         self.capture_steps = opts.capture_steps  # asked once the job connects (autocapture)
         self._watch: TargetWatch | None = None
         self.hangs = HangWatch(opts.probe_timeout_s)
         self.hung = self.hangs.hung  # names of probes timed out
         self.ranks: RankSet | None = None  # a multi-rank job (agent.ranks)
-        if ranks:  # before the governor: the ranks' stack probes get its CPU goal too
-            self.ranks = setup_ranks(self, *ranks)
+        if p.ranks:  # before the governor: the ranks' stack probes get its CPU goal too
+            self.ranks = setup_ranks(self, *p.ranks)
+            on_hang = p.on_hang
             if on_hang is not None:
                 self.ranks.on_hang = lambda: on_hang(self)
-        self.governor: Governor | None = None
-        if governor is not None:
-            self.governor = governor(self.probes)
-        elif opts.cpu_budget is not None:
-            self.governor = Governor(
-                Budget(opts.cpu_budget, opts.rss_budget_bytes),
-                self.probes,
-                period_s=max(1.0, opts.window_s),
-                verdict_samples=settings.thresholds.min_loop_samples,
-                loop_samples=self._loop_samples,
-            )
+        self.governor = self._governor(p.governor)
+
+    def _governor(self, make: Callable[[list[Probe]], Governor] | None) -> Governor | None:
+        """The budget governor: `make`'s, else the one of the options' CPU budget (None
+        without one)."""
+        if make is not None:
+            return make(self.probes)
+        opts = self.opts
+        if opts.cpu_budget is None:
+            return None
+        return Governor(
+            Budget(opts.cpu_budget, opts.rss_budget_bytes),
+            self.probes,
+            period_s=max(1.0, opts.window_s),
+            verdict_samples=self.settings.thresholds.min_loop_samples,
+            loop_samples=self._loop_samples,
+        )
 
     def _verdict_sure(self) -> bool:
         """Whether what was collected so far gives a sure verdict (asked only once the budget
@@ -254,30 +285,9 @@ class Session:
         )
         if own_handler:
             signal.signal(signal.SIGTERM, on_term)
-        next_progress = next_sure = time.monotonic() + 5.0
-        from gpudiag.agent.session.autocapture import AutoCapture
-
         auto = AutoCapture(self)
         try:
-            while True:
-                if self.stop_signals is not None and self.stop_signals.stopping:
-                    raise _Interrupted()
-                self.check_hung()
-                auto.tick()
-                if not self.target_alive():
-                    return "target_exited"
-                elapsed = time.time() - start
-                if self.opts.duration_s is not None and self.looked(start) >= self.opts.duration_s:
-                    return "duration_reached"
-                if self.opts.until_sure and time.monotonic() >= next_sure:
-                    next_sure = time.monotonic() + SURE_CHECK_S
-                    if self._verdict_sure():
-                        return "verdict_sure"
-                if self._stop.wait(0.2):
-                    return "stopped"
-                if self.opts.progress and time.monotonic() >= next_progress:
-                    next_progress += 5.0
-                    self.log(self.progress_line(elapsed))
+            return self._look_until_done(start, auto)
         except (KeyboardInterrupt, _Interrupted):
             if self.popen is not None:
                 # the job got the same Ctrl-C; give it a moment to exit so its code is kept
@@ -289,6 +299,30 @@ class Session:
         finally:
             if own_handler:
                 signal.signal(signal.SIGTERM, old_term)
+
+    def _look_until_done(self, start: float, auto: AutoCapture) -> str:
+        """Look every 0.2 s until something ends the session; why it ended (_Interrupted
+        when the stop signals say so)."""
+        next_progress = next_sure = time.monotonic() + 5.0
+        while True:
+            if self.stop_signals is not None and self.stop_signals.stopping:
+                raise _Interrupted()
+            self.check_hung()
+            auto.tick()
+            if not self.target_alive():
+                return "target_exited"
+            elapsed = time.time() - start
+            if self.opts.duration_s is not None and self.looked(start) >= self.opts.duration_s:
+                return "duration_reached"
+            if self.opts.until_sure and time.monotonic() >= next_sure:
+                next_sure = time.monotonic() + SURE_CHECK_S
+                if self._verdict_sure():
+                    return "verdict_sure"
+            if self._stop.wait(0.2):
+                return "stopped"
+            if self.opts.progress and time.monotonic() >= next_progress:
+                next_progress += 5.0
+                self.log(self.progress_line(elapsed))
 
     def looked(self, start: float) -> float:
         """Seconds the --duration clock has run: from launch, restarted at the job's first

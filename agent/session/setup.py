@@ -14,7 +14,7 @@ from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.host.probe import HostProbe
 from gpudiag.probes.host.process import ProcessProbe
 from gpudiag.probes.inprocess.channel import HookProbe
-from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
 
 @dataclass
@@ -37,6 +37,17 @@ class SessionOptions:
     load_hooks: bool = False  # attach --hooks: load run's hooks into the running job
     attached: bool = False  # attach/watch: the job runs already (no start-up wait for py-spy)
     stacks_min_rate_hz: int | None = None  # the lowest py-spy rate the budget may set
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The job a session's report is about, and where the report goes: how the job is
+    profiled (`mode`: run, attach), its command, its pid and the report's path."""
+
+    mode: str
+    command: list[str]
+    pid: int
+    out: str
 
 
 @dataclass
@@ -63,10 +74,12 @@ def make_probes(
     the job's in-process hooks. With `ranks` > 1 the stack rates are split between the ranks
     (each further rank gets its own stack probe, agent.ranks)."""
     stacks = StackProbe(
-        rate_hz=opts.rate_hz,
-        window_s=opts.window_s,
-        gil_rate_hz=opts.gil_rate_hz,
-        nonblocking=opts.nonblocking,
+        StackConfig(
+            rate_hz=opts.rate_hz,
+            window_s=opts.window_s,
+            gil_rate_hz=opts.gil_rate_hz,
+            nonblocking=opts.nonblocking,
+        )
     )
     if opts.attached:
         stacks.startup_timeout_s = 0.0

@@ -8,7 +8,7 @@ import argparse
 import os
 import shlex
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpudiag.agent.cli.config import Settings
@@ -20,7 +20,13 @@ from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import report_of, write_report
 from gpudiag.agent.session.budget import default_cpu_budget
 from gpudiag.agent.session.environment import describe_environment
-from gpudiag.agent.session.session import Session, SessionOptions, SessionResult
+from gpudiag.agent.session.session import (
+    Session,
+    SessionOptions,
+    SessionParts,
+    SessionResult,
+    Subject,
+)
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.gpu.probe import hardware_summary
 from gpudiag.text.redact import redact_lines
@@ -92,13 +98,11 @@ class Wiring:
         self,
         outs: Outputs,
         server: MetricsServer | None,
-        mode: str,
-        command: list[str],
-        pid: int,
-        out: str,
+        subject: Subject,
         settings: Settings,
         opts: SessionOptions,
     ) -> None:
+        mode, command, pid, out = subject.mode, subject.command, subject.pid, subject.out
         self.outs, self.server, self.mode = outs, server, mode
         self.command, self.pid, self.out, self.settings = command, pid, out, settings
         self.timeline = Timeline(skip_steps=opts.skip_steps)
@@ -114,23 +118,25 @@ class Wiring:
 
             self.live = serve_job(server, doc, pid, command)
 
-    def kwargs(self) -> dict:
-        """The Session arguments: its timeline, sink, log and hang report."""
+    def parts(self, given: SessionParts) -> SessionParts:
+        """The session's parts: `given` (what the command has: probes, ranks, signals...)
+        with this wiring's timeline, sink, log and hang report."""
         sinks = (
             self.recorder.write if self.recorder else None,
             self.live.tap if self.live else None,
         )
-        more: dict = {
-            "timeline": self.timeline,
-            "sink": chain_sinks(*sinks) if any(sinks) else None,
-            "on_hang": self.hang_report,
-        }
+        parts = replace(
+            given,
+            timeline=self.timeline,
+            sink=chain_sinks(*sinks) if any(sinks) else None,
+            on_hang=self.hang_report,
+        )
         if self.outs.tui:
-            more["log"] = lambda msg: None  # the UI shows the status
-        return more
+            parts = replace(parts, log=lambda msg: None)  # the UI shows the status
+        return parts
 
     def built(self, session: Session) -> Session:
-        """The session made from kwargs() (the metrics endpoint reports it)."""
+        """The session made from parts() (the metrics endpoint reports it)."""
         self.session = session
         return session
 

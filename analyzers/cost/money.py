@@ -7,7 +7,7 @@ which price it used and where that came from.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import date
 
 from gpudiag.analyzers.cost.prices import SPOT_NOTE, Price
@@ -55,22 +55,28 @@ def per_unit(section: dict, metrics: dict, workload_kind: str | None, per_hour: 
         )
 
 
-def cost_analysis(
-    stats: list[GpuStats],
-    findings: list[Finding],
-    metrics: dict,
-    checkpoints: bool,
-    price: Price | None,
-    th: Thresholds,
-    *,
-    right: dict | None = None,
-    workload_kind: str | None = None,
-    run_day: date | None = None,
-) -> tuple[dict, list[Finding]]:
-    """The report's cost section, and the findings with their cost (plus COST001).
+@dataclass(frozen=True)
+class Spend:
+    """What the money is figured from: the GPUs seen, the run's metrics, the price (None: not
+    known), whether the job saves checkpoints (spot fits), the right-size projection COST001
+    points at (analyzers.cost.projection), the workload's kind and the day the run started
+    (for the price's age)."""
 
-    `right`: the right-size projection (analyzers.cost.projection) COST001 points at."""
-    used = [s for s in stats if s.job_uses_gpu and s.busy is not None]
+    stats: list[GpuStats]
+    metrics: dict
+    price: Price | None
+    checkpoints: bool = False
+    right: dict | None = None
+    workload_kind: str | None = None
+    run_day: date | None = None
+
+
+def cost_analysis(
+    spend: Spend, findings: list[Finding], th: Thresholds
+) -> tuple[dict, list[Finding]]:
+    """The report's cost section, and the findings with their cost (plus COST001)."""
+    price = spend.price
+    used = [s for s in spend.stats if s.job_uses_gpu and s.busy is not None]
     if not used:
         return {
             "available": False,
@@ -87,14 +93,14 @@ def cost_analysis(
     idle = sum(1.0 - (s.busy or 0.0) for s in used) / n
     section: dict = {
         "available": True,
-        "price": {**price.to_dict(), **price_age(price, run_day)},
+        "price": {**price.to_dict(), **price_age(price, spend.run_day)},
         "gpus": n,
         "gpu_model": used[0].name,
         **_money(per_hour),
         "gpu_idle_share": round(idle, 4),
         "idle": _money(per_hour * idle),
     }
-    per_unit(section, metrics, workload_kind, per_hour)
+    per_unit(section, spend.metrics, spend.workload_kind, per_hour)
     out = [
         replace(
             f, cost={"gpu_hours_per_hour": round(n * f.impact, 4), **_money(per_hour * f.impact)}
@@ -105,51 +111,56 @@ def cost_analysis(
     ]
     top = [f for f in out if f.severity in ("error", "warning")][:3]
     if top:
-        # the same number a top finding states: one fix, one prediction; a modelled figure
-        # before a bound (a bound says what no fix can beat, not what the fix gives)
-        first = next((f for f in top if f.speedup_kind == "model"), top[0])
-        speed = first.expected_speedup
-        idle_after = max(0.0, 1.0 - (1.0 - idle) * speed) if explains_gpu_idle(first.id) else idle
-        section["if_fixed"] = {
-            "findings": [first.id],
-            "expected_speedup": round(speed, 3),
-            "basis": first.speedup_basis,
-            "speedup_kind": first.speedup_kind,
-            "gpu_idle_share": round(idle_after, 4),
-            "idle": _money(per_hour * idle_after),
-            "usd_per_1000_steps": (
-                round(section["usd_per_1000_steps"] / speed, 4)
-                if section["usd_per_1000_steps"]
-                else None
-            ),
-            "usd_per_1000_units": (
-                round(section["usd_per_1000_units"] / speed, 4)
-                if section["usd_per_1000_units"]
-                else None
-            ),
-        }
-    sizing = right_size_line(right)
-    if checkpoints:
+        section["if_fixed"] = _if_fixed(section, top, idle, per_hour)
+    if spend.checkpoints:
         section["spot"] = {
             "applicable": True,
             "note": f"the job saves checkpoints regularly, so it can resume "
             f"after preemption: {SPOT_NOTE}",
         }
     if idle >= th.cost_idle_warn:
-        out.append(_cost001(used, idle, per_hour, price, top, sizing, checkpoints, th))
+        out.append(_cost001(spend, used, idle, price, top, th))
     return section, out
 
 
+def _if_fixed(section: dict, top: list[Finding], idle: float, per_hour: float) -> dict:
+    """The money if the top finding were fixed: the same number a top finding states (one
+    fix, one prediction); a modelled figure before a bound (a bound says what no fix can
+    beat, not what the fix gives)."""
+    first = next((f for f in top if f.speedup_kind == "model"), top[0])
+    speed = first.expected_speedup
+    idle_after = max(0.0, 1.0 - (1.0 - idle) * speed) if explains_gpu_idle(first.id) else idle
+    return {
+        "findings": [first.id],
+        "expected_speedup": round(speed, 3),
+        "basis": first.speedup_basis,
+        "speedup_kind": first.speedup_kind,
+        "gpu_idle_share": round(idle_after, 4),
+        "idle": _money(per_hour * idle_after),
+        "usd_per_1000_steps": (
+            round(section["usd_per_1000_steps"] / speed, 4)
+            if section["usd_per_1000_steps"]
+            else None
+        ),
+        "usd_per_1000_units": (
+            round(section["usd_per_1000_units"] / speed, 4)
+            if section["usd_per_1000_units"]
+            else None
+        ),
+    }
+
+
 def _cost001(
+    spend: Spend,
     used: list[GpuStats],
     idle: float,
-    per_hour: float,
     price: Price,
     top: list[Finding],
-    sizing: str | None,
-    checkpoints: bool,
     th: Thresholds,
 ) -> Finding:
+    per_hour = len(used) * price.usd_per_gpu_hour
+    sizing = right_size_line(spend.right)
+    checkpoints = spend.checkpoints
     day = per_hour * 24
     ev = (
         Evidence(

@@ -14,7 +14,7 @@ the analysis says the signal is missing instead of guessing.
 
 from __future__ import annotations
 
-from gpudiag.analyzers.distributed.findings import dist001, dist003
+from gpudiag.analyzers.distributed.findings import Straggler, dist001, dist003
 from gpudiag.analyzers.distributed.ranks import (
     CAUSES,
     RANK_PARTS,
@@ -58,14 +58,14 @@ def straggler(ranks: list[RankStats], th: Thresholds) -> tuple[list[Finding], di
     lost = sum(gaps) / len(gaps)
     hidden = _hidden_wait(known, th)
     if min(gaps) >= th.dist_straggler_gap and (hidden is None or hidden[1] <= lost):
-        return [dist001(culprit, victims, lost, th)], {
+        return [dist001(Straggler(culprit, victims, lost), th)], {
             "decided": True,
             "straggler": culprit.rank,
         }
     if hidden is not None:  # a larger wait hidden under backward (DDP) than in collectives
         culprit, lost = hidden
         victims = [r for r in known if r is not culprit]
-        return [dist001(culprit, victims, lost, th, hidden=True)], {
+        return [dist001(Straggler(culprit, victims, lost, hidden=True), th)], {
             "decided": True,
             "straggler": culprit.rank,
             "basis": "the others' wait hidden under backward (DDP): inferred from shares",
@@ -128,7 +128,7 @@ def _straggler_measured(ranks: list[RankStats], th: Thresholds) -> tuple[list[Fi
     if min(gaps) >= th.dist_straggler_gap:
         enough = all(r.samples >= th.dist_min_rank_samples for r in ranks)
         parts = {r.rank: adjusted_parts(r) for r in ranks} if enough else None
-        f = dist001(culprit, victims, lost, th, wait=hook_wait, parts=parts)
+        f = dist001(Straggler(culprit, victims, lost, wait=hook_wait, parts=parts), th)
         return [f], {"decided": True, "straggler": culprit.rank, "basis": basis}
     if max(gaps) >= th.dist_straggler_gap:
         return [], {

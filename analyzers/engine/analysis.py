@@ -73,8 +73,9 @@ def analyze(
         if win.found and isinstance(tl, Timeline)
         else (tl.whole() if isinstance(tl, Timeline) else tl)
     )
-    analysis = _analyze_view(tl, view, win, th, clf, price, price_table)
-    return replace(analysis, periods=periods_of(tl, win, th, clf, price, price_table))
+    prices = Prices(price, price_table or {})
+    analysis = _analyze_view(tl, view, win, th, clf, prices)
+    return replace(analysis, periods=periods_of(tl, win, th, clf, prices))
 
 
 def periods_of(
@@ -82,8 +83,7 @@ def periods_of(
     win: LoopWindow,
     th: Thresholds,
     clf: Classifier,
-    price: Price | None,
-    price_table: dict[str, float] | None,
+    prices: Prices,
 ) -> list[dict]:
     """The loop cut into periods, each with its own top finding: when the job changed (healthy
     for 20 hours, then starved for 4) the report says when. Empty for a loop shorter than two
@@ -103,7 +103,7 @@ def periods_of(
     out = []
     for i in range(n):
         s0, s1 = a + i * step, a + (i + 1) * step
-        part = _analyze_view(None, tl.window(s0, s1), win, th, clf, price, price_table)
+        part = _analyze_view(None, tl.window(s0, s1), win, th, clf, prices)
         top = next((f for f in part.findings if f.severity in ("error", "warning")), None)
         idle = part.critical_path.gpu_idle if part.critical_path else None
         out.append(
@@ -127,17 +127,16 @@ def _analyze_view(
     win: LoopWindow,
     th: Thresholds,
     clf: Classifier,
-    price: Price | None,
-    price_table: dict[str, float] | None,
+    prices: Prices,
 ) -> Analysis:
-    c = build_context(tl, view, win, th, clf, Prices(price, price_table or {}))
-    c = replace(c, price=resolve_price(list(c.stats), price, price_table or {}))
+    c = build_context(tl, view, win, th, clf, prices)
+    c = replace(c, price=resolve_price(list(c.stats), prices.current, prices.table))
     found = run_finders(c)
     for st in c.stats:
         c.metrics[f"gpu{st.index}_busy"] = st.busy
         c.metrics[f"gpu{st.index}_vram_peak_bytes"] = st.mem_peak
     c.metrics["gpus"] = float(len(c.stats))
-    done = finalize(found, c, price, price_table)
+    done = finalize(found, c, prices.current, prices.table)
     return Analysis(
         c.profile.breakdown,
         done.findings,

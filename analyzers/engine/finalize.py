@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 
-from gpudiag.analyzers.cost.money import checkpoints_seen, cost_analysis
+from gpudiag.analyzers.cost.money import Spend, checkpoints_seen, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import resolve_price
 from gpudiag.analyzers.engine.catalogue import category, explains_gpu_idle, ranked
@@ -39,17 +39,16 @@ def finalize(
     """Rank, price and judge the findings of one context."""
     findings = ranked([with_gpu_idle(f, c.cp) for f in found])
     chosen = resolve_price(list(c.stats), price, price_table or {})
-    cost, findings = cost_analysis(
+    spend = Spend(
         list(c.stats),
-        findings,
         c.metrics,
-        checkpoints_seen(findings, c.profile.share("checkpoint")),
         chosen,
-        c.th,
+        checkpoints_seen(findings, c.profile.share("checkpoint")),
         right=c.right_size,
         workload_kind=c.workload.kind if c.workload else None,
         run_day=run_day(c.view.start_ns),
     )
+    cost, findings = cost_analysis(spend, findings, c.th)
     findings = ranked(findings)
     return Finished(tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th))
 

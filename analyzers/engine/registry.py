@@ -4,16 +4,26 @@ per analysed span); the context's `found` holds the findings made before it (the
 explains the GPU idle the host-side ones left over). `analyze` runs them all, then
 `finalize` ranks them, prices them and gives the verdict. A new finding goes inside the
 `find` of its family's module (see CONTRIBUTING.md); a new family's module is added here.
-The passes that add findings after the analysis (a distributed job's ranks, `merge`) rank
-them in through `finalize.with_more`."""
+
+The findings decided after the analysis, over more than one context, come from the second
+passes registered here too (`SECOND_PASSES`): each a function over its one typed input that
+returns `Passed` (its findings and its part of the report). A session ranks a pass's findings
+in with `finalize.with_more`; a pass over report documents returns them ranked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
 
+from gpudiag.analyzers.distributed.passes import (
+    RanksSeen,
+    ReportsMerged,
+    merged_findings,
+    rank_findings,
+)
 from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Finding
+from gpudiag.analyzers.engine.results import F, Finding, Passed
 from gpudiag.analyzers.findings import (
     checkpoint,
     data,
@@ -29,6 +39,7 @@ from gpudiag.analyzers.findings import (
     sync,
     unexplained,
 )
+from gpudiag.analyzers.measures.capture import CaptureSeen, capture_findings
 
 Finder = Callable[[Context], list[Finding]]
 
@@ -55,3 +66,25 @@ def run_finders(c: Context, finders: tuple[Finder, ...] = FINDERS) -> list[Findi
     for finder in finders:
         found += finder(replace(c, found=tuple(found)))
     return found
+
+
+In = TypeVar("In")
+
+
+@dataclass(frozen=True)
+class SecondPass(Generic[In, F]):
+    """A pass that decides findings after the analysis: its name and its function over its one
+    typed input."""
+
+    name: str
+    run: Callable[[In], Passed[F]]
+
+
+# a multi-rank session's ranks compared: the DIST findings, ranked in by `finalize.with_more`
+RANKS: SecondPass[RanksSeen, Finding] = SecondPass("ranks", rank_findings)
+# `gpudiag merge`: the ranks compared across per-host reports, with each report's findings
+MERGE: SecondPass[ReportsMerged, dict] = SecondPass("merge", merged_findings)
+# a report's profiler capture: its evidence in the findings it confirms or refutes
+CAPTURE: SecondPass[CaptureSeen, dict] = SecondPass("capture", capture_findings)
+
+SECOND_PASSES: tuple[SecondPass, ...] = (RANKS, MERGE, CAPTURE)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 CATEGORIES = (
     "data_wait",
@@ -146,3 +146,16 @@ def speedup_from_step(after: float) -> float:
 def speedup_from_impact(impact: float) -> float:
     """The speed-up if a cost of `impact` (share of wall time) went away entirely."""
     return speedup_from_step(1.0 - impact)
+
+
+F = TypeVar("F", Finding, dict)
+
+
+@dataclass(frozen=True)
+class Passed(Generic[F]):
+    """What a second pass decides (`engine/registry.py`'s `SECOND_PASSES`): its findings
+    (objects, or report dicts for a pass over report documents) and its own part of the report
+    (the straggler decision, the capture with its checks)."""
+
+    findings: list[F]
+    part: dict

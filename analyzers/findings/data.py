@@ -16,7 +16,11 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.findings.loaders import loader_on_cpu, waiting_loaders_finding
+from gpudiag.analyzers.findings.loaders import (
+    WaitingLoaders,
+    loader_on_cpu,
+    waiting_loaders_finding,
+)
 from gpudiag.analyzers.findings.worker_churn import churn_findings
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.rules import user_location
@@ -293,10 +297,8 @@ def data_findings(
     )
     if waits:
         off = 1.0 - (ld.on_cpu or 0.0)
-        found = waiting_loaders_finding(
-            profile, w.share, ld.workers, off, ld.floor, w.conf, w.impact, th, ev, loc, ld.where
-        )
-        return [found]
+        seen = WaitingLoaders(w.share, ld.workers, off, ld.floor, w.conf, w.impact, ld.where)
+        return [waiting_loaders_finding(seen, th, ev, loc)]
     no_room = ld.free is not None and ld.free < th.min_free_cores
     if ld.fills_cores or no_room:
         return [_crowded(w, ld, metrics, th, ev, loc)]

@@ -9,7 +9,7 @@ could overlap with the model's work.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
@@ -24,7 +24,6 @@ from gpudiag.analyzers.engine.results import (
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.data import loader_cores
 from gpudiag.analyzers.measures.accounting import code_family
-from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack
 from gpudiag.analyzers.measures.summary import confidence_above
@@ -69,31 +68,61 @@ def user_code_share(
     return n / profile.samples, top
 
 
-def host_findings(
-    view: Aggregate,
-    profile: LoopProfile,
-    clf: Classifier,
-    shares: dict[str, float],
-    cp: CriticalPath,
-    metrics: dict,
-    th: Thresholds,
-) -> list[Finding]:
+@dataclass(frozen=True)
+class _Fix:
+    """HOST001's words and model: the message, the change, its speed-up and how it was made."""
+
+    message: str
+    summary: str
+    actions: tuple[str, ...]
+    speedup: float
+    kind: str  # "model" or "bound"
+    basis: str
+
+
+def host_findings(c: Context) -> list[Finding]:
     """HOST001 when host work is the critical path (with a GPU), or user code fills the loop."""
+    profile, th = c.profile, c.th
     if profile.samples < th.stack_floor_samples:
         return []
-    user, site = user_code_share(view, profile, clf)
-    idle = cp.gpu_idle
+    user, site = user_code_share(c.view, profile, c.clf)
+    idle = c.cp.gpu_idle
     if idle is None:
         if user < th.host_user_code_warn:
             return []
-        return [_user_code(user, site, None, user, metrics, th, profile.samples)]
-    if cp.host_bound < th.host_bound_warn or profile.samples < th.min_loop_samples:
+        return [_user_code(c, user, site, None, user)]
+    if c.cp.host_bound < th.host_bound_warn or profile.samples < th.min_loop_samples:
         return []
-    impact = cp.host_bound
-    opt = shares.get("optimizer", 0.0)
-    kind = _optimizer_kind(profile)
-    if user >= th.host_user_code_warn and user > opt:
-        return [_user_code(user, site, idle, impact, metrics, th, profile.samples)]
+    impact = c.cp.host_bound
+    if user >= th.host_user_code_warn and user > c.shares.get("optimizer", 0.0):
+        return [_user_code(c, user, site, idle, impact)]
+    return [_host_bound(c, idle, impact)]
+
+
+def _host_bound(c: Context, idle: float, impact: float) -> Finding:
+    """HOST001 for launch and Python overhead: the host is the critical path of a GPU loop."""
+    fix = _host_fix(c, idle, impact)
+    return new_finding(
+        "HOST001",
+        c.th,
+        confidence=0.9,
+        impact=impact,
+        message=fix.message,
+        evidence=_host_evidence(c, idle, impact),
+        recommendation=Recommendation(fix.summary, fix.actions),
+        expected_speedup=fix.speedup,
+        location=None,
+        signals=("nvml utilization", "stacks", "procfs"),
+        speedup_basis=fix.basis,
+        fix={"kind": "optimizer", "values": {"fused": True}}
+        if fix.summary.startswith("Use a fused")
+        else None,
+        speedup_kind=fix.kind,
+    )
+
+
+def _host_evidence(c: Context, idle: float, impact: float) -> tuple[Evidence, ...]:
+    th = c.th
     ev = [
         Evidence(
             "host_bound_gpu_idle",
@@ -106,100 +135,99 @@ def host_findings(
         ),
         Evidence("gpu_idle_share", round(idle, 4), "ratio", source="nvml utilization"),
     ]
-    loop_cpu = metrics.get("loop_thread_cpu")
+    loop_cpu = c.metrics.get("loop_thread_cpu")
     if loop_cpu is not None:
         ev.append(
             Evidence("loop_thread_cpu", round(loop_cpu, 4), "ratio", source="procfs schedstat")
         )
-    for c in ("forward", "backward", "optimizer"):
+    for cat in ("forward", "backward", "optimizer"):
         ev.append(
-            Evidence(f"loop_share[{c}]", round(shares.get(c, 0.0), 4), "ratio", source="stacks")
+            Evidence(
+                f"loop_share[{cat}]", round(c.shares.get(cat, 0.0), 4), "ratio", source="stacks"
+            )
         )
+    return tuple(ev)
+
+
+def _host_fix(c: Context, idle: float, impact: float) -> _Fix:
+    """A fused optimizer when a per-parameter one takes its share, else fewer launches."""
+    shares = c.shares
+    opt = shares.get("optimizer", 0.0)
+    kind = _optimizer_kind(c.profile)
     floor = speedup_from_impact(idle)  # the step cannot beat the GPU's busy time
-    phases = {c: shares.get(c, 0.0) for c in ("forward", "backward", "optimizer")}
-    top = max(phases, key=phases.__getitem__)
-    if kind in OPTIMIZER_CUT and opt >= th.host_optimizer_min:
+    lead = (
+        f"The GPU idles {idle:.0%} of the loop while the loop thread is busy on the "
+        f"CPU: {impact:.0%} of the time the host is the critical path"
+    )
+    if kind in OPTIMIZER_CUT and opt >= c.th.host_optimizer_min:
         cut = OPTIMIZER_CUT[kind]
-        speed = min(floor, speedup_from_impact(cut * opt))
-        msg = (
-            f"The GPU idles {idle:.0%} of the loop while the loop thread is busy on the "
-            f"CPU: {impact:.0%} of the time the host is the critical path. The optimizer "
-            f"takes {opt:.0%} of the loop, stepping {kind}: one small kernel per parameter "
-            f"and operation, each paying the launch cost."
-        )
-        actions: tuple[str, ...] = (
-            "torch.optim.AdamW(..., fused=True) (or foreach=True where fused is not "
-            "supported): one multi-tensor launch instead of one per parameter",
-            "then, for the forward and backward launches: torch.compile(model), or "
-            "CUDA graphs with torch.compile(model, mode='reduce-overhead')",
-            "a larger batch does more work per launch (see MEM001 for the room there is)",
-        )
-        speed_kind = "model"
-        basis = (
+        return _Fix(
+            f"{lead}. The optimizer takes {opt:.0%} of the loop, stepping {kind}: one small "
+            "kernel per parameter and operation, each paying the launch cost.",
+            "Use a fused (or foreach) optimizer, then compile the model",
+            (
+                "torch.optim.AdamW(..., fused=True) (or foreach=True where fused is not "
+                "supported): one multi-tensor launch instead of one per parameter",
+                "then, for the forward and backward launches: torch.compile(model), or "
+                "CUDA graphs with torch.compile(model, mode='reduce-overhead')",
+                "a larger batch does more work per launch (see MEM001 for the room there is)",
+            ),
+            min(floor, speedup_from_impact(cut * opt)),
+            "model",
             f"the optimizer's host time ({opt:.0%} of the step) cut by {cut:.0%} with a "
             f"{'fused' if kind == 'foreach' else 'fused/foreach'} optimizer; capped by the "
-            f"GPU's busy time (x{floor:.2f})"
+            f"GPU's busy time (x{floor:.2f})",
         )
-        summary = "Use a fused (or foreach) optimizer, then compile the model"
-    else:
-        speed = floor
-        msg = (
-            f"The GPU idles {idle:.0%} of the loop while the loop thread is busy on the "
-            f"CPU: {impact:.0%} of the time the host is the critical path, mostly in "
-            f"{top} ({phases[top]:.0%} of the loop): Python and kernel-launch overhead of "
-            "many small operations."
-        )
-        actions = (
-            "CUDA graphs: torch.compile(model, mode='reduce-overhead') replays the "
-            "step's kernels with one launch",
-            "torch.compile(model) fuses small ops into fewer kernels",
-            "a larger batch does more work per launch (see MEM001 for the room there is)",
-        )
-        if kind == "fused":
-            actions += ("the optimizer is already fused",)
-        basis = (
-            f"a bound: x{floor:.2f} if launch overhead went away and the GPU's busy time "
-            "set the step"
-        )
-        speed_kind = "bound"
-        summary = "Cut launch overhead: CUDA graphs / torch.compile, bigger batches"
-    return [
-        new_finding(
-            "HOST001",
-            th,
-            confidence=0.9,
-            impact=impact,
-            message=msg,
-            evidence=tuple(ev),
-            recommendation=Recommendation(summary, actions),
-            expected_speedup=speed,
-            location=None,
-            signals=("nvml utilization", "stacks", "procfs"),
-            speedup_basis=basis,
-            fix={"kind": "optimizer", "values": {"fused": True}}
-            if summary.startswith("Use a fused")
-            else None,
-            speedup_kind=speed_kind,
-        )
-    ]
+    phases = {p: shares.get(p, 0.0) for p in ("forward", "backward", "optimizer")}
+    top = max(phases, key=phases.__getitem__)
+    actions: tuple[str, ...] = (
+        "CUDA graphs: torch.compile(model, mode='reduce-overhead') replays the "
+        "step's kernels with one launch",
+        "torch.compile(model) fuses small ops into fewer kernels",
+        "a larger batch does more work per launch (see MEM001 for the room there is)",
+    )
+    if kind == "fused":
+        actions += ("the optimizer is already fused",)
+    return _Fix(
+        f"{lead}, mostly in {top} ({phases[top]:.0%} of the loop): Python and kernel-launch "
+        "overhead of many small operations.",
+        "Cut launch overhead: CUDA graphs / torch.compile, bigger batches",
+        actions,
+        floor,
+        "bound",
+        f"a bound: x{floor:.2f} if launch overhead went away and the GPU's busy time set the step",
+    )
 
 
 def _user_code(
-    user: float,
-    site: Location | None,
-    idle: float | None,
-    impact: float,
-    metrics: dict,
-    th: Thresholds,
-    samples: float,
+    c: Context, user: float, site: Location | None, idle: float | None, impact: float
 ) -> Finding:
-    cpu_count = int(metrics.get("cpu_count") or 1)
-    cores, _phys, _assumed = loader_cores(cpu_count, metrics.get("cpu_physical"))
+    """HOST001 for the job's own Python in the loop: move it to workers, or make it cheaper."""
+    th, samples = c.th, c.profile.samples
+    fix = _user_code_fix(c.metrics, th, user, site, idle)
+    return new_finding(
+        "HOST001",
+        th,
+        # below min_loop_samples, how sure follows from the share against its threshold
+        confidence=0.9
+        if samples >= th.min_loop_samples
+        else min(0.9, confidence_above(user, th.host_user_code_warn, samples)),
+        impact=impact,
+        message=fix.message,
+        evidence=_user_code_evidence(c.metrics, th, user, idle),
+        recommendation=Recommendation(fix.summary, fix.actions),
+        expected_speedup=fix.speedup,
+        location=site,
+        signals=("stacks", "procfs"),
+        speedup_basis=fix.basis,
+        speedup_kind=fix.kind,
+    )
+
+
+def _user_code_evidence(
+    metrics: dict, th: Thresholds, user: float, idle: float | None
+) -> tuple[Evidence, ...]:
     free = metrics.get("host_free_cores")
-    room = free is None or free >= th.min_free_cores
-    workers = max(1, min(cores, int(round(free)) if free is not None else cores))
-    where = f"{site.function} ({site.file}:{site.line})" if site else "the job's own code"
-    name = site.function if site else "this work"
     ev = [
         Evidence(
             "loop_share_in_user_code",
@@ -218,67 +246,66 @@ def _user_code(
                 round(free, 2),
                 "cores",
                 th.min_free_cores,
-                ">=" if room else "<",
+                ">=" if free >= th.min_free_cores else "<",
                 "min_free_cores",
                 "procfs",
             )
         )
     if idle is not None:
         ev.append(Evidence("gpu_idle_share", round(idle, 4), "ratio", source="nvml utilization"))
+    return tuple(ev)
+
+
+def _user_code_fix(
+    metrics: dict, th: Thresholds, user: float, site: Location | None, idle: float | None
+) -> _Fix:
+    """Spread over workers when the box has idle cores; else a bound: make it cheaper."""
+    cpu_count = int(metrics.get("cpu_count") or 1)
+    cores, _phys, _assumed = loader_cores(cpu_count, metrics.get("cpu_physical"))
+    free = metrics.get("host_free_cores")
+    workers = max(1, min(cores, int(round(free)) if free is not None else cores))
+    where = f"{site.function} ({site.file}:{site.line})" if site else "the job's own code"
+    name = site.function if site else "this work"
     msg = (
         f"The loop spends {user:.0%} of its time in the job's own Python, most of it in "
         f"{where}, not in the model: per-batch work done inline holds the loop (and the "
         "GPU, when there is one) back."
     )
-    if room:
+    if free is None or free >= th.min_free_cores:
         after = max(1.0 - user, user / workers)
         if idle is not None:
             after = max(after, 1.0 - idle)
-        speed = speedup_from_step(after)
-        speed_kind = "model"
-        basis = (
+        return _Fix(
+            msg,
+            f"Take {where} out of the loop thread",
+            (
+                f"move {name} into the Dataset's __getitem__ or a collate_fn and load with "
+                f"DataLoader(..., num_workers={workers}), so it overlaps the model's work",
+                "batch or vectorise it (one call per batch, numpy/torch ops instead of a "
+                "Python loop per item)",
+                "or cache its results when the same inputs repeat",
+            ),
+            speedup_from_step(after),
+            "model",
             f"the user-code share ({user:.0%}) spread over {workers} worker"
             f"{'s' if workers != 1 else ''} and overlapped with the rest of the loop"
-            + ("; capped by the GPU's busy time" if idle is not None else "")
+            + ("; capped by the GPU's busy time" if idle is not None else ""),
         )
-        actions = (
-            f"move {name} into the Dataset's __getitem__ or a collate_fn and load with "
-            f"DataLoader(..., num_workers={workers}), so it overlaps the model's work",
-            "batch or vectorise it (one call per batch, numpy/torch ops instead of a "
-            "Python loop per item)",
-            "or cache its results when the same inputs repeat",
-        )
-    else:
-        speed = speedup_from_impact(user)
-        basis = (
-            f"a bound: x{speed:.2f} if {name} cost nothing (no idle core to move it to: "
-            "make it cheaper)"
-        )
-        speed_kind = "bound"
-        msg += f" The CPU has no idle core ({free:.1f} free), so make it cheaper."
-        actions = (
+    speed = speedup_from_impact(user)
+    return _Fix(
+        msg + f" The CPU has no idle core ({free:.1f} free), so make it cheaper.",
+        f"Take {where} out of the loop thread",
+        (
             f"batch or vectorise {name} (one call per batch, numpy/torch ops instead "
             "of a Python loop per item), or use a native implementation (e.g. a Rust "
             "'fast' tokenizer)",
             "cache its results when the same inputs repeat",
             "with idle cores, move it into DataLoader workers (Dataset.__getitem__ or collate_fn)",
-        )
-    return new_finding(
-        "HOST001",
-        th,
-        # below min_loop_samples, how sure follows from the share against its threshold
-        confidence=0.9
-        if samples >= th.min_loop_samples
-        else min(0.9, confidence_above(user, th.host_user_code_warn, samples)),
-        impact=impact,
-        message=msg,
-        evidence=tuple(ev),
-        recommendation=Recommendation(f"Take {where} out of the loop thread", actions),
-        expected_speedup=speed,
-        location=site,
-        signals=("stacks", "procfs"),
-        speedup_basis=basis,
-        speedup_kind=speed_kind,
+        ),
+        speed,
+        "bound",
+        f"a bound: x{speed:.2f} if {name} cost nothing (no idle core to move it to: "
+        "make it cheaper)",
     )
 
 
@@ -297,4 +324,4 @@ def find(c: Context) -> list[Finding]:
     evaluation = next((f for f in c.found if f.id == "EVAL001"), None)
     if evaluation is not None:  # the evaluation pass's host time is EVAL001's
         cp = replace(cp, host_bound=cp.host_bound * (1.0 - min(1.0, evaluation.impact)))
-    return host_findings(c.view, c.profile, c.clf, c.shares, cp, c.metrics, c.th)
+    return host_findings(replace(c, cp=cp))

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_step
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Location,
+    Recommendation,
+    speedup_from_step,
+)
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import LoopProfile
 
@@ -34,21 +41,27 @@ def loader_on_cpu(profile: LoopProfile, metrics: dict, workers: int) -> float | 
     return min(1.0, max(0.0, busy - rest) / load)
 
 
+@dataclass(frozen=True)
+class WaitingLoaders:
+    """What DATA001 for waiting loaders rests on: the loop's wait for batches (its share,
+    confidence and impact), the loaders and their off-CPU share of their loading time, the
+    GPU's busy bound on the speed-up (`floor`) and where the loading happens, in words."""
+
+    wait: float
+    workers: int
+    off: float
+    floor: float | None
+    conf: float
+    impact: float
+    where: str
+
+
 def waiting_loaders_finding(
-    profile: LoopProfile,
-    wait: float,
-    workers: int,
-    off: float,
-    floor: float | None,
-    conf: float,
-    impact: float,
-    th: Thresholds,
-    ev: list[Evidence],
-    loc,
-    where: str,
+    w: WaitingLoaders, th: Thresholds, ev: list[Evidence], loc: Location | None
 ) -> Finding:
     """DATA001 for loaders that wait (sleep, network, object store): more workers overlap the
     waits whatever the idle cores, since a waiting loader needs little CPU."""
+    wait, workers, off, floor = w.wait, w.workers, w.off, w.floor
     rest = max(1e-3, 1.0 - wait)
     load = wait if workers == 0 else float(workers)  # the step normalised to 1
     n = max(workers + 1, 2, math.ceil(load / rest - 1e-9))
@@ -58,7 +71,7 @@ def waiting_loaders_finding(
     msg = (
         f"The loop waits for batches {wait:.0%} of the time (num_workers={workers}), and the "
         f"loaders are off-CPU {off:.0%} of their loading time: they wait (a sleep, a network "
-        f"or object-store read), they do not compute.{where} More workers overlap those waits "
+        f"or object-store read), they do not compute.{w.where} More workers overlap those waits "
         "even on a busy box."
     )
     actions = (
@@ -70,8 +83,8 @@ def waiting_loaders_finding(
     return new_finding(
         "DATA001",
         th,
-        confidence=conf,
-        impact=impact,
+        confidence=w.conf,
+        impact=w.impact,
         message=msg,
         evidence=tuple(ev),
         recommendation=Recommendation(f"Overlap the loaders' waits: num_workers={n}", actions),

@@ -4,14 +4,37 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.catalogue import explains_gpu_idle
+from gpudiag.analyzers.engine.results import Passed
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 MAX_ROWS = 50  # top ops, kernels, copies, syncs kept
 MAX_EVENTS = 4096  # events kept for the trace export
 KEYS = ("top_ops", "top_kernels", "copies", "syncs")
+
+
+@dataclass(frozen=True)
+class CaptureSeen:
+    """The `capture` pass's input: a report's findings, the capture (`capture_of`), and the
+    GPU idle share of the loop the findings were decided on."""
+
+    findings: list[dict]
+    capture: dict
+    gpu_idle: float | None
+    th: Thresholds
+
+
+def capture_findings(seen: CaptureSeen) -> Passed[dict]:
+    """The report's findings with the capture's evidence in those it confirms or refutes; the
+    part is the capture with its checks."""
+    checks, evidence = capture_checks(seen.findings, seen.capture, seen.gpu_idle, seen.th)
+    findings = [
+        dict(f, evidence=list(f["evidence"]) + evidence.get(f["id"], [])) for f in seen.findings
+    ]
+    return Passed(findings, dict(seen.capture, checks=checks))
 
 
 def _num(v) -> float | None:

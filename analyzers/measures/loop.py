@@ -191,21 +191,24 @@ def _other_python_cpu(tl: Aggregate, loop: ThreadKey) -> tuple[float | None, dic
     return (sum(per.values()) if per else None), per
 
 
-def _gil_stats(
-    tl: Aggregate,
-    loop: ThreadKey,
-    shares: dict[str, float],
-    loop_cpu: float | None,
-    loop_rq: float | None,
-    blocking: tuple[str, ...],
-    other_min: float = 0.20,
-    idle: float = 0.0,
-) -> GilStats | None:
-    w = tl.windows.get("gil")
-    ticks = w.ticks if w else 0.0
-    other_cpu, per_cpu = _other_python_cpu(tl, loop)
-    if ticks <= 0 and not other_cpu:
-        return None
+@dataclass(frozen=True)
+class LoopTime:
+    """The loop thread's time as the GIL check reads it: its shares, its CPU and run-queue
+    wait (schedstat), the categories that keep it off the CPU without the GIL, and the share
+    it sits idle waiting for work."""
+
+    shares: dict[str, float]
+    cpu: float | None
+    runqueue: float | None
+    blocking: tuple[str, ...]
+    idle: float = 0.0
+
+
+def _gil_holders(
+    tl: Aggregate, loop: ThreadKey, ticks: float, per_cpu: dict[int, float]
+) -> tuple[list[tuple[str, float, str]], float, float]:
+    """The other threads that hold the GIL (name, share, where), largest first, and the
+    --gil ticks of the loop thread and of the others."""
     names: dict[int, str] = {}
     for key in tl.threads("all", "target") + tl.threads("gil", "target"):
         names.setdefault(key.tid, key.thread or f"tid {key.tid}")
@@ -228,18 +231,30 @@ def _gil_stats(
     if not holders:  # no --gil ticks: the threads' CPU names them
         holders = [(names[t], min(1.0, c), "") for t, c in per_cpu.items() if c > 0]
     holders.sort(key=lambda h: -h[1])
+    return holders, loop_n, other_n
+
+
+def _gil_stats(
+    tl: Aggregate, loop: ThreadKey, lt: LoopTime, other_min: float = 0.20
+) -> GilStats | None:
+    w = tl.windows.get("gil")
+    ticks = w.ticks if w else 0.0
+    other_cpu, per_cpu = _other_python_cpu(tl, loop)
+    if ticks <= 0 and not other_cpu:
+        return None
+    holders, loop_n, other_n = _gil_holders(tl, loop, ticks, per_cpu)
     # Who holds the GIL: py-spy's --gil ticks, and the other Python threads' CPU (schedstat,
     # read every 0.2-1 s whatever py-spy's rate): a pure-Python thread on a CPU holds it.
     # The larger counts: on a busy box a holder is often preempted, and the ticks undercount.
     other = min(1.0, max(other_n / ticks if ticks else 0.0, other_cpu or 0.0))
-    blocked = sum(shares.get(c, 0.0) for c in blocking) + idle
-    off = None if loop_cpu is None else max(0.0, 1.0 - loop_cpu - (loop_rq or 0.0))
+    blocked = sum(lt.shares.get(c, 0.0) for c in lt.blocking) + lt.idle
+    off = None if lt.cpu is None else max(0.0, 1.0 - lt.cpu - (lt.runqueue or 0.0))
     # A thread handed the GIL must then get a CPU: while the job's own threads fill the
     # cores (the GIL holders, the intra-op pool) that wait is run-queue time, not sleep
     # (measured: one metrics thread on 2 idle cores: loop off-CPU 6%, run-queue 40%).
     # Run-queue time is the GIL's for the part the job's own threads cause, not the part
     # other processes do (HOST002).
-    own_rq, _ = runqueue_split(tl, loop_cpu, loop_rq)
+    own_rq, _ = runqueue_split(tl, lt.cpu, lt.runqueue)
     # Not-running time the blocking work does not explain is the wait for the GIL once other
     # threads are seen holding it (gil_findings tests that). Below other_min the others'
     # hold is too small to name: capped by it.
@@ -291,7 +306,7 @@ def profile_loop(
     if total <= 0:
         # no loop yet (a look that saw only start-up): the GIL can still be judged from the
         # thread's schedstat, since a thread starved of it is starved whatever it runs
-        gil = _gil_stats(tl, key, {}, loop_cpu, loop_rq, BLOCKING, gil_other_min)
+        gil = _gil_stats(tl, key, LoopTime({}, loop_cpu, loop_rq, BLOCKING), gil_other_min)
         return LoopProfile(
             key,
             0.0,
@@ -319,7 +334,8 @@ def profile_loop(
     if idle_waits:
         waiting = (s for s in stacks if clf.category(s.stack, s.code) == "other")
         idle = sum(s.count for s in waiting if clf.is_waiting(s.stack, s.code)) / total
-    gil = _gil_stats(tl, key, shares, loop_cpu, loop_rq, blocking, gil_other_min, idle)
+    lt = LoopTime(shares, loop_cpu, loop_rq, blocking, idle)
+    gil = _gil_stats(tl, key, lt, gil_other_min)
     if gil is not None and gil.wait_share > 0:
         pool = sum(shares.get(c, 0.0) for c in compute_like)
         take = min(gil.wait_share, pool)

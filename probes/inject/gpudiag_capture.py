@@ -116,11 +116,37 @@ def summarise(trace: dict, marks: list[float]) -> dict:
     gpu = kernels + by_cat.get("gpu_memcpy", []) + by_cat.get("gpu_memset", [])
     loop_tid = steps[0].get("tid") if steps else None
     ops = [e for e in by_cat.get("cpu_op", []) if loop_tid is None or e.get("tid") == loop_tid]
-    device = "cuda" if gpu else "cpu"
-    busy_src = _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in (gpu if gpu else ops)])
     t0 = steps[0]["ts"] if steps else min((e["ts"] for e in evs), default=0.0)
+    busy_src = _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in (gpu if gpu else ops)])
+    rows, idle_by, over = _steps(steps, marks, busy_src, _host_spans(by_cat), t0)
+    matrix = [e for e in kernels if MATRIX_RE.search(e["name"])]
+    mt = sum(e.get("dur", 0.0) for e in matrix)
+    tc = sum(e.get("dur", 0.0) for e in matrix if TENSOR_CORE_RE.search(e["name"]))
+    kept = sorted(ops + gpu, key=lambda e: -e.get("dur", 0.0))[:MAX_EVENTS]
+    return {
+        "device": "cuda" if gpu else "cpu",
+        "steps": rows,
+        "window_s": round(sum(r["dur_s"] for r in rows), 6),
+        "top_ops": _top(ops),
+        "top_kernels": _top(kernels),
+        "copies": _copies(by_cat.get("gpu_memcpy", [])),
+        "syncs": _syncs(by_cat.get("cuda_runtime", []), sorted(e["ts"] for e in gpu)),
+        "tensor_core_share": round(tc / mt, 4) if mt > 0 else None,
+        # the idle gaps by what the loop thread was in: DataLoader, a sync, a kernel launch,
+        # or none of those (Python, the job's own code)
+        "idle_by_host_s": {k: round(v / 1e6, 6) for k, v in idle_by.items()},
+        # how much longer the profiler's marked steps ran than the hooks timed them (a busy
+        # box delays the marks): by that much the idle split can exceed the steps' idle_s
+        "marks_over_steps_s": round(over / 1e6, 6),
+        "events": _events(kept, t0),
+    }
+
+
+def _host_spans(by_cat: dict[str, list[dict]]) -> dict[str, _Spans]:
+    """What the loop thread did, by priority, to explain the idle gaps: the DataLoader, a
+    synchronising call, a kernel launch."""
     runtime = by_cat.get("cuda_runtime", [])
-    host = {  # what the loop thread did, by priority, to explain the idle gaps
+    host = {
         "data": [
             e
             for e in by_cat.get("user_annotation", [])
@@ -129,10 +155,15 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         "sync": [e for e in runtime if e["name"].startswith(SYNC_CALLS)],
         "launch": [e for e in runtime if e["name"].startswith(("cudaLaunch", "cuLaunch"))],
     }
-    spans = {
-        k: _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v]) for k, v in host.items()
-    }
-    idle_by = {k: 0.0 for k in (*host, "python", "profiler")}
+    return {k: _Spans([(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in v]) for k, v in host.items()}
+
+
+def _steps(
+    steps: list[dict], marks: list[float], busy_src: _Spans, spans: dict[str, _Spans], t0: float
+) -> tuple[list[dict], dict[str, float], float]:
+    """Each step's busy and idle time (the hooks' timing where they have it), the idle gaps
+    split by what the loop thread was in (us), and how far the marks outlast the steps (us)."""
+    idle_by = {k: 0.0 for k in (*spans, "python", "profiler")}
     over = 0.0
     rows = []
     for i, s in enumerate(steps):
@@ -158,8 +189,13 @@ def summarise(trace: dict, marks: list[float]) -> dict:
                 "idle_s": round(max(0.0, dur - busy), 6),
             }
         )
+    return rows, idle_by, over
+
+
+def _copies(memcpy: list[dict]) -> list[dict]:
+    """The copies by kind (pinned, pageable, device) and direction: count, bytes, time."""
     copies: dict[tuple[str, str], list[float]] = {}
-    for e in by_cat.get("gpu_memcpy", []):
+    for e in memcpy:
         m = re.search(r"Memcpy (\w+) \((\w+) -> (\w+)\)", e["name"])
         direction = m.group(1) if m else e["name"]
         src = (m.group(2) if m and m.group(1) == "HtoD" else m.group(3) if m else "").lower()
@@ -168,12 +204,16 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         c[0] += 1
         c[1] += float((e.get("args") or {}).get("bytes", 0) or 0)
         c[2] += e.get("dur", 0.0)
-    matrix = [e for e in kernels if MATRIX_RE.search(e["name"])]
-    mt = sum(e.get("dur", 0.0) for e in matrix)
-    tc = sum(e.get("dur", 0.0) for e in matrix if TENSOR_CORE_RE.search(e["name"]))
-    gpu_starts = sorted(e["ts"] for e in gpu)
+    return [
+        {"kind": k, "direction": d, "count": n, "bytes": int(b), "time_s": round(t / 1e6, 6)}
+        for (k, d), (n, b, t) in sorted(copies.items())
+    ]
+
+
+def _syncs(runtime: list[dict], gpu_starts: list[float]) -> list[dict]:
+    """Each synchronising call: how often, how long, and the GPU's idle gap after it."""
     syncs: dict[str, list[float]] = {}
-    for e in by_cat.get("cuda_runtime", []):
+    for e in runtime:
         if not e["name"].startswith(SYNC_CALLS):
             continue
         end = e["ts"] + e.get("dur", 0.0)
@@ -183,44 +223,29 @@ def summarise(trace: dict, marks: list[float]) -> dict:
         sy[0] += 1
         sy[1] += e.get("dur", 0.0)
         sy[2] += (nxt - end) if nxt is not None else 0.0
-    kept = sorted(ops + gpu, key=lambda e: -e.get("dur", 0.0))[:MAX_EVENTS]
+    return [
+        {
+            "name": n,
+            "count": c,
+            "time_s": round(t / 1e6, 6),
+            "gpu_gap_after_s": round(g / 1e6, 6),
+        }
+        for n, (c, t, g) in sorted(syncs.items())
+    ]
+
+
+def _events(kept: list[dict], t0: float) -> list[dict]:
+    """The events kept for a trace export, in time order, on their lanes."""
     lane = {"cpu_op": "CPU ops (loop thread)", "kernel": "GPU kernels"}
-    return {
-        "device": device,
-        "steps": rows,
-        "window_s": round(sum(r["dur_s"] for r in rows), 6),
-        "top_ops": _top(ops),
-        "top_kernels": _top(kernels),
-        "copies": [
-            {"kind": k, "direction": d, "count": n, "bytes": int(b), "time_s": round(t / 1e6, 6)}
-            for (k, d), (n, b, t) in sorted(copies.items())
-        ],
-        "syncs": [
-            {
-                "name": n,
-                "count": c,
-                "time_s": round(t / 1e6, 6),
-                "gpu_gap_after_s": round(g / 1e6, 6),
-            }
-            for n, (c, t, g) in sorted(syncs.items())
-        ],
-        "tensor_core_share": round(tc / mt, 4) if mt > 0 else None,
-        # the idle gaps by what the loop thread was in: DataLoader, a sync, a kernel launch,
-        # or none of those (Python, the job's own code)
-        "idle_by_host_s": {k: round(v / 1e6, 6) for k, v in idle_by.items()},
-        # how much longer the profiler's marked steps ran than the hooks timed them (a busy
-        # box delays the marks): by that much the idle split can exceed the steps' idle_s
-        "marks_over_steps_s": round(over / 1e6, 6),
-        "events": [
-            {
-                "name": _short(e["name"]),
-                "lane": lane.get(e.get("cat", ""), "GPU copies"),
-                "ts": round((e["ts"] - t0) / 1e6, 6),
-                "dur": round(e.get("dur", 0.0) / 1e6, 6),
-            }
-            for e in sorted(kept, key=lambda e: e["ts"])
-        ],
-    }
+    return [
+        {
+            "name": _short(e["name"]),
+            "lane": lane.get(e.get("cat", ""), "GPU copies"),
+            "ts": round((e["ts"] - t0) / 1e6, 6),
+            "dur": round(e.get("dur", 0.0) / 1e6, 6),
+        }
+        for e in sorted(kept, key=lambda e: e["ts"])
+    ]
 
 
 class Capture:

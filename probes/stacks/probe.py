@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
 import psutil
 
@@ -49,6 +50,8 @@ from gpudiag.probes.stacks.pyspy_output import (
 from gpudiag.probes.stacks.rates import StackRates
 from gpudiag.probes.stacks.samples import (
     STACK_FIELDS,
+    Tally,
+    WorkersTurn,
     episode_sample,
     stack_sample,
     window_sample,
@@ -58,6 +61,25 @@ from gpudiag.probes.stacks.samples import (
 STARVED_BELOW = 0.5  # the analyzers' stack_rate_min default: py-spy starved below this share
 STARVED_MIN_ASKED = 200  # ticks asked before falling behind is judged (2 s at 100 Hz): a job
 # that crashed at once left py-spy a fraction of a window, and "profile longer" was its fix
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """The stack probe's rates and windows, as configured (the budget level scales the rates
+    from there): the loop's rate, the window's length, the --gil recorder's rate (0: none),
+    py-spy's --nonblocking, whether the job's children are recorded, how long py-spy waits for a
+    young interpreter, the workers' rate and how many are recorded per window, and the lowest
+    loop rate the budget may scale to."""
+
+    rate_hz: int = 100
+    window_s: float = 3.0
+    gil_rate_hz: int = 25
+    nonblocking: bool = True
+    subprocesses: bool = True
+    startup_timeout_s: float = 10.0
+    worker_rate_hz: int = 20
+    workers_per_window: int = 1
+    min_rate_hz: int = 5
 
 
 class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float here, Probe allows None
@@ -76,27 +98,17 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
     buffered = True  # samples arrive per window; drain once more after close()
     fields = STACK_FIELDS
 
-    def __init__(
-        self,
-        rate_hz: int = 100,
-        window_s: float = 3.0,
-        gil_rate_hz: int = 25,
-        nonblocking: bool = True,
-        subprocesses: bool = True,
-        startup_timeout_s: float = 10.0,
-        worker_rate_hz: int = 20,
-        workers_per_window: int = 1,
-        min_rate_hz: int = 5,
-    ) -> None:
-        self.rate_hz = rate_hz
-        self.gil_rate_hz = gil_rate_hz
-        self.worker_rate_hz = worker_rate_hz
-        self.workers_per_window = workers_per_window
-        self.min_rate_hz = min(min_rate_hz, rate_hz)
-        self.window_s = window_s
-        self.nonblocking = nonblocking
-        self.subprocesses = subprocesses
-        self.startup_timeout_s = startup_timeout_s
+    def __init__(self, config: StackConfig | None = None) -> None:
+        c = config or StackConfig()
+        self.rate_hz = c.rate_hz
+        self.gil_rate_hz = c.gil_rate_hz
+        self.worker_rate_hz = c.worker_rate_hz
+        self.workers_per_window = c.workers_per_window
+        self.min_rate_hz = min(c.min_rate_hz, c.rate_hz)
+        self.window_s = c.window_s
+        self.nonblocking = c.nonblocking
+        self.subprocesses = c.subprocesses
+        self.startup_timeout_s = c.startup_timeout_s
         self.level = 1.0
         self.cpu_goal: float | None = None  # cores py-spy may use; set by the budget governor
         self.target: Target | None = None
@@ -315,7 +327,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 recorded += 1
                 for r in rows:
                     samples.append(
-                        self._stack_sample(t, "all", r, "worker", r.count * weight, weight)
+                        self._stack_sample(t, "all", r, Tally("worker", r.count * weight, weight))
                     )
                 continue
             loop_ok = loop_ok or run.mode == "all"
@@ -328,24 +340,25 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 self.ticks += ticks
                 self.ticks_asked += duration * run.rate
             for r in rows:
-                samples.append(self._stack_sample(t, run.mode, r, "target", float(r.count)))
+                samples.append(self._stack_sample(t, run.mode, r, Tally("target", float(r.count))))
             n = ticks if run.mode == "all" else round(ticks * run.rate / loop_rate)
             samples.append(window_sample(self.name, t, run, n, duration))
         if workers_read:
             samples.append(
                 workers_window_sample(
-                    self.name, t, workers_read[0].rate, duration, alive, recorded, weight
+                    self.name,
+                    t,
+                    duration,
+                    WorkersTurn(workers_read[0].rate, alive, recorded, weight),
                 )
             )
         with self._lock:
             self._pending.extend(samples)
         return loop_ok
 
-    def _stack_sample(
-        self, t: int, mode: str, r: StackRow, role: str, count: float, weight: float | None = None
-    ) -> Sample:
+    def _stack_sample(self, t: int, mode: str, r: StackRow, tally: Tally) -> Sample:
         code = self._sources.line(r.pid, r.frames[-1]) if r.frames else ""
-        return stack_sample(self.name, t, mode, r, role, count, code, weight)
+        return stack_sample(self.name, t, mode, r, code, tally)
 
     def problems(self) -> list[str]:
         """Why py-spy last failed, if it did."""

@@ -4,6 +4,7 @@ window's totals (for the loop process and for the DataLoader workers sampled in 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from gpudiag.probes.base import Field, Sample
 from gpudiag.probes.stacks.pyspy import SpyRun
@@ -34,17 +35,19 @@ STACK_FIELDS = (
 )
 
 
-def stack_sample(
-    probe: str,
-    t: int,
-    mode: str,
-    r: StackRow,
-    role: str,
-    count: float,
-    code: str,
-    weight: float | None = None,
-) -> Sample:
+@dataclass(frozen=True)
+class Tally:
+    """How a stack row counts: its process's role ("target" or "worker"), its count, and the
+    weight a worker's count was scaled by (None for the target's)."""
+
+    role: str
+    count: float
+    weight: float | None = None
+
+
+def stack_sample(probe: str, t: int, mode: str, r: StackRow, code: str, tally: Tally) -> Sample:
     """One stack of one thread and how often it was seen (weighted for workers)."""
+    role, count, weight = tally.role, tally.count, tally.weight
     values: dict[str, float | None] = {"count": count}
     if weight is not None:
         values["weight"] = weight
@@ -86,15 +89,24 @@ def window_sample(probe: str, t: int, run: SpyRun, ticks: int, duration: float) 
     return Sample(probe, t, {"mode": run.mode, "kind": "window"}, values)
 
 
-def workers_window_sample(
-    probe: str, t: int, rate: float, duration: float, alive: int, recorded: int, weight: float
-) -> Sample:
+@dataclass(frozen=True)
+class WorkersTurn:
+    """The workers' turn in a window: their recorders' rate, how many workers were alive and
+    how many recorded, and the weight their counts got."""
+
+    rate: float
+    alive: int
+    recorded: int
+    weight: float
+
+
+def workers_window_sample(probe: str, t: int, duration: float, turn: WorkersTurn) -> Sample:
     """The workers' turn in a window: how many were alive, recorded, and their weight."""
     values: dict[str, float | None] = {
         "duration_s": duration,
-        "rate_hz": float(rate),
-        "workers": float(alive),
-        "recorded": float(recorded),
-        "weight": weight,
+        "rate_hz": float(turn.rate),
+        "workers": float(turn.alive),
+        "recorded": float(turn.recorded),
+        "weight": turn.weight,
     }
     return Sample(probe, t, {"mode": "workers", "kind": "window"}, values)

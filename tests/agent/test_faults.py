@@ -23,7 +23,7 @@ from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.output.recording import Recorder
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import report_of, validate
-from gpudiag.agent.session.session import Session, SessionOptions, make_probes
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, make_probes
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.gpu.nvml import Nvml
 from gpudiag.probes.gpu.probe import GpuProbe
@@ -92,7 +92,7 @@ def session(pid: int, probes: list, **opts) -> Session:
         Target(pid),
         load_settings(None),
         SessionOptions(progress=False, cpu_budget=None, **opts),
-        probes=probes,
+        SessionParts(probes=probes),
     )
 
 
@@ -155,7 +155,9 @@ def test_py_spy_missing_denied_or_crashing(monkeypatch, tmp_path, sleeper, mode,
         exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr("gpudiag.probes.stacks.probe.find_py_spy", lambda: exe and str(exe))
     opts = SessionOptions(duration_s=3.0, window_s=1.0, progress=False, cpu_budget=None)
-    s = Session(Target(sleeper.pid), load_settings(None), opts, probes=make_probes(opts)[:3])
+    s = Session(
+        Target(sleeper.pid), load_settings(None), opts, SessionParts(probes=make_probes(opts)[:3])
+    )
     result = s.run()
     doc = report_of(result, mode="attach", command=None, pid=sleeper.pid, settings=s.settings)
     validate(doc)

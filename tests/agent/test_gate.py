@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpudiag.agent.output.report import build_report, write_report
+from gpudiag.agent.output.report import RunInfo, build_report, write_report
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from tests.analyzers.test_throughput import hook_timeline
@@ -21,13 +21,7 @@ def report(tmp_path, name: str, dt: float, env: dict | None = None) -> str:
     now = time.time()
     doc = build_report(
         analysis=analyze(hook_timeline(dt=dt)),
-        mode="run",
-        command=["x"],
-        pid=1,
-        start=now - 10,
-        end=now,
-        end_reason="target_exited",
-        exit_code=0,
+        run_info=RunInfo("run", ["x"], 1, now - 10, now, "target_exited", 0),
         environment=env or ENV,
         probes=[],
         errors=[],

@@ -19,7 +19,7 @@ from gpudiag.agent.fleet.metrics import LiveJob
 from gpudiag.agent.fleet.server import MetricsServer, serve_job
 from gpudiag.agent.output.report import load_report
 from gpudiag.agent.session.live import live_doc
-from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import Sample, Target
 from tests.conftest import WORKLOADS, gpudiag, kill_left_job
@@ -209,7 +209,8 @@ def test_scrape_during_a_real_job_matches_its_report():
     report = lambda: live_doc(session, "attach", ["python", "starved_loader.py"], proc.pid)  # noqa: E731
     job: LiveJob = serve_job(server, report, proc.pid, proc.args)
     settings = Settings(Thresholds(), (), None)
-    session = Session(Target(proc.pid), settings, opts, log=lambda m: None, sink=job.tap)
+    parts = SessionParts(log=lambda m: None, sink=job.tap)
+    session = Session(Target(proc.pid), settings, opts, parts)
     job.refresh_s = 0.0  # every scrape analyses afresh, so it is the report it was made from
     import threading
 

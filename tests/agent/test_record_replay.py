@@ -12,8 +12,8 @@ import pytest
 from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.output.recording import Recorder, open_recording, read_recording
-from gpudiag.agent.output.report import build_report, validate
-from gpudiag.agent.session.session import Session, SessionOptions
+from gpudiag.agent.output.report import RunInfo, build_report, validate
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import Sample, Target
 from gpudiag.probes.gpu.nvml import Nvml
 from gpudiag.probes.gpu.probe import GpuProbe
@@ -90,8 +90,7 @@ def test_gpu_lost_mid_run_is_recorded_and_the_report_still_written():
             Target(job.pid),
             load_settings(None),
             SessionOptions(duration_s=3.5, progress=False),
-            probes=[GpuProbe(Nvml(fake))],
-            popen=None,
+            SessionParts(probes=[GpuProbe(Nvml(fake))], popen=None),
         )
         result = session.run()
     finally:
@@ -101,13 +100,9 @@ def test_gpu_lost_mid_run_is_recorded_and_the_report_still_written():
     assert result.timeline.matching("gpu", "util_gpu", gpu="0")  # sampled before it was lost
     doc = build_report(
         analysis=result.analysis,
-        mode="attach",
-        command=None,
-        pid=job.pid,
-        start=result.start,
-        end=result.end,
-        end_reason=result.end_reason,
-        exit_code=None,
+        run_info=RunInfo(
+            "attach", None, job.pid, result.start, result.end, result.end_reason, None
+        ),
         environment={"host": "h", "cpu_count": 1, "python": "3", **result.hardware},
         probes=result.probes,
         errors=result.errors,

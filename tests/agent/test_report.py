@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from gpudiag.agent.output.render.text import render_markdown, render_text
-from gpudiag.agent.output.report import build_report, load_report, validate, write_report
+from gpudiag.agent.output.report import RunInfo, build_report, load_report, validate, write_report
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
@@ -26,13 +26,9 @@ def make_doc() -> dict:
     now = time.time()
     return build_report(
         analysis=analyze(sc.tl),
-        mode="run",
-        command=["python", "train.py"],
-        pid=123,
-        start=now - 15,
-        end=now,
-        end_reason="duration_reached",
-        exit_code=None,
+        run_info=RunInfo(
+            "run", ["python", "train.py"], 123, now - 15, now, "duration_reached", None
+        ),
         environment={"host": "h", "cpu_count": 8, "python": "3.11.7", "gpus": []},
         probes=[
             ProbeStatus("stacks", True),

@@ -308,7 +308,7 @@ def test_a_job_dead_before_the_last_look_is_reaped_and_reported():
     import sys
 
     from gpudiag.agent.cli.config import load_settings
-    from gpudiag.agent.session.session import Session, SessionOptions
+    from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
     from gpudiag.probes.base import Target
 
     popen = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -324,8 +324,8 @@ def test_a_job_dead_before_the_last_look_is_reaped_and_reported():
         def wait(self, timeout=None):
             return popen.wait(timeout)
 
-    s = Session(Target(popen.pid), load_settings(None, cwd=Path("/")), SessionOptions(),
-                probes=[], popen=LatePoll(), log=lambda m: None)  # fmt: skip
+    parts = SessionParts(probes=[], popen=LatePoll(), log=lambda m: None)
+    s = Session(Target(popen.pid), load_settings(None, cwd=Path("/")), SessionOptions(), parts)
     assert not s.target_alive()
     assert s.exit_code == -signal.SIGKILL
     assert any("killed by SIGKILL" in e["message"] for e in s.errors)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.session.ranks.rankset import RankStackProbe
-from gpudiag.agent.session.session import Session, SessionOptions, make_probes
+from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, make_probes
 from gpudiag.probes.base import Target
 from gpudiag.probes.dist.ranks import RankInfo
 from gpudiag.probes.inprocess.channel import HookProbe
@@ -18,7 +18,7 @@ def ranks(n: int) -> list[RankInfo]:
 
 def test_every_ranks_stack_probe_gets_the_governors_cpu_goal():
     opts = SessionOptions(cpu_budget=0.05, rate_hz=100)
-    s = Session(Target(9000), load_settings(None), opts, ranks=(ranks(3), 1))
+    s = Session(Target(9000), load_settings(None), opts, SessionParts(ranks=(ranks(3), 1)))
     stacks = [p for p in s.probes if isinstance(p, StackProbe)]
     assert len(stacks) == 3 and sum(isinstance(p, RankStackProbe) for p in stacks) == 2
     assert s.governor is not None and all(p.cpu_goal for p in stacks)
@@ -34,7 +34,7 @@ def test_the_probe_list_is_made_in_one_place_with_the_options():
     assert [p.name for p in probes] == ["host", "process", "stacks", "gpu", "hooks"]
     stacks = probes[2]
     assert stacks.startup_timeout_s == 0.0 and stacks.min_rate_hz == 1
-    s = Session(Target(1), load_settings(None), opts, hooks=hooks)
+    s = Session(Target(1), load_settings(None), opts, SessionParts(hooks=hooks))
     assert s.probes[-1] is hooks and s.capture_steps == 4
     assert make_probes(SessionOptions())[2].startup_timeout_s > 0  # run: waits for py-spy
 
@@ -42,6 +42,7 @@ def test_the_probe_list_is_made_in_one_place_with_the_options():
 def test_a_hang_callback_is_given_the_session():
     seen = []
     opts = SessionOptions()
-    s = Session(Target(9000), load_settings(None), opts, ranks=(ranks(2), 1), on_hang=seen.append)
+    parts = SessionParts(ranks=(ranks(2), 1), on_hang=seen.append)
+    s = Session(Target(9000), load_settings(None), opts, parts)
     s.ranks.on_hang()
     assert seen == [s]

@@ -238,7 +238,7 @@ def test_sigterm_quits_the_live_ui_and_the_session_ends():
     """`--tui`: SIGTERM quits the UI as `q` does, so the caller still writes the report."""
     from gpudiag.agent.cli.config import load_settings
     from gpudiag.agent.session.live import run_with_tui
-    from gpudiag.agent.session.session import Session, SessionOptions
+    from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, Subject
     from gpudiag.probes.base import Target
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -247,11 +247,12 @@ def test_sigterm_quits_the_live_ui_and_the_session_ends():
             Target(job.pid),
             load_settings(None),
             SessionOptions(progress=False, cpu_budget=None),
-            probes=[],
+            SessionParts(probes=[]),
         )
         timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
         timer.start()
-        result = run_with_tui(session, "attach", ["x"], job.pid, "unused.json", headless=True)
+        subject = Subject("attach", ["x"], job.pid, "unused.json")
+        result = run_with_tui(session, subject, headless=True)
         assert result.end_reason == "stopped"
         assert job.poll() is None  # the job was not touched
     finally:

@@ -8,7 +8,7 @@ import copy
 from gpudiag.agent.output.render.html import render_html
 from gpudiag.agent.output.render.text import render_markdown, render_text
 from gpudiag.agent.output.report import validate
-from gpudiag.analyzers.cost.money import cost_analysis
+from gpudiag.analyzers.cost.money import Spend, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.engine.results import Finding, Recommendation
 from gpudiag.analyzers.engine.thresholds import Thresholds
@@ -76,9 +76,9 @@ def test_cost_headline_is_the_modelled_figure_where_there_is_one():
     price = Price(3.0, "test")
     bound = _finding("DATA002", 5.76, "bound", 0.8)
     model = _finding("HOST001", 2.65, "model", 0.5)
-    section, _ = cost_analysis(stats, [bound, model], {}, False, price, Thresholds())
+    section, _ = cost_analysis(Spend(stats, {}, price), [bound, model], Thresholds())
     fixed = section["if_fixed"]
     assert fixed["findings"] == ["HOST001"] and fixed["expected_speedup"] == 2.65
     assert fixed["speedup_kind"] == "model"
-    only_bound, _ = cost_analysis(stats, [bound], {}, False, price, Thresholds())
+    only_bound, _ = cost_analysis(Spend(stats, {}, price), [bound], Thresholds())
     assert only_bound["if_fixed"]["speedup_kind"] == "bound"

@@ -187,7 +187,7 @@ def test_recent_findings_follow_a_job_that_changed():
     import os
 
     from gpudiag.agent.cli.config import Settings
-    from gpudiag.agent.session.session import Session, SessionOptions
+    from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
     from gpudiag.analyzers.engine.thresholds import Thresholds
     from gpudiag.probes.base import Target
     from tests.analyzers.scenario import Scenario
@@ -201,7 +201,9 @@ def test_recent_findings_follow_a_job_that_changed():
         sc.window(shares=HEALTHY)
     sc.host(0.15).process(0.9)
     opts = SessionOptions(cpu_budget=None, progress=False)
-    session = Session(Target(os.getpid()), Settings(Thresholds(), (), None), opts, probes=[])
+    session = Session(
+        Target(os.getpid()), Settings(Thresholds(), (), None), opts, SessionParts(probes=[])
+    )
     session.timeline = sc.tl
     whole = [f.id for f in session.snapshot().findings]
     recent = [f.id for f in session.snapshot(recent_s=60).findings]

@@ -13,7 +13,7 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.probes.base import Target
-from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 from gpudiag.probes.stacks.pyspy import find_py_spy
 from tests.analyzers.scenario import Scenario
 from tests.conftest import BURN
@@ -42,7 +42,7 @@ def test_py_spy_starved_by_burners_is_said_in_the_probe_status(tmp_path, monkeyp
     burners = [
         subprocess.Popen([sys.executable, "-c", BURN], preexec_fn=_on_core0) for _ in range(3)
     ]
-    probe = StackProbe(rate_hz=100, window_s=2.0, gil_rate_hz=0, subprocesses=False)
+    probe = StackProbe(StackConfig(rate_hz=100, window_s=2.0, gil_rate_hz=0, subprocesses=False))
     try:
         assert probe.open(Target(job.pid)).available
         deadline = time.monotonic() + 20

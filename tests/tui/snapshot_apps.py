@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gpudiag.agent.output.report import build_report
+from gpudiag.agent.output.report import RunInfo, build_report
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
@@ -20,13 +20,7 @@ START = 1_795_000_000.0
 def doc_of(tl) -> dict:
     return build_report(
         analysis=analyze(tl),
-        mode="replay",
-        command=["python", "train.py"],
-        pid=ME,
-        start=START,
-        end=START + 15,
-        end_reason="replayed",
-        exit_code=None,
+        run_info=RunInfo("replay", ["python", "train.py"], ME, START, START + 15, "replayed"),
         environment={"host": "h", "cpu_count": 16, "python": "3.11"},
         probes=[],
         errors=[],

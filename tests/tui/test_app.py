@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gpudiag.agent.output.report import build_report
+from gpudiag.agent.output.report import RunInfo, build_report
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import Feed, static_feed
-from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen
+from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen, Shown
 from gpudiag.tui.widgets import FindingsTable
 from tests.analyzers.test_cost import QUARTER_BUSY_9GIB
 from tests.analyzers.test_gpu_findings import STARVED, timeline
@@ -20,13 +20,9 @@ def starved_doc() -> dict:
     now = time.time()
     return build_report(
         analysis=analyze(timeline(QUARTER_BUSY_9GIB, shares=STARVED).tl),
-        mode="run",
-        command=["python", "train.py"],
-        pid=42,
-        start=now - 15,
-        end=now,
-        end_reason="duration_reached",
-        exit_code=None,
+        run_info=RunInfo(
+            "run", ["python", "train.py"], 42, now - 15, now, "duration_reached", None
+        ),
         environment={"host": "h", "cpu_count": 16, "python": "3.11"},
         probes=[],
         errors=[],
@@ -207,3 +203,19 @@ def test_a_slow_live_analysis_does_not_stop_the_view():
         await pilot.press("q")
 
     run(app, steps, size=(100, 30))
+
+
+def test_the_diagnosis_screen_shows_what_the_apps_one_reactive_holds():
+    """The screen watches `DiagnosisApp.shown` (document, status line, new output lines); it
+    reads nothing else of the app."""
+    doc = starved_doc()
+    app = DiagnosisApp(static_feed(doc, "report"), clock=False)
+
+    async def steps(pilot):
+        assert isinstance(app.shown, Shown) and app.shown.doc is doc
+        app.shown = Shown(doc, "a status of its own")
+        await pilot.pause()
+        assert text_of(app.screen.query_one("#status")) == "a status of its own"
+        assert "DATA001" in str(app.screen.query_one(FindingsTable).get_row_at(0))
+
+    run(app, steps)

@@ -4,6 +4,7 @@ and tooltips are SVG <title> elements."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from html import escape
 
 COLORS = {
@@ -33,6 +34,22 @@ def _fmt_s(v: float) -> str:
     return f"{v:.0f}s" if v >= 10 else f"{v:.1f}s"
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """The timeline's plot area: its left edge and width, the top and bottom of its lanes,
+    and the run's end (s), which the time axis spans."""
+
+    left: int
+    width: int
+    top: int
+    bottom: int
+    end: float
+
+    def x(self, t: float) -> float:
+        """The x of a time of the run."""
+        return self.left + self.width * max(0.0, min(t, self.end)) / self.end
+
+
 def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) -> str:
     """GPU utilisation per GPU, the loop thread's phases and the steps per second over the
     run, on one time axis; start-up/shutdown shaded, the loop window and capture marked."""
@@ -45,41 +62,11 @@ def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) ->
     gpus = sorted({g for p in pts for g in p.get("gpu_util", {})}, key=lambda g: (len(g), g))
     lanes = (["gpu"] if gpus else []) + ["phases", "steps"]
     height = 24 + lane * len(lanes) + 26 * (len(lanes) - 1) + 30
-
-    def x(t: float) -> float:
-        return left + w * max(0.0, min(t, end)) / end
-
-    out = [f'<svg class=chart viewBox="0 0 {width} {height}" width="100%" {FONT}>']
     top0 = 24
-    lo, hi = series.get("loop_start_s"), series.get("loop_end_s")
-    bottom = top0 + lane * len(lanes) + 26 * (len(lanes) - 1)
-    if lo is not None:
-        out.append(
-            f'<rect x="{left}" y="{top0 - 8}" width="{x(lo) - left:.1f}" '
-            f'height="{bottom - top0 + 8}" fill="#f3f3f3"><title>start-up</title></rect>'
-        )
-        if x(lo) - left > 70:  # room for the label
-            out.append(f'<text x="{left + 3}" y="{top0 - 12}" fill="#777">start-up</text>')
-    if hi is not None and hi < end:
-        out.append(
-            f'<rect x="{x(hi):.1f}" y="{top0 - 8}" width="{left + w - x(hi):.1f}" '
-            f'height="{bottom - top0 + 8}" fill="#f3f3f3"><title>shutdown</title></rect>'
-        )
-    if lo is not None:
-        out.append(f'<text x="{x(lo) + 3:.1f}" y="{top0 - 12}" fill="#333">loop (analysed)</text>')
-    if capture and capture.get("steps"):
-        c0 = capture.get("start_s_run")
-        if isinstance(c0, (int, float)):
-            cw = max(5.0, w * (capture.get("window_s") or 0.0) / end)
-            out.append(
-                f'<text x="{x(c0) + cw / 2:.1f}" y="{bottom + 26}" text-anchor="middle" '
-                'fill="#a07000">capture</text>'
-            )
-            out.append(
-                f'<rect x="{x(c0):.1f}" y="{top0 - 8}" width="{cw:.1f}" '
-                f'height="{bottom - top0 + 8}"'
-                ' fill="#f0b400" opacity="0.55"><title>profiler capture</title></rect>'
-            )
+    f = _Frame(left, w, top0, top0 + lane * len(lanes) + 26 * (len(lanes) - 1), end)
+    x = f.x
+    out = [f'<svg class=chart viewBox="0 0 {width} {height}" width="100%" {FONT}>']
+    out += _run_marks(series, f) + _capture_mark(capture, f)
     for i, name in enumerate(lanes):
         top = top0 + i * (lane + 26)
         out.append(
@@ -91,13 +78,53 @@ def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) ->
             out.append(_phase_lane(pts, x, top, lane, left))
         else:
             out.append(_step_lane(pts, x, top, lane, left))
-    axis_y = bottom + 14
+    axis_y = f.bottom + 14
     for k in range(6):
         t = end * k / 5
         anchor = "start" if k == 0 else "end" if k == 5 else "middle"
         out.append(f'<text x="{x(t):.1f}" y="{axis_y}" text-anchor="{anchor}">{_fmt_s(t)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _run_marks(series: dict, f: _Frame) -> list[str]:
+    """Start-up and shutdown shaded, the loop (the analysed window) labelled."""
+    x, left, top0, bottom = f.x, f.left, f.top, f.bottom
+    out = []
+    lo, hi = series.get("loop_start_s"), series.get("loop_end_s")
+    if lo is not None:
+        out.append(
+            f'<rect x="{left}" y="{top0 - 8}" width="{x(lo) - left:.1f}" '
+            f'height="{bottom - top0 + 8}" fill="#f3f3f3"><title>start-up</title></rect>'
+        )
+        if x(lo) - left > 70:  # room for the label
+            out.append(f'<text x="{left + 3}" y="{top0 - 12}" fill="#777">start-up</text>')
+    if hi is not None and hi < f.end:
+        out.append(
+            f'<rect x="{x(hi):.1f}" y="{top0 - 8}" width="{left + f.width - x(hi):.1f}" '
+            f'height="{bottom - top0 + 8}" fill="#f3f3f3"><title>shutdown</title></rect>'
+        )
+    if lo is not None:
+        out.append(f'<text x="{x(lo) + 3:.1f}" y="{top0 - 12}" fill="#333">loop (analysed)</text>')
+    return out
+
+
+def _capture_mark(capture: dict | None, f: _Frame) -> list[str]:
+    """Where in the run the profiler capture ran."""
+    if not capture or not capture.get("steps"):
+        return []
+    c0 = capture.get("start_s_run")
+    if not isinstance(c0, (int, float)):
+        return []
+    x, top0, bottom = f.x, f.top, f.bottom
+    cw = max(5.0, f.width * (capture.get("window_s") or 0.0) / f.end)
+    return [
+        f'<text x="{x(c0) + cw / 2:.1f}" y="{bottom + 26}" text-anchor="middle" '
+        'fill="#a07000">capture</text>',
+        f'<rect x="{x(c0):.1f}" y="{top0 - 8}" width="{cw:.1f}" '
+        f'height="{bottom - top0 + 8}"'
+        ' fill="#f0b400" opacity="0.55"><title>profiler capture</title></rect>',
+    ]
 
 
 def _gpu_lane(pts, gpus, x, top, lane, left) -> str:

@@ -196,17 +196,9 @@ def period_lines(doc: dict) -> list[str]:
 def render_text(doc: dict, verbose: bool = True) -> str:
     """The terminal summary: breakdown, ranked findings with fixes, probe status."""
     out = _header(doc) + workload_lines(doc)
-    bd = doc["breakdown"]
     out.append("")
     out += phase_lines(doc)
-    if bd["samples"]:
-        out.append(f"Where the loop's time went ({bd['basis']}, {bd['samples']} samples):")
-        for c in CATEGORIES:
-            s = bd["shares"].get(c, 0.0)
-            if s >= 0.005:
-                out.append(f"  {LABELS[c]:<24} {s:6.1%}  {_bar(s)}")
-    else:
-        out.append("No stack samples of the loop: no time breakdown (see probes below).")
+    out += _breakdown_lines(doc["breakdown"])
     out.append("")
     out += rank_lines(doc)
     findings = doc["findings"]
@@ -217,32 +209,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     else:
         out.append(f"Findings ({len(findings)}, largest impact first):")
     for i, f in enumerate(findings, 1):
-        out.append(f" {i}. [{f['severity']}] {f['id']} {f['title']}")
-        money = (
-            f" · ${f['cost']['usd_per_day']:,.0f}/day"
-            if f.get("cost") and "usd_per_day" in f["cost"]
-            else ""
-        )
-        out.append(
-            f"    impact {'up to ' if f.get('speedup_kind') == 'hypothesis' else ''}"
-            f"{f['impact']:.0%} of wall time · "
-            f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
-            f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}"
-        )
-        out.append(f"    {f['message']}")
-        if f.get("speedup_basis"):
-            out.append(f"    speed-up: {f['speedup_basis']}")
-        if f.get("location"):
-            out.append(f"    at {f['location']}")
-        out.append(f"    Fix: {f['recommendation']['summary']}")
-        for a in f["recommendation"]["actions"]:
-            out.append(f"      - {a}")
-        if verbose:
-            out.append("    Evidence:")
-            for e in f["evidence"]:
-                out.append(f"      · {_evidence_line(e)}")
-        elif (why := primary_evidence(f)) is not None:
-            out.append(f"    Why: {_evidence_line(why)}")
+        out += _finding_lines(i, f, verbose)
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
     out += trial_lines(doc)
@@ -255,7 +222,57 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     out += cost_lines(doc)
     out += right_size_lines(doc)
     out.append("")
-    out.append("Probes: " + " · ".join(f"{p['name']} {_probe_state(p)}" for p in doc["probes"]))
+    out += _probe_lines(doc)
+    return "\n".join(out)
+
+
+def _breakdown_lines(bd: dict) -> list[str]:
+    """Where the loop's time went, one bar per category of at least 0.5%."""
+    if not bd["samples"]:
+        return ["No stack samples of the loop: no time breakdown (see probes below)."]
+    out = [f"Where the loop's time went ({bd['basis']}, {bd['samples']} samples):"]
+    for c in CATEGORIES:
+        s = bd["shares"].get(c, 0.0)
+        if s >= 0.005:
+            out.append(f"  {LABELS[c]:<24} {s:6.1%}  {_bar(s)}")
+    return out
+
+
+def _finding_lines(i: int, f: dict, verbose: bool) -> list[str]:
+    """One finding: its impact and speed-up, message, fix, and its evidence (verbose) or the
+    one piece that decided it."""
+    money = (
+        f" · ${f['cost']['usd_per_day']:,.0f}/day"
+        if f.get("cost") and "usd_per_day" in f["cost"]
+        else ""
+    )
+    out = [
+        f" {i}. [{f['severity']}] {f['id']} {f['title']}",
+        f"    impact {'up to ' if f.get('speedup_kind') == 'hypothesis' else ''}"
+        f"{f['impact']:.0%} of wall time · "
+        f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
+        f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}",
+        f"    {f['message']}",
+    ]
+    if f.get("speedup_basis"):
+        out.append(f"    speed-up: {f['speedup_basis']}")
+    if f.get("location"):
+        out.append(f"    at {f['location']}")
+    out.append(f"    Fix: {f['recommendation']['summary']}")
+    for a in f["recommendation"]["actions"]:
+        out.append(f"      - {a}")
+    if verbose:
+        out.append("    Evidence:")
+        for e in f["evidence"]:
+            out.append(f"      · {_evidence_line(e)}")
+    elif (why := primary_evidence(f)) is not None:
+        out.append(f"    Why: {_evidence_line(why)}")
+    return out
+
+
+def _probe_lines(doc: dict) -> list[str]:
+    """The probes' states, why one could not run and how to fix it, and the errors."""
+    out = ["Probes: " + " · ".join(f"{p['name']} {_probe_state(p)}" for p in doc["probes"])]
     for p in doc["probes"]:
         if p.get("reason"):
             fix = "to get them" if p.get("info") else "fix"
@@ -265,7 +282,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
             )
     for e in doc["errors"]:
         out.append(f"  error [{e['source']}]: {e['message']}")
-    return "\n".join(out)
+    return out
 
 
 def _code_span(text: str) -> str:
@@ -296,40 +313,7 @@ def render_markdown(doc: dict) -> str:
     ranks = rank_lines(doc)
     if ranks:  # a multi-rank job: the rows per rank (and a hang's stacks) as they print
         out += ["```", *ranks[:-1], "```", ""]
-    if doc["findings"]:
-        out += [
-            "| # | id | severity | finding | impact | speed-up |",
-            "|---|---|---|---|---:|---:|",
-        ]
-        for i, f in enumerate(doc["findings"], 1):
-            out.append(
-                f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
-                f"{f['impact']:.0%} | {speedup_text(f)} |"
-            )
-        out.append("")
-        for f in doc["findings"]:
-            out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
-            if f.get("location"):
-                out += [f"Location: {_code_span(f['location'])}", ""]
-            out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
-            out += [
-                f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
-                for a in f["recommendation"]["actions"]
-            ]
-            out.append("")
-            out.append(
-                "Evidence: " + "; ".join(md_escape(_evidence_line(e)) for e in f["evidence"])
-            )
-            out.append("")
-    else:
-        out += [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
-        tail = redact_lines(doc["run"].get("stderr_tail")) or []
-        if tail:
-            out += (
-                ["Last lines of the job's stderr:", "", "```"]
-                + [ln.replace("```", "` ` `") for ln in tail]
-                + ["```", ""]
-            )
+    out += _md_findings(doc) if doc["findings"] else _md_no_findings(doc)
     out.append("#### Cost")
     out.append("")
     out += [
@@ -348,3 +332,43 @@ def render_markdown(doc: dict) -> str:
             + "; ".join(f"{p['name']} ({md_escape(p['reason'])})" for p in missing)
         )
     return "\n".join(out).rstrip() + "\n"
+
+
+def _md_findings(doc: dict) -> list[str]:
+    """The findings' table, then each one's message, fix and evidence."""
+    out = [
+        "| # | id | severity | finding | impact | speed-up |",
+        "|---|---|---|---|---:|---:|",
+    ]
+    for i, f in enumerate(doc["findings"], 1):
+        out.append(
+            f"| {i} | {f['id']} | {f['severity']} | {md_escape(f['title'])} | "
+            f"{f['impact']:.0%} | {speedup_text(f)} |"
+        )
+    out.append("")
+    for f in doc["findings"]:
+        out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
+        if f.get("location"):
+            out += [f"Location: {_code_span(f['location'])}", ""]
+        out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
+        out += [
+            f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
+            for a in f["recommendation"]["actions"]
+        ]
+        out.append("")
+        out.append("Evidence: " + "; ".join(md_escape(_evidence_line(e)) for e in f["evidence"]))
+        out.append("")
+    return out
+
+
+def _md_no_findings(doc: dict) -> list[str]:
+    """Why there is no diagnosis, and the last lines of the job's stderr."""
+    out = [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
+    tail = redact_lines(doc["run"].get("stderr_tail")) or []
+    if tail:
+        out += (
+            ["Last lines of the job's stderr:", "", "```"]
+            + [ln.replace("```", "` ` `") for ln in tail]
+            + ["```", ""]
+        )
+    return out

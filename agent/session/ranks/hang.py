@@ -122,6 +122,74 @@ def recorder_hang(rs, th: Thresholds) -> None:
 CONFIRM_S = 1.5  # seconds between the look that suspects a hang and the one that confirms it
 
 
+def _dumped(ranks: list[HangRank]) -> tuple[list[HangRank], dict[str, list[str]], dict[str, str]]:
+    """Each rank with its main thread's stack dumped, the stacks and the dumps that failed,
+    by rank."""
+    dumped = []
+    stacks: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
+    for r in ranks:
+        frames, err = dump_main_stack(r.pid) if r.pid else ((), "no pid")
+        if err:
+            errors[str(r.rank)] = err
+        stacks[str(r.rank)] = list(frames)
+        dumped.append(replace(r, stack=frames))
+    return dumped, stacks, errors
+
+
+def _hangs(rs, th: Thresholds, dumped: list[HangRank], quiet: float) -> bool:
+    """Whether the quiet job hangs: a rank waits in a collective while the others do not
+    evaluate or save, past the threshold, and a second look found the stacks unmoved. Else
+    when to look again (and why it is not a hang yet, in the notes)."""
+    inside = [
+        r
+        for r in dumped
+        if r.inside_op or stack_collective(r.stack) or (r.recorder and r.recorder.pending)
+    ]
+    phases = [(r.rank, phase_of(r.stack)) for r in dumped if r not in inside]
+    limit, _ = hang_threshold(dumped, th)
+    evaluating = bool(inside and phases and all(p for _, p in phases))
+    if quiet < limit and (evaluating or not inside):  # too early to say anything of it
+        rs.hang_state.recheck_at = time.monotonic() + limit - quiet
+        return False
+    if evaluating and quiet < limit * th.dist_hang_steps:
+        # the ranks outside the collective are evaluating or saving: the others wait for
+        # them in a barrier; a hang only past dist_hang_steps times the threshold
+        rs.hang_state.recheck_at = time.monotonic() + th.dist_hang_s
+        what = "; ".join(f"rank {k} is {p[0]} at {p[1]}" for k, p in phases if p)
+        note = (
+            f"no step for {quiet:.0f} s, but {what} (the others wait for it): not "
+            f"reported as a hang before {limit * th.dist_hang_steps:.0f} s "
+            f"(dist_hang_steps x the hang threshold {limit:.0f} s)"
+        )
+        rs.notes[:] = [n for n in rs.notes if "(the others wait for it)" not in n] + [note]
+        return False
+    if not inside:
+        # a long evaluation or save looks the same: a hang needs a rank left waiting
+        # in a collective; look again after another dist_hang_s
+        rs.hang_state.recheck_at = time.monotonic() + th.dist_hang_s
+        note = (
+            f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
+            "not reported as a hang (an evaluation or a long save looks the same)"
+        )
+        if note not in rs.notes[-1:]:
+            rs.notes.append(note)
+        return False
+    # the hooks' step and collective events can lag the job on a busy box (a rank shown
+    # inside a barrier it has left): a hang is confirmed by a second look whose stacks have
+    # not moved; a job that moves (a step, other frames) was not hung
+    # (the first look comes CONFIRM_S before the threshold, so that the hang is named at it)
+    seen = {r.rank: user_frames(r.stack) for r in dumped}
+    if rs.hang_state.suspect != seen:
+        rs.hang_state.suspect = seen
+        rs.hang_state.recheck_at = time.monotonic() + max(CONFIRM_S, limit - quiet)
+        return False
+    if quiet < limit:
+        rs.hang_state.recheck_at = time.monotonic() + limit - quiet
+        return False
+    return True
+
+
 def check_hang(rs, th: Thresholds) -> None:
     """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
     call `on_hang` (once per hang; a step on any rank ends it)."""
@@ -136,62 +204,10 @@ def check_hang(rs, th: Thresholds) -> None:
         return
     if time.monotonic() < rs.hang_state.recheck_at:
         return
-    dumped = []
-    stacks: dict[str, list[str]] = {}
-    errors: dict[str, str] = {}
-    for r in ranks:
-        frames, err = dump_main_stack(r.pid) if r.pid else ((), "no pid")
-        if err:
-            errors[str(r.rank)] = err
-        stacks[str(r.rank)] = list(frames)
-        dumped.append(replace(r, stack=frames))
+    dumped, stacks, errors = _dumped(ranks)
     read_recorder(rs)
     dumped = [replace(r, recorder=rs.recorder.get(r.rank)) for r in dumped]
-    inside = [
-        r
-        for r in dumped
-        if r.inside_op or stack_collective(r.stack) or (r.recorder and r.recorder.pending)
-    ]
-    phases = [(r.rank, phase_of(r.stack)) for r in dumped if r not in inside]
-    limit, _ = hang_threshold(dumped, th)
-    evaluating = bool(inside and phases and all(p for _, p in phases))
-    if quiet < limit and (evaluating or not inside):  # too early to say anything of it
-        rs.hang_state.recheck_at = time.monotonic() + limit - quiet
-        return
-    if evaluating and quiet < limit * th.dist_hang_steps:
-        # the ranks outside the collective are evaluating or saving: the others wait for
-        # them in a barrier; a hang only past dist_hang_steps times the threshold
-        rs.hang_state.recheck_at = time.monotonic() + th.dist_hang_s
-        what = "; ".join(f"rank {k} is {p[0]} at {p[1]}" for k, p in phases if p)
-        note = (
-            f"no step for {quiet:.0f} s, but {what} (the others wait for it): not "
-            f"reported as a hang before {limit * th.dist_hang_steps:.0f} s "
-            f"(dist_hang_steps x the hang threshold {limit:.0f} s)"
-        )
-        rs.notes[:] = [n for n in rs.notes if "(the others wait for it)" not in n] + [note]
-        return
-    if not inside:
-        # a long evaluation or save looks the same: a hang needs a rank left waiting
-        # in a collective; look again after another dist_hang_s
-        rs.hang_state.recheck_at = time.monotonic() + th.dist_hang_s
-        note = (
-            f"no step for {quiet:.0f} s on any rank, but no rank was inside a collective: "
-            "not reported as a hang (an evaluation or a long save looks the same)"
-        )
-        if note not in rs.notes[-1:]:
-            rs.notes.append(note)
-        return
-    # the hooks' step and collective events can lag the job on a busy box (a rank shown
-    # inside a barrier it has left): a hang is confirmed by a second look whose stacks have
-    # not moved; a job that moves (a step, other frames) was not hung
-    # (the first look comes CONFIRM_S before the threshold, so that the hang is named at it)
-    seen = {r.rank: user_frames(r.stack) for r in dumped}
-    if rs.hang_state.suspect != seen:
-        rs.hang_state.suspect = seen
-        rs.hang_state.recheck_at = time.monotonic() + max(CONFIRM_S, limit - quiet)
-        return
-    if quiet < limit:
-        rs.hang_state.recheck_at = time.monotonic() + limit - quiet
+    if not _hangs(rs, th, dumped, quiet):
         return
     rs.hang_state.suspect = None
     rs.hang_finding = hang_finding(dumped, quiet, th)

@@ -17,10 +17,11 @@ from gpudiag.analyzers.distributed.compare import (
     RANK_PARTS,
     RankStats,
     rank_parts,
-    straggler,
     uses_ddp,
 )
 from gpudiag.analyzers.distributed.hang import HangRank
+from gpudiag.analyzers.distributed.passes import RanksSeen
+from gpudiag.analyzers.engine.registry import RANKS
 from gpudiag.analyzers.engine.results import Finding
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import location_of
@@ -29,7 +30,7 @@ from gpudiag.probes.base import ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks
 from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.inprocess.channel import HookProbe
-from gpudiag.probes.stacks.probe import StackProbe
+from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
 DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns after set-up)
 
@@ -37,8 +38,8 @@ DISCOVER_S = 60.0  # keep looking for ranks that start late (Lightning spawns af
 class RankStackProbe(StackProbe):
     """The stack probe of one non-primary rank: its samples carry the rank's label."""
 
-    def __init__(self, rank: int, pid: int, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, rank: int, pid: int, config: StackConfig) -> None:
+        super().__init__(config)
         self.rank = rank
         self.pid = pid
         self.name = f"stacks-rank{rank}"
@@ -97,14 +98,10 @@ class RankSet:
 
     def stack_probe(self, info: RankInfo, rate_hz: int, window_s: float, nonblocking: bool):
         """A stack probe for a non-primary rank, at its share of the rates."""
-        return RankStackProbe(
-            info.rank,
-            info.pid,
-            rate_hz=rate_hz,
-            window_s=window_s,
-            gil_rate_hz=0,
-            nonblocking=nonblocking,
+        config = StackConfig(
+            rate_hz=rate_hz, window_s=window_s, gil_rate_hz=0, nonblocking=nonblocking
         )
+        return RankStackProbe(info.rank, info.pid, config)
 
     # ---- samples ------------------------------------------------------------------------
     def route(self, samples: list[Sample]) -> tuple[list[Sample], list[Sample]]:
@@ -182,10 +179,8 @@ class RankSet:
         stats = self.stats(th, rules)
         if not gpus:
             stats = [replace(s, gpu=None, gpu_stats={}) for s in stats]
-        findings, decision = straggler(stats, th)
         rank_hang.recorder_hang(self, th)
-        if self.hang_finding is not None:
-            findings = [self.hang_finding] + findings
+        compared = RANKS.run(RanksSeen(stats, th, self.hang_finding))
         ranks = []
         for s in stats:
             d = self.ranks[s.rank].to_dict()
@@ -212,8 +207,8 @@ class RankSet:
                 "hangs (DIST002) not watched: no step events from the ranks' in-process hooks "
                 "(`gpudiag run` injects them; a job profiled with attach needs instrument())"
             )
-        dist = {"straggler": decision, "hang": self.hang, "notes": notes}
-        return findings, {"ranks": ranks, "distributed": dist}
+        dist = {"straggler": compared.part, "hang": self.hang, "notes": notes}
+        return compared.findings, {"ranks": ranks, "distributed": dist}
 
     # ---- the watcher --------------------------------------------------------------------
     def start(self, th: Thresholds) -> None:
