@@ -9,6 +9,7 @@ goes (call sites, on or off the CPU), so that "no bottleneck" is never said over
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
@@ -103,17 +104,20 @@ def _actions(s: Site, th: Thresholds) -> tuple[str, ...]:
     return by_family.get(s.family, generic)
 
 
-def _evidence(
-    u: Unplaced,
-    share: float,
-    th: Thresholds,
-    metric: str,
-    setting: str,
-    limit: float,
-    sites: tuple[Site, ...],
-    loop_cpu: float | None,
-) -> tuple:
-    ev = [Evidence(metric, round(share, 4), "ratio", limit, ">=", setting, "stacks")]
+@dataclass(frozen=True)
+class Claim:
+    """What one finding claims of the unplaced time: its sites, their share, and the
+    threshold setting it crossed."""
+
+    sites: tuple[Site, ...]
+    share: float
+    setting: str
+    limit: float
+
+
+def _evidence(u: Unplaced, claim: Claim, metric: str, loop_cpu: float | None) -> tuple:
+    share, sites = claim.share, claim.sites
+    ev = [Evidence(metric, round(share, 4), "ratio", claim.limit, ">=", claim.setting, "stacks")]
     for s in sites[:3]:
         ev.append(
             Evidence(f"site_share[{s.call[:80]}]", round(s.share, 4), "ratio", source="stacks")
@@ -126,17 +130,10 @@ def _evidence(
     return tuple(ev)
 
 
-def _finding(
-    fid: str,
-    u: Unplaced,
-    sites: tuple[Site, ...],
-    share: float,
-    c: Context,
-    setting: str,
-    limit: float,
-) -> Finding:
+def _finding(fid: str, u: Unplaced, claim: Claim, c: Context) -> Finding:
+    sites, share, setting = claim.sites, claim.share, claim.setting
     top = sites[0]
-    conf = confidence_above(share, limit, u.samples)
+    conf = confidence_above(share, claim.limit, u.samples)
     lines = "; ".join(_site_line(s) for s in sites[:3] if s.share >= 0.01 or s is top)
     if fid == "BLOCK001":
         msg = (
@@ -171,12 +168,8 @@ def _finding(
         message=msg,
         evidence=_evidence(
             u,
-            share,
-            c.th,
+            claim,
             "unplaced_loop_share" if fid == "LOOP001" else "blocking_call_share",
-            setting,
-            limit,
-            sites,
             c.metrics.get("loop_thread_cpu"),
         ),
         recommendation=Recommendation(summary, _actions(top, c.th)),
@@ -213,19 +206,15 @@ def find(c: Context) -> list[Finding]:
     # through the loop (a memory-bound elementwise job at 100%) hides it
     cap = 1.0 if c.idle is None else c.idle
     if block_share >= th.blocking_call_warn and cap >= th.blocking_call_warn:
-        out.append(
-            _finding(
-                "BLOCK001", u, blocking, block_share, c, "blocking_call_warn", th.blocking_call_warn
-            )
-        )
+        claim = Claim(blocking, block_share, "blocking_call_warn", th.blocking_call_warn)
+        out.append(_finding("BLOCK001", u, claim, c))
         rest = tuple(s for s in u.sites if s.family not in BLOCKING)
         rest_share = max(0.0, u.share - block_share)
-    if rest and min(rest_share, cap) >= th.unexplained_warn:
-        out.append(
-            _finding("LOOP001", u, rest, rest_share, c, "unexplained_warn", th.unexplained_warn)
-        )
-    elif rest and min(rest_share, cap) >= th.unexplained_note:
-        out.append(
-            _finding("LOOP001", u, rest, rest_share, c, "unexplained_note", th.unexplained_note)
-        )
+    # under unexplained_warn, down to unexplained_note, LOOP001 is a note
+    for setting in ("unexplained_warn", "unexplained_note"):
+        if rest and min(rest_share, cap) >= getattr(th, setting):
+            out.append(
+                _finding("LOOP001", u, Claim(rest, rest_share, setting, getattr(th, setting)), c)
+            )
+            break
     return out
