@@ -115,3 +115,49 @@ def test_no_import_cycle_between_modules_including_function_level_imports():
         m: {d for d in deps if not m.startswith(d + ".")} for m, deps in module_graph().items()
     }
     assert has_cycle(graph) is None, has_cycle(graph)
+
+
+def _private_names() -> tuple[dict[str, set[str]], list[tuple[str, int, str]]]:
+    """Private names (one leading underscore) each module defines, and every access to one
+    through another object than self/cls or a `from gpudiag... import _name`."""
+    defs: dict[str, set[str]] = {}
+    uses: list[tuple[str, int, str]] = []
+    for pkg in ("agent", "analyzers", "probes", "tui", "text"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            mod = str(path.relative_to(ROOT))
+            for n in ast.walk(ast.parse(path.read_text())):
+                name = None
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = n.name
+                elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                    name = n.attr
+                elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    name = n.id
+                if name and name.startswith("_") and not name.startswith("__"):
+                    defs.setdefault(name, set()).add(mod)
+                if (
+                    isinstance(n, ast.Attribute)
+                    and n.attr.startswith("_")
+                    and not n.attr.startswith("__")
+                    and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))
+                ):
+                    uses.append((mod, n.lineno, n.attr))
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("gpudiag"):
+                    uses += [
+                        (mod, n.lineno, a.name)
+                        for a in n.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
+    return defs, uses
+
+
+def test_no_module_touches_another_modules_private_state():
+    """A private name (attribute, function, class) is used only in the module that defines
+    it: a class split across modules becomes an owned object with a public face."""
+    defs, uses = _private_names()
+    stray = [
+        f"{mod}:{line}: {name} (defined in {', '.join(sorted(defs[name]))})"
+        for mod, line, name in uses
+        if name in defs and mod not in defs[name]
+    ]
+    assert stray == []

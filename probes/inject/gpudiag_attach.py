@@ -54,7 +54,7 @@ def _install(channel: str) -> dict:
 
         gpudiag_hooks.install_on_torch_import(channel, attached=True)
         mod = gpudiag_hooks
-    state = mod._state
+    state = mod.current()
     if reused and state is not None and state.channel.path != channel:
         if not _live(state.channel.path):  # never take the data of a live `gpudiag run`
             state.channel.path = channel

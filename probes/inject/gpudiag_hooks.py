@@ -218,6 +218,12 @@ class _State:
 _state: _State | None = None
 
 
+def current() -> _State | None:
+    """The hooks' state in this process (None before they are installed): what `attach
+    --hooks` reuses and wakes."""
+    return _state
+
+
 def _cuda_memory(torch) -> dict:
     try:
         stats = torch.cuda.memory_stats()
