@@ -187,7 +187,13 @@ CATALOGUE: dict[str, Spec] = {
             False,
             None,  # a warning at most: whether batching helps is a hypothesis until measured
         ),
-        Spec("INFER001", "Inference with autograd on", "host", False),
+        Spec(
+            "INFER001",
+            "Inference with autograd on",
+            "host",
+            False,
+            None,  # a warning at most: what inference mode gives back is a hypothesis
+        ),
         Spec("SERVE002", "The request path is bound by host work", "host", False),
         Spec(
             "INFER002",

@@ -192,9 +192,13 @@ def find(c: Context) -> list[Finding]:
     user, _ = user_code_share(c.view, profile, c.clf)
     host001 = c.idle is None and user >= th.host_user_code_warn  # HOST001 names that time
     named = frozenset((f.location.file, f.location.function) for f in c.found if f.location)
+    # a server's threads wait on a queue or event when there is no work: its model thread
+    # for requests, a request for its batch's answer (SERVE001 names a batching that waits)
+    server = c.workload is not None and c.workload.kind == "server"
     skip = frozenset(
         ({"user"} if host001 else set())
         | ({"eval"} if any(f.id == "EVAL001" for f in c.found) else set())
+        | ({"lock"} if server else set())
     )
     u = unplaced(c.view, profile, c.clf, cats, skip=skip, named=named)
     u = u.capped(sum(c.shares.get(cat, 0.0) for cat in cats))

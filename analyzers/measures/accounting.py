@@ -151,7 +151,8 @@ def unplaced(
     those; a C call on its line, such as gc.collect() or a socket read, stays here). `named`:
     (file, function) of the job's frames another finding already names; `skip` "eval" leaves
     out the samples under an evaluation pass (EVAL001 names that time, whatever it does
-    inside: nanoGPT's estimate_loss spends it in get_batch)."""
+    inside: nanoGPT's estimate_loss spends it in get_batch); `skip` "lock" leaves out the
+    waits on a queue, lock or event (a server's threads waiting for work: idle)."""
     n = profile.samples
     if n <= 0 or profile.thread is None:
         return Unplaced(0.0, 0.0, ())
@@ -161,6 +162,8 @@ def unplaced(
             continue
         loc, call, fam, lib, own = _site_key(stack, code)
         if "user" in skip and own and fam == "user":
+            continue
+        if "lock" in skip and fam == "lock":
             continue
         if "eval" in skip and eval_frame_index(tuple(stack.split(";"))) is not None:
             continue

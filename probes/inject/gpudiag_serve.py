@@ -59,10 +59,11 @@ class Recorder:
                 t0 = now
             return t0, float(self.in_flight)
 
-    def accept(self, conn) -> None:
+    def accept(self, conn, t: float) -> None:
+        """`conn` was waiting to be accepted at `t` (perf_counter)."""
         with self.lock:
             if len(self.accepted) < 4096:
-                self.accepted[conn] = time.perf_counter()
+                self.accepted[conn] = t
 
     def end_request(self, t0: float, in_flight: float) -> None:
         with self.lock:
@@ -202,16 +203,19 @@ def patch_handler(cls, rec: Recorder) -> None:
 
 
 def _patch_socketserver(module, rec: Recorder) -> None:
-    """The time each connection is accepted (TCPServer.get_request, in the listener)."""
+    """The time each connection waits to be accepted from: TCPServer.get_request's call, in
+    the listener, once its select said one was pending (before accept(), whose return waits
+    for the GIL again: up to a switch interval on a busy server, which the client sees)."""
     cls = module.TCPServer
     if cls.__dict__.get("_gpudiag_patched"):
         return
     orig = cls.get_request
 
     def get_request(self):
+        t = time.perf_counter()
         got = orig(self)
         try:
-            rec.accept(got[0])
+            rec.accept(got[0], t)
         except Exception:
             pass
         return got

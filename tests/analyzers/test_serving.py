@@ -7,7 +7,7 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.findings.serving import batching_values
-from tests.analyzers.scenario import Scenario, hook_serving, server_windows
+from tests.analyzers.scenario import SITE, Scenario, hook_serving, server_windows
 from tests.analyzers.test_findings import HEALTHY, ids, windows
 
 
@@ -65,6 +65,18 @@ def test_batch_inference_with_autograd_on_is_infer001():
     assert a.metrics["items_per_second"] == pytest.approx(60.0, rel=0.05)
 
 
+def test_infer001_is_a_warning_at_most_as_every_hypothesis():
+    """What inference mode gives back is a hypothesis until `try` measures it: a warning at
+    any impact, as SERVE001 and INFER002 (the H100 Flask server's 43% read as an error)."""
+    from gpudiag.analyzers.engine.thresholds import Thresholds
+
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    a = analyze(hook_serving(sc, rate=60.0, forward_s=0.015, requests=False).tl)
+    f = next(f for f in a.findings if f.id == "INFER001")
+    assert f.speedup_kind == "hypothesis"
+    assert f.impact >= Thresholds().error_impact and f.severity == "warning"
+
+
 def test_a_training_job_gets_no_serving_metric_or_finding():
     sc = windows(Scenario(), shares=HEALTHY).host(0.3).process(0.95)
     a = analyze(hook_serving(sc, rate=60.0, batch=16.0, requests=False).tl)
@@ -95,6 +107,55 @@ def test_without_the_hooks_a_batcher_thread_is_not_serve001():
     """The request threads wait for a batcher thread that runs the model: nothing to say."""
     a = analyze(server_windows(Scenario(), handlers=4, forward=0.0).tl)
     assert a.workload.kind == "server" and "SERVE001" not in ids(a)
+
+
+def _model_thread(server: bool) -> Scenario:
+    """A model thread that runs batches of 4 a tenth of its time and waits on its queue for
+    requests the rest; under a threaded server whose request threads wait for its answers
+    (`server`), or alone (a loop fed by a queue)."""
+    from tests.analyzers.scenario import HANDLER, SERVE_MAIN, STD, add_thread_stacks
+
+    model = (
+        f"Thread._bootstrap ({STD}/threading.py:1002);Thread.run ({STD}/threading.py:982)"
+        ";Batcher._loop (/work/serve.py:72)"
+    )
+    stacks = {
+        f"{model};Queue.get ({STD}/queue.py:180);Condition.wait ({STD}/threading.py:331)": 270,
+        f"{model};run (/work/serve.py:50);Module._wrapped_call_impl "
+        f"({SITE}/torch/nn/modules/module.py:1511);Net.forward (/work/model.py:20)": 30,
+    }
+    waiting = (
+        f"{HANDLER};Batcher.submit (/work/serve.py:64);Event.wait ({STD}/threading.py:629)"
+        f";Condition.wait ({STD}/threading.py:327)"
+    )
+    sc = Scenario()
+    for w in range(5):
+        sc.t += 3_000_000_000
+        add_thread_stacks(sc, 90, "batcher", stacks)
+        if server:
+            add_thread_stacks(sc, 100, "MainThread", {SERVE_MAIN: 300})
+            for h in range(4):
+                add_thread_stacks(sc, 2000 + 4 * w + h, f"Thread-{h}", {waiting: 300})
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": 300, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    return hook_serving(sc, rate=100.0, latency_s=0.03, batch=4.0, grad=0.0, requests=server)
+
+
+def test_a_servers_model_thread_waiting_for_requests_is_idle_not_loop001():
+    """The healthy batching servers (serve_http.py, serve_flask.py --healthy) got LOOP001 as
+    an error: their batcher, the loop thread, waits on its queue 90% of the time between
+    requests. A server's waits on a queue or event are its idle time; the same thread feeding
+    a batch loop (no server) still has its wait named."""
+    a = analyze(_model_thread(server=True).tl)
+    assert a.workload.kind == "server" and a.profile.thread.thread == "batcher"
+    assert ids(a) == []
+    alone = analyze(_model_thread(server=False).tl)
+    assert alone.workload.kind == "inference"
+    f = next(f for f in alone.findings if f.id == "LOOP001")
+    assert "queue.Queue.get" in f.message and f.impact == pytest.approx(0.9, abs=0.02)
 
 
 def test_a_tokenizer_on_the_request_path_is_serve002_named_by_location():

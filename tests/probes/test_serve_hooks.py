@@ -158,6 +158,103 @@ def test_requests_are_timed_from_accept_to_answer_and_answers_unchanged():
     assert rec.in_flight == 0
 
 
+def test_a_connection_is_timed_from_its_listeners_call_to_accept_it():
+    """The start is taken when the listener, its select done, calls get_request, not when
+    accept() returns: that return waits for the GIL again (up to a switch interval on a busy
+    server), and the client sees that wait."""
+    import time
+
+    rec = gpudiag_serve.Recorder(lambda: None)
+
+    class Slow(ThreadingHTTPServer):
+        def get_request(self):
+            time.sleep(0.05)  # accept() waiting for the GIL back
+            return super().get_request()
+
+    class Handler(Echo):
+        pass
+
+    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Slow), rec)
+    gpudiag_serve.patch_handler(Handler, rec)
+    server = Slow(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        conn.request("GET", "/a")
+        assert conn.getresponse().read() == b"ok"
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    _, req = rec.take()
+    assert len(req) == 1 and req[0][1] >= 0.05
+
+
+@pytest.fixture
+def werkzeug_rec():
+    """The hooks' patches on Werkzeug's threaded server and request handler, undone after."""
+    pytest.importorskip("flask")
+    from werkzeug import serving
+
+    r = gpudiag_serve.Recorder(lambda: None)
+    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=serving.BaseWSGIServer), r)
+    gpudiag_serve._patch_werkzeug(serving, r)
+    yield r
+    for cls in (serving.BaseWSGIServer, serving.WSGIRequestHandler):
+        for name in ("get_request", "parse_request", "handle_one_request", "_gpudiag_patched"):
+            if name in cls.__dict__:
+                delattr(cls, name)
+
+
+def test_a_flask_app_under_werkzeug_is_timed_once_a_request_with_its_concurrency(werkzeug_rec):
+    """Flask under Werkzeug's threaded server (what app.run(threaded=True) starts): its
+    handler is an http.server handler, each request timed once from its connection
+    accepted, the parallel clients seen in flight, answers as sent."""
+    import time
+
+    from flask import Flask, jsonify
+    from werkzeug.serving import make_server
+
+    app = Flask(__name__)
+
+    @app.get("/predict/<int:n>")
+    def predict(n: int):
+        time.sleep(0.05)
+        return jsonify({"n": n * 2})
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    answers: list[bytes] = []
+
+    def client(i: int) -> None:
+        for k in range(5):
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+            conn.request("GET", f"/predict/{i * 10 + k}")
+            answers.append(conn.getresponse().read())
+            conn.close()
+
+    try:
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # the client has its answer a moment before the handler returns and times it
+        deadline = time.monotonic() + 10
+        while len(werkzeug_rec.requests) < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.shutdown()
+        server.server_close()
+    _, req = werkzeug_rec.take()
+    sent = [2 * (i * 10 + k) for i in range(4) for k in range(5)]
+    got = sorted(answers, key=lambda b: int(b.split(b":")[1].strip(b"}\n ")))
+    assert [int(b.split(b":")[1].strip(b"}\n ")) for b in got] == sorted(sent)
+    assert len(req) == 20 and all(r[1] >= 0.05 for r in req)
+    assert max(r[2] for r in req) >= 2  # parallel clients: several in flight at once
+    assert werkzeug_rec.in_flight == 0
+
+
 def test_the_channel_turns_rows_into_samples_and_drops_malformed_ones():
     msg = {
         "fwd": [[1.7e9, 0.01, 4, 1], [1.7e9, "x", 4, 1], [1.7e9, 0.01, 4], [-1, 0.01, 1, 0]],

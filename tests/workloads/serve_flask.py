@@ -1,0 +1,90 @@
+"""A Flask model server written the way Flask's docs write one (a module-level app, a
+`@app.post` view reading `request.get_json()` and answering `jsonify`, the model loaded at
+import), served by Werkzeug's threaded server on 127.0.0.1 (`make_server(..., threaded=True)`,
+what `app.run(threaded=True)` starts, without its banner and reloader), the same small
+transformer as serve_http.py.
+
+Planted by the style itself: one forward per request (batch 1) on the request's thread, with
+autograd on. --inference-mode runs the forwards under torch.inference_mode() (the INFER001
+fix); --batching queues the requests to one model thread that runs up to --max-batch of them
+at once, waiting at most --max-wait-ms for more (the SERVE001 fix); --healthy is both.
+--tokenize turns each request's text into tokens with serve_http.py's slow pure-Python
+tokenizer in the view (planted SERVE002). --instrument calls gpudiag's instrument() (for
+`gpudiag attach`). Werkzeug's access log is off (as serve_http.py's and uvicorn's at
+`warning`). Binds 127.0.0.1 only.
+
+    python serve_flask.py --seconds 20 --port-file /tmp/port   # then: load_gen.py --port-file
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import threading
+
+import torch
+from flask import Flask, jsonify, request
+from serve_http import SEQ, Batcher, TinyTransformer, tokenize
+from werkzeug.serving import make_server
+
+app = Flask(__name__)
+model = TinyTransformer().eval()
+MODE = {"inference": False, "tokenize": False, "batcher": None}
+
+
+def run(batch: list[list[int]]) -> list[int]:
+    """The model on a batch of token lists (padded or cut to SEQ)."""
+    with torch.inference_mode() if MODE["inference"] else contextlib.nullcontext():
+        x = torch.tensor([(t + [0] * SEQ)[:SEQ] for t in batch])
+        return model(x).argmax(dim=1).tolist()
+
+
+@app.post("/predict")
+def predict():
+    body = request.get_json()
+    tokens = tokenize(body["text"]) if MODE["tokenize"] else body["tokens"]
+    batcher = MODE["batcher"]
+    label = batcher.submit(tokens) if batcher is not None else run([tokens])[0]
+    return jsonify({"label": label})
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=30.0, help="serve this long, then exit")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--port-file", help="write the port here once listening")
+    p.add_argument("--tokenize", action="store_true", help="tokenize text in the view")
+    p.add_argument("--batching", action="store_true")
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--inference-mode", action="store_true")
+    p.add_argument("--healthy", action="store_true", help="--batching --inference-mode")
+    p.add_argument("--instrument", action="store_true", help="call gpudiag's instrument()")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.instrument:
+        from gpudiag.probes.hooks import instrument
+
+        instrument()
+    torch.set_num_threads(1)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    MODE["inference"] = args.inference_mode or args.healthy
+    MODE["tokenize"] = args.tokenize
+    if args.batching or args.healthy:
+        MODE["batcher"] = Batcher(run, args.max_batch, args.max_wait_ms / 1e3)
+    server = make_server("127.0.0.1", args.port, app, threaded=True)
+    if args.port_file:
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write(str(server.server_port))
+        os.replace(args.port_file + ".tmp", args.port_file)
+    threading.Timer(args.seconds, server.shutdown).start()
+    server.serve_forever(poll_interval=0.2)
+
+
+if __name__ == "__main__":
+    main()
