@@ -50,15 +50,18 @@ def finalize(
     )
     cost, findings = cost_analysis(spend, findings, c.th)
     findings = ranked(findings)
-    return Finished(tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th))
+    kind = c.workload.kind if c.workload else None
+    return Finished(tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th, kind))
 
 
-def judged(findings: list[Finding], profile, metrics: dict, th: Thresholds) -> dict:
+def judged(
+    findings: list[Finding], profile, metrics: dict, th: Thresholds, kind: str | None = None
+) -> dict:
     """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
-    recorded when the box starved it) and the timed steps."""
+    recorded when the box starved it) and the timed steps; `kind`: the workload's."""
     rate = starved_rate(metrics, th)
     samples = profile.samples * (rate if rate is not None else 1.0)
-    return verdict_of(
+    verdict = verdict_of(
         findings,
         samples,
         metrics.get("steps"),
@@ -66,6 +69,25 @@ def judged(findings: list[Finding], profile, metrics: dict, th: Thresholds) -> d
         unjudged(profile, th, samples),
         starved=rate,
     )
+    return blind_to_forwards(verdict, kind, metrics)
+
+
+def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
+    """An inference job or a server seen without the in-process hooks: no forward's batch
+    size or autograd mode is known, so INFER001/INFER002 could not be judged, and "no
+    bottleneck" is not sure (a batch-embedding job with autograd on, attached without
+    --hooks, got a sure "no bottleneck" 4 of 5 looks)."""
+    if kind not in ("inference", "server") or metrics.get("forwards") is not None:
+        return verdict
+    if verdict.get("finding") is not None:
+        return verdict
+    return {
+        **verdict,
+        "sure": False,
+        "statement": verdict["statement"]
+        + "; not judged: this inference job's batch size per forward and autograd mode "
+        "(INFER001, INFER002): they need the in-process hooks (gpudiag run, or attach --hooks)",
+    }
 
 
 def starved_rate(metrics: dict, th: Thresholds) -> float | None:

@@ -309,3 +309,24 @@ def test_a_busy_server_gpu_is_not_serve003_and_a_price_override_is_used():
     a = analyze(_server_on_gpu(util=10).tl, price=Price(2.0, "--price"))
     f = next(f for f in a.findings if f.id == "SERVE003")
     assert f.cost["usd_per_day"] == pytest.approx(2.0 * 24 * 0.9, abs=0.1)
+
+
+def test_inference_seen_without_the_hooks_is_never_a_sure_no_bottleneck():
+    """A batch-embedding job with autograd on, attached without --hooks: no forward's batch
+    or grad mode is known (INFER001/INFER002 cannot be judged), so "no bottleneck" is not
+    sure and says what would judge it (it was sure 4 of 5 looks)."""
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    a = analyze(sc.tl)
+    assert a.workload.kind == "inference" and a.metrics.get("forwards") is None
+    assert [f.id for f in a.findings if f.severity != "note"] == []
+    assert a.verdict["sure"] is False and a.verdict["finding"] is None
+    assert "attach --hooks" in a.verdict["statement"]
+
+
+def test_inference_with_the_hooks_and_nothing_wrong_is_sure():
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    a = analyze(
+        hook_serving(sc, rate=60.0, forward_s=0.015, batch=16.0, grad=0.0, requests=False).tl
+    )
+    assert a.workload.kind == "inference" and ids(a) == []
+    assert a.verdict["sure"] is True
