@@ -52,6 +52,10 @@ TRUTH: dict[str, str | None] = {
 }
 # ids also right for a workload (none: DATA001 is graded by the idle cores, never renamed)
 SAME_CAUSE: dict[str, set[str]] = {}  # one cause, one id: the loader-bound loop is DATA001
+# attached with --hooks: an inference job's causes (batch per forward, autograd mode) are
+# judged from its forwards, which only the in-process hooks see (without them the verdict is
+# "not judged", never sure)
+ATTACH_HOOKS = {"batch_embed"}
 QUICK = ["starved_loader", "sync_checkpoint"]
 ATTACH_WARMUP_S = 5.0  # past the imports: attach to a job that is training
 BURN = "import time\nwhile True:\n    sum(range(10000))\n"
@@ -112,8 +116,9 @@ def look(name: str, mode: str, seconds: float, out: Path) -> dict:
         else:
             job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(ATTACH_WARMUP_S)
+            hooks = ["--hooks"] if name in ATTACH_HOOKS else []
             res = subprocess.run(
-                [*GPUDIAG, "attach", str(job.pid), *dur],
+                [*GPUDIAG, "attach", str(job.pid), *hooks, *dur],
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -130,9 +135,17 @@ def look(name: str, mode: str, seconds: float, out: Path) -> dict:
     return {
         "top": _top(doc),
         "sure": bool(verdict.get("sure")),
+        # a top finding whose fix's effect is a hypothesis is never sure until `try` measures
+        # it: named and consistent is its right answer
+        "hypothesis": "unverified" in (verdict.get("statement") or ""),
         "samples": doc["breakdown"].get("samples"),
         "agent_cpu_cores": agent.get("cpu_cores"),
     }
+
+
+def _judged(x: dict) -> bool:
+    """A sure verdict, or a named hypothesis (sure only once `try` measures it)."""
+    return bool(x["sure"] or (x.get("hypothesis") and x["top"]))
 
 
 def summarize(name: str, looks: list[dict], load: str = "idle") -> dict:
@@ -142,18 +155,18 @@ def summarize(name: str, looks: list[dict], load: str = "idle") -> dict:
     truth = TRUTH[name]
     right_ids = SAME_CAUSE.get(name, {truth}) | ({"HOST002"} if load == "loaded" else set())
     ok = [x for x in looks if "error" not in x]
-    tops = [x["top"] for x in ok if x["sure"]]
+    tops = [x["top"] for x in ok if _judged(x)]
     modal, modal_n = Counter(tops).most_common(1)[0] if tops else (None, 0)
     samples = [x["samples"] for x in ok if x.get("samples") is not None]
     cpu = [x["agent_cpu_cores"] for x in ok if x.get("agent_cpu_cores") is not None]
     return {
         "n": len(looks),
         "errors": len(looks) - len(ok),
-        "right": sum(1 for x in ok if x["sure"] and x["top"] in right_ids),
+        "right": sum(1 for x in ok if _judged(x) and x["top"] in right_ids),
         "modal": modal,
         "modal_n": modal_n,
         "not_sure": sum(1 for x in ok if not x["sure"]),
-        "wrong_sure": sum(1 for x in ok if x["sure"] and x["top"] not in right_ids),
+        "wrong_sure": sum(1 for x in ok if _judged(x) and x["top"] not in right_ids),
         "samples_median": statistics.median(samples) if samples else None,
         "samples_min": min(samples) if samples else None,
         "agent_cpu_median": round(statistics.median(cpu), 4) if cpu else None,
