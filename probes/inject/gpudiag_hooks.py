@@ -11,7 +11,8 @@ outermost model forward (time, batch size, autograd on) and each request of an H
 The channel is a Unix datagram socket the agent created in a private folder. Writes never
 block: when the agent is gone or slow, events are dropped and the job loses no time. Hooks
 loaded by `attach --hooks` (gpudiag_attach) go quiet once the agent is gone: the DataLoader
-class put back, no timing, nothing sent, until the next attach wakes them.
+class put back, the global forward hooks taken out, no timing, nothing sent, until the next
+attach wakes them.
 Steps are buffered and sent every 0.1 s, so a step costs a few microseconds.
 """
 
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 from array import array
+from typing import Any
 
 FLUSH_S = 0.1
 MEM_EVERY_S = 2.0
@@ -120,25 +122,61 @@ class _State:
         self._flushing = threading.Lock()
         self.quiet = False  # attach --hooks, the agent gone: no timing, no sending
         self.patches: list[tuple[type, str, object, object]] = []  # (class, name, orig, ours)
+        self.step_calls: list = []  # more calls of our one step hook (attach: the capture's)
+        self.step_handle: Any = None  # that global optimizer post hook's handle, while in
 
     def go_quiet(self) -> None:
-        """The agent is gone: put the job's classes back and stop timing steps (the global
-        optimizer hook stays, returning at once: removing it from inside its own call would
-        break the job's loop). A later attach --hooks wakes them (`wake`)."""
+        """The agent is gone: put the job's classes back, take the global forward hooks
+        (gpudiag_serve.go_quiet) and the step hook out and stop timing steps. A later
+        attach --hooks wakes them (`wake`)."""
         self.quiet = True
         for cls, name, orig, _ in self.patches:
             setattr(cls, name, orig)
         self.pending = array("d")
         self.sites = {}
-        self.serve.take()
+        try:
+            _serve.go_quiet(self.serve)
+        except Exception:  # never break the job: the hooks stay in, recording nothing
+            self.serve.quiet = True
+        try:
+            self._take_out_step_hook()
+        except Exception:  # it stays in, returning at once
+            pass
+
+    def _take_out_step_hook(self) -> None:
+        """Our global optimizer post hook out when it is the dict's only entry: torch walks
+        that dict itself after each step (in any thread), and an entry taken out ahead of a
+        walk breaks its next turn, but a walk has always passed a dict's only entry. With the
+        job's own global step hooks there (or gpudiag_dist's) it stays, returning at once."""
+        optimizer = sys.modules.get("torch.optim.optimizer")
+        handle = self.step_handle
+        if optimizer is None or handle is None:
+            return
+        if not set(optimizer._global_optimizer_post_hooks) - {handle.id}:
+            handle.remove()
+            self.step_handle = None
 
     def wake(self) -> None:
         """A new agent attached: the hooks time steps again (the first one partly seen)."""
         for cls, name, _, ours in self.patches:
             setattr(cls, name, ours)
+        try:
+            _serve.wake(self.serve)
+        except Exception:  # the step timing works without the forwards
+            self.serve.quiet = False
+        if self.step_handle is None and self.torch is not None:
+            from torch.optim import optimizer
+
+            self.step_handle = optimizer.register_optimizer_step_post_hook(self.after_step)
         self.channel.gone_since = None
         self.partial = True
         self.quiet = False
+
+    def after_step(self, opt, args, kwargs) -> None:
+        """Our one global optimizer post hook: the step's timing, then `step_calls`."""
+        self.on_step()
+        for call in self.step_calls:
+            call()
 
     def on_step(self) -> None:
         if self.quiet:
@@ -276,9 +314,9 @@ def _install(torch) -> None:
     dataloader._BaseDataLoaderIter.__next__ = __next__
     st.patches.append((dataloader._BaseDataLoaderIter, "__next__", orig_next, __next__))
     _install_trim()
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim import optimizer
 
-    register_optimizer_step_post_hook(lambda opt, args, kwargs: st.on_step())
+    st.step_handle = optimizer.register_optimizer_step_post_hook(st.after_step)
     try:
         _serve.install_forwards(torch, st.serve)
     except Exception as exc:  # the step timing works without it
@@ -350,13 +388,17 @@ def _install_capture(torch, st: _State) -> None:
     except ImportError:  # loaded as a top-level module by sitecustomize
         import gpudiag_capture
     watcher = gpudiag_capture.Watcher(torch, st.channel.path or attach_path(os.getpid()))
-    from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    def on_step(opt, args, kwargs) -> None:
+    def on_step() -> None:
         if not st.quiet:
             watcher.on_step()
 
-    register_optimizer_step_post_hook(on_step)
+    if st.attached:  # in our one step hook, which quiet hooks take out
+        st.step_calls.append(on_step)
+        return
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: on_step())
 
 
 def _install_cuda(torch, st: _State) -> None:

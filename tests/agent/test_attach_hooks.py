@@ -276,18 +276,25 @@ sys.path.append({inject!r})
 import gpudiag_hooks
 gpudiag_hooks.QUIET_AFTER_S = 0.5
 from torch.utils.data import DataLoader, dataloader
+from torch.nn.modules import module as nn
+from torch.optim.optimizer import _global_optimizer_post_hooks as steps
 orig = dataloader._BaseDataLoaderIter.__next__
 m = torch.nn.Linear(4, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)
 def state(word):
     st = gpudiag_hooks._state
     ours = dataloader._BaseDataLoaderIter.__next__ is not orig
-    print(word, st is not None and st.quiet, ours, flush=True)
+    forward = len(nn._global_forward_hooks) + len(nn._global_forward_pre_hooks)
+    print(word, st is not None and st.quiet, ours, forward, len(steps), flush=True)
 print("ready", flush=True)
 said = set()
 t = time.time()
 while time.time() - t < 90:
     for x in DataLoader(torch.randn(64, 4), batch_size=4):
-        o.zero_grad(); m(x).sum().backward(); o.step()
+        if {train}:
+            o.zero_grad(); m(x).sum().backward(); o.step()
+        else:
+            with torch.no_grad():
+                m(x)
     time.sleep(0.005)
     for word in ("loaded", "gone", "woken", "stop"):
         if os.path.exists(os.path.join({folder!r}, word)) and word not in said:
@@ -298,9 +305,13 @@ while time.time() - t < 90:
 
 
 @needs_gdb
-def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_path):
+@pytest.mark.parametrize("train", [True, False], ids=["training", "inference"])
+def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_path, train):
+    """Quiet: the DataLoader class put back, the global forward hooks (an inference job's: a
+    training job's went at its first step) and step hook out; a wake puts them back."""
     pytest.importorskip("torch")
-    job = _job(sys.executable, QUIET_JOB.format(inject=INJECT_DIR, folder=str(tmp_path)))
+    code = QUIET_JOB.format(inject=INJECT_DIR, folder=str(tmp_path), train=train)
+    job = _job(sys.executable, code)
     assert job.stdout is not None
     seen = []
     try:
@@ -315,9 +326,12 @@ def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_pat
             (tmp_path / word).touch()
             seen.append(job.stdout.readline().strip())
         probe.close()
-        # the job's word, its hooks quiet, the DataLoader class patched
-        assert seen == ["loaded False True", "gone True False", "woken False True"] + [
-            "stop False True"
+        # the job's word, its hooks quiet, the DataLoader class patched, global forward hooks,
+        # global step hooks
+        n = 0 if train else 2
+        assert seen == [f"loaded False True {n} 1", "gone True False 0 0"] + [
+            f"woken False True {n} 1",
+            f"stop False True {n} 1",
         ]
         out, err = job.communicate(timeout=60)
         assert job.returncode == 0 and "Traceback" not in err, err

@@ -111,6 +111,85 @@ def test_the_first_optimizer_step_removes_the_forward_hooks(rec):
     assert len(fwd) == 1 and rec.handles == []
 
 
+def _ours_in(rec) -> bool:
+    """Whether any of the recorder's forward hooks is in torch's global dicts."""
+    from torch.nn.modules import module as nn_module
+
+    hooks = set(nn_module._global_forward_hooks) | set(nn_module._global_forward_pre_hooks)
+    return any(h.id in hooks for h in rec.handles)
+
+
+def test_going_quiet_takes_the_forward_hooks_out_and_a_wake_puts_them_back(rec):
+    """Quiet hooks (attach --hooks, gpudiag gone) leave no global forward hook: even one that
+    returns at once takes every module call off torch's fast path."""
+    net = Net()
+    net(torch.randn(2, 4))
+    gpudiag_serve.go_quiet(rec)
+    assert not _ours_in(rec) and rec.forward_handles == ()
+    net(torch.randn(3, 4))
+    assert rec.take() == ([], [])
+    gpudiag_serve.wake(rec)
+    assert _ours_in(rec)
+    net(torch.randn(4, 4))
+    fwd, _ = rec.take()
+    assert [r[2] for r in fwd] == [4.0]
+
+
+def test_a_jobs_own_global_forward_hook_keeps_ours_in_recording_nothing(rec):
+    """The dict torch walks when a forward raises is never changed under it: with the job's
+    own global hook there, ours stays, returning at once (the slow path is the job's)."""
+    from torch.nn.modules import module as nn_module
+
+    seen = []
+    job = nn_module.register_module_forward_hook(lambda m, a, out: seen.append(1))
+    try:
+        gpudiag_serve.go_quiet(rec)
+        assert _ours_in(rec)
+        Net()(torch.randn(2, 4))
+        assert rec.take() == ([], []) and len(seen) == 3  # the job's hook: every module
+    finally:
+        job.remove()
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["ours alone", "the job's after ours"])
+def test_going_quiet_inside_the_walk_of_a_forward_that_raised_keeps_its_error(own):
+    """torch walks the global post-hook dict itself when a forward raised: the hooks going
+    quiet from inside that walk (the flush after a forward) must not break it."""
+    from torch.nn.modules import module as nn_module
+
+    r = gpudiag_serve.Recorder(lambda: gpudiag_serve.go_quiet(r))
+    gpudiag_serve.install_forwards(torch, r)
+    job = nn_module.register_module_forward_hook(lambda *a: None, always_call=True) if own else None
+    try:
+        with pytest.raises(ValueError, match="planted"):
+            Net()(torch.randn(2, 4), fail=True)
+        assert r.quiet and _ours_in(r) == own
+    finally:
+        if job is not None:
+            job.remove()
+        while r.handles:
+            r.handles.pop().remove()
+
+
+def test_the_first_step_with_a_jobs_own_optimizer_pre_hook_after_ours_breaks_nothing(rec):
+    """Our step hook leaves torch's pre-hook dict only as its last entry: taken out ahead of
+    the job's hook, torch's loop over the dict would raise in the job's optimizer.step()."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    calls = []
+    job = register_optimizer_step_pre_hook(lambda *a: calls.append(1))
+    try:
+        net = Net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            net(torch.randn(2, 4)).sum().backward()
+            opt.step()
+        fwd, _ = rec.take()
+        assert len(fwd) == 1 and len(calls) == 2 and not _ours_in(rec)
+    finally:
+        job.remove()
+
+
 class Echo(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         if self.path == "/boom":
