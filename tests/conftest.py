@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,26 @@ def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subproces
     res.stdout, res.stderr = out.read_text(), err.read_text()
     kill_left_job(res.stderr)
     return res
+
+
+def start_training(args: list[str], ready: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start a workload (tests/workloads/*.py, whose train() creates GPUDIAG_TEST_READY after
+    its first step) and return once it is training: past its imports, for an attach. Waiting
+    for the step, not a fixed sleep, is shorter on an idle box and enough on a busy one."""
+    job = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**(env or os.environ), "GPUDIAG_TEST_READY": str(ready)},
+    )
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            job.wait()
+            raise AssertionError(f"{args[0]}: no first step (exit status {job.returncode})")
+        time.sleep(0.1)
+    return job
 
 
 def kill_left_job(stderr: str) -> None:
