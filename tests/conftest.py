@@ -176,8 +176,9 @@ def _starts_a_process(item, helpers: set[str]) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that start a process are marked `e2e`; tests marked `gpu` run only where NVML
-    finds a GPU."""
+    """Tests that start a process are marked `e2e`, the others that are not `slow` `fast`
+    (`-m fast` is `-m "not e2e and not slow"`); tests marked `gpu` run only where NVML finds
+    a GPU."""
     helpers: dict[str, set[str]] = {}
     for item in items:
         module = getattr(item, "module", None)
@@ -187,6 +188,8 @@ def pytest_collection_modifyitems(config, items):
             helpers[module.__name__] = _starting_helpers(module)
         if _starts_a_process(item, helpers[module.__name__]):
             item.add_marker(pytest.mark.e2e)
+        elif "slow" not in item.keywords:
+            item.add_marker(pytest.mark.fast)
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if gpu_items and not _nvml_has_gpu():
         skip = pytest.mark.skip(reason="no NVIDIA GPU found by NVML")
