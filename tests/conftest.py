@@ -136,7 +136,13 @@ _STARTS = re.compile(
     r"\bgpudiag(?:_until_sure)?\(|\bsubprocess\.|\bPopen\(|\bos\.(?:fork|spawn|exec)|"
     r"\bWORKLOADS\b|\brun_test\(|\bsnap_compare\b|\bmultiprocessing\b"
 )
-E2E_FIXTURES = {"run_cli", "busy_core", "snap_compare", "attached_instrumented"}
+E2E_FIXTURES = {
+    "run_cli",
+    "busy_core",
+    "snap_compare",
+    "attached_instrumented",
+    "bounded_cli_runs",
+}
 
 
 def _starting_helpers(module) -> set[str]:
