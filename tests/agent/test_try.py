@@ -363,10 +363,10 @@ def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
     assert len([ln for ln in lines if ln.startswith("f ")]) == 1
 
 
-def test_bad_fix_and_numerics_are_one_line_exit_2():
-    r = gpudiag("try", "--fix", "magic:x=1", "--", sys.executable, "-c", "pass")
+def test_bad_fix_and_numerics_are_one_line_exit_2(cli):
+    r = cli("try", "--fix", "magic:x=1", "--", sys.executable, "-c", "pass")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown fix kind" in r.stderr
-    r = gpudiag("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
+    r = cli("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
     assert r.returncode == 2 and "--allow-numerics" in r.stderr
 
 
