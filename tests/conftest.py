@@ -46,8 +46,9 @@ def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subproces
 
 def start_training(args: list[str], ready: Path, env: dict | None = None) -> subprocess.Popen:
     """Start a workload (tests/workloads/*.py, whose train() creates GPUDIAG_TEST_READY after
-    its first step) and return once it is training: past its imports, for an attach. Waiting
-    for the step, not a fixed sleep, is shorter on an idle box and enough on a busy one."""
+    its first step) and return once it has trained for a second: past its imports and its
+    loop's first step, for an attach. Waiting for the step, not a fixed sleep, is shorter on
+    an idle box and enough on a busy one (a torch import took 7.6 s at load 5)."""
     job = subprocess.Popen(
         [sys.executable, *args],
         stdout=subprocess.DEVNULL,
@@ -61,6 +62,7 @@ def start_training(args: list[str], ready: Path, env: dict | None = None) -> sub
             job.wait()
             raise AssertionError(f"{args[0]}: no first step (exit status {job.returncode})")
         time.sleep(0.1)
+    time.sleep(1.0)
     return job
 
 
