@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,28 @@ def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subproces
     res.stdout, res.stderr = out.read_text(), err.read_text()
     kill_left_job(res.stderr)
     return res
+
+
+def start_training(args: list[str], ready: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start a workload (tests/workloads/*.py, whose train() creates GPUDIAG_TEST_READY after
+    its first step) and return once it has trained for a second: past its imports and its
+    loop's first step, for an attach. Waiting for the step, not a fixed sleep, is shorter on
+    an idle box and enough on a busy one (a torch import took 7.6 s at load 5)."""
+    job = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**(env or os.environ), "GPUDIAG_TEST_READY": str(ready)},
+    )
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if job.poll() is not None or time.monotonic() > deadline:
+            job.kill()
+            job.wait()
+            raise AssertionError(f"{args[0]}: no first step (exit status {job.returncode})")
+        time.sleep(0.1)
+    time.sleep(1.0)
+    return job
 
 
 def kill_left_job(stderr: str) -> None:
@@ -115,7 +138,14 @@ _STARTS = re.compile(
     r"\bgpudiag(?:_until_sure)?\(|\bsubprocess\.|\bPopen\(|\bos\.(?:fork|spawn|exec)|"
     r"\bWORKLOADS\b|\brun_test\(|\bsnap_compare\b|\bmultiprocessing\b"
 )
-E2E_FIXTURES = {"run_cli", "busy_core", "snap_compare", "attached_instrumented", "quiet_server_run"}
+E2E_FIXTURES = {
+    "run_cli",
+    "busy_core",
+    "snap_compare",
+    "attached_instrumented",
+    "bounded_cli_runs",
+    "quiet_server_run",
+}
 
 
 def _starting_helpers(module) -> set[str]:
@@ -155,8 +185,9 @@ def _starts_a_process(item, helpers: set[str]) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that start a process are marked `e2e`; tests marked `gpu` run only where NVML
-    finds a GPU."""
+    """Tests that start a process are marked `e2e`, the others that are not `slow` `fast`
+    (`-m fast` is `-m "not e2e and not slow"`); tests marked `gpu` run only where NVML finds
+    a GPU."""
     helpers: dict[str, set[str]] = {}
     for item in items:
         module = getattr(item, "module", None)
@@ -166,6 +197,8 @@ def pytest_collection_modifyitems(config, items):
             helpers[module.__name__] = _starting_helpers(module)
         if _starts_a_process(item, helpers[module.__name__]):
             item.add_marker(pytest.mark.e2e)
+        elif "slow" not in item.keywords:
+            item.add_marker(pytest.mark.fast)
     gpu_items = [i for i in items if "gpu" in i.keywords]
     if gpu_items and not _nvml_has_gpu():
         skip = pytest.mark.skip(reason="no NVIDIA GPU found by NVML")

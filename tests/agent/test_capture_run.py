@@ -59,12 +59,12 @@ def test_run_with_capture_steps_puts_the_summary_in_the_report(tmp_path):
     assert replayed["capture"]["top_ops"] == cap["top_ops"]
 
 
-def test_capture_steps_without_hooks_is_a_usage_error(tmp_path):
-    res = gpudiag("run", "--no-inject", "--capture-steps", "3", "--", sys.executable, "-c", "pass")
+def test_capture_steps_without_hooks_is_a_usage_error(tmp_path, cli):
+    res = cli("run", "--no-inject", "--capture-steps", "3", "--", sys.executable, "-c", "pass")
     assert res.returncode == 2
     assert "needs the in-process hooks" in res.stderr and res.stderr.count("\n") == 1
 
 
-def test_capture_steps_must_be_positive():
-    res = gpudiag("run", "--capture-steps", "0", "--", sys.executable, "-c", "pass")
+def test_capture_steps_must_be_positive(cli):
+    res = cli("run", "--capture-steps", "0", "--", sys.executable, "-c", "pass")
     assert res.returncode == 2 and "1..1000" in res.stderr

@@ -40,13 +40,14 @@ def why(doc: dict) -> str:
     return json.dumps({k: doc.get(k) for k in keep} | {"findings": doc["findings"]}, indent=1)
 
 
-def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
+def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path, cli):
     rec = str(tmp_path / "rec.jsonl.gz")
     env = {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
     doc = run_job(tmp_path, env, "6", "--record", rec)  # 6 s of job: found in a shorter look
     assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
-    # the recording holds every rank; its replay rebuilds the main rank's view exactly
-    replay = json.loads(gpudiag("replay", rec, "--format", "json").stdout)
+    # the recording holds every rank; its replay rebuilds the main rank's view exactly (the
+    # replay and the report below read files: in this process, as `cli` runs them)
+    replay = json.loads(cli("replay", rec, "--format", "json").stdout)
     assert replay["breakdown"] == doc["breakdown"]
     assert all(r["world_size"] == 2 and r["pid"] for r in doc["ranks"])
     dist = [f for f in doc["findings"] if f["id"] == "DIST001"]
@@ -58,7 +59,7 @@ def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path):
     assert r1["breakdown"]["data"] > 0.3
     assert r0["collective_share_hooks"] > 0.3  # the in-process hooks saw the wait too
     assert any("flight recorder on" in n for n in doc["distributed"]["notes"])
-    text = gpudiag("report", str(tmp_path / "r.json")).stdout
+    text = cli("report", str(tmp_path / "r.json")).stdout
     assert "<- straggler" in text and "Ranks (2)" in text
 
 

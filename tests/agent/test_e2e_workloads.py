@@ -13,7 +13,7 @@ import pytest
 
 from gpudiag.agent.output.report import load_report
 from gpudiag.agent.session.budget import default_cpu_budget
-from tests.conftest import WORKLOADS, gpudiag, gpudiag_until_sure
+from tests.conftest import WORKLOADS, gpudiag, gpudiag_until_sure, start_training
 
 pytest.importorskip("torch")
 
@@ -156,13 +156,9 @@ def test_run_mode(name, expected, tmp_path, busy_core):
 @pytest.mark.parametrize("name,expected", _in(ATTACH_NORMAL))
 def test_attach_mode(name, expected, tmp_path, busy_core):
     out = tmp_path / "report.json"
-    job = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", "75"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # attached once it is training (its first step taken, past the imports)
+    job = start_training([str(WORKLOADS / f"{name}.py"), "--seconds", "75"], tmp_path / "ready")
     try:
-        time.sleep(5)  # past the imports: attach to a job that is training
         res = gpudiag(
             "attach",
             str(job.pid),

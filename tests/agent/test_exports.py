@@ -13,7 +13,6 @@ from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.exports import chrome_trace_of, speedscope_of
 from gpudiag.agent.output.report import write_report
-from tests.conftest import gpudiag
 
 HERE = Path(__file__).parents[1]
 H100 = HERE / "fixtures" / "h100"
@@ -56,9 +55,9 @@ def test_trace_schema_rejects_a_complete_event_without_duration():
         jsonschema.validate(bad, CHROME)
 
 
-def test_exports_are_small_by_construction(ckpt, tmp_path):
+def test_exports_are_small_by_construction(ckpt, tmp_path, cli):
     rep = write_report(ckpt, tmp_path / "r.json")
-    res = gpudiag(
+    res = cli(
         "report",
         str(rep),
         "--speedscope",
@@ -73,11 +72,9 @@ def test_exports_are_small_by_construction(ckpt, tmp_path):
     jsonschema.validate(json.loads((tmp_path / "t.json").read_text()), CHROME)
 
 
-def test_replay_writes_both_exports(tmp_path):
+def test_replay_writes_both_exports(tmp_path, cli):
     s, t = tmp_path / "s.json", tmp_path / "t.json"
-    res = gpudiag(
-        "replay", str(H100 / "launch.jsonl.gz"), "--speedscope", str(s), "--trace", str(t)
-    )
+    res = cli("replay", str(H100 / "launch.jsonl.gz"), "--speedscope", str(s), "--trace", str(t))
     assert res.returncode == 0, res.stderr
     jsonschema.validate(json.loads(s.read_text()), SPEEDSCOPE)
     jsonschema.validate(json.loads(t.read_text()), CHROME)

@@ -63,22 +63,24 @@ def test_different_environment_is_not_comparable(cli, tmp_path):
     assert res.returncode == 3 and "not comparable" in res.stdout and "torch" in res.stdout
 
 
-def test_github_annotations_and_step_summary(tmp_path, monkeypatch):
+def github(monkeypatch, summary) -> None:
+    """The environment of a GitHub Actions step (gate reads it as it runs, in-process here)."""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+
+
+def test_github_annotations_and_step_summary(tmp_path, monkeypatch, cli):
     base = report(tmp_path, "base.json", 0.1)
     slow = [report(tmp_path, f"w{i}.json", 0.2 * (1 + 0.01 * i)) for i in range(3)]
     summary = tmp_path / "summary.md"
-    res = gpudiag(
+    github(monkeypatch, summary)
+    res = cli(
         "gate",
         "--baseline",
         base,
         "--out",
         str(tmp_path / "g.json"),
         *slow,
-        env={
-            "GITHUB_ACTIONS": "true",
-            "GITHUB_STEP_SUMMARY": str(summary),
-            "PATH": "/usr/bin:/bin",
-        },
     )
     assert res.returncode == 1
     assert res.stdout.index("::error title=gpudiag gate: steps_per_second") >= 0
@@ -91,7 +93,7 @@ def with_metrics(path: str, **metrics: float) -> str:
     return str(write_report(doc, path))
 
 
-def test_github_outputs_worst_first_with_limits_as_percentages(tmp_path):
+def test_github_outputs_worst_first_with_limits_as_percentages(tmp_path, monkeypatch, cli):
     base = with_metrics(
         report(tmp_path, "base.json", 0.1), steps_per_second=10.0, step_time_p50_s=0.1
     )
@@ -105,18 +107,14 @@ def test_github_outputs_worst_first_with_limits_as_percentages(tmp_path):
         for i in range(3)
     ]
     summary = tmp_path / "summary.md"
-    res = gpudiag(
+    github(monkeypatch, summary)
+    res = cli(
         "gate",
         "--baseline",
         base,
         "--out",
         str(tmp_path / "g.json"),
         *cur,
-        env={
-            "GITHUB_ACTIONS": "true",
-            "GITHUB_STEP_SUMMARY": str(summary),
-            "PATH": "/usr/bin:/bin",
-        },
     )
     assert res.returncode == 1, res.stdout
     errors = [ln.split("::")[1] for ln in res.stdout.splitlines() if ln.startswith("::error")]

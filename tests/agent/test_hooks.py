@@ -15,7 +15,7 @@ import pytest
 from gpudiag.probes.base import Target
 from gpudiag.probes.inprocess.channel import INJECT_DIR, HookProbe, injection_env, parse_message
 from tests.agent.test_e2e_workloads import loader_finding
-from tests.conftest import WORKLOADS, gpudiag
+from tests.conftest import WORKLOADS, gpudiag, start_training
 
 pytest.importorskip("torch")
 
@@ -26,7 +26,11 @@ def job_steps(output: str) -> tuple[int, float]:
     return int(m.group(1)), float(m.group(2))
 
 
-@pytest.mark.parametrize("name", ["healthy", "starved_loader"])
+# the hooks time every step the same way whatever the loop waits on: the starved loader
+# (steps that wait for batches) is the default suite's case; the healthy job is -m slow
+@pytest.mark.parametrize(
+    "name", [pytest.param("healthy", marks=pytest.mark.slow), "starved_loader"]
+)
 def test_report_step_count_equals_the_jobs_own(name, tmp_path):
     out = tmp_path / "r.json"
     res = gpudiag(
@@ -55,15 +59,14 @@ def test_report_step_count_equals_the_jobs_own(name, tmp_path):
 def attached_instrumented(tmp_path_factory) -> dict:
     """One `attach --capture-steps 4` of 15 s to a job that calls instrument() (the starved
     loader): its report, read by the tests below for what each checks."""
-    out = tmp_path_factory.mktemp("attached") / "r.json"
+    folder = tmp_path_factory.mktemp("attached")
+    out = folder / "r.json"
     env = dict(os.environ, PYTHONPATH=str(WORKLOADS))
-    job = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "instrumented.py"), "--seconds", "60"],
-        stdout=subprocess.DEVNULL,
-        env=env,
+    # attached once it is training (its first step taken, past the imports)
+    job = start_training(
+        [str(WORKLOADS / "instrumented.py"), "--seconds", "60"], folder / "ready", env
     )
     try:
-        time.sleep(5)  # past the imports: attach to a job that is training
         args = ("attach", str(job.pid), "-q", "--duration", "15", "--capture-steps", "4")
         res = gpudiag(*args, "--out", str(out), timeout=120)
         assert res.returncode == 0, res.stderr

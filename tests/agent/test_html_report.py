@@ -80,24 +80,24 @@ def test_text_from_the_report_is_escaped(starved):
     assert "&lt;img src=https://evil.example/x" in page
 
 
-def test_report_command_writes_html(tmp_path, starved):
+def test_report_command_writes_html(tmp_path, starved, cli):
     rep = write_report(starved, tmp_path / "r.json")
     out = tmp_path / "r.html"
-    res = gpudiag("report", str(rep), "--format", "html", "--out", str(out))
+    res = cli("report", str(rep), "--format", "html", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert res.stdout == ""
     assert "DATA001" in out.read_text()
 
 
-def test_replay_prints_html(tmp_path):
-    res = gpudiag("replay", str(H100 / "fp32.jsonl.gz"), "--format", "html")
+def test_replay_prints_html(tmp_path, cli):
+    res = cli("replay", str(H100 / "fp32.jsonl.gz"), "--format", "html")
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("<!DOCTYPE html>") and "GPU003" in res.stdout
 
 
-def test_report_html_to_a_missing_folder_is_one_line(tmp_path, starved):
+def test_report_html_to_a_missing_folder_is_one_line(tmp_path, starved, cli):
     rep = write_report(starved, tmp_path / "r.json")
-    res = gpudiag("report", str(rep), "--format", "html", "--out", str(tmp_path / "no/x.html"))
+    res = cli("report", str(rep), "--format", "html", "--out", str(tmp_path / "no/x.html"))
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "does not exist" in res.stderr
 
@@ -138,13 +138,13 @@ def test_headless_chromium_shows_the_chart_and_findings(tmp_path, starved):
     assert "DATA001" in dom and "<svg" in dom
 
 
-def test_gate_writes_its_comparison_as_html(tmp_path):
+def test_gate_writes_its_comparison_as_html(tmp_path, cli):
     from tests.agent.test_gate import report
 
     base = report(tmp_path, "base.json", 0.1)
     slow = [report(tmp_path, f"w{i}.json", 0.15 * (1 + 0.01 * i)) for i in range(3)]
     page = tmp_path / "g.html"
-    res = gpudiag(
+    res = cli(
         "gate", "--baseline", base, "--out", str(tmp_path / "g.json"), "--html", str(page), *slow
     )
     assert res.returncode == 1, res.stdout + res.stderr
@@ -153,7 +153,7 @@ def test_gate_writes_its_comparison_as_html(tmp_path):
     assert text.index("FAIL</b>") < text.index("PASS</b>") if "PASS</b>" in text else True
     assert not REMOTE.search(text)
     # the saved gate report renders the same section
-    res = gpudiag("report", str(tmp_path / "g.json"), "--format", "html")
+    res = cli("report", str(tmp_path / "g.json"), "--format", "html")
     assert "CI gate: FAIL" in res.stdout
 
 

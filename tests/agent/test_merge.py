@@ -11,7 +11,6 @@ from gpudiag.agent.cli.config import Settings
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.report import load_report, write_report
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from tests.conftest import gpudiag
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h100" / "healthy.jsonl.gz"
 
@@ -48,11 +47,11 @@ def host_report(base: dict, tmp: Path, name: str, rank: int, host: str, **parts:
     return str(path)
 
 
-def test_two_hosts_merge_into_one_job_view_with_the_straggler(base, tmp_path):
+def test_two_hosts_merge_into_one_job_view_with_the_straggler(base, tmp_path, cli):
     a = host_report(base, tmp_path, "a.json", 0, "node-a", compute=0.3, collectives=0.65)
     b = host_report(base, tmp_path, "b.json", 1, "node-b", data=0.6, compute=0.3)
     out = tmp_path / "job.json"
-    res = gpudiag("merge", a, b, "--out", str(out))
+    res = cli("merge", a, b, "--out", str(out))
     assert res.returncode == 0, res.stderr
     doc = load_report(str(out))  # a valid report
     assert doc["run"]["mode"] == "merge"
@@ -65,12 +64,12 @@ def test_two_hosts_merge_into_one_job_view_with_the_straggler(base, tmp_path):
     assert "<- straggler" in res.stdout and "node-b" in res.stdout
 
 
-def test_reports_without_ranks_are_one_rank_each(base, tmp_path):
+def test_reports_without_ranks_are_one_rank_each(base, tmp_path, cli):
     paths = []
     for name in ("x.json", "y.json"):
         write_report(base, tmp_path / name)
         paths.append(str(tmp_path / name))
-    res = gpudiag("merge", *paths, "--format", "json")
+    res = cli("merge", *paths, "--format", "json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
@@ -78,15 +77,15 @@ def test_reports_without_ranks_are_one_rank_each(base, tmp_path):
     assert doc["distributed"]["straggler"]  # decided, or why not
 
 
-def test_bad_input_is_one_line(base, tmp_path):
+def test_bad_input_is_one_line(base, tmp_path, cli):
     a = host_report(base, tmp_path, "a.json", 0, "node-a", compute=0.9)
     twin = host_report(base, tmp_path, "twin.json", 0, "node-b", compute=0.9)
-    res = gpudiag("merge", a, twin)
+    res = cli("merge", a, twin)
     assert res.returncode == 2 and "rank 0 is in both" in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    res = gpudiag("merge", a)
+    res = cli("merge", a)
     assert res.returncode == 2 and "at least two reports" in res.stderr
-    res = gpudiag("merge", a, str(tmp_path / "missing.json"))
+    res = cli("merge", a, str(tmp_path / "missing.json"))
     assert res.returncode == 2 and "not found" in res.stderr
 
 
@@ -99,7 +98,7 @@ def test_markdown_summary_has_the_rank_rows(base, tmp_path):
     assert "```\nRanks (1)" in md and "node-a" in md
 
 
-def test_the_merged_verdict_names_the_merged_top_finding(base, tmp_path):
+def test_the_merged_verdict_names_the_merged_top_finding(base, tmp_path, cli):
     """The first report was healthy; the second host's job waited on data: the merged report's
     verdict is the merged top finding, not the first report's (a bug: it kept docs[0]'s)."""
     a = host_report(base, tmp_path, "a.json", 0, "node-a", compute=0.9)
@@ -110,7 +109,7 @@ def test_the_merged_verdict_names_the_merged_top_finding(base, tmp_path):
     data = {**base["findings"][0], "id": "DATA001", "severity": "warning", "impact": 0.5}
     b_doc["findings"].insert(0, data)
     write_report(b_doc, tmp_path / "b.json")
-    res = gpudiag("merge", a, str(tmp_path / "b.json"), "--format", "json")
+    res = cli("merge", a, str(tmp_path / "b.json"), "--format", "json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     loud = [f["id"] for f in doc["findings"] if f["severity"] in ("error", "warning")]

@@ -70,15 +70,15 @@ def test_recording_round_trip_and_cut_short(tmp_path):
     assert rec.footer is None and got == samples
 
 
-def test_replay_rejects_what_is_not_a_recording(tmp_path):
+def test_replay_rejects_what_is_not_a_recording(tmp_path, cli):
     bad = tmp_path / "x.jsonl.gz"
     bad.write_text("hello")
-    res = gpudiag("replay", str(bad))
+    res = cli("replay", str(bad))
     assert res.returncode == 2 and "not a gpudiag recording" in res.stderr
     other = tmp_path / "y.jsonl.gz"
     with gzip.open(other, "wt") as f:
         f.write('{"format": "something-else"}\n')
-    res = gpudiag("replay", str(other))
+    res = cli("replay", str(other))
     assert res.returncode == 2 and "no header" in res.stderr
 
 
@@ -121,7 +121,7 @@ def _noisy(i: int) -> Sample:
     )
 
 
-def test_recording_is_bounded_by_rotation_and_replays_the_newest_part(tmp_path):
+def test_recording_is_bounded_by_rotation_and_replays_the_newest_part(tmp_path, cli):
     path = tmp_path / "long.jsonl.gz"
     r = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=40_000, layout="samples")
     for i in range(0, 20_000, 100):
@@ -135,7 +135,7 @@ def test_recording_is_bounded_by_rotation_and_replays_the_newest_part(tmp_path):
     assert got[-1] == _noisy(19_999)  # the newest samples are all there, in order
     assert got[0].t_ns > 0  # the oldest were dropped
     assert [s.t_ns for s in got] == sorted(s.t_ns for s in got)
-    res = gpudiag("replay", str(path), "--format", "json")
+    res = cli("replay", str(path), "--format", "json")
     assert res.returncode == 0, res.stderr
 
 

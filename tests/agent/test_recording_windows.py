@@ -18,7 +18,6 @@ from gpudiag.agent.output.recording import Recorder, open_recording, read_record
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
-from tests.conftest import gpudiag
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
 FOOTER = {"probes": [], "errors": [], "end_reason": "stopped"}
@@ -125,7 +124,7 @@ def test_a_windows_recording_cut_short_replays_what_was_written(tmp_path):
     assert 60 <= steps < 120  # what had been written: all but the last segments
 
 
-def test_rotation_redefines_the_keys_in_each_file(tmp_path):
+def test_rotation_redefines_the_keys_in_each_file(tmp_path, cli):
     path = tmp_path / "rot.jsonl.gz"
     rec = Recorder(str(path), {"run": {"pid": 1}}, max_bytes=60_000)
     for i in range(3000):
@@ -136,13 +135,13 @@ def test_rotation_redefines_the_keys_in_each_file(tmp_path):
         rec.write(_tick(i) + cores)
     rec.close(FOOTER)
     assert rec.rotations >= 1
-    res = gpudiag("replay", str(path), "--format", "json")
+    res = cli("replay", str(path), "--format", "json")
     assert res.returncode == 0, res.stderr
     tl = open_recording(str(path)).timeline()
     assert tl.whole().rollup("gpu", "util_gpu", gpu="0").count > 0
 
 
-def test_a_broken_window_line_is_refused_in_one_line(tmp_path):
+def test_a_broken_window_line_is_refused_in_one_line(tmp_path, cli):
     path = tmp_path / "bad.jsonl.gz"
     with gzip.open(path, "wt") as f:
         head = {"format": "gpudiag-recording", "version": 2, "layout": "windows"}
@@ -150,7 +149,7 @@ def test_a_broken_window_line_is_refused_in_one_line(tmp_path):
         f.write(json.dumps({"segment": [0, 0, 1_000_000_000], "series": [[5, 1]]}) + "\n")
     with pytest.raises(UsageError, match="line 2 is not a timeline window"):
         open_recording(str(path)).timeline()
-    res = gpudiag("replay", str(path))
+    res = cli("replay", str(path))
     assert res.returncode == 2 and "line 2 is not a timeline window" in res.stderr
     assert "Traceback" not in res.stderr
 

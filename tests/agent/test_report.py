@@ -15,7 +15,6 @@ from gpudiag.analyzers import analyze
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
 from tests.analyzers.scenario import Scenario
-from tests.conftest import gpudiag
 
 
 def make_doc() -> dict:
@@ -56,14 +55,14 @@ def test_schema_rejects_a_broken_report():
         write_report(doc, "/tmp/never-written.json")
 
 
-def test_schema_command_prints_the_shipped_schema():
-    res = gpudiag("schema")
+def test_schema_command_prints_the_shipped_schema(cli):
+    res = cli("schema")
     assert res.returncode == 0
     shipped = resources.files("gpudiag.agent.output").joinpath("report.schema.json").read_text()
     assert json.loads(res.stdout) == json.loads(shipped)
 
 
-def test_text_and_markdown_show_findings_with_units_and_fix(tmp_path):
+def test_text_and_markdown_show_findings_with_units_and_fix(tmp_path, cli):
     doc = make_doc()
     text = render_text(doc)
     assert "DATA001" in text and "num_workers=" in text
@@ -72,7 +71,7 @@ def test_text_and_markdown_show_findings_with_units_and_fix(tmp_path):
     md = render_markdown(doc)
     assert "| 1 | DATA001 | error |" in md
     path = write_report(doc, tmp_path / "r.json")
-    res = gpudiag("report", str(path), "--format", "markdown")
+    res = cli("report", str(path), "--format", "markdown")
     assert res.returncode == 0 and res.stdout == md
 
 

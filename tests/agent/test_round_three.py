@@ -22,7 +22,6 @@ from gpudiag.agent.output.safeio import WriteError, append_text, atomic_write, c
 from gpudiag.agent.session.joboutput import StderrTee
 from gpudiag.probes.dist.flight_recorder import read_dumps
 from gpudiag.probes.stacks.pyspy_output import SourceLines
-from tests.conftest import gpudiag
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "h100" / "ckpt.jsonl.gz"
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs a second user (root only)")
@@ -146,10 +145,10 @@ def test_a_fifo_another_user_planted_is_refused(tmp_path):
         os.close(reader)
 
 
-def test_outputs_naming_one_file_are_a_usage_error(tmp_path):
+def test_outputs_naming_one_file_are_a_usage_error(tmp_path, cli):
     """--out and --speedscope naming one path overwrote each other and both said written."""
     same = str(tmp_path / "x.json")
-    res = gpudiag("replay", str(FIXTURE), "--out", same, "--speedscope", same)
+    res = cli("replay", str(FIXTURE), "--out", same, "--speedscope", same)
     assert res.returncode == 2, res.stderr
     assert "name the same file" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not os.path.exists(same)

@@ -30,17 +30,17 @@ def _evil_doc() -> dict:
 # ---- outbound text ----------------------------------------------------------------------------
 
 
-def test_summary_and_markdown_never_carry_escapes_or_secrets(tmp_path):
+def test_summary_and_markdown_never_carry_escapes_or_secrets(tmp_path, cli):
     """A frame's name or a job's text holding ESC/OSC reached the terminal raw through the
     text summary and markdown (`report`, and `report --out`, a file someone will `cat`)."""
-    report = write_report(_evil_doc(), str(tmp_path / "r.json"))
+    report = str(write_report(_evil_doc(), str(tmp_path / "r.json")))
     for fmt in ("text", "markdown"):
-        res = gpudiag("report", report, "--format", fmt)
+        res = cli("report", report, "--format", fmt)
         assert res.returncode == 0, res.stderr
         assert "load" in res.stdout and "[/x" in res.stdout.replace("\\", "")
         assert not any(c in res.stdout for c in "\x1b\x07\x9b") and SECRET not in res.stdout
         out = tmp_path / f"r.{fmt}"
-        assert gpudiag("report", report, "--format", fmt, "--out", str(out)).returncode == 0
+        assert cli("report", report, "--format", fmt, "--out", str(out)).returncode == 0
         assert "\x1b" not in out.read_text() and SECRET not in out.read_text()
 
 
@@ -55,12 +55,12 @@ def test_a_newline_in_argv_cannot_forge_a_watch_log_line(capsys):
     assert "\x1b" not in err and "\x07" not in err
 
 
-def test_the_sink_keeps_gpudiags_own_text(capsys):
+def test_the_sink_keeps_gpudiags_own_text(capsys, cli):
     """The sink hides secrets and escapes, not gpudiag's words: the settings listing, a
     summary's lines and a path pass unchanged."""
     from gpudiag.text.sink import emit, say
 
-    res = gpudiag("thresholds")
+    res = cli("thresholds")
     assert res.returncode == 0 and "= " in res.stdout
     emit(res.stdout, end="")
     say("Report written to /tmp/a b/report.json  (details: gpudiag report x)")
@@ -144,10 +144,16 @@ def test_a_semicolon_in_a_function_name_forges_no_frame(monkeypatch):
 FIXTURE = "tests/fixtures/h100/ckpt.jsonl.gz"
 
 
-def _replay_with_rules(tmp_path, rule: str, timeout: float = 60):
+def _rules_file(tmp_path, rule: str) -> None:
     (tmp_path / "pyproject.toml").write_text(
         f'[tool.gpudiag]\n[[tool.gpudiag.rules]]\ncategory = "data_wait"\n{rule}\n'
     )
+
+
+def _replay_with_rules(tmp_path, rule: str, timeout: float = 60):
+    """In a process of its own: a catastrophic pattern that slipped through would hang it,
+    and the timeout ends it."""
+    _rules_file(tmp_path, rule)
     fixture = Path(__file__).parents[2] / FIXTURE
     return gpudiag("replay", str(fixture), cwd=tmp_path, timeout=timeout)
 
@@ -168,10 +174,13 @@ def test_catastrophic_rule_patterns_are_refused_in_one_line(tmp_path):
         assert res.stderr.count("\n") == 1 and "rule 1: function" in res.stderr, res.stderr
 
 
-def test_wrongly_typed_rule_fields_are_a_usage_error(tmp_path):
+def test_wrongly_typed_rule_fields_are_a_usage_error(tmp_path, cli, monkeypatch):
     """`function = 5` gave 'internal error' (a TypeError from re)."""
+    monkeypatch.chdir(tmp_path)  # in-process (refused before any replay): ./pyproject.toml
+    fixture = str(Path(__file__).parents[2] / FIXTURE)
     for rule in ("function = 5", 'file = ["x"]', 'function = "x"\ndescription = 5'):
-        res = _replay_with_rules(tmp_path, rule)
+        _rules_file(tmp_path, rule)
+        res = cli("replay", fixture)
         assert res.returncode == 2 and "internal error" not in res.stderr, res.stderr
         assert res.stderr.count("\n") == 1 and "rule 1:" in res.stderr
 

@@ -73,7 +73,7 @@ def test_short_summary_keeps_the_evidence_line():
     assert "Evidence:" not in text  # the full list stays in `gpudiag report`
 
 
-def test_markdown_escapes_names_from_the_users_code(tmp_path):
+def test_markdown_escapes_names_from_the_users_code(tmp_path, cli):
     doc = make_doc()
     f = doc["findings"][0]
     f["message"] = "Most time is in SpectrogramDataset.__getitem__ (*slow* | [io])"
@@ -86,7 +86,7 @@ def test_markdown_escapes_names_from_the_users_code(tmp_path):
     assert "cache the output of __getitem__" in html
     assert "<code>data.py:12:SpectrogramDataset.__getitem__</code>" in html
     path = write_report(doc, tmp_path / "r.json")
-    assert gpudiag("report", str(path), "--format", "markdown").stdout == md
+    assert cli("report", str(path), "--format", "markdown").stdout == md
 
 
 def test_job_that_crashes_at_once_says_so_with_its_stderr(tmp_path):

@@ -363,10 +363,10 @@ def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
     assert len([ln for ln in lines if ln.startswith("f ")]) == 1
 
 
-def test_bad_fix_and_numerics_are_one_line_exit_2():
-    r = gpudiag("try", "--fix", "magic:x=1", "--", sys.executable, "-c", "pass")
+def test_bad_fix_and_numerics_are_one_line_exit_2(cli):
+    r = cli("try", "--fix", "magic:x=1", "--", sys.executable, "-c", "pass")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown fix kind" in r.stderr
-    r = gpudiag("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
+    r = cli("try", "--fix", "tf32", "--", sys.executable, "-c", "pass")
     assert r.returncode == 2 and "--allow-numerics" in r.stderr
 
 
@@ -495,10 +495,15 @@ def test_run_try_diagnoses_then_says_what_it_tried(tmp_path):
     assert "nothing tried" in r.stderr or "gpudiag try: round" in r.stderr
 
 
+@pytest.mark.slow  # the default suite's diagnose-then-try is the busy-box test below
 def test_try_without_a_fix_diagnoses_first_then_tries_the_top_fix(tmp_path):
     """`gpudiag try -- CMD` (nothing named) profiles the job as `run --until-sure` does, ends
     it, and tries the fixes its findings carry: here a loader that sleeps per sample with
-    num_workers=0, whose finding carries num_workers."""
+    num_workers=0, whose finding carries num_workers.
+
+    -m slow: test_try_measures_the_workers_fix_on_a_busy_box runs the same path (diagnosis
+    first, then a trial of the DATA001 fix its report carries) in the default suite, and
+    test_a_sure_fix_is_planned_with_its_prediction holds the prediction a sure fix carries."""
     job = tmp_path / "job.py"
     job.write_text(JOB)
     out = tmp_path / "r.json"
@@ -519,7 +524,8 @@ def test_try_without_a_fix_diagnoses_first_then_tries_the_top_fix(tmp_path):
         str(job),
         timeout=400,
     )
-    assert "diagnosing the job first" in r.stderr and "diagnosis: DATA001" in r.stderr, r.stderr
+    # (its verdict may name HOST002, the burner's finding, first: check() holds DATA001)
+    assert "diagnosing the job first" in r.stderr and "diagnosis: " in r.stderr, r.stderr
     doc = json.loads(out.read_text())
     assert doc["findings"][0]["id"] == "DATA001"  # the diagnosis' report, with its trials
     trial = doc["trials"][0]
@@ -549,6 +555,31 @@ def test_a_candidate_fix_is_planned_with_no_prediction(capsys):
     assert "candidate fix the model is unsure of: no idle core" in capsys.readouterr().err
 
 
+def test_a_sure_fix_is_planned_with_its_prediction(capsys):
+    """A finding whose fix the model is sure of is tried against its predicted speed-up (the
+    low end of its range too); a finding with no fix is said and left out; `--finding`
+    keeps one finding's fix."""
+    from gpudiag.agent.commands.tryfix import _plans_of_report
+
+    fix = {"kind": "dataloader", "values": {"num_workers": 2}}
+    doc = {
+        "findings": [
+            {"id": "HOST001", "recommendation": {"actions": ["move it out of the loop"]}},
+            {"id": "DATA001", "fix": fix, "expected_speedup": 2.5, "speedup_low": 1.8},
+            {"id": "CKPT001", "fix": {"kind": "checkpoint", "values": {"every": 4}}},
+        ]
+    }
+    data, ckpt = _plans_of_report(doc, ["python", "job.py"], None)
+    assert data.fix == fix and data.finding == "DATA001"
+    assert data.predicted == 2.5 and data.predicted_low == 1.8
+    assert ckpt.finding == "CKPT001" and ckpt.predicted is None
+    err = capsys.readouterr().err
+    assert "HOST001: no fix applicable from outside; change the code: move it out" in err
+    assert "candidate" not in err
+    (only,) = _plans_of_report(doc, ["python", "job.py"], "CKPT001")
+    assert only.finding == "CKPT001"
+
+
 def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
     """Issue 38: beside a process burning a core, `try -- job` on an in-process loader that
     computes diagnosed DATA001 with no idle core and stopped with "no finding in the report
@@ -570,6 +601,9 @@ def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
         timeout=400,
     )
     assert "no finding in the report carries a fix" not in r.stderr, r.stderr
+    # nothing named: the job diagnosed first (test_try_without_a_fix_... is -m slow)
+    # (its verdict may name HOST002, the burner's finding, first: check() holds DATA001)
+    assert "diagnosing the job first" in r.stderr and "diagnosis: " in r.stderr, r.stderr
     doc = json.loads(out.read_text())
     assert doc["verdict"]["sure"], doc["verdict"]
     assert doc["run"]["end_reason"] in ("verdict_sure", "duration_reached"), doc["run"]
@@ -579,6 +613,8 @@ def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
     if trial["fix"].get("candidate"):  # no idle core when it looked (the box's other load)
         assert trial["predicted"] is None and "candidate" in trial["reason"]
         assert "trying a candidate fix" in r.stderr
+    else:  # an idle core: a sure fix, judged against its prediction
+        assert trial["predicted"], trial
     assert r.returncode == 0, r.stderr
 
 

@@ -19,7 +19,7 @@ from tests.analyzers.scenario import Scenario
 from tests.conftest import BURN
 
 NEAR = {"data_wait": 0.2, "forward": 0.4, "backward": 0.4}  # twice data_wait_warn
-JOB = "import time\nt0 = time.time()\nwhile time.time() - t0 < 40:\n    sum(range(5000))\n"
+JOB = "import time\nt0 = time.time()\nwhile time.time() - t0 < 60:\n    sum(range(5000))\n"
 
 
 def _on_core0() -> None:
@@ -45,9 +45,11 @@ def test_py_spy_starved_by_burners_is_said_in_the_probe_status(tmp_path, monkeyp
     probe = StackProbe(StackConfig(rate_hz=100, window_s=2.0, gil_rate_hz=0, subprocesses=False))
     try:
         assert probe.open(Target(job.pid)).available
-        deadline = time.monotonic() + 20
-        while probe.windows_read < 3 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        # one window is the evidence: its wall time and the ticks py-spy recorded in it (a
+        # starved 2 s window takes 10-15 s); the time limit only bounds a failure
+        deadline = time.monotonic() + 40
+        while probe.windows_read < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
     finally:
         probe.close()
         for p in (job, *burners):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -45,7 +46,10 @@ def train(
     seconds: float,
     after_step: Callable[[int], None] | None = None,
 ) -> int:
-    """Train until `seconds` pass, epoch after epoch; print and return the step count."""
+    """Train until `seconds` pass, epoch after epoch; print and return the step count.
+    With GPUDIAG_TEST_READY set, that file is created after the first step (a test that
+    attaches waits for it: past the imports, the job is training)."""
+    ready = os.environ.get("GPUDIAG_TEST_READY")
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     t0 = time.time()
     steps = 0
@@ -56,6 +60,8 @@ def train(
             loss.backward()
             opt.step()
             steps += 1
+            if ready and steps == 1:
+                open(ready, "w").close()
             if after_step is not None:
                 after_step(steps)
             if time.time() - t0 >= seconds:
