@@ -44,9 +44,11 @@ def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subproces
     return res
 
 
-def start_training(args: list[str], ready: Path, env: dict | None = None) -> subprocess.Popen:
+def start_training(
+    args: list[str], ready: Path, env: dict | None = None, settle_s: float = 1.0
+) -> subprocess.Popen:
     """Start a workload (tests/workloads/*.py, whose train() creates GPUDIAG_TEST_READY after
-    its first step) and return once it has trained for a second: past its imports and its
+    its first step) and return once it has trained for `settle_s`: past its imports and its
     loop's first step, for an attach. Waiting for the step, not a fixed sleep, is shorter on
     an idle box and enough on a busy one (a torch import took 7.6 s at load 5)."""
     job = subprocess.Popen(
@@ -62,7 +64,7 @@ def start_training(args: list[str], ready: Path, env: dict | None = None) -> sub
             job.wait()
             raise AssertionError(f"{args[0]}: no first step (exit status {job.returncode})")
         time.sleep(0.1)
-    time.sleep(1.0)
+    time.sleep(settle_s)
     return job
 
 

@@ -63,8 +63,11 @@ def attached_instrumented(tmp_path_factory) -> dict:
     out = folder / "r.json"
     env = dict(os.environ, PYTHONPATH=str(WORKLOADS))
     # attached once it is training (its first step taken, past the imports)
+    # its loader's workers past their warm-up: the exact and the sampled data wait of the
+    # look compared below are then the same steady loop's (1 s after the first step, a clean
+    # clone at load 3-4 read them 0.064 apart)
     job = start_training(
-        [str(WORKLOADS / "instrumented.py"), "--seconds", "60"], folder / "ready", env
+        [str(WORKLOADS / "instrumented.py"), "--seconds", "60"], folder / "ready", env, 4.0
     )
     try:
         args = ("attach", str(job.pid), "-q", "--duration", "15", "--capture-steps", "4")
