@@ -8,16 +8,18 @@ MLP under no_grad (about 0.1 ms each; what a server's model does). Both jobs tim
 steps at the same time (the box's other load hits both alike); then one gets
 `gpudiag attach PID --hooks`, SIGKILLed 2 s after the hooks said hello; 4 s later (past the
 hooks' QUIET_AFTER_S) both time a second window. Times are the main thread's CPU time
-(waiting for a core is not the job's cost) in blocks of 20 steps. Per round:
+(waiting for a core is not the job's cost) in blocks of 5 steps. Per round:
 
-- side by side: bare time / attached time per step in the second window (the median of 10
-  blocks of a tenth of the window each; 1.0: no cost). Two processes of the same script differ
-  by a few percent on their own (their memory layout), so this scatters by about ±3% a round
-  on a 2-core box even with nothing attached (`--control`);
-- own before/after: each job's second window against its own first one (the 25th percentile
-  of its 20-step blocks: the blocks no other process broke into), the attached job's change
-  over the bare job's. It cancels both the two processes' own difference and the box's load
-  over time: about ±1% a round here (±3% for side by side, the same rounds);
+- side by side: bare time / attached time per step in the second window (the median of the
+  mean step times of its ten tenths; 1.0: no cost). Two processes of the same script differ by
+  a few percent on their own (their memory layout), so this scatters by ±3% a round on a
+  2-core box even with nothing attached (`--control`), more with other work on it;
+- own before/after: each job's second window against its own first one (the 5th percentile
+  of its blocks' step times: blocks no other process broke into), the attached job's change
+  over the bare job's. It cancels the two processes' own difference and most of the box's
+  other work: over the same rounds it scattered 2-3 times less than side by side on a shared
+  2-core box (load 2.4-3.7), with one round far off now and then (the median takes care of
+  it). It sees what every step pays, not a cost now and then (side by side does);
 - in the hooks: what the global optimizer step hooks left behind take a step, timed directly
   in the job (its hook loop against the bare job's, torch's own), and how many global step and
   forward hooks are left (none: quiet hooks take theirs out; a forward hook, even one
@@ -42,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BLOCK = 20  # steps a block
+BLOCK = 5  # steps a block (1.5 ms: some run with no other process breaking in)
 SETUP = {
     "train": """
 from torch.utils.data import DataLoader, TensorDataset
@@ -155,8 +157,8 @@ def tenths(blocks: list[float]) -> float:
 
 
 def quiet_speed(blocks: list[float]) -> float:
-    """The 25th percentile of the blocks' step times: the blocks no other process broke into."""
-    return sorted(blocks)[len(blocks) // 4]
+    """The 5th percentile of the blocks' step times: blocks no other process broke into."""
+    return sorted(blocks)[len(blocks) // 20]
 
 
 def one_round(job: str, steps: int, folder: Path, swap: bool, control: bool = False) -> dict:

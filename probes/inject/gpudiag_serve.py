@@ -224,7 +224,8 @@ def go_quiet(rec: Recorder) -> None:
 
 def wake(rec: Recorder) -> None:
     """A new agent attached: record again; forward hooks back unless the job trains."""
-    rec.local = threading.local()  # a forward half seen while quiet counts from scratch
+    if rec.quiet:
+        rec.local = threading.local()  # a forward half seen while quiet counts from scratch
     rec.quiet = False
     if not rec.trained and not rec.forward_handles and rec.torch is not None:
         install_forwards(rec.torch, rec)
