@@ -22,10 +22,10 @@ class SessionOptions:
     """How to sample: py-spy rate, window, blocking mode; how long; what to ask the job."""
 
     duration_s: float | None = None
-    rate_hz: int = 100
-    window_s: float = 3.0
-    gil_rate_hz: int = 25
-    nonblocking: bool = True
+    rate_hz: int = StackConfig.rate_hz  # the stack probe's own defaults
+    window_s: float = StackConfig.window_s
+    gil_rate_hz: int = StackConfig.gil_rate_hz
+    nonblocking: bool = StackConfig.nonblocking
     progress: bool = True
     skip_steps: int = 0
     # cores gpudiag and its py-spy may use (default: 1.5% of the box); None: no limit

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -241,7 +242,6 @@ def test_a_connection_is_timed_from_its_listeners_call_to_accept_it():
     """The start is taken when the listener, its select done, calls get_request, not when
     accept() returns: that return waits for the GIL again (up to a switch interval on a busy
     server), and the client sees that wait."""
-    import time
 
     rec = gpudiag_serve.Recorder(lambda: None)
 
@@ -285,11 +285,33 @@ def werkzeug_rec():
                 delattr(cls, name)
 
 
+def _twenty_gets(port: int, rec) -> list[bytes]:
+    """GET /predict/N twenty times from 4 client threads; the answers, once `rec` has timed
+    every request (the client has its answer a moment before the server's cycle ends)."""
+    answers: list[bytes] = []
+
+    def client(i: int) -> None:
+        for k in range(5):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", f"/predict/{i * 10 + k}")
+            answers.append(conn.getresponse().read())
+            conn.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    deadline = time.monotonic() + 10
+    while len(rec.requests) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return answers
+
+
 def test_a_flask_app_under_werkzeug_is_timed_once_a_request_with_its_concurrency(werkzeug_rec):
     """Flask under Werkzeug's threaded server (what app.run(threaded=True) starts): its
     handler is an http.server handler, each request timed once from its connection
     accepted, the parallel clients seen in flight, answers as sent."""
-    import time
 
     from flask import Flask, jsonify
     from werkzeug.serving import make_server
@@ -303,25 +325,8 @@ def test_a_flask_app_under_werkzeug_is_timed_once_a_request_with_its_concurrency
 
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    answers: list[bytes] = []
-
-    def client(i: int) -> None:
-        for k in range(5):
-            conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
-            conn.request("GET", f"/predict/{i * 10 + k}")
-            answers.append(conn.getresponse().read())
-            conn.close()
-
     try:
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        # the client has its answer a moment before the handler returns and times it
-        deadline = time.monotonic() + 10
-        while len(werkzeug_rec.requests) < 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        answers = _twenty_gets(server.server_port, werkzeug_rec)
     finally:
         server.shutdown()
         server.server_close()
@@ -368,7 +373,6 @@ def asgi_rec():
 def _fastapi_server(app):
     """A uvicorn server (h11) on 127.0.0.1 in a thread: (server, port)."""
     import socket
-    import time
 
     import uvicorn
 
@@ -385,7 +389,6 @@ def _fastapi_server(app):
 def test_fastapi_under_uvicorn_counts_each_request_once_with_its_concurrency(asgi_rec):
     """A FastAPI app as its docs write one: every request timed once (uvicorn's cycle and
     the app's call are one request), the parallel clients seen in flight, answers as sent."""
-    import time
 
     from fastapi import FastAPI
 
@@ -397,25 +400,8 @@ def test_fastapi_under_uvicorn_counts_each_request_once_with_its_concurrency(asg
         return {"n": n * 2}
 
     server, port = _fastapi_server(app)
-    answers: list[bytes] = []
-
-    def client(i: int) -> None:
-        for k in range(5):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("GET", f"/predict/{i * 10 + k}")
-            answers.append(conn.getresponse().read())
-            conn.close()
-
     try:
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        # the client has its answer a moment before the server's cycle ends and times it
-        deadline = time.monotonic() + 10
-        while len(asgi_rec.requests) < 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        answers = _twenty_gets(port, asgi_rec)
     finally:
         server.should_exit = True
     _, req = asgi_rec.take()

@@ -26,7 +26,7 @@ import threading
 
 import torch
 from flask import Flask, jsonify, request
-from serve_http import SEQ, Batcher, TinyTransformer, tokenize
+from serve_http import SEQ, Batcher, TinyTransformer, server_parser, tokenize
 from werkzeug.serving import make_server
 
 app = Flask(__name__)
@@ -51,18 +51,7 @@ def predict():
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=30.0, help="serve this long, then exit")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--port-file", help="write the port here once listening")
-    p.add_argument("--tokenize", action="store_true", help="tokenize text in the view")
-    p.add_argument("--batching", action="store_true")
-    p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--max-wait-ms", type=float, default=5.0)
-    p.add_argument("--inference-mode", action="store_true")
-    p.add_argument("--healthy", action="store_true", help="--batching --inference-mode")
-    p.add_argument("--instrument", action="store_true", help="call gpudiag's instrument()")
-    return p.parse_args()
+    return server_parser(__doc__, "in the view").parse_args()
 
 
 def main() -> None:

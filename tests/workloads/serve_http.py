@@ -104,19 +104,25 @@ def make_handler(predict, slow_tokenizer: bool = False):
     return Handler
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def server_parser(doc: str, tokenize_where: str) -> argparse.ArgumentParser:
+    """The options every model server here takes (serve_http.py, serve_flask.py)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--seconds", type=float, default=30.0, help="serve this long, then exit")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--port-file", help="write the port here once listening")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--tokenize", action="store_true", help="tokenize text on the handler")
+    p.add_argument("--tokenize", action="store_true", help=f"tokenize text {tokenize_where}")
     p.add_argument("--batching", action="store_true")
     p.add_argument("--max-batch", type=int, default=8)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
     p.add_argument("--inference-mode", action="store_true")
     p.add_argument("--healthy", action="store_true", help="--batching --inference-mode")
     p.add_argument("--instrument", action="store_true", help="call gpudiag's instrument()")
+    return p
+
+
+def parse_args() -> argparse.Namespace:
+    p = server_parser(__doc__, "on the handler")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     return p.parse_args()
 
 
