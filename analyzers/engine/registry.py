@@ -44,6 +44,7 @@ from gpudiag.analyzers.measures.capture import CaptureSeen, capture_findings
 Finder = Callable[[Context], list[Finding]]
 
 FINDERS: tuple[Finder, ...] = (
+    oversubscription.find,  # before data: batches late from the job's own crowded pools
     data.find,
     evaluation.find,  # before SYNC001: the syncs an evaluation pass makes are EVAL001's
     sync.find,
@@ -53,7 +54,6 @@ FINDERS: tuple[Finder, ...] = (
     serving.find,  # before HOST001: a server's or batch-1 inference's host time is theirs
     host_bound.find,
     host_contention.find,
-    oversubscription.find,
     unexplained.find,  # after every host-side cause: the loop time none of them explains
     gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
     startup.find,

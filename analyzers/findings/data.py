@@ -5,7 +5,7 @@ worker_churn). IO001 (storage) is in analyzers.storage."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
@@ -443,9 +443,28 @@ def candidate_fix(suggest: int, workers: int) -> dict | None:
     }
 
 
+CROWDED_NOTE = (
+    " The job's own threads crowd its cores (HOST003): the loaders run slower for it. Size "
+    "the thread pools first; the wait left is measured again after."
+)
+
+
+def behind_own_threads(f: Finding) -> Finding:
+    """A CPU-bound input pipeline's finding made where the job's own threads oversubscribe its
+    cores (HOST003): a note after HOST003, whose fix moves the loaders too (torch.set_num_threads
+    (16) and 4 threads per worker on 2 cores: the loop waited 27-29% for batches, HOST003's
+    thread counts moved the job x1.76-1.99)."""
+    if f.id not in ("DATA001", "DATA002"):
+        return f
+    return replace(f, severity="note", message=f.message + CROWDED_NOTE)
+
+
 def find(c: Context) -> list[Finding]:
     """DATA003 when the wait is for workers started again every epoch, else DATA001 or
-    DATA002, from the analysis context."""
-    return churn_findings(c.view, c.profile, c.metrics, c.th) or data_findings(
+    DATA002, from the analysis context (a note beside HOST003)."""
+    found = churn_findings(c.view, c.profile, c.metrics, c.th) or data_findings(
         c.profile, c.metrics, c.th, c.caused("data_wait"), c.idle
     )
+    if any(f.id == "HOST003" for f in c.found):
+        return [behind_own_threads(f) for f in found]
+    return found

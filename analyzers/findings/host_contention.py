@@ -14,7 +14,7 @@ from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath
-from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_count
+from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_samples
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
@@ -87,8 +87,8 @@ def host_contention_findings(
     _, rq = runqueue_split(tl, profile.loop_cpu, total_rq)
     if rq < th.host_runqueue_warn:
         return []
-    readings = thread_series_count(tl, "runqueue_wait", profile.thread.tid)
-    conf = confidence_above(rq, th.host_runqueue_warn, readings * 10)
+    samples = thread_series_samples(tl, "runqueue_wait", profile.thread.tid)
+    conf = confidence_above(rq, th.host_runqueue_warn, samples)
     if conf < th.min_confidence:
         return []
     top = top_others(tl)

@@ -24,7 +24,7 @@ from gpudiag.analyzers.measures.loop import (
     job_cores,
     job_cores_wanted,
     runqueue_split,
-    thread_series_count,
+    thread_series_samples,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.timeline.timeline import Aggregate
@@ -153,8 +153,8 @@ def oversubscription_findings(
     rq, _others = runqueue_split(tl, profile.loop_cpu, total)
     if rq < th.job_runqueue_warn:
         return []
-    readings = thread_series_count(tl, "runqueue_wait", profile.thread.tid)
-    conf = confidence_above(rq, th.job_runqueue_warn, readings * 10)
+    samples = thread_series_samples(tl, "runqueue_wait", profile.thread.tid)
+    conf = confidence_above(rq, th.job_runqueue_warn, samples)
     if conf < th.min_confidence:
         return []
     workers = f" and {jt.workers} DataLoader workers ({jt.worker_threads:.0f} threads each)"

@@ -111,6 +111,22 @@ def thread_series_count(tl: Aggregate, name: str, tid: int) -> int:
     return int(sum(r.count for _, r in tl.matching("process", name, scope="thread", tid=str(tid))))
 
 
+# a schedstat reading integrates a thread's run-queue wait over its whole interval: at least as
+# informative as stack samples at py-spy's nominal rate over the same time, which the shares'
+# confidence counts with their autocorrelation (summary.SAMPLE_CORRELATION)
+SCHEDSTAT_SAMPLE_HZ = 100.0
+
+
+def thread_series_samples(tl: Aggregate, name: str, tid: int) -> float:
+    """The time a per-thread procfs series covers, as stack samples at SCHEDSTAT_SAMPLE_HZ
+    (each reading stands for its interval: the span of n readings is n gaps, not n-1)."""
+    span = 0.0
+    for _, r in tl.matching("process", name, scope="thread", tid=str(tid)):
+        if r.count > 1 and r.first_ns is not None and r.last_ns is not None:
+            span += (r.last_ns - r.first_ns) / 1e9 * r.count / (r.count - 1)
+    return span * SCHEDSTAT_SAMPLE_HZ
+
+
 def _loader_stats(
     tl: Aggregate, clf: Classifier, loop_stacks: list[StackCount], loop_key: ThreadKey
 ) -> LoaderStats | None:

@@ -8,6 +8,7 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.findings.evaluation import nice_ceil, share_after
+from gpudiag.analyzers.measures.loop import thread_series_samples
 from gpudiag.probes.base import Sample
 from gpudiag.probes.stacks.pyspy_output import episode_anchor, is_eval_frame
 from tests.analyzers.scenario import LOOP, SITE, STACKS, Scenario
@@ -155,6 +156,30 @@ def test_a_job_whose_threads_fit_or_whose_loop_gets_a_core_is_not_host003():
     assert "HOST003" not in ids(a) and "HOST002" in ids(a)
 
 
+def crowded_loaders(own_pools: bool) -> Scenario:
+    """2 workers filling a 2-core box's loading core, the loop waiting 30% for batches; with
+    `own_pools` the job's threads also want 9 cores more than the 2 (HOST003)."""
+    shares = {"data_wait": 0.3, "forward": 0.3, "backward": 0.4}
+    sc = windows(Scenario(cpu_count=2), shares=shares, workers=2, worker_busy=0.95, worker_io=0.0)
+    sc = sc.host(0.99).process(0.3, workers=2, worker_cpu=1.9, loop_rq=0.45 if own_pools else 0.0)
+    if own_pools:
+        for t in sc._times(10, 200_000_000):
+            vals = {"cpu_cores": 1.9, "runqueue_cores": 9.0, "threads": 18.0, "cpus_allowed": 2.0}
+            sc.tl.add(Sample("process", t, {"scope": "target"}, vals))
+    return sc
+
+
+def test_batches_late_behind_the_jobs_own_threads_are_host003_with_the_wait_a_note():
+    """torch.set_num_threads(16) and 4 threads a worker on 2 cores: the loaders are slow
+    because the job crowds its cores, and HOST003's thread counts moved the job x1.76-1.99."""
+    alone = analyze(crowded_loaders(own_pools=False).tl)
+    assert alone.findings[0].id == "DATA002" and "HOST003" not in ids(alone)
+    a = analyze(crowded_loaders(own_pools=True).tl)
+    assert a.findings[0].id == "HOST003" and a.verdict["finding"] == "HOST003"
+    data = next(f for f in a.findings if f.id == "DATA002")
+    assert data.severity == "note" and "(HOST003)" in data.message
+
+
 def churning(starts: float, exits: float, wait: float = 0.7) -> Scenario:
     shares = {"data_wait": wait, "forward": (1 - wait) * 0.4, "backward": (1 - wait) * 0.6}
     sc = windows(Scenario(), shares=shares).host(0.5).process(0.4, workers=2, worker_cpu=0.8)
@@ -255,3 +280,17 @@ def test_an_oversubscribed_pool_beside_a_saturated_gpu_is_a_note():
     assert f.severity == "note" and f.impact < 0.05
     assert {e.metric for e in f.evidence} >= {"gpu_idle_share"}
     assert "does not wait for the host" in f.message
+
+
+def test_schedstat_readings_count_as_the_time_they_cover():
+    """A run-queue share's confidence rests on the time its readings integrate (as stack
+    samples at py-spy's 100 Hz over it), whatever the interval the budget set: ten readings
+    0.2 s apart cover 2 s, five 1 s apart 5 s."""
+    sc = Scenario(cpu_count=2)
+    for tid, n, gap_ns in (("7", 10, 200_000_000), ("8", 5, 1_000_000_000)):
+        for i in range(n):
+            labels = {"scope": "thread", "tid": tid}
+            sc.tl.add(Sample("process", (i + 1) * gap_ns, labels, {"runqueue_wait": 0.4}))
+    assert thread_series_samples(sc.tl, "runqueue_wait", 7) == pytest.approx(200.0)
+    assert thread_series_samples(sc.tl, "runqueue_wait", 8) == pytest.approx(500.0)
+    assert thread_series_samples(sc.tl, "runqueue_wait", 9) == 0.0
