@@ -115,6 +115,7 @@ def test_the_hooks_get_into_a_running_job_and_a_second_attach_reuses_them(tmp_pa
 
 
 @needs_gdb
+@pytest.mark.long
 def test_a_job_spinning_in_c_is_left_after_the_wait_and_goes_on(tmp_path):
     code = (
         "print('ready', flush=True)\n"
@@ -245,6 +246,7 @@ def _hook_step_span(recording: Path) -> tuple[float, float]:
 
 @needs_gdb
 @pytest.mark.parametrize("minor", [10, 11, 12, 13])
+@pytest.mark.long
 def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path, minor):
     """On each Python the job runs (3.10-3.13 through gdb); another version than the suite's
     needs its interpreter with torch in GPUDIAG_TEST_PYTHONS. The job's own rate is taken over
@@ -319,7 +321,9 @@ while time.time() - t < 90:
 
 
 @needs_gdb
-@pytest.mark.parametrize("train", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize(
+    "train", [pytest.param(True, marks=pytest.mark.long), False], ids=["training", "inference"]
+)
 def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_path, train):
     """Quiet: the DataLoader class put back, the global forward hooks (an inference job's: a
     training job's went at its first step) and step hook out; a wake puts them back."""

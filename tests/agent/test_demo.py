@@ -30,6 +30,7 @@ def busy_core():
         burner.wait()
 
 
+@pytest.mark.long
 def test_demo_finds_its_planted_cause_on_a_busy_box(tmp_path, busy_core):
     pytest.importorskip("torch")
     out = tmp_path / "demo.json"

@@ -77,6 +77,7 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+@pytest.mark.long
 def test_balanced_job_has_no_distributed_warning(tmp_path):
     doc = run_job(tmp_path, {})
     assert len(doc["ranks"]) == 2, why(doc)
@@ -119,6 +120,7 @@ def test_ddp_straggler_is_found_though_its_wait_hides_under_backward(tmp_path):
     assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
 
 
+@pytest.mark.long
 def test_attach_to_one_rank_profiles_every_rank(tmp_path):
     from gpudiag.probes.dist.ranks import find_ranks
 
@@ -184,7 +186,7 @@ def run_ddp(tmp_path: Path, env: dict[str, str], seconds: str, *extra: str) -> d
 @pytest.mark.parametrize(
     "plant,cause,seconds",
     [
-        ("loop", "own loop work", "6"),  # the default suite's: found in 6 s of job
+        pytest.param("loop", "own loop work", "6", marks=pytest.mark.long),  # found in 6 s
         pytest.param("data", "DataLoader", "10", marks=pytest.mark.slow),
         pytest.param("backward", "own compute is slower", "10", marks=pytest.mark.slow),
     ],
@@ -222,6 +224,7 @@ def start_hung(tmp_path: Path, env: dict[str, str], seconds: str, hang_s: str):
     return p, out
 
 
+@pytest.mark.long
 def test_ddp_rank_that_stops_calling_backward_is_named_hung(tmp_path):
     p, out = start_hung(tmp_path, {"GPUDIAG_TEST_PLANT": "hang"}, "100", "4")
     try:
@@ -244,6 +247,7 @@ def test_ddp_rank_that_stops_calling_backward_is_named_hung(tmp_path):
     assert doc["distributed"]["hang"]["collectives"]["0"]["inside"] == "ddp_allreduce"
 
 
+@pytest.mark.long
 def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
     # rank 0 evaluates 9 s (rank 1 6 s, then waits in a barrier); dist_hang_s=3. The first
     # evaluation starts at step 20 and the job ends at the step after it (--seconds 10)

@@ -31,19 +31,23 @@ CASES = [
     ("sync_checkpoint", "CKPT001"),
     ("inline_tokenizer", "HOST001"),  # an inference loop: no optimizer, user code inline
 ]
-# Each planted cause runs end to end in the normal suite in one mode (20 to 30 s each);
-# the other mode is marked slow (`-m slow` runs every pair) to keep the suite under 8 min.
-# starved_loader's run-mode look is in the normal suite as the diagnosis of
+# Each planted cause runs end to end in one mode in CI (20 to 30 s each; `long`: the default
+# run leaves them out to stay under 8 min, the healthy job's look stays in it); the other
+# mode is marked slow (`-m slow` runs every pair).
+# starved_loader's run-mode look is in CI as the diagnosis of
 # tests/agent/test_try.py::test_try_measures_the_workers_fix_on_a_busy_box, held to check().
 RUN_NORMAL = {"healthy", "sync_checkpoint", "inline_tokenizer"}
 ATTACH_NORMAL = {"saturated_workers", "storage_bound", "gil_contention"}
+DEFAULT_RUN = {"healthy"}  # the rest of RUN_NORMAL and ATTACH_NORMAL are `long`
 
 
 def _in(mode_normal: set[str]) -> list:
-    return [
-        pytest.param(n, e, marks=() if n in mode_normal else pytest.mark.slow, id=f"{n}-{e}")
-        for n, e in CASES
-    ]
+    def marks(n: str):
+        if n not in mode_normal:
+            return pytest.mark.slow
+        return () if n in DEFAULT_RUN else pytest.mark.long
+
+    return [pytest.param(n, e, marks=marks(n), id=f"{n}-{e}") for n, e in CASES]
 
 
 def loader_finding(doc: dict) -> str:

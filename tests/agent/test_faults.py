@@ -358,6 +358,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.long
 def test_dataloader_workers_dying_and_replaced_mid_epoch(tmp_path):
     """Issue 23 #9: worker churn with a real torch DataLoader (not a multiprocessing.Pool):
     every probe keeps sampling, the report is complete and the job's exit code stands."""

@@ -31,6 +31,7 @@ def job_steps(output: str) -> tuple[int, float]:
 @pytest.mark.parametrize(
     "name", [pytest.param("healthy", marks=pytest.mark.slow), "starved_loader"]
 )
+@pytest.mark.long
 def test_report_step_count_equals_the_jobs_own(name, tmp_path):
     out = tmp_path / "r.json"
     res = gpudiag(
@@ -79,6 +80,7 @@ def attached_instrumented(tmp_path_factory) -> dict:
         job.wait()
 
 
+@pytest.mark.long
 def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(
     attached_instrumented,
 ):
@@ -90,6 +92,7 @@ def test_attach_to_an_instrumented_job_gets_exact_timing_matching_the_stacks(
     assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
 
 
+@pytest.mark.long
 def test_attach_capture_steps_on_an_instrumented_job(attached_instrumented):
     """attach --capture-steps N: asked through the request file once the job's hooks connect
     (run --capture-steps is tests/agent/test_capture_run.py)."""

@@ -71,6 +71,7 @@ def steps_seen(script: str, *args: str) -> tuple[float, float]:
     return steps, batch
 
 
+@pytest.mark.long
 def test_lightning_callback_counts_every_step():
     pytest.importorskip("lightning")
     steps, batch = steps_seen(LIGHTNING)

@@ -254,6 +254,7 @@ def test_scrape_during_a_real_job_matches_its_report():
         proc.wait()
 
 
+@pytest.mark.long
 def test_run_serves_metrics_while_the_job_runs(tmp_path):
     pytest.importorskip("torch")
     port, out = free_port(), tmp_path / "r.json"

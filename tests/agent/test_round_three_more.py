@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpudiag.agent.output.report import write_report
 from tests.conftest import gpudiag, gpudiag_until_sure
 from tests.tui.test_app import starved_doc
@@ -524,6 +526,7 @@ def _run_slow(tmp_path, duration: str, sleep: str, loop: str):
     return r, out
 
 
+@pytest.mark.long
 def test_run_duration_counts_from_the_first_step(tmp_path):
     """`run --duration 25` of a job with a 17.6 s start-up got 9.5-12 s of loop: the clock
     now restarts at the first step, so the whole look goes to the loop."""

@@ -392,7 +392,7 @@ for x, y in dl:
 """
 
 
-@pytest.mark.parametrize("crash", [False, True])
+@pytest.mark.parametrize("crash", [False, pytest.param(True, marks=pytest.mark.long)])
 def test_try_end_to_end_on_a_small_job(tmp_path, crash):
     job = tmp_path / "job.py"
     job.write_text(JOB)
@@ -580,6 +580,7 @@ def test_a_sure_fix_is_planned_with_its_prediction(capsys):
     assert only.finding == "CKPT001"
 
 
+@pytest.mark.long
 def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
     """Issue 38: beside a process burning a core, `try -- job` on an in-process loader that
     computes diagnosed DATA001 with no idle core and stopped with "no finding in the report

@@ -210,6 +210,7 @@ def test_recent_findings_follow_a_job_that_changed():
     assert "DATA001" in whole and "DATA001" not in recent
 
 
+@pytest.mark.long
 def test_watch_shows_a_torchrun_job_once_with_its_ranks(tmp_path):
     """The launcher is the job (its ranks are not jobs of their own); its ranks are profiled
     as `attach` does, so the straggler finding reaches the metrics."""

@@ -27,6 +27,7 @@ def _on_core0() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+@pytest.mark.long
 def test_py_spy_starved_by_burners_is_said_in_the_probe_status(tmp_path, monkeypatch):
     """Real burners: three processes burning core 0, and py-spy confined to that core at the
     lowest priority (a wrapper: nice 19, affinity core 0), sampling a real job at 100 Hz. It
