@@ -15,6 +15,8 @@ path (a small 8-layer model ran 45-80% slower with them left behind).
 from __future__ import annotations
 
 import contextvars
+import socket
+import struct
 import sys
 import threading
 import time
@@ -23,6 +25,53 @@ from collections.abc import Mapping
 from typing import Any
 
 MAX_ROWS = 20000  # forwards or requests kept between two flushes; more are dropped
+SO_TIMESTAMPNS = 35  # Linux: stamp each received packet with the kernel's receive time
+MAX_QUEUED_S = 60.0  # an arrival stamp older than this is not believed
+
+
+def stamp_arrivals(sock) -> None:
+    """Ask the kernel to stamp `sock`'s received data (a listener passes it on to the
+    connections it accepts; a listener keeping it on keeps the stamps taken between
+    connections)."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+
+def _peek_stamp(sock) -> float | None:
+    """The Unix time the first unread byte of `sock` reached the kernel, peeked without
+    reading it or waiting for it (None: no data yet, or no stamp)."""
+    fd = sock.fileno()
+    if fd < 0:
+        return None
+    # a plain socket on the same descriptor: an SSL or asyncio wrapper refuses recvmsg
+    raw = socket.socket(fileno=fd)
+    try:
+        _, anc, _, _ = raw.recvmsg(1, 64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return None
+    finally:
+        raw.detach()
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return sec + nsec * 1e-9
+    return None
+
+
+def arrived_at(sock, fallback: float) -> float:
+    """When (perf_counter) the request waiting on the just-accepted `sock` reached the
+    kernel: the client's send, on loopback or a LAN, before the server's listener got the
+    GIL (or its event loop a turn) to accept it; `fallback` when not known or later."""
+    try:
+        stamp_arrivals(sock)
+        sent = _peek_stamp(sock)
+    except Exception:
+        return fallback
+    if sent is None:
+        return fallback
+    queued = time.time() - sent
+    if not 0.0 <= queued <= MAX_QUEUED_S:
+        return fallback
+    return min(fallback, time.perf_counter() - queued)
 
 
 class Recorder:
@@ -75,10 +124,14 @@ class Recorder:
             if len(self.accepted) < 4096:
                 self.accepted[conn] = t
 
-    def end_request(self, t0: float, in_flight: float) -> None:
+    def end_request(self, t0: float, in_flight: float, sent: float | None = None) -> None:
+        """A request started at `t0` is done; its answer left at `sent` (perf_counter; now
+        when not known)."""
         with self.lock:
             self.in_flight = max(0, self.in_flight - 1)
-        self.add(self.requests, [time.time(), time.perf_counter() - t0, in_flight])
+        now = time.perf_counter()
+        end = now if sent is None or not t0 <= sent <= now else sent
+        self.add(self.requests, [time.time() - (now - end), end - t0, in_flight])
 
 
 def _items(v) -> tuple:
@@ -231,10 +284,43 @@ def wake(rec: Recorder) -> None:
         install_forwards(rec.torch, rec)
 
 
+class SentClock:
+    """A request handler's `wfile`, passed through, noting when its last write began: the
+    answer's bytes leave then, and the handler's return after can wait for the GIL (up to a
+    switch interval on a busy server) while its client already has the answer. A large
+    answer to a slow client is timed to its last write's start."""
+
+    def __init__(self, raw) -> None:
+        self._gpudiag_raw = raw
+        self.gpudiag_sent: float | None = None
+
+    def write(self, data):
+        self.gpudiag_sent = time.perf_counter()
+        return self._gpudiag_raw.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self._gpudiag_raw, name)
+
+
+def _clock_writes(handler) -> None:
+    """Put a SentClock around the handler's wfile once a connection; its last write forgotten."""
+    wfile = getattr(handler, "wfile", None)
+    if wfile is None:
+        return
+    if not isinstance(wfile, SentClock):
+        handler.wfile = wfile = SentClock(wfile)
+    wfile.gpudiag_sent = None
+
+
+def _sent(handler) -> float | None:
+    wfile = getattr(handler, "wfile", None)
+    return wfile.gpudiag_sent if isinstance(wfile, SentClock) else None
+
+
 def patch_handler(cls, rec: Recorder) -> None:
     """Time each request of an http.server-style handler class: from its connection accepted
-    (a connection's first request; later ones from parse_request) to the end of
-    handle_one_request."""
+    (a connection's first request; later ones from parse_request) to its answer's last write
+    (else the end of handle_one_request)."""
     if cls.__dict__.get("_gpudiag_patched"):
         return
     orig_parse, orig_one = cls.parse_request, cls.handle_one_request
@@ -243,6 +329,7 @@ def patch_handler(cls, rec: Recorder) -> None:
         try:
             if getattr(self, "_gpudiag_t0", None) is None:
                 self._gpudiag_t0 = rec.start_request(getattr(self, "request", None))
+                _clock_writes(self)
         except Exception:
             pass
         return orig_parse(self)
@@ -259,7 +346,7 @@ def patch_handler(cls, rec: Recorder) -> None:
                 started = getattr(self, "_gpudiag_t0", None)
                 if started is not None:
                     self._gpudiag_t0 = None
-                    rec.end_request(*started)
+                    rec.end_request(*started, _sent(self))
             except Exception:
                 pass
 
@@ -268,9 +355,11 @@ def patch_handler(cls, rec: Recorder) -> None:
 
 
 def _patch_socketserver(module, rec: Recorder) -> None:
-    """The time each connection waits to be accepted from: TCPServer.get_request's call, in
-    the listener, once its select said one was pending (before accept(), whose return waits
-    for the GIL again: up to a switch interval on a busy server, which the client sees)."""
+    """The time each connection waits to be accepted from: its request's arrival in the
+    kernel (`arrived_at`), else TCPServer.get_request's call, in the listener, once its
+    select said one was pending (accept()'s return waits for the GIL again: up to a switch
+    interval on a busy server, which the client sees). The listening socket is asked to
+    stamp arrivals at its first accept: the connections after it inherit the stamps."""
     cls = module.TCPServer
     if cls.__dict__.get("_gpudiag_patched"):
         return
@@ -280,13 +369,23 @@ def _patch_socketserver(module, rec: Recorder) -> None:
         t = time.perf_counter()
         got = orig(self)
         try:
-            rec.accept(got[0], t)
+            _stamp_listener(getattr(self, "socket", None))
+            rec.accept(got[0], arrived_at(got[0], t))
         except Exception:
             pass
         return got
 
     cls.get_request = get_request
     cls._gpudiag_patched = True
+
+
+def _stamp_listener(sock) -> None:
+    """Stamp a listening socket's arrivals (a no-op in the kernel once on)."""
+    if sock is not None:
+        try:
+            stamp_arrivals(sock)
+        except Exception:
+            pass
 
 
 def _patch_http(module, rec: Recorder) -> None:
@@ -351,7 +450,11 @@ def _patch_connection_made(proto, rec: Recorder) -> None:
 
     def connection_made(self, transport, *args, **kwargs):
         try:
-            rec.accept(transport, time.perf_counter())
+            made = time.perf_counter()
+            for listener in getattr(getattr(transport, "_server", None), "sockets", None) or ():
+                _stamp_listener(listener)  # asyncio's server: its listening sockets
+            sock = transport.get_extra_info("socket")
+            rec.accept(transport, made if sock is None else arrived_at(sock, made))
         except Exception:
             pass
         return orig(self, transport, *args, **kwargs)

@@ -269,6 +269,97 @@ def test_a_connection_is_timed_from_its_listeners_call_to_accept_it():
     assert len(req) == 1 and req[0][1] >= 0.05
 
 
+def test_a_request_is_timed_from_its_arrival_in_the_kernel_when_the_listener_is_late():
+    """A listener that reaches its select late (its thread waiting for the GIL while the
+    handlers run the model) leaves the request queued in the kernel: the client waits from its
+    send, and the kernel's receive stamp says when that was, before any call in the server."""
+
+    rec = gpudiag_serve.Recorder(lambda: None)
+
+    class Server(ThreadingHTTPServer):
+        pass
+
+    class Handler(Echo):
+        pass
+
+    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Server), rec)
+    gpudiag_serve.patch_handler(Handler, rec)
+    server = Server(("127.0.0.1", 0), Handler)
+    gpudiag_serve.stamp_arrivals(server.socket)  # as a first accept leaves it
+    answers: list[bytes] = []
+
+    def ask() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        conn.request("GET", "/a")
+        answers.append(conn.getresponse().read())
+        conn.close()
+
+    client = threading.Thread(target=ask)
+    client.start()
+    time.sleep(0.3)  # queued in the kernel: nobody in the server has looked yet
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client.join(10)
+    server.shutdown()
+    server.server_close()
+    _, req = rec.take()
+    assert answers == [b"ok"]
+    assert len(req) == 1 and 0.3 <= req[0][1] < 5
+
+
+def test_a_request_ends_at_its_answers_last_write_not_the_handlers_return():
+    """The client has its answer when the last bytes are written; the handler's return after
+    can wait (for the GIL on a busy server; here, a sleep): the request ends at the write."""
+
+    rec = gpudiag_serve.Recorder(lambda: None)
+
+    class Server(ThreadingHTTPServer):
+        pass
+
+    class Lingering(Echo):
+        def do_GET(self) -> None:  # noqa: N802
+            super().do_GET()
+            time.sleep(0.3)
+
+    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Server), rec)
+    gpudiag_serve.patch_handler(Lingering, rec)
+    server = Server(("127.0.0.1", 0), Lingering)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        conn.request("GET", "/a")
+        assert conn.getresponse().read() == b"ok"
+        conn.close()
+        deadline = time.monotonic() + 10
+        while not rec.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.shutdown()
+        server.server_close()
+    _, req = rec.take()
+    assert len(req) == 1 and req[0][1] < 0.25
+    assert req[0][0] < time.time() - 0.25  # its end (Unix time) is the write's, too
+
+
+def test_the_arrival_peek_leaves_the_data_and_falls_back_without_a_stamp():
+    """`arrived_at` peeks: the bytes are still there to read; a socket with nothing received
+    yet, or one that is not a socket, gives the fallback."""
+    import socket
+
+    a, b = socket.socketpair()
+    try:
+        now = time.perf_counter()
+        assert gpudiag_serve.arrived_at(b, now) == now  # nothing received yet
+        a.sendall(b"hello")
+        time.sleep(0.05)
+        t = gpudiag_serve.arrived_at(b, time.perf_counter())
+        assert b.recv(16) == b"hello"
+        assert t <= time.perf_counter()
+    finally:
+        a.close()
+        b.close()
+    assert gpudiag_serve.arrived_at(object(), 1.5) == 1.5
+
+
 @pytest.fixture
 def werkzeug_rec():
     """The hooks' patches on Werkzeug's threaded server and request handler, undone after."""
@@ -445,6 +536,51 @@ def test_uvicorn_times_a_connections_first_request_from_the_connection_made(asgi
     _, req = asgi_rec.take()
     assert answer.startswith(b"HTTP/1.1 200") and len(req) == 1
     assert req[0][1] >= 0.2
+
+
+def test_uvicorn_times_a_request_from_its_arrival_while_the_event_loop_was_busy(asgi_rec):
+    """A request that arrives while the event loop runs something else (an async endpoint's
+    model, a long callback) waits in the kernel before the loop accepts it: timed from its
+    arrival."""
+    import socket
+
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/block")
+    async def block() -> dict:
+        time.sleep(0.3)  # holds the event loop, as a model run inline in `async def` does
+        return {"ok": 1}
+
+    @app.get("/")
+    async def root() -> dict:
+        return {"ok": 1}
+
+    server, port = _fastapi_server(app)
+    answers: list[bytes] = []
+
+    def ask(path: str) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            answers.append(conn.recv(4096))
+
+    try:
+        ask("/")  # the listener stamps arrivals from its first connection on
+        first = threading.Thread(target=ask, args=("/block",))
+        first.start()
+        time.sleep(0.1)  # the loop is inside /block now
+        ask("/")
+        first.join(10)
+        deadline = time.monotonic() + 10
+        while len(asgi_rec.requests) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        server.should_exit = True
+    _, req = asgi_rec.take()
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers) and len(req) == 3
+    waited = sorted(r[1] for r in req)
+    assert waited[1] >= 0.15  # the second "/" waited about 0.2 s for the loop
 
 
 def test_starlette_called_by_another_asgi_server_times_the_request_once(asgi_rec):
