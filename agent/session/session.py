@@ -33,7 +33,8 @@ from gpudiag.analyzers.measures.rules import Classifier
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo
-from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.inprocess.channel import WORK_KINDS, HookProbe
+from gpudiag.probes.stacks.probe import StackProbe
 from gpudiag.text.sink import say
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
 
 
 SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
-LOOP_KINDS = ("step", "forward", "request")  # hooks' samples of the work the job repeats
+LOOP_KINDS = WORK_KINDS  # hooks' samples of the work the job repeats
 RankPlan = tuple[list[RankInfo], int]  # the ranks of a multi-rank job, and its root pid
 
 
@@ -176,6 +177,25 @@ class Session:
                 self.first_step_at = time.time()
             if self.sink is not None:
                 self.sink(samples)
+        if self.ranks is None and any(s.probe == "hooks" for s in samples):
+            self._follow_work()
+
+    def _follow_work(self) -> None:
+        """When the job's work (the hooks' steps, forwards, requests) comes from a child of
+        the target and none from the target (a Werkzeug reloader's, uvicorn's or gunicorn's
+        server under its supervisor), the stacks follow that child: the target only waits."""
+        hooks = next((p for p in self.probes if isinstance(p, HookProbe)), None)
+        stacks = next((p for p in self.probes if isinstance(p, StackProbe)), None)
+        if hooks is None or stacks is None or stacks.followed is not None:
+            return
+        pid = hooks.worker(self.target.pid)
+        if pid is None or not descends_from(pid, self.target.pid):
+            return
+        stacks.follow(pid)
+        self.log(
+            f"the work runs in pid {pid}, a child of pid {self.target.pid} (which only "
+            "supervises it, e.g. a reloader): its stacks are the loop's from now on"
+        )
 
     def _run_probe(self, probe: Probe) -> None:
         while not self._stop.is_set() and probe.name not in self.hung:
@@ -515,3 +535,18 @@ class Session:
         finally:
             if old_int is not None:
                 signal.signal(signal.SIGINT, old_int)
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is a descendant of `ancestor` (read from /proc, parent by parent)."""
+    seen = 0
+    while pid > 1 and seen < 64:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+        seen += 1
+    return False

@@ -27,6 +27,11 @@ STARTUP_FILE_RE = re.compile(r"^<frozen importlib\._bootstrap")  # imports: not 
 TRAINER_FILE_RE = re.compile(
     r"/transformers/trainer\.py$|/(lightning/pytorch|pytorch_lightning)/trainer/"
 )
+# A supervisor that only waits on the server it started (Werkzeug's reloader, uvicorn's
+# --reload and --workers supervisors, gunicorn's arbiter, hupper): not a request handled.
+SUPERVISOR_FILE_RE = re.compile(
+    r"/werkzeug/_reloader\.py$|/uvicorn/supervisors/|/gunicorn/arbiter\.py$|/hupper/"
+)
 LISTENER_FUNC_RE = re.compile(r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept)$")
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 
@@ -78,11 +83,12 @@ def is_listener(frames: tuple[Frame, ...]) -> bool:
 
 
 def is_handling(stack: str) -> bool:
-    """A request being handled: server frames, not the listener's, and not a server module
-    being imported (a FastAPI server's start-up imports uvicorn and starlette: SERVE002 named
-    its `import` lines as the request path's host work)."""
+    """A request being handled: server frames, not the listener's, not a supervisor's (a
+    Flask app's reloader parent waiting on its server: SERVE002 named its `app.run` line as
+    the request path's host work, sure) and not a server module being imported (a FastAPI
+    server's start-up imports uvicorn and starlette: SERVE002 named its `import` lines)."""
     frames = parse_stack(stack)
-    if any(STARTUP_FILE_RE.search(fr.file) for fr in frames):
+    if any(STARTUP_FILE_RE.search(fr.file) or SUPERVISOR_FILE_RE.search(fr.file) for fr in frames):
         return False
     return any(SERVER_FILE_RE.search(fr.file) for fr in frames) and not is_listener(frames)
 

@@ -39,6 +39,7 @@ from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
+WORK_KINDS = ("step", "forward", "request")  # the hooks' samples of the work a job repeats
 LOADED = "loaded into the running job"  # how a hooks status that `attach --hooks` set begins
 
 
@@ -100,6 +101,7 @@ class HookProbe(Probe):
         self.refused: ProbeStatus | None = None  # the channel's folder was not private
         self.loop_pid: int | None = None  # the process whose steps count (one-process jobs)
         self.other_steps = 0  # step rows of another process (a forked child), dropped
+        self.work: dict[int, int] = {}  # sender pid -> its steps, forwards and requests
         self.nonce: str | None = None  # attach --hooks: the handshake the loaded hooks answer
         self.hellos: dict[int, dict] = {}  # pid -> its hooks' hello (attach --hooks)
         self.loaded: ProbeStatus | None = None  # how `attach --hooks` went, for the report
@@ -169,8 +171,22 @@ class HookProbe(Probe):
                 continue
             self.messages += 1
             self._note_hello(msg, sender)
+            self._count_work(sender if sender is not None else msg.get("pid"), got)
             out += got if self.labels.enabled else self._one_process(sender, msg, got)
         return out
+
+    def _count_work(self, pid, got: list[Sample]) -> None:
+        """Count the units of work (steps, forwards, requests) each process sent."""
+        n = sum(s.labels.get("kind") in WORK_KINDS for s in got)
+        if n and isinstance(pid, int) and (pid in self.work or len(self.work) < 4096):
+            self.work[pid] = self.work.get(pid, 0) + n
+
+    def worker(self, target: int) -> int | None:
+        """The process doing the job's work when it is not `target` itself: the one that sent
+        the most units of work, None while `target` sent any or none came."""
+        if not self.work or target in self.work:
+            return None
+        return max(self.work, key=lambda pid: self.work[pid])
 
     def _note_hello(self, msg: dict, sender: int | None) -> None:
         """Keep the hello of hooks `attach --hooks` loaded (the nonce it was given)."""

@@ -112,6 +112,8 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         self.level = 1.0
         self.cpu_goal: float | None = None  # cores py-spy may use; set by the budget governor
         self.target: Target | None = None
+        self.followed: int | None = None  # the child whose stacks are the loop's (follow())
+        self._cut = False  # the window in progress was cut by follow(): dropped
         self._exe: str | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._thread: threading.Thread | None = None
@@ -195,14 +197,39 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             cmd.append("--nonblocking")
         return cmd
 
+    @property
+    def loop_pid(self) -> int:
+        """The process recorded as the loop's: the target, or the child follow() named."""
+        assert self.target is not None
+        return self.followed if self.followed is not None else self.target.pid
+
+    def follow(self, pid: int) -> None:
+        """Record `pid` (a child of the target that does the job's work: a reloader's or a
+        supervisor's server) as the loop's process from now on; the window in progress, of
+        the process that only waits on it, is cut and dropped."""
+        if pid == self.loop_pid:
+            return
+        with self._lock:
+            self.followed = pid
+            self._cut = True
+            procs = list(self._procs)
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGINT)
+                except OSError:
+                    pass
+
     def _workers(self) -> list[int]:
-        """The target's child processes (DataLoader workers), oldest first."""
+        """The target's child processes (DataLoader workers), oldest first; not the one
+        followed as the loop's."""
         assert self.target is not None
         try:
             kids = psutil.Process(self.target.pid).children(recursive=True)
         except Exception:
             return []
-        return sorted(k.pid for k in kids if k.pid not in self._unreadable)
+        skip = self._unreadable | {self.loop_pid}
+        return sorted(k.pid for k in kids if k.pid not in skip)
 
     def _plan(self, n: int) -> tuple[list[SpyRun], int]:
         """The recorders of window n, and how many workers were alive."""
@@ -211,7 +238,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         runs = [
             SpyRun(
                 "all",
-                self.target.pid,
+                self.loop_pid,
                 int(r["stacks_loop_hz"]),
                 os.path.join(self._tmp.name, f"w{n}-all.json"),
             )
@@ -222,7 +249,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             runs.append(
                 SpyRun(
                     "gil",
-                    self.target.pid,
+                    self.loop_pid,
                     int(r["stacks_gil_hz"]),
                     os.path.join(self._tmp.name, f"w{n}-gil.txt"),
                 )
@@ -270,7 +297,12 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 self._procs = []
                 self.spy_cpu_s += sum(r.cpu_s for r in runs)
                 self.spy_window_rss = sum(r.maxrss_bytes for r in runs)
+                cut, self._cut = self._cut, False
             duration = time.monotonic() - started
+            if cut:  # follow() switched processes mid-window: its samples are not the loop's
+                for run in runs:
+                    _unlink(run.out)
+                continue
             if not self._collect(runs, alive, duration):
                 if self._stop.is_set():
                     return  # close() cut a window py-spy had not written yet: not a failure
@@ -278,6 +310,9 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 msg = runs[0].err
                 if self.target and not process_alive(self.target.pid):
                     return
+                if self.followed is not None and not process_alive(self.followed):
+                    self.followed = None  # the child followed ended: back to the target
+                    continue
                 self.windows_failed += 1
                 self.last_error, self.last_hint = crash_reason(msg, runs[0], self.target.pid)
                 self._stop.wait(1.0)
@@ -424,3 +459,10 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -10,7 +10,9 @@ fix); --batching queues the requests to one model thread that runs up to --max-b
 at once, waiting at most --max-wait-ms for more (the SERVE001 fix); --healthy is both.
 --tokenize turns each request's text into tokens with serve_http.py's slow pure-Python
 tokenizer in the view (planted SERVE002). --instrument calls gpudiag's instrument() (for
-`gpudiag attach`). Werkzeug's access log is off (as serve_http.py's and uvicorn's at
+`gpudiag attach`). --reloader serves through `app.run(use_reloader=True)`, as `debug=True`
+does: a parent process that only restarts the server, which runs in its child (the port
+file is written by the child). Werkzeug's access log is off (as serve_http.py's and uvicorn's at
 `warning`). Binds 127.0.0.1 only.
 
     python serve_flask.py --seconds 20 --port-file /tmp/port   # then: load_gen.py --port-file
@@ -22,6 +24,7 @@ import argparse
 import contextlib
 import logging
 import os
+import socket
 import threading
 
 import torch
@@ -51,7 +54,29 @@ def predict():
 
 
 def parse_args() -> argparse.Namespace:
-    return server_parser(__doc__, "in the view").parse_args()
+    p = server_parser(__doc__, "in the view")
+    p.add_argument("--reloader", action="store_true", help="app.run(use_reloader=True)")
+    return p.parse_args()
+
+
+def serve_reloaded(args: argparse.Namespace) -> None:
+    """Serve under Werkzeug's reloader: the parent binds the port and restarts its child,
+    the child serves; after --seconds the child exits 0, and the parent with it."""
+    port = int(os.environ.get("SERVE_FLASK_PORT") or args.port or free_port())
+    os.environ["SERVE_FLASK_PORT"] = str(port)  # the child re-runs this with it
+    if os.environ.get("WERKZEUG_RUN_MAIN") == "true":  # the child: the server
+        if args.port_file:
+            with open(args.port_file + ".tmp", "w") as f:
+                f.write(str(port))
+            os.replace(args.port_file + ".tmp", args.port_file)
+        threading.Timer(args.seconds, os._exit, args=(0,)).start()
+    app.run("127.0.0.1", port, use_reloader=True, threaded=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -66,6 +91,9 @@ def main() -> None:
     MODE["tokenize"] = args.tokenize
     if args.batching or args.healthy:
         MODE["batcher"] = Batcher(run, args.max_batch, args.max_wait_ms / 1e3)
+    if args.reloader:
+        serve_reloaded(args)
+        return
     server = make_server("127.0.0.1", args.port, app, threaded=True)
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as f:
