@@ -1,7 +1,7 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
-forward hook) and the requests of a standard-library or Werkzeug HTTP server, or of an ASGI
-app (uvicorn's request cycle, Starlette/FastAPI's app call), buffered for gpudiag_hooks to
-send with the steps.
+forward hook) and the requests of a standard-library or Werkzeug HTTP server, of an ASGI
+app (uvicorn's request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync
+server, buffered for gpudiag_hooks to send with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -376,6 +376,65 @@ def _patch_starlette(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+# the poller thread's time of the event it is processing (grpc._server's sync server)
+_GRPC_EVENT = threading.local()
+
+
+def _patch_grpc_server(module, rec: Recorder) -> None:
+    """grpcio's sync server (`grpc.server(ThreadPoolExecutor(...))`): an RPC from its arrival
+    (the poller thread's `_process_event_and_continue` for the call's event, before the
+    server's lock and the handler lookup) to its behavior's return in the thread pool (the
+    response and status handed to gRPC core to send); the time queued for a free worker is
+    the client's time too. Rejected RPCs (no method, over the concurrency limit) are not
+    timed. Internals checked: a grpcio without them is told from its stacks only."""
+    if module.__dict__.get("_gpudiag_patched"):
+        return
+    orig_call, orig_event = module._handle_call, module._process_event_and_continue
+    if not callable(orig_call) or not callable(orig_event):
+        return
+
+    def _process_event_and_continue(*args, **kwargs):
+        _GRPC_EVENT.t = time.perf_counter()
+        try:
+            return orig_event(*args, **kwargs)
+        finally:
+            _GRPC_EVENT.t = None
+
+    def _handle_call(*args, **kwargs):
+        t = getattr(_GRPC_EVENT, "t", None) or time.perf_counter()
+        got = orig_call(*args, **kwargs)
+        try:
+            _time_rpc(rec, got, t)
+        except Exception:
+            pass
+        return got
+
+    module._handle_call = _handle_call
+    module._process_event_and_continue = _process_event_and_continue
+    module._gpudiag_patched = True
+
+
+def _time_rpc(rec: Recorder, got, t0: float) -> None:
+    """Time the RPC `_handle_call` handed to the thread pool, `got` its (state, future), from
+    `t0` to the future done."""
+    fut = got[1] if isinstance(got, tuple) and len(got) == 2 else None
+    if fut is None or not hasattr(fut, "add_done_callback"):
+        return
+    _, in_flight = rec.start_request(None)
+
+    def done(f) -> None:
+        try:
+            if f.cancelled():  # the server stopped before a worker ran it: no answer
+                with rec.lock:
+                    rec.in_flight = max(0, rec.in_flight - 1)
+            else:
+                rec.end_request(t0, in_flight)
+        except Exception:
+            pass
+
+    fut.add_done_callback(done)
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
@@ -383,6 +442,7 @@ PATCHES = {
     "uvicorn.protocols.http.h11_impl": _patch_uvicorn_cycle,
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
     "starlette.applications": _patch_starlette,
+    "grpc._server": _patch_grpc_server,
 }
 
 
