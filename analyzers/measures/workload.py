@@ -27,7 +27,11 @@ STARTUP_FILE_RE = re.compile(r"^<frozen importlib\._bootstrap")  # imports: not 
 TRAINER_FILE_RE = re.compile(
     r"/transformers/trainer\.py$|/(lightning/pytorch|pytorch_lightning)/trainer/"
 )
-LISTENER_FUNC_RE = re.compile(r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept)$")
+# a listener, an event loop, or a server's main thread waiting for it to stop (gRPC's
+# wait_for_termination: a grpc/ frame, not a request being handled)
+LISTENER_FUNC_RE = re.compile(
+    r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept|wait_for_termination)$"
+)
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 
 
