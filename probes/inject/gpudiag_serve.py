@@ -435,6 +435,101 @@ def _time_rpc(rec: Recorder, got, t0: float) -> None:
     fut.add_done_callback(done)
 
 
+def _patch_grpc_aio(module, rec: Recorder) -> None:
+    """grpc.aio's server (its core is compiled: no arrival to hook in Python): an RPC with one
+    answer (unary-unary, stream-unary) from its method's lookup (a generic handler's
+    `service()`, on the event loop as the call starts; a registered method's: its behavior's
+    start) to its behavior's return (the answer then serialized and sent). The handlers are
+    wrapped as the server is given them: a server built before the hooks came (attach
+    --hooks) is not timed, nor are streamed answers."""
+    cls = module.Server
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_init = cls.__init__
+    orig_add, orig_reg = cls.add_generic_rpc_handlers, cls.add_registered_method_handlers
+
+    class Timed:  # a GenericRpcHandler: grpc only calls its service()
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def service(self, handler_call_details):
+            t = time.perf_counter()
+            return _aio_timed(self.inner.service(handler_call_details), rec, t)
+
+    def generic(handlers):
+        try:
+            return tuple(Timed(h) if callable(getattr(h, "service", None)) else h for h in handlers)
+        except Exception:
+            return handlers
+
+    def __init__(self, thread_pool, generic_handlers, *args, **kwargs):
+        orig_init(self, thread_pool, generic(generic_handlers), *args, **kwargs)
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers):
+        return orig_add(self, generic(generic_rpc_handlers))
+
+    def add_registered_method_handlers(self, service_name, method_handlers):
+        try:
+            method_handlers = {k: _aio_timed(v, rec, None) for k, v in method_handlers.items()}
+        except Exception:
+            pass
+        return orig_reg(self, service_name, method_handlers)
+
+    cls.__init__ = __init__
+    cls.add_generic_rpc_handlers = add_generic_rpc_handlers
+    cls.add_registered_method_handlers = add_registered_method_handlers
+    cls._gpudiag_patched = True
+
+
+def _aio_timed(handler, rec: Recorder, t0: float | None):
+    """`handler` (an RpcMethodHandler) with its one-answer behavior timed from `t0` (None:
+    from the behavior's start); as it was for a streamed answer or an unknown shape. The
+    wrapper keeps the behavior's kind (coroutine function or plain), which grpc.aio reads to
+    await it or run it in its thread pool."""
+    import inspect
+
+    try:
+        if handler is None or handler.response_streaming or not hasattr(handler, "_replace"):
+            return handler
+        name = "stream_unary" if handler.request_streaming else "unary_unary"
+        fn = getattr(handler, name)
+        if fn is None or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            return handler
+    except Exception:
+        return handler
+
+    def start():
+        try:
+            t, in_flight = rec.start_request(None)
+            return (t if t0 is None else t0, in_flight)
+        except Exception:
+            return None
+
+    def end(started) -> None:
+        try:
+            if started is not None:
+                rec.end_request(*started)
+        except Exception:
+            pass
+
+    async def awaited(*args, **kwargs):
+        started = start()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            end(started)
+
+    def called(*args, **kwargs):
+        started = start()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            end(started)
+
+    behavior = awaited if inspect.iscoroutinefunction(fn) else called
+    return handler._replace(**{name: behavior})
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
@@ -443,6 +538,7 @@ PATCHES = {
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
     "starlette.applications": _patch_starlette,
     "grpc._server": _patch_grpc_server,
+    "grpc.aio._server": _patch_grpc_aio,
 }
 
 

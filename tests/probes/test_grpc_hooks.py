@@ -167,8 +167,8 @@ def test_a_grpcio_without_the_internals_is_left_alone(capsys):
 
 
 def test_grpc_server_imported_after_the_hooks_is_patched():
-    """The hooks installed first (`gpudiag run`, instrument()), grpc's server module imported
-    after (grpc.server() imports it): the import watcher patches it."""
+    """The hooks installed first (`gpudiag run`, instrument()), grpc's server modules imported
+    after (grpc.server() imports the sync one): the import watcher patches them."""
     code = (
         "import sys\n"
         "from gpudiag.probes.inject import gpudiag_serve as s\n"
@@ -179,6 +179,115 @@ def test_grpc_server_imported_after_the_hooks_is_patched():
         "grpc.server(futures.ThreadPoolExecutor(1))\n"
         "assert grpc._server._gpudiag_patched\n"
         "assert grpc._server._handle_call.__module__ == s.__name__\n"
+        "import grpc.aio\n"
+        "assert grpc.aio._server.Server._gpudiag_patched\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.fixture
+def aio_rec():
+    """The hooks' patch on grpc.aio's Server, undone after the test."""
+    from grpc.aio import _server as aio_server
+
+    cls = aio_server.Server
+    names = ("__init__", "add_generic_rpc_handlers", "add_registered_method_handlers")
+    saved = {n: cls.__dict__[n] for n in names}
+    r = gpudiag_serve.Recorder(lambda: None)
+    gpudiag_serve._patch_grpc_aio(aio_server, r)
+    yield r
+    for n, fn in saved.items():
+        setattr(cls, n, fn)
+    del cls._gpudiag_patched
+
+
+def _aio_serve(methods: dict, registered: bool = False, streams: dict | None = None):
+    """A grpc.aio server on 127.0.0.1 on its own event loop in a thread: (port, stop)."""
+    import asyncio
+
+    box: dict = {}
+    up = threading.Event()
+
+    async def main() -> None:
+        server = grpc.aio.server()
+        handlers = {
+            name: grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=json.loads, response_serializer=_dumps
+            )
+            for name, fn in methods.items()
+        }
+        for name, fn in (streams or {}).items():
+            handlers[name] = grpc.unary_stream_rpc_method_handler(
+                fn, request_deserializer=json.loads, response_serializer=_dumps
+            )
+        if registered:
+            server.add_registered_method_handlers(SERVICE, handlers)
+        else:
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+            )
+        box["port"] = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        box["stop"] = asyncio.Event()
+        up.set()
+        await box["stop"].wait()
+        await server.stop(None)
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert up.wait(20)
+
+    def stop() -> None:
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(20)
+
+    return box["port"], stop
+
+
+async def adouble(req, context):
+    import asyncio
+
+    await asyncio.sleep(0.05)
+    return {"n": req["n"] * 2}
+
+
+async def counting(req, context):
+    for i in range(3):
+        yield {"i": i}
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_grpc_aio_rpcs_with_one_answer_are_timed_with_their_concurrency(aio_rec, registered):
+    """grpc.aio: async and plain (run in its thread pool) behaviors, by generic handler or
+    registered method, each RPC timed once, answers unchanged; a streamed answer is not
+    timed, and still streamed as sent."""
+    port, stop = _aio_serve(
+        {"Double": adouble, "SyncDouble": double}, registered, streams={"Count": counting}
+    )
+    answers: list[int] = []
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+
+            def client(i: int) -> None:
+                method = "Double" if i % 2 else "SyncDouble"
+                for k in range(5):
+                    answers.append(_stub(channel, method)({"n": i * 10 + k}, timeout=10)["n"])
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            stream = channel.unary_stream(
+                f"/{SERVICE}/Count", request_serializer=_dumps, response_deserializer=json.loads
+            )
+            assert list(stream({}, timeout=10)) == [{"i": 0}, {"i": 1}, {"i": 2}]
+            req = _timed(aio_rec, 20)
+    finally:
+        stop()
+    assert sorted(answers) == sorted(2 * (i * 10 + k) for i in range(4) for k in range(5))
+    assert len(req) == 20 and all(r[1] >= 0.05 for r in req)
+    assert max(r[2] for r in req) >= 2
+    assert aio_rec.in_flight == 0
