@@ -118,17 +118,17 @@ def census(tl: Aggregate) -> StackCensus:
         for (stack, _code), n in tl.stacks[key].items():
             kinds = _frames_of(stack)
             if isinstance(kinds, tuple):
-                rows.append((n, *kinds))
+                rows.append((n, *kinds, stack))
             elif kinds == "train":  # an optimizer built: training, even in start-up
                 c.train += n
             elif kinds == "trainer":
                 c.trainer_import += n
         if not rows:
             continue
-        serving = any(srv for _, _, _, srv in rows)
+        serving = any(srv for _, _, _, srv, _ in rows)
         c.threads += 1
         c.server_threads += int(serving)
-        for n, train, fwd, srv in rows:
+        for n, train, fwd, srv, stack in rows:
             c.samples += n
             c.train += n * train
             c.forward += n * fwd

@@ -73,3 +73,36 @@ def test_grpcs_own_receive_and_send_are_not_host_work_on_the_request_path():
     a = analyze(sc.tl)
     assert a.workload.kind == "server"
     assert "SERVE002" not in ids(a)
+
+
+def test_a_batched_grpc_server_without_the_hooks_is_a_server():
+    """The model on a batcher thread (outside the server's frames), the pool threads waiting
+    on it: each pool thread's handling samples count, whatever its stacks' order (the census
+    judged every row of a thread by its last stack: an idle pool thread's, no gRPC frame in
+    it, made the server a batch-inference job)."""
+    batcher = (
+        f"Thread.run ({STD}/threading.py:982);Batcher._loop (/work/serve_http.py:80)"
+        f";Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
+        ";Net.forward (/work/model.py:20)"
+    )
+    waiting = (
+        f"{WORKER};_call_behavior ({GRPC}/_server.py:610)"
+        ";main.<locals>.predict (/work/serve_grpc.py:60);Batcher.submit (/work/serve_http.py:66)"
+        f";Event.wait ({STD}/threading.py:629);Condition.wait ({STD}/threading.py:327)"
+    )
+    sc = Scenario()
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        add_thread_stacks(sc, 100, "MainThread", {MAIN: 300})
+        add_thread_stacks(sc, 101, "Thread-1 (_serve)", {POLLER: 300})
+        add_thread_stacks(sc, 102, "batcher", {batcher: 300})
+        for w in range(4):
+            stacks = {waiting: 180, RPC["send"]: 60, IDLE: 60}  # the idle stack last
+            add_thread_stacks(sc, 200 + w, f"ThreadPoolExecutor-0_{w}", stacks)
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": 300, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    a = analyze(sc.tl)
+    assert (a.workload.kind, a.workload.basis) == ("server", "request-handler frames")
