@@ -137,7 +137,9 @@ def pool_handlers(view: Aggregate) -> Aggregate | None:
 
 # The server's own socket I/O on the request path (sending the answer, closing): waiting on
 # the network or for the GIL back after a send, not work the handler could move elsewhere.
-SOCKET_IO_RE = re.compile(r"/(socketserver|socket|ssl|selectors)\.py$")
+# gRPC's sync server does its own in grpc/_server.py (receiving the request, sending the
+# answer and status through gRPC core's start_server_batch).
+SOCKET_IO_RE = re.compile(r"/(socketserver|socket|ssl|selectors)\.py$|/grpc/_server\.py$")
 
 
 @dataclass(frozen=True)

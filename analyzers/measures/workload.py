@@ -32,7 +32,11 @@ TRAINER_FILE_RE = re.compile(
 SUPERVISOR_FILE_RE = re.compile(
     r"/werkzeug/_reloader\.py$|/uvicorn/supervisors/|/gunicorn/arbiter\.py$|/hupper/"
 )
-LISTENER_FUNC_RE = re.compile(r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept)$")
+# a listener, an event loop, or a server's main thread waiting for it to stop (gRPC's
+# wait_for_termination: a grpc/ frame, not a request being handled)
+LISTENER_FUNC_RE = re.compile(
+    r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept|wait_for_termination)$"
+)
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 
 
@@ -120,17 +124,17 @@ def census(tl: Aggregate) -> StackCensus:
         for (stack, _code), n in tl.stacks[key].items():
             kinds = _frames_of(stack)
             if isinstance(kinds, tuple):
-                rows.append((n, *kinds))
+                rows.append((n, *kinds, stack))
             elif kinds == "train":  # an optimizer built: training, even in start-up
                 c.train += n
             elif kinds == "trainer":
                 c.trainer_import += n
         if not rows:
             continue
-        serving = any(srv for _, _, _, srv in rows)
+        serving = any(srv for _, _, _, srv, _ in rows)
         c.threads += 1
         c.server_threads += int(serving)
-        for n, train, fwd, srv in rows:
+        for n, train, fwd, srv, stack in rows:
             c.samples += n
             c.train += n * train
             c.forward += n * fwd

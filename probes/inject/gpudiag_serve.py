@@ -1,7 +1,7 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
-forward hook) and the requests of a standard-library or Werkzeug HTTP server, or of an ASGI
-app (uvicorn's request cycle, Starlette/FastAPI's app call), buffered for gpudiag_hooks to
-send with the steps.
+forward hook) and the requests of a standard-library or Werkzeug HTTP server, of an ASGI
+app (uvicorn's request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync
+and asyncio servers, buffered for gpudiag_hooks to send with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -479,6 +479,160 @@ def _patch_starlette(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+# the poller thread's time of the event it is processing (grpc._server's sync server)
+_GRPC_EVENT = threading.local()
+
+
+def _patch_grpc_server(module, rec: Recorder) -> None:
+    """grpcio's sync server (`grpc.server(ThreadPoolExecutor(...))`): an RPC from its arrival
+    (the poller thread's `_process_event_and_continue` for the call's event, before the
+    server's lock and the handler lookup) to its behavior's return in the thread pool (the
+    response and status handed to gRPC core to send); the time queued for a free worker is
+    the client's time too. Rejected RPCs (no method, over the concurrency limit) are not
+    timed. Internals checked: a grpcio without them is told from its stacks only."""
+    if module.__dict__.get("_gpudiag_patched"):
+        return
+    orig_call, orig_event = module._handle_call, module._process_event_and_continue
+    if not callable(orig_call) or not callable(orig_event):
+        return
+
+    def _process_event_and_continue(*args, **kwargs):
+        _GRPC_EVENT.t = time.perf_counter()
+        try:
+            return orig_event(*args, **kwargs)
+        finally:
+            _GRPC_EVENT.t = None
+
+    def _handle_call(*args, **kwargs):
+        t = getattr(_GRPC_EVENT, "t", None) or time.perf_counter()
+        got = orig_call(*args, **kwargs)
+        try:
+            _time_rpc(rec, got, t)
+        except Exception:
+            pass
+        return got
+
+    module._handle_call = _handle_call
+    module._process_event_and_continue = _process_event_and_continue
+    module._gpudiag_patched = True
+
+
+def _time_rpc(rec: Recorder, got, t0: float) -> None:
+    """Time the RPC `_handle_call` handed to the thread pool, `got` its (state, future), from
+    `t0` to the future done."""
+    fut = got[1] if isinstance(got, tuple) and len(got) == 2 else None
+    if fut is None or not hasattr(fut, "add_done_callback"):
+        return
+    _, in_flight = rec.start_request(None)
+
+    def done(f) -> None:
+        try:
+            if f.cancelled():  # the server stopped before a worker ran it: no answer
+                with rec.lock:
+                    rec.in_flight = max(0, rec.in_flight - 1)
+            else:
+                rec.end_request(t0, in_flight)
+        except Exception:
+            pass
+
+    fut.add_done_callback(done)
+
+
+def _patch_grpc_aio(module, rec: Recorder) -> None:
+    """grpc.aio's server (its core is compiled: no arrival to hook in Python): an RPC with one
+    answer (unary-unary, stream-unary) from its method's lookup (a generic handler's
+    `service()`, on the event loop as the call starts; a registered method's: its behavior's
+    start) to its behavior's return (the answer then serialized and sent). The handlers are
+    wrapped as the server is given them: a server built before the hooks came (attach
+    --hooks) is not timed, nor are streamed answers."""
+    cls = module.Server
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_init = cls.__init__
+    orig_add, orig_reg = cls.add_generic_rpc_handlers, cls.add_registered_method_handlers
+
+    class Timed:  # a GenericRpcHandler: grpc only calls its service()
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def service(self, handler_call_details):
+            t = time.perf_counter()
+            return _aio_timed(self.inner.service(handler_call_details), rec, t)
+
+    def generic(handlers):
+        try:
+            return tuple(Timed(h) if callable(getattr(h, "service", None)) else h for h in handlers)
+        except Exception:
+            return handlers
+
+    def __init__(self, thread_pool, generic_handlers, *args, **kwargs):
+        orig_init(self, thread_pool, generic(generic_handlers), *args, **kwargs)
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers):
+        return orig_add(self, generic(generic_rpc_handlers))
+
+    def add_registered_method_handlers(self, service_name, method_handlers):
+        try:
+            method_handlers = {k: _aio_timed(v, rec, None) for k, v in method_handlers.items()}
+        except Exception:
+            pass
+        return orig_reg(self, service_name, method_handlers)
+
+    cls.__init__ = __init__
+    cls.add_generic_rpc_handlers = add_generic_rpc_handlers
+    cls.add_registered_method_handlers = add_registered_method_handlers
+    cls._gpudiag_patched = True
+
+
+def _aio_timed(handler, rec: Recorder, t0: float | None):
+    """`handler` (an RpcMethodHandler) with its one-answer behavior timed from `t0` (None:
+    from the behavior's start); as it was for a streamed answer or an unknown shape. The
+    wrapper keeps the behavior's kind (coroutine function or plain), which grpc.aio reads to
+    await it or run it in its thread pool."""
+    import inspect
+
+    try:
+        if handler is None or handler.response_streaming or not hasattr(handler, "_replace"):
+            return handler
+        name = "stream_unary" if handler.request_streaming else "unary_unary"
+        fn = getattr(handler, name)
+        if fn is None or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+            return handler
+    except Exception:
+        return handler
+
+    def start():
+        try:
+            t, in_flight = rec.start_request(None)
+            return (t if t0 is None else t0, in_flight)
+        except Exception:
+            return None
+
+    def end(started) -> None:
+        try:
+            if started is not None:
+                rec.end_request(*started)
+        except Exception:
+            pass
+
+    async def awaited(*args, **kwargs):
+        started = start()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            end(started)
+
+    def called(*args, **kwargs):
+        started = start()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            end(started)
+
+    behavior = awaited if inspect.iscoroutinefunction(fn) else called
+    return handler._replace(**{name: behavior})
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
@@ -486,6 +640,8 @@ PATCHES = {
     "uvicorn.protocols.http.h11_impl": _patch_uvicorn_cycle,
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
     "starlette.applications": _patch_starlette,
+    "grpc._server": _patch_grpc_server,
+    "grpc.aio._server": _patch_grpc_aio,
 }
 
 

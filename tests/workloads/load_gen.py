@@ -1,7 +1,9 @@
 """A bounded load generator for serve_http.py: N client threads on 127.0.0.1 sending requests
 back to back for --seconds; prints the client-side requests/s and latency p50/p95/p99.
+--grpc: the same requests as unary RPCs to serve_grpc.py (/gpudiag.Model/Predict, JSON
+bodies), one channel a client, opened (and connected) before its first timed request.
 
-    python load_gen.py --port-file /tmp/port --clients 4 --seconds 10
+    python load_gen.py --port-file /tmp/port --clients 4 --seconds 10 [--grpc]
 """
 
 from __future__ import annotations
@@ -27,18 +29,23 @@ def wait_port(path: str, timeout: float = 60.0) -> int:
     raise SystemExit(f"no port in {path} after {timeout:.0f} s")
 
 
+def body(rng: random.Random) -> str:
+    """One request's JSON: 24 random token ids and the same as text (for --tokenize)."""
+    tokens = [rng.randrange(1000) for _ in range(24)]
+    text = " ".join(f"W{t}." for t in tokens)
+    return json.dumps({"tokens": tokens, "text": text})
+
+
 def client(
     port: int, until: float, seed: int, out: list[float], errors: list[str], ends: list[float]
 ) -> None:
     rng = random.Random(seed)
     while time.perf_counter() < until:
-        tokens = [rng.randrange(1000) for _ in range(24)]
-        text = " ".join(f"W{t}." for t in tokens)
-        body = json.dumps({"tokens": tokens, "text": text})
+        req = body(rng)
         t0 = time.perf_counter()
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            conn.request("POST", "/predict", body, {"Content-Type": "application/json"})
+            conn.request("POST", "/predict", req, {"Content-Type": "application/json"})
             conn.getresponse().read()
             conn.close()
         except OSError as exc:
@@ -49,24 +56,60 @@ def client(
         out.append(ends[-1] - t0)
 
 
-def _one_process(port: int, until: float, seed: int, results) -> None:
+def grpc_client(
+    port: int, until: float, seed: int, out: list[float], errors: list[str], ends: list[float]
+) -> None:
+    """serve_grpc.py's client: unary RPCs on one channel, connected before the first."""
+    import grpc  # here: a forked client process starts gRPC itself (not inherited)
+
+    rng = random.Random(seed)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        predict = channel.unary_unary(
+            "/gpudiag.Model/Predict",
+            request_serializer=str.encode,
+            response_deserializer=json.loads,
+        )
+        try:
+            grpc.channel_ready_future(channel).result(timeout=30)
+        except grpc.FutureTimeoutError:
+            errors.append("channel not ready in 30 s")
+            return
+        while time.perf_counter() < until:
+            req = body(rng)
+            t0 = time.perf_counter()
+            try:
+                predict(req, timeout=30)
+            except grpc.RpcError as exc:
+                errors.append(str(exc))
+                time.sleep(0.05)
+                continue
+            ends.append(time.perf_counter())
+            out.append(ends[-1] - t0)
+
+
+def _one_process(port: int, until: float, seed: int, results, run=client) -> None:
     lat: list[float] = []
     errors: list[str] = []
     ends: list[float] = []
-    client(port, until, seed, lat, errors, ends)
+    run(port, until, seed, lat, errors, ends)
     results.put((lat, errors, ends))
 
 
 def _in_processes(
-    n: int, port: int, until: float, lat: list[float], errors: list[str], ends: list[float]
-) -> None:
+    n: int, port: int, until: float, run=client
+) -> tuple[list[float], list[str], list[float]]:
     """One client a process, as separate machines' clients are: no client waits for another's
     GIL (perf_counter is the system's monotonic clock, the same in every process)."""
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_one_process, args=(port, until, i, results)) for i in range(n)]
+    procs = [
+        ctx.Process(target=_one_process, args=(port, until, i, results, run)) for i in range(n)
+    ]
     for p in procs:
         p.start()
+    lat: list[float] = []
+    errors: list[str] = []
+    ends: list[float] = []
     for _ in procs:
         a, b, c = results.get(timeout=until - time.perf_counter() + 60)
         lat += a
@@ -74,6 +117,7 @@ def _in_processes(
         ends += c
     for p in procs:
         p.join()
+    return lat, errors, ends
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -88,7 +132,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--delay", type=float, default=0.0, help="seconds before the load starts")
     p.add_argument("--procs", action="store_true", help="one process per client, not a thread")
+    p.add_argument("--grpc", action="store_true", help="unary RPCs to serve_grpc.py")
     args = p.parse_args()
+    run = grpc_client if args.grpc else client
     port = args.port or wait_port(args.port_file)
     time.sleep(args.delay)
     lat: list[float] = []
@@ -97,10 +143,10 @@ def main() -> None:
     t0 = time.perf_counter()
     until = t0 + args.seconds
     if args.procs:
-        _in_processes(args.clients, port, until, lat, errors, ends)
+        lat, errors, ends = _in_processes(args.clients, port, until, run)
     else:
         threads = [
-            threading.Thread(target=client, args=(port, until, i, lat, errors, ends))
+            threading.Thread(target=run, args=(port, until, i, lat, errors, ends))
             for i in range(args.clients)
         ]
         for t in threads:
