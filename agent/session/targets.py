@@ -16,7 +16,9 @@ import psutil
 
 from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
+from gpudiag.analyzers.measures.workload import SUPERVISOR_FILE_RE
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks, rank_process, sibling_ranks
+from gpudiag.probes.stacks.dump import dump_main_stack
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "tcsh", "csh", "ash", "busybox"})
 
@@ -108,6 +110,14 @@ def choose_target(pid: int) -> AttachChoice:
     if _is_python(pid):
         ranks = own_ranks(sibling_ranks(pid), uid)
         if not ranks:
+            served = supervised_server(pid)
+            if served is not None:
+                child, where = served
+                why = (
+                    f"pid {pid} ({name}) only supervises its child pid {child} ({where}), "
+                    f"which does the work: pid {child} profiled"
+                )
+                return AttachChoice(child, [], pid, why)
             return AttachChoice(pid, [], pid, f"pid {pid} ({name}): the Python process named")
         me = rank_process(pid)
         if me is not None:
@@ -127,3 +137,34 @@ def choose_target(pid: int) -> AttachChoice:
     primary = min(ranks, key=lambda r: r.rank)
     why = f"pid {pid} ({name}) is a launcher with ranks of its own: {_rank_words(ranks)}"
     return AttachChoice(primary.pid, ranks, pid, why)
+
+
+def supervised_server(pid: int) -> tuple[int, str] | None:
+    """(its busiest Python child, the supervisor's frame) when `pid`'s main thread sits in a
+    supervisor's frames (Werkzeug's reloader, uvicorn's --reload/--workers, gunicorn's
+    arbiter) and it has a Python child: the server is the child; None otherwise."""
+    try:
+        kids = [k for k in psutil.Process(pid).children(recursive=True) if _is_python(k.pid)]
+    except psutil.Error:
+        return None
+    if not kids:
+        return None
+    frames, problem = dump_main_stack(pid, timeout_s=10.0)
+    where = next((f for f in frames if SUPERVISOR_FILE_RE.search(_file_of(f))), None)
+    if problem is not None or where is None:
+        return None
+    busy = {k.pid: _cpu_s(k) for k in kids}
+    return max(busy, key=lambda k: busy[k]), where
+
+
+def _file_of(frame: str) -> str:
+    """The file of a dumped frame, "function (file:line)"."""
+    return frame.rsplit(" (", 1)[-1].rsplit(":", 1)[0]
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+    except psutil.Error:
+        return -1.0
+    return t.user + t.system

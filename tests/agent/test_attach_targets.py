@@ -85,3 +85,42 @@ def test_a_plain_non_python_process_is_bad_input():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+RELOADER = """
+import subprocess, sys, time
+
+
+def restart_with_reloader():
+    subprocess.call([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+restart_with_reloader()
+"""
+
+
+def test_attach_to_a_reloader_profiles_the_server_it_supervises(tmp_path):
+    """`app.run(debug=True)`: the process started waits in Werkzeug's reloader while its child
+    serves; attach to the parent profiles the child, and says so."""
+    from gpudiag.probes.stacks.pyspy import find_py_spy
+
+    if find_py_spy() is None:
+        pytest.skip("needs py-spy")
+    folder = tmp_path / "site" / "werkzeug"
+    folder.mkdir(parents=True)
+    (folder / "_reloader.py").write_text(RELOADER)
+    parent = subprocess.Popen([sys.executable, str(folder / "_reloader.py")])
+    try:
+        import psutil
+
+        deadline = time.monotonic() + 20
+        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the parent inside its wait
+        (child,) = psutil.Process(parent.pid).children()
+        got = choose_target(parent.pid)
+        assert got.pid == child.pid and got.root == parent.pid
+        assert f"only supervises its child pid {child.pid}" in got.why
+        assert choose_target(child.pid).pid == child.pid  # the server named: itself
+    finally:
+        _stop(parent)
