@@ -450,20 +450,31 @@ def _install_cuda(torch, st: _State) -> None:
 
 
 class _TorchWatcher:
-    """A meta path finder that installs the hooks right after `import torch` finishes."""
+    """A meta path finder that installs the hooks right after `import torch` finishes. It
+    stays until torch is imported: a `importlib.util.find_spec("torch")` that only asks
+    whether torch is there (transformers' is_torch_available, before its `import torch`)
+    must not use it up (a FastAPI app importing transformers first got no forward hooks)."""
+
+    def __init__(self) -> None:
+        self._asking = threading.local()  # our own find_spec below: not watched again
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != "torch" or getattr(self._asking, "on", False):
             return None
         import importlib.util
 
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        self._asking.on = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self._asking.on = False
         if spec is not None and spec.loader is not None:
             orig = spec.loader.exec_module
 
             def exec_module(module):
                 orig(module)
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
                 try:
                     _install(module)
                 except Exception as exc:

@@ -646,27 +646,34 @@ PATCHES = {
 
 
 class _ImportWatcher:
-    """A meta path finder that patches a server module right after it is imported."""
+    """A meta path finder that patches a server module right after it is imported; a module
+    is crossed off when its import runs, not when a `find_spec` only asks about it."""
 
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
         self.pending = {k: v for k, v in PATCHES.items() if k not in sys.modules}
+        self._asking = threading.local()  # our own find_spec below: not watched again
 
     def find_spec(self, name, path=None, target=None):
-        patch = self.pending.pop(name, None)
-        if patch is None:
+        patch = self.pending.get(name)
+        if patch is None or getattr(self._asking, "on", False):
             return None
-        if not self.pending and self in sys.meta_path:
-            sys.meta_path.remove(self)
         import importlib.util
 
-        spec = importlib.util.find_spec(name)
+        self._asking.on = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._asking.on = False
         if spec is not None and spec.loader is not None:
             orig = spec.loader.exec_module
 
             def exec_module(module):
                 orig(module)
-                _guarded(patch, module, self.rec)
+                if self.pending.pop(name, None) is not None:
+                    _guarded(patch, module, self.rec)
+                if not self.pending and self in sys.meta_path:
+                    sys.meta_path.remove(self)
 
             spec.loader.exec_module = exec_module
         return spec

@@ -205,3 +205,36 @@ def test_parse_message_ignores_garbage():
     )
     assert samples[0].values == {"first_step": 1.0}
     assert samples[1].values["data_wait_s"] == 0.02 and samples[1].values["syncs"] == 2
+
+
+ASKED_FIRST = """
+import importlib.util, sys
+assert importlib.util.find_spec("torch") is not None  # transformers' is_torch_available
+try:
+    importlib.util.find_spec("werkzeug.serving")  # a server module asked about, too
+except ImportError:
+    pass
+import torch
+import gpudiag_hooks
+st = gpudiag_hooks._state
+print("installed", st.torch is not None, len(st.serve.forward_handles))
+try:
+    import werkzeug.serving
+    print("werkzeug", bool(werkzeug.serving.WSGIRequestHandler.__dict__.get("_gpudiag_patched")))
+except ImportError:
+    print("werkzeug", True)
+"""
+
+
+def test_a_find_spec_that_only_asks_does_not_use_up_the_import_watchers(tmp_path):
+    """`importlib.util.find_spec("torch")` before `import torch` (transformers' availability
+    check, run when a script imports transformers first) used up the watcher that installs the
+    hooks: a FastAPI app importing transformers before torch had no forward hooks. The same
+    for the server modules' watcher."""
+    env = injection_env(dict(os.environ), str(tmp_path / "none.sock"))
+    out = subprocess.run(
+        [sys.executable, "-c", ASKED_FIRST], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "installed True 2" in out.stdout, out.stdout + out.stderr
+    assert "werkzeug True" in out.stdout, out.stdout + out.stderr
