@@ -133,6 +133,16 @@ class Recorder:
         end = now if sent is None or not t0 <= sent <= now else sent
         self.add(self.requests, [time.time() - (now - end), end - t0, in_flight])
 
+    def after_fork(self) -> None:
+        """In a forked child (a gunicorn worker, a multiprocessing worker): a lock another
+        thread of the parent held at the fork would be held for ever, and the parent's buffered
+        rows are the parent's to send; start empty, with no request in flight."""
+        self.lock = threading.Lock()
+        self.forwards, self.requests = [], []
+        self.local = threading.local()
+        self.in_flight = 0
+        self.accepted = weakref.WeakKeyDictionary()
+
 
 def _items(v) -> tuple:
     """The values to look into for a tensor: a list's or tuple's items, a mapping's values
@@ -479,6 +489,108 @@ def _patch_starlette(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+def _timed_call(rec: Recorder, conn, call):
+    """`call()` as one request on connection `conn` (started as `Recorder.start_request`
+    says: when it was accepted, for its first request), ended once `call` returns or raises."""
+    started = None
+    try:
+        started = rec.start_request(conn)
+    except Exception:
+        pass
+    try:
+        return call()
+    finally:
+        try:
+            if started is not None:
+                rec.end_request(*started)
+        except Exception:
+            pass
+
+
+def _note_accept_call(cls) -> None:
+    """Wrap a gunicorn worker's `accept(listener)` to keep the time of its call on the worker
+    (`_gpudiag_t`, for as long as the call runs): the listener's call to accept, before
+    `accept()` returns (as socketserver's get_request is timed)."""
+    orig = cls.accept
+
+    def accept(self, listener, *args, **kwargs):
+        try:
+            self._gpudiag_t = time.perf_counter()
+        except Exception:
+            pass
+        try:
+            return orig(self, listener, *args, **kwargs)
+        finally:
+            try:
+                self._gpudiag_t = None
+            except Exception:
+                pass
+
+    cls.accept = accept
+
+
+def _accepted_at(worker) -> float:
+    """When the worker's running `accept` was called (now, outside one)."""
+    t = getattr(worker, "_gpudiag_t", None)
+    return time.perf_counter() if not isinstance(t, float) else t
+
+
+def _patch_gunicorn_sync(module, rec: Recorder) -> None:
+    """gunicorn's sync worker (one request a connection, one at a time a process): a request
+    from its worker's call to accept the connection to the answer sent (handle_request's
+    return; the connection's graceful close after it waits on the client, not the server)."""
+    cls = module.SyncWorker
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_handle, orig_request = cls.handle, cls.handle_request
+
+    def handle(self, listener, client, addr, *args, **kwargs):
+        try:
+            rec.accept(client, _accepted_at(self))
+        except Exception:
+            pass
+        return orig_handle(self, listener, client, addr, *args, **kwargs)
+
+    def handle_request(self, listener, req, client, addr, *args, **kwargs):
+        return _timed_call(
+            rec, client, lambda: orig_request(self, listener, req, client, addr, *args, **kwargs)
+        )
+
+    _note_accept_call(cls)
+    cls.handle, cls.handle_request = handle, handle_request
+    cls._gpudiag_patched = True
+
+
+def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
+    """gunicorn's gthread worker: the main thread accepts and hands each connection with a
+    request to read to its thread pool (`enqueue_req`), a pool thread reads and answers it. A
+    connection's first request from the main thread's call to accept it, a kept-alive one's
+    from the poller seeing it readable (its queueing for a pool thread counted), to the answer
+    sent (handle_request's return)."""
+    cls = module.ThreadWorker
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_enqueue, orig_request = cls.enqueue_req, cls.handle_request
+
+    def enqueue_req(self, conn, *args, **kwargs):
+        try:
+            rec.accept(conn.sock, _accepted_at(self))
+        except Exception:
+            pass
+        return orig_enqueue(self, conn, *args, **kwargs)
+
+    def handle_request(self, req, conn, *args, **kwargs):
+        return _timed_call(
+            rec,
+            getattr(conn, "sock", None),
+            lambda: orig_request(self, req, conn, *args, **kwargs),
+        )
+
+    _note_accept_call(cls)
+    cls.enqueue_req, cls.handle_request = enqueue_req, handle_request
+    cls._gpudiag_patched = True
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
@@ -486,6 +598,8 @@ PATCHES = {
     "uvicorn.protocols.http.h11_impl": _patch_uvicorn_cycle,
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
     "starlette.applications": _patch_starlette,
+    "gunicorn.workers.sync": _patch_gunicorn_sync,
+    "gunicorn.workers.gthread": _patch_gunicorn_gthread,
 }
 
 
