@@ -28,6 +28,11 @@ TRAINER_FILE_RE = re.compile(
     r"/transformers/trainer\.py$|/(lightning/pytorch|pytorch_lightning)/trainer/"
 )
 LISTENER_FUNC_RE = re.compile(r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept)$")
+# gunicorn's master (its arbiter: waiting for signals, managing its workers) handles no
+# request. Its forked workers' stacks hold arbiter frames too, under their own (a worker runs
+# inside the master's spawn_worker): only a stack whose innermost server frame is the
+# arbiter's is the master's.
+SUPERVISOR_FILE_RE = re.compile(r"/gunicorn/arbiter\.py$")
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 
 
@@ -73,8 +78,12 @@ def _is_training(fr: Frame) -> bool:
 
 
 def is_listener(frames: tuple[Frame, ...]) -> bool:
-    """A server's listener or event loop waiting for connections, not handling a request."""
-    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames)
+    """A server's listener or event loop waiting for connections, or its master supervising
+    worker processes: not handling a request."""
+    if any(LISTENER_FUNC_RE.search(fr.function) for fr in frames):
+        return True
+    server = [fr for fr in frames if SERVER_FILE_RE.search(fr.file)]
+    return bool(server) and bool(SUPERVISOR_FILE_RE.search(server[-1].file))
 
 
 def is_handling(stack: str) -> bool:

@@ -7,7 +7,14 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.findings.serving import batching_values
-from tests.analyzers.scenario import SITE, Scenario, hook_serving, server_windows
+from gpudiag.analyzers.measures.workload import is_handling
+from tests.analyzers.scenario import (
+    SITE,
+    Scenario,
+    add_thread_stacks,
+    hook_serving,
+    server_windows,
+)
 from tests.analyzers.test_findings import HEALTHY, ids, windows
 
 
@@ -330,3 +337,29 @@ def test_inference_with_the_hooks_and_nothing_wrong_is_sure():
     )
     assert a.workload.kind == "inference" and ids(a) == []
     assert a.verdict["sure"] is True
+
+
+GUNICORN = f"{SITE}/gunicorn"
+ARBITER_MAIN = (
+    f"<module> ({GUNICORN}/__main__.py:10);run ({GUNICORN}/app/wsgiapp.py:66)"
+    f";Arbiter.run ({GUNICORN}/arbiter.py:257);Arbiter.wait_for_signals ({GUNICORN}/arbiter.py:425)"
+)
+GUNICORN_WORKER = (
+    f"<module> ({GUNICORN}/__main__.py:10);Arbiter.run ({GUNICORN}/arbiter.py:257)"
+    f";Arbiter.spawn_worker ({GUNICORN}/arbiter.py:760)"
+    f";SyncWorker.handle_request ({GUNICORN}/workers/sync.py:190)"
+    ";predict (/work/serve_flask.py:40)"
+)
+
+
+def test_gunicorns_master_supervising_its_workers_is_not_the_request_path():
+    """gunicorn's master (its arbiter waiting for signals) handles no request: SERVE002 named
+    it 100% of an idle master's request path, the model being in its forked workers. A
+    worker's stack keeps the arbiter's frames under its own, and is a request handled."""
+    assert not is_handling(ARBITER_MAIN)
+    assert is_handling(GUNICORN_WORKER)
+    sc = Scenario()
+    for _ in range(5):
+        add_thread_stacks(sc, 7, "MainThread", {ARBITER_MAIN: 300})
+    a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
+    assert a.workload.kind == "server" and "SERVE002" not in ids(a)
