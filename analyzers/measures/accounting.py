@@ -49,6 +49,9 @@ _CODE_FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("network", "socket", r"\.(recv|recv_into|sendall|send|connect)\("),
         ("print", "print", r"(^|[^\w.])print\("),
         ("file", "io", r"\.(write|flush)\(|\b(json|pkl|np|numpy|torch)\.(dump|save)\(|\.dump\("),
+        # gunicorn's master waiting for a signal (its arbiter's queue, a select on its pipe
+        # before gunicorn 24): a server's process that waits for work, as a lock wait is
+        ("lock", "gunicorn", r"\bSIG_QUEUE\.get\(|\bselect\.select\(\[self\.PIPE\[0\]\]"),
     )
 )
 MAX_SITES = 50  # sites kept, largest first (a finding shows three)

@@ -11,7 +11,6 @@ from gpudiag.analyzers.measures.workload import is_handling
 from tests.analyzers.scenario import (
     SITE,
     Scenario,
-    add_thread_stacks,
     hook_serving,
     server_windows,
 )
@@ -360,6 +359,38 @@ def test_gunicorns_master_supervising_its_workers_is_not_the_request_path():
     assert is_handling(GUNICORN_WORKER)
     sc = Scenario()
     for _ in range(5):
-        add_thread_stacks(sc, 7, "MainThread", {ARBITER_MAIN: 300})
+        sc.t += 3_000_000_000
+        _master_waits(sc)
     a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
     assert a.workload.kind == "server" and "SERVE002" not in ids(a)
+
+
+def _master_waits(sc: Scenario, ticks: int = 300) -> None:
+    """gunicorn's master at one window: its arbiter waiting for a signal on its queue."""
+    sc._add(
+        "stacks",
+        {
+            "mode": "all",
+            "kind": "stack",
+            "pid": "100",
+            "tid": "7",
+            "thread": "MainThread",
+            "role": "target",
+            "stack": ARBITER_MAIN,
+            "code": "sig = self.SIG_QUEUE.get(block=True, timeout=timeout)",
+        },
+        {"count": ticks},
+    )
+
+
+def test_gunicorns_master_waiting_for_a_signal_is_its_idle_time_not_unexplained():
+    """The master, the target's one thread whose stacks py-spy reads at the loop's rate
+    (its workers' are sampled as children), waits for signals on a queue with no Python
+    frame: a server's idle time, as its threads' lock waits are, not LOOP001 at 100%."""
+    sc = Scenario()
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        _master_waits(sc)
+    a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
+    assert a.workload.kind == "server"
+    assert "LOOP001" not in ids(a) and "SERVE002" not in ids(a)
