@@ -510,12 +510,14 @@ def _timed_call(rec: Recorder, conn, call):
 def _note_accept_call(cls) -> None:
     """Wrap a gunicorn worker's `accept(listener)` to keep the time of its call on the worker
     (`_gpudiag_t`, for as long as the call runs): the listener's call to accept, before
-    `accept()` returns (as socketserver's get_request is timed)."""
+    `accept()` returns (as socketserver's get_request is timed); the listener asked to stamp
+    its connections' arrivals (`arrived_at`)."""
     orig = cls.accept
 
     def accept(self, listener, *args, **kwargs):
         try:
             self._gpudiag_t = time.perf_counter()
+            _stamp_listener(listener)
         except Exception:
             pass
         try:
@@ -529,16 +531,20 @@ def _note_accept_call(cls) -> None:
     cls.accept = accept
 
 
-def _accepted_at(worker) -> float:
-    """When the worker's running `accept` was called (now, outside one)."""
+def _accepted_at(worker, sock) -> float:
+    """When the request waiting on `sock` arrived in the kernel (`arrived_at`: a sync
+    worker's connections wait in the listen queue while the worker answers another), else
+    when the worker's running `accept` was called, else now."""
     t = getattr(worker, "_gpudiag_t", None)
-    return time.perf_counter() if not isinstance(t, float) else t
+    return arrived_at(sock, time.perf_counter() if not isinstance(t, float) else t)
 
 
 def _patch_gunicorn_sync(module, rec: Recorder) -> None:
     """gunicorn's sync worker (one request a connection, one at a time a process): a request
-    from its worker's call to accept the connection to the answer sent (handle_request's
-    return; the connection's graceful close after it waits on the client, not the server)."""
+    from its arrival in the kernel (waiting in the listen queue while the worker answers
+    another), else its worker's call to accept the connection, to the answer sent
+    (handle_request's return; the connection's graceful close after it waits on the client,
+    not the server)."""
     cls = module.SyncWorker
     if cls.__dict__.get("_gpudiag_patched"):
         return
@@ -546,7 +552,7 @@ def _patch_gunicorn_sync(module, rec: Recorder) -> None:
 
     def handle(self, listener, client, addr, *args, **kwargs):
         try:
-            rec.accept(client, _accepted_at(self))
+            rec.accept(client, _accepted_at(self, client))
         except Exception:
             pass
         return orig_handle(self, listener, client, addr, *args, **kwargs)
@@ -564,9 +570,9 @@ def _patch_gunicorn_sync(module, rec: Recorder) -> None:
 def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
     """gunicorn's gthread worker: the main thread accepts and hands each connection with a
     request to read to its thread pool (`enqueue_req`), a pool thread reads and answers it. A
-    connection's first request from the main thread's call to accept it, a kept-alive one's
-    from the poller seeing it readable (its queueing for a pool thread counted), to the answer
-    sent (handle_request's return)."""
+    request from its arrival in the kernel where stamped, else (a connection's first) the main
+    thread's call to accept it or (a kept-alive one's) the poller seeing it readable, its
+    queueing for a pool thread counted, to the answer sent (handle_request's return)."""
     cls = module.ThreadWorker
     if cls.__dict__.get("_gpudiag_patched"):
         return
@@ -574,7 +580,7 @@ def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
 
     def enqueue_req(self, conn, *args, **kwargs):
         try:
-            rec.accept(conn.sock, _accepted_at(self))
+            rec.accept(conn.sock, _accepted_at(self, conn.sock))
         except Exception:
             pass
         return orig_enqueue(self, conn, *args, **kwargs)

@@ -112,6 +112,34 @@ def test_a_sync_worker_counts_the_wait_for_the_request_after_its_accept():
     assert len(req) == 1 and 0.4 <= req[0][1] < 5
 
 
+def test_a_sync_worker_times_a_request_queued_in_the_kernel_from_its_arrival():
+    """With two sync workers and four clients, half the requests wait in the listen queue
+    while each worker answers another: the client waits from its send, and the kernel's
+    receive stamp says when that was (the listener stamps arrivals from its first accept)."""
+    rec = gpudiag_serve.Recorder(lambda: None)
+    cls = _patched("SyncWorker", sync.SyncWorker, gpudiag_serve._patch_gunicorn_sync, rec)
+    listener = _listener()
+    worker = _worker(cls, listener)
+    port = listener.getsockname()[1]
+    answers: dict = {}
+    try:
+        first = threading.Thread(target=_ask, args=(port, "/first", answers))
+        first.start()
+        worker.accept(listener)
+        first.join(10)
+        queued = threading.Thread(target=_ask, args=(port, "/queued", answers))
+        queued.start()
+        time.sleep(0.3)  # in the kernel's queue: the worker is busy elsewhere
+        worker.accept(listener)
+        queued.join(10)
+    finally:
+        listener.close()
+        worker.tmp.close()
+    assert answers == {"/first": b"/first", "/queued": b"/queued"}
+    _, req = rec.take()
+    assert len(req) == 2 and 0.4 <= req[1][1] < 5  # 0.3 s queued, then the app's 0.1 s
+
+
 def test_a_connection_without_a_request_is_not_a_request():
     rec = gpudiag_serve.Recorder(lambda: None)
     cls = _patched("SyncWorker", sync.SyncWorker, gpudiag_serve._patch_gunicorn_sync, rec)
