@@ -50,8 +50,17 @@ def predict():
     return jsonify({"label": label})
 
 
-def parse_args() -> argparse.Namespace:
-    return server_parser(__doc__, "in the view").parse_args()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return server_parser(__doc__, "in the view").parse_args(argv)
+
+
+def configure(args: argparse.Namespace) -> None:
+    """The variant the flags ask for, in this process (serve_gunicorn.py: in each worker)."""
+    torch.set_num_threads(1)
+    MODE["inference"] = args.inference_mode or args.healthy
+    MODE["tokenize"] = args.tokenize
+    if args.batching or args.healthy:
+        MODE["batcher"] = Batcher(run, args.max_batch, args.max_wait_ms / 1e3)
 
 
 def main() -> None:
@@ -60,12 +69,8 @@ def main() -> None:
         from gpudiag.probes.hooks import instrument
 
         instrument()
-    torch.set_num_threads(1)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    MODE["inference"] = args.inference_mode or args.healthy
-    MODE["tokenize"] = args.tokenize
-    if args.batching or args.healthy:
-        MODE["batcher"] = Batcher(run, args.max_batch, args.max_wait_ms / 1e3)
+    configure(args)
     server = make_server("127.0.0.1", args.port, app, threaded=True)
     if args.port_file:
         with open(args.port_file + ".tmp", "w") as f:
