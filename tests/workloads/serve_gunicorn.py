@@ -4,6 +4,7 @@ request's thread, autograd on) with gunicorn's own workers, on 127.0.0.1 only:
 
     gunicorn -c serve_gunicorn.py -w 2 serve_flask:app                         # sync workers
     gunicorn -c serve_gunicorn.py -w 2 -k gthread --threads 2 serve_flask:app  # gthread
+    gunicorn -c serve_gunicorn.py -w 2 -k uvicorn.workers.UvicornWorker serve_fastapi:app
 
 gunicorn's defaults otherwise (the app imported by each worker after the fork, no
 --preload; gunicorn's command line wins over this file). Set by the environment, as a
@@ -50,6 +51,8 @@ def post_worker_init(worker) -> None:
     serve_flask = sys.modules.get("serve_flask")
     if serve_flask is not None:
         serve_flask.configure(serve_flask.parse_args(shlex.split(os.environ.get("SERVE_ARGS", ""))))
+    elif "torch" in sys.modules:  # another app (serve_fastapi:app under uvicorn's workers)
+        sys.modules["torch"].set_num_threads(1)
     port_file = os.environ.get("SERVE_PORT_FILE")
     if not port_file:
         return
