@@ -597,6 +597,27 @@ def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
+    """gunicorn's own ASGI worker (`-k asgi`): an HTTP/1 request from its serving's start
+    (its headers parsed; a connection's first request from the connection made, its arrival
+    where stamped) to its answer complete (`_serve_http_request`'s return: the app may run on
+    after it, Starlette's background tasks); the Starlette app it calls is the same request,
+    timed once."""
+    cls = module.ASGIProtocol
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig = cls._serve_http_request
+
+    async def _serve_http_request(self, request, *args, **kwargs):
+        return await _timed(
+            rec, lambda: orig(self, request, *args, **kwargs), getattr(self, "transport", None)
+        )
+
+    _patch_connection_made(cls, rec)
+    cls._serve_http_request = _serve_http_request
+    cls._gpudiag_patched = True
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
@@ -606,6 +627,7 @@ PATCHES = {
     "starlette.applications": _patch_starlette,
     "gunicorn.workers.sync": _patch_gunicorn_sync,
     "gunicorn.workers.gthread": _patch_gunicorn_gthread,
+    "gunicorn.asgi.protocol": _patch_gunicorn_asgi,
 }
 
 

@@ -1,8 +1,8 @@
 """End to end: `gpudiag run -- gunicorn ...` and `gpudiag attach MASTER_PID` on the planted
-Flask model server under gunicorn's own workers (sync and gthread, two processes, forked by
-the master: the hooks time their requests from each worker) with the load generator on
-127.0.0.1: the workload's kind, the request rate and latency against the client's, the
-planted causes."""
+Flask model server under gunicorn's workers (sync and gthread, two processes forked by the
+master: the hooks time their requests in each worker), and the FastAPI one under uvicorn's
+and gunicorn's ASGI workers, with the load generator on 127.0.0.1: the workload's kind, the
+request rate and latency against the client's, the planted causes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -27,20 +28,34 @@ from tests.agent.test_serving_e2e import (
 from tests.conftest import WORKLOADS
 
 pytest.importorskip("torch")
-pytest.importorskip("flask")
 pytest.importorskip("gunicorn")
 pytestmark = pytest.mark.slow
 
+# gunicorn's workers: their options, the app, and the module they need
 WORKERS = {
-    "sync": ["-w", "2"],
-    "gthread": ["-w", "2", "-k", "gthread", "--threads", "2"],
+    "sync": (["-w", "2"], "serve_flask:app", "flask"),
+    "gthread": (["-w", "2", "-k", "gthread", "--threads", "2"], "serve_flask:app", "flask"),
+    "uvicorn": (
+        ["-w", "2", "-k", "uvicorn.workers.UvicornWorker"],
+        "serve_fastapi:app",
+        "uvicorn.workers",
+    ),
+    # gunicorn's own ASGI worker (in recent gunicorn; skipped where absent)
+    "asgi": (["-w", "2", "-k", "asgi"], "serve_fastapi:app", "gunicorn.asgi.protocol"),
 }
 
 
 def gunicorn(kind: str) -> list[str]:
-    """gunicorn serving serve_flask's app with `kind` workers (serve_gunicorn.py's config)."""
+    """gunicorn serving serve_flask's or serve_fastapi's app with `kind` workers
+    (serve_gunicorn.py's config); skips where the worker's module is not installed."""
+    options, app, needs = WORKERS[kind]
+    if app.startswith("serve_fastapi"):
+        pytest.importorskip("fastapi")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # uvicorn.workers says it is
+        pytest.importorskip(needs)
     config = str(WORKLOADS / "serve_gunicorn.py")
-    return [sys.executable, "-m", "gunicorn", "-c", config, *WORKERS[kind], "serve_flask:app"]
+    return [sys.executable, "-m", "gunicorn", "-c", config, *options, app]
 
 
 def server_env(port: Path, seconds: int, instrument: bool = False) -> dict[str, str]:
@@ -69,7 +84,10 @@ def assert_planted(doc: dict, said: Said, rel: float) -> None:
 def test_run_on_gunicorn_times_its_workers_requests(tmp_path, kind):
     """`gpudiag run -- gunicorn ...`: the hooks, installed in the master at its start, are
     forked into its workers; each worker's requests reach the agent (their pids merged), the
-    rate within 10% of the client's and the latency inside its view, SERVE001 and INFER001."""
+    rate within 10% of the client's and the latency inside its view, SERVE001 and INFER001.
+    Flask under the sync and gthread workers (gunicorn's own request entry points patched),
+    FastAPI under uvicorn's gunicorn worker (uvicorn's patches, in each worker) and gunicorn's
+    own ASGI worker."""
     port, report = tmp_path / "port", tmp_path / "r.json"
     cmd = [*CLI, "run", "-q", "--duration", "24", "--out", str(report), "--", *gunicorn(kind)]
     with open(tmp_path / "gpudiag.out", "w") as f:

@@ -4,6 +4,7 @@ and the hooks' state in a forked child (gunicorn's workers are its master's fork
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
 import signal
@@ -252,3 +253,60 @@ def test_instrument_sends_to_its_parents_attach_socket_when_it_has_none(tmp_path
         assert len(got) == 1
     finally:
         probe.close()
+
+
+async def _asgi_app(scope, receive, send):
+    """An ASGI app that takes 0.1 s and answers its path back."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await asyncio.sleep(0.1)
+    body = scope["path"].encode()
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_gunicorns_asgi_worker_times_a_request_from_its_connection_made():
+    """gunicorn's own ASGI worker, its protocol on a real event loop: one row a request, the
+    answer unchanged; a connection's first request from the connection made (a client that
+    connects, then sends 0.3 s later, is timed about 0.4 s: its request's parsing is the
+    server's time too, and the app's own 0.1 s)."""
+    protocol = pytest.importorskip("gunicorn.asgi.protocol")
+    gasgi = pytest.importorskip("gunicorn.workers.gasgi")
+    rec = gpudiag_serve.Recorder(lambda: None)
+    cls = _patched("ASGIProtocol", protocol.ASGIProtocol, gpudiag_serve._patch_gunicorn_asgi, rec)
+    listener = _listener()
+    worker = _worker(gasgi.ASGIWorker, listener)
+    worker.asgi = _asgi_app
+    worker.loop = loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(loop.create_server(lambda: cls(worker), sock=listener))
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    got: list[bytes] = []
+
+    def late_client() -> None:
+        with socket.create_connection(listener.getsockname(), timeout=10) as c:
+            time.sleep(0.3)
+            c.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := c.recv(4096):
+                data += chunk
+            got.append(data)
+
+    try:
+        late_client()
+        deadline = time.monotonic() + 10
+        while not rec.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+        worker.tmp.close()
+    assert got and got[0].startswith(b"HTTP/1.1 200") and got[0].endswith(b"/late")
+    _, req = rec.take()
+    # made just after the client's connect returned: 0.3 s before its request, less a hair
+    assert len(req) == 1 and 0.35 <= req[0][1] < 5 and req[0][2] == 1
