@@ -1,7 +1,8 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
-forward hook) and the requests of a standard-library or Werkzeug HTTP server, or of an ASGI
-app (uvicorn's request cycle, Starlette/FastAPI's app call), buffered for gpudiag_hooks to
-send with the steps.
+forward hook) and the requests of a standard-library or Werkzeug HTTP server, of gunicorn's
+workers (sync, gthread, its ASGI worker; in each forked worker), or of an ASGI app (uvicorn's
+request cycle, Starlette/FastAPI's app call), buffered for gpudiag_hooks to send with the
+steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
