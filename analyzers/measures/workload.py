@@ -80,8 +80,12 @@ def _is_training(fr: Frame) -> bool:
 def is_listener(frames: tuple[Frame, ...]) -> bool:
     """A server's listener or event loop waiting for connections, or its master supervising
     worker processes: not handling a request."""
-    if any(LISTENER_FUNC_RE.search(fr.function) for fr in frames):
-        return True
+    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames) or is_supervising(frames)
+
+
+def is_supervising(frames: tuple[Frame, ...]) -> bool:
+    """A server's master supervising its worker processes (gunicorn's arbiter: the innermost
+    server frame is its own; a forked worker's stacks have theirs above it)."""
     server = [fr for fr in frames if SERVER_FILE_RE.search(fr.file)]
     return bool(server) and bool(SUPERVISOR_FILE_RE.search(server[-1].file))
 

@@ -365,22 +365,24 @@ def test_gunicorns_master_supervising_its_workers_is_not_the_request_path():
     assert a.workload.kind == "server" and "SERVE002" not in ids(a)
 
 
+ARBITER_STOP = (
+    f"<module> ({GUNICORN}/__main__.py:10);run ({GUNICORN}/app/wsgiapp.py:66)"
+    f";Arbiter.run ({GUNICORN}/arbiter.py:276);Arbiter.halt ({GUNICORN}/arbiter.py:405)"
+    f";Arbiter.stop ({GUNICORN}/arbiter.py:487)"
+)
+
+
 def _master_waits(sc: Scenario, ticks: int = 300) -> None:
-    """gunicorn's master at one window: its arbiter waiting for a signal on its queue."""
-    sc._add(
-        "stacks",
-        {
-            "mode": "all",
-            "kind": "stack",
-            "pid": "100",
-            "tid": "7",
-            "thread": "MainThread",
-            "role": "target",
-            "stack": ARBITER_MAIN,
-            "code": "sig = self.SIG_QUEUE.get(block=True, timeout=timeout)",
-        },
-        {"count": ticks},
-    )
+    """gunicorn's master at one window: its arbiter waiting for a signal on its queue (its
+    source line read, or not: a look read some of them without), and stopping its workers."""
+    for stack, code, n in (
+        (ARBITER_MAIN, "sig = self.SIG_QUEUE.get(block=True, timeout=timeout)", ticks * 0.8),
+        (ARBITER_MAIN, "", ticks * 0.15),
+        (ARBITER_STOP, "time.sleep(0.1)", ticks * 0.05),
+    ):
+        labels = {"mode": "all", "kind": "stack", "pid": "100", "tid": "7"}
+        labels |= {"thread": "MainThread", "role": "target", "stack": stack, "code": code}
+        sc._add("stacks", labels, {"count": n})
 
 
 def test_gunicorns_master_waiting_for_a_signal_is_its_idle_time_not_unexplained():
