@@ -74,7 +74,9 @@ def attach(
     (else a default name); UsageError when its stacks cannot be read at all."""
     choice = choose_target(pid)
     ranks, root, pid = choice.ranks, choice.root, choice.pid
-    hooks = HookProbe(attach_path(pid), optional=True)
+    # a server under its supervisor: its workers' instrument()-ed hooks send to their own
+    # pid's socket, else their parent's: the supervisor's catches every worker's requests
+    hooks = HookProbe(attach_path(root if not ranks else pid), optional=True)
     probes = make_probes(opts, hooks, max(1, len(ranks or ())))
     stacks = next(p for p in probes if isinstance(p, StackProbe))
     status = open_probe(stacks, Target(pid))

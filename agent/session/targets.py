@@ -16,7 +16,7 @@ import psutil
 
 from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
-from gpudiag.analyzers.measures.workload import SUPERVISOR_FILE_RE
+from gpudiag.analyzers.measures.workload import SERVER_FILE_RE, SUPERVISOR_FILE_RE
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks, rank_process, sibling_ranks
 from gpudiag.probes.stacks.dump import dump_main_stack
 
@@ -149,10 +149,15 @@ def supervised_server(pid: int) -> tuple[int, str] | None:
         return None
     if not kids:
         return None
-    frames, problem = dump_main_stack(pid, timeout_s=10.0)
-    where = next((f for f in frames if SUPERVISOR_FILE_RE.search(_file_of(f))), None)
-    if problem is not None or where is None:
-        return None
+    frames, problem = dump_main_stack(pid, timeout_s=10.0)  # innermost first
+    server = [
+        f
+        for f in frames
+        if SERVER_FILE_RE.search(_file_of(f)) or SUPERVISOR_FILE_RE.search(_file_of(f))
+    ]
+    if problem is not None or not server or not SUPERVISOR_FILE_RE.search(_file_of(server[0])):
+        return None  # its innermost server frame is not a supervisor's: it serves itself
+    where = server[0]
     busy = {k.pid: _cpu_s(k) for k in kids}
     return max(busy, key=lambda k: busy[k]), where
 

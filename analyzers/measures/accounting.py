@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from gpudiag.analyzers.engine.results import Location
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, Frame, parse_stack
+from gpudiag.analyzers.measures.workload import is_supervising
 from gpudiag.analyzers.timeline.timeline import Aggregate
 from gpudiag.probes.stacks.pyspy_output import eval_frame_index
 
@@ -109,6 +110,10 @@ def code_family(code: str) -> str | None:
 def _family(frames: tuple[Frame, ...], user_idx: int, code: str) -> tuple[str, str]:
     """What the work under the job's own frame is: (family, library)."""
     below = frames[user_idx + 1 :]
+    if is_supervising(below):
+        # gunicorn's master: waiting for signals, sleeping between its workers' spawns and
+        # stops; a server's process that serves no request, idle as a lock wait is
+        return "lock", "gunicorn"
     for fr in below:
         for fam, lib, rx in _FAMILIES:
             if rx.search(fr.file):

@@ -29,6 +29,9 @@ TRAINER_FILE_RE = re.compile(
 )
 # A supervisor that only waits on the server it started (Werkzeug's reloader, uvicorn's
 # --reload and --workers supervisors, gunicorn's arbiter, hupper): not a request handled.
+# Its children's stacks may hold its frames too, under their own (a gunicorn worker runs
+# inside the master's spawn_worker, a uvicorn worker inside its supervisor's process
+# target): only a stack whose innermost server frame is a supervisor's is the supervisor's.
 SUPERVISOR_FILE_RE = re.compile(
     r"/werkzeug/_reloader\.py$|/uvicorn/supervisors/|/gunicorn/arbiter\.py$|/hupper/"
 )
@@ -82,8 +85,19 @@ def _is_training(fr: Frame) -> bool:
 
 
 def is_listener(frames: tuple[Frame, ...]) -> bool:
-    """A server's listener or event loop waiting for connections, not handling a request."""
-    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames)
+    """A server's listener or event loop waiting for connections, or its master supervising
+    worker processes: not handling a request."""
+    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames) or is_supervising(frames)
+
+
+def is_supervising(frames: tuple[Frame, ...]) -> bool:
+    """A supervisor waiting on the server it started (gunicorn's arbiter, Werkzeug's reloader,
+    uvicorn's supervisors): the innermost server frame is its own (a forked or spawned
+    worker's stacks have theirs above it)."""
+    server = [
+        fr for fr in frames if SERVER_FILE_RE.search(fr.file) or SUPERVISOR_FILE_RE.search(fr.file)
+    ]
+    return bool(server) and bool(SUPERVISOR_FILE_RE.search(server[-1].file))
 
 
 def is_handling(stack: str) -> bool:
@@ -92,7 +106,7 @@ def is_handling(stack: str) -> bool:
     the request path's host work, sure) and not a server module being imported (a FastAPI
     server's start-up imports uvicorn and starlette: SERVE002 named its `import` lines)."""
     frames = parse_stack(stack)
-    if any(STARTUP_FILE_RE.search(fr.file) or SUPERVISOR_FILE_RE.search(fr.file) for fr in frames):
+    if any(STARTUP_FILE_RE.search(fr.file) for fr in frames):
         return False
     return any(SERVER_FILE_RE.search(fr.file) for fr in frames) and not is_listener(frames)
 

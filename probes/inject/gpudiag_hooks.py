@@ -73,16 +73,29 @@ class _Channel:
 
     def send(self, payload: dict, rows: array | None = None) -> bool:
         """One datagram: a JSON header line, then the step rows as packed doubles."""
-        path = self.path or attach_path(os.getpid())
-        if not private_folder(os.path.dirname(path)):
-            self.dropped += 1  # someone else's folder: never hand them the job's data
-            return False
         data = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
         if rows is not None:
             data += rows.tobytes()
+        if self.path is not None:
+            return self._send_to(self.path, data)
+        # instrument(): `gpudiag attach` of this process, else of its parent (a server's
+        # master, e.g. gunicorn's, attached to while its forked workers serve)
+        if self._send_to(attach_path(os.getpid()), data, quiet=True):
+            return True
+        parent = os.getppid()
+        return parent > 1 and self._send_to(attach_path(parent), data)
+
+    def _send_to(self, path: str, data: bytes, quiet: bool = False) -> bool:
+        """`data` to the socket at `path`; `quiet`: a miss is not counted (another path is
+        tried after it)."""
+        if not private_folder(os.path.dirname(path)):
+            self.dropped += 1  # someone else's folder: never hand them the job's data
+            return False
         try:
             self._sock.sendto(data, path)
         except OSError as exc:  # no agent, agent gone, buffer full: drop, never wait
+            if quiet and exc.errno in GONE:
+                return False
             self.dropped += 1
             if exc.errno in GONE and self.gone_since is None:
                 self.gone_since = time.monotonic()
@@ -171,6 +184,16 @@ class _State:
         self.channel.gone_since = None
         self.partial = True
         self.quiet = False
+
+    def after_fork(self) -> None:
+        """In a forked child: a lock held by another thread of the parent at the fork is
+        made anew, and what the parent had buffered is left to the parent (sent twice, the
+        rows would count twice); the child's own steps and requests are sent from now on."""
+        self._flushing = threading.Lock()
+        self.pending = array("d")
+        self.sites = {}
+        self.last_flush = time.perf_counter()
+        self.serve.after_fork()
 
     def after_step(self, opt, args, kwargs) -> None:
         """Our one global optimizer post hook: the step's timing, then `step_calls`."""
@@ -502,6 +525,21 @@ def install_on_torch_import(channel: str | None = None, attached: bool = False) 
         _guarded("in-process hooks", lambda: _install(sys.modules["torch"]))
     else:
         sys.meta_path.insert(0, _TorchWatcher())
+
+
+def _after_fork_in_child() -> None:
+    """os.register_at_fork's hook in each forked child (gunicorn's workers forked by its
+    master): the hooks' state made safe to use there (`_State.after_fork`)."""
+    st = _state
+    if st is None:
+        return
+    try:
+        st.after_fork()
+    except Exception:  # never break the child
+        pass
+
+
+_guarded("fork hooks", lambda: os.register_at_fork(after_in_child=_after_fork_in_child))
 
 
 def instrument() -> None:

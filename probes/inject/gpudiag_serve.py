@@ -1,7 +1,8 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
-forward hook) and the requests of a standard-library or Werkzeug HTTP server, of an ASGI
-app (uvicorn's request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync
-and asyncio servers, buffered for gpudiag_hooks to send with the steps.
+forward hook) and the requests of a standard-library or Werkzeug HTTP server, of gunicorn's
+workers (sync, gthread, its ASGI worker; in each forked worker), of an ASGI app (uvicorn's
+request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync and asyncio
+servers, buffered for gpudiag_hooks to send with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -132,6 +133,16 @@ class Recorder:
         now = time.perf_counter()
         end = now if sent is None or not t0 <= sent <= now else sent
         self.add(self.requests, [time.time() - (now - end), end - t0, in_flight])
+
+    def after_fork(self) -> None:
+        """In a forked child (a gunicorn worker, a multiprocessing worker): a lock another
+        thread of the parent held at the fork would be held for ever, and the parent's buffered
+        rows are the parent's to send; start empty, with no request in flight."""
+        self.lock = threading.Lock()
+        self.forwards, self.requests = [], []
+        self.local = threading.local()
+        self.in_flight = 0
+        self.accepted = weakref.WeakKeyDictionary()
 
 
 def _items(v) -> tuple:
@@ -633,6 +644,135 @@ def _aio_timed(handler, rec: Recorder, t0: float | None):
     return handler._replace(**{name: behavior})
 
 
+def _timed_call(rec: Recorder, conn, call):
+    """`call()` as one request on connection `conn` (started as `Recorder.start_request`
+    says: when it was accepted, for its first request), ended once `call` returns or raises."""
+    started = None
+    try:
+        started = rec.start_request(conn)
+    except Exception:
+        pass
+    try:
+        return call()
+    finally:
+        try:
+            if started is not None:
+                rec.end_request(*started)
+        except Exception:
+            pass
+
+
+def _note_accept_call(cls) -> None:
+    """Wrap a gunicorn worker's `accept(listener)` to keep the time of its call on the worker
+    (`_gpudiag_t`, for as long as the call runs): the listener's call to accept, before
+    `accept()` returns (as socketserver's get_request is timed); the listener asked to stamp
+    its connections' arrivals (`arrived_at`)."""
+    orig = cls.accept
+
+    def accept(self, listener, *args, **kwargs):
+        try:
+            self._gpudiag_t = time.perf_counter()
+            _stamp_listener(listener)
+        except Exception:
+            pass
+        try:
+            return orig(self, listener, *args, **kwargs)
+        finally:
+            try:
+                self._gpudiag_t = None
+            except Exception:
+                pass
+
+    cls.accept = accept
+
+
+def _accepted_at(worker, sock) -> float:
+    """When the request waiting on `sock` arrived in the kernel (`arrived_at`: a sync
+    worker's connections wait in the listen queue while the worker answers another), else
+    when the worker's running `accept` was called, else now."""
+    t = getattr(worker, "_gpudiag_t", None)
+    return arrived_at(sock, time.perf_counter() if not isinstance(t, float) else t)
+
+
+def _patch_gunicorn_sync(module, rec: Recorder) -> None:
+    """gunicorn's sync worker (one request a connection, one at a time a process): a request
+    from its arrival in the kernel (waiting in the listen queue while the worker answers
+    another), else its worker's call to accept the connection, to the answer sent
+    (handle_request's return; the connection's graceful close after it waits on the client,
+    not the server)."""
+    cls = module.SyncWorker
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_handle, orig_request = cls.handle, cls.handle_request
+
+    def handle(self, listener, client, addr, *args, **kwargs):
+        try:
+            rec.accept(client, _accepted_at(self, client))
+        except Exception:
+            pass
+        return orig_handle(self, listener, client, addr, *args, **kwargs)
+
+    def handle_request(self, listener, req, client, addr, *args, **kwargs):
+        return _timed_call(
+            rec, client, lambda: orig_request(self, listener, req, client, addr, *args, **kwargs)
+        )
+
+    _note_accept_call(cls)
+    cls.handle, cls.handle_request = handle, handle_request
+    cls._gpudiag_patched = True
+
+
+def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
+    """gunicorn's gthread worker: the main thread accepts and hands each connection with a
+    request to read to its thread pool (`enqueue_req`), a pool thread reads and answers it. A
+    request from its arrival in the kernel where stamped, else (a connection's first) the main
+    thread's call to accept it or (a kept-alive one's) the poller seeing it readable, its
+    queueing for a pool thread counted, to the answer sent (handle_request's return)."""
+    cls = module.ThreadWorker
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_enqueue, orig_request = cls.enqueue_req, cls.handle_request
+
+    def enqueue_req(self, conn, *args, **kwargs):
+        try:
+            rec.accept(conn.sock, _accepted_at(self, conn.sock))
+        except Exception:
+            pass
+        return orig_enqueue(self, conn, *args, **kwargs)
+
+    def handle_request(self, req, conn, *args, **kwargs):
+        return _timed_call(
+            rec,
+            getattr(conn, "sock", None),
+            lambda: orig_request(self, req, conn, *args, **kwargs),
+        )
+
+    _note_accept_call(cls)
+    cls.enqueue_req, cls.handle_request = enqueue_req, handle_request
+    cls._gpudiag_patched = True
+
+
+def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
+    """gunicorn's own ASGI worker (`-k asgi`): an HTTP/1 request from its serving's start
+    (its headers parsed; a connection's first request from the connection made, its arrival
+    where stamped) to its answer complete (`_serve_http_request`'s return: the app may run on
+    after it, Starlette's background tasks); the Starlette app it calls is the same request,
+    timed once."""
+    cls = module.ASGIProtocol
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig = cls._serve_http_request
+
+    async def _serve_http_request(self, request, *args, **kwargs):
+        return await _timed(
+            rec, lambda: orig(self, request, *args, **kwargs), getattr(self, "transport", None)
+        )
+
+    _patch_connection_made(cls, rec)
+    cls._serve_http_request = _serve_http_request
+    cls._gpudiag_patched = True
+
+
 PATCHES = {
     "socketserver": _patch_socketserver,
     "http.server": _patch_http,
@@ -642,6 +782,9 @@ PATCHES = {
     "starlette.applications": _patch_starlette,
     "grpc._server": _patch_grpc_server,
     "grpc.aio._server": _patch_grpc_aio,
+    "gunicorn.workers.sync": _patch_gunicorn_sync,
+    "gunicorn.workers.gthread": _patch_gunicorn_gthread,
+    "gunicorn.asgi.protocol": _patch_gunicorn_asgi,
 }
 
 

@@ -7,7 +7,13 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.findings.serving import batching_values
-from tests.analyzers.scenario import SITE, Scenario, hook_serving, server_windows
+from gpudiag.analyzers.measures.workload import is_handling
+from tests.analyzers.scenario import (
+    SITE,
+    Scenario,
+    hook_serving,
+    server_windows,
+)
 from tests.analyzers.test_findings import HEALTHY, ids, windows
 
 
@@ -330,3 +336,63 @@ def test_inference_with_the_hooks_and_nothing_wrong_is_sure():
     )
     assert a.workload.kind == "inference" and ids(a) == []
     assert a.verdict["sure"] is True
+
+
+GUNICORN = f"{SITE}/gunicorn"
+ARBITER_MAIN = (
+    f"<module> ({GUNICORN}/__main__.py:10);run ({GUNICORN}/app/wsgiapp.py:66)"
+    f";Arbiter.run ({GUNICORN}/arbiter.py:257);Arbiter.wait_for_signals ({GUNICORN}/arbiter.py:425)"
+)
+GUNICORN_WORKER = (
+    f"<module> ({GUNICORN}/__main__.py:10);Arbiter.run ({GUNICORN}/arbiter.py:257)"
+    f";Arbiter.spawn_worker ({GUNICORN}/arbiter.py:760)"
+    f";SyncWorker.handle_request ({GUNICORN}/workers/sync.py:190)"
+    ";predict (/work/serve_flask.py:40)"
+)
+
+
+def test_gunicorns_master_supervising_its_workers_is_not_the_request_path():
+    """gunicorn's master (its arbiter waiting for signals) handles no request: SERVE002 named
+    it 100% of an idle master's request path, the model being in its forked workers. A
+    worker's stack keeps the arbiter's frames under its own, and is a request handled."""
+    assert not is_handling(ARBITER_MAIN)
+    assert is_handling(GUNICORN_WORKER)
+    sc = Scenario()
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        _master_waits(sc)
+    a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
+    assert a.workload.kind == "server" and "SERVE002" not in ids(a)
+
+
+ARBITER_STOP = (
+    f"<module> ({GUNICORN}/__main__.py:10);run ({GUNICORN}/app/wsgiapp.py:66)"
+    f";Arbiter.run ({GUNICORN}/arbiter.py:276);Arbiter.halt ({GUNICORN}/arbiter.py:405)"
+    f";Arbiter.stop ({GUNICORN}/arbiter.py:487)"
+)
+
+
+def _master_waits(sc: Scenario, ticks: int = 300) -> None:
+    """gunicorn's master at one window: its arbiter waiting for a signal on its queue (its
+    source line read, or not: a look read some of them without), and stopping its workers."""
+    for stack, code, n in (
+        (ARBITER_MAIN, "sig = self.SIG_QUEUE.get(block=True, timeout=timeout)", ticks * 0.8),
+        (ARBITER_MAIN, "", ticks * 0.15),
+        (ARBITER_STOP, "time.sleep(0.1)", ticks * 0.05),
+    ):
+        labels = {"mode": "all", "kind": "stack", "pid": "100", "tid": "7"}
+        labels |= {"thread": "MainThread", "role": "target", "stack": stack, "code": code}
+        sc._add("stacks", labels, {"count": n})
+
+
+def test_gunicorns_master_waiting_for_a_signal_is_its_idle_time_not_unexplained():
+    """The master, the target's one thread whose stacks py-spy reads at the loop's rate
+    (its workers' are sampled as children), waits for signals on a queue with no Python
+    frame: a server's idle time, as its threads' lock waits are, not LOOP001 at 100%."""
+    sc = Scenario()
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        _master_waits(sc)
+    a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
+    assert a.workload.kind == "server"
+    assert "LOOP001" not in ids(a) and "SERVE002" not in ids(a)

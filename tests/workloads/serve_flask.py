@@ -53,10 +53,19 @@ def predict():
     return jsonify({"label": label})
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = server_parser(__doc__, "in the view")
     p.add_argument("--reloader", action="store_true", help="app.run(use_reloader=True)")
-    return p.parse_args()
+    return p.parse_args(argv)
+
+
+def configure(args: argparse.Namespace) -> None:
+    """The variant the flags ask for, in this process (serve_gunicorn.py: in each worker)."""
+    torch.set_num_threads(1)
+    MODE["inference"] = args.inference_mode or args.healthy
+    MODE["tokenize"] = args.tokenize
+    if args.batching or args.healthy:
+        MODE["batcher"] = Batcher(run, args.max_batch, args.max_wait_ms / 1e3)
 
 
 def serve_reloaded(args: argparse.Namespace) -> None:
@@ -85,12 +94,8 @@ def main() -> None:
         from gpudiag.probes.hooks import instrument
 
         instrument()
-    torch.set_num_threads(1)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    MODE["inference"] = args.inference_mode or args.healthy
-    MODE["tokenize"] = args.tokenize
-    if args.batching or args.healthy:
-        MODE["batcher"] = Batcher(run, args.max_batch, args.max_wait_ms / 1e3)
+    configure(args)
     if args.reloader:
         serve_reloaded(args)
         return
