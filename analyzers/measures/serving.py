@@ -140,6 +140,12 @@ def pool_handlers(view: Aggregate) -> Aggregate | None:
 # gRPC's sync server does its own in grpc/_server.py (receiving the request, sending the
 # answer and status through gRPC core's start_server_batch).
 SOCKET_IO_RE = re.compile(r"/(socketserver|socket|ssl|selectors)\.py$|/grpc/_server\.py$")
+# ...and its own system calls made from a server's Python (the executing line of the innermost
+# frame): gunicorn's `sock.sendall(data)` in its util.write, the `os.write` that wakes its
+# poller, the `os.utime` of its heartbeat: a gunicorn worker's answers read as 54% host work.
+SOCKET_IO_CODE_RE = re.compile(
+    r"\.(sendall|send|sendfile|recv|recv_into|settimeout)\(|\bos\.(write|read|utime|fchmod)\("
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,7 @@ def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
                 clf.is_waiting(stack, code)
                 or clf.is_blocking_call(stack, code)
                 or SOCKET_IO_RE.search(frames[-1].file)
+                or SOCKET_IO_CODE_RE.search(code)
             ):
                 wait += n
             else:

@@ -396,3 +396,42 @@ def test_gunicorns_master_waiting_for_a_signal_is_its_idle_time_not_unexplained(
     a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
     assert a.workload.kind == "server"
     assert "LOOP001" not in ids(a) and "SERVE002" not in ids(a)
+
+
+def _add_coded(sc, tid: int, stack: str, code: str, n: float) -> None:
+    sc._add(
+        "stacks",
+        {
+            "mode": "all",
+            "kind": "stack",
+            "pid": "100",
+            "tid": str(tid),
+            "thread": "ThreadPoolExecutor-0_0",
+            "role": "target",
+            "stack": stack,
+            "code": code,
+        },
+        {"count": n},
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "host"), [("sock.sendall(data)", False), ("x = parse(data)", True)]
+)
+def test_a_servers_own_send_from_its_python_is_io_not_host_work(code, host):
+    """gunicorn sends an answer from its own Python (`util.write`: `sock.sendall(data)`, the
+    innermost frame gunicorn's, sendall a C call): the server's socket I/O, as a send inside
+    socket.py is (a gunicorn worker's answers read as 54% host work, SERVE002 sure)."""
+    from tests.analyzers.scenario import SITE
+
+    sending = (
+        f"_worker (/usr/lib/python3.11/concurrent/futures/thread.py:81)"
+        f";handle_request ({SITE}/gunicorn/workers/gthread.py:777)"
+        f";write ({SITE}/gunicorn/http/wsgi.py:475);write ({SITE}/gunicorn/util.py:348)"
+    )
+    sc = Scenario()
+    for _ in range(5):
+        server_windows(sc, n=1, forward=0.8)
+        _add_coded(sc, 9, sending, code, 600)
+    a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
+    assert ("SERVE002" in ids(a)) is host
