@@ -203,6 +203,13 @@ CATALOGUE: dict[str, Spec] = {
             None,  # a warning at most: whether a larger batch helps is a hypothesis
         ),
         Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
+        Spec(
+            "SERVE004",
+            "The model runs on the server's event loop: requests wait for each other",
+            "host",
+            False,
+            None,  # a warning at most: what running it off the loop gives back is a hypothesis
+        ),
     )
 }
 

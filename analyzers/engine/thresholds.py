@@ -208,6 +208,10 @@ class Thresholds:
     serve_host_warn: float = 0.30
     """SERVE002: share of the request handlers' time on the CPU outside the model
     (tokenizing, JSON, pre- and post-processing)."""
+    serve_loop_forward_warn: float = 0.30
+    """SERVE004: share of a server's event-loop thread's time in the model's forward at or
+    above which the requests wait for each other's forwards (an `async def` endpoint calling
+    the model)."""
     infer_gpu_idle_warn: float = 0.50
     """INFER002: share of the time the GPU of a batch-inference loop sits idle (NVML) at or
     above which its batches are too small for it."""

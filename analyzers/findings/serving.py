@@ -1,7 +1,8 @@
 """SERVE001 (one request per forward while several are in flight), INFER001 (inference with
 autograd on), INFER002 (one item per forward in an inference loop while the GPU idles),
 from the forwards and requests the in-process hooks timed (SERVE001 also from
-the stacks), and SERVE002 (the request path bound by host work), from the stacks."""
+the stacks), SERVE002 (the request path bound by host work) and SERVE004 (the model run on
+the server's event loop), from the stacks."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.serving import handler_split
+from gpudiag.analyzers.measures.serving import event_loop_split, handler_split
 from gpudiag.analyzers.measures.summary import confidence_above
 
 # INFER001's range: the share of a forward autograd's bookkeeping costs when nothing needs it
@@ -548,6 +549,91 @@ def serve003(c: Context) -> list[Finding]:
     ]
 
 
+def serve004(c: Context) -> list[Finding]:
+    """SERVE004: the model's forwards run on the server's event loop (an `async def` endpoint
+    calling the model): while one runs, no other request is accepted, read or answered."""
+    th = c.th
+    if c.workload is None or c.workload.kind != "server":
+        return []
+    split = event_loop_split(c.view)
+    if split is None or split.samples < th.min_loop_samples:
+        return []
+    share = split.forward / split.samples
+    conf = confidence_above(share, th.serve_loop_forward_warn, split.samples)
+    if share < th.serve_loop_forward_warn or conf < th.min_confidence:
+        return []
+    return [_serve004(c, share, conf, split.samples, split.where)]
+
+
+def _serve004(c: Context, share: float, conf: float, samples: float, where) -> Finding:
+    m, th = c.metrics, c.th
+    p50, fwd = m.get("request_latency_p50_s"), m.get("forward_time_p50_s")
+    waited = (
+        f" A request took {p50 * 1e3:.0f} ms at p50 against a {fwd * 1e3:.1f} ms forward: "
+        "the rest is mostly its wait for the forwards before it."
+        if p50 and fwd and p50 > 1.5 * fwd
+        else ""
+    )
+    place = f" (called from {where.function}, {where.file}:{where.line})" if where else ""
+    msg = (
+        f"The server's event loop spends {share:.0%} of its time in the model's forward{place}. "
+        "While a forward runs, the loop accepts, reads and answers no other request: the "
+        "requests in flight wait for each other's forwards, one at a time." + waited
+    )
+    ev = (
+        Evidence(
+            "event_loop_forward_share",
+            round(share, 4),
+            "ratio",
+            th.serve_loop_forward_warn,
+            ">=",
+            "serve_loop_forward_warn",
+            "stacks",
+        ),
+        Evidence(
+            "event_loop_samples",
+            samples,
+            "samples",
+            th.min_loop_samples,
+            ">=",
+            "min_loop_samples",
+            "stacks",
+        ),
+    ) + tuple(
+        Evidence(k, round(float(m[k]), 6), u, source=HK)
+        for k, u in (("request_latency_p50_s", "s"), ("forward_time_p50_s", "s"))
+        if m.get(k)
+    )
+    actions = (
+        "FastAPI/Starlette: declare the endpoint with `def`, not `async def` (it then runs in "
+        "the thread pool), or keep `async def` and `await run_in_threadpool(...)` "
+        "(starlette.concurrency) or `await asyncio.to_thread(...)` around the tokenizer and "
+        "model calls",
+        "another asyncio server (aiohttp, grpc.aio, a plain asyncio server): "
+        "`await loop.run_in_executor(None, fn, ...)`",
+        "or one model thread fed by a queue that batches the requests in flight (SERVE001)",
+    )
+    high = 1.0 / max(share, 1e-6)
+    return new_finding(
+        "SERVE004",
+        th,
+        confidence=conf,
+        impact=1.0 - 1.0 / high,
+        message=msg + " What it gives back is unverified until measured.",
+        evidence=ev,
+        recommendation=Recommendation("Run the model off the event loop", actions),
+        expected_speedup=round(high, 3),
+        location=where,
+        signals=("stacks",),
+        speedup_basis=f"a hypothesis, unverified: from x1.00 (the forwards still take their "
+        f"device one at a time) to x{high:.2f} (the loop's other work, {1 - share:.0%} of its "
+        "time, then runs beside the forwards instead of between them); measure it",
+        speedup_kind="hypothesis",
+        speedup_low=1.0,
+    )
+
+
 def find(c: Context) -> list[Finding]:
-    """SERVE001, INFER001, INFER002, SERVE002 and SERVE003, from the analysis context."""
-    return serve001(c) + infer001(c) + infer002(c) + serve002(c) + serve003(c)
+    """SERVE001, INFER001, INFER002, SERVE002, SERVE003 and SERVE004, from the analysis
+    context."""
+    return serve001(c) + infer001(c) + infer002(c) + serve002(c) + serve003(c) + serve004(c)

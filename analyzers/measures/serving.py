@@ -198,3 +198,49 @@ def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
     busy = host + model
     top = tuple((loc, n / busy) for loc, n in sorted(where.items(), key=lambda x: -x[1])[:3])
     return HandlerSplit(total, fwd, wait, host, top, model)
+
+
+# An asyncio event loop (asyncio's or uvloop's) on the thread: the coroutines of an ASGI or
+# grpc.aio server run on it, one at a time.
+EVENT_LOOP_RE = re.compile(r"/asyncio/(base_events|events)\.py$|/uvloop/")
+
+
+@dataclass(frozen=True)
+class LoopSplit:
+    """Stack samples of the job's event-loop threads, those in the model's forward, and the
+    job's own call into the model seen most (None when no user frame called it)."""
+
+    samples: float
+    forward: float
+    where: Location | None
+
+
+def _model_caller(frames: tuple) -> Location | None:
+    """The innermost frame of the job's own code that called the model's forward."""
+    first = next(i for i, fr in enumerate(frames) if FORWARD_FILE_RE.search(fr.file))
+    for fr in reversed(frames[:first]):
+        if fr.is_user and fr.file and fr.line > 0:
+            return Location(fr.file, fr.line, fr.function)
+    return None
+
+
+def event_loop_split(view: Aggregate) -> LoopSplit | None:
+    """How much of the event-loop threads' time the model's forwards take (None: no event
+    loop seen): a forward there holds up every other coroutine of the server."""
+    total = fwd = 0.0
+    where: dict[Location, float] = {}
+    for key in view.threads("all", "target"):
+        for (stack, _code), n in view.stacks[key].items():
+            frames = parse_stack(stack)
+            if not any(EVENT_LOOP_RE.search(fr.file) for fr in frames):
+                continue
+            total += n
+            if any(FORWARD_FILE_RE.search(fr.file) for fr in frames):
+                fwd += n
+                loc = _model_caller(frames)
+                if loc is not None:
+                    where[loc] = where.get(loc, 0.0) + n
+    if total <= 0:
+        return None
+    top = max(where, key=lambda k: where[k]) if where else None
+    return LoopSplit(total, fwd, top)

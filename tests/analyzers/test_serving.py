@@ -435,3 +435,48 @@ def test_a_servers_own_send_from_its_python_is_io_not_host_work(code, host):
         _add_coded(sc, 9, sending, code, 600)
     a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
     assert ("SERVE002" in ids(a)) is host
+
+
+ASYNCIO = "/usr/lib/python3.11/asyncio"
+
+
+def _loop_server(model_on_loop: bool):
+    """A FastAPI server's stacks: its event loop (idle a fifth of the time) and the model's
+    forward on the loop (an `async def` endpoint) or on a thread-pool worker (`def`); the
+    analysis."""
+    from tests.analyzers.scenario import SITE, add_thread_stacks
+
+    loop = f"run ({ASYNCIO}/base_events.py:640);_run_once ({ASYNCIO}/base_events.py:1922)"
+    call = (
+        f";run_asgi ({SITE}/uvicorn/protocols/http/h11_impl.py:403)"
+        ";predict (/work/app.py:15)"
+        f";_call_impl ({SITE}/torch/nn/modules/module.py:1789);forward (/work/app.py:30)"
+    )
+    idle = f"{loop};select (/usr/lib/python3.11/selectors.py:468)"
+    pool = f"_worker (/usr/lib/python3.11/concurrent/futures/thread.py:81){call}"
+    sc = Scenario()
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        if model_on_loop:
+            on_loop = f"{loop};_run ({ASYNCIO}/events.py:80){call}"
+            add_thread_stacks(sc, 1, "MainThread", {on_loop: 240, idle: 60})
+        else:
+            add_thread_stacks(sc, 1, "MainThread", {idle: 300})
+            add_thread_stacks(sc, 2, "AnyIO worker thread", {pool: 240})
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": 300, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    return analyze(hook_serving(sc, rate=30.0, latency_s=0.12).tl)
+
+
+def test_the_model_on_the_event_loop_is_serve004_named_at_its_call():
+    """An `async def` endpoint calling the model (a public FastAPI sentiment server): its
+    forwards hold the loop; with `def` they run in the thread pool and the loop is free."""
+    a = _loop_server(True)
+    f = next(f for f in a.findings if f.id == "SERVE004")
+    assert str(f.location) == "/work/app.py:15:predict"
+    assert f.speedup_kind == "hypothesis" and f.severity == "warning"
+    assert f.expected_speedup == pytest.approx(1 / 0.8, rel=0.01)
+    assert "SERVE004" not in ids(_loop_server(False))
