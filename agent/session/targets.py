@@ -147,8 +147,8 @@ def supervised_server(pid: int) -> tuple[int, str] | None:
         kids = [k for k in psutil.Process(pid).children(recursive=True) if _is_python(k.pid)]
     except psutil.Error:
         return None
-    if not kids:
-        return None
+    if not kids or _busy(pid):
+        return None  # a supervisor waits: a busy process (a training loop) is not one
     frames, problem = dump_main_stack(pid, timeout_s=10.0)  # innermost first
     server = [
         f
@@ -160,6 +160,14 @@ def supervised_server(pid: int) -> tuple[int, str] | None:
     where = server[0]
     busy = {k.pid: _cpu_s(k) for k in kids}
     return max(busy, key=lambda k: busy[k]), where
+
+
+def _busy(pid: int, over_s: float = 0.2) -> bool:
+    """Whether `pid` used more than a fifth of a core over `over_s` seconds."""
+    try:
+        return psutil.Process(pid).cpu_percent(interval=over_s) > 20.0
+    except psutil.Error:
+        return True
 
 
 def _file_of(frame: str) -> str:

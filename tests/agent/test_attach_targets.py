@@ -124,3 +124,25 @@ def test_attach_to_a_reloader_profiles_the_server_it_supervises(tmp_path):
         assert choose_target(child.pid).pid == child.pid  # the server named: itself
     finally:
         _stop(parent)
+
+
+def test_a_busy_process_with_children_is_profiled_itself():
+    """A training loop with DataLoader workers: busy itself, so never taken for a supervisor
+    (and never paused by a py-spy dump to find out)."""
+    busy = (
+        "import subprocess, sys, time\n"
+        "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "t = time.time()\n"
+        "while time.time() - t < 60:\n"
+        "    sum(range(10000))\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        import psutil
+
+        deadline = time.monotonic() + 20
+        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert choose_target(parent.pid).pid == parent.pid
+    finally:
+        _stop(parent)
