@@ -213,12 +213,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             self.followed = pid
             self._cut = True
             procs = list(self._procs)
-        for proc in procs:
-            if proc.poll() is None:
-                try:
-                    proc.send_signal(signal.SIGINT)
-                except OSError:
-                    pass
+        _interrupt(procs)
 
     def _workers(self) -> list[int]:
         """The target's child processes (DataLoader workers), oldest first; not the one
@@ -448,12 +443,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         self._stop.set()
         with self._lock:
             procs = list(self._procs)
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(signal.SIGINT)
-                except OSError:
-                    pass
+        _interrupt(procs)
         if self._thread is not None:
             self._thread.join(timeout=15)
         if self._tmp is not None:
@@ -466,3 +456,13 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _interrupt(procs: list[subprocess.Popen]) -> None:
+    """End py-spy recorders' windows early (SIGINT: each still writes what it has)."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGINT)
+            except OSError:
+                pass

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,11 +177,14 @@ def test_run_names_a_tokenizer_on_the_request_path(tmp_path, script):
     assert not MODEL_IDS & ids(doc)
 
 
-def attach_server(tmp: Path, script: str, how: str) -> tuple[dict, Said]:
-    """`gpudiag attach` (14 s) to a running server under 4 clients. `how`: "instrument" (the
-    server called instrument()), "hooks" (`attach --hooks` loads them): the load (8 s) starts
-    once gpudiag is attached, so that both ends count the same requests; "stacks" (neither):
-    the load (16 s) runs through the look, whose estimates are averages over it."""
+def attach_server(
+    tmp: Path, script: str, how: str, load_with: Callable = load
+) -> tuple[dict, Said]:
+    """`gpudiag attach` (14 s) to a running server under 4 clients (`load_with(port_file, out,
+    seconds)` starts them). `how`: "instrument" (the server called instrument()), "hooks"
+    (`attach --hooks` loads them): the load (8 s) starts once gpudiag is attached, so that
+    both ends count the same requests; "stacks" (neither): the load (16 s) runs through the
+    look, whose estimates are averages over it."""
     port, report, err = tmp / "port", tmp / "r.json", tmp / "gpudiag.err"
     flags = ["--instrument"] if how == "instrument" else []
     server = subprocess.Popen(
@@ -193,7 +197,7 @@ def attach_server(tmp: Path, script: str, how: str) -> tuple[dict, Said]:
         deadline = time.time() + 60
         while not port.exists() and time.time() < deadline:
             time.sleep(0.1)
-        client = load(port, tmp / "client.txt", seconds=16) if how == "stacks" else None
+        client = load_with(port, tmp / "client.txt", 16.0) if how == "stacks" else None
         cmd = [*CLI, "attach", str(server.pid), "--duration", "14", "--out", str(report)]
         with open(tmp / "gpudiag.out", "w") as out, open(err, "w") as f:
             agent = subprocess.Popen(
@@ -203,7 +207,7 @@ def attach_server(tmp: Path, script: str, how: str) -> tuple[dict, Said]:
         while client is None and "attached to pid" not in err.read_text():
             assert time.time() < deadline, err.read_text()
             time.sleep(0.1)  # the hooks loaded (--hooks), the session starting
-        client = client or load(port, tmp / "client.txt", seconds=8)
+        client = client or load_with(port, tmp / "client.txt", 8.0)
         assert client.wait(timeout=60) == 0
         assert agent.wait(timeout=120) == 0, err.read_text()
     finally:

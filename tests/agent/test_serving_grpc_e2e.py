@@ -6,16 +6,22 @@ healthy variant."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.agent.test_serving_e2e import CLI, MODEL_IDS, Said, client_said, ids, warnings
+from tests.agent.test_serving_e2e import (
+    CLI,
+    MODEL_IDS,
+    Said,
+    attach_server,
+    client_said,
+    ids,
+    warnings,
+)
 from tests.conftest import WORKLOADS
 
 pytest.importorskip("torch")
@@ -89,37 +95,9 @@ def test_run_on_the_healthy_grpc_server_warns_of_nothing(tmp_path):
 
 
 def attach_grpc(tmp: Path, how: str) -> tuple[dict, Said]:
-    """`gpudiag attach --duration 14` to a running gRPC server. `how`: "instrument" (it called
-    instrument()) or "hooks" (`attach --hooks` loads them into it): 8 s of load started once
-    gpudiag is attached; "stacks" (neither): 16 s of load through the look."""
-    port, report, err = tmp / "port", tmp / "r.json", tmp / "gpudiag.err"
-    flags = ["--instrument"] if how == "instrument" else []
-    server = subprocess.Popen(
-        [sys.executable, str(SERVER), "--seconds", "60", "--port-file", str(port), *flags],
-        stdout=subprocess.DEVNULL,
-        env=dict(os.environ),
-    )
-    try:
-        deadline = time.time() + 60
-        while not port.exists() and time.time() < deadline:
-            time.sleep(0.1)
-        client = grpc_load(port, tmp / "client.txt", 16.0) if how == "stacks" else None
-        cmd = [*CLI, "attach", str(server.pid), "--duration", "14", "--out", str(report)]
-        with open(tmp / "gpudiag.out", "w") as out, open(err, "w") as f:
-            agent = subprocess.Popen(
-                cmd + (["--hooks"] if how == "hooks" else []), stdout=out, stderr=f
-            )
-        deadline = time.time() + 60
-        while client is None and "attached to pid" not in err.read_text():
-            assert time.time() < deadline, err.read_text()
-            time.sleep(0.1)
-        client = client or grpc_load(port, tmp / "client.txt", 8.0)
-        assert client.wait(timeout=60) == 0
-        assert agent.wait(timeout=120) == 0, err.read_text()
-    finally:
-        server.kill()
-        server.wait()
-    return json.loads(report.read_text()), client_said(tmp / "client.txt")
+    """`gpudiag attach --duration 14` to a running gRPC server (test_serving_e2e's
+    attach_server, under gRPC clients)."""
+    return attach_server(tmp, SERVER.name, how, load_with=grpc_load)
 
 
 @pytest.mark.parametrize("how", ["instrument", "hooks"])

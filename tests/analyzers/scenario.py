@@ -317,8 +317,11 @@ HANDLER_STACKS = {
 }
 
 
-def add_thread_stacks(sc: Scenario, tid: int, name: str, stacks: dict[str, float]) -> None:
-    """Stack samples of one thread of the job ({stack: count}) at the scenario's time."""
+def add_thread_stacks(
+    sc: Scenario, tid: int, name: str, stacks: dict[str, float], code: str = ""
+) -> None:
+    """Stack samples of one thread of the job ({stack: count}, their innermost frame's
+    executing line `code`) at the scenario's time."""
     for stack, n in stacks.items():
         sc._add(
             "stacks",
@@ -330,7 +333,7 @@ def add_thread_stacks(sc: Scenario, tid: int, name: str, stacks: dict[str, float
                 "thread": name,
                 "role": "target",
                 "stack": stack,
-                "code": "",
+                "code": code,
             },
             {"count": n},
         )

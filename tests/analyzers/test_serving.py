@@ -400,23 +400,6 @@ def test_gunicorns_master_waiting_for_a_signal_is_its_idle_time_not_unexplained(
     assert "LOOP001" not in ids(a) and "SERVE002" not in ids(a)
 
 
-def _add_coded(sc, tid: int, stack: str, code: str, n: float) -> None:
-    sc._add(
-        "stacks",
-        {
-            "mode": "all",
-            "kind": "stack",
-            "pid": "100",
-            "tid": str(tid),
-            "thread": "ThreadPoolExecutor-0_0",
-            "role": "target",
-            "stack": stack,
-            "code": code,
-        },
-        {"count": n},
-    )
-
-
 @pytest.mark.parametrize(
     ("code", "host"), [("sock.sendall(data)", False), ("x = parse(data)", True)]
 )
@@ -424,7 +407,7 @@ def test_a_servers_own_send_from_its_python_is_io_not_host_work(code, host):
     """gunicorn sends an answer from its own Python (`util.write`: `sock.sendall(data)`, the
     innermost frame gunicorn's, sendall a C call): the server's socket I/O, as a send inside
     socket.py is (a gunicorn worker's answers read as 54% host work, SERVE002 sure)."""
-    from tests.analyzers.scenario import SITE
+    from tests.analyzers.scenario import SITE, add_thread_stacks
 
     sending = (
         f"_worker (/usr/lib/python3.11/concurrent/futures/thread.py:81)"
@@ -434,7 +417,7 @@ def test_a_servers_own_send_from_its_python_is_io_not_host_work(code, host):
     sc = Scenario()
     for _ in range(5):
         server_windows(sc, n=1, forward=0.8)
-        _add_coded(sc, 9, sending, code, 600)
+        add_thread_stacks(sc, 9, "ThreadPoolExecutor-0_0", {sending: 600}, code)
     a = analyze(hook_serving(sc, rate=50.0, latency_s=0.01).tl)
     assert ("SERVE002" in ids(a)) is host
 

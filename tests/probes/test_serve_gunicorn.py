@@ -63,11 +63,16 @@ def _patched(module_cls_name: str, base, patch, rec):
     return sub
 
 
-def test_a_sync_worker_times_each_request_from_its_accept_and_changes_no_answer():
+def _sync_worker():
+    """(recorder, listening socket, a patched sync worker on it)."""
     rec = gpudiag_serve.Recorder(lambda: None)
     cls = _patched("SyncWorker", sync.SyncWorker, gpudiag_serve._patch_gunicorn_sync, rec)
     listener = _listener()
-    worker = _worker(cls, listener)
+    return rec, listener, _worker(cls, listener)
+
+
+def test_a_sync_worker_times_each_request_from_its_accept_and_changes_no_answer():
+    rec, listener, worker = _sync_worker()
     port = listener.getsockname()[1]
     answers: dict = {}
     try:
@@ -88,10 +93,7 @@ def test_a_sync_worker_times_each_request_from_its_accept_and_changes_no_answer(
 def test_a_sync_worker_counts_the_wait_for_the_request_after_its_accept():
     """The start is the worker's call to accept: a client slow to send its request line
     after connecting is in the request's time (as socketserver's are)."""
-    rec = gpudiag_serve.Recorder(lambda: None)
-    cls = _patched("SyncWorker", sync.SyncWorker, gpudiag_serve._patch_gunicorn_sync, rec)
-    listener = _listener()
-    worker = _worker(cls, listener)
+    rec, listener, worker = _sync_worker()
     got: list[bytes] = []
 
     def late_client() -> None:
@@ -117,10 +119,7 @@ def test_a_sync_worker_times_a_request_queued_in_the_kernel_from_its_arrival():
     """With two sync workers and four clients, half the requests wait in the listen queue
     while each worker answers another: the client waits from its send, and the kernel's
     receive stamp says when that was (the listener stamps arrivals from its first accept)."""
-    rec = gpudiag_serve.Recorder(lambda: None)
-    cls = _patched("SyncWorker", sync.SyncWorker, gpudiag_serve._patch_gunicorn_sync, rec)
-    listener = _listener()
-    worker = _worker(cls, listener)
+    rec, listener, worker = _sync_worker()
     port = listener.getsockname()[1]
     answers: dict = {}
     try:
@@ -142,10 +141,7 @@ def test_a_sync_worker_times_a_request_queued_in_the_kernel_from_its_arrival():
 
 
 def test_a_connection_without_a_request_is_not_a_request():
-    rec = gpudiag_serve.Recorder(lambda: None)
-    cls = _patched("SyncWorker", sync.SyncWorker, gpudiag_serve._patch_gunicorn_sync, rec)
-    listener = _listener()
-    worker = _worker(cls, listener)
+    rec, listener, worker = _sync_worker()
     closer = threading.Thread(
         target=lambda: socket.create_connection(listener.getsockname(), timeout=10).close()
     )

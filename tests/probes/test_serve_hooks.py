@@ -204,6 +204,15 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 
+def _serving(rec, server_cls, handler_cls):
+    """A `server_cls` on 127.0.0.1 serving `handler_cls`, both patched to record into `rec`."""
+    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=server_cls), rec)
+    gpudiag_serve.patch_handler(handler_cls, rec)
+    server = server_cls(("127.0.0.1", 0), handler_cls)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def test_requests_are_timed_from_accept_to_answer_and_answers_unchanged():
     rec = gpudiag_serve.Recorder(lambda: None)
 
@@ -214,10 +223,7 @@ def test_requests_are_timed_from_accept_to_answer_and_answers_unchanged():
     class Handler(Echo):
         pass
 
-    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Server), rec)
-    gpudiag_serve.patch_handler(Handler, rec)
-    server = Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serving(rec, Server, Handler)
     try:
         port = server.server_address[1]
         bodies = []
@@ -253,10 +259,7 @@ def test_a_connection_is_timed_from_its_listeners_call_to_accept_it():
     class Handler(Echo):
         pass
 
-    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Slow), rec)
-    gpudiag_serve.patch_handler(Handler, rec)
-    server = Slow(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serving(rec, Slow, Handler)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
         conn.request("GET", "/a")
@@ -320,10 +323,7 @@ def test_a_request_ends_at_its_answers_last_write_not_the_handlers_return():
             super().do_GET()
             time.sleep(0.3)
 
-    gpudiag_serve._patch_socketserver(types.SimpleNamespace(TCPServer=Server), rec)
-    gpudiag_serve.patch_handler(Lingering, rec)
-    server = Server(("127.0.0.1", 0), Lingering)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serving(rec, Server, Lingering)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
         conn.request("GET", "/a")
