@@ -198,6 +198,7 @@ def change_line(fix: dict, location: str | None) -> str:
             (fix.get("values") or {}).get("every", 2)
         ),
         "inference_mode": "with torch.inference_mode(): model(...)",
+        "anomaly_off": "torch.autograd.set_detect_anomaly(False)",
         "batch": "DataLoader(..., batch_size=<{}x the current>)".format(
             (fix.get("values") or {}).get("factor", 2)
         ),

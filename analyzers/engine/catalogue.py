@@ -112,6 +112,14 @@ CATALOGUE: dict[str, Spec] = {
             True,
         ),
         Spec(
+            "DEBUG001",
+            "Autograd anomaly detection left on: every op records its stack",
+            "host",
+            True,
+            note_title="Autograd anomaly detection is on; its measured cost is under the "
+            "warning threshold",
+        ),
+        Spec(
             "LOOP001",
             "Loop time no catalogued cause explains",
             "host",

@@ -27,6 +27,7 @@ from gpudiag.analyzers.engine.results import F, Finding, Passed
 from gpudiag.analyzers.findings import (
     checkpoint,
     data,
+    debug_switches,
     evaluation,
     gil,
     gpu,
@@ -48,6 +49,7 @@ FINDERS: tuple[Finder, ...] = (
     data.find,
     evaluation.find,  # before SYNC001: the syncs an evaluation pass makes are EVAL001's
     sync.find,
+    debug_switches.find,  # before HOST001: the stack records' host time is DEBUG001's
     storage.find,
     gil.find,
     checkpoint.find,

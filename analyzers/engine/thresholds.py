@@ -91,6 +91,10 @@ class Thresholds:
     blocking_call_warn: float = 0.10
     """BLOCK001: share of the loop spent in calls it waits for (network, logging, sleep, a
     subprocess, a file write) that no other cause explains."""
+    anomaly_record_warn: float = 0.03
+    """DEBUG001: share of the loop's stack samples in autograd anomaly detection's stack
+    records (torch.fx.traceback.format_stack under an op) at or above which it is a warning;
+    below it, with the hooks' word that the switch is on, a note."""
     unexplained_warn: float = 0.25
     """LOOP001: share of the loop that no frame rule and no other finding explains."""
     unexplained_note: float = 0.15

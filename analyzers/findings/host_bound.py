@@ -321,7 +321,8 @@ def find(c: Context) -> list[Finding]:
     if any(f.id in SERVING_CAUSES.get(kind or "", ()) for f in c.found):
         return []
     cp = c.cp
-    evaluation = next((f for f in c.found if f.id == "EVAL001"), None)
-    if evaluation is not None:  # the evaluation pass's host time is EVAL001's
-        cp = replace(cp, host_bound=cp.host_bound * (1.0 - min(1.0, evaluation.impact)))
+    for fid in ("EVAL001", "DEBUG001"):  # an evaluation pass's, a debug switch's host time
+        named = next((f for f in c.found if f.id == fid), None)
+        if named is not None:
+            cp = replace(cp, host_bound=cp.host_bound * (1.0 - min(1.0, named.impact)))
     return host_findings(replace(c, cp=cp))

@@ -17,7 +17,9 @@ is a patch of this process only. Kinds:
   code after a save may move or read its file); the last skipped one runs at exit or SIGTERM;
 - inference_mode: the model's outermost forwards run under torch.inference_mode() where
   autograd was on (a job that never runs a backward: INFER001);
-- batch: every DataLoader's batch_size times `factor` (an inference loop's batch).
+- batch: every DataLoader's batch_size times `factor` (an inference loop's batch);
+- anomaly_off: autograd's anomaly detection kept off (`torch.autograd.set_detect_anomaly(True)`,
+  `detect_anomaly()` and Lightning's `Trainer(detect_anomaly=True)` turn nothing on: DEBUG001).
 
 A job with no optimizer step (batch inference) is timed by its outermost forwards instead:
 one line "f TIME ITEMS" a forward, ITEMS its batch size (the trial's rate is then items/s);
@@ -297,6 +299,19 @@ def inference_mode(torch, values: dict) -> None:
     _say("the model's outermost forwards under torch.inference_mode()")
 
 
+def anomaly_off(torch, values: dict) -> None:
+    """Keep autograd's anomaly detection off: every call that sets it (set_detect_anomaly,
+    detect_anomaly, Lightning's Trainer) sets it off instead."""
+    orig = torch.set_anomaly_enabled
+
+    def set_anomaly_enabled(enabled, *args, **kwargs):
+        return orig(False, *args, **kwargs)
+
+    torch.set_anomaly_enabled = set_anomaly_enabled
+    orig(False)
+    _say("autograd anomaly detection kept off")
+
+
 def batch(torch, values: dict) -> None:
     """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it."""
     from torch.utils.data import DataLoader
@@ -327,6 +342,7 @@ KINDS = {
     "checkpoint": checkpoint,
     "inference_mode": inference_mode,
     "batch": batch,
+    "anomaly_off": anomaly_off,
 }
 
 

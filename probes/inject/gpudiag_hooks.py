@@ -5,8 +5,9 @@ environment). What it measures, per optimizer step (PyTorch's global step hooks)
 the step's wall time, the time spent waiting in DataLoader iteration, the batch size, and,
 on CUDA only, host-to-device copy time (pinned or not) and host-device syncs (`.item()`,
 `.cpu()`, `.tolist()`, `torch.cuda.synchronize`) with their call sites; every 2 s the CUDA
-caching allocator's statistics. For inference and serving (gpudiag_serve.py): each
-outermost model forward (time, batch size, autograd on) and each request of an HTTP server.
+caching allocator's statistics and the debugging switches left on (anomaly detection). For
+inference and serving (gpudiag_serve.py): each outermost model forward (time, batch size,
+autograd on) and each request of an HTTP server.
 
 The channel is a Unix datagram socket the agent created in a private folder. Writes never
 block: when the agent is gone or slow, events are dropped and the job loses no time. Hooks
@@ -129,6 +130,7 @@ class _State:
         self.pending = array("d")  # STEP_WIDTH doubles a step; NaN = not measured
         self.last_flush = time.perf_counter()
         self.last_mem = 0.0
+        self.last_switches = 0.0
         self.cuda = False
         self.torch = None
         self.serve = _serve.Recorder(self.maybe_flush)  # forwards and requests
@@ -255,6 +257,11 @@ class _State:
         if self.cuda and now - self.last_mem >= MEM_EVERY_S:
             self.last_mem = now
             msg["mem"] = _cuda_memory(self.torch)
+        if self.torch is not None and now - self.last_switches >= MEM_EVERY_S:
+            self.last_switches = now
+            switches = _switches(self.torch)
+            if switches:
+                msg["switches"] = switches
         if self.pending or len(msg) > 3:
             # sent or not, the rows are gone: with no agent listening they are dropped
             self.channel.send(msg, self.pending)
@@ -296,6 +303,18 @@ def _cuda_memory(torch) -> dict:
             "inactive_split": stats.get("inactive_split_bytes.all.current", 0),
         }
     except Exception:
+        return {}
+
+
+def _switches(torch) -> dict:
+    """The debugging switches that are on and cost every step: autograd's anomaly detection
+    (`torch.autograd.set_detect_anomaly(True)`, Lightning's `Trainer(detect_anomaly=True)`),
+    with its NaN check of every gradient; empty when none is."""
+    try:
+        if not torch.is_anomaly_enabled():
+            return {}
+        return {"anomaly": 1, "anomaly_check_nan": int(bool(torch.is_anomaly_check_nan_enabled()))}
+    except Exception:  # an older torch without them: nothing to say
         return {}
 
 

@@ -75,6 +75,13 @@ class HookProbe(Probe):
         Field("alloc_retries", "count", "counter", "allocator retries after freeing cache"),
         Field("inactive_split", "bytes", "gauge", "fragmented (inactive split) bytes"),
         Field("first_step", "ratio", "gauge", "1 on the job's first optimizer step"),
+        Field("anomaly_mode", "ratio", "gauge", "1 while autograd anomaly detection is on"),
+        Field(
+            "anomaly_check_nan",
+            "ratio",
+            "gauge",
+            "1 while anomaly detection checks every gradient for NaN",
+        ),
         Field("forward_time_s", "s", "gauge", "wall time of one outermost model forward"),
         Field("forward_batch", "items", "gauge", "first dimension of the forward's input"),
         Field("forward_grad", "ratio", "gauge", "1 when autograd was on in the forward"),
@@ -381,7 +388,22 @@ def parse_message(msg: dict) -> list[Sample]:
                 },
             )
         )
+    out += switch_samples(msg, t)
     return out
+
+
+SWITCHES = {"anomaly": "anomaly_mode", "anomaly_check_nan": "anomaly_check_nan"}
+
+
+def switch_samples(msg: dict, t: int) -> list[Sample]:
+    """The debugging switches the hooks saw on (anomaly detection), one sample."""
+    sw = msg.get("switches")
+    if not isinstance(sw, dict):
+        return []
+    values: dict[str, float | None] = {
+        SWITCHES[k]: float(v) for k, v in sw.items() if k in SWITCHES and _numbers([v])
+    }
+    return [Sample("hooks", t, {"kind": "switches"}, values)] if values else []
 
 
 SERVING_ROWS = {

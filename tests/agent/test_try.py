@@ -131,6 +131,25 @@ def test_inference_mode_fix_runs_the_outermost_forwards_without_autograd(tmp_pat
     assert out.stdout.split() == ["True", "False", "False", "True"]
 
 
+def test_anomaly_off_fix_keeps_anomaly_detection_off(tmp_path):
+    """set_detect_anomaly(True), detect_anomaly() and Lightning's context turn nothing on."""
+    out = _in_job(
+        {"kind": "anomaly_off", "values": {}},
+        """
+        torch.autograd.set_detect_anomaly(True)
+        a = torch.is_anomaly_enabled()
+        with torch.autograd.detect_anomaly():
+            b = torch.is_anomaly_enabled()
+        with torch.autograd.set_detect_anomaly(True, check_nan=True):
+            c = torch.is_anomaly_enabled()
+        print(a, b, c)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "False"]
+
+
 def test_batch_fix_multiplies_every_loaders_batch(tmp_path):
     out = _in_job(
         {"kind": "batch", "values": {"factor": 4}},

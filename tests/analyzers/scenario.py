@@ -32,6 +32,18 @@ STACKS = {
     f";Tensor.__repr__ ({SITE}/torch/_tensor.py:431)"
     f";_str ({SITE}/torch/_tensor_str.py:697)",
     "gc": (f"{LOOP}", "gc.collect()"),
+    # autograd anomaly detection's stack record: torch's C++ calls torch.fx.traceback's
+    # format_stack from the op's frame (DEBUG001); the same call from fx's tracer or from the
+    # job's own code is no record
+    "anomaly": f"{LOOP};Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
+    f";Linear.forward ({SITE}/torch/nn/modules/linear.py:125)"
+    f";format_stack ({SITE}/torch/fx/traceback.py:510)"
+    f";format_list ({STD}/traceback.py:39)",
+    "fx_trace": f"{LOOP};trace (/work/train.py:30)"
+    f";TracerBase.create_proxy ({SITE}/torch/fx/proxy.py:200)"
+    f";format_stack ({SITE}/torch/fx/traceback.py:510)",
+    "user_traceback": f"{LOOP};where_am_i (/work/train.py:90)"
+    f";format_stack ({STD}/traceback.py:213)",
     "json": f"{LOOP};report (/work/train.py:75);dumps ({STD}/json/__init__.py:231)"
     f";JSONEncoder.encode ({STD}/json/encoder.py:200)",
     # num_workers=0: the loop thread in the dataset's __getitem__, sleeping on a remote read
