@@ -40,6 +40,18 @@ SUPERVISOR_FILE_RE = re.compile(
 LISTENER_FUNC_RE = re.compile(
     r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept|wait_for_termination)$"
 )
+# A request's handling that runs inside a listener's or event loop's frame: gunicorn's sync
+# and async workers handle the connection they accepted inside `accept`/`run_for_one`; an
+# asyncio loop runs a request's task inside `_run_once` (uvicorn's request cycle, aiohttp's
+# handler, Starlette's or FastAPI's app, tornado's). Below the innermost listener frame, one
+# of these is a request being handled, not the listener waiting.
+HANDLER_ENTRY_RE = re.compile(
+    r"(^|\.)gunicorn\.workers\.\w+\.(\w+\.)?handle(_request)?$|"
+    r"(^|\.)uvicorn\.protocols\.http\.\w+\.(RequestResponseCycle\.)?run_asgi$|"
+    r"(^|\.)(starlette|fastapi)\.|"
+    r"(^|\.)aiohttp\.web_protocol\.(RequestHandler\.)?_handle_request$|"
+    r"(^|\.)tornado\.web\.(RequestHandler\.)?_execute$"
+)
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 
 
@@ -86,8 +98,14 @@ def _is_training(fr: Frame) -> bool:
 
 def is_listener(frames: tuple[Frame, ...]) -> bool:
     """A server's listener or event loop waiting for connections, or its master supervising
-    worker processes: not handling a request."""
-    return any(LISTENER_FUNC_RE.search(fr.function) for fr in frames) or is_supervising(frames)
+    worker processes: not handling a request (one handled inside the listener's frame, below
+    it, is: a gunicorn sync worker's, an asyncio server's)."""
+    last = max(
+        (i for i, fr in enumerate(frames) if LISTENER_FUNC_RE.search(fr.function)), default=-1
+    )
+    if last >= 0 and any(HANDLER_ENTRY_RE.search(fr.dotted) for fr in frames[last + 1 :]):
+        return False
+    return last >= 0 or is_supervising(frames)
 
 
 def is_supervising(frames: tuple[Frame, ...]) -> bool:

@@ -466,3 +466,44 @@ def test_the_model_on_the_event_loop_is_serve004_named_at_its_call():
     inflight = a.metrics["requests_in_flight_mean"]
     assert f.expected_speedup == pytest.approx(max(1 / 0.8, 2.0, inflight), rel=0.01)
     assert "SERVE004" not in ids(_loop_server(False))
+
+
+SYNC_ACCEPT = (
+    f"<module> ({GUNICORN}/__main__.py:10);SyncWorker.run ({GUNICORN}/workers/sync.py:125)"
+    f";SyncWorker.run_for_one ({GUNICORN}/workers/sync.py:70)"
+    f";SyncWorker.accept ({GUNICORN}/workers/sync.py:32)"
+)
+UVICORN_LOOP = (
+    "<module> (/work/serve.py:60);run (/usr/lib/python3.11/asyncio/runners.py:190)"
+    ";BaseEventLoop.run_forever (/usr/lib/python3.11/asyncio/base_events.py:607)"
+    ";BaseEventLoop._run_once (/usr/lib/python3.11/asyncio/base_events.py:1922)"
+    ";Handle._run (/usr/lib/python3.11/asyncio/events.py:80)"
+)
+
+
+@pytest.mark.parametrize(
+    ("stack", "handling"),
+    [
+        (SYNC_ACCEPT, False),  # the sync worker waiting for a connection
+        (
+            SYNC_ACCEPT
+            + f";SyncWorker.handle ({GUNICORN}/workers/sync.py:135)"
+            + f";SyncWorker.handle_request ({GUNICORN}/workers/sync.py:190)"
+            + ";predict (/work/serve_flask.py:40)",
+            True,
+        ),
+        (UVICORN_LOOP + ";Server.on_tick (/x/uvicorn/server.py:240)", False),
+        (
+            UVICORN_LOOP
+            + ";RequestResponseCycle.run_asgi (/x/uvicorn/protocols/http/h11_impl.py:403)"
+            + ";FastAPI.__call__ (/x/fastapi/applications.py:1054)"
+            + ";predict (/work/serve.py:30)",
+            True,
+        ),
+    ],
+)
+def test_a_request_handled_inside_the_listeners_frame_is_handled(stack, handling):
+    """gunicorn's sync worker handles the connection it accepted inside `accept`, an asyncio
+    server's request runs inside `_run_once`: under `attach` without the hooks they read as
+    the listener, so no request was ever in flight and SERVE001 was never estimated."""
+    assert is_handling(stack) is handling
