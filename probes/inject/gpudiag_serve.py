@@ -1,6 +1,6 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
 forward hook) and the requests of a standard-library or Werkzeug HTTP server, of gunicorn's
-workers (sync, gthread, its ASGI worker; in each forked worker), of an ASGI app (uvicorn's
+XX
 request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync and asyncio
 servers, buffered for gpudiag_hooks to send with the steps.
 
@@ -15,6 +15,7 @@ path (a small 8-layer model ran 45-80% slower with them left behind).
 
 from __future__ import annotations
 
+import _socket
 import contextvars
 import socket
 import struct
@@ -43,8 +44,9 @@ def _peek_stamp(sock) -> float | None:
     fd = sock.fileno()
     if fd < 0:
         return None
-    # a plain socket on the same descriptor: an SSL or asyncio wrapper refuses recvmsg
-    raw = socket.socket(fileno=fd)
+    # a plain socket on the same descriptor: an SSL or asyncio wrapper refuses recvmsg, and
+    # gevent's (socket.socket once it patched it) waits for data instead of saying "none yet"
+    raw = _socket.socket(fileno=fd)
     try:
         _, anc, _, _ = raw.recvmsg(1, 64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except OSError:
@@ -752,6 +754,35 @@ def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+def _patch_gunicorn_async(module, rec: Recorder) -> None:
+    """gunicorn's async workers (`-k gevent`, `-k eventlet`: AsyncWorker, a greenlet a
+    connection): a request from its arrival in the kernel (the listener asked to stamp its
+    connections as the first is handled: that one is timed from its handling's start), a
+    kept-alive connection's next from its request parsed, to the answer sent
+    (handle_request's return). The hooks' thread-locals are greenlet-locals under gevent's
+    patching, so each greenlet's request is its own."""
+    cls = module.AsyncWorker
+    if cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig_handle, orig_request = cls.handle, cls.handle_request
+
+    def handle(self, listener, client, addr, *args, **kwargs):
+        try:
+            _stamp_listener(listener)
+            rec.accept(client, arrived_at(client, time.perf_counter()))
+        except Exception:
+            pass
+        return orig_handle(self, listener, client, addr, *args, **kwargs)
+
+    def handle_request(self, listener_name, req, sock, addr, *args, **kwargs):
+        return _timed_call(
+            rec, sock, lambda: orig_request(self, listener_name, req, sock, addr, *args, **kwargs)
+        )
+
+    cls.handle, cls.handle_request = handle, handle_request
+    cls._gpudiag_patched = True
+
+
 def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
     """gunicorn's own ASGI worker (`-k asgi`): an HTTP/1 request from its serving's start
     (its headers parsed; a connection's first request from the connection made, its arrival
@@ -784,6 +815,7 @@ PATCHES = {
     "grpc.aio._server": _patch_grpc_aio,
     "gunicorn.workers.sync": _patch_gunicorn_sync,
     "gunicorn.workers.gthread": _patch_gunicorn_gthread,
+    "gunicorn.workers.base_async": _patch_gunicorn_async,
     "gunicorn.asgi.protocol": _patch_gunicorn_asgi,
 }
 

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 WORKERS = {
     "sync": (["-w", "2"], "serve_flask:app", "flask"),
     "gthread": (["-w", "2", "-k", "gthread", "--threads", "2"], "serve_flask:app", "flask"),
+    "gevent": (["-w", "2", "-k", "gevent"], "serve_flask:app", "gevent"),
     "uvicorn": (
         ["-w", "2", "-k", "uvicorn.workers.UvicornWorker"],
         "serve_fastapi:app",
@@ -68,7 +69,10 @@ def server_env(port: Path, seconds: int, instrument: bool = False) -> dict[str, 
     return env
 
 
-def assert_planted(doc: dict, said: Said, rel: float) -> None:
+def assert_planted(doc: dict, said: Said, rel: float, host_at_threshold: bool = False) -> None:
+    """The kind, rate and latency against the client's, SERVE001 and INFER001; no SERVE002
+    or LOOP001 (`host_at_threshold`: SERVE002 allowed, the gevent workers' own per-request
+    work putting the request path's host share at 30-36%, at its threshold)."""
     assert doc["workload"]["kind"] == "server" and doc["workload"]["unit"] == "request"
     assert doc["workload"]["basis"] == "requests seen by the hooks"
     m = doc["metrics"]
@@ -77,7 +81,8 @@ def assert_planted(doc: dict, said: Said, rel: float) -> None:
     assert m["forward_batch_p50"] == 1 and m["forward_grad_share"] == 1
     assert MODEL_IDS <= ids(doc)
     # the master supervising its workers is neither the request path nor unexplained time
-    assert not {"SERVE002", "LOOP001"} & ids(doc), doc["findings"]
+    banned = {"LOOP001"} if host_at_threshold else {"SERVE002", "LOOP001"}
+    assert not banned & ids(doc), doc["findings"]
 
 
 @pytest.mark.parametrize("kind", sorted(WORKERS))
@@ -85,9 +90,9 @@ def test_run_on_gunicorn_times_its_workers_requests(tmp_path, kind):
     """`gpudiag run -- gunicorn ...`: the hooks, installed in the master at its start, are
     forked into its workers; each worker's requests reach the agent (their pids merged), the
     rate within 10% of the client's and the latency inside its view, SERVE001 and INFER001.
-    Flask under the sync and gthread workers (gunicorn's own request entry points patched),
-    FastAPI under uvicorn's gunicorn worker (uvicorn's patches, in each worker) and gunicorn's
-    own ASGI worker."""
+    Flask under the sync, gthread and gevent workers (gunicorn's own request entry points
+    patched), FastAPI under uvicorn's gunicorn worker (uvicorn's patches, in each worker) and
+    gunicorn's own ASGI worker."""
     port, report = tmp_path / "port", tmp_path / "r.json"
     cmd = [*CLI, "run", "-q", "--duration", "24", "--out", str(report), "--", *gunicorn(kind)]
     with open(tmp_path / "gpudiag.out", "w") as f:
@@ -96,7 +101,9 @@ def test_run_on_gunicorn_times_its_workers_requests(tmp_path, kind):
     assert client.wait(timeout=120) == 0
     assert agent.wait(timeout=120) == 0, (tmp_path / "gpudiag.out").read_text()
     doc = json.loads(report.read_text())
-    assert_planted(doc, client_said(tmp_path / "client.txt"), rel=0.10)
+    assert_planted(
+        doc, client_said(tmp_path / "client.txt"), rel=0.10, host_at_threshold=kind == "gevent"
+    )
 
 
 def test_attach_to_gunicorns_master_with_instrument(tmp_path):

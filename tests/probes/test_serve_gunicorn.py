@@ -306,3 +306,43 @@ def test_gunicorns_asgi_worker_times_a_request_from_its_connection_made():
     _, req = rec.take()
     # made just after the client's connect returned: 0.3 s before its request, less a hair
     assert len(req) == 1 and 0.35 <= req[0][1] < 5 and req[0][2] == 1
+
+
+def test_an_async_worker_times_each_request_of_a_kept_alive_connection():
+    """gunicorn's async workers (gevent, eventlet: `base_async.AsyncWorker`, one greenlet a
+    connection) handle a connection's requests in `handle`'s keep-alive loop: each is one
+    request, the first from its accept, the answers unchanged. Run here on a plain thread
+    (the worker's `timeout_ctx` made a no-op): the patch is gunicorn's, not gevent's."""
+    import contextlib
+
+    from gunicorn.workers import base_async
+
+    rec = gpudiag_serve.Recorder(lambda: None)
+    base = type("AsyncWorker", (base_async.AsyncWorker,), {"timeout_ctx": contextlib.nullcontext})
+    cls = _patched("AsyncWorker", base, gpudiag_serve._patch_gunicorn_async, rec)
+    listener = _listener()
+    worker = _worker(cls, listener, keepalive=2)
+    got: list[bytes] = []
+
+    def client() -> None:
+        with socket.create_connection(listener.getsockname(), timeout=10) as c:
+            for path, close in (("/one", ""), ("/two", "Connection: close\r\n")):
+                c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{close}\r\n".encode())
+                data = b""
+                while not data.endswith(path.encode()):
+                    data += c.recv(4096)
+                got.append(data)
+
+    t = threading.Thread(target=client)
+    t.start()
+    try:
+        conn, addr = listener.accept()
+        worker.handle(listener, conn, addr)
+        t.join(10)
+    finally:
+        listener.close()
+        worker.tmp.close()
+    assert [g.rsplit(b"\r\n", 1)[-1] for g in got] == [b"/one", b"/two"]
+    _, req = rec.take()
+    assert len(req) == 2 and all(0.1 <= r[1] < 5 and r[2] == 1 for r in req)
+    assert rec.in_flight == 0
