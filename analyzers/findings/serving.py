@@ -294,9 +294,10 @@ def infer001(c: Context) -> list[Finding]:
 
 
 def serve002(c: Context) -> list[Finding]:
-    """SERVE002: the request path's busy time (the model's forwards and the handlers' own
-    work, waits left out) is mostly the handlers' CPU work outside the model (tokenizing,
-    decoding, JSON, pre- and post-processing), named by location."""
+    """SERVE002: the request path's busy time (the model's forwards, the handlers' own work
+    and the server framework's, waits left out) is mostly the handlers' CPU work outside the
+    model (tokenizing, decoding, JSON, pre- and post-processing: the app's code and what it
+    calls, not the framework's parsing and routing), named by location."""
     th = c.th
     if c.workload is None or c.workload.kind != "server":
         return []
@@ -308,9 +309,13 @@ def serve002(c: Context) -> list[Finding]:
     if share < th.serve_host_warn or conf < th.min_confidence:
         return []
     named = "; ".join(f"{loc.function} ({loc.file}:{loc.line}) {s:.0%}" for loc, s in split.top)
+    model = split.model / split.busy
+    frame = split.framework / split.busy
     msg = (
         f"{share:.0%} of the request path's busy time is the handlers' own CPU work outside "
-        f"the model ({1 - share:.0%} the model's forwards; waits left out)"
+        f"the model ({model:.0%} the model's forwards"
+        + (f", {frame:.0%} the server framework's own work" if frame >= 0.005 else "")
+        + "; waits left out)"
         + (f"; most in {named}" if named else "")
         + ". The handler threads share one GIL with the model: that work holds up every "
         "request in flight."
@@ -337,6 +342,12 @@ def serve002(c: Context) -> list[Finding]:
         Evidence(
             "handler_forward_share",
             round(split.forward / split.samples, 4),
+            "ratio",
+            source="stacks",
+        ),
+        Evidence(
+            "request_path_framework_share",
+            round(split.framework / split.busy, 4),
             "ratio",
             source="stacks",
         ),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.results import Location
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack, user_location
-from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, is_handling
+from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, SERVER_FILE_RE, is_handling
 from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
@@ -159,16 +159,36 @@ class HandlerSplit:
     host: float
     top: tuple[tuple[Location, float], ...]  # (user location, share of the busy samples)
     model: float = 0.0  # forward samples on any thread (a batcher's included)
+    framework: float = 0.0  # on the CPU in the server framework's own per-request work
 
     @property
     def busy(self) -> float:
-        """The request path's busy samples: the model's forwards and the handlers' own work."""
-        return self.host + self.model
+        """The request path's busy samples: the model's forwards, the handlers' own work and
+        the server framework's."""
+        return self.host + self.framework + self.model
+
+
+# The server framework's own per-request work, not the app's: a host sample whose innermost
+# frame of the app or of a server framework (other libraries and the standard library passed
+# over) is the framework's: its parser, routing, headers, the answer's framing (gunicorn,
+# Werkzeug, Flask, Starlette, FastAPI, uvicorn, http.server...), and gevent's or eventlet's
+# timeouts and socket wrappers around them.
+FRAMEWORK_FILE_RE = re.compile(SERVER_FILE_RE.pattern + r"|/(gevent|eventlet)/")
+
+
+def is_framework_work(frames: tuple) -> bool:
+    """Whether a request handler's host sample is the server framework's own work."""
+    for fr in reversed(frames):
+        if fr.is_user:
+            return False
+        if FRAMEWORK_FILE_RE.search(fr.file):
+            return True
+    return False
 
 
 def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
     """The request handlers' samples split (None when no thread handles requests)."""
-    total = fwd = wait = host = model = 0.0
+    total = fwd = wait = host = model = framework = 0.0
     where: dict[Location, float] = {}
     for key in view.threads("all", "target"):
         for (stack, code), n in view.stacks[key].items():
@@ -187,17 +207,19 @@ def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
                 or SOCKET_IO_CODE_RE.search(code)
             ):
                 wait += n
+            elif is_framework_work(frames):
+                framework += n
             else:
                 host += n
                 fr = user_location(stack)
                 if fr is not None:
                     loc = Location(fr.file, fr.line, fr.function)
                     where[loc] = where.get(loc, 0.0) + n
-    if total <= 0 or host + model <= 0:
+    if total <= 0 or host + framework + model <= 0:
         return None
-    busy = host + model
+    busy = host + framework + model
     top = tuple((loc, n / busy) for loc, n in sorted(where.items(), key=lambda x: -x[1])[:3])
-    return HandlerSplit(total, fwd, wait, host, top, model)
+    return HandlerSplit(total, fwd, wait, host, top, model, framework)
 
 
 # An asyncio event loop (asyncio's or uvloop's) on the thread: the coroutines of an ASGI or
