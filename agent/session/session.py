@@ -186,9 +186,9 @@ class Session:
         server under its supervisor), the stacks follow that child: the target only waits."""
         hooks = next((p for p in self.probes if isinstance(p, HookProbe)), None)
         stacks = next((p for p in self.probes if isinstance(p, StackProbe)), None)
-        if hooks is None or stacks is None or stacks.followed is not None:
+        if hooks is None or stacks is None:
             return
-        pid = hooks.worker(self.target.pid)
+        pid = hooks.worker(self.target.pid, stacks.followed)
         if pid is None or not descends_from(pid, self.target.pid):
             return
         stacks.follow(pid)

@@ -40,6 +40,12 @@ from gpudiag.probes.numbers import finite_number
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
 WORK_KINDS = ("step", "forward", "request")  # the hooks' samples of the work a job repeats
+# A unit of the model's work (a step, a forward) weighs more than a request: where one process
+# takes the requests and another runs the model (Ray Serve's proxy and its replica), the
+# stacks follow the model's.
+WORK_WEIGHT = {"step": 2, "forward": 2, "request": 1}
+FOLLOW_MIN = 20  # units of work before a child is followed (a helper's early health checks)
+REFOLLOW_FACTOR = 2  # another child followed instead once it sent this many times more
 LOADED = "loaded into the running job"  # how a hooks status that `attach --hooks` set begins
 
 
@@ -184,16 +190,24 @@ class HookProbe(Probe):
 
     def _count_work(self, pid, got: list[Sample]) -> None:
         """Count the units of work (steps, forwards, requests) each process sent."""
-        n = sum(s.labels.get("kind") in WORK_KINDS for s in got)
+        n = sum(WORK_WEIGHT.get(s.labels.get("kind", ""), 0) for s in got)
         if n and isinstance(pid, int) and (pid in self.work or len(self.work) < 4096):
             self.work[pid] = self.work.get(pid, 0) + n
 
-    def worker(self, target: int) -> int | None:
+    def worker(self, target: int, followed: int | None = None) -> int | None:
         """The process doing the job's work when it is not `target` itself: the one that sent
-        the most units of work, None while `target` sent any or none came."""
+        the most units of work (weighted: `WORK_WEIGHT`), at least FOLLOW_MIN of them; None
+        while `target` sent any or none did. With a child `followed` already, another only
+        once it sent REFOLLOW_FACTOR times more (Ray's dashboard agent answered health checks
+        before the load reached the replica)."""
         if not self.work or target in self.work:
             return None
-        return max(self.work, key=lambda pid: self.work[pid])
+        best = max(self.work, key=lambda pid: self.work[pid])
+        if self.work[best] < FOLLOW_MIN or best == followed:
+            return None
+        if followed is not None and self.work[best] < REFOLLOW_FACTOR * self.work.get(followed, 0):
+            return None
+        return best
 
     def _note_hello(self, msg: dict, sender: int | None) -> None:
         """Keep the hello of hooks `attach --hooks` loaded (the nonce it was given)."""
