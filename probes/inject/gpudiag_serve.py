@@ -696,32 +696,43 @@ def _accepted_at(worker, sock) -> float:
     return arrived_at(sock, time.perf_counter() if not isinstance(t, float) else t)
 
 
+def _patch_gunicorn_handle(cls, rec: Recorder) -> bool:
+    """A gunicorn worker class whose `handle(listener, client, addr)` takes one connection and
+    whose `handle_request(listener_name, req, client, addr)` answers each of its requests: the
+    connection's arrival noted at `handle` (`_accepted_at`; the listener asked to stamp its
+    arrivals), each request timed to `handle_request`'s return. False when it was patched."""
+    if cls.__dict__.get("_gpudiag_patched"):
+        return False
+    orig_handle, orig_request = cls.handle, cls.handle_request
+
+    def handle(self, listener, client, addr, *args, **kwargs):
+        try:
+            _stamp_listener(listener)
+            rec.accept(client, _accepted_at(self, client))
+        except Exception:
+            pass
+        return orig_handle(self, listener, client, addr, *args, **kwargs)
+
+    def handle_request(self, listener_name, req, client, addr, *args, **kwargs):
+        return _timed_call(
+            rec,
+            client,
+            lambda: orig_request(self, listener_name, req, client, addr, *args, **kwargs),
+        )
+
+    cls.handle, cls.handle_request = handle, handle_request
+    cls._gpudiag_patched = True
+    return True
+
+
 def _patch_gunicorn_sync(module, rec: Recorder) -> None:
     """gunicorn's sync worker (one request a connection, one at a time a process): a request
     from its arrival in the kernel (waiting in the listen queue while the worker answers
     another), else its worker's call to accept the connection, to the answer sent
     (handle_request's return; the connection's graceful close after it waits on the client,
     not the server)."""
-    cls = module.SyncWorker
-    if cls.__dict__.get("_gpudiag_patched"):
-        return
-    orig_handle, orig_request = cls.handle, cls.handle_request
-
-    def handle(self, listener, client, addr, *args, **kwargs):
-        try:
-            rec.accept(client, _accepted_at(self, client))
-        except Exception:
-            pass
-        return orig_handle(self, listener, client, addr, *args, **kwargs)
-
-    def handle_request(self, listener, req, client, addr, *args, **kwargs):
-        return _timed_call(
-            rec, client, lambda: orig_request(self, listener, req, client, addr, *args, **kwargs)
-        )
-
-    _note_accept_call(cls)
-    cls.handle, cls.handle_request = handle, handle_request
-    cls._gpudiag_patched = True
+    if _patch_gunicorn_handle(module.SyncWorker, rec):
+        _note_accept_call(module.SyncWorker)
 
 
 def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
@@ -761,26 +772,7 @@ def _patch_gunicorn_async(module, rec: Recorder) -> None:
     kept-alive connection's next from its request parsed, to the answer sent
     (handle_request's return). The hooks' thread-locals are greenlet-locals under gevent's
     patching, so each greenlet's request is its own."""
-    cls = module.AsyncWorker
-    if cls.__dict__.get("_gpudiag_patched"):
-        return
-    orig_handle, orig_request = cls.handle, cls.handle_request
-
-    def handle(self, listener, client, addr, *args, **kwargs):
-        try:
-            _stamp_listener(listener)
-            rec.accept(client, arrived_at(client, time.perf_counter()))
-        except Exception:
-            pass
-        return orig_handle(self, listener, client, addr, *args, **kwargs)
-
-    def handle_request(self, listener_name, req, sock, addr, *args, **kwargs):
-        return _timed_call(
-            rec, sock, lambda: orig_request(self, listener_name, req, sock, addr, *args, **kwargs)
-        )
-
-    cls.handle, cls.handle_request = handle, handle_request
-    cls._gpudiag_patched = True
+    _patch_gunicorn_handle(module.AsyncWorker, rec)
 
 
 def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
