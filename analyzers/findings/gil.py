@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.context import Context
 from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.loop import LoopProfile, location_of
+from gpudiag.analyzers.measures.loop import GilStats, LoopProfile, location_of
+from gpudiag.analyzers.measures.serving import handler_names
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
 
 
@@ -19,11 +22,37 @@ def gil_judged(profile: LoopProfile, th: Thresholds) -> bool:
     return g.ticks >= th.gil_min_ticks or g.other_cpu is not None
 
 
+# what the profiled thread is, by the job's kind (measures/workload.py)
+ROLE = {
+    "training": "training loop thread",
+    "inference": "inference loop thread",
+    "server": "serving thread",
+}
+
+
+def _without(g: GilStats, handlers: frozenset[str]) -> GilStats:
+    """The GIL's hold with the request-handler threads' part taken out (SERVE002's host work:
+    one cause, one id): the others' share less theirs, the wait scaled down with it."""
+    held = sum(share for name, share, _ in g.holders if name in handlers)
+    if held <= 0:
+        return g
+    rest = max(0.0, g.other_share - held)
+    scale = rest / g.other_share if g.other_share > 0 else 0.0
+    return replace(
+        g,
+        other_share=rest,
+        wait_share=g.wait_share * scale,
+        holders=tuple(h for h in g.holders if h[0] not in handlers),
+    )
+
+
 def gil_findings(
     profile: LoopProfile,
     th: Thresholds,
     gpu_idle_caused: float | None = None,
     gpu_idle: float | None = None,
+    kind: str = "training",
+    handlers: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """GIL001 when the loop's estimated GIL wait and the others' GIL share cross thresholds.
 
@@ -34,6 +63,10 @@ def gil_findings(
     g = profile.gil
     if g is None or profile.thread is None:
         return []
+    whole = g.wait_share
+    g = _without(g, handlers)
+    if gpu_idle_caused is not None and whole > 0:
+        gpu_idle_caused *= g.wait_share / whole
     # The wait rests on the loop thread's schedstat and on who held the GIL (--gil ticks),
     # not on the loop's stack samples: a loop starved of the GIL is off-CPU in a futex, so
     # py-spy's loop samples are few exactly when GIL001 is the answer.
@@ -55,7 +88,11 @@ def gil_findings(
         for name, share, where in holders
     )
     loop = profile.thread.thread if profile.thread else "the loop thread"
-    role = "training loop thread" if profile.samples else "main thread (still before its loop)"
+    role = (
+        ROLE.get(kind, ROLE["training"])
+        if profile.samples
+        else "main thread (still before its loop)"
+    )
     waiting = 1.0 - (profile.loop_cpu or 0.0)
     msg = (
         f"Other Python threads hold the GIL {g.other_share:.0%} of the time ({named}). "
@@ -165,4 +202,8 @@ def gil_findings(
 
 def find(c: Context) -> list[Finding]:
     """GIL001, from the analysis context."""
-    return gil_findings(c.profile, c.th, c.caused("gil_wait"), c.idle)
+    kind = c.workload.kind if c.workload else "training"
+    # a server's request handlers holding the GIL is the request path's own work (SERVE002's,
+    # or the forwards SERVE001 batches): GIL001 names the threads outside it
+    handlers = handler_names(c.view) if kind == "server" else frozenset()
+    return gil_findings(c.profile, c.th, c.caused("gil_wait"), c.idle, kind, handlers)

@@ -302,7 +302,9 @@ def serve002(c: Context) -> list[Finding]:
     if c.workload is None or c.workload.kind != "server":
         return []
     split = handler_split(c.view, c.clf)
-    if split is None or split.busy < th.min_loop_samples:
+    # the request path seen enough (its waits included); the share's confidence rests on
+    # its busy samples
+    if split is None or split.samples < th.min_loop_samples:
         return []
     share = split.host / split.busy
     conf = confidence_above(share, th.serve_host_warn, split.busy)
@@ -331,14 +333,15 @@ def serve002(c: Context) -> list[Finding]:
             "stacks",
         ),
         Evidence(
-            "request_path_busy_samples",
-            split.busy,
+            "request_path_samples",
+            split.samples,
             "samples",
             th.min_loop_samples,
             ">=",
             "min_loop_samples",
             "stacks",
         ),
+        Evidence("request_path_busy_samples", split.busy, "samples", source="stacks"),
         Evidence(
             "handler_forward_share",
             round(split.forward / split.samples, 4),

@@ -116,12 +116,26 @@ def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
 POOLED_TID = 0  # the pooled request handlers' thread id in a profile (no real thread has it)
 
 
+def handler_keys(view: Aggregate) -> list[ThreadKey]:
+    """The request-handler threads: those with a stack sample inside a request."""
+    return [
+        k for k in view.threads("all", "target") if any(is_handling(s) for s, _ in view.stacks[k])
+    ]
+
+
+def handler_names(view: Aggregate) -> frozenset[str]:
+    """The names of the threads seen inside a request in any window (the --gil window's
+    included: a short-lived handler thread may be caught only there)."""
+    keys = view.threads("all", "target") + view.threads("gil", "target")
+    return frozenset(
+        k.thread for k in keys if k.thread and any(is_handling(s) for s, _ in view.stacks[k])
+    )
+
+
 def pool_handlers(view: Aggregate) -> Aggregate | None:
     """The view with every request-handler thread's stacks pooled into one thread, "request
     handlers (N threads)"; None when no thread handles requests. The series are shared."""
-    keys = [
-        k for k in view.threads("all", "target") if any(is_handling(s) for s, _ in view.stacks[k])
-    ]
+    keys = handler_keys(view)
     if not keys:
         return None
     merged: dict[tuple[str, str], float] = {}
