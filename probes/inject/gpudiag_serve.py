@@ -1,8 +1,8 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
 forward hook) and the requests of a standard-library or Werkzeug HTTP server, of gunicorn's
-XX
-request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync and asyncio
-servers, buffered for gpudiag_hooks to send with the steps.
+workers (sync, gthread, gevent/eventlet, its ASGI worker; in each forked worker), of an ASGI
+app (uvicorn's request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync and
+asyncio servers, buffered for gpudiag_hooks to send with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _socket
 import contextvars
+import re
 import socket
 import struct
 import sys
@@ -29,6 +30,21 @@ from typing import Any
 MAX_ROWS = 20000  # forwards or requests kept between two flushes; more are dropped
 SO_TIMESTAMPNS = 35  # Linux: stamp each received packet with the kernel's receive time
 MAX_QUEUED_S = 60.0  # an arrival stamp older than this is not believed
+
+# Requests that are not the model's traffic: health, liveness and readiness checks (a
+# Kubernetes probe, Ray Serve's `/-/healthz` and `/-/routes`, Triton's `/v2/health/...`) and
+# metrics scrapes. Not timed: one every few seconds stretches the span of the requests and
+# takes the rate and the latency percentiles away from the clients'.
+PROBE_PATH_RE = re.compile(
+    r"^/(?:-/)?(?:healthz?|livez?|readyz?|ready|ping|metrics|routes|v2/health/(?:ready|live))/?$"
+)
+
+
+def is_probe(path) -> bool:
+    """Whether a request's path (its query left out) is a health check or a metrics scrape."""
+    if isinstance(path, bytes):
+        path = path.decode("latin-1")
+    return isinstance(path, str) and bool(PROBE_PATH_RE.match(path.split("?", 1)[0]))
 
 
 def stamp_arrivals(sock) -> None:
@@ -127,11 +143,15 @@ class Recorder:
             if len(self.accepted) < 4096:
                 self.accepted[conn] = t
 
-    def end_request(self, t0: float, in_flight: float, sent: float | None = None) -> None:
+    def end_request(
+        self, t0: float, in_flight: float, sent: float | None = None, path: Any = None
+    ) -> None:
         """A request started at `t0` is done; its answer left at `sent` (perf_counter; now
-        when not known)."""
+        when not known). A health check or metrics scrape (`path`) is not kept."""
         with self.lock:
             self.in_flight = max(0, self.in_flight - 1)
+        if is_probe(path):
+            return
         now = time.perf_counter()
         end = now if sent is None or not t0 <= sent <= now else sent
         self.add(self.requests, [time.time() - (now - end), end - t0, in_flight])
@@ -359,7 +379,7 @@ def patch_handler(cls, rec: Recorder) -> None:
                 started = getattr(self, "_gpudiag_t0", None)
                 if started is not None:
                     self._gpudiag_t0 = None
-                    rec.end_request(*started, _sent(self))
+                    rec.end_request(*started, _sent(self), getattr(self, "path", None))
             except Exception:
                 pass
 
@@ -414,9 +434,35 @@ def _patch_werkzeug(module, rec: Recorder) -> None:
 _IN_ASGI: contextvars.ContextVar[bool] = contextvars.ContextVar("gpudiag_asgi", default=False)
 
 
-async def _timed(rec: Recorder, call, conn=None):
-    """Await `call()` as one request (the outermost ASGI level only); a connection's first
-    request from when it was made (`conn`: its transport)."""
+class Answer:
+    """An ASGI request's answer: `wrap(send)` notes when its last body part was sent (an app
+    may run on after it: Starlette's background tasks, Ray Serve's proxy; its client already
+    has the answer)."""
+
+    def __init__(self) -> None:
+        self.sent: float | None = None
+
+    def wrap(self, send):
+        async def sending(message):
+            got = await send(message)
+            try:
+                if message.get("type") == "http.response.body" and not message.get("more_body"):
+                    self.sent = time.perf_counter()
+            except Exception:
+                pass
+            return got
+
+        return sending
+
+
+def _path(scope) -> Any:
+    return scope.get("path") if isinstance(scope, dict) else None
+
+
+async def _timed(rec: Recorder, call, conn=None, answer: Answer | None = None, path: Any = None):
+    """Await `call()` as one request (the outermost ASGI level only) to its answer sent
+    (`answer`, else its return); a connection's first request from when it was made (`conn`:
+    its transport)."""
     if _IN_ASGI.get():
         return await call()
     started = None
@@ -431,7 +477,7 @@ async def _timed(rec: Recorder, call, conn=None):
         _IN_ASGI.reset(token)
         try:
             if started is not None:
-                rec.end_request(*started)
+                rec.end_request(*started, answer.sent if answer else None, path)
         except Exception:
             pass
 
@@ -447,7 +493,13 @@ def _patch_uvicorn_cycle(module, rec: Recorder) -> None:
     orig = cls.run_asgi
 
     async def run_asgi(self, app):
-        return await _timed(rec, lambda: orig(self, app), getattr(self, "transport", None))
+        answer = Answer()
+        try:
+            self.send = answer.wrap(self.send)  # the instance's: what run_asgi hands the app
+        except Exception:
+            answer = None
+        conn = getattr(self, "transport", None)
+        return await _timed(rec, lambda: orig(self, app), conn, answer, _path(self.scope))
 
     cls.run_asgi = run_asgi
     cls._gpudiag_patched = True
@@ -484,9 +536,12 @@ def _patch_starlette(module, rec: Recorder) -> None:
     orig = cls.__call__
 
     async def __call__(self, scope, receive, send):
-        if not isinstance(scope, dict) or scope.get("type") != "http":
+        if not isinstance(scope, dict) or scope.get("type") != "http" or _IN_ASGI.get():
             return await orig(self, scope, receive, send)
-        return await _timed(rec, lambda: orig(self, scope, receive, send))
+        answer = Answer()
+        return await _timed(
+            rec, lambda: orig(self, scope, receive, answer.wrap(send)), None, answer, _path(scope)
+        )
 
     cls.__call__ = __call__
     cls._gpudiag_patched = True
@@ -646,9 +701,10 @@ def _aio_timed(handler, rec: Recorder, t0: float | None):
     return handler._replace(**{name: behavior})
 
 
-def _timed_call(rec: Recorder, conn, call):
+def _timed_call(rec: Recorder, conn, call, path: Any = None):
     """`call()` as one request on connection `conn` (started as `Recorder.start_request`
-    says: when it was accepted, for its first request), ended once `call` returns or raises."""
+    says: when it was accepted, for its first request), ended once `call` returns or raises;
+    a health check or metrics scrape (`path`) not kept."""
     started = None
     try:
         started = rec.start_request(conn)
@@ -659,7 +715,7 @@ def _timed_call(rec: Recorder, conn, call):
     finally:
         try:
             if started is not None:
-                rec.end_request(*started)
+                rec.end_request(*started, None, path)
         except Exception:
             pass
 
@@ -718,6 +774,7 @@ def _patch_gunicorn_handle(cls, rec: Recorder) -> bool:
             rec,
             client,
             lambda: orig_request(self, listener_name, req, client, addr, *args, **kwargs),
+            getattr(req, "path", None),
         )
 
     cls.handle, cls.handle_request = handle, handle_request
@@ -758,6 +815,7 @@ def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
             rec,
             getattr(conn, "sock", None),
             lambda: orig_request(self, req, conn, *args, **kwargs),
+            getattr(req, "path", None),
         )
 
     _note_accept_call(cls)
@@ -788,7 +846,11 @@ def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
 
     async def _serve_http_request(self, request, *args, **kwargs):
         return await _timed(
-            rec, lambda: orig(self, request, *args, **kwargs), getattr(self, "transport", None)
+            rec,
+            lambda: orig(self, request, *args, **kwargs),
+            getattr(self, "transport", None),
+            None,
+            getattr(request, "path", None),
         )
 
     _patch_connection_made(cls, rec)

@@ -609,3 +609,76 @@ def test_starlette_called_by_another_asgi_server_times_the_request_once(asgi_rec
     asyncio.run(call("http"))
     _, req = asgi_rec.take()
     assert len(req) == 1 and sent[-1]["body"] == b"ok"
+
+
+@pytest.mark.parametrize(
+    "path, probe",
+    [
+        ("/healthz", True),
+        ("/health", True),
+        ("/-/healthz", True),
+        ("/-/routes", True),
+        ("/v2/health/ready", True),
+        ("/metrics?x=1", True),
+        (b"/readyz/", True),
+        ("/predict", False),
+        ("/v2/models/m/infer", False),
+        ("/healthcheck-model/predict", False),
+        (None, False),
+    ],
+)
+def test_health_checks_and_metrics_scrapes_are_told_from_the_traffic(path, probe):
+    assert gpudiag_serve.is_probe(path) is probe
+
+
+def test_a_health_check_is_not_kept_and_leaves_nothing_in_flight():
+    rec = gpudiag_serve.Recorder(lambda: None)
+    server = _serving(rec, ThreadingHTTPServer, Echo)
+    try:
+        port = server.server_address[1]
+        for path in ("/healthz", "/a", "/-/healthz", "/b"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            assert conn.getresponse().read() == b"ok"
+            conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    _, req = rec.take()
+    assert len(req) == 2 and rec.in_flight == 0
+
+
+def test_fastapi_work_after_the_answer_is_not_the_requests_time(asgi_rec):
+    """A background task (Starlette's, FastAPI's BackgroundTasks: run after the answer is sent)
+    and a health check: the request ends when its answer's last part was sent, the check is
+    not kept."""
+    from fastapi import FastAPI
+    from starlette.background import BackgroundTask
+    from starlette.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.get("/predict/{n}")
+    def predict(n: int) -> JSONResponse:
+        return JSONResponse({"n": n * 2}, background=BackgroundTask(time.sleep, 0.3))
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"ok": 1}
+
+    server, port = _fastapi_server(app)
+    try:
+        for path in ("/healthz", "/predict/1", "/healthz", "/predict/2"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            assert conn.getresponse().status == 200
+            conn.close()
+        deadline = time.monotonic() + 10
+        while len(asgi_rec.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.4)  # the second background task done: no late row
+    finally:
+        server.should_exit = True
+    _, req = asgi_rec.take()
+    assert len(req) == 2 and all(r[1] < 0.25 for r in req), req
+    assert asgi_rec.in_flight == 0
