@@ -193,10 +193,12 @@ FRAMEWORK_FILE_RE = re.compile(SERVER_FILE_RE.pattern + r"|/(gevent|eventlet)/")
 def is_framework_work(frames: tuple) -> bool:
     """Whether a request handler's host sample is the server framework's own work."""
     for fr in reversed(frames):
-        if fr.is_user:
-            return False
+        # a framework installed outside site-packages (pip --target, a vendored copy) is
+        # still the framework: its folder names it before its path calls it the job's own
         if FRAMEWORK_FILE_RE.search(fr.file):
             return True
+        if fr.is_user:
+            return False
     return False
 
 

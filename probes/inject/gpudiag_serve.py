@@ -40,6 +40,19 @@ PROBE_PATH_RE = re.compile(
 )
 
 
+# ...and the gRPC services that are not: gRPC's health checks and reflection, Ray's own
+# control plane (its dashboard agent's grpc.aio server, called every few seconds)
+PROBE_RPC_RE = re.compile(r"^/(?:grpc\.health\.v1\.Health/|grpc\.reflection\.|ray\.rpc\.)")
+
+
+def is_probe_rpc(method) -> bool:
+    """Whether a gRPC method ('/package.Service/Method') is a health check or a server's own
+    control-plane call, not the model's traffic."""
+    if isinstance(method, bytes):
+        method = method.decode("latin-1")
+    return isinstance(method, str) and bool(PROBE_RPC_RE.match(method))
+
+
 def is_probe(path) -> bool:
     """Whether a request's path (its query left out) is a health check or a metrics scrape."""
     if isinstance(path, bytes):
@@ -574,6 +587,8 @@ def _patch_grpc_server(module, rec: Recorder) -> None:
     def _handle_call(*args, **kwargs):
         t = getattr(_GRPC_EVENT, "t", None) or time.perf_counter()
         got = orig_call(*args, **kwargs)
+        if _rpc_method(args) is not None and is_probe_rpc(_rpc_method(args)):
+            return got
         try:
             _time_rpc(rec, got, t)
         except Exception:
@@ -583,6 +598,14 @@ def _patch_grpc_server(module, rec: Recorder) -> None:
     module._handle_call = _handle_call
     module._process_event_and_continue = _process_event_and_continue
     module._gpudiag_patched = True
+
+
+def _rpc_method(args: tuple):
+    """The method of the call `_handle_call(rpc_event, ...)` was given (None: not known)."""
+    try:
+        return args[0].call_details.method
+    except Exception:
+        return None
 
 
 def _time_rpc(rec: Recorder, got, t0: float) -> None:
@@ -625,7 +648,10 @@ def _patch_grpc_aio(module, rec: Recorder) -> None:
 
         def service(self, handler_call_details):
             t = time.perf_counter()
-            return _aio_timed(self.inner.service(handler_call_details), rec, t)
+            got = self.inner.service(handler_call_details)
+            if is_probe_rpc(getattr(handler_call_details, "method", None)):
+                return got
+            return _aio_timed(got, rec, t)
 
     def generic(handlers):
         try:
@@ -641,7 +667,8 @@ def _patch_grpc_aio(module, rec: Recorder) -> None:
 
     def add_registered_method_handlers(self, service_name, method_handlers):
         try:
-            method_handlers = {k: _aio_timed(v, rec, None) for k, v in method_handlers.items()}
+            if not is_probe_rpc(f"/{service_name}/"):
+                method_handlers = {k: _aio_timed(v, rec, None) for k, v in method_handlers.items()}
         except Exception:
             pass
         return orig_reg(self, service_name, method_handlers)

@@ -523,3 +523,16 @@ def test_a_request_handled_inside_the_listeners_frame_is_handled(stack, handling
     server's request runs inside `_run_once`: under `attach` without the hooks they read as
     the listener, so no request was ever in flight and SERVE001 was never estimated."""
     assert is_handling(stack) is handling
+
+
+@pytest.mark.parametrize("root", ["/usr/lib/python3/site-packages", "/work/raysite", "/app/vendor"])
+def test_a_framework_installed_anywhere_is_the_frameworks_work(root):
+    """Ray Serve installed with `pip --target` (no site-packages in its path) read as the app's
+    own code: SERVE002 named its replica's event loop as the app's host work."""
+    from gpudiag.analyzers.measures.rules import parse_stack
+    from gpudiag.analyzers.measures.serving import is_framework_work
+
+    ray = f"_run_user_code_event_loop ({root}/ray/serve/_private/replica.py:3746)"
+    mine = "tokenize (/srv/app/serve.py:37)"
+    assert is_framework_work(parse_stack(f"main (/srv/app/serve.py:9);{ray}"))
+    assert not is_framework_work(parse_stack(f"{ray};{mine}"))

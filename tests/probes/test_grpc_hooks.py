@@ -42,10 +42,10 @@ def grpc_rec():
     del _server._gpudiag_patched
 
 
-def _serve(workers: int, **methods):
+def _serve(workers: int, service: str = SERVICE, **methods):
     """A gRPC server on 127.0.0.1 with unary JSON methods: (server, port)."""
     handler = grpc.method_handlers_generic_handler(
-        SERVICE,
+        service,
         {
             name: grpc.unary_unary_rpc_method_handler(
                 fn, request_deserializer=json.loads, response_serializer=_dumps
@@ -60,9 +60,9 @@ def _serve(workers: int, **methods):
     return server, port
 
 
-def _stub(channel, method: str):
+def _stub(channel, method: str, service: str = SERVICE):
     return channel.unary_unary(
-        f"/{SERVICE}/{method}", request_serializer=_dumps, response_deserializer=json.loads
+        f"/{service}/{method}", request_serializer=_dumps, response_deserializer=json.loads
     )
 
 
@@ -202,7 +202,9 @@ def aio_rec():
     del cls._gpudiag_patched
 
 
-def _aio_serve(methods: dict, registered: bool = False, streams: dict | None = None):
+def _aio_serve(
+    methods: dict, registered: bool = False, streams: dict | None = None, service: str = SERVICE
+):
     """A grpc.aio server on 127.0.0.1 on its own event loop in a thread: (port, stop)."""
     import asyncio
 
@@ -222,10 +224,10 @@ def _aio_serve(methods: dict, registered: bool = False, streams: dict | None = N
                 fn, request_deserializer=json.loads, response_serializer=_dumps
             )
         if registered:
-            server.add_registered_method_handlers(SERVICE, handlers)
+            server.add_registered_method_handlers(service, handlers)
         else:
             server.add_generic_rpc_handlers(
-                (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+                (grpc.method_handlers_generic_handler(service, handlers),)
             )
         box["port"] = server.add_insecure_port("127.0.0.1:0")
         await server.start()
@@ -291,3 +293,59 @@ def test_grpc_aio_rpcs_with_one_answer_are_timed_with_their_concurrency(aio_rec,
     assert len(req) == 20 and all(r[1] >= 0.05 for r in req)
     assert max(r[2] for r in req) >= 2
     assert aio_rec.in_flight == 0
+
+
+HEALTH = "grpc.health.v1.Health"
+
+
+def health(req, context):
+    return {"status": 1}
+
+
+def test_a_health_check_rpc_is_not_timed(grpc_rec):
+    """gRPC's health service (a load balancer's or Kubernetes' check every few seconds) is not
+    the model's traffic: only the model's RPC is a row."""
+    server, port = _serve(4, HEALTH, Check=health)
+    model, model_port = _serve(4, Double=double)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert _stub(channel, "Check", HEALTH)({}, timeout=10) == {"status": 1}
+        with grpc.insecure_channel(f"127.0.0.1:{model_port}") as channel:
+            assert _stub(channel, "Double")({"n": 2}, timeout=10) == {"n": 4}
+        req = _timed(grpc_rec, 1)
+    finally:
+        server.stop(None).wait()
+        model.stop(None).wait()
+    assert len(req) == 1 and req[0][1] >= 0.05
+    assert grpc_rec.in_flight == 0
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_grpc_aio_control_plane_rpcs_are_not_timed(aio_rec, registered):
+    """A server's own control plane (Ray's dashboard agent serves `ray.rpc.*` on grpc.aio) is
+    not the model's traffic."""
+    port, stop = _aio_serve({"Report": adouble}, registered, service="ray.rpc.ReporterService")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            got = _stub(channel, "Report", "ray.rpc.ReporterService")({"n": 1}, timeout=10)
+            assert got == {"n": 2}
+        req = _timed(aio_rec, 1, timeout=0.5)
+    finally:
+        stop()
+    assert req == [] and aio_rec.in_flight == 0
+
+
+@pytest.mark.parametrize(
+    "method, probe",
+    [
+        ("/grpc.health.v1.Health/Check", True),
+        (b"/grpc.health.v1.Health/Watch", True),
+        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", True),
+        ("/ray.rpc.ReporterService/ReportOCMetrics", True),
+        ("/test.Model/Double", False),
+        ("/inference.GRPCInferenceService/ModelInfer", False),
+        (None, False),
+    ],
+)
+def test_probe_rpcs_are_told_from_the_models(method, probe):
+    assert gpudiag_serve.is_probe_rpc(method) is probe
