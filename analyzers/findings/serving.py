@@ -19,7 +19,7 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.serving import event_loop_split, handler_split
+from gpudiag.analyzers.measures.serving import LoopSplit, event_loop_split, handler_split
 from gpudiag.analyzers.measures.summary import confidence_above
 
 # INFER001's range: the share of a forward autograd's bookkeeping costs when nothing needs it
@@ -578,11 +578,11 @@ def serve004(c: Context) -> list[Finding]:
     conf = confidence_above(share, th.serve_loop_forward_warn, split.samples)
     if share < th.serve_loop_forward_warn or conf < th.min_confidence:
         return []
-    return [_serve004(c, share, conf, split.samples, split.where)]
+    return [_serve004(c, share, conf, split)]
 
 
-def _serve004(c: Context, share: float, conf: float, samples: float, where) -> Finding:
-    m, th = c.metrics, c.th
+def _serve004(c: Context, share: float, conf: float, split: LoopSplit) -> Finding:
+    m, th, where = c.metrics, c.th, split.where
     p50, fwd = m.get("request_latency_p50_s"), m.get("forward_time_p50_s")
     waited = (
         f" A request took {p50 * 1e3:.0f} ms at p50 against a {fwd * 1e3:.1f} ms forward: "
@@ -608,7 +608,7 @@ def _serve004(c: Context, share: float, conf: float, samples: float, where) -> F
         ),
         Evidence(
             "event_loop_samples",
-            samples,
+            split.samples,
             "samples",
             th.min_loop_samples,
             ">=",
@@ -620,30 +620,49 @@ def _serve004(c: Context, share: float, conf: float, samples: float, where) -> F
         for k, u in (("request_latency_p50_s", "s"), ("forward_time_p50_s", "s"))
         if m.get(k)
     )
-    actions = (
-        "FastAPI/Starlette: declare the endpoint with `def`, not `async def` (it then runs in "
-        "the thread pool), or keep `async def` and `await run_in_threadpool(...)` "
-        "(starlette.concurrency) or `await asyncio.to_thread(...)` around the tokenizer and "
-        "model calls",
-        "another asyncio server (aiohttp, grpc.aio, a plain asyncio server): "
-        "`await loop.run_in_executor(None, fn, ...)`",
-        "or one model thread fed by a queue that batches the requests in flight (SERVE001)",
-    )
-    # the loop's other work beside the forwards (1 / share), or the requests in flight with
-    # their forwards side by side in the thread pool, as far as the device has room (at least
-    # two): a public server's fix measured x1.03-1.26 where 1 / share said x1.07
-    together = max(2.0, m.get("requests_in_flight_mean") or 0.0)
+    return _loop_finding(c, share, conf, msg, ev, split)
+
+
+# Ray Serve runs a deployment's `def` methods in the replica's thread pool (its default since
+# RAY_SERVE_RUN_SYNC_IN_THREADPOOL), its `async def` ones on the replica's event loop
+RAY_ACTIONS = (
+    "Ray Serve: declare the method `def`, not `async def` (Ray runs it in the replica's thread "
+    "pool), or keep `async def` and `await asyncio.to_thread(...)` around the tokenizer and "
+    "model calls",
+    "or `@serve.batch` on the model call, so one forward serves the requests in flight (SERVE001)",
+)
+LOOP_ACTIONS = (
+    "FastAPI/Starlette: declare the endpoint with `def`, not `async def` (it then runs in "
+    "the thread pool), or keep `async def` and `await run_in_threadpool(...)` "
+    "(starlette.concurrency) or `await asyncio.to_thread(...)` around the tokenizer and "
+    "model calls",
+    "another asyncio server (aiohttp, grpc.aio, a plain asyncio server): "
+    "`await loop.run_in_executor(None, fn, ...)`",
+    "or one model thread fed by a queue that batches the requests in flight (SERVE001)",
+)
+
+
+def _loop_finding(
+    c: Context, share: float, conf: float, msg: str, ev: tuple, split: LoopSplit
+) -> Finding:
+    """SERVE004 with its hypothesis range: the loop's other work beside the forwards
+    (1 / share), or the requests in flight with their forwards side by side in the thread
+    pool, as far as the device has room (at least two): a public server's fix measured
+    x1.03-1.26 where 1 / share said x1.07."""
+    together = max(2.0, c.metrics.get("requests_in_flight_mean") or 0.0)
     high = max(1.0 / max(share, 1e-6), together)
     return new_finding(
         "SERVE004",
-        th,
+        c.th,
         confidence=conf,
         impact=1.0 - 1.0 / high,
         message=msg + " What it gives back is unverified until measured.",
         evidence=ev,
-        recommendation=Recommendation("Run the model off the event loop", actions),
+        recommendation=Recommendation(
+            "Run the model off the event loop", RAY_ACTIONS if split.ray else LOOP_ACTIONS
+        ),
         expected_speedup=round(high, 3),
-        location=where,
+        location=split.where,
         signals=("stacks",),
         speedup_basis=f"a hypothesis, unverified: from x1.00 (the forwards still take their "
         f"device one at a time) to x{high:.2f} ({together:.1f} requests' forwards side by side "

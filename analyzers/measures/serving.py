@@ -241,6 +241,9 @@ def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
 # An asyncio event loop (asyncio's or uvloop's) on the thread: the coroutines of an ASGI or
 # grpc.aio server run on it, one at a time.
 EVENT_LOOP_RE = re.compile(r"/asyncio/(base_events|events)\.py$|/uvloop/")
+# ...or a thread whose event loop runs in C (uvloop) below a known runner: Ray Serve's
+# replica runs the user's code so
+EVENT_LOOP_FUNC_RE = re.compile(r"(^|\.)_run_user_code_event_loop$")
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,7 @@ class LoopSplit:
     samples: float
     forward: float
     where: Location | None
+    ray: bool = False  # the loop is a Ray Serve replica's
 
 
 def _model_caller(frames: tuple) -> Location | None:
@@ -265,14 +269,18 @@ def _model_caller(frames: tuple) -> Location | None:
 def event_loop_split(view: Aggregate) -> LoopSplit | None:
     """How much of the event-loop threads' time the model's forwards take (None: no event
     loop seen): a forward there holds up every other coroutine of the server."""
-    total = fwd = 0.0
+    total = fwd = ray = 0.0
     where: dict[Location, float] = {}
     for key in view.threads("all", "target"):
         for (stack, _code), n in view.stacks[key].items():
             frames = parse_stack(stack)
-            if not any(EVENT_LOOP_RE.search(fr.file) for fr in frames):
+            if not any(
+                EVENT_LOOP_RE.search(fr.file) or EVENT_LOOP_FUNC_RE.search(fr.function)
+                for fr in frames
+            ):
                 continue
             total += n
+            ray += n * any("/ray/serve/" in fr.file for fr in frames)
             if any(FORWARD_FILE_RE.search(fr.file) for fr in frames):
                 fwd += n
                 loc = _model_caller(frames)
@@ -281,4 +289,4 @@ def event_loop_split(view: Aggregate) -> LoopSplit | None:
     if total <= 0:
         return None
     top = max(where, key=lambda k: where[k]) if where else None
-    return LoopSplit(total, fwd, top)
+    return LoopSplit(total, fwd, top, ray >= total / 2)

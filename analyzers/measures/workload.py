@@ -36,9 +36,12 @@ SUPERVISOR_FILE_RE = re.compile(
     r"/werkzeug/_reloader\.py$|/uvicorn/supervisors/|/gunicorn/arbiter\.py$|/hupper/"
 )
 # a listener, an event loop, or a server's main thread waiting for it to stop (gRPC's
-# wait_for_termination: a grpc/ frame, not a request being handled)
+# wait_for_termination: a grpc/ frame, not a request being handled). Ray Serve's replica runs
+# the user's code on its own event loop thread, the loop in C (uvloop): the thread's target
+# is the innermost frame while it waits.
 LISTENER_FUNC_RE = re.compile(
-    r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept|wait_for_termination)$"
+    r"(^|\.)(serve_forever|_serve|serve|run_forever|_run_once|accept|wait_for_termination"
+    r"|_run_user_code_event_loop)$"
 )
 # A request's handling that runs inside a listener's or event loop's frame: gunicorn's sync
 # and async workers handle the connection they accepted inside `accept`/`run_for_one`; an
@@ -50,7 +53,8 @@ HANDLER_ENTRY_RE = re.compile(
     r"(^|\.)uvicorn\.protocols\.http\.\w+\.(RequestResponseCycle\.)?run_asgi$|"
     r"(^|\.)(starlette|fastapi)\.|"
     r"(^|\.)aiohttp\.web_protocol\.(RequestHandler\.)?_handle_request$|"
-    r"(^|\.)tornado\.web\.(RequestHandler\.)?_execute$"
+    r"(^|\.)tornado\.web\.(RequestHandler\.)?_execute$|"
+    r"(^|\.)ray\.serve\._private\.(replica\.UserCallableWrapper|http_util)\."
 )
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
 

@@ -40,9 +40,13 @@ PROBE_PATH_RE = re.compile(
 )
 
 
-# ...and the gRPC services that are not: gRPC's health checks and reflection, Ray's own
-# control plane (its dashboard agent's grpc.aio server, called every few seconds)
-PROBE_RPC_RE = re.compile(r"^/(?:grpc\.health\.v1\.Health/|grpc\.reflection\.|ray\.rpc\.)")
+# ...and the gRPC services that are not: gRPC's health checks and reflection, telemetry
+# received over OTLP (Ray's dashboard agent collects its processes' metrics so, every few
+# seconds), Ray's own control plane
+PROBE_RPC_RE = re.compile(
+    r"^/(?:grpc\.health\.v1\.Health/|grpc\.reflection\.|opentelemetry\.proto\.collector\."
+    r"|ray\.rpc\.)"
+)
 
 
 def is_probe_rpc(method) -> bool:

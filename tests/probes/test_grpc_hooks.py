@@ -342,6 +342,7 @@ def test_grpc_aio_control_plane_rpcs_are_not_timed(aio_rec, registered):
         (b"/grpc.health.v1.Health/Watch", True),
         ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", True),
         ("/ray.rpc.ReporterService/ReportOCMetrics", True),
+        ("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export", True),
         ("/test.Model/Double", False),
         ("/inference.GRPCInferenceService/ModelInfer", False),
         (None, False),
