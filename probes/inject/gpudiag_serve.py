@@ -1,8 +1,8 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
 forward hook) and the requests of a standard-library or Werkzeug HTTP server, of gunicorn's
 workers (sync, gthread, gevent/eventlet, its ASGI worker; in each forked worker), of an ASGI
-app (uvicorn's request cycle, Starlette/FastAPI's app call), or the RPCs of grpcio's sync and
-asyncio servers, buffered for gpudiag_hooks to send with the steps.
+app (uvicorn's request cycle, Starlette/FastAPI's app call), of aiohttp's web server, or the
+RPCs of grpcio's sync and asyncio servers, buffered for gpudiag_hooks to send with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -564,6 +564,32 @@ def _patch_starlette(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+def _patch_aiohttp(module, rec: Recorder) -> None:
+    """aiohttp's web server (`web.run_app`, `AppRunner`): a request from its message parsed
+    (a connection's first from the connection made, its arrival where stamped) to
+    `_handle_request`'s return, its answer written (`finish_response`'s `write_eof`).
+    Internals checked: an aiohttp without them is told from its stacks only."""
+    cls = getattr(module, "RequestHandler", None)
+    if cls is None or cls.__dict__.get("_gpudiag_patched"):
+        return
+    orig = getattr(cls, "_handle_request", None)
+    if not callable(orig) or not callable(getattr(cls, "connection_made", None)):
+        return
+
+    async def _handle_request(self, request, *args, **kwargs):
+        return await _timed(
+            rec,
+            lambda: orig(self, request, *args, **kwargs),
+            getattr(self, "transport", None),
+            None,
+            getattr(request, "path", None),
+        )
+
+    _patch_connection_made(cls, rec)
+    cls._handle_request = _handle_request
+    cls._gpudiag_patched = True
+
+
 # the poller thread's time of the event it is processing (grpc._server's sync server)
 _GRPC_EVENT = threading.local()
 
@@ -896,6 +922,7 @@ PATCHES = {
     "uvicorn.protocols.http.h11_impl": _patch_uvicorn_cycle,
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
     "starlette.applications": _patch_starlette,
+    "aiohttp.web_protocol": _patch_aiohttp,
     "grpc._server": _patch_grpc_server,
     "grpc.aio._server": _patch_grpc_aio,
     "gunicorn.workers.sync": _patch_gunicorn_sync,

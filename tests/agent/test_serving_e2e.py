@@ -62,8 +62,12 @@ def client_rate(out: Path) -> float:
 # was unseen and the standard library's and uvicorn's p50 read 9-30% under the client's; with
 # them, 2-7% under at load 1-4.5 (docs/serving.md). Held to what a busy box allows: inside the
 # client's view (5% over for the estimates' noise), at most 25% under it.
-LATENCY_HELD = {"serve_flask.py", "serve_http.py", "serve_fastapi.py"}
-FRAMEWORK = {"serve_fastapi.py": "fastapi", "serve_flask.py": "flask"}
+LATENCY_HELD = {"serve_flask.py", "serve_http.py", "serve_fastapi.py", "serve_aiohttp.py"}
+FRAMEWORK = {
+    "serve_fastapi.py": "fastapi",
+    "serve_flask.py": "flask",
+    "serve_aiohttp.py": "aiohttp",
+}
 
 
 def needs(script: str) -> None:
@@ -137,6 +141,22 @@ def test_run_on_a_server_as_its_frameworks_docs_write_one(tmp_path, script, fixe
     assert m["forward_batch_p50"] == 1 and m["requests_in_flight_max"] >= 2
     assert "SERVE001" in ids(doc)
     assert ("INFER001" in ids(doc)) is not fixed
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_run_on_an_aiohttp_server_as_its_docs_write_one(tmp_path, fixed):
+    """aiohttp, an `async def` handler calling the model inline (the docs' style): the hooks
+    count the requests the clients sent (within 2%), its latency percentiles are the client's,
+    SERVE004 names the model run on the event loop; with `asyncio.to_thread` it goes."""
+    needs("serve_aiohttp.py")
+    args = ["--to-thread"] if fixed else []
+    doc, rate = run_server(tmp_path, *args, script="serve_aiohttp.py", whole=True)
+    assert doc["workload"]["kind"] == "server"
+    m = doc["metrics"]
+    said = client_said(tmp_path / "client.txt")
+    assert m["requests_per_second"] == pytest.approx(rate, rel=0.02), (m["requests"], said)
+    latency_as_said(m, said)
+    assert ("SERVE004" in ids(doc)) is not fixed, warnings(doc)
 
 
 def test_run_follows_a_flask_server_under_its_reloader_into_the_child(tmp_path):

@@ -7,6 +7,7 @@ import http.client
 import threading
 import time
 import types
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -682,3 +683,83 @@ def test_fastapi_work_after_the_answer_is_not_the_requests_time(asgi_rec):
     _, req = asgi_rec.take()
     assert len(req) == 2 and all(r[1] < 0.25 for r in req), req
     assert asgi_rec.in_flight == 0
+
+
+@pytest.fixture
+def aiohttp_rec():
+    """The hooks' patch on aiohttp's RequestHandler, undone after the test."""
+    web_protocol = pytest.importorskip("aiohttp.web_protocol")
+    cls = web_protocol.RequestHandler
+    saved = [(name, cls.__dict__[name]) for name in ("_handle_request", "connection_made")]
+    r = gpudiag_serve.Recorder(lambda: None)
+    gpudiag_serve._patch_aiohttp(web_protocol, r)
+    yield r
+    for name, fn in saved:
+        setattr(cls, name, fn)
+    del cls._gpudiag_patched
+
+
+def _aiohttp_server(app) -> tuple[Callable[[], None], int]:
+    """An aiohttp AppRunner on 127.0.0.1 on its own event loop in a thread: (stop, port)."""
+    import asyncio
+
+    from aiohttp import web
+
+    box: dict = {}
+    up = threading.Event()
+
+    async def main() -> None:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        box["port"] = runner.addresses[0][1]
+        box["stop"] = asyncio.Event()
+        up.set()
+        await box["stop"].wait()
+        await runner.cleanup()
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert up.wait(20)
+
+    def stop() -> None:
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(20)
+
+    return stop, box["port"]
+
+
+def test_aiohttp_times_each_request_once_with_its_concurrency(aiohttp_rec):
+    """aiohttp's web server as its docs write one: every request one row, from its message
+    parsed (a connection's first from the connection made) to its answer written; the
+    parallel clients seen in flight; a health check not kept; answers as sent."""
+    import asyncio
+
+    from aiohttp import web
+
+    async def predict(request):
+        await asyncio.sleep(0.05)
+        return web.json_response({"n": int(request.match_info["n"]) * 2})
+
+    async def healthz(request):
+        return web.json_response({"ok": 1})
+
+    app = web.Application()
+    app.add_routes([web.get("/predict/{n}", predict), web.get("/healthz", healthz)])
+    stop, port = _aiohttp_server(app)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b'{"ok": 1}'
+        conn.close()
+        answers = _twenty_gets(port, aiohttp_rec)
+    finally:
+        stop()
+    _, req = aiohttp_rec.take()
+    sent = [2 * (i * 10 + k) for i in range(4) for k in range(5)]
+    assert sorted(answers) == sorted(f'{{"n": {n}}}'.encode() for n in sent)
+    assert len(req) == 20 and all(r[1] >= 0.05 for r in req)
+    assert max(r[2] for r in req) >= 2
+    assert aiohttp_rec.in_flight == 0
