@@ -31,16 +31,19 @@ ROLE = {
 
 
 def _without(g: GilStats, handlers: frozenset[str]) -> GilStats:
-    """The GIL's hold with the request-handler threads' part taken out (SERVE002's host work:
-    one cause, one id): the others' share less theirs, the wait scaled down with it."""
+    """The GIL's hold with the request path's threads' part taken out (SERVE002's host work,
+    the forwards SERVE001 batches: one cause, one id): the others' share and the wait scaled
+    down by the share of the holders that are left."""
     held = sum(share for name, share, _ in g.holders if name in handlers)
-    if held <= 0:
+    total = sum(share for _, share, _ in g.holders)
+    if held <= 0 or total <= 0:
         return g
-    rest = max(0.0, g.other_share - held)
-    scale = rest / g.other_share if g.other_share > 0 else 0.0
+    # the others' hold (the larger of the --gil ticks and their schedstat CPU) split as the
+    # holders' shares split it
+    scale = max(0.0, total - held) / total
     return replace(
         g,
-        other_share=rest,
+        other_share=g.other_share * scale,
         wait_share=g.wait_share * scale,
         holders=tuple(h for h in g.holders if h[0] not in handlers),
     )
@@ -203,7 +206,8 @@ def gil_findings(
 def find(c: Context) -> list[Finding]:
     """GIL001, from the analysis context."""
     kind = c.workload.kind if c.workload else "training"
-    # a server's request handlers holding the GIL is the request path's own work (SERVE002's,
-    # or the forwards SERVE001 batches): GIL001 names the threads outside it
+    # a server's request path holding the GIL (its handlers, the threads running its model)
+    # is its own work (SERVE002's, or the forwards SERVE001 batches): GIL001 names the
+    # threads outside it
     handlers = handler_names(c.view) if kind == "server" else frozenset()
     return gil_findings(c.profile, c.th, c.caused("gil_wait"), c.idle, kind, handlers)

@@ -124,12 +124,17 @@ def handler_keys(view: Aggregate) -> list[ThreadKey]:
 
 
 def handler_names(view: Aggregate) -> frozenset[str]:
-    """The names of the threads seen inside a request in any window (the --gil window's
+    """The names of the request path's threads: those seen inside a request or in the model's
+    forward (a batcher, `asyncio.to_thread`'s workers), in any window (the --gil window's
     included: a short-lived handler thread may be caught only there)."""
     keys = view.threads("all", "target") + view.threads("gil", "target")
     return frozenset(
-        k.thread for k in keys if k.thread and any(is_handling(s) for s, _ in view.stacks[k])
+        k.thread for k in keys if k.thread and any(_on_path(s) for s, _ in view.stacks[k])
     )
+
+
+def _on_path(stack: str) -> bool:
+    return is_handling(stack) or any(FORWARD_FILE_RE.search(fr.file) for fr in parse_stack(stack))
 
 
 def pool_handlers(view: Aggregate) -> Aggregate | None:

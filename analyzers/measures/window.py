@@ -64,6 +64,15 @@ def _hook_span(agg: Aggregate) -> tuple[int | None, int | None]:
     return first, last
 
 
+def _served_span(agg: Aggregate) -> tuple[int | None, int | None]:
+    """A server's span from the hooks: its first request's start to its last one's end (no
+    steps: the event loop's wait between requests is neither start-up nor shutdown)."""
+    r = agg.rollup("hooks", "request_latency_s", kind="request")
+    if r is None or r.first_ns is None or r.last_ns is None or r.count < 2:
+        return None, None
+    return r.first_ns - int((r.maximum or 0.0) * 1e9), r.last_ns
+
+
 def _loop_thread_share(seg: Aggregate, clf: Classifier) -> tuple[float, float]:
     """(samples in loop work, all samples) of the target's busiest loop thread in a segment."""
     best = (0.0, 0.0)
@@ -111,6 +120,9 @@ def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
     a, b = _hook_span(tl.whole())
     if a is not None and b is not None and b > a:
         return LoopWindow(start, end, a, _stack_window_end(tl, b), "in-process hooks (step times)")
+    a, b = _served_span(tl.whole())
+    if a is not None and b is not None and b > a:
+        return LoopWindow(start, end, a, b, "in-process hooks (requests)")
     loop_spans = []
     for s0, s1, seg in tl.spans():
         loop, total = _loop_thread_share(seg, clf)
