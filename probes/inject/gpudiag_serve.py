@@ -572,11 +572,19 @@ def _patch_aiohttp(module, rec: Recorder) -> None:
     cls = getattr(module, "RequestHandler", None)
     if cls is None or cls.__dict__.get("_gpudiag_patched"):
         return
-    orig = getattr(cls, "_handle_request", None)
-    if not callable(orig) or not callable(getattr(cls, "connection_made", None)):
+    if not callable(getattr(cls, "_handle_request", None)) or not callable(
+        getattr(cls, "connection_made", None)
+    ):
         return
+    _time_protocol_requests(cls, "_handle_request", rec)
 
-    async def _handle_request(self, request, *args, **kwargs):
+
+def _time_protocol_requests(cls, name: str, rec: Recorder) -> None:
+    """Time an asyncio protocol class's `name(request, ...)` coroutine as one request each (a
+    connection's first from the connection made), its `request.path` told from the traffic."""
+    orig = getattr(cls, name)
+
+    async def timed(self, request, *args, **kwargs):
         return await _timed(
             rec,
             lambda: orig(self, request, *args, **kwargs),
@@ -586,7 +594,7 @@ def _patch_aiohttp(module, rec: Recorder) -> None:
         )
 
     _patch_connection_made(cls, rec)
-    cls._handle_request = _handle_request
+    setattr(cls, name, timed)
     cls._gpudiag_patched = True
 
 
@@ -899,20 +907,7 @@ def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
     cls = module.ASGIProtocol
     if cls.__dict__.get("_gpudiag_patched"):
         return
-    orig = cls._serve_http_request
-
-    async def _serve_http_request(self, request, *args, **kwargs):
-        return await _timed(
-            rec,
-            lambda: orig(self, request, *args, **kwargs),
-            getattr(self, "transport", None),
-            None,
-            getattr(request, "path", None),
-        )
-
-    _patch_connection_made(cls, rec)
-    cls._serve_http_request = _serve_http_request
-    cls._gpudiag_patched = True
+    _time_protocol_requests(cls, "_serve_http_request", rec)
 
 
 PATCHES = {
