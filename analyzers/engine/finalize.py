@@ -214,6 +214,24 @@ def _verdict(
             f"{samples:.0f} samples; {th.min_loop_samples} settle every check); profile longer "
             "(--duration)",
         }
+    unplaced = next((f for f in findings if f.id == "LOOP001" and f.impact > 0), None)
+    if top is None and unplaced is not None:
+        # time no rule explains is not a healthy loop: a held-out job (a model deep-copied
+        # every step for its EMA, 23% of the loop) read a sure "no bottleneck" while its fix
+        # measured x1.20-1.40
+        return {
+            "finding": None,
+            "sure": False,
+            "confidence": None,
+            "statement": f"no catalogued cause crossed its threshold ({basis}); not sure: "
+            f"{unplaced.impact:.0%} of the loop"
+            + (
+                f" at {Path(unplaced.location.file).name}:{unplaced.location.line}"
+                if unplaced.location
+                else ""
+            )
+            + " goes to work no rule explains (LOOP001): look there",
+        }
     if top is None:
         return {
             "finding": None,

@@ -625,7 +625,7 @@ def _patch_grpc_server(module, rec: Recorder) -> None:
     def _handle_call(*args, **kwargs):
         t = getattr(_GRPC_EVENT, "t", None) or time.perf_counter()
         got = orig_call(*args, **kwargs)
-        if _rpc_method(args) is not None and is_probe_rpc(_rpc_method(args)):
+        if is_probe_rpc(_rpc_method(args)):
             return got
         try:
             _time_rpc(rec, got, t)
