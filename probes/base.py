@@ -91,7 +91,7 @@ class Probe(Protocol):
     """A source of samples. `open` never raises; `sample` may raise, and the agent records it.
 
     Probes subclass this protocol, which gives them the defaults of its optional parts:
-    `buffered`, `problems`, `final_status` and `describe` are what the session asks every
+    `buffered`, `problems`, `final_status`, `applies` and `describe` are what the session asks every
     probe at the end; `adaptive` probes are steered by the budget governor (`set_level`,
     `rates`, `level`, `cpu_goal`); `cpu_s`, `child_rss_bytes` and `shed_memory` are the
     helper processes' cost; a probe that `captures` takes `request_capture`. The session, the
@@ -133,6 +133,11 @@ class Probe(Protocol):
         """The status to report once closed, where sampling changed what `open` said (a GPU
         lost, hooks that never reported); None keeps the status `open` returned."""
         return None
+
+    def applies(self) -> bool:
+        """Whether the job had what this probe reads (a probe of one server framework, in a
+        job without it, is left out of the report)."""
+        return True
 
     def describe(self) -> dict:
         """Facts about the hardware for the report's environment (driver, GPUs); {} if none."""

@@ -136,11 +136,22 @@ def request_rows(doc: dict, line) -> bool:
         return False
     line("workload", [f"{w['kind']} (unit: the {w.get('unit')})"])
     if m.get("requests_per_second") is not None:
-        line("requests", [f"{m['requests_per_second']:.1f}/s", "measured by the hooks"])
+        triton = m.get("executions") is not None
+        how = "Triton's counters" if triton else "measured by the hooks"
+        line("requests", [f"{m['requests_per_second']:.1f}/s", how])
         line(
             "latency",
-            [f"p{q} {_ms(m.get(f'request_latency_p{q}_s'))}" for q in (50, 95, 99)],
+            [f"p{q} {_ms(m.get(f'request_latency_p{q}_s'))}" for q in (50, 95, 99)]
+            + ([f"mean {_ms(m.get('request_latency_mean_s'))}"] if triton else []),
         )
+        if triton:
+            line(
+                "in Triton",
+                [
+                    f"{m.get('request_queue_share') or 0:.0%} queued",
+                    f"{m.get('requests_per_execution') or 0:.1f} requests an execution",
+                ],
+            )
         line(
             "in flight",
             [f"{m.get('requests_in_flight_mean') or 0:.1f} on average"]

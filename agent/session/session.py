@@ -431,7 +431,9 @@ class Session:
         """What was collected so far, analysed (for live views; the session runs on); with
         `recent_s`, its last that many seconds only."""
         probes = [
-            self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting") for p in self.probes
+            self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting")
+            for p in self.probes
+            if p.applies()
         ]
         analysis, dist = self._with_ranks(self.snapshot(recent_s))
         return SessionResult(
@@ -498,6 +500,7 @@ class Session:
             self.statuses.get(p.name)
             or ProbeStatus(p.name, False, "not started (session ended first)")
             for p in self.probes
+            if p.applies()
         ]
         hardware: dict = {}
         for p in self.probes:

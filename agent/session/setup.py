@@ -14,6 +14,7 @@ from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.host.probe import HostProbe
 from gpudiag.probes.host.process import ProcessProbe
 from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.servers.triton import TritonProbe
 from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
 
@@ -88,7 +89,7 @@ def make_probes(
     if ranks > 1:
         stacks.rate_hz = max(5, stacks.rate_hz // ranks)
         stacks.gil_rate_hz = max(2, stacks.gil_rate_hz // ranks) if stacks.gil_rate_hz else 0
-    probes: list[Probe] = [HostProbe(), ProcessProbe(), stacks, GpuProbe()]
+    probes: list[Probe] = [HostProbe(), ProcessProbe(), stacks, GpuProbe(), TritonProbe()]
     return probes + ([hooks] if hooks is not None else [])
 
 

@@ -126,6 +126,8 @@ def choose_target(pid: int) -> AttachChoice:
         primary = min(ranks, key=lambda r: r.rank)
         why = f"pid {pid} ({name}) launched ranks {_rank_words(ranks)}"
         return AttachChoice(primary.pid, ranks, pid, why)
+    if name == TRITON_SERVER:
+        return triton_choice(pid)
     refused = not_a_launcher(pid)
     ranks = [] if refused else own_ranks(find_ranks(pid), uid)
     if not ranks:
@@ -137,6 +139,33 @@ def choose_target(pid: int) -> AttachChoice:
     primary = min(ranks, key=lambda r: r.rank)
     why = f"pid {pid} ({name}) is a launcher with ranks of its own: {_rank_words(ranks)}"
     return AttachChoice(primary.pid, ranks, pid, why)
+
+
+TRITON_SERVER = "tritonserver"
+TRITON_STUB = "triton_python_backend_stub"
+
+
+def triton_choice(pid: int) -> AttachChoice:
+    """A Triton server named: the busiest Python process that runs its models (a Python
+    backend's stub, or PyTriton's process that started the server), the server's own
+    counters read beside it; UsageError when its models are not Python."""
+    try:
+        proc = psutil.Process(pid)
+        near = proc.children(recursive=True) + ([proc.parent()] if proc.parent() else [])
+    except psutil.Error:
+        near = []
+    runs = [p for p in near if p is not None and (_is_python(p.pid) or _name(p.pid) == TRITON_STUB)]
+    if not runs:
+        raise UsageError(
+            f"cannot attach: pid {pid} ({TRITON_SERVER}) runs no Python model (no Python backend "
+            "stub, no PyTriton process): gpudiag reads Triton's counters beside a Python process"
+        )
+    busy = max(runs, key=_cpu_s)
+    why = (
+        f"pid {pid} ({TRITON_SERVER}) runs its Python models in pid {busy.pid} "
+        f"({_name(busy.pid)}), the busiest: pid {busy.pid} profiled, with the server's counters"
+    )
+    return AttachChoice(busy.pid, [], pid, why)
 
 
 def supervised_server(pid: int) -> tuple[int, str] | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.results import Location
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack, user_location
+from gpudiag.analyzers.measures.triton import TRITON_UNITS, triton_metrics
 from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, SERVER_FILE_RE, is_handling
 from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
 from gpudiag.analyzers.timeline.timeline import Aggregate
@@ -32,7 +33,7 @@ SERVING_UNITS = {
     "requests_in_flight_max": "count",
     "requests_in_flight_est": "count",
     "handler_forward_share": "ratio",
-}
+} | TRITON_UNITS
 
 
 def _span_s(r: Rollup) -> float:
@@ -109,8 +110,9 @@ def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
 
 
 def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
-    """Every serving metric there is signal for (empty for a job with none)."""
-    return forward_metrics(tl) | request_metrics(tl) | handler_metrics(tl)
+    """Every serving metric there is signal for (empty for a job with none); a Triton
+    server's requests are its own counters' (its queue is in C++, before any hook)."""
+    return forward_metrics(tl) | request_metrics(tl) | handler_metrics(tl) | triton_metrics(tl)
 
 
 POOLED_TID = 0  # the pooled request handlers' thread id in a profile (no real thread has it)

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 
 from gpudiag.analyzers.measures.rules import Frame, parse_stack
+from gpudiag.analyzers.measures.triton import PROBE as TRITON
+from gpudiag.analyzers.measures.triton import latency_basis, runs_triton
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 # A request handler or its listener, by the file of any frame (stdlib http.server and
@@ -193,6 +195,8 @@ def decide_workload(tl: Aggregate, steps: float = 0.0) -> Workload:
     c = census(tl)
     forwards = _hooks_count(tl, "forward_time_s", "forward")
     requests = _hooks_count(tl, "request_latency_s", "request")
+    if steps <= 0 and runs_triton(tl):
+        return _triton_workload(tl, c)
     ev = [f"{c.samples:.0f} stack samples after start-up over {c.threads} threads"]
     if steps > 0 or c.train >= MIN_SAMPLES:
         if steps > 0:
@@ -224,3 +228,16 @@ def decide_workload(tl: Aggregate, steps: float = 0.0) -> Workload:
         return Workload("training", "step", "start-up only: the job imports a trainer", tuple(ev))
     basis = "no backward, optimizer, forward or request frames after start-up"
     return Workload("unknown", "step", basis, tuple(ev))
+
+
+def _triton_workload(tl: Aggregate, c: StackCensus) -> Workload:
+    """A Triton Inference Server: a server, its requests counted by the server itself."""
+    served = sum(r.total for _l, r in tl.matching(TRITON, "requests"))
+    models = sorted({lab.get("model", "") for lab, _r in tl.matching(TRITON, "pending")})
+    ev = (
+        f"a tritonserver process serving {len(models)} model(s): {', '.join(models) or '?'}",
+        f"{served:.0f} requests (Triton's nv_inference_request_success)",
+        f"latency: {latency_basis(tl)}",
+        f"{c.samples:.0f} stack samples after start-up over {c.threads} threads",
+    )
+    return Workload("server", "request", "Triton Inference Server's metrics", ev)

@@ -30,7 +30,9 @@ def _ms(v: float | None) -> str:
 def request_lines(m: dict) -> list[str]:
     """The requests and forwards the hooks (or the stacks) measured, when there are any."""
     out = []
-    if m.get("requests_per_second") is not None:
+    if m.get("executions") is not None:
+        out.extend(triton_lines(m))
+    elif m.get("requests_per_second") is not None:
         out.append(
             f"  requests: {m['requests_per_second']:.1f}/s · latency p50 "
             f"{_ms(m.get('request_latency_p50_s'))}, p95 {_ms(m.get('request_latency_p95_s'))}"
@@ -59,3 +61,25 @@ def request_lines(m: dict) -> list[str]:
             f" · autograd on in {m.get('forward_grad_share') or 0:.0%} of them"
         )
     return out
+
+
+def triton_lines(m: dict) -> list[str]:
+    """A Triton server's requests, as its own counters tell them."""
+    p50 = m.get("request_latency_p50_s")
+    latency = (
+        f"latency p50 {_ms(p50)}, p95 {_ms(m.get('request_latency_p95_s'))}, p99 "
+        f"{_ms(m.get('request_latency_p99_s'))} (mean {_ms(m.get('request_latency_mean_s'))})"
+        if p50 is not None
+        else f"latency mean {_ms(m.get('request_latency_mean_s'))} (p50/p95: tritonserver "
+        "--metrics-config summary_latencies=true)"
+    )
+    rate = m.get("requests_per_second")
+    return [
+        f"  requests: {rate or 0:.1f}/s · {latency} · in flight "
+        f"{m.get('requests_in_flight_mean') or 0:.1f} on average (Triton's counters)",
+        f"  in Triton: {m.get('request_queue_share') or 0:.0%} of a request's time queued, "
+        f"{m.get('request_compute_share') or 0:.0%} in the model · "
+        f"{m.get('requests_per_execution') or 0:.1f} requests "
+        f"({m.get('execution_batch_mean') or 0:.1f} items) an execution, "
+        f"{_ms(m.get('execution_time_mean_s'))} each",
+    ]

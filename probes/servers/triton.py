@@ -1,0 +1,291 @@
+"""Triton probe: NVIDIA Triton Inference Server's own counters, read from its Prometheus
+metrics endpoint (`tritonserver --metrics-port`, 8002 by default), per model.
+
+Triton queues and batches requests in C++ before any Python sees them (a Python backend's
+`model.py`, PyTriton's inference callable): the request rate, the latency, the time queued
+and the batch size per execution are only in its counters. The server is found among the
+job's processes (the target itself, or a child: PyTriton starts `tritonserver` itself),
+looked for again until it appears, its metrics address read from its command line.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.request
+from dataclasses import dataclass
+
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+
+SERVER_NAME = "tritonserver"
+DEFAULT_METRICS_PORT = 8002
+FIND_EVERY_S = 2.0  # how often to look for a server not found yet
+SCRAPE_TIMEOUT_S = 0.5
+
+# Triton's cumulative per-model counters (microseconds or counts) -> this probe's fields
+COUNTERS = {
+    "nv_inference_request_success": ("requests", 1.0),
+    "nv_inference_request_failure": ("failures", 1.0),
+    "nv_inference_count": ("inferences", 1.0),
+    "nv_inference_exec_count": ("executions", 1.0),
+    "nv_inference_request_duration_us": ("request_s", 1e-6),
+    "nv_inference_queue_duration_us": ("queue_s", 1e-6),
+    "nv_inference_compute_input_duration_us": ("compute_input_s", 1e-6),
+    "nv_inference_compute_infer_duration_us": ("compute_infer_s", 1e-6),
+    "nv_inference_compute_output_duration_us": ("compute_output_s", 1e-6),
+}
+# its latency summaries (`--metrics-config summary_latencies=true`): quantiles over its
+# recent window
+SUMMARY = "nv_inference_request_summary_us"
+QUANTILES = {"0.5": "latency_p50_s", "0.95": "latency_p95_s", "0.99": "latency_p99_s"}
+PENDING = "nv_inference_pending_request_count"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A Triton server of the job: its pid and metrics URL."""
+
+    pid: int
+    url: str
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in a command line (the last one)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith(name + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def _unspecified(host: str) -> bool:
+    """Whether an address is empty or every interface's (IPv4's or IPv6's)."""
+    try:
+        return not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a host name
+
+
+def metrics_url(args: list[str]) -> str | None:
+    """The metrics endpoint of a `tritonserver` command line; None when it turns metrics off."""
+    if (_flag(args, "--allow-metrics") or "true").lower() in ("false", "0", "off", "no"):
+        return None
+    port = _flag(args, "--metrics-port") or str(DEFAULT_METRICS_PORT)
+    host = (_flag(args, "--metrics-address") or "").strip("[]")
+    if _unspecified(host):  # every interface: this box's loopback is one of them
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/metrics"
+
+
+def find_server(pid: int) -> tuple[int, list[str]] | None:
+    """The `tritonserver` process among `pid`, its descendants (PyTriton starts one) and its
+    ancestors (a Python backend's stub runs under one): (its pid, command line)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True) + root.parents()
+    except psutil.Error:
+        return None
+    for p in procs:
+        try:
+            if p.name() == SERVER_NAME or p.exe().rsplit("/", 1)[-1] == SERVER_NAME:
+                return p.pid, p.cmdline()
+        except psutil.Error:
+            continue
+    return None
+
+
+def parse_metrics(text: str) -> dict[tuple[str, str], dict[str, float]]:
+    """Triton's metrics text as {(model, version): {field: value}}: the counters summed over
+    their other labels (a failure's reason), the pending gauge, the latency quantiles."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            model = s.labels.get("model")
+            # the parser names a counter's samples NAME_total, a summary's NAME_count/_sum
+            if model is None or s.name not in (fam.name, fam.name + "_total"):
+                continue
+            key = (model, s.labels.get("version", ""))
+            name = _field_of(fam.name, s.labels)
+            if name is None:
+                continue
+            scale = COUNTERS[fam.name][1] if fam.name in COUNTERS else 1e-6
+            row = out.setdefault(key, {})
+            row[name] = row.get(name, 0.0) + float(s.value) * (1.0 if name == "pending" else scale)
+    return out
+
+
+def _field_of(name: str, labels: dict[str, str]) -> str | None:
+    if name in COUNTERS:
+        return COUNTERS[name][0]
+    if name == PENDING:
+        return "pending"
+    if name == SUMMARY:
+        return QUANTILES.get(labels.get("quantile", ""))
+    return None
+
+
+@dataclass
+class Interval:
+    """One model's counters between two scrapes, held back one scrape so that an interval
+    inside a busy stretch (both neighbours busy: the whole interval served) is told from the
+    stretch's edges."""
+
+    t_ns: int
+    labels: dict[str, str]
+    values: dict[str, float | None]
+    busy_before: bool = False
+
+
+def deltas(prev: dict[str, float], cur: dict[str, float]) -> dict[str, float] | None:
+    """The counters' growth between two scrapes; None when one went back (the server or
+    the model restarted: counting starts again)."""
+    out = {}
+    for name, _scale in COUNTERS.values():
+        d = cur.get(name, 0.0) - prev.get(name, 0.0)
+        if d < -1e-9:
+            return None
+        out[name] = d
+    return out
+
+
+class TritonProbe(Probe):
+    """Scrapes a Triton server's metrics each tick into per-model intervals: requests,
+    failures, inferences and executions (the batch per execution), the time requests spent
+    in the server, queued, and in the model; the requests pending; its latency quantiles."""
+
+    name = "triton"
+    interval_s = 0.5
+    fields = (
+        Field("requests", "count", "counter", "requests served in the interval (label model)"),
+        Field("failures", "count", "counter", "requests failed in the interval"),
+        Field("inferences", "count", "counter", "items inferred (a batch's rows each)"),
+        Field("executions", "count", "counter", "model executions (one per batch run)"),
+        Field("request_s", "s", "counter", "requests' time in the server, summed"),
+        Field("queue_s", "s", "counter", "requests' time queued for the model, summed"),
+        Field("compute_input_s", "s", "counter", "time moving inputs to the model, summed"),
+        Field("compute_infer_s", "s", "counter", "time in the model's execution, summed"),
+        Field("compute_output_s", "s", "counter", "time moving outputs back, summed"),
+        Field("interval_s", "s", "gauge", "the interval's length"),
+        Field("busy_s", "s", "gauge", "the length of an interval with requests served"),
+        Field("steady_requests", "count", "counter", "requests of an interval inside traffic"),
+        Field("steady_s", "s", "gauge", "the length of an interval inside traffic"),
+        Field("pending", "count", "gauge", "requests received and not yet executing"),
+        Field("latency_p50_s", "s", "gauge", "Triton's own request latency median"),
+        Field("latency_p95_s", "s", "gauge", "Triton's own request latency p95"),
+        Field("latency_p99_s", "s", "gauge", "Triton's own request latency p99"),
+    )
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self._root: int | None = None
+        self.endpoint: Endpoint | None = None
+        self._off: str | None = None  # why the server's metrics cannot be read
+        self._next_find = 0.0
+        self._prev: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}
+        self._held: dict[tuple[str, str], Interval] = {}
+        self._errors: list[str] = []
+        self._scrapes = 0
+
+    def open(self, target: Target) -> ProbeStatus:
+        """Look for the server now; a job that starts it later (PyTriton) is looked at again."""
+        self._root = target.pid
+        self._find()
+        return ProbeStatus(self.name, True)
+
+    def applies(self) -> bool:
+        """Whether the job runs a Triton server (a probe that found none is not reported)."""
+        return self.endpoint is not None or self._off is not None
+
+    def _find(self) -> None:
+        if self._root is None or self.endpoint is not None or self._off is not None:
+            return
+        self._next_find = now_ns() / 1e9 + FIND_EVERY_S
+        got = find_server(self._root)
+        if got is None:
+            return
+        pid, args = got
+        url = metrics_url(args)
+        if url is None:
+            self._off = "the Triton server runs with --allow-metrics=false"
+            return
+        self.endpoint = Endpoint(pid, url)
+
+    def sample(self) -> list[Sample]:
+        """Scrape once; the intervals that the scrape completes (one scrape late)."""
+        if self.endpoint is None:
+            if now_ns() / 1e9 >= self._next_find:
+                self._find()
+            if self.endpoint is None:
+                return []
+        t = now_ns()
+        try:
+            with urllib.request.urlopen(self.endpoint.url, timeout=SCRAPE_TIMEOUT_S) as r:
+                text = r.read(8 << 20).decode("utf-8", "replace")
+            rows = parse_metrics(text)
+        except Exception as exc:  # the server stopping, a refused or slow scrape
+            if len(self._errors) < 5:
+                self._errors.append(f"scraping {self.endpoint.url}: {exc}")
+            return []
+        self._scrapes += 1
+        out: list[Sample] = []
+        for key, cur in rows.items():
+            out.extend(self._interval(key, t, cur))
+        return out
+
+    def _interval(self, key: tuple[str, str], t: int, cur: dict[str, float]) -> list[Sample]:
+        """The previous interval of a model, now that its next neighbour is known."""
+        labels = {"model": key[0], "version": key[1]}
+        gauges = {k: cur[k] for k in ("pending", *QUANTILES.values()) if k in cur}
+        prev = self._prev.get(key)
+        self._prev[key] = (t, cur)
+        out = [Sample(self.name, t, labels, dict(gauges))] if gauges else []
+        d = deltas(prev[1], cur) if prev is not None else None
+        if prev is None or d is None:  # a restart: the interval held is the last before it
+            held = self._held.pop(key, None)
+            return out + ([Sample(self.name, held.t_ns, held.labels, held.values)] if held else [])
+        busy = d["requests"] > 0
+        vals: dict[str, float | None] = {**d, "interval_s": (t - prev[0]) / 1e9}
+        if busy:
+            vals["busy_s"] = vals["interval_s"]
+        held = self._held.get(key)
+        held_busy = held is not None and (held.values.get("requests") or 0) > 0
+        self._held[key] = Interval(t, labels, vals, busy_before=held_busy)
+        if held is None:
+            return out
+        if held.busy_before and held_busy and busy:
+            held.values["steady_requests"] = held.values["requests"]
+            held.values["steady_s"] = held.values["interval_s"]
+        return out + [Sample(self.name, held.t_ns, held.labels, held.values)]
+
+    def close(self) -> None:
+        """Emit nothing more: an interval still held is the traffic's last, partial one."""
+        self._held.clear()
+
+    def problems(self) -> list[str]:
+        """Scrapes that failed."""
+        return list(self._errors)
+
+    def final_status(self) -> ProbeStatus | None:
+        """Whether the server's counters were read, and if not why and how to get them."""
+        if self._off is not None:
+            return ProbeStatus(
+                self.name,
+                False,
+                self._off,
+                "start tritonserver with --allow-metrics=true (PyTriton: "
+                "TritonConfig(allow_metrics=True)) for its request counters",
+            )
+        if self.endpoint is not None and not self._scrapes:
+            return ProbeStatus(
+                self.name,
+                False,
+                f"no answer from {self.endpoint.url}",
+                "check --metrics-port and --metrics-address of the tritonserver command",
+            )
+        return None

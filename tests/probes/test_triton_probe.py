@@ -1,0 +1,149 @@
+"""The Triton probe: Triton's metrics text parsed (a real 2.51 scrape), its endpoint read
+from the server's command line, and a real HTTP server named `tritonserver` on 127.0.0.1
+(tests/workloads/fake_tritonserver.py) found among the job's processes and scraped into
+per-model intervals."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudiag.probes.base import Target
+from gpudiag.probes.servers.triton import TritonProbe, find_server, metrics_url, parse_metrics
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "triton" / "metrics_2.51_summaries.txt"
+WORKLOADS = Path(__file__).parent.parent / "workloads"
+
+
+def test_a_real_scrape_parses_into_one_models_counters() -> None:
+    rows = parse_metrics(FIXTURE.read_text())
+    assert list(rows) == [("classifier", "1")]
+    r = rows[("classifier", "1")]
+    assert r["requests"] == 3655 and r["inferences"] == 3655 and r["executions"] == 3655
+    assert r["failures"] == 0  # four reasons, summed
+    assert r["request_s"] == pytest.approx(58.137007)
+    assert r["queue_s"] == pytest.approx(43.263996)
+    assert r["compute_infer_s"] == pytest.approx(14.390557)
+    assert 0 <= r["pending"] < 10
+    assert 0.005 < r["latency_p50_s"] < r["latency_p95_s"] < r["latency_p99_s"] < 0.1
+
+
+def test_the_metrics_endpoint_comes_from_the_command_line() -> None:
+    assert metrics_url(["tritonserver"]) == "http://127.0.0.1:8002/metrics"
+    assert metrics_url(["x", "--metrics-port=9100"]) == "http://127.0.0.1:9100/metrics"
+    got = metrics_url(["x", "--metrics-address", "10.0.0.5", "--metrics-port", "9"])
+    assert got == "http://10.0.0.5:9/metrics"
+    assert metrics_url(["x", "--metrics-address=0.0.0.0"]) == "http://127.0.0.1:8002/metrics"
+    assert metrics_url(["x", "--allow-metrics", "false"]) is None
+    assert metrics_url(["x", "--allow-metrics=0"]) is None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fake(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """The fake server as a process named tritonserver, a child of this test."""
+    exe = tmp_path / "tritonserver"
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(WORKLOADS)!r})\n"
+        "from fake_tritonserver import main\nmain()\n"
+    )
+    exe.chmod(0o755)
+    return subprocess.Popen([str(exe), *args])
+
+
+def _wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("the fake tritonserver never listened")
+
+
+def _scrape(probe: TritonProbe, seconds: float) -> list:
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out += probe.sample()
+        time.sleep(probe.interval_s)
+    return out
+
+
+def test_a_server_among_the_jobs_processes_is_found_and_scraped(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = _fake(tmp_path, "--metrics-port", str(port), "--rate", "200", "--idle-first", "1")
+    try:
+        _wait_listening(port)
+        probe = TritonProbe()
+        assert probe.open(Target(os.getpid())).available
+        assert probe.applies()
+        assert probe.endpoint is not None and probe.endpoint.pid == proc.pid
+        samples = _scrape(probe, 4.0)
+    finally:
+        proc.kill()
+        proc.wait()
+    intervals = [s for s in samples if "interval_s" in s.values]
+    assert intervals and all(s.labels == {"model": "classifier", "version": "1"} for s in samples)
+    assert all(0.3 < (s.values["interval_s"] or 0) < 1.5 for s in intervals)
+    served = sum(s.values["requests"] or 0 for s in intervals)
+    assert 250 < served < 800  # about 3 s of 200/s, less the last interval held back
+    steady = [s for s in intervals if "steady_requests" in s.values]
+    assert steady, "intervals inside the traffic are marked"
+    rate = sum(s.values["steady_requests"] or 0 for s in steady) / sum(
+        s.values["steady_s"] or 0 for s in steady
+    )
+    assert rate == pytest.approx(200, rel=0.15)
+    assert any((s.values.get("pending") or 0) == 3 for s in samples)
+    assert probe.problems() == []
+    # the server gone: the failed scrapes are told, a few only
+    for _ in range(8):
+        probe.sample()
+    assert 1 <= len(probe.problems()) <= 5
+    probe.close()
+
+
+def test_a_server_with_metrics_off_is_said_so(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = _fake(tmp_path, "--metrics-port", str(port), "--allow-metrics", "false")
+    try:
+        _wait_listening(port)
+        probe = TritonProbe()
+        probe.open(Target(os.getpid()))
+    finally:
+        proc.kill()
+        proc.wait()
+    st = probe.final_status()
+    assert probe.applies() and st is not None and not st.available
+    assert "--allow-metrics" in (st.reason or "") and "allow_metrics=True" in (st.hint or "")
+
+
+def test_a_job_without_triton_leaves_no_trace() -> None:
+    probe = TritonProbe()
+    assert probe.open(Target(os.getpid())).available
+    assert probe.sample() == [] and not probe.applies()
+    assert probe.final_status() is None and find_server(os.getpid()) is None
+
+
+def test_counters_that_go_back_start_counting_again() -> None:
+    probe = TritonProbe()
+    key = ("m", "1")
+    base = {"requests": 100.0, "request_s": 2.0}
+    assert probe._interval(key, 0, base) == []
+    assert probe._interval(key, 500_000_000, {"requests": 150.0, "request_s": 3.0}) == []
+    got = probe._interval(key, 1_000_000_000, {"requests": 10.0, "request_s": 0.2})
+    assert got and got[0].values["requests"] == 50  # the interval before the restart
+    # after the restart: a new baseline, no negative interval
+    got = probe._interval(key, 1_500_000_000, {"requests": 60.0, "request_s": 1.2})
+    assert all((s.values.get("requests") or 0) >= 0 for s in got)
