@@ -18,6 +18,7 @@ from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
 from gpudiag.analyzers.measures.workload import SERVER_FILE_RE, SUPERVISOR_FILE_RE
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks, rank_process, sibling_ranks
+from gpudiag.probes.servers.triton import SERVER_NAME, STUB_NAME
 from gpudiag.probes.stacks.dump import dump_main_stack
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "tcsh", "csh", "ash", "busybox"})
@@ -107,6 +108,8 @@ def choose_target(pid: int) -> AttachChoice:
         raise UsageError(f"cannot attach: {theirs}")
     uid = _uid(pid)
     name = _name(pid)
+    if name == SERVER_NAME:
+        return triton_choice(pid)
     if _is_python(pid):
         ranks = own_ranks(sibling_ranks(pid), uid)
         if not ranks:
@@ -126,8 +129,6 @@ def choose_target(pid: int) -> AttachChoice:
         primary = min(ranks, key=lambda r: r.rank)
         why = f"pid {pid} ({name}) launched ranks {_rank_words(ranks)}"
         return AttachChoice(primary.pid, ranks, pid, why)
-    if name == TRITON_SERVER:
-        return triton_choice(pid)
     refused = not_a_launcher(pid)
     ranks = [] if refused else own_ranks(find_ranks(pid), uid)
     if not ranks:
@@ -141,10 +142,6 @@ def choose_target(pid: int) -> AttachChoice:
     return AttachChoice(primary.pid, ranks, pid, why)
 
 
-TRITON_SERVER = "tritonserver"
-TRITON_STUB = "triton_python_backend_stub"
-
-
 def triton_choice(pid: int) -> AttachChoice:
     """A Triton server named: the busiest Python process that runs its models (a Python
     backend's stub, or PyTriton's process that started the server), the server's own
@@ -154,15 +151,15 @@ def triton_choice(pid: int) -> AttachChoice:
         near = proc.children(recursive=True) + ([proc.parent()] if proc.parent() else [])
     except psutil.Error:
         near = []
-    runs = [p for p in near if p is not None and (_is_python(p.pid) or _name(p.pid) == TRITON_STUB)]
+    runs = [p for p in near if p is not None and (_is_python(p.pid) or _name(p.pid) == STUB_NAME)]
     if not runs:
         raise UsageError(
-            f"cannot attach: pid {pid} ({TRITON_SERVER}) runs no Python model (no Python backend "
+            f"cannot attach: pid {pid} ({SERVER_NAME}) runs no Python model (no Python backend "
             "stub, no PyTriton process): gpudiag reads Triton's counters beside a Python process"
         )
     busy = max(runs, key=_cpu_s)
     why = (
-        f"pid {pid} ({TRITON_SERVER}) runs its Python models in pid {busy.pid} "
+        f"pid {pid} ({SERVER_NAME}) runs its Python models in pid {busy.pid} "
         f"({_name(busy.pid)}), the busiest: pid {busy.pid} profiled, with the server's counters"
     )
     return AttachChoice(busy.pid, [], pid, why)

@@ -194,7 +194,11 @@ def _verdict(
         )
     # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
     enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
+    # a finding on a server's own counters (Triton's) rests on the requests it counted
+    counted = top is not None and "triton" in top.signals
+    enough = enough or counted
     basis = f"{samples:.0f} loop stack samples" + (f", {steps:.0f} timed steps" if steps else "")
+    basis += ", the requests Triton counted" if counted else ""
     if not enough and (top is not None or samples < th.stack_floor_samples):
         return {
             "finding": top.id if top else None,

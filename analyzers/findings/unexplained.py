@@ -23,6 +23,7 @@ from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.host_bound import user_code_share
 from gpudiag.analyzers.measures.accounting import BLOCKING, Site, Unplaced, unplaced
 from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.measures.workload import TRITON_BASIS
 
 # Categories that cost time only on a device: on a job with no GPU they are plain CPU work
 # (a CPU tensor's .tolist() is a copy, not a wait for a GPU).
@@ -195,10 +196,15 @@ def find(c: Context) -> list[Finding]:
     # a server's threads wait on a queue or event when there is no work: its model thread
     # for requests, a request for its batch's answer (SERVE001 names a batching that waits)
     server = c.workload is not None and c.workload.kind == "server"
+    # a Triton server's Python process outside Python is Triton's own machinery moving each
+    # execution's requests and answers (a Python backend's C++ stub, PyTriton's proxy): the
+    # cost an execution pays, which SERVE001's batching shares
+    triton = server and c.workload is not None and c.workload.basis == TRITON_BASIS
     skip = frozenset(
         ({"user"} if host001 else set())
         | ({"eval"} if any(f.id == "EVAL001" for f in c.found) else set())
         | ({"lock"} if server else set())
+        | ({"native"} if triton else set())
     )
     u = unplaced(c.view, profile, c.clf, cats, skip=skip, named=named)
     u = u.capped(sum(c.shares.get(cat, 0.0) for cat in cats))

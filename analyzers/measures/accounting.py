@@ -157,7 +157,8 @@ def unplaced(
     (file, function) of the job's frames another finding already names; `skip` "eval" leaves
     out the samples under an evaluation pass (EVAL001 names that time, whatever it does
     inside: nanoGPT's estimate_loss spends it in get_batch); `skip` "lock" leaves out the
-    waits on a queue, lock or event (a server's threads waiting for work: idle)."""
+    waits on a queue, lock or event (a server's threads waiting for work: idle); `skip`
+    "native" the samples with no Python frame (a Triton server's own machinery)."""
     n = profile.samples
     if n <= 0 or profile.thread is None:
         return Unplaced(0.0, 0.0, ())
@@ -168,7 +169,7 @@ def unplaced(
         loc, call, fam, lib, own = _site_key(stack, code)
         if "user" in skip and own and fam == "user":
             continue
-        if "lock" in skip and fam == "lock":
+        if fam in skip and fam in ("lock", "native"):
             continue
         if "eval" in skip and eval_frame_index(tuple(stack.split(";"))) is not None:
             continue

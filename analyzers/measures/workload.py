@@ -59,6 +59,7 @@ HANDLER_ENTRY_RE = re.compile(
     r"(^|\.)ray\.serve\._private\.(replica\.UserCallableWrapper|http_util)\."
 )
 MIN_SAMPLES = 3.0  # stack samples that show a kind of work before it counts
+TRITON_BASIS = "Triton Inference Server's metrics"
 
 
 @dataclass(frozen=True)
@@ -240,4 +241,4 @@ def _triton_workload(tl: Aggregate, c: StackCensus) -> Workload:
         f"latency: {latency_basis(tl)}",
         f"{c.samples:.0f} stack samples after start-up over {c.threads} threads",
     )
-    return Workload("server", "request", "Triton Inference Server's metrics", ev)
+    return Workload("server", "request", TRITON_BASIS, ev)

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 
 SERVER_NAME = "tritonserver"
+STUB_NAME = "triton_python_backend_stub"  # a Python backend model's process
 DEFAULT_METRICS_PORT = 8002
 FIND_EVERY_S = 2.0  # how often to look for a server not found yet
 SCRAPE_TIMEOUT_S = 0.5
@@ -98,6 +99,38 @@ def find_server(pid: int) -> tuple[int, list[str]] | None:
         except psutil.Error:
             continue
     return None
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    try:
+        t = p.cpu_times()
+    except psutil.Error:
+        return -1.0
+    return t.user + t.system
+
+
+def model_process(pid: int) -> int | None:
+    """The busiest Python backend stub of the Triton server `pid` (its Python models run
+    there; py-spy reads it); None when `pid` is not a tritonserver or runs none yet."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.name() != SERVER_NAME:
+            return None
+        stubs = [k for k in proc.children(recursive=True) if _stub(k)]
+    except psutil.Error:
+        return None
+    return max(stubs, key=_cpu_s).pid if stubs else None
+
+
+def _stub(p: psutil.Process) -> bool:
+    """A Python backend stub, by its name (the kernel keeps 15 characters of it) or exe."""
+    try:
+        name = p.name()
+        if name == STUB_NAME or (len(name) == 15 and STUB_NAME.startswith(name)):
+            return True
+        return p.exe().rsplit("/", 1)[-1] == STUB_NAME
+    except psutil.Error:
+        return False
 
 
 def parse_metrics(text: str) -> dict[tuple[str, str], dict[str, float]]:

@@ -31,6 +31,7 @@ import psutil
 
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.files import open_regular_fd
+from gpudiag.probes.servers.triton import model_process
 from gpudiag.probes.stacks.pyspy import (
     SpyRun,
     crash_reason,
@@ -146,9 +147,12 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             )
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
+            stub = model_process(target.pid)  # a tritonserver: its Python models' process
+            if stub is not None:
+                self.followed = stub
             try:
                 res = subprocess.run(
-                    [self._exe, "dump", "--pid", str(target.pid)],
+                    [self._exe, "dump", "--pid", str(self.loop_pid)],
                     capture_output=True,
                     text=True,
                     timeout=30,

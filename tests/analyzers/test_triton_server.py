@@ -24,6 +24,12 @@ CLIENT = {
     "pytriton_batched_run": (372.5, 0.0103, 0.0154),
     "pytriton_batch1_summaries_run": (243.4, 0.0155, 0.0226),
     "pytriton_batch1_attach": (236.3, 0.0161, 0.0261),
+    # tritonserver with a Python backend model (tests/workloads/triton/models*): `attach` to
+    # the tritonserver pid, and `gpudiag run -- tritonserver ...` (py-spy reads the stub)
+    "triton_pybackend_batch1_attach": (720.5, 0.0054, 0.0073),
+    "triton_pybackend_batched_attach": (915.1, 0.0042, 0.0059),
+    "triton_pybackend_batch1_run": (805.3, 0.0046, 0.0071),
+    "triton_pybackend_batched_run": (1044.0, 0.0036, 0.0053),
 }
 
 
@@ -40,7 +46,7 @@ def test_a_triton_server_is_a_server_at_the_clients_rate(name: str) -> None:
     rate, p50, p95 = CLIENT[name]
     assert m["requests_per_second"] == pytest.approx(rate, rel=0.10)
     # without Triton's summaries the mean is all there is, and it is named so
-    assert m["request_latency_mean_s"] == pytest.approx(p50, rel=0.15)
+    assert m["request_latency_mean_s"] == pytest.approx(p50, rel=0.20)
     if "summaries" in name:
         assert m["request_latency_p50_s"] == pytest.approx(p50, rel=0.10)
         assert m["request_latency_p95_s"] == pytest.approx(p95, rel=0.10)
@@ -50,9 +56,7 @@ def test_a_triton_server_is_a_server_at_the_clients_rate(name: str) -> None:
     assert not any(f["id"] == "LOOP001" for f in doc["findings"])
 
 
-@pytest.mark.parametrize(
-    "name", ["pytriton_batch1_run", "pytriton_batch1_summaries_run", "pytriton_batch1_attach"]
-)
+@pytest.mark.parametrize("name", sorted(n for n in CLIENT if "batch1" in n))
 def test_one_request_an_execution_under_concurrency_is_serve001_with_tritons_settings(
     name: str,
 ) -> None:
@@ -64,9 +68,14 @@ def test_one_request_an_execution_under_concurrency_is_serve001_with_tritons_set
     actions = top["recommendation"]["actions"]
     assert "max_batch_size: 4" in actions[0] and "dynamic_batching" in actions[0]
     assert "DynamicBatcher(max_queue_delay_microseconds=" in actions[1]
-    # the fix measured on this box: bare x1.87 and x2.41 requests/s (load 1.2-1.4), under
-    # gpudiag run x1.76 and x1.99 (load 0.6-1.0)
-    assert top["speedup_low"] <= 1.76 and top["expected_speedup"] >= 2.41
+    # the fix measured bare on this box: PyTriton x1.87 and x2.41 requests/s (load 1.2-1.4;
+    # under gpudiag run x1.76 and x1.99), the Python backend x1.34 and x1.22 (load 0.6-1.2)
+    if name.startswith("pytriton"):
+        assert top["speedup_low"] <= 1.76 and top["expected_speedup"] >= 2.41
+    else:
+        assert top["speedup_low"] <= 1.22 and top["expected_speedup"] >= 1.34
+    # the stub's own C++ (no Python frame) is Triton's machinery, not unexplained time
+    assert not any(f["id"] == "LOOP001" for f in doc["findings"])
 
 
 def test_under_run_the_hooks_forward_inside_an_execution_sets_the_low_end() -> None:
@@ -75,7 +84,8 @@ def test_under_run_the_hooks_forward_inside_an_execution_sets_the_low_end() -> N
     assert "outside the model's" in top["speedup_basis"]
 
 
-def test_the_same_server_with_dynamic_batching_gets_no_warning() -> None:
-    doc = _replay("pytriton_batched_run")
+@pytest.mark.parametrize("name", sorted(n for n in CLIENT if "batched" in n))
+def test_the_same_server_with_dynamic_batching_gets_no_warning(name: str) -> None:
+    doc = _replay(name)
     assert doc["metrics"]["requests_per_execution"] > 2.0
     assert [f for f in doc["findings"] if f["severity"] in ("warning", "error")] == []

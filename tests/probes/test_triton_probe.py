@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpudiag.probes.base import Target
@@ -147,3 +148,79 @@ def test_counters_that_go_back_start_counting_again() -> None:
     # after the restart: a new baseline, no negative interval
     got = probe._interval(key, 1_500_000_000, {"requests": 60.0, "request_s": 1.2})
     assert all((s.values.get("requests") or 0) >= 0 for s in got)
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_stacks_of_a_tritonserver_are_its_python_backends(tmp_path: Path) -> None:
+    """`gpudiag run -- tritonserver ...`: the server is C++, its Python models run in a
+    `triton_python_backend_stub` child; py-spy reads that one."""
+    from gpudiag.probes.servers.triton import model_process
+    from gpudiag.probes.stacks.probe import StackConfig, StackProbe
+
+    stub = _script(
+        tmp_path / "triton_python_backend_stub",
+        "import time\nend = time.time() + 30\nwhile time.time() < end:\n    sum(range(1000))\n",
+    )
+    server = _script(
+        tmp_path / "tritonserver",
+        f"import subprocess, time\np = subprocess.Popen([{str(stub)!r}])\ntime.sleep(30)\n",
+    )
+    proc = subprocess.Popen([str(server)])
+    try:
+        deadline = time.monotonic() + 10
+        while model_process(proc.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child = model_process(proc.pid)
+        assert child is not None and child != proc.pid
+        assert model_process(os.getpid()) is None  # not a tritonserver
+        probe = StackProbe(StackConfig(rate_hz=20, window_s=1.0))
+        st = probe.open(Target(proc.pid))
+        try:
+            assert st.available, st.reason
+            assert probe.loop_pid == child
+        finally:
+            probe.close()
+    finally:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_attach_to_a_tritonserver_profiles_its_python_backend(tmp_path: Path) -> None:
+    from gpudiag.agent.session.targets import choose_target
+    from gpudiag.probes.servers.triton import model_process
+
+    stub = _script(
+        tmp_path / "triton_python_backend_stub",
+        "import time\nend = time.time() + 30\nwhile time.time() < end:\n    sum(range(1000))\n",
+    )
+    server = _script(
+        tmp_path / "tritonserver",
+        f"import subprocess, time\np = subprocess.Popen([{str(stub)!r}])\ntime.sleep(30)\n",
+    )
+    shell = subprocess.Popen(["sh", "-c", f"{server} & wait"])  # its parent: not Python
+    try:
+        deadline = time.monotonic() + 10
+        srv = None
+        while time.monotonic() < deadline:
+            kids = psutil.Process(shell.pid).children()
+            srv = kids[0].pid if kids else None
+            if srv is not None and model_process(srv) is not None:
+                break
+            time.sleep(0.1)
+        assert srv is not None
+        time.sleep(0.5)  # the stub busy, its server asleep
+        choice = choose_target(srv)
+        assert choice.pid == model_process(srv) and choice.root == srv
+        assert "runs its Python models in pid" in choice.why
+    finally:
+        for p in psutil.Process(shell.pid).children(recursive=True):
+            p.kill()
+        shell.kill()
+        shell.wait()
