@@ -321,7 +321,9 @@ def _serve001_actions(source: str, batch: int, wait_ms: float) -> tuple[str, ...
         return (
             f"config.pbtxt: max_batch_size: {batch} and dynamic_batching {{ {delay} }} (the "
             "model's inputs then take a leading batch dimension, and only requests of one "
-            "shape batch together: pad them to a fixed length, or allow ragged batches)",
+            "shape batch together: pad them to a fixed length, or allow ragged batches); a "
+            "Python backend's execute(requests) then gets several: run them as one forward "
+            "(their inputs concatenated, the output split), not one forward each",
             f"PyTriton: ModelConfig(max_batch_size={batch}, batcher=DynamicBatcher("
             + (f"max_queue_delay_microseconds={wait_ms * 1e3:.0f}" if wait_ms else "")
             + ")) with the inference function decorated @batch",
