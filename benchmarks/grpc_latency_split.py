@@ -19,6 +19,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 from concurrent import futures
 from pathlib import Path
@@ -69,6 +70,16 @@ def server(port_q, seconds: float, rows_q) -> None:
     handler = grpc.unary_unary_rpc_method_handler(
         predict, request_deserializer=json.loads, response_serializer=_dumps
     )
+    lags: list[float] = []
+
+    def sentinel() -> None:  # a thread waking from C every 2 ms: how long it waits for the GIL
+        while True:
+            t = time.perf_counter()
+            time.sleep(0.002)
+            lags.append(time.perf_counter() - t - 0.002)
+
+    if os.environ.get("SENTINEL"):
+        threading.Thread(target=sentinel, daemon=True).start()
     srv = grpc.server(futures.ThreadPoolExecutor(8))
     srv.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("gpudiag.Model", {"Predict": handler}),)
@@ -78,7 +89,7 @@ def server(port_q, seconds: float, rows_q) -> None:
     time.sleep(seconds)
     srv.stop(1).wait()
     time.sleep(0.2)
-    rows_q.put((legs, rec.take()[1]))
+    rows_q.put((legs, rec.take()[1], lags))
 
 
 def client(port: int, until: float, q) -> None:
@@ -117,7 +128,7 @@ def main() -> None:
     sent: list[tuple[float, float]] = []
     for _ in clients:
         sent += client_q.get(timeout=args.seconds + 60)
-    legs, requests = rows_q.get(timeout=60)
+    legs, requests, lags = rows_q.get(timeout=60)
     srv.join()
     by_send = {round(s, 9): (a, b, e) for s, a, b, e in legs if a is not None}
     split: dict[str, list[float]] = {"to hooks": [], "queued": [], "behavior": [], "back": []}
@@ -143,6 +154,11 @@ def main() -> None:
         f"{p50(split['queued']):.2f}, the behavior {p50(split['behavior']):.2f}, its end to "
         f"the client {p50(split['back']):.2f}"
     )
+    if lags:
+        print(
+            f"  a thread waking from C waits (SENTINEL=1): p50 {p50(lags):.2f} ms, mean "
+            f"{statistics.mean(lags) * 1e3:.2f} ms over {len(lags)} wakes"
+        )
 
 
 if __name__ == "__main__":
