@@ -24,8 +24,8 @@ CLIENT = {
     "pytriton_batched_run": (372.5, 0.0103, 0.0154),
     "pytriton_batch1_summaries_run": (243.4, 0.0155, 0.0226),
     "pytriton_batch1_attach": (236.3, 0.0161, 0.0261),
-    # tritonserver with a Python backend model (tests/workloads/tritonserver_jobs/models*): `attach` to
-    # the tritonserver pid, and `gpudiag run -- tritonserver ...` (py-spy reads the stub)
+    # tritonserver with a Python backend model (tests/workloads/tritonserver_jobs/models*):
+    # `attach` to the tritonserver pid, `gpudiag run -- tritonserver ...` (py-spy reads the stub)
     "triton_pybackend_batch1_attach": (720.5, 0.0054, 0.0073),
     "triton_pybackend_batched_attach": (915.1, 0.0042, 0.0059),
     "triton_pybackend_batch1_run": (805.3, 0.0046, 0.0071),
