@@ -22,7 +22,8 @@ from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_n
 SERVER_NAME = "tritonserver"
 STUB_NAME = "triton_python_backend_stub"  # a Python backend model's process
 DEFAULT_METRICS_PORT = 8002
-FIND_EVERY_S = 2.0  # how often to look for a server not found yet
+FIND_EVERY_S = 2.0  # how often to look for a server not found yet...
+FIND_FOR_S = 120.0  # ...and for how long (PyTriton starts its server within seconds)
 SCRAPE_TIMEOUT_S = 0.5
 
 # Triton's cumulative per-model counters (microseconds or counts) -> this probe's fields
@@ -220,6 +221,7 @@ class TritonProbe(Probe):
         self.endpoint: Endpoint | None = None
         self._off: str | None = None  # why the server's metrics cannot be read
         self._next_find = 0.0
+        self._give_up = 0.0
         self._prev: dict[tuple[str, str], tuple[int, dict[str, float]]] = {}
         self._held: dict[tuple[str, str], Interval] = {}
         self._errors: list[str] = []
@@ -228,6 +230,7 @@ class TritonProbe(Probe):
     def open(self, target: Target) -> ProbeStatus:
         """Look for the server now; a job that starts it later (PyTriton) is looked at again."""
         self._root = target.pid
+        self._give_up = now_ns() / 1e9 + FIND_FOR_S
         self._find()
         return ProbeStatus(self.name, True)
 
@@ -252,7 +255,8 @@ class TritonProbe(Probe):
     def sample(self) -> list[Sample]:
         """Scrape once; the intervals that the scrape completes (one scrape late)."""
         if self.endpoint is None:
-            if now_ns() / 1e9 >= self._next_find:
+            now = now_ns() / 1e9
+            if self._next_find <= now < self._give_up:
                 self._find()
             if self.endpoint is None:
                 return []
