@@ -75,6 +75,7 @@ class Seen:
     source: str
     confidence: float
     evidence: tuple[Evidence, ...]
+    looped: bool = False  # Triton batched the requests, the model ran one forward each
 
 
 def seen_by_hooks(m: dict, th: Thresholds) -> Seen | None:
@@ -118,14 +119,17 @@ def seen_by_triton(m: dict, th: Thresholds) -> Seen | None:
     per_exec, executions = m.get("requests_per_execution"), m.get("executions") or 0.0
     inflight = m.get("requests_in_flight_mean")
     queued, computing = m.get("request_queue_share"), m.get("request_compute_share")
-    if per_exec is None or round(per_exec) > th.serve_batch_max:
+    if per_exec is None:
+        return None
+    looped = round(per_exec) > th.serve_batch_max and one_forward_a_request(m, th)
+    if round(per_exec) > th.serve_batch_max and not looped:
         return None
     if executions < th.serve_min_forwards or inflight is None or queued is None:
         return None
     if inflight < th.serve_in_flight_min:
         return None
     share = min(1.0, queued + (computing or 0.0))
-    ev = (
+    ev: tuple[Evidence, ...] = (
         Evidence(
             "requests_per_execution",
             round(per_exec, 3),
@@ -152,7 +156,32 @@ def seen_by_triton(m: dict, th: Thresholds) -> Seen | None:
         Evidence("requests_per_second", m.get("requests_per_second"), "1/s", source=TR),
         Evidence("execution_time_mean_s", m.get("execution_time_mean_s"), "s", source=TR),
     )
+    if looped:
+        ev += (
+            Evidence(
+                "forward_batch_p50",
+                m.get("forward_batch_p50"),
+                "items",
+                th.serve_batch_max,
+                "<=",
+                "serve_batch_max",
+                HK,
+            ),
+            Evidence("forwards", m.get("forwards"), "count", source=HK),
+        )
+        what = f"{per_exec:.1f} requests, run one forward each (the hooks' forwards)"
+        return Seen(inflight, share, what, TR, 0.95, ev, looped=True)
     return Seen(inflight, share, f"{per_exec:.1f} request", TR, 0.95, ev)
+
+
+def one_forward_a_request(m: dict, th: Thresholds) -> bool:
+    """Triton hands an execution several requests, and the model still runs one forward a
+    request (a Python backend's execute() looping over them, as the python_backend
+    README's example does): the hooks' forwards are batch 1, about one a request."""
+    b50, forwards, requests = m.get("forward_batch_p50"), m.get("forwards"), m.get("requests")
+    if b50 is None or not forwards or not requests:
+        return False
+    return b50 <= th.serve_batch_max and forwards >= 0.8 * requests
 
 
 def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
@@ -211,11 +240,13 @@ def serve001(c: Context) -> list[Finding]:
     batch, wait_ms = batching_values(m)
     together = max(2.0, seen.inflight)  # requests that could share a forward, on average
     impact = seen.share * (1.0 - 1.0 / together)
-    paid = execution_overhead(m) if seen.source == TR else None
+    # where execute() loops, the server's cost grows with the requests it answers, fix or
+    # not (a Python backend's answer tensors, one a request): only the forwards merge
+    paid = execution_overhead(m) if seen.source == TR and not seen.looped else None
     floor = max(batched_floor(c, seen.share, together), _overhead_floor(paid, seen.share, 2.0))
     low = min(floor, speedup_from_impact(impact))
     msg = _serve001_message(seen, m, together)
-    actions = _serve001_actions(seen.source, batch, wait_ms)
+    actions = _serve001_actions(seen.source, batch, wait_ms, seen.looped)
     summary = f"Batch the requests in flight (max batch {batch}" + (
         f", max wait {wait_ms} ms)" if wait_ms else ")"
     )
@@ -246,9 +277,12 @@ def execution_overhead(m: dict) -> tuple[float, float] | None:
     timed the forward inside a Triton execution (PyTriton's callable, a Python backend):
     the server's own cost of an execution, paid once a batch."""
     fwd, ex = m.get("forward_time_p50_s"), m.get("execution_time_mean_s")
-    if not fwd or not ex or ex <= fwd:
+    forwards, executions = m.get("forwards"), m.get("executions")
+    # the forwards an execution runs (several where execute() loops over its requests)
+    each = max(1.0, forwards / executions) if forwards and executions else 1.0
+    if not fwd or not ex or ex <= fwd * each:
         return None
-    return fwd, ex - fwd
+    return fwd, ex - fwd * each
 
 
 def _overhead_floor(paid: tuple[float, float] | None, share: float, k: float) -> float:
@@ -295,8 +329,13 @@ def _serve001_message(seen: Seen, m: dict, together: float) -> str:
             f"nv_inference_exec_count against nv_inference_request_success); "
             f"{m.get('request_queue_share') or 0:.0%} of a request's time is queued for the "
             f"model and {m.get('request_compute_share') or 0:.0%} in it ({ex * 1e3:.1f} ms an "
-            f"execution{inside}, {per_s:.0f} executions/s). Triton's dynamic batcher runs "
-            f"{together:.1f} of them in about one execution's time."
+            f"execution{inside}, {per_s:.0f} executions/s). "
+            + (
+                "Run as one forward, an execution's requests take about one forward's time."
+                if seen.looped
+                else f"Triton's dynamic batcher runs {together:.1f} of them in about one "
+                "execution's time."
+            )
         )
     fwd = m.get("forward_time_p50_s")
     timing = (
@@ -313,10 +352,19 @@ def _serve001_message(seen: Seen, m: dict, together: float) -> str:
     )
 
 
-def _serve001_actions(source: str, batch: int, wait_ms: float) -> tuple[str, ...]:
+def _serve001_actions(
+    source: str, batch: int, wait_ms: float, looped: bool = False
+) -> tuple[str, ...]:
     """SERVE001's fixes with their values: Triton's own settings for a Triton server, else a
     batcher in the server and the frameworks' batchers."""
     delay = f"max_queue_delay_microseconds: {wait_ms * 1e3:.0f}" if wait_ms else ""
+    if source == TR and looped:
+        return (
+            "a Python backend's execute(requests): run the requests Triton batched as one "
+            "forward (their inputs concatenated, the output split), not one forward each",
+            f"then keep dynamic_batching with max_batch_size: {batch}"
+            + (f", {delay}" if wait_ms else ""),
+        )
     if source == TR:
         return (
             f"config.pbtxt: max_batch_size: {batch} and dynamic_batching {{ {delay} }} (the "

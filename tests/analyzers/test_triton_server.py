@@ -16,6 +16,8 @@ import pytest
 from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.render.workload import request_lines
+from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.findings.serving import seen_by_triton
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 # what the clients measured in each look: (requests/s, p50 s, p95 s)
@@ -30,6 +32,9 @@ CLIENT = {
     "triton_pybackend_batched_attach": (915.1, 0.0042, 0.0059),
     "triton_pybackend_batch1_run": (805.3, 0.0046, 0.0071),
     "triton_pybackend_batched_run": (1044.0, 0.0036, 0.0053),
+    # dynamic_batching on, execute() still one forward a request; `attach --hooks` (gdb
+    # loads the hooks into the stub's Python 3.12)
+    "triton_pybackend_looped_attach_hooks": (557.4, 0.0069, 0.0097),
 }
 
 
@@ -56,16 +61,23 @@ def test_a_triton_server_is_a_server_at_the_clients_rate(name: str) -> None:
     assert not any(f["id"] == "LOOP001" for f in doc["findings"])
 
 
-@pytest.mark.parametrize("name", sorted(n for n in CLIENT if "batch1" in n))
+@pytest.mark.parametrize("name", sorted(n for n in CLIENT if "batch1" in n or "looped" in n))
 def test_one_request_an_execution_under_concurrency_is_serve001_with_tritons_settings(
     name: str,
 ) -> None:
     doc = _replay(name)
     top = doc["findings"][0]
     assert top["id"] == "SERVE001" and top["signals"] == ["triton"]
+    actions = top["recommendation"]["actions"]
+    if "looped" in name:  # Triton batches; the model runs one forward a request
+        assert doc["metrics"]["requests_per_execution"] > 3.0
+        assert doc["metrics"]["forward_batch_p50"] == 1.0
+        assert "as one forward" in actions[0] and "dynamic_batching" in actions[1]
+        # the fix (one forward a batch) timed bare: x1.57 and x1.42 (load 0.5-0.9)
+        assert top["speedup_low"] <= 1.42 and top["expected_speedup"] >= 1.57
+        return
     assert doc["metrics"]["requests_per_execution"] == 1.0
     assert doc["metrics"]["request_queue_share"] > 0.5
-    actions = top["recommendation"]["actions"]
     assert "max_batch_size: 4" in actions[0] and "dynamic_batching" in actions[0]
     assert "DynamicBatcher(max_queue_delay_microseconds=" in actions[1]
     # the fix measured bare on this box: PyTriton x1.87 and x2.41 requests/s (load 1.2-1.4;
@@ -89,3 +101,24 @@ def test_the_same_server_with_dynamic_batching_gets_no_warning(name: str) -> Non
     doc = _replay(name)
     assert doc["metrics"]["requests_per_execution"] > 2.0
     assert [f for f in doc["findings"] if f["severity"] in ("warning", "error")] == []
+
+
+def test_batched_by_triton_but_run_one_forward_a_request_is_still_serve001() -> None:
+    """dynamic_batching on, and a Python backend's execute() looping over the requests with
+    one forward each (the python_backend README's example): Triton's counters say 3.9
+    requests an execution, the hooks' forwards say batch 1, one a request."""
+    m = {
+        "requests": 1950.0,
+        "executions": 500.0,
+        "requests_per_execution": 3.9,
+        "requests_in_flight_mean": 3.8,
+        "request_queue_share": 0.4,
+        "request_compute_share": 0.6,
+        "forwards": 1950.0,
+        "forward_batch_p50": 1.0,
+    }
+    seen = seen_by_triton(m, Thresholds())
+    assert seen is not None and seen.looped and "one forward each" in seen.batch
+    # batched forwards (the fix), or no hooks to tell: nothing to say
+    assert seen_by_triton(m | {"forward_batch_p50": 4.0, "forwards": 500.0}, Thresholds()) is None
+    assert seen_by_triton(m | {"forward_batch_p50": None, "forwards": None}, Thresholds()) is None
