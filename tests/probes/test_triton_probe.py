@@ -156,20 +156,25 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
+def _fake_server_with_stub(tmp_path: Path) -> Path:
+    """A `tritonserver` (Python, asleep) whose child `triton_python_backend_stub` is busy."""
+    stub = _script(
+        tmp_path / "triton_python_backend_stub",
+        "import time\nend = time.time() + 30\nwhile time.time() < end:\n    sum(range(1000))\n",
+    )
+    return _script(
+        tmp_path / "tritonserver",
+        f"import subprocess, time\np = subprocess.Popen([{str(stub)!r}])\ntime.sleep(30)\n",
+    )
+
+
 def test_the_stacks_of_a_tritonserver_are_its_python_backends(tmp_path: Path) -> None:
     """`gpudiag run -- tritonserver ...`: the server is C++, its Python models run in a
     `triton_python_backend_stub` child; py-spy reads that one."""
     from gpudiag.probes.servers.triton import model_process
     from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
-    stub = _script(
-        tmp_path / "triton_python_backend_stub",
-        "import time\nend = time.time() + 30\nwhile time.time() < end:\n    sum(range(1000))\n",
-    )
-    server = _script(
-        tmp_path / "tritonserver",
-        f"import subprocess, time\np = subprocess.Popen([{str(stub)!r}])\ntime.sleep(30)\n",
-    )
+    server = _fake_server_with_stub(tmp_path)
     proc = subprocess.Popen([str(server)])
     try:
         deadline = time.monotonic() + 10
@@ -196,14 +201,7 @@ def test_attach_to_a_tritonserver_profiles_its_python_backend(tmp_path: Path) ->
     from gpudiag.agent.session.targets import choose_target
     from gpudiag.probes.servers.triton import model_process
 
-    stub = _script(
-        tmp_path / "triton_python_backend_stub",
-        "import time\nend = time.time() + 30\nwhile time.time() < end:\n    sum(range(1000))\n",
-    )
-    server = _script(
-        tmp_path / "tritonserver",
-        f"import subprocess, time\np = subprocess.Popen([{str(stub)!r}])\ntime.sleep(30)\n",
-    )
+    server = _fake_server_with_stub(tmp_path)
     shell = subprocess.Popen(["sh", "-c", f"{server} & wait"])  # its parent: not Python
     try:
         deadline = time.monotonic() + 10
