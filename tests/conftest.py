@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,6 +121,37 @@ def busy_core():
     finally:
         proc.kill()
         proc.wait()
+
+
+@functools.cache
+def gdb_cannot_call() -> str | None:
+    """Why gdb cannot call a function in a process here (`attach --hooks` on Python
+    3.10-3.13 needs it), or None when it can: it is installed and a call in a sleeping
+    Python comes back (on a Xeon with AMX, kernel 6.18, Debian's gdb 13.1 could not write
+    the CPU's extended state back: "Couldn't write extended state status")."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return "gdb is not installed (.ci/run installs it where it is root with apt-get)"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        res = subprocess.run(
+            [gdb, "-p", str(child.pid), "-batch", "-nx", "-q", "-ex", "print (int) getpid()"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        return "gdb took over 60 s to call getpid() in a sleeping Python"
+    finally:
+        child.kill()
+        child.wait()
+    if re.search(rf"^\$1 = {child.pid}$", res.stdout, re.M):
+        return None
+    said = [ln for ln in (res.stderr + res.stdout).splitlines() if "extended state" in ln]
+    return "gdb cannot call a function in a process on this machine: " + (
+        said[0] if said else (res.stderr.strip().splitlines() or ["no answer"])[-1]
+    )
 
 
 def _nvml_has_gpu() -> bool:

@@ -16,11 +16,14 @@ itself: the caller waits a bounded time for the hello and explains its absence.
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
 import shutil
 import signal
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 
 from gpudiag.probes.inject.gpudiag_channel import write_request
@@ -172,6 +175,17 @@ def _load(pid: int, script: str, script_path: str) -> Loaded:
     return _gdb(pid, version, script)
 
 
+# gdb cannot put back the registers of a process it called a function in: the kernel
+# refused its write of the CPU's extended state (seen with gdb 13.1 on a Xeon with AMX,
+# kernel 6.18, root, ptrace allowed): nothing to fix in the job or its permissions
+XSTATE_ERROR = "Couldn't write extended state"
+XSTATE_HINT = (
+    "this gdb cannot call a function in a process on this CPU and kernel (its AMX/AVX-512 "
+    "register state); a newer gdb (14+), Python 3.14+ (sys.remote_exec, no gdb), or start "
+    "the job under `gpudiag run` (or call gpudiag.instrument() in it)"
+)
+
+
 def _remote_exec(pid: int, version: tuple[int, int], script: str, path: str) -> Loaded:
     """3.14+: sys.remote_exec run by the job's own interpreter (the versions must match)."""
     name = f"sys.remote_exec (Python {version[0]}.{version[1]})"
@@ -234,18 +248,58 @@ def _gdb(pid: int, version: tuple[int, int], script: str) -> Loaded:
             reason=f"gdb is not installed (needed on Python {version[0]}.{version[1]})",
             hint="install gdb (Debian/Ubuntu: apt-get install gdb), or use Python 3.14+",
         )
+    cannot = gdb_cannot_call(gdb)
+    if cannot is not None:  # found on a throwaway process: the job is never touched
+        return Loaded(
+            pid,
+            reason=f"gdb cannot call a function in a process here: {cannot}",
+            hint=XSTATE_HINT if cannot.startswith(XSTATE_ERROR) else PTRACE_HINT,
+        )
     res = _bounded([gdb, *gdb_command(pid, script)[1:]], GDB_TIMEOUT_S)
     if isinstance(res, str):
         return Loaded(pid, reason=f"gdb {res}")
     result = re.search(r"^\$\d+ = (-?\d+)\s*$", res.stdout, re.M)
     if result is not None and result.group(1) == "0":
         return Loaded(pid, how=f"gdb (Python {version[0]}.{version[1]})")
-    return Loaded(pid, reason=f"gdb could not queue the call: {_gdb_error(res)}", hint=PTRACE_HINT)
+    said = _gdb_error(res)
+    hint = XSTATE_HINT if said.startswith(XSTATE_ERROR) else PTRACE_HINT
+    return Loaded(pid, reason=f"gdb could not queue the call: {said}", hint=hint)
+
+
+@functools.cache
+def gdb_cannot_call(gdb: str) -> str | None:
+    """Why gdb cannot call a function in a process on this machine, tried on a sleeping
+    Python of our own (None: it can). Where the kernel refuses gdb's write of the CPU's
+    extended state, a call made in the job would leave its registers wrong (a sleep there
+    raised OSError 514): the job is not touched then."""
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", "import time; time.sleep(60)"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.2)
+        argv = [gdb, "-p", str(child.pid), "-batch", "-nx", "-nw", "-q"]
+        res = _bounded([*argv, "-ex", "print (int) getpid()"], GDB_TIMEOUT_S)
+    finally:
+        child.kill()
+        child.wait()
+    if isinstance(res, str):
+        return f"gdb {res}"
+    if re.search(rf"^\$1 = {child.pid}\s*$", res.stdout, re.M):
+        return None
+    return _gdb_error(res)
 
 
 def _gdb_error(res: subprocess.CompletedProcess) -> str:
     """gdb's most telling line (ptrace refused, a symbol missing)."""
     lines = [ln.strip() for ln in (res.stderr + res.stdout).splitlines() if ln.strip()]
+    # a source file gdb has not ('71\t../sysdeps/...: No such file') says nothing
+    lines = [ln for ln in lines if not re.match(r"^\d+\s", ln)]
+    for ln in lines:
+        if ln.startswith(XSTATE_ERROR):
+            return ln[:300]
     for ln in lines:
         if "ptrace" in ln or "not permitted" in ln or "No symbol" in ln or "No such" in ln:
             return ln[:300]

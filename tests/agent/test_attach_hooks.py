@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,13 +23,10 @@ from gpudiag.probes.base import Target
 from gpudiag.probes.inprocess.channel import INJECT_DIR, LOADED, HookProbe
 from gpudiag.probes.inprocess.loader import script_text
 from tests.agent.test_e2e_workloads import loader_finding
-from tests.conftest import WORKLOADS, gpudiag
+from tests.conftest import WORKLOADS, gdb_cannot_call, gpudiag
 
-GDB = shutil.which("gdb")
 needs_gdb = pytest.mark.skipif(
-    GDB is None,
-    reason="gdb is not installed: attach --hooks needs it on Python 3.10-3.13 "
-    "(.ci/run installs it where it is root with apt-get)",
+    gdb_cannot_call() is not None, reason=f"attach --hooks needs gdb: {gdb_cannot_call()}"
 )
 PYENV = Path.home() / ".pyenv" / "versions"
 WHERE = f"{PYENV}/3.1x.y or the running interpreter"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WORKLOADS
+from tests.conftest import WORKLOADS, gdb_cannot_call
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -254,8 +253,8 @@ def test_attach_with_the_hooks_names_the_planted_causes(tmp_path, script, how):
     uvicorn (its modules imported before instrument() patches them) and Flask's; and to a
     Flask server that did not, with --hooks (Werkzeug's handler patched in the running job)."""
     needs(script)
-    if how == "hooks" and shutil.which("gdb") is None:
-        pytest.skip("attach --hooks needs gdb on Python 3.10-3.13")
+    if how == "hooks" and gdb_cannot_call() is not None:
+        pytest.skip(f"attach --hooks needs gdb on Python 3.10-3.13: {gdb_cannot_call()}")
     doc, said = attach_server(tmp_path, script, how)
     assert doc["workload"]["kind"] == "server"
     assert doc["workload"]["basis"] == "requests seen by the hooks"
