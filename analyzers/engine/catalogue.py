@@ -204,6 +204,13 @@ CATALOGUE: dict[str, Spec] = {
         ),
         Spec("SERVE002", "The request path is bound by host work", "host", False),
         Spec(
+            "INFER003",
+            "Most of the tokens the model computes are padding",
+            "gpu",
+            False,
+            None,  # a warning at most: what the model's time gives back is a hypothesis
+        ),
+        Spec(
             "INFER002",
             "Small batches leave the GPU idle in a batch-inference loop",
             "gpu",

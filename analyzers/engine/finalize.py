@@ -74,7 +74,7 @@ def judged(
 
 def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
     """An inference job or a server seen without the in-process hooks: no forward's batch
-    size or autograd mode is known, so INFER001/INFER002 could not be judged, and "no
+    size, autograd mode or padding is known, so INFER001-INFER003 could not be judged, and "no
     bottleneck" is not sure (a batch-embedding job with autograd on, attached without
     --hooks, got a sure "no bottleneck" 4 of 5 looks)."""
     if kind not in ("inference", "server") or metrics.get("forwards") is not None:
@@ -85,8 +85,9 @@ def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
         **verdict,
         "sure": False,
         "statement": verdict["statement"]
-        + "; not judged: this inference job's batch size per forward and autograd mode "
-        "(INFER001, INFER002): they need the in-process hooks (gpudiag run, or attach --hooks)",
+        + "; not judged: this inference job's batch size per forward, autograd mode and "
+        "padding (INFER001, INFER002, INFER003): they need the in-process hooks (gpudiag run, "
+        "or attach --hooks)",
     }
 
 

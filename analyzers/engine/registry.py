@@ -34,6 +34,7 @@ from gpudiag.analyzers.findings import (
     host_bound,
     host_contention,
     oversubscription,
+    padding,
     serving,
     startup,
     storage,
@@ -54,6 +55,7 @@ FINDERS: tuple[Finder, ...] = (
     gil.find,
     checkpoint.find,
     serving.find,  # before HOST001: a server's or batch-1 inference's host time is theirs
+    padding.find,
     host_bound.find,
     host_contention.find,
     unexplained.find,  # after every host-side cause: the loop time none of them explains

@@ -25,6 +25,7 @@ UNITS: dict[str, str] = {
     "serve_batch_max": "count",
     "serve_in_flight_min": "requests",
     "serve_min_forwards": "count",
+    "pad_min_forwards": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -225,6 +226,15 @@ class Thresholds:
     serve_gpu_idle_warn: float = 0.70
     """SERVE003: share of the time a server's GPU sits idle (NVML utilisation) at or above
     which the GPU it holds is mostly paid for nothing."""
+    pad_beyond_warn: float = 0.30
+    """INFER003: share of the forwards' tokens that padding each batch only to its longest
+    row would remove (rows padded past it: `padding="max_length"`)."""
+    pad_share_warn: float = 0.50
+    """INFER003: share of the forwards' tokens that are padding (rows of unlike lengths in
+    one batch, even padded to the longest: sorting by length removes most of it)."""
+    pad_min_forwards: int = 10
+    """INFER003: forwards whose attention masks the hooks counted before the padding is
+    judged (a mask on a GPU is counted in one forward of four)."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

@@ -19,7 +19,13 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.serving import LoopSplit, event_loop_split, handler_split
+from gpudiag.analyzers.measures.serving import (
+    LoopSplit,
+    event_loop_split,
+    forward_busy_share,
+    handler_split,
+    request_forward_share,
+)
 from gpudiag.analyzers.measures.summary import confidence_above
 
 # INFER001's range: the share of a forward autograd's bookkeeping costs when nothing needs it
@@ -35,15 +41,6 @@ AUTOGRAD_COST = 0.0
 AUTOGRAD_FIXED_COST = 0.55
 MAX_BATCH_LIMIT = 64  # the largest max batch size suggested
 HK = "hooks"
-
-
-def _forward_share(m: dict) -> float | None:
-    """The share of a request's time spent in the model's forward: forwards running at once
-    over requests in flight (Little's law on the hooks' timings), else the stacks' share."""
-    fc, inflight = m.get("forward_concurrency"), m.get("requests_in_flight_mean")
-    if fc is not None and inflight:
-        return min(1.0, fc / inflight)
-    return m.get("handler_forward_share")
 
 
 def batching_values(m: dict) -> tuple[int, float]:
@@ -81,7 +78,7 @@ class Seen:
 def seen_by_hooks(m: dict, th: Thresholds) -> Seen | None:
     """Batch 1 and the requests in flight, timed by the hooks."""
     forwards, b50 = m.get("forwards") or 0.0, m.get("forward_batch_p50")
-    inflight, share = m.get("requests_in_flight_mean"), _forward_share(m)
+    inflight, share = m.get("requests_in_flight_mean"), request_forward_share(m)
     if forwards < th.serve_min_forwards or b50 is None or b50 > th.serve_batch_max:
         return None
     if inflight is None or inflight < th.serve_in_flight_min or not share:
@@ -403,7 +400,7 @@ def infer001(c: Context) -> list[Finding]:
         or grad < th.infer_grad_share
     ):
         return []
-    busy = _forward_share(m) if c.workload.kind == "server" else m.get("forward_concurrency")
+    busy = forward_busy_share(m, c.workload.kind)
     share = min(1.0, busy or 0.0) * grad
     low, high = share * AUTOGRAD_COST, share * AUTOGRAD_FIXED_COST
     msg = (

@@ -33,6 +33,12 @@ SERVING_UNITS = {
     "requests_in_flight_max": "count",
     "requests_in_flight_est": "count",
     "handler_forward_share": "ratio",
+    "padded_forwards": "count",
+    "padding_share": "ratio",
+    "padding_beyond_longest_share": "ratio",
+    "padded_length_mean": "tokens",
+    "longest_length_mean": "tokens",
+    "real_length_mean": "tokens",
 } | TRITON_UNITS
 
 
@@ -71,6 +77,26 @@ def forward_metrics(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
+def padding_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """How much of what the forwards computed was padding: their attention masks' tokens
+    (rows x padded length), the real ones, and those padding to each batch's longest row
+    would have left (the hooks' padding rows)."""
+    tokens = tl.rollup("hooks", "pad_tokens", kind="padding")
+    rows = tl.rollup("hooks", "pad_rows", kind="padding")
+    real = tl.rollup("hooks", "pad_real_tokens", kind="padding")
+    longest = tl.rollup("hooks", "pad_longest_tokens", kind="padding")
+    if not tokens or not rows or not real or not longest or tokens.total <= 0:
+        return {}
+    return {
+        "padded_forwards": float(tokens.count),
+        "padding_share": 1.0 - real.total / tokens.total,
+        "padding_beyond_longest_share": 1.0 - longest.total / tokens.total,
+        "padded_length_mean": tokens.total / rows.total,
+        "longest_length_mean": longest.total / rows.total,
+        "real_length_mean": real.total / rows.total,
+    }
+
+
 def request_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Requests/s, latency percentiles and requests in flight: the hooks' requests."""
     rl = tl.rollup("hooks", "request_latency_s", kind="request")
@@ -87,6 +113,21 @@ def request_metrics(tl: Aggregate) -> dict[str, float | None]:
         "requests_in_flight_mean": rl.total / span if span > 0 else None,
         "requests_in_flight_max": inflight.maximum if inflight and inflight.count else None,
     }
+
+
+def request_forward_share(m: dict) -> float | None:
+    """The share of a request's time spent in the model's forward: forwards running at once
+    over requests in flight (Little's law on the hooks' timings), else the stacks' share."""
+    fc, inflight = m.get("forward_concurrency"), m.get("requests_in_flight_mean")
+    if fc is not None and inflight:
+        return min(1.0, fc / inflight)
+    return m.get("handler_forward_share")
+
+
+def forward_busy_share(m: dict, kind: str) -> float | None:
+    """The share of the work in the model's forwards: of a request's time for a server, of
+    the loop's for an inference loop (forwards running at once, the hooks' timings)."""
+    return request_forward_share(m) if kind == "server" else m.get("forward_concurrency")
 
 
 def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
@@ -112,7 +153,13 @@ def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
 def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Every serving metric there is signal for (empty for a job with none); a Triton
     server's requests are its own counters' (its queue is in C++, before any hook)."""
-    return forward_metrics(tl) | request_metrics(tl) | handler_metrics(tl) | triton_metrics(tl)
+    return (
+        forward_metrics(tl)
+        | padding_metrics(tl)
+        | request_metrics(tl)
+        | handler_metrics(tl)
+        | triton_metrics(tl)
+    )
 
 
 POOLED_TID = 0  # the pooled request handlers' thread id in a profile (no real thread has it)

@@ -237,6 +237,7 @@ class _State:
             if self.quiet:
                 self.last_flush = now
                 self.serve.take()
+                self.serve.padding.clear()
             else:
                 self.flush(now)
 
@@ -280,6 +281,11 @@ class _State:
                 msg["fwd"], fwd = fwd[:SERVE_ROWS], fwd[SERVE_ROWS:]
             if req:
                 msg["req"], req = req[:SERVE_ROWS], req[SERVE_ROWS:]
+            self.channel.send(msg)
+        pad = self.serve.take_padding()  # the forwards' padding, datagrams of their own
+        while pad:
+            msg = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
+            msg["pad"], pad = pad[:SERVE_ROWS], pad[SERVE_ROWS:]
             self.channel.send(msg)
 
 

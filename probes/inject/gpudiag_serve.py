@@ -27,6 +27,11 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+try:
+    from . import gpudiag_padding as _padding
+except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_padding as _padding
+
 MAX_ROWS = 20000  # forwards or requests kept between two flushes; more are dropped
 SO_TIMESTAMPNS = 35  # Linux: stamp each received packet with the kernel's receive time
 MAX_QUEUED_S = 60.0  # an arrival stamp older than this is not believed
@@ -117,6 +122,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.forwards: list[list[float]] = []  # [end (Unix s), seconds, batch, grad on]
         self.requests: list[list[float]] = []  # [end (Unix s), seconds, in flight at start]
+        self.padding = _padding.Padding(MAX_ROWS)  # the forwards' attention masks
         self.local = threading.local()
         self.in_flight = 0
         self.accepted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # socket: t
@@ -134,6 +140,18 @@ class Recorder:
             f, r = self.forwards, self.requests
             self.forwards, self.requests = [], []
         return f, r
+
+    def take_padding(self) -> list[list[float]]:
+        """The forwards' padding rows counted so far, handed over once."""
+        return self.padding.take()
+
+    def count_padding(self, args: tuple, kwargs: dict | None, end: float) -> None:
+        """Count the padding of a forward's attention mask, if it was given one."""
+        if self.quiet:
+            return
+        mask = _padding.attention_mask(args, kwargs)
+        if mask is not None:
+            self.padding.count(self.torch, mask, end)
 
     def add(self, rows: list, row: list[float]) -> None:
         if self.quiet:
@@ -179,6 +197,7 @@ class Recorder:
         rows are the parent's to send; start empty, with no request in flight."""
         self.lock = threading.Lock()
         self.forwards, self.requests = [], []
+        self.padding.clear()
         self.local = threading.local()
         self.in_flight = 0
         self.accepted = weakref.WeakKeyDictionary()
@@ -247,6 +266,7 @@ def _forward_hooks(torch, rec: Recorder):
                 took = time.perf_counter() - loc.t0
                 row = [time.time(), took, batch_size(args, kwargs), loc.grad]
                 loc.t0 = None
+                rec.count_padding(args, kwargs, row[0])
                 rec.add(rec.forwards, row)
         except Exception:
             pass
@@ -322,6 +342,7 @@ def go_quiet(rec: Recorder) -> None:
     """The agent is gone (attach --hooks): record nothing, forward hooks out where safe."""
     rec.quiet = True
     rec.take()
+    rec.padding.clear()
     take_out_forwards(rec)
 
 

@@ -91,6 +91,10 @@ class HookProbe(Probe):
         Field("forward_time_s", "s", "gauge", "wall time of one outermost model forward"),
         Field("forward_batch", "items", "gauge", "first dimension of the forward's input"),
         Field("forward_grad", "ratio", "gauge", "1 when autograd was on in the forward"),
+        Field("pad_rows", "items", "gauge", "rows of a forward's attention mask"),
+        Field("pad_tokens", "tokens", "gauge", "tokens the forward computed: rows x length"),
+        Field("pad_real_tokens", "tokens", "gauge", "of those, the mask's real (1) tokens"),
+        Field("pad_longest_tokens", "tokens", "gauge", "rows x the batch's longest row"),
         Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
         Field("request_in_flight", "count", "gauge", "requests in flight as it started"),
         *COLLECTIVE_FIELDS,
@@ -423,7 +427,14 @@ def switch_samples(msg: dict, t: int) -> list[Sample]:
 SERVING_ROWS = {
     "fwd": ("forward", ("forward_time_s", "forward_batch", "forward_grad")),
     "req": ("request", ("request_latency_s", "request_in_flight")),
+    "pad": ("padding", ("pad_rows", "pad_tokens", "pad_real_tokens", "pad_longest_tokens")),
 }
+
+
+def _padding_ok(v: dict[str, float | None]) -> bool:
+    """Whether a padding row adds up: real <= longest <= all tokens, none negative."""
+    real, longest = v["pad_real_tokens"] or 0.0, v["pad_longest_tokens"] or 0.0
+    return 0 <= real <= longest <= (v["pad_tokens"] or 0.0) and (v["pad_rows"] or 0.0) >= 1
 
 
 def serving_samples(msg: dict) -> list[Sample]:
@@ -440,6 +451,8 @@ def serving_samples(msg: dict) -> list[Sample]:
             values: dict[str, float | None] = {
                 n: float(v) for n, v in zip(names, row[1:], strict=True)
             }
+            if kind == "padding" and not _padding_ok(values):
+                continue
             out.append(Sample("hooks", int(row[0] * 1e9), {"kind": kind}, values))
     return out
 

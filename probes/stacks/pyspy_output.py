@@ -19,6 +19,7 @@ OWN_FILES = (
     "gpudiag_capture.py",
     "gpudiag_trim.py",
     "gpudiag_serve.py",
+    "gpudiag_padding.py",
 )
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")

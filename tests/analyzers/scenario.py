@@ -415,3 +415,30 @@ def hook_serving(
             {"forward_time_s": forward_s, "forward_batch": batch, "forward_grad": grad},
         )
     return sc
+
+
+def hook_padding(
+    sc: Scenario,
+    forwards: int = 100,
+    every_s: float = 0.05,
+    rows: float = 32.0,
+    padded: float = 256.0,
+    longest: float = 40.0,
+    real: float = 26.0,
+) -> Scenario:
+    """The hooks' padding rows of `forwards` attention masks, one every `every_s`: `rows`
+    rows padded to `padded` tokens, each batch's longest row `longest`, a row's real tokens
+    `real` (tokens a row, as the means)."""
+    for i in range(forwards):
+        sc._add_at(
+            sc.t0 + int((i + 1) * every_s * 1e9),
+            "hooks",
+            {"kind": "padding"},
+            {
+                "pad_rows": rows,
+                "pad_tokens": rows * padded,
+                "pad_real_tokens": rows * real,
+                "pad_longest_tokens": rows * longest,
+            },
+        )
+    return sc

@@ -763,3 +763,102 @@ def test_aiohttp_times_each_request_once_with_its_concurrency(aiohttp_rec):
     assert len(req) == 20 and all(r[1] >= 0.05 for r in req)
     assert max(r[2] for r in req) >= 2
     assert aiohttp_rec.in_flight == 0
+
+
+class MaskedNet(torch.nn.Module):
+    """A Hugging Face-style encoder called `model(**batch)` or with a features dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids=None, attention_mask=None, features=None) -> torch.Tensor:
+        if features is not None:
+            input_ids = features["input_ids"]
+        return self.emb(input_ids).mean(dim=1)
+
+
+def _mask(lengths: list[int], width: int) -> torch.Tensor:
+    return torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+
+
+def test_a_forwards_attention_mask_is_counted_padded_real_and_longest(rec):
+    net = MaskedNet()
+    ids_ = torch.zeros(3, 8, dtype=torch.long)
+    with torch.inference_mode():
+        net(input_ids=ids_, attention_mask=_mask([2, 5, 3], 8))  # padding="max_length"
+        net(features={"input_ids": ids_, "attention_mask": _mask([4, 4, 1], 8).bool()})
+        net(input_ids=ids_)  # no mask: not counted
+    pad = rec.take_padding()
+    assert [r[1:] for r in pad] == [[3.0, 24.0, 10.0, 15.0], [3.0, 24.0, 9.0, 12.0]]
+    assert len(rec.take()[0]) == 3 and rec.take_padding() == []
+
+
+def test_an_additive_or_odd_mask_is_not_counted(rec):
+    net = MaskedNet()
+    ids_ = torch.zeros(2, 4, dtype=torch.long)
+    additive = torch.tensor([[0.0, 0.0, -1e9, -1e9], [0.0, 0.0, 0.0, -1e9]])
+    net(input_ids=ids_, attention_mask=additive)
+    net(input_ids=ids_, attention_mask=torch.ones(2, 1, 4))  # not 2-D
+    assert rec.take_padding() == []
+
+
+def test_the_mask_count_changes_no_answer(rec):
+    net = MaskedNet()
+    ids_, mask = torch.randint(0, 10, (2, 4)), _mask([1, 4], 4)
+    before = mask.clone()
+    hooked = net(input_ids=ids_, attention_mask=mask)
+    while rec.handles:
+        rec.handles.pop().remove()
+    assert torch.equal(hooked, net(input_ids=ids_, attention_mask=mask))
+    assert torch.equal(mask, before)
+
+
+class FakeEvent:
+    done = False
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return FakeEvent.done
+
+
+def test_a_gpu_mask_is_read_only_once_its_copy_is_done_one_forward_in_four(monkeypatch):
+    """A mask on a GPU: summed there, copied without waiting, read once its event is done;
+    one forward in GPU_EVERY, never more than MAX_PENDING waiting."""
+    from gpudiag.probes.inject import gpudiag_padding as gp
+
+    fake = types.SimpleNamespace(
+        stack=torch.stack,
+        empty=lambda n, dtype, pin_memory: torch.empty(n, dtype=dtype),
+        cuda=types.SimpleNamespace(Event=FakeEvent),
+    )
+    mask = types.SimpleNamespace(
+        shape=(2, 6), device=types.SimpleNamespace(type="cuda"), sum=_mask([3, 5], 6).sum
+    )
+    FakeEvent.done = False
+    p = gp.Padding()
+    for _ in range(gp.GPU_EVERY * (gp.MAX_PENDING + 3)):
+        p.count(fake, mask, 1.7e9)
+    assert len(p.pending) == gp.MAX_PENDING and p.take() == []  # nothing waited for
+    FakeEvent.done = True
+    rows = p.take()
+    assert len(rows) == gp.MAX_PENDING and rows[0][1:] == [2.0, 12.0, 8.0, 10.0]
+    assert not p.pending
+
+
+def test_the_channel_turns_padding_rows_into_samples_and_drops_impossible_ones():
+    msg = {"pad": [[1.7e9, 3, 24, 10, 15], [1.7e9, 3, 24, 16, 15], [1.7e9, 0, 0, 0, 0]]}
+    got = [(s.labels["kind"], s.values) for s in parse_message(msg)]
+    assert got == [
+        (
+            "padding",
+            {
+                "pad_rows": 3.0,
+                "pad_tokens": 24.0,
+                "pad_real_tokens": 10.0,
+                "pad_longest_tokens": 15.0,
+            },
+        )
+    ]

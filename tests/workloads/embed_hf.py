@@ -7,6 +7,7 @@ tokenizer's (input_ids, attention_mask, padded).
 
     python embed_hf.py --seconds 20             # the model card's way: under torch.no_grad()
     python embed_hf.py --seconds 20 --grad      # the no_grad line left out (INFER001)
+    python embed_hf.py --seconds 20 --pad-max 256   # padding="max_length", max_length=256
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from transformers import BertConfig, BertModel
 VOCAB = 2000
 
 
-def tokenizer(sentences: list[str], max_length: int = 64) -> dict[str, torch.Tensor]:
-    """padding=True, truncation=True, return_tensors='pt': ids and the attention mask."""
+def tokenizer(
+    sentences: list[str], max_length: int = 64, pad_max: bool = False
+) -> dict[str, torch.Tensor]:
+    """padding=True (or "max_length" with `pad_max`), truncation=True, return_tensors='pt':
+    ids and the attention mask."""
     rows = [
         [101] + [hash(w) % (VOCAB - 200) + 200 for w in s.split()][: max_length - 2] + [102]
         for s in sentences
     ]
-    width = max(len(r) for r in rows)
+    width = max_length if pad_max else max(len(r) for r in rows)
     ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
     return {"input_ids": ids, "attention_mask": (ids != 0).long()}
 
@@ -46,6 +50,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--grad", action="store_true", help="leave out the model card's no_grad")
+    p.add_argument("--pad-max", type=int, default=0, help='padding="max_length" to this')
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -55,6 +60,7 @@ def main() -> None:
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=256,
+        max_position_embeddings=max(512, args.pad_max),
     )
     model = BertModel(cfg).eval()
     rng = random.Random(0)
@@ -64,7 +70,10 @@ def main() -> None:
     while time.time() - t0 < args.seconds:
         for start in range(0, len(corpus), args.batch_size):
             sentences = corpus[start : start + args.batch_size]
-            encoded_input = tokenizer(sentences)
+            if args.pad_max:
+                encoded_input = tokenizer(sentences, args.pad_max, pad_max=True)
+            else:
+                encoded_input = tokenizer(sentences)
             if args.grad:
                 model_output = model(**encoded_input)
             else:
