@@ -39,6 +39,11 @@ SERVING_UNITS = {
     "padded_length_mean": "tokens",
     "longest_length_mean": "tokens",
     "real_length_mean": "tokens",
+    "padded_length_sq_mean": "tokens^2",
+    "longest_length_sq_mean": "tokens^2",
+    "sorted_length_mean": "tokens",
+    "sorted_length_sq_mean": "tokens^2",
+    "sorted_rows": "items",
 } | TRITON_UNITS
 
 
@@ -77,23 +82,42 @@ def forward_metrics(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
+PAD_SERIES = ("rows", "tokens", "real_tokens", "longest_tokens", "sq_tokens", "longest_sq_tokens")
+
+
 def padding_metrics(tl: Aggregate) -> dict[str, float | None]:
-    """How much of what the forwards computed was padding: their attention masks' tokens
-    (rows x padded length), the real ones, and those padding to each batch's longest row
-    would have left (the hooks' padding rows)."""
-    tokens = tl.rollup("hooks", "pad_tokens", kind="padding")
-    rows = tl.rollup("hooks", "pad_rows", kind="padding")
-    real = tl.rollup("hooks", "pad_real_tokens", kind="padding")
-    longest = tl.rollup("hooks", "pad_longest_tokens", kind="padding")
-    if not tokens or not rows or not real or not longest or tokens.total <= 0:
+    """How much of what the forwards computed was padding: their attention masks' rows as
+    padded, each batch's longest, real (tokens a row, and squared: attention's cost), and
+    the last kept rows sorted by length and batched as the job batches (the hooks' rows)."""
+    got = [tl.rollup("hooks", f"pad_{n}", kind="padding") for n in PAD_SERIES]
+    totals = [r.total for r in got if r is not None]
+    if len(totals) < len(PAD_SERIES) or totals[0] <= 0 or totals[1] <= 0:
+        return {}
+    rows, tokens, real, longest, square, longest_sq = totals
+    return {
+        "padded_forwards": float(got[1].count) if got[1] is not None else None,
+        "padding_share": 1.0 - real / tokens,
+        "padding_beyond_longest_share": 1.0 - longest / tokens,
+        "padded_length_mean": tokens / rows,
+        "longest_length_mean": longest / rows,
+        "real_length_mean": real / rows,
+        "padded_length_sq_mean": square / rows,
+        "longest_length_sq_mean": longest_sq / rows,
+    } | sorted_padding(tl)
+
+
+def sorted_padding(tl: Aggregate) -> dict[str, float | None]:
+    """The row length (and its square) the last kept rows pad to when sorted by length and
+    batched as the job batches: the hooks' latest summary."""
+    n = tl.rollup("hooks", "pads_rows", kind="padding_sorted")
+    tokens = tl.rollup("hooks", "pads_tokens", kind="padding_sorted")
+    square = tl.rollup("hooks", "pads_sq_tokens", kind="padding_sorted")
+    if n is None or tokens is None or square is None or not n.last:
         return {}
     return {
-        "padded_forwards": float(tokens.count),
-        "padding_share": 1.0 - real.total / tokens.total,
-        "padding_beyond_longest_share": 1.0 - longest.total / tokens.total,
-        "padded_length_mean": tokens.total / rows.total,
-        "longest_length_mean": longest.total / rows.total,
-        "real_length_mean": real.total / rows.total,
+        "sorted_length_mean": (tokens.last or 0.0) / n.last,
+        "sorted_length_sq_mean": (square.last or 0.0) / n.last,
+        "sorted_rows": n.last,
     }
 
 

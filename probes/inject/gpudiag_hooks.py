@@ -282,10 +282,13 @@ class _State:
             if req:
                 msg["req"], req = req[:SERVE_ROWS], req[SERVE_ROWS:]
             self.channel.send(msg)
-        pad = self.serve.take_padding()  # the forwards' padding, datagrams of their own
-        while pad:
+        pad, summary = self.serve.take_padding()  # the forwards' padding, datagrams of their own
+        while pad or summary:
             msg = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
-            msg["pad"], pad = pad[:SERVE_ROWS], pad[SERVE_ROWS:]
+            if pad:
+                msg["pad"], pad = pad[:SERVE_ROWS], pad[SERVE_ROWS:]
+            if summary:
+                msg["pads"], summary = summary, []
             self.channel.send(msg)
 
 

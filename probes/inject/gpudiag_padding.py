@@ -1,11 +1,13 @@
 """In-process count of the padding in a model's forwards: the attention mask a transformer is
-given (`model(**batch)`, a sentence-transformers features dict, a BatchEncoding) says how many
-of the tokens it computes are real. One row a forward: [end (Unix s), rows, tokens (rows x
-padded length), real tokens (the mask's ones), tokens had each row been padded only to the
-batch's longest].
+given (`model(**batch)`, a sentence-transformers features dict, a BatchEncoding) says how long
+each row really is. One row a counted forward: [end (Unix s), rows, tokens (rows x padded
+length), real tokens (the mask's ones), rows x each batch's longest row, rows x the padded
+length squared, rows x the longest squared] (the squares: attention's cost grows so). Every
+`SUMMARY_EVERY_S`, a summary of the last `KEPT_ROWS` rows' lengths: [end, rows, tokens and
+tokens squared had they been sorted by length and batched as the job batches them, the batch].
 
 Runs inside the job and imports nothing from gpudiag. It only reads the mask. A mask on the
-CPU is summed at once (microseconds); a mask on a GPU is summed on the GPU, its two numbers
+CPU is summed at once (microseconds); a mask on a GPU is summed on the GPU, its row lengths
 copied to pinned host memory without waiting, and read once its event says the copy is done:
 the job's stream is never synchronised (1 forward in `GPU_EVERY`, at most `MAX_PENDING`
 unread)."""
@@ -13,6 +15,7 @@ unread)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +23,8 @@ from typing import Any
 MASK_KEY = "attention_mask"
 GPU_EVERY = 4  # a mask on a GPU: one forward in this many is counted
 MAX_PENDING = 16  # GPU counts not yet read; more are skipped
+KEPT_ROWS = 4096  # the row lengths the sorted-batches summary is made from
+SUMMARY_EVERY_S = 2.0
 
 
 def attention_mask(args: tuple, kwargs: dict | None) -> Any:
@@ -40,64 +45,100 @@ def attention_mask(args: tuple, kwargs: dict | None) -> Any:
     return mask
 
 
+def sorted_batches(lengths: list[int], batch: int) -> tuple[float, float]:
+    """(tokens, tokens squared) of `lengths` sorted and cut into batches of `batch`, each
+    padded to its longest row."""
+    ordered = sorted(lengths)
+    tokens = square = 0.0
+    for i in range(0, len(ordered), batch):
+        chunk = ordered[i : i + batch]
+        tokens += chunk[-1] * len(chunk)
+        square += chunk[-1] * chunk[-1] * len(chunk)
+    return tokens, square
+
+
 class Padding:
     """Rows of padding counts since the last `take()`."""
 
     def __init__(self, max_rows: int = 20000) -> None:
         self.lock = threading.Lock()
         self.rows: list[list[float]] = []
-        self.pending: deque = deque()  # (event, pinned counts, end, rows, width): GPU masks
+        self.pending: deque = deque()  # (event, pinned lengths, end, width): GPU masks
+        self.kept: deque = deque(maxlen=KEPT_ROWS)  # the last rows' real lengths
+        self.batches: deque = deque(maxlen=64)  # the last forwards' row counts
         self.seen = 0  # GPU masks seen (one in GPU_EVERY counted)
+        self.last_summary = time.monotonic()
+        self.fresh = False  # rows kept since the last summary
         self.max_rows = max_rows
 
     def count(self, torch, mask, end: float) -> None:
         """Count one forward's mask, which ended at `end` (Unix s)."""
-        rows, width = int(mask.shape[0]), int(mask.shape[1])
+        width = int(mask.shape[1])
         kind = mask.device.type
         if kind == "cpu":
-            lengths = mask.sum(dim=1)
-            self._add(end, rows, width, float(lengths.sum()), float(lengths.max()))
+            self._add(end, width, mask.sum(dim=1).tolist())
         elif kind == "cuda":
-            self._count_on_gpu(torch, mask, end, rows, width)
+            self._count_on_gpu(torch, mask, end, width)
 
-    def _count_on_gpu(self, torch, mask, end: float, rows: int, width: int) -> None:
+    def _count_on_gpu(self, torch, mask, end: float, width: int) -> None:
         self.seen += 1
         self.read_done()
         if self.seen % GPU_EVERY or len(self.pending) >= MAX_PENDING:
             return
         lengths = mask.sum(dim=1)
-        counts = torch.stack((lengths.sum(), lengths.max()))
-        host = torch.empty(2, dtype=counts.dtype, pin_memory=True)
-        host.copy_(counts, non_blocking=True)
+        host = torch.empty(lengths.shape, dtype=lengths.dtype, pin_memory=True)
+        host.copy_(lengths, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        self.pending.append((event, host, end, rows, width))
+        self.pending.append((event, host, end, width))
 
     def read_done(self) -> None:
         """Read the GPU counts whose copies are done, oldest first, without waiting."""
         while self.pending and self.pending[0][0].query():
-            _, host, end, rows, width = self.pending.popleft()
-            real, longest = host.tolist()
-            self._add(end, rows, width, float(real), float(longest))
+            _, host, end, width = self.pending.popleft()
+            self._add(end, width, host.tolist())
 
-    def _add(self, end: float, rows: int, width: int, real: float, longest: float) -> None:
-        if not (0 <= real <= rows * width and 0 <= longest <= width):
+    def _add(self, end: float, width: int, lengths: list) -> None:
+        if not lengths or not all(0 <= n <= width for n in lengths):
             return  # not a 0/1 mask (an additive one: 0 and -inf)
+        rows, longest = len(lengths), max(lengths)
+        row = [end, float(rows), float(rows * width), float(sum(lengths)), float(rows * longest)]
+        row += [float(rows * width * width), float(rows * longest * longest)]
         with self.lock:
+            self.kept.extend(lengths)
+            self.batches.append(rows)
+            self.fresh = True
             if len(self.rows) < self.max_rows:
-                self.rows.append([end, float(rows), float(rows * width), real, rows * longest])
+                self.rows.append(row)
 
-    def take(self) -> list[list[float]]:
-        """The rows counted so far (the GPU's done ones read first), handed over once."""
+    def summary(self, now: float) -> list[list[float]]:
+        """The sorted-batches summary row of the kept lengths, every SUMMARY_EVERY_S at most
+        (a sort of KEPT_ROWS numbers: about a millisecond)."""
+        if not self.fresh or now - self.last_summary < SUMMARY_EVERY_S:
+            return []
+        with self.lock:
+            lengths, batches = list(self.kept), sorted(self.batches)
+            self.fresh, self.last_summary = False, now
+        batch = batches[len(batches) // 2] if batches else 0
+        if batch < 2 or len(lengths) < 2 * batch:
+            return []
+        tokens, square = sorted_batches(lengths, batch)
+        return [[time.time(), float(len(lengths)), tokens, square, float(batch)]]
+
+    def take(self) -> tuple[list[list[float]], list[list[float]]]:
+        """(the rows counted so far, the summary if one is due), handed over once; the GPU's
+        done rows are read first."""
         try:
             self.read_done()
         except Exception:
             self.pending.clear()
         with self.lock:
             out, self.rows = self.rows, []
-        return out
+        return out, self.summary(time.monotonic())
 
     def clear(self) -> None:
         """Drop everything (quiet, or a forked child: the parent's rows are the parent's)."""
         self.lock = threading.Lock()
         self.rows, self.pending = [], deque()
+        self.kept, self.batches = deque(maxlen=KEPT_ROWS), deque(maxlen=64)
+        self.fresh = False

@@ -141,8 +141,9 @@ class Recorder:
             self.forwards, self.requests = [], []
         return f, r
 
-    def take_padding(self) -> list[list[float]]:
-        """The forwards' padding rows counted so far, handed over once."""
+    def take_padding(self) -> tuple[list[list[float]], list[list[float]]]:
+        """The forwards' padding rows counted so far and the sorted-batches summary when one
+        is due, handed over once."""
         return self.padding.take()
 
     def count_padding(self, args: tuple, kwargs: dict | None, end: float) -> None:

@@ -95,6 +95,12 @@ class HookProbe(Probe):
         Field("pad_tokens", "tokens", "gauge", "tokens the forward computed: rows x length"),
         Field("pad_real_tokens", "tokens", "gauge", "of those, the mask's real (1) tokens"),
         Field("pad_longest_tokens", "tokens", "gauge", "rows x the batch's longest row"),
+        Field("pad_sq_tokens", "tokens^2", "gauge", "rows x the padded length squared"),
+        Field("pad_longest_sq_tokens", "tokens^2", "gauge", "rows x the longest row squared"),
+        Field("pads_rows", "items", "gauge", "the last rows whose lengths were kept"),
+        Field("pads_tokens", "tokens", "gauge", "their tokens, sorted by length and batched"),
+        Field("pads_sq_tokens", "tokens^2", "gauge", "the same, each row's length squared"),
+        Field("pads_batch", "items", "gauge", "the batch they were cut into (the median)"),
         Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
         Field("request_in_flight", "count", "gauge", "requests in flight as it started"),
         *COLLECTIVE_FIELDS,
@@ -427,14 +433,30 @@ def switch_samples(msg: dict, t: int) -> list[Sample]:
 SERVING_ROWS = {
     "fwd": ("forward", ("forward_time_s", "forward_batch", "forward_grad")),
     "req": ("request", ("request_latency_s", "request_in_flight")),
-    "pad": ("padding", ("pad_rows", "pad_tokens", "pad_real_tokens", "pad_longest_tokens")),
+    "pad": (
+        "padding",
+        (
+            "pad_rows",
+            "pad_tokens",
+            "pad_real_tokens",
+            "pad_longest_tokens",
+            "pad_sq_tokens",
+            "pad_longest_sq_tokens",
+        ),
+    ),
+    "pads": ("padding_sorted", ("pads_rows", "pads_tokens", "pads_sq_tokens", "pads_batch")),
 }
 
 
 def _padding_ok(v: dict[str, float | None]) -> bool:
     """Whether a padding row adds up: real <= longest <= all tokens, none negative."""
     real, longest = v["pad_real_tokens"] or 0.0, v["pad_longest_tokens"] or 0.0
-    return 0 <= real <= longest <= (v["pad_tokens"] or 0.0) and (v["pad_rows"] or 0.0) >= 1
+    sq, longest_sq = v["pad_sq_tokens"] or 0.0, v["pad_longest_sq_tokens"] or 0.0
+    return (
+        0 <= real <= longest <= (v["pad_tokens"] or 0.0)
+        and 0 <= longest_sq <= sq
+        and (v["pad_rows"] or 0.0) >= 1
+    )
 
 
 def serving_samples(msg: dict) -> list[Sample]:
@@ -451,10 +473,22 @@ def serving_samples(msg: dict) -> list[Sample]:
             values: dict[str, float | None] = {
                 n: float(v) for n, v in zip(names, row[1:], strict=True)
             }
-            if kind == "padding" and not _padding_ok(values):
+            if kind in ROW_CHECKS and not ROW_CHECKS[kind](values):
                 continue
             out.append(Sample("hooks", int(row[0] * 1e9), {"kind": kind}, values))
     return out
+
+
+def _sorted_ok(v: dict[str, float | None]) -> bool:
+    """Whether a sorted-batches summary adds up: rows and batch at least 2, none negative."""
+    return (
+        (v["pads_rows"] or 0.0) >= 2
+        and (v["pads_batch"] or 0.0) >= 2
+        and all((v[k] or 0.0) >= 0 for k in ("pads_tokens", "pads_sq_tokens"))
+    )
+
+
+ROW_CHECKS = {"padding": _padding_ok, "padding_sorted": _sorted_ok}
 
 
 def _numbers(values: list) -> bool:

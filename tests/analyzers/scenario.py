@@ -425,10 +425,12 @@ def hook_padding(
     padded: float = 256.0,
     longest: float = 40.0,
     real: float = 26.0,
+    sorted_len: float | None = None,
 ) -> Scenario:
     """The hooks' padding rows of `forwards` attention masks, one every `every_s`: `rows`
     rows padded to `padded` tokens, each batch's longest row `longest`, a row's real tokens
-    `real` (tokens a row, as the means)."""
+    `real` (every batch alike); with `sorted_len`, a summary of the rows sorted by length
+    padding to it."""
     for i in range(forwards):
         sc._add_at(
             sc.t0 + int((i + 1) * every_s * 1e9),
@@ -439,6 +441,21 @@ def hook_padding(
                 "pad_tokens": rows * padded,
                 "pad_real_tokens": rows * real,
                 "pad_longest_tokens": rows * longest,
+                "pad_sq_tokens": rows * padded * padded,
+                "pad_longest_sq_tokens": rows * longest * longest,
+            },
+        )
+    if sorted_len is not None:
+        n = 4096.0
+        sc._add_at(
+            sc.t0 + int(forwards * every_s * 1e9),
+            "hooks",
+            {"kind": "padding_sorted"},
+            {
+                "pads_rows": n,
+                "pads_tokens": n * sorted_len,
+                "pads_sq_tokens": n * sorted_len * sorted_len,
+                "pads_batch": rows,
             },
         )
     return sc

@@ -35,6 +35,7 @@ def test_rows_padded_to_a_fixed_length_are_infer003_with_the_longest_as_the_fix(
     assert busy == pytest.approx(0.9, abs=0.02)
     assert f.speedup_low == pytest.approx(1 / (1 - busy * (1 - 40 / 256)), rel=1e-3)
     assert f.expected_speedup == pytest.approx(1 / (1 - busy * (1 - (40 / 256) ** 2)), rel=1e-3)
+    assert a.metrics["padded_length_sq_mean"] == pytest.approx(256.0**2)
     assert f.speedup_kind == "hypothesis" and f.severity == "warning"
 
 
@@ -45,14 +46,32 @@ def test_padding_to_each_batchs_longest_over_like_lengths_is_healthy():
     assert a.metrics["padding_beyond_longest_share"] == 0.0
 
 
-def test_batches_of_unlike_lengths_are_infer003_with_sorting_as_the_fix():
-    a = analyze(embedding_loop(padded=100.0, longest=100.0, real=30.0).tl)
+def test_batches_of_unlike_lengths_are_infer003_with_their_sorted_batches_as_the_fix():
+    """The model card's loop over docstring sentences: padded to each batch's longest, 154
+    tokens a row, 34 real, 59 sorted by length (measured bare: x3.0 sorted)."""
+    a = analyze(embedding_loop(padded=154.0, longest=154.0, real=34.0, sorted_len=59.0).tl)
     assert ids(a) == ["INFER003"]
     f = a.findings[0]
     assert f.evidence[0].metric == "padding_share" and f.evidence[0].setting == "pad_share_warn"
     assert f.recommendation.summary == "Batch rows of like lengths together"
     assert "sort the texts by length" in f.recommendation.actions[0]
-    assert "cut to 30 (sorted by length)" in f.speedup_basis
+    assert (
+        "cut to 59 (sorted by their token length, the last rows batched alike)" in f.speedup_basis
+    )
+    busy = a.metrics["forward_concurrency"]
+    assert f.speedup_low == pytest.approx(1 / (1 - busy * (1 - 59 / 154)), rel=1e-3)
+
+
+def test_without_the_sorted_summary_the_real_length_is_the_bound():
+    a = analyze(embedding_loop(padded=100.0, longest=100.0, real=30.0).tl)
+    assert ids(a) == ["INFER003"]
+    assert "cut to 30 (sorted by length: the real length, a bound)" in a.findings[0].speedup_basis
+
+
+def test_unlike_lengths_that_sorting_would_not_shorten_are_not_named():
+    """Half the tokens padding, but the rows sorted by length still pad to 85 of 100."""
+    a = analyze(embedding_loop(padded=100.0, longest=100.0, real=45.0, sorted_len=85.0).tl)
+    assert ids(a) == []
 
 
 def test_a_batch_one_server_padding_each_request_is_infer003_with_the_servers_actions():

@@ -789,9 +789,12 @@ def test_a_forwards_attention_mask_is_counted_padded_real_and_longest(rec):
         net(input_ids=ids_, attention_mask=_mask([2, 5, 3], 8))  # padding="max_length"
         net(features={"input_ids": ids_, "attention_mask": _mask([4, 4, 1], 8).bool()})
         net(input_ids=ids_)  # no mask: not counted
-    pad = rec.take_padding()
-    assert [r[1:] for r in pad] == [[3.0, 24.0, 10.0, 15.0], [3.0, 24.0, 9.0, 12.0]]
-    assert len(rec.take()[0]) == 3 and rec.take_padding() == []
+    pad, _ = rec.take_padding()
+    assert [r[1:] for r in pad] == [
+        [3.0, 24.0, 10.0, 15.0, 192.0, 75.0],
+        [3.0, 24.0, 9.0, 12.0, 192.0, 48.0],
+    ]
+    assert len(rec.take()[0]) == 3 and rec.take_padding() == ([], [])
 
 
 def test_an_additive_or_odd_mask_is_not_counted(rec):
@@ -800,7 +803,7 @@ def test_an_additive_or_odd_mask_is_not_counted(rec):
     additive = torch.tensor([[0.0, 0.0, -1e9, -1e9], [0.0, 0.0, 0.0, -1e9]])
     net(input_ids=ids_, attention_mask=additive)
     net(input_ids=ids_, attention_mask=torch.ones(2, 1, 4))  # not 2-D
-    assert rec.take_padding() == []
+    assert rec.take_padding() == ([], [])
 
 
 def test_the_mask_count_changes_no_answer(rec):
@@ -841,15 +844,37 @@ def test_a_gpu_mask_is_read_only_once_its_copy_is_done_one_forward_in_four(monke
     p = gp.Padding()
     for _ in range(gp.GPU_EVERY * (gp.MAX_PENDING + 3)):
         p.count(fake, mask, 1.7e9)
-    assert len(p.pending) == gp.MAX_PENDING and p.take() == []  # nothing waited for
+    assert len(p.pending) == gp.MAX_PENDING and p.take()[0] == []  # nothing waited for
     FakeEvent.done = True
-    rows = p.take()
-    assert len(rows) == gp.MAX_PENDING and rows[0][1:] == [2.0, 12.0, 8.0, 10.0]
+    rows, _ = p.take()
+    assert len(rows) == gp.MAX_PENDING and rows[0][1:] == [2.0, 12.0, 8.0, 10.0, 72.0, 50.0]
     assert not p.pending
 
 
+def test_the_kept_lengths_are_summed_as_sorted_batches_every_few_seconds():
+    from gpudiag.probes.inject import gpudiag_padding as gp
+
+    assert gp.sorted_batches([5, 1, 4, 2, 3], 2) == (2 * 2 + 4 * 2 + 5, 4 * 2 + 16 * 2 + 25)
+    p = gp.Padding()
+    for lengths in ([9, 1], [2, 8], [7, 3]):
+        p._add(1.7e9, 10, lengths)
+    assert p.summary(p.last_summary + 1.0) == []  # not due yet
+    (row,) = p.summary(p.last_summary + gp.SUMMARY_EVERY_S)
+    # sorted 1 2 3 7 8 9 in batches of 2: 2 2 7 7 9 9
+    assert row[1:] == [6.0, 36.0, 2 * 4 + 2 * 49 + 2 * 81, 2.0]
+    assert p.summary(p.last_summary + 10.0) == []  # nothing new since
+
+
 def test_the_channel_turns_padding_rows_into_samples_and_drops_impossible_ones():
-    msg = {"pad": [[1.7e9, 3, 24, 10, 15], [1.7e9, 3, 24, 16, 15], [1.7e9, 0, 0, 0, 0]]}
+    msg = {
+        "pad": [
+            [1.7e9, 3, 24, 10, 15, 192, 75],
+            [1.7e9, 3, 24, 16, 15, 192, 75],  # more real tokens than the longest rows hold
+            [1.7e9, 0, 0, 0, 0, 0, 0],
+            [1.7e9, 3, 24, 10, 15, 192, 300],  # longest squared over padded squared
+        ],
+        "pads": [[1.7e9, 4096, 9000, 30000, 32], [1.7e9, 1, 9, 9, 1]],
+    }
     got = [(s.labels["kind"], s.values) for s in parse_message(msg)]
     assert got == [
         (
@@ -859,6 +884,17 @@ def test_the_channel_turns_padding_rows_into_samples_and_drops_impossible_ones()
                 "pad_tokens": 24.0,
                 "pad_real_tokens": 10.0,
                 "pad_longest_tokens": 15.0,
+                "pad_sq_tokens": 192.0,
+                "pad_longest_sq_tokens": 75.0,
             },
-        )
+        ),
+        (
+            "padding_sorted",
+            {
+                "pads_rows": 4096.0,
+                "pads_tokens": 9000.0,
+                "pads_sq_tokens": 30000.0,
+                "pads_batch": 32.0,
+            },
+        ),
     ]
