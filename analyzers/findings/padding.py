@@ -84,15 +84,27 @@ def padded(m: dict, th: Thresholds) -> Padded | None:
     return p
 
 
-def _speedups(busy: float, p: Padded, th: Thresholds) -> tuple[float, float]:
+def _speedups(busy: tuple[float, float], p: Padded, th: Thresholds) -> tuple[float, float]:
     """(low, high): the forwards' time in proportion to their row length (the matrix
-    products), and to its square (attention), cut to what the fix leaves."""
+    products), and to its square (attention), cut to what the fix leaves; the low end with
+    the lower of the forwards' two measured shares, the high end with the higher."""
     length, square = p.after(th)
     lin, quad = length / p.padded, square / p.padded_sq
     # rows of unlike lengths: the squares' mean can shrink less than the lengths' (sorted
-    # batches keep a long tail), so either end may be the lower
-    ends = (1.0 / (1.0 - busy * (1.0 - lin)), 1.0 / (1.0 - busy * (1.0 - quad)))
+    # batches keep a long tail), so either model may give the lower end
+    ends = [1.0 / (1.0 - f * (1.0 - k)) for f in busy for k in (lin, quad)]
     return min(ends), max(ends)
+
+
+def forward_shares(c: Context, kind: str) -> tuple[float, float] | None:
+    """(lower, higher) of the forwards' share of the work as the hooks time it (Little's
+    law: wall time, inflated where requests share too few cores) and as the stacks sample
+    the loop or request threads (None when the hooks give none)."""
+    hooks = forward_busy_share(c.metrics, kind)
+    if not hooks:
+        return None
+    stacks = c.shares.get("forward") or hooks
+    return min(1.0, hooks, stacks), min(1.0, max(hooks, stacks))
 
 
 def _message(p: Padded, th: Thresholds, forwards: float) -> str:
@@ -181,12 +193,12 @@ def infer003(c: Context) -> list[Finding]:
     if c.workload is None or c.workload.kind not in ("server", "inference"):
         return []
     p = padded(m, th)
-    busy = forward_busy_share(m, c.workload.kind)
-    if p is None or not busy:
+    shares = forward_shares(c, c.workload.kind) if p is not None else None
+    if p is None or shares is None:
         return []
-    busy = min(1.0, busy)
+    busy = shares[1]
     after = p.after(th)[0]
-    low, high = _speedups(busy, p, th)
+    low, high = _speedups(shares, p, th)
     fix = (
         "to each batch's longest row"
         if p.to_longest(th)
@@ -211,7 +223,8 @@ def infer003(c: Context) -> list[Finding]:
             expected_speedup=round(high, 3),
             signals=(HK,),
             speedup_basis=f"a hypothesis, unverified: rows of {p.padded:.0f} tokens cut to "
-            f"{after:.0f} ({fix}), the forwards {busy:.0%} of the work; x{low:.2f} to "
+            f"{after:.0f} ({fix}), the forwards {shares[0]:.0%}-{busy:.0%} of the work (the "
+            f"stacks' share and the hooks' timing); x{low:.2f} to "
             f"x{high:.2f}: their time in proportion to the row length (the matrix products) "
             "or to its square (attention)",
             speedup_kind="hypothesis",
