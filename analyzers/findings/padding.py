@@ -137,7 +137,9 @@ def _actions(p: Padded, th: Thresholds, kind: str) -> tuple[str, ...]:
     )
     by_length = (
         "sort the texts by length, batch them in that order and put the outputs back in the "
-        "input order (sentence-transformers' encode() does); Trainer: group_by_length=True",
+        "input order (sentence-transformers' encode() does); a datasets.Dataset: "
+        ".select(indices sorted by len(input_ids)) before Trainer.predict()/evaluate() "
+        "(Trainer's group_by_length=True sorts its training batches only)",
     )
     if kind == "server":
         by_length = (
