@@ -35,11 +35,19 @@ class Item(BaseModel):
     tokens: list[int] = []
 
 
+RELOAD = {"model": False, "lazy": False}
+LAZY: list = []  # --lazy-model: loaded by the first request, kept for the rest
+
+
 @app.post("/predict")
 def predict(item: Item) -> dict:
     inputs = tokenizer(item.text, truncation=True, return_tensors="pt", **PAD)
+    # --reload-model: the model loaded inside the handler, a cause no catalogue names
+    if RELOAD["lazy"] and not LAZY:
+        LAZY.append(AutoModel.from_pretrained(PATH).eval())
+    net = AutoModel.from_pretrained(PATH).eval() if RELOAD["model"] else (LAZY or [model])[0]
     with torch.no_grad():
-        out = model(**inputs)
+        out = net(**inputs)
     mask = inputs["attention_mask"].unsqueeze(-1).float()
     emb = (out[0] * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
     return {"embedding": emb[0, :4].tolist()}
@@ -50,7 +58,12 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--port-file", required=True)
     p.add_argument("--pad-longest", action="store_true", help="padding=True (the fix)")
+    p.add_argument(
+        "--reload-model", action="store_true", help="load the model in the handler, per request"
+    )
+    p.add_argument("--lazy-model", action="store_true", help="load it in the first request only")
     args = p.parse_args()
+    RELOAD["model"], RELOAD["lazy"] = args.reload_model, args.lazy_model
     if args.pad_longest:
         PAD.clear()
         PAD["padding"] = True

@@ -218,6 +218,7 @@ CATALOGUE: dict[str, Spec] = {
             None,  # a warning at most: whether a larger batch helps is a hypothesis
         ),
         Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
+        Spec("SERVE005", "The model is loaded on the request path, per request", "host", False),
         Spec(
             "SERVE004",
             "The model runs on the server's event loop: requests wait for each other",

@@ -33,6 +33,7 @@ from gpudiag.analyzers.findings import (
     gpu,
     host_bound,
     host_contention,
+    model_load,
     oversubscription,
     padding,
     serving,
@@ -54,6 +55,7 @@ FINDERS: tuple[Finder, ...] = (
     storage.find,
     gil.find,
     checkpoint.find,
+    model_load.find,  # before serving: the handlers' loading is not SERVE002's host work
     serving.find,  # before HOST001: a server's or batch-1 inference's host time is theirs
     padding.find,
     host_bound.find,

@@ -44,6 +44,8 @@ SERVING_UNITS = {
     "sorted_length_mean": "tokens",
     "sorted_length_sq_mean": "tokens^2",
     "sorted_rows": "items",
+    "models_new": "count",
+    "models_new_share": "ratio",
 } | TRITON_UNITS
 
 
@@ -121,6 +123,19 @@ def sorted_padding(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
+def model_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """How many top modules ran a first forward (the hooks: a server's one model gives one; a
+    model built per request, one a request), and their share of the forwards."""
+    new = tl.rollup("hooks", "model_new", kind="model")
+    ft = tl.rollup("hooks", "forward_time_s", kind="forward")
+    if new is None or not new.count:
+        return {}
+    return {
+        "models_new": float(new.count),
+        "models_new_share": new.count / ft.count if ft is not None and ft.count else None,
+    }
+
+
 def request_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Requests/s, latency percentiles and requests in flight: the hooks' requests."""
     rl = tl.rollup("hooks", "request_latency_s", kind="request")
@@ -180,6 +195,7 @@ def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
     return (
         forward_metrics(tl)
         | padding_metrics(tl)
+        | model_metrics(tl)
         | request_metrics(tl)
         | handler_metrics(tl)
         | triton_metrics(tl)
@@ -252,12 +268,14 @@ class HandlerSplit:
     top: tuple[tuple[Location, float], ...]  # (user location, share of the busy samples)
     model: float = 0.0  # forward samples on any thread (a batcher's included)
     framework: float = 0.0  # on the CPU in the server framework's own per-request work
+    loading: float = 0.0  # on the handlers, loading a model or its weights
+    load_top: Location | None = None  # the job's line that loads it, seen most
 
     @property
     def busy(self) -> float:
-        """The request path's busy samples: the model's forwards, the handlers' own work and
-        the server framework's."""
-        return self.host + self.framework + self.model
+        """The request path's busy samples: the model's forwards, the handlers' own work, the
+        server framework's and the models the handlers load."""
+        return self.host + self.framework + self.model + self.loading
 
 
 # The server framework's own per-request work, not the app's: a host sample whose innermost
@@ -280,19 +298,51 @@ def is_framework_work(frames: tuple) -> bool:
     return False
 
 
+# Loading a model or its weights: Hugging Face's from_pretrained (models, tokenizers,
+# processors) and pipeline(), sentence-transformers' constructor, torch.load, torch.jit.load,
+# safetensors, a state dict put in (building the modules runs their __init__ under
+# torch/nn/modules: not a forward)
+LOAD_FUNCS = frozenset({"from_pretrained", "_load_pretrained_model", "load_state_dict"})
+LOAD_IN_FILE = (
+    (re.compile(r"/transformers/pipelines/__init__\.py$"), frozenset({"pipeline"})),
+    (re.compile(r"/sentence_transformers/SentenceTransformer\.py$"), frozenset({"__init__"})),
+    (re.compile(r"/torch/(serialization|jit/_serialization)\.py$"), frozenset({"load"})),
+    (re.compile(r"/safetensors/"), frozenset({"load_file", "load", "safe_open"})),
+)
+
+
+def is_model_loading(frames: tuple) -> bool:
+    """Whether a stack is loading a model or its weights."""
+    for fr in frames:
+        name = fr.function.rsplit(".", 1)[-1]
+        if name in LOAD_FUNCS:
+            return True
+        if any(rx.search(fr.file) and name in names for rx, names in LOAD_IN_FILE):
+            return True
+    return False
+
+
 def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
     """The request handlers' samples split (None when no thread handles requests)."""
-    total = fwd = wait = host = model = framework = 0.0
+    total = fwd = wait = host = model = framework = loading = 0.0
     where: dict[Location, float] = {}
+    loads: dict[Location, float] = {}
     for key in view.threads("all", "target"):
         for (stack, code), n in view.stacks[key].items():
             frames = parse_stack(stack)
-            in_model = any(FORWARD_FILE_RE.search(fr.file) for fr in frames)
+            load = is_model_loading(frames)
+            in_model = not load and any(FORWARD_FILE_RE.search(fr.file) for fr in frames)
             model += n * in_model
             if not is_handling(stack):
                 continue
             total += n
-            if in_model:
+            if load:
+                loading += n
+                fr = user_location(stack)
+                if fr is not None:
+                    loc = Location(fr.file, fr.line, fr.function)
+                    loads[loc] = loads.get(loc, 0.0) + n
+            elif in_model:
                 fwd += n
             elif (
                 clf.is_waiting(stack, code)
@@ -309,11 +359,12 @@ def handler_split(view: Aggregate, clf: Classifier) -> HandlerSplit | None:
                 if fr is not None:
                     loc = Location(fr.file, fr.line, fr.function)
                     where[loc] = where.get(loc, 0.0) + n
-    if total <= 0 or host + framework + model <= 0:
+    if total <= 0 or host + framework + model + loading <= 0:
         return None
-    busy = host + framework + model
+    busy = host + framework + model + loading
     top = tuple((loc, n / busy) for loc, n in sorted(where.items(), key=lambda x: -x[1])[:3])
-    return HandlerSplit(total, fwd, wait, host, top, model, framework)
+    load_top = max(loads, key=lambda k: loads[k]) if loads else None
+    return HandlerSplit(total, fwd, wait, host, top, model, framework, loading, load_top)
 
 
 # An asyncio event loop (asyncio's or uvloop's) on the thread: the coroutines of an ASGI or

@@ -237,6 +237,7 @@ class _State:
             if self.quiet:
                 self.last_flush = now
                 self.serve.take()
+                self.serve.take_extra()
                 self.serve.padding.clear()
             else:
                 self.flush(now)
@@ -282,13 +283,12 @@ class _State:
             if req:
                 msg["req"], req = req[:SERVE_ROWS], req[SERVE_ROWS:]
             self.channel.send(msg)
-        pad, summary = self.serve.take_padding()  # the forwards' padding, datagrams of their own
-        while pad or summary:
+        extra = self.serve.take_extra()  # padding and new models: datagrams of their own
+        while any(extra.values()):
             msg = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
-            if pad:
-                msg["pad"], pad = pad[:SERVE_ROWS], pad[SERVE_ROWS:]
-            if summary:
-                msg["pads"], summary = summary, []
+            for key, rows in extra.items():
+                if rows:
+                    msg[key], extra[key] = rows[:SERVE_ROWS], rows[SERVE_ROWS:]
             self.channel.send(msg)
 
 

@@ -123,6 +123,8 @@ class Recorder:
         self.forwards: list[list[float]] = []  # [end (Unix s), seconds, batch, grad on]
         self.requests: list[list[float]] = []  # [end (Unix s), seconds, in flight at start]
         self.padding = _padding.Padding(MAX_ROWS)  # the forwards' attention masks
+        self.models: weakref.WeakSet = weakref.WeakSet()  # the top modules seen forwarding
+        self.new_models: list[list[float]] = []  # [Unix s, 1]: a top module's first forward
         self.local = threading.local()
         self.in_flight = 0
         self.accepted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # socket: t
@@ -141,10 +143,27 @@ class Recorder:
             self.forwards, self.requests = [], []
         return f, r
 
-    def take_padding(self) -> tuple[list[list[float]], list[list[float]]]:
-        """The forwards' padding rows counted so far and the sorted-batches summary when one
-        is due, handed over once."""
-        return self.padding.take()
+    def take_extra(self) -> dict[str, list[list[float]]]:
+        """The rows sent in datagrams of their own, handed over once: the forwards' padding
+        ("pad"), the sorted-batches summary when one is due ("pads"), and the first forwards
+        of top modules not seen before ("mdl")."""
+        pad, summary = self.padding.take()
+        with self.lock:
+            mdl, self.new_models = self.new_models, []
+        return {"pad": pad, "pads": summary, "mdl": mdl}
+
+    def note_model(self, module) -> None:
+        """A top module's forward: a row when it is one never seen before (a model built per
+        request shows one a request; a server's one model, one in all)."""
+        try:
+            if module in self.models:
+                return
+            self.models.add(module)
+        except TypeError:  # not weak-referenceable or hashable: not counted
+            return
+        with self.lock:
+            if len(self.new_models) < MAX_ROWS:
+                self.new_models.append([time.time(), 1.0])
 
     def count_padding(self, args: tuple, kwargs: dict | None, end: float) -> None:
         """Count the padding of a forward's attention mask, if it was given one."""
@@ -199,6 +218,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.forwards, self.requests = [], []
         self.padding.clear()
+        self.models, self.new_models = weakref.WeakSet(), []
         self.local = threading.local()
         self.in_flight = 0
         self.accepted = weakref.WeakKeyDictionary()
@@ -249,6 +269,7 @@ def _forward_hooks(torch, rec: Recorder):
                     return None
                 loc.t0 = time.perf_counter()
                 loc.grad = 1.0 if torch.is_grad_enabled() and param.requires_grad else 0.0
+                rec.note_model(module)
             loc.depth = depth + 1
         except Exception:
             pass
@@ -343,6 +364,7 @@ def go_quiet(rec: Recorder) -> None:
     """The agent is gone (attach --hooks): record nothing, forward hooks out where safe."""
     rec.quiet = True
     rec.take()
+    rec.take_extra()
     rec.padding.clear()
     take_out_forwards(rec)
 

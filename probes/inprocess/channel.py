@@ -101,6 +101,9 @@ class HookProbe(Probe):
         Field("pads_tokens", "tokens", "gauge", "their tokens, sorted by length and batched"),
         Field("pads_sq_tokens", "tokens^2", "gauge", "the same, each row's length squared"),
         Field("pads_batch", "items", "gauge", "the batch they were cut into (the median)"),
+        Field(
+            "model_new", "count", "gauge", "1: the first forward of a top module not seen before"
+        ),
         Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
         Field("request_in_flight", "count", "gauge", "requests in flight as it started"),
         *COLLECTIVE_FIELDS,
@@ -445,6 +448,7 @@ SERVING_ROWS = {
         ),
     ),
     "pads": ("padding_sorted", ("pads_rows", "pads_tokens", "pads_sq_tokens", "pads_batch")),
+    "mdl": ("model", ("model_new",)),
 }
 
 

@@ -326,6 +326,10 @@ HANDLER_STACKS = {
     "json": f"{HANDLER};loads ({STD}/json/__init__.py:346)",
     "write": f"{HANDLER};_SocketWriter.write ({STD}/socketserver.py:826)",
     "tokenize": f"{HANDLER};tokenize (/work/serve.py:12)",
+    # a model built in the handler: from_pretrained, its modules' __init__ under torch/nn
+    "load": f"{HANDLER};predict (/work/serve.py:45)"
+    f";_BaseAutoModelClass.from_pretrained ({SITE}/transformers/models/auto/auto_factory.py:604)"
+    f";Linear.__init__ ({SITE}/torch/nn/modules/linear.py:106)",
 }
 
 
@@ -358,6 +362,7 @@ def server_windows(
     forward: float = 0.8,
     ticks: int = 300,
     tokenize: float = 0.0,
+    load: float = 0.0,
 ) -> Scenario:
     """n 3 s windows of a threaded HTTP server: the listener waiting, and `handlers` request
     threads (new ones each window) spending `forward` of their samples in the model and
@@ -368,12 +373,13 @@ def server_windows(
         for h in range(handlers):
             tid = 1000 + w * handlers + h
             name = f"Thread-{tid} (process_request_thread)"
-            rest = (1.0 - forward - tokenize) / 2
+            rest = (1.0 - forward - tokenize - load) / 2
             counts = {
                 HANDLER_STACKS["forward"]: round(forward * ticks),
                 HANDLER_STACKS["json"]: round(rest * ticks),
                 HANDLER_STACKS["write"]: round(rest * ticks),
                 HANDLER_STACKS["tokenize"]: round(tokenize * ticks),
+                HANDLER_STACKS["load"]: round(load * ticks),
             }
             add_thread_stacks(sc, tid, name, {k: v for k, v in counts.items() if v})
         sc._add(
@@ -457,5 +463,17 @@ def hook_padding(
                 "pads_sq_tokens": n * sorted_len * sorted_len,
                 "pads_batch": rows,
             },
+        )
+    return sc
+
+
+def hook_new_models(sc: Scenario, count: int, seconds: float = 15.0) -> Scenario:
+    """The hooks' rows of `count` top modules forwarding for the first time over `seconds`."""
+    for i in range(count):
+        sc._add_at(
+            sc.t0 + int((i + 1) * seconds / count * 1e9),
+            "hooks",
+            {"kind": "model"},
+            {"model_new": 1.0},
         )
     return sc

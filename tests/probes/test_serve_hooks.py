@@ -789,12 +789,12 @@ def test_a_forwards_attention_mask_is_counted_padded_real_and_longest(rec):
         net(input_ids=ids_, attention_mask=_mask([2, 5, 3], 8))  # padding="max_length"
         net(features={"input_ids": ids_, "attention_mask": _mask([4, 4, 1], 8).bool()})
         net(input_ids=ids_)  # no mask: not counted
-    pad, _ = rec.take_padding()
+    pad = rec.take_extra()["pad"]
     assert [r[1:] for r in pad] == [
         [3.0, 24.0, 10.0, 15.0, 192.0, 75.0],
         [3.0, 24.0, 9.0, 12.0, 192.0, 48.0],
     ]
-    assert len(rec.take()[0]) == 3 and rec.take_padding() == ([], [])
+    assert len(rec.take()[0]) == 3 and not rec.take_extra()["pad"]
 
 
 def test_an_additive_or_odd_mask_is_not_counted(rec):
@@ -803,7 +803,7 @@ def test_an_additive_or_odd_mask_is_not_counted(rec):
     additive = torch.tensor([[0.0, 0.0, -1e9, -1e9], [0.0, 0.0, 0.0, -1e9]])
     net(input_ids=ids_, attention_mask=additive)
     net(input_ids=ids_, attention_mask=torch.ones(2, 1, 4))  # not 2-D
-    assert rec.take_padding() == ([], [])
+    assert not rec.take_extra()["pad"]
 
 
 def test_the_mask_count_changes_no_answer(rec):
@@ -898,3 +898,16 @@ def test_the_channel_turns_padding_rows_into_samples_and_drops_impossible_ones()
             },
         ),
     ]
+
+
+def test_a_top_modules_first_forward_is_a_row_and_its_later_ones_are_not(rec):
+    """One model serving: one row in all; a model built per request: one a request."""
+    net = Net()
+    for _ in range(3):
+        net(torch.randn(2, 4))
+    for _ in range(2):
+        Net()(torch.randn(2, 4))
+    torch.nn.Identity()(torch.randn(2, 4))  # no parameters: not a model
+    rows = rec.take_extra()["mdl"]
+    assert len(rows) == 3 and all(r[1] == 1.0 for r in rows)
+    assert rec.take_extra()["mdl"] == []

@@ -1,0 +1,119 @@
+"""SERVE005: a server loads its model on the request path: the request handlers' stack samples
+in loading a model or its weights (Hugging Face's from_pretrained and pipeline(),
+sentence-transformers' constructor, torch.load, safetensors), and, with the hooks, a top module
+never seen before forwarding for most requests (one model built per request, not one a
+server)."""
+
+from __future__ import annotations
+
+from gpudiag.analyzers.engine.catalogue import new_finding
+from gpudiag.analyzers.engine.context import Context
+from gpudiag.analyzers.engine.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.measures.serving import HandlerSplit, handler_split
+from gpudiag.analyzers.measures.summary import confidence_above
+
+UNCONFIRMED = 0.6  # without the hooks: once (a lazy first load) or per request, not told
+
+
+def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, ...]:
+    th, m = c.th, c.metrics
+    ev = (
+        Evidence(
+            "request_path_load_share",
+            round(share, 4),
+            "ratio",
+            th.serve_load_warn,
+            ">=",
+            "serve_load_warn",
+            "stacks",
+        ),
+        Evidence(
+            "request_path_samples",
+            split.samples,
+            "samples",
+            th.min_loop_samples,
+            ">=",
+            "min_loop_samples",
+            "stacks",
+        ),
+    )
+    if m.get("models_new_share") is None:
+        return ev
+    return ev + (
+        Evidence(
+            "models_new_share",
+            round(m["models_new_share"], 4),
+            "ratio",
+            th.serve_new_model_share,
+            ">=",
+            "serve_new_model_share",
+            "hooks",
+        ),
+        Evidence("models_new", m.get("models_new"), "count", source="hooks"),
+        Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source="hooks"),
+    )
+
+
+def serve005(c: Context) -> list[Finding]:
+    """SERVE005: the model loaded on the request path, named at the job's line."""
+    th, m = c.th, c.metrics
+    if c.workload is None or c.workload.kind != "server":
+        return []
+    split = handler_split(c.view, c.clf)
+    if split is None or split.samples < th.min_loop_samples or split.loading <= 0:
+        return []
+    share = split.loading / split.busy
+    new = m.get("models_new_share")
+    if share < th.serve_load_warn or (new is not None and new < th.serve_new_model_share):
+        return []  # with the hooks' word that one model serves: a first, lazy load
+    conf = confidence_above(share, th.serve_load_warn, split.busy)
+    conf = conf if new is not None else conf * UNCONFIRMED
+    if conf < th.min_confidence:
+        return []
+    loc = split.load_top
+    where = f" at {loc.function} ({loc.file}:{loc.line})" if loc else ""
+    told = (
+        f" {new:.0%} of the model's forwards ran on a model never seen before: one is built "
+        "for each request."
+        if new is not None
+        else " Without the hooks, a first load on a request (loaded lazily once) is not told "
+        "from one a request: gpudiag run or attach --hooks tells."
+    )
+    msg = (
+        f"{share:.0%} of the request path's busy time is loading a model or its weights"
+        f"{where}.{told} A model loaded per request also runs its first forwards cold."
+    )
+    actions = (
+        "load the model once, when the server starts (at module level, FastAPI's lifespan, "
+        "Flask's app factory), and reuse it in every request",
+        "a model per client or tenant: keep the loaded ones in a cache "
+        "(functools.lru_cache on the loader), not one per request",
+        "for several processes (gunicorn --preload, uvicorn --workers): load before the fork "
+        "or once in each worker",
+    )
+    return [
+        new_finding(
+            "SERVE005",
+            th,
+            confidence=conf,
+            impact=share,
+            message=msg,
+            evidence=_evidence(c, split, share),
+            recommendation=Recommendation("Load the model once, not per request", actions),
+            expected_speedup=speedup_from_impact(share),
+            location=loc,
+            signals=("stacks", "hooks") if new is not None else ("stacks",),
+            speedup_basis="the loading taken off the request path; at least: a model loaded "
+            "per request also runs its forwards cold (slower than a warm one)",
+        )
+    ]
+
+
+def find(c: Context) -> list[Finding]:
+    """SERVE005, from the analysis context."""
+    return serve005(c)
