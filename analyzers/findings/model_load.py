@@ -14,6 +14,7 @@ from gpudiag.analyzers.engine.results import (
     Recommendation,
     speedup_from_impact,
 )
+from gpudiag.analyzers.findings.serving import path_samples
 from gpudiag.analyzers.measures.serving import HandlerSplit, handler_split
 from gpudiag.analyzers.measures.summary import confidence_above
 
@@ -32,15 +33,7 @@ def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, 
             "serve_load_warn",
             "stacks",
         ),
-        Evidence(
-            "request_path_samples",
-            split.samples,
-            "samples",
-            th.min_loop_samples,
-            ">=",
-            "min_loop_samples",
-            "stacks",
-        ),
+        path_samples(split, th),
     )
     if m.get("models_new_share") is None:
         return ev

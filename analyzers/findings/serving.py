@@ -20,6 +20,7 @@ from gpudiag.analyzers.engine.results import (
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.serving import (
+    HandlerSplit,
     LoopSplit,
     event_loop_split,
     forward_busy_share,
@@ -460,6 +461,19 @@ def infer001(c: Context) -> list[Finding]:
     ]
 
 
+def path_samples(split: HandlerSplit, th: Thresholds) -> Evidence:
+    """The request path's samples against the least its shares are judged on."""
+    return Evidence(
+        "request_path_samples",
+        split.samples,
+        "samples",
+        th.min_loop_samples,
+        ">=",
+        "min_loop_samples",
+        "stacks",
+    )
+
+
 def serve002(c: Context) -> list[Finding]:
     """SERVE002: the request path's busy time (the model's forwards, the handlers' own work
     and the server framework's, waits left out) is mostly the handlers' CPU work outside the
@@ -499,15 +513,7 @@ def serve002(c: Context) -> list[Finding]:
             "serve_host_warn",
             "stacks",
         ),
-        Evidence(
-            "request_path_samples",
-            split.samples,
-            "samples",
-            th.min_loop_samples,
-            ">=",
-            "min_loop_samples",
-            "stacks",
-        ),
+        path_samples(split, th),
         Evidence("request_path_busy_samples", split.busy, "samples", source="stacks"),
         Evidence(
             "handler_forward_share",
