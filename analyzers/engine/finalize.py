@@ -91,6 +91,21 @@ def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
     }
 
 
+# Findings whose confidence the stacks alone cap, whatever the look's length: what settles them
+SETTLED_BY_HOOKS = {
+    "SERVE005": "the in-process hooks tell a model loaded per request from one loaded once "
+    "(gpudiag run, or attach --hooks)",
+}
+
+
+def settle(top: Finding) -> str:
+    """What settles a finding that is not sure: a longer look, or the hooks where the stacks
+    alone cannot."""
+    if top.id in SETTLED_BY_HOOKS and "hooks" not in top.signals:
+        return SETTLED_BY_HOOKS[top.id]
+    return "profile longer (--duration) to settle it"
+
+
 def starved_rate(metrics: dict, th: Thresholds) -> float | None:
     """The share of the asked-for py-spy ticks recorded when the box starved the sampler
     (below `stack_rate_min`), else None."""
@@ -252,7 +267,7 @@ def _verdict(
         "sure": sure,
         "confidence": round(top.confidence, 3),
         "statement": f"{top.id} with {top.confidence:.0%} confidence ({basis})"
-        + ("" if sure else "; not sure: profile longer (--duration) to settle it"),
+        + ("" if sure else "; not sure: " + settle(top)),
     }
 
 

@@ -50,6 +50,7 @@ def test_without_the_hooks_a_load_on_the_request_path_is_named_but_not_sure():
     a = analyze(sc.tl)
     f = next(f for f in a.findings if f.id == "SERVE005")
     assert f.confidence < 0.7 and "not told" in f.message
+    assert a.verdict["statement"].endswith("(gpudiag run, or attach --hooks)")
 
 
 def test_module_construction_inside_a_load_is_not_a_forward():

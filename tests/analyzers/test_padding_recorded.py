@@ -94,3 +94,11 @@ def test_a_model_loaded_per_request_is_serve005_sure_and_once_is_not() -> None:
     lazy = _replay("pub_minilm_fastapi_lazy")
     assert not any(g["id"] in ("SERVE005", "SERVE002") for g in lazy["findings"])
     assert lazy["metrics"]["models_new"] == 1.0
+
+
+def test_attached_without_the_hooks_a_model_loaded_per_request_is_named_not_sure() -> None:
+    """`gpudiag attach PID` (stacks alone: gdb could not load the hooks on this box) to the same
+    server: SERVE005 first, at 60%, and the verdict says what settles it."""
+    doc = _replay("pub_minilm_fastapi_reload_attach")
+    assert doc["findings"][0]["id"] == "SERVE005" and not doc["verdict"]["sure"]
+    assert "attach --hooks" in doc["verdict"]["statement"]
