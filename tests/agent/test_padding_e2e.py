@@ -1,0 +1,36 @@
+"""End to end: `gpudiag run` on the planted embedding job padding every row to a fixed length
+(`tests/workloads/embed_hf.py --pad-max 128`): the hooks count the forwards' attention masks in
+the job, the channel carries them, INFER003 names the padding with `padding=True` as the fix;
+the same job padding each batch to its longest row gets no warning."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import WORKLOADS, gpudiag
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("pad_max", [True, False], ids=["max_length", "longest"])
+def test_run_counts_the_padding_and_names_it_only_where_it_is(tmp_path, pad_max):
+    out = tmp_path / "r.json"
+    job = [sys.executable, str(WORKLOADS / "embed_hf.py"), "--seconds", "10"]
+    res = gpudiag(
+        "run", "-q", "--duration", "8", "--out", str(out), "--", *job,
+        *(["--pad-max", "128"] if pad_max else []),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    m = doc["metrics"]
+    assert doc["workload"]["kind"] == "inference" and m["padded_forwards"] >= 10
+    ids = [f["id"] for f in doc["findings"]]
+    if pad_max:
+        assert m["padded_length_mean"] == 128.0 and m["padding_beyond_longest_share"] > 0.5
+        assert ids == ["INFER003"]
+        assert "padding=True" in doc["findings"][0]["recommendation"]["actions"][0]
+    else:
+        assert m["padding_beyond_longest_share"] == 0.0 and "INFER003" not in ids
