@@ -199,6 +199,8 @@ def change_line(fix: dict, location: str | None) -> str:
         ),
         "inference_mode": "with torch.inference_mode(): model(...)",
         "anomaly_off": "torch.autograd.set_detect_anomaly(False)",
+        "padding": "tokenizer(..., padding=True) (or DataCollatorWithPadding), not "
+        'padding="max_length"',
         "batch": "DataLoader(..., batch_size=<{}x the current>)".format(
             (fix.get("values") or {}).get("factor", 2)
         ),

@@ -130,7 +130,7 @@ def _actions(p: Padded, th: Thresholds, kind: str) -> tuple[str, ...]:
     to_longest = (
         f'tokenizer(..., padding=True) (each batch to its longest row) instead of padding="'
         f'max_length" (every row to {p.padded:.0f} tokens); keep truncation=True, max_length=N '
-        "to cap long rows",
+        "to cap long rows; gpudiag try --fix padding -- <the job> measures it",
         "a dataset tokenized once: leave the padding out of its map() and pad each batch "
         "with DataCollatorWithPadding(tokenizer) (Hugging Face's run_glue.py: "
         "--pad_to_max_length False)",
@@ -228,9 +228,12 @@ def infer003(c: Context) -> list[Finding]:
             f"{after:.0f} ({fix}), the forwards {shares[0]:.0%}-{busy:.0%} of the work (the "
             f"stacks' share and the hooks' timing); x{low:.2f} to "
             f"x{high:.2f}: their time in proportion to the row length (the matrix products) "
-            "or to its square (attention)",
+            "or to its square (attention)"
+            + ("; gpudiag try measures it (fix kind padding)" if p.to_longest(th) else ""),
             speedup_kind="hypothesis",
             speedup_low=round(low, 3),
+            # from outside only the tokenizer's padding="max_length" (sorting is the job's)
+            fix={"kind": "padding", "values": {}} if p.to_longest(th) else None,
         )
     ]
 

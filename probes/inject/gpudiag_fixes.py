@@ -19,7 +19,10 @@ is a patch of this process only. Kinds:
   autograd was on (a job that never runs a backward: INFER001);
 - batch: every DataLoader's batch_size times `factor` (an inference loop's batch);
 - anomaly_off: autograd's anomaly detection kept off (`torch.autograd.set_detect_anomaly(True)`,
-  `detect_anomaly()` and Lightning's `Trainer(detect_anomaly=True)` turn nothing on: DEBUG001).
+  `detect_anomaly()` and Lightning's `Trainer(detect_anomaly=True)` turn nothing on: DEBUG001);
+- padding: a Hugging Face tokenizer asked for `padding="max_length"` with tensors returned
+  pads each call to its longest row instead (INFER003); patched at the first model forward,
+  once transformers is loaded (a dataset tokenized by `map()`, no tensors, is left alone).
 
 A job with no optimizer step (batch inference) is timed by its outermost forwards instead:
 one line "f TIME ITEMS" a forward, ITEMS its batch size (the trial's rate is then items/s);
@@ -333,6 +336,65 @@ def batch(torch, values: dict) -> None:
     _say(f"DataLoader batch_size x{factor}")
 
 
+def _max_length(padding) -> bool:
+    """Whether a tokenizer's `padding` argument asks for every row at max_length."""
+    return padding == "max_length" or getattr(padding, "value", None) == "max_length"
+
+
+class _Padding:
+    """The padding fix: tokenizer calls rewritten to pad to their longest row."""
+
+    def __init__(self) -> None:
+        self.rewritten = 0
+        self.done = False
+
+    def patch(self) -> bool:
+        """Wrap the tokenizers' __call__ once transformers has loaded them."""
+        base = sys.modules.get("transformers.tokenization_utils_base")
+        cls = getattr(base, "PreTrainedTokenizerBase", None)
+        if cls is None:
+            return False
+        orig = cls.__call__
+
+        def __call__(tok, *args, **kwargs):
+            if kwargs.get("return_tensors") is not None and _max_length(kwargs.get("padding")):
+                kwargs["padding"] = "longest"
+                self.rewritten += 1
+            return orig(tok, *args, **kwargs)
+
+        cls.__call__ = __call__
+        return True
+
+    def at_end(self) -> None:
+        if not self.rewritten:
+            NOTES.append(
+                '# not applied: no tokenizer call asked for padding="max_length" with tensors '
+                "returned (a dataset padded by map() is not rewritten)"
+            )
+
+
+def padding(torch, values: dict) -> None:
+    """Tokenizers' padding="max_length" calls pad to each call's longest row (patched at the
+    first model forward: transformers loads after torch)."""
+    from torch.nn.modules import module as nn_module
+
+    fix = _Padding()
+    handle: list = []
+
+    def pre(module, args):
+        if not fix.done:
+            fix.done = fix.patch()
+            if fix.done and handle:
+                handle.pop().remove()
+
+    handle.append(nn_module.register_module_forward_pre_hook(pre))
+    if fix.patch():  # transformers already loaded
+        fix.done = True
+        handle.pop().remove()
+    END.append(fix.at_end)
+    _say("tokenizers' padding=\"max_length\" (with tensors) pads to each call's longest row")
+
+
 KINDS = {
     "dataloader": dataloader,
     "optimizer": optimizer,
@@ -343,6 +405,7 @@ KINDS = {
     "inference_mode": inference_mode,
     "batch": batch,
     "anomaly_off": anomaly_off,
+    "padding": padding,
 }
 
 

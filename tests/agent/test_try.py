@@ -131,6 +131,31 @@ def test_inference_mode_fix_runs_the_outermost_forwards_without_autograd(tmp_pat
     assert out.stdout.split() == ["True", "False", "False", "True"]
 
 
+def test_padding_fix_pads_tensor_calls_to_their_longest_row_from_the_first_forward(tmp_path):
+    """INFER003's fix from outside: once a model has run a forward (transformers loads after
+    torch), a tokenizer asked for padding="max_length" with tensors pads to the call's longest
+    row; a call without tensors (a dataset's map()) keeps its max_length."""
+    pytest.importorskip("transformers")
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"]))
+    out = _in_job(
+        {"kind": "padding", "values": {}},
+        """
+        from transformers import BertTokenizerFast
+        tok = BertTokenizerFast(vocab_file="vocab.txt")
+        kw = dict(padding="max_length", max_length=16, truncation=True)
+        before = tok(["a b", "a"], return_tensors="pt", **kw)["input_ids"].shape[1]
+        torch.nn.Linear(2, 2)(torch.ones(1, 2))  # the first model forward: the patch
+        after = tok(["a b", "a"], return_tensors="pt", **kw)
+        lists = tok(["a b", "a"], **kw)["input_ids"]
+        print(before, after["input_ids"].shape[1], after["attention_mask"].tolist(), len(lists[1]))
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(maxsplit=2)[:2] == ["16", "4"]
+    assert out.stdout.strip().endswith("[[1, 1, 1, 1], [1, 1, 1, 0]] 16")
+
+
 def test_anomaly_off_fix_keeps_anomaly_detection_off(tmp_path):
     """set_detect_anomaly(True), detect_anomaly() and Lightning's context turn nothing on."""
     out = _in_job(
