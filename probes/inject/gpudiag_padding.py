@@ -61,7 +61,8 @@ class Padding:
     """Rows of padding counts since the last `take()`."""
 
     def __init__(self, max_rows: int = 20000) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the rows and the kept lengths
+        self.gpu_lock = threading.Lock()  # the GPU counts waiting for their copies
         self.rows: list[list[float]] = []
         self.pending: deque = deque()  # (event, pinned lengths, end, width): GPU masks
         self.kept: deque = deque(maxlen=KEPT_ROWS)  # the last rows' real lengths
@@ -81,21 +82,25 @@ class Padding:
             self._count_on_gpu(torch, mask, end, width)
 
     def _count_on_gpu(self, torch, mask, end: float, width: int) -> None:
-        self.seen += 1
         self.read_done()
-        if self.seen % GPU_EVERY or len(self.pending) >= MAX_PENDING:
-            return
-        lengths = mask.sum(dim=1)
-        host = torch.empty(lengths.shape, dtype=lengths.dtype, pin_memory=True)
-        host.copy_(lengths, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record()
-        self.pending.append((event, host, end, width))
+        with self.gpu_lock:  # request threads forward at once: one counter, one queue
+            self.seen += 1
+            if self.seen % GPU_EVERY or len(self.pending) >= MAX_PENDING:
+                return
+            lengths = mask.sum(dim=1)
+            host = torch.empty(lengths.shape, dtype=lengths.dtype, pin_memory=True)
+            host.copy_(lengths, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self.pending.append((event, host, end, width))
 
     def read_done(self) -> None:
         """Read the GPU counts whose copies are done, oldest first, without waiting."""
-        while self.pending and self.pending[0][0].query():
-            _, host, end, width = self.pending.popleft()
+        done = []
+        with self.gpu_lock:
+            while self.pending and self.pending[0][0].query():
+                done.append(self.pending.popleft())
+        for _, host, end, width in done:
             self._add(end, width, host.tolist())
 
     def _add(self, end: float, width: int, lengths: list) -> None:
@@ -138,7 +143,7 @@ class Padding:
 
     def clear(self) -> None:
         """Drop everything (quiet, or a forked child: the parent's rows are the parent's)."""
-        self.lock = threading.Lock()
+        self.lock, self.gpu_lock = threading.Lock(), threading.Lock()
         self.rows, self.pending = [], deque()
         self.kept, self.batches = deque(maxlen=KEPT_ROWS), deque(maxlen=64)
         self.fresh = False

@@ -911,3 +911,32 @@ def test_a_top_modules_first_forward_is_a_row_and_its_later_ones_are_not(rec):
     rows = rec.take_extra()["mdl"]
     assert len(rows) == 3 and all(r[1] == 1.0 for r in rows)
     assert rec.take_extra()["mdl"] == []
+
+
+def test_gpu_masks_counted_from_several_threads_keep_one_count_and_one_queue():
+    """Request threads forward at once: one forward in GPU_EVERY is counted in all, and every
+    copy is read once."""
+    from gpudiag.probes.inject import gpudiag_padding as gp
+
+    fake = types.SimpleNamespace(
+        stack=torch.stack,
+        empty=lambda n, dtype, pin_memory: torch.empty(n, dtype=dtype),
+        cuda=types.SimpleNamespace(Event=FakeEvent),
+    )
+    mask = types.SimpleNamespace(
+        shape=(2, 6), device=types.SimpleNamespace(type="cuda"), sum=_mask([3, 5], 6).sum
+    )
+    FakeEvent.done = True
+    p = gp.Padding()
+
+    def forwards() -> None:
+        for _ in range(200):
+            p.count(fake, mask, 1.7e9)
+
+    threads = [threading.Thread(target=forwards) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows, _ = p.take()
+    assert p.seen == 800 and len(rows) == 800 // gp.GPU_EVERY and not p.pending
