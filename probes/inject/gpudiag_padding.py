@@ -14,6 +14,7 @@ unread)."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import deque
@@ -27,9 +28,29 @@ KEPT_ROWS = 4096  # the row lengths the sorted-batches summary is made from
 SUMMARY_EVERY_S = 2.0
 
 
-def attention_mask(args: tuple, kwargs: dict | None) -> Any:
-    """The 2-D attention mask among a forward's inputs: a keyword argument, or an entry of a
-    dict among them (None when there is none)."""
+_POSITIONS: dict[type, int | None] = {}  # a module class: where its forward takes the mask
+
+
+def mask_position(module) -> int | None:
+    """The position of `attention_mask` among the module's forward's arguments (Hugging
+    Face's models take it second), looked up once a class."""
+    cls = type(module)
+    if cls not in _POSITIONS:
+        pos = None
+        try:
+            names = list(inspect.signature(module.forward).parameters)
+            pos = names.index(MASK_KEY) if MASK_KEY in names else None
+        except (TypeError, ValueError):
+            pass
+        if len(_POSITIONS) < 1024:
+            _POSITIONS[cls] = pos
+        return pos
+    return _POSITIONS[cls]
+
+
+def attention_mask(args: tuple, kwargs: dict | None, module=None) -> Any:
+    """The 2-D attention mask among a forward's inputs: a keyword argument, an entry of a
+    dict among them, or the argument in its place (`model(ids, mask)`); None without one."""
     kwargs = kwargs or {}
     mask = kwargs.get(MASK_KEY)
     if mask is None:
@@ -37,6 +58,9 @@ def attention_mask(args: tuple, kwargs: dict | None) -> Any:
             if isinstance(v, Mapping) and v.get(MASK_KEY) is not None:
                 mask = v.get(MASK_KEY)
                 break
+    if mask is None and module is not None and args:
+        pos = mask_position(module)
+        mask = args[pos] if pos is not None and pos < len(args) else None
     shape = getattr(mask, "shape", None)
     if shape is None or not hasattr(mask, "device") or len(shape) != 2:
         return None

@@ -165,11 +165,11 @@ class Recorder:
             if len(self.new_models) < MAX_ROWS:
                 self.new_models.append([time.time(), 1.0])
 
-    def count_padding(self, args: tuple, kwargs: dict | None, end: float) -> None:
+    def count_padding(self, module, args: tuple, kwargs: dict | None, end: float) -> None:
         """Count the padding of a forward's attention mask, if it was given one."""
         if self.quiet:
             return
-        mask = _padding.attention_mask(args, kwargs)
+        mask = _padding.attention_mask(args, kwargs, module)
         if mask is not None:
             self.padding.count(self.torch, mask, end)
 
@@ -288,7 +288,7 @@ def _forward_hooks(torch, rec: Recorder):
                 took = time.perf_counter() - loc.t0
                 row = [time.time(), took, batch_size(args, kwargs), loc.grad]
                 loc.t0 = None
-                rec.count_padding(args, kwargs, row[0])
+                rec.count_padding(module, args, kwargs, row[0])
                 rec.add(rec.forwards, row)
         except Exception:
             pass

@@ -788,13 +788,15 @@ def test_a_forwards_attention_mask_is_counted_padded_real_and_longest(rec):
     with torch.inference_mode():
         net(input_ids=ids_, attention_mask=_mask([2, 5, 3], 8))  # padding="max_length"
         net(features={"input_ids": ids_, "attention_mask": _mask([4, 4, 1], 8).bool()})
+        net(ids_, _mask([8, 1, 1], 8))  # by position, as model(ids, mask)
         net(input_ids=ids_)  # no mask: not counted
     pad = rec.take_extra()["pad"]
     assert [r[1:] for r in pad] == [
         [3.0, 24.0, 10.0, 15.0, 192.0, 75.0],
         [3.0, 24.0, 9.0, 12.0, 192.0, 48.0],
+        [3.0, 24.0, 10.0, 24.0, 192.0, 192.0],
     ]
-    assert len(rec.take()[0]) == 3 and not rec.take_extra()["pad"]
+    assert len(rec.take()[0]) == 4 and not rec.take_extra()["pad"]
 
 
 def test_an_additive_or_odd_mask_is_not_counted(rec):
