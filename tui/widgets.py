@@ -169,7 +169,7 @@ def request_rows(doc: dict, line) -> bool:
             [f"{m['forwards_per_second']:.1f}/s", f"{m.get('items_per_second') or 0:.0f} items/s"]
             + [f"batch p50 {m.get('forward_batch_p50') or 0:.0f}"],
         )
-    if m.get("padding_share") is not None:
+    if m.get("padding_share") is not None and m.get("forwards_per_second") is not None:
         line(
             "tokens",
             [

@@ -60,7 +60,7 @@ def request_lines(m: dict) -> list[str]:
             f" · forward time p50 {_ms(m.get('forward_time_p50_s'))}"
             f" · autograd on in {m.get('forward_grad_share') or 0:.0%} of them"
         )
-    if m.get("padding_share") is not None:
+    if m.get("padding_share") is not None and m.get("forwards_per_second") is not None:
         out.append(
             f"  tokens: {m['padding_share']:.0%} padding · rows padded to "
             f"{m.get('padded_length_mean') or 0:.0f} tokens, each batch's longest row "
