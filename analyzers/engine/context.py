@@ -11,7 +11,13 @@ from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
 from gpudiag.analyzers.measures.rules import NO_TRAINING_RULES, Classifier
-from gpudiag.analyzers.measures.serving import POOLED_TID, pool_handlers, serving_metrics
+from gpudiag.analyzers.measures.serving import (
+    POOLED_TID,
+    HandlerSplit,
+    handler_split,
+    pool_handlers,
+    serving_metrics,
+)
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
@@ -40,6 +46,7 @@ class Context:
     workload: Workload | None = None  # training, inference or server (measures/workload.py)
     right_size: dict = field(default_factory=dict)  # the model of the job on other GPUs
     price: Price | None = None  # the GPU-hour price this run is priced at (None: not known)
+    handlers: HandlerSplit | None = None  # a server's request path split once (SERVE002/005)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a
@@ -124,4 +131,5 @@ def build_context(
     given = prices or Prices()
     chosen = Prices(resolve_price(list(stats), given.current, given.table), given.table)
     right = project(list(stats), metrics, workload.kind, chosen, host_cause(cp))
-    return replace(c, workload=workload, right_size=right)
+    handlers = handler_split(view, clf) if workload.kind == "server" else None
+    return replace(c, workload=workload, right_size=right, handlers=handlers)

@@ -14,8 +14,8 @@ from gpudiag.analyzers.engine.results import (
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.findings.serving import path_samples
-from gpudiag.analyzers.measures.serving import HandlerSplit, handler_split
+from gpudiag.analyzers.findings.serving import samples_evidence
+from gpudiag.analyzers.measures.serving import HandlerSplit
 from gpudiag.analyzers.measures.summary import confidence_above
 
 UNCONFIRMED = 0.6  # without the hooks: once (a lazy first load) or per request, not told
@@ -33,7 +33,7 @@ def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, 
             "serve_load_warn",
             "stacks",
         ),
-        path_samples(split, th),
+        samples_evidence("request_path_samples", split.samples, th),
     )
     if m.get("models_new_share") is None:
         return ev
@@ -57,7 +57,7 @@ def serve005(c: Context) -> list[Finding]:
     th, m = c.th, c.metrics
     if c.workload is None or c.workload.kind != "server":
         return []
-    split = handler_split(c.view, c.clf)
+    split = c.handlers
     if split is None or split.samples < th.min_loop_samples or split.loading <= 0:
         return []
     share = split.loading / split.busy

@@ -20,11 +20,9 @@ from gpudiag.analyzers.engine.results import (
 )
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.serving import (
-    HandlerSplit,
     LoopSplit,
     event_loop_split,
     forward_busy_share,
-    handler_split,
     request_forward_share,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
@@ -461,16 +459,11 @@ def infer001(c: Context) -> list[Finding]:
     ]
 
 
-def path_samples(split: HandlerSplit, th: Thresholds) -> Evidence:
-    """The request path's samples against the least its shares are judged on."""
+def samples_evidence(metric: str, samples: float, th: Thresholds) -> Evidence:
+    """Stack samples (the request path's, an event loop's) against the least a share of
+    them is judged on."""
     return Evidence(
-        "request_path_samples",
-        split.samples,
-        "samples",
-        th.min_loop_samples,
-        ">=",
-        "min_loop_samples",
-        "stacks",
+        metric, samples, "samples", th.min_loop_samples, ">=", "min_loop_samples", "stacks"
     )
 
 
@@ -482,7 +475,7 @@ def serve002(c: Context) -> list[Finding]:
     th = c.th
     if c.workload is None or c.workload.kind != "server":
         return []
-    split = handler_split(c.view, c.clf)
+    split = c.handlers
     # the request path seen enough (its waits included); the share's confidence rests on
     # its busy samples
     if split is None or split.samples < th.min_loop_samples:
@@ -513,7 +506,7 @@ def serve002(c: Context) -> list[Finding]:
             "serve_host_warn",
             "stacks",
         ),
-        path_samples(split, th),
+        samples_evidence("request_path_samples", split.samples, th),
         Evidence("request_path_busy_samples", split.busy, "samples", source="stacks"),
         Evidence(
             "handler_forward_share",
@@ -779,15 +772,7 @@ def _serve004(c: Context, share: float, conf: float, split: LoopSplit) -> Findin
             "serve_loop_forward_warn",
             "stacks",
         ),
-        Evidence(
-            "event_loop_samples",
-            split.samples,
-            "samples",
-            th.min_loop_samples,
-            ">=",
-            "min_loop_samples",
-            "stacks",
-        ),
+        samples_evidence("event_loop_samples", split.samples, th),
     ) + tuple(
         Evidence(k, round(float(m[k]), 6), u, source=HK)
         for k, u in (("request_latency_p50_s", "s"), ("forward_time_p50_s", "s"))

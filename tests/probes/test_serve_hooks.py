@@ -829,19 +829,25 @@ class FakeEvent:
         return FakeEvent.done
 
 
-def test_a_gpu_mask_is_read_only_once_its_copy_is_done_one_forward_in_four(monkeypatch):
-    """A mask on a GPU: summed there, copied without waiting, read once its event is done;
-    one forward in GPU_EVERY, never more than MAX_PENDING waiting."""
-    from gpudiag.probes.inject import gpudiag_padding as gp
-
+def _fake_gpu() -> tuple[types.SimpleNamespace, types.SimpleNamespace]:
+    """A torch whose pinned buffers and CUDA events are fakes (FakeEvent.done says when the
+    copy is done), and a 2x6 mask "on the GPU" with rows of 3 and 5 real tokens."""
     fake = types.SimpleNamespace(
-        stack=torch.stack,
         empty=lambda n, dtype, pin_memory: torch.empty(n, dtype=dtype),
         cuda=types.SimpleNamespace(Event=FakeEvent),
     )
     mask = types.SimpleNamespace(
         shape=(2, 6), device=types.SimpleNamespace(type="cuda"), sum=_mask([3, 5], 6).sum
     )
+    return fake, mask
+
+
+def test_a_gpu_mask_is_read_only_once_its_copy_is_done_one_forward_in_four():
+    """A mask on a GPU: summed there, copied without waiting, read once its event is done;
+    one forward in GPU_EVERY, never more than MAX_PENDING waiting."""
+    from gpudiag.probes.inject import gpudiag_padding as gp
+
+    fake, mask = _fake_gpu()
     FakeEvent.done = False
     p = gp.Padding()
     for _ in range(gp.GPU_EVERY * (gp.MAX_PENDING + 3)):
@@ -920,14 +926,7 @@ def test_gpu_masks_counted_from_several_threads_keep_one_count_and_one_queue():
     copy is read once."""
     from gpudiag.probes.inject import gpudiag_padding as gp
 
-    fake = types.SimpleNamespace(
-        stack=torch.stack,
-        empty=lambda n, dtype, pin_memory: torch.empty(n, dtype=dtype),
-        cuda=types.SimpleNamespace(Event=FakeEvent),
-    )
-    mask = types.SimpleNamespace(
-        shape=(2, 6), device=types.SimpleNamespace(type="cuda"), sum=_mask([3, 5], 6).sum
-    )
+    fake, mask = _fake_gpu()
     FakeEvent.done = True
     p = gp.Padding()
 
