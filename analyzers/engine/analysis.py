@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import Prices, resolve_price
-from gpudiag.analyzers.engine.context import build_context
+from gpudiag.analyzers.engine.context import build_context, model_reloaded
 from gpudiag.analyzers.engine.finalize import finalize, unjudged, verdict_of
 from gpudiag.analyzers.engine.registry import run_finders
 from gpudiag.analyzers.engine.results import Breakdown, Finding
@@ -68,6 +68,7 @@ def analyze(
     th = thresholds or Thresholds()
     clf = Classifier(rules)
     win = find_loop_window(tl, clf)
+    win = replace(win, reloads=model_reloaded(tl, win, clf, th))
     view = (
         tl.window(win.start_ns, win.end_ns)
         if win.found and isinstance(tl, Timeline)

@@ -219,6 +219,7 @@ CATALOGUE: dict[str, Spec] = {
         ),
         Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
         Spec("SERVE005", "The model is loaded on the request path, per request", "host", False),
+        Spec("INFER004", "The model is loaded again for every batch", "host", True),
         Spec(
             "SERVE004",
             "The model runs on the server's event loop: requests wait for each other",

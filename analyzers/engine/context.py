@@ -15,12 +15,13 @@ from gpudiag.analyzers.measures.serving import (
     POOLED_TID,
     HandlerSplit,
     handler_split,
+    model_metrics,
     pool_handlers,
     serving_metrics,
 )
 from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
-from gpudiag.analyzers.measures.window import LoopWindow, phase_summary
+from gpudiag.analyzers.measures.window import LoopWindow, loads_in_loop, phase_summary
 from gpudiag.analyzers.measures.workload import Workload, decide_workload
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
@@ -54,11 +55,30 @@ class Context:
         return None if self.idle is None else self.cp.caused(category)
 
 
+def model_reloaded(
+    tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier, th: Thresholds
+) -> bool:
+    """Whether the job loads its model again and again inside its loop: the hooks see most
+    forwards run by a model never seen before, or the stacks see loading in most of the
+    loop's stack windows (a state dict put into the same model again shows only there)."""
+    whole = tl.whole() if isinstance(tl, Timeline) else tl
+    new = model_metrics(whole).get("models_new_share")
+    if new is not None and new >= th.serve_new_model_share:
+        return True
+    return loads_in_loop(tl, win, clf)
+
+
 def _profile(
-    view: Aggregate, clf: Classifier, workload: Workload, uses_gpu: bool, th: Thresholds
+    view: Aggregate,
+    clf: Classifier,
+    workload: Workload,
+    uses_gpu: bool,
+    th: Thresholds,
+    reloads: bool = False,
 ) -> LoopProfile:
     """The loop's profile; a server's from its request-handler threads pooled (each request
-    has its own short-lived thread: no one of them is the loop)."""
+    has its own short-lived thread: no one of them is the loop). `reloads`: the job loads its
+    model inside its loop (`model_reloaded`)."""
     pooled = pool_handlers(view) if workload.kind == "server" else None
     if workload.kind in ("server", "inference"):
         clf = Classifier(clf.user_rules + NO_TRAINING_RULES)
@@ -69,6 +89,7 @@ def _profile(
         backward_elsewhere=uses_gpu,
         gil_other_min=th.gil_other_min,
         idle_waits=serving,
+        loads_in_loop=reloads,
     )
     if pooled is None or profile.thread is None or profile.thread.tid != POOLED_TID:
         return profile
@@ -94,7 +115,7 @@ def build_context(
     # window's edges is lost
     steps = throughput_metrics(whole)
     workload = decide_workload(whole, steps.get("steps") or 0.0)
-    profile = _profile(view, clf, workload, uses_gpu, th)
+    profile = _profile(view, clf, workload, uses_gpu, th, bool(win.reloads))
     metrics = host_metrics(view)
     metrics.update(steps)
     metrics["stack_samples"] = profile.samples

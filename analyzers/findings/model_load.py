@@ -1,8 +1,10 @@
-"""SERVE005: a server loads its model on the request path: the request handlers' stack samples
-in loading a model or its weights (Hugging Face's from_pretrained and pipeline(),
-sentence-transformers' constructor, torch.load, safetensors), and, with the hooks, a top module
-never seen before forwarding for most requests (one model built per request, not one a
-server)."""
+"""A model loaded per unit of work. SERVE005: a server loads its model on the request path: the
+request handlers' stack samples in loading a model or its weights (Hugging Face's
+from_pretrained and pipeline(), sentence-transformers' constructor, torch.load, safetensors),
+and, with the hooks, a top module never seen before forwarding for most requests (one model
+built per request, not one a server). INFER004: a batch-inference loop loads its model again
+for every batch or chunk (the loading in most of the loop's stack windows, or, with the hooks,
+most forwards run by a model never seen before)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.findings.serving import samples_evidence
+from gpudiag.analyzers.measures.loop import location_of
 from gpudiag.analyzers.measures.serving import HandlerSplit
 from gpudiag.analyzers.measures.summary import confidence_above
 
@@ -107,6 +110,76 @@ def serve005(c: Context) -> list[Finding]:
     ]
 
 
+def _loop_evidence(c: Context, share: float) -> tuple[Evidence, ...]:
+    th, m = c.th, c.metrics
+    ev: tuple[Evidence, ...] = (
+        Evidence(
+            "loop_load_share",
+            round(share, 4),
+            "ratio",
+            th.serve_load_warn,
+            ">=",
+            "serve_load_warn",
+            "stacks",
+        ),
+        Evidence("loop_stack_samples", c.profile.samples, "samples", source="stacks"),
+    )
+    if m.get("models_new_share") is not None:
+        ev += (
+            Evidence("models_new_share", round(m["models_new_share"], 4), "ratio", source="hooks"),
+            Evidence("models_new", m.get("models_new"), "count", source="hooks"),
+        )
+    return ev
+
+
+def infer004(c: Context) -> list[Finding]:
+    """INFER004: a batch-inference loop loads its model again inside the loop (the loading
+    that `window.model_reloaded` found spread over it, put in the loop's "other")."""
+    th, m, p = c.th, c.metrics, c.profile
+    if c.workload is None or c.workload.kind != "inference" or not c.win.reloads:
+        return []
+    if p.samples < th.min_loop_samples or p.loading_samples <= 0:
+        return []
+    share = p.loading_samples / p.samples
+    conf = confidence_above(share, th.serve_load_warn, p.samples)
+    if share < th.serve_load_warn or conf < th.min_confidence:
+        return []
+    loc = location_of(p.loading_stacks)
+    where = f" at {loc.function} ({loc.file}:{loc.line})" if loc else ""
+    new = m.get("models_new_share")
+    told = (
+        f" {new:.0%} of the model's forwards ran on a model never seen before."
+        if new is not None
+        else " The loading shows all through the loop, not once at its start."
+    )
+    msg = (
+        f"The loop spends {share:.0%} of its time loading a model{where}, again for every "
+        f"batch or chunk.{told} Each new model also runs its first forwards cold."
+    )
+    actions = (
+        "load the model (and its tokenizer) once, before the loop, and pass it in; or cache "
+        "the loader (functools.lru_cache) when the function that embeds or predicts loads it",
+        "for a job split into tasks (one file, chunk or partition each: Spark, Ray, "
+        "multiprocessing), load once per worker, not once per task",
+    )
+    return [
+        new_finding(
+            "INFER004",
+            th,
+            confidence=conf,
+            impact=share,
+            message=msg,
+            evidence=_loop_evidence(c, share),
+            recommendation=Recommendation("Load the model once, not per batch", actions),
+            expected_speedup=speedup_from_impact(share),
+            location=loc,
+            signals=("stacks", "hooks") if new is not None else ("stacks",),
+            speedup_basis="the loading taken out of the loop; at least: a model loaded per "
+            "batch also runs its forwards cold (slower than a warm one)",
+        )
+    ]
+
+
 def find(c: Context) -> list[Finding]:
-    """SERVE005, from the analysis context."""
-    return serve005(c)
+    """SERVE005 and INFER004, from the analysis context."""
+    return serve005(c) + infer004(c)

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.engine.results import CATEGORIES, Breakdown, Location
-from gpudiag.analyzers.measures.rules import WORKER_LOOP_RE, Classifier, parse_stack, user_location
+from gpudiag.analyzers.measures.rules import (
+    WORKER_LOOP_RE,
+    Classifier,
+    is_model_loading,
+    parse_stack,
+    user_location,
+)
 from gpudiag.analyzers.timeline.timeline import Aggregate, ThreadKey
 
 NOT_LOOP = ("other", "startup")
@@ -74,6 +80,8 @@ class LoopProfile:
     loop_cpu: float | None = None
     loop_runqueue: float | None = None
     startup_samples: float = 0.0
+    loading_samples: float = 0.0  # loading a model inside the loop (in "other")
+    loading_stacks: tuple[StackCount, ...] = ()  # those samples' stacks, most sampled first
 
     def share(self, category: str) -> float:
         """The category's share in the final breakdown."""
@@ -297,6 +305,7 @@ def profile_loop(
     backward_elsewhere: bool = False,
     gil_other_min: float = 0.20,
     idle_waits: bool = False,
+    loads_in_loop: bool = False,
 ) -> LoopProfile:
     """Find the loop thread and build its time breakdown from the timeline.
 
@@ -304,6 +313,8 @@ def profile_loop(
     so the loop thread sleeps through it: that is not a wait for the GIL.
     `idle_waits`: the loop waits for work on a queue or lock when it has none (a server's
     model thread waiting for requests): that time is idle, not a wait for the GIL.
+    `loads_in_loop`: the job loads its model again and again inside its loop (per batch, per
+    request): that loading is the loop's time ("other"), not start-up's.
     """
     key = find_loop_thread(tl, clf)
     if key is None:
@@ -315,6 +326,8 @@ def profile_loop(
         cat = clf.category(s.stack, s.code)
         counts[cat] = counts.get(cat, 0.0) + s.count
         by_cat.setdefault(cat, []).append(s)
+    loads = _loading_to_other(counts, by_cat) if loads_in_loop else []
+    loading = sum(s.count for s in loads)
     startup = counts.pop("startup", 0.0)
     total = sum(counts.values())
     loop_cpu = thread_series_mean(tl, "cpu", key.tid)
@@ -378,7 +391,29 @@ def profile_loop(
         loop_cpu,
         loop_rq,
         startup,
+        loading,
+        tuple(sorted(loads, key=lambda s: -s.count)[:10]),
     )
+
+
+def _loading_to_other(
+    counts: dict[str, float], by_cat: dict[str, list[StackCount]]
+) -> list[StackCount]:
+    """Move the start-up stacks that load a model (the rest import modules) to "other": the
+    loop's own loading. Returns them."""
+    loads = [
+        s
+        for s in by_cat.get("startup", [])
+        if is_model_loading(parse_stack(s.stack), readers=False)
+    ]
+    if loads:
+        n = sum(s.count for s in loads)
+        counts["startup"] -= n
+        counts["other"] = counts.get("other", 0.0) + n
+        moved = {id(s) for s in loads}
+        by_cat["startup"] = [s for s in by_cat["startup"] if id(s) not in moved]
+        by_cat.setdefault("other", []).extend(loads)
+    return loads
 
 
 def location_of(stacks: tuple[StackCount, ...]) -> Location | None:

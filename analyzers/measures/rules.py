@@ -247,6 +247,35 @@ BLOCKING_CALL_RULES: tuple[Rule, ...] = (
 ) + WAIT_RULES
 
 
+# Loading a model or its weights: Hugging Face's from_pretrained (models, tokenizers,
+# processors) and pipeline(), sentence-transformers' constructor, torch.jit.load, a state dict
+# put in (building the modules runs their __init__ under torch/nn/modules: not a forward);
+# and the weights' readers, torch.load and safetensors, which read data as often as models
+LOAD_FUNCS = frozenset({"from_pretrained", "_load_pretrained_model", "load_state_dict"})
+LOAD_IN_FILE = (
+    (re.compile(r"/transformers/pipelines/__init__\.py$"), frozenset({"pipeline"})),
+    (re.compile(r"/sentence_transformers/SentenceTransformer\.py$"), frozenset({"__init__"})),
+    (re.compile(r"/torch/jit/_serialization\.py$"), frozenset({"load"})),
+)
+WEIGHTS_IN_FILE = (
+    (re.compile(r"/torch/serialization\.py$"), frozenset({"load"})),
+    (re.compile(r"/safetensors/"), frozenset({"load_file", "load", "safe_open"})),
+)
+
+
+def is_model_loading(frames: tuple, readers: bool = True) -> bool:
+    """Whether a stack is loading a model or its weights (`readers`: torch.load and
+    safetensors alone count, as on a request path; a loop's may be reading its data)."""
+    in_file = LOAD_IN_FILE + WEIGHTS_IN_FILE if readers else LOAD_IN_FILE
+    for fr in frames:
+        name = fr.function.rsplit(".", 1)[-1]
+        if name in LOAD_FUNCS:
+            return True
+        if any(rx.search(fr.file) and name in names for rx, names in in_file):
+            return True
+    return False
+
+
 def _first(rules: tuple[Rule, ...], stack: str, code: str, innermost_only: bool) -> str | None:
     frames = parse_stack(stack)
     if innermost_only:
@@ -279,6 +308,15 @@ def _closure_phase(stack: str) -> str | None:
     return None
 
 
+def _builtin_refined(cat: str, stack: str) -> str:
+    """A built-in category refined by the whole stack: an optimizer step's closure is the
+    model's time; loading a model (its modules built under torch/nn/modules, its weights put
+    in) is start-up wherever it runs (profile_loop puts the loop's own loading back)."""
+    if cat == "optimizer":
+        return _closure_phase(stack) or cat
+    return "startup" if is_model_loading(parse_stack(stack), readers=False) else cat
+
+
 class Classifier:
     """Classifies stacks with user rules first, then the defaults; results are cached."""
 
@@ -293,8 +331,10 @@ class Classifier:
         cat = self._cache.get(key)
         if cat is None:
             cat = _first(self.rules, stack, code, False) or "other"
-            if cat == "optimizer" and not _first(self.user_rules, stack, code, False):
-                cat = _closure_phase(stack) or cat
+            if cat in ("optimizer", "forward", "other") and not _first(
+                self.user_rules, stack, code, False
+            ):
+                cat = _builtin_refined(cat, stack)
             if len(self._cache) < 200000:
                 self._cache[key] = cat
         return cat

@@ -8,7 +8,12 @@ import re
 from dataclasses import dataclass
 
 from gpudiag.analyzers.engine.results import Location
-from gpudiag.analyzers.measures.rules import Classifier, parse_stack, user_location
+from gpudiag.analyzers.measures.rules import (
+    Classifier,
+    is_model_loading,
+    parse_stack,
+    user_location,
+)
 from gpudiag.analyzers.measures.triton import TRITON_UNITS, triton_metrics
 from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, SERVER_FILE_RE, is_handling
 from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
@@ -295,30 +300,6 @@ def is_framework_work(frames: tuple) -> bool:
             return True
         if fr.is_user:
             return False
-    return False
-
-
-# Loading a model or its weights: Hugging Face's from_pretrained (models, tokenizers,
-# processors) and pipeline(), sentence-transformers' constructor, torch.load, torch.jit.load,
-# safetensors, a state dict put in (building the modules runs their __init__ under
-# torch/nn/modules: not a forward)
-LOAD_FUNCS = frozenset({"from_pretrained", "_load_pretrained_model", "load_state_dict"})
-LOAD_IN_FILE = (
-    (re.compile(r"/transformers/pipelines/__init__\.py$"), frozenset({"pipeline"})),
-    (re.compile(r"/sentence_transformers/SentenceTransformer\.py$"), frozenset({"__init__"})),
-    (re.compile(r"/torch/(serialization|jit/_serialization)\.py$"), frozenset({"load"})),
-    (re.compile(r"/safetensors/"), frozenset({"load_file", "load", "safe_open"})),
-)
-
-
-def is_model_loading(frames: tuple) -> bool:
-    """Whether a stack is loading a model or its weights."""
-    for fr in frames:
-        name = fr.function.rsplit(".", 1)[-1]
-        if name in LOAD_FUNCS:
-            return True
-        if any(rx.search(fr.file) and name in names for rx, names in LOAD_IN_FILE):
-            return True
     return False
 
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudiag.analyzers.measures.rules import Classifier, user_location
+from gpudiag.analyzers.measures.rules import (
+    Classifier,
+    is_model_loading,
+    parse_stack,
+    user_location,
+)
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 STEP_SERIES = ("step_time_s", "first_step")
@@ -22,6 +27,12 @@ NOT_LOOP = ("other", "startup")
 # (measured: a straggler rank with 60 ms of its own work per step had 30-40% loop work, and
 # at a half its loop window kept 49-198 of its ~250 samples, at random)
 LOOP_SHARE = 0.25
+# A loop loads its model again and again (per batch, per chunk, per request) when a target
+# thread is seen loading one in this share of the loop's stack windows, over at least
+# LOADING_MIN_WINDOWS of them: a start-up load, or a first one made lazily by the first batch,
+# shows in one or two
+LOADING_SPREAD = 0.5
+LOADING_MIN_WINDOWS = 3
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,7 @@ class LoopWindow:
     start_ns: int | None
     end_ns: int | None
     source: str  # "in-process hooks (step times)", "stacks", or "whole run"
+    reloads: bool = False  # the job loads its model again and again inside it (per batch)
 
     @property
     def found(self) -> bool:
@@ -214,3 +226,38 @@ def phase_summary(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) ->
         else []
     )
     return out
+
+
+def _loads(seg: Aggregate, clf: Classifier) -> bool:
+    """Whether a target thread was sampled loading a model in a segment."""
+    for key in seg.threads("all", "target"):
+        for stack, code in seg.stacks[key]:
+            if clf.category(stack, code) == "startup" and is_model_loading(
+                parse_stack(stack), readers=False
+            ):
+                return True
+    return False
+
+
+def loading_windows(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) -> tuple[int, int]:
+    """(the loop's segments with stack samples in which a target thread loads a model, all its
+    segments with stack samples); (0, 0) without a timeline."""
+    if not isinstance(tl, Timeline):
+        return 0, 0
+    seen = loading = 0
+    lo, hi = win.start_ns, win.end_ns
+    for a, b, seg in tl.spans():
+        mid = (a + b) // 2
+        if (lo is not None and mid < lo) or (hi is not None and mid > hi):
+            continue
+        if not any(seg.stacks.get(k) for k in seg.threads("all", "target")):
+            continue
+        seen += 1
+        loading += _loads(seg, clf)
+    return loading, seen
+
+
+def loads_in_loop(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) -> bool:
+    """Whether the loop loads a model again and again, from the stacks' times alone."""
+    loading, seen = loading_windows(tl, win, clf)
+    return seen >= LOADING_MIN_WINDOWS and loading >= LOADING_SPREAD * seen

@@ -44,6 +44,15 @@ STACKS = {
     f";format_stack ({SITE}/torch/fx/traceback.py:510)",
     "user_traceback": f"{LOOP};where_am_i (/work/train.py:90)"
     f";format_stack ({STD}/traceback.py:213)",
+    # a model loaded inside the loop (an embed() that loads it, a target network's weights
+    # put in): its modules built under torch/nn/modules are no forward
+    "load": f"{LOOP};embed (/work/train.py:12)"
+    f";_BaseAutoModelClass.from_pretrained ({SITE}/transformers/models/auto/auto_factory.py:604)"
+    f";Linear.__init__ ({SITE}/torch/nn/modules/linear.py:106)",
+    "load_state_dict": f"{LOOP};Module.load_state_dict ({SITE}/torch/nn/modules/module.py:2500)"
+    f";load ({SITE}/torch/nn/modules/module.py:2480)",
+    "torch_load": f"{LOOP};read_shard (/work/train.py:15)"
+    f";load ({SITE}/torch/serialization.py:1000)",
     "json": f"{LOOP};report (/work/train.py:75);dumps ({STD}/json/__init__.py:231)"
     f";JSONEncoder.encode ({STD}/json/encoder.py:200)",
     # num_workers=0: the loop thread in the dataset's __getitem__, sleeping on a remote read

@@ -8,7 +8,7 @@ import pytest
 
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.measures.rules import parse_stack
-from gpudiag.analyzers.measures.serving import is_model_loading
+from gpudiag.analyzers.measures.rules import is_model_loading
 from tests.analyzers.scenario import (
     HANDLER_STACKS,
     Scenario,

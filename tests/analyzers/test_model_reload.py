@@ -1,0 +1,80 @@
+"""INFER004 over scripted timelines: a batch-inference loop that loads its model again for
+every batch (the loading in every stack window of the loop, or the hooks' forwards run by
+models never seen before); a model loaded once at start-up is start-up, not the loop's; the
+loading is never a forward; a loop reading data with torch.load is no model load."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudiag.analyzers import analyze
+from tests.analyzers.scenario import Scenario, hook_new_models, hook_serving
+from tests.analyzers.test_findings import ids, windows
+
+RELOADING = {"forward": 0.6, "load": 0.3, "other": 0.1}
+
+
+def _inference(sc: Scenario, models: int | None = None) -> Scenario:
+    """The hooks' forwards of a batch loop (batch 32, no autograd), and `models` first
+    forwards of new top modules."""
+    sc = hook_serving(sc, rate=64.0, forward_s=0.2, batch=32.0, grad=0.0, requests=False)
+    return sc if models is None else hook_new_models(sc, models)
+
+
+def test_a_model_loaded_for_every_batch_is_infer004_at_its_line_and_in_the_loops_time():
+    sc = windows(Scenario(), shares=RELOADING).host(0.3).process(0.95)
+    a = analyze(sc.tl)
+    assert a.workload.kind == "inference" and ids(a)[0] == "INFER004"
+    f = a.findings[0]
+    assert str(f.location) == "/work/train.py:12:embed"
+    assert f.impact == pytest.approx(0.3, abs=0.01) and f.confidence >= 0.95
+    assert "Load the model once" in f.recommendation.summary
+    # the loading is the loop's time, not a forward's, and no LOOP001 names it again
+    assert a.breakdown.get("forward") == pytest.approx(0.6, abs=0.01)
+    assert a.breakdown.get("other") == pytest.approx(0.4, abs=0.01)
+    assert "LOOP001" not in ids(a)
+
+
+def test_the_hooks_tell_a_model_built_per_batch():
+    sc = windows(Scenario(), shares=RELOADING).host(0.3).process(0.95)
+    a = analyze(_inference(sc, models=30).tl)
+    f = next(f for f in a.findings if f.id == "INFER004")
+    ev = {e.metric: e.value for e in f.evidence}
+    assert ev["models_new_share"] == pytest.approx(1.0) and ev["loop_load_share"] >= 0.29
+    assert a.verdict["finding"] == "INFER004" and a.verdict["sure"] is True
+
+
+def test_a_model_loaded_once_at_start_up_is_start_up_not_the_loops_time():
+    sc = Scenario()
+    sc.window(shares={"load": 0.9, "other": 0.1})  # start-up: loading the model
+    windows(sc, shares={"forward": 0.95, "other": 0.05}).host(0.3).process(0.95)
+    a = analyze(_inference(sc, models=1).tl)
+    assert "INFER004" not in ids(a) and "LOOP001" not in ids(a)
+    assert a.breakdown.get("forward") >= 0.9  # the load is neither the loop's nor a forward
+    assert a.verdict["sure"] is True
+
+
+def test_a_lazy_first_load_inside_the_loop_window_is_not_infer004():
+    """The first batch loads the model (one window of six); the hooks saw one model."""
+    sc = Scenario()
+    sc.window(shares={"forward": 0.3, "load": 0.6, "other": 0.1})
+    windows(sc, shares={"forward": 0.95, "other": 0.05}).host(0.3).process(0.95)
+    a = analyze(_inference(sc, models=1).tl)
+    assert "INFER004" not in ids(a)
+
+
+def test_torch_load_reading_data_in_the_loop_is_no_model_load():
+    sc = windows(Scenario(), shares={"forward": 0.6, "torch_load": 0.3, "other": 0.1})
+    a = analyze(sc.host(0.3).process(0.95).tl)
+    assert "INFER004" not in ids(a)
+    assert a.breakdown.get("other") == pytest.approx(0.4, abs=0.01)
+
+
+def test_a_training_loop_putting_weights_in_every_step_has_them_outside_its_forward():
+    """A DQN's target network updated with load_state_dict every step (PyTorch's tutorial):
+    loading under torch/nn/modules/module.py, not a forward; a training job has no INFER004."""
+    shares = {"forward": 0.3, "backward": 0.35, "optimizer": 0.1, "load_state_dict": 0.25}
+    a = analyze(windows(Scenario(), shares=shares).host(0.3).process(0.95).tl)
+    assert a.workload.kind == "training" and "INFER004" not in ids(a)
+    assert a.breakdown.get("forward") == pytest.approx(0.3, abs=0.01)
+    assert a.breakdown.get("other") == pytest.approx(0.25, abs=0.01)
