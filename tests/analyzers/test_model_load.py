@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.measures.rules import parse_stack
-from gpudiag.analyzers.measures.rules import is_model_loading
+from gpudiag.analyzers.measures.rules import is_model_loading, parse_stack
 from tests.analyzers.scenario import (
     HANDLER_STACKS,
     Scenario,
