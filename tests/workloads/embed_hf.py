@@ -8,12 +8,14 @@ tokenizer's (input_ids, attention_mask, padded).
     python embed_hf.py --seconds 20             # the model card's way: under torch.no_grad()
     python embed_hf.py --seconds 20 --grad      # the no_grad line left out (INFER001)
     python embed_hf.py --seconds 20 --pad-max 256   # padding="max_length", max_length=256
+    python embed_hf.py --seconds 20 --reload    # the model loaded again for every batch
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import tempfile
 import time
 
 import torch
@@ -51,6 +53,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--grad", action="store_true", help="leave out the model card's no_grad")
     p.add_argument("--pad-max", type=int, default=0, help='padding="max_length" to this')
+    p.add_argument("--reload", action="store_true", help="from_pretrained for every batch")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -63,6 +66,12 @@ def main() -> None:
         max_position_embeddings=max(512, args.pad_max),
     )
     model = BertModel(cfg).eval()
+    saved = tempfile.TemporaryDirectory()
+    if args.reload:
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+        model.save_pretrained(saved.name)
     rng = random.Random(0)
     words = [f"w{i}" for i in range(5000)]
     corpus = [" ".join(rng.choices(words, k=rng.randint(8, 40))) for _ in range(4096)]
@@ -70,6 +79,8 @@ def main() -> None:
     while time.time() - t0 < args.seconds:
         for start in range(0, len(corpus), args.batch_size):
             sentences = corpus[start : start + args.batch_size]
+            if args.reload:  # an embed() that loads its model, called once a batch
+                model = BertModel.from_pretrained(saved.name).eval()
             if args.pad_max:
                 encoded_input = tokenizer(sentences, args.pad_max, pad_max=True)
             else:

@@ -1,0 +1,37 @@
+"""End to end: `gpudiag run` on the planted embedding job that loads its model again for every
+batch (`tests/workloads/embed_hf.py --reload`: `from_pretrained` per batch, a small BERT saved
+from its config): the hooks see a new model for every forward, the stacks the loading all
+through the loop, and INFER004 names the line; loaded once, no INFER004."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import WORKLOADS, gpudiag
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("reload", [True, False], ids=["per-batch", "once"])
+def test_run_names_a_model_loaded_per_batch_and_not_one_loaded_once(tmp_path, reload):
+    out = tmp_path / "r.json"
+    job = [sys.executable, str(WORKLOADS / "embed_hf.py"), "--seconds", "12"]
+    res = gpudiag(
+        "run", "-q", "--duration", "8", "--out", str(out), "--", *job,
+        *(["--reload"] if reload else []),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["workload"]["kind"] == "inference"
+    ids = [f["id"] for f in doc["findings"]]
+    if not reload:
+        assert "INFER004" not in ids and doc["metrics"]["models_new"] == 1.0
+        return
+    assert ids[0] == "INFER004", ids
+    f = doc["findings"][0]
+    assert f["location"].endswith(":main") and "embed_hf.py" in f["location"]
+    assert doc["metrics"]["models_new_share"] >= 0.9
+    assert doc["breakdown"]["shares"]["other"] >= f["impact"] >= 0.2
