@@ -201,6 +201,8 @@ def change_line(fix: dict, location: str | None) -> str:
         "anomaly_off": "torch.autograd.set_detect_anomaly(False)",
         "padding": "tokenizer(..., padding=True) (or DataCollatorWithPadding), not "
         'padding="max_length"',
+        "load_once": "load the model once, before the loop, and reuse it (or "
+        "functools.lru_cache on the function that loads it)",
         "batch": "DataLoader(..., batch_size=<{}x the current>)".format(
             (fix.get("values") or {}).get("factor", 2)
         ),

@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
         metavar="KIND:KEY=VALUE,...",
         help="a fix to try, e.g. dataloader:num_workers=2,persistent_workers=true "
         "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
-        "inference_mode, batch, anomaly_off, padding)",
+        "inference_mode, batch, anomaly_off, padding, load_once)",
     )
     p.add_argument(
         "--from",

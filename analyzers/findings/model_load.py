@@ -161,6 +161,8 @@ def infer004(c: Context) -> list[Finding]:
         "the loader (functools.lru_cache) when the function that embeds or predicts loads it",
         "for a job split into tasks (one file, chunk or partition each: Spark, Ray, "
         "multiprocessing), load once per worker, not once per task",
+        "gpudiag try --fix load_once -- <the job> measures it first (from_pretrained and "
+        "SentenceTransformer loads with the same arguments reuse the first)",
     )
     return [
         new_finding(
@@ -176,6 +178,7 @@ def infer004(c: Context) -> list[Finding]:
             signals=("stacks", "hooks") if new is not None else ("stacks",),
             speedup_basis="the loading taken out of the loop; at least: a model loaded per "
             "batch also runs its forwards cold (slower than a warm one)",
+            fix={"kind": "load_once", "values": {}},
         )
     ]
 

@@ -395,6 +395,120 @@ def padding(torch, values: dict) -> None:
     _say("tokenizers' padding=\"max_length\" (with tensors) pads to each call's longest row")
 
 
+# a model loaded with arguments seen before is the one loaded then, up to this many kept
+LOADS_KEPT = 8
+
+
+def _load_key(owner, args: tuple, kwargs: dict) -> str | None:
+    """The cache key of a load: its class and its arguments' reprs (None when a repr fails
+    or holds an object's address: nothing cached)."""
+    try:
+        key = f"{owner!r}|{args!r}|{sorted(kwargs.items())!r}"
+    except Exception:
+        return None
+    return None if " at 0x" in key else key
+
+
+class _Loads:
+    """The load-once fix: the model loaders' results kept by their arguments."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, object] = {}
+        self.reused = 0
+        self.patched = False
+
+    def get(self, owner, args: tuple, kwargs: dict, load):
+        """The load's result, loaded once per class and arguments."""
+        key = _load_key(owner, args, kwargs)
+        if key is None:
+            return load()
+        if key in self.kept:
+            self.reused += 1
+            return self.kept[key]
+        got = load()
+        if len(self.kept) < LOADS_KEPT:
+            self.kept[key] = got
+        return got
+
+    def classmethod_(self, owner, name: str) -> None:
+        """Wrap a from_pretrained classmethod defined on `owner`."""
+        orig = owner.__dict__.get(name)
+        if not isinstance(orig, classmethod):
+            return
+        func = orig.__func__
+
+        def from_pretrained(cls, *args, **kwargs):
+            return self.get(cls, args, kwargs, lambda: func(cls, *args, **kwargs))
+
+        setattr(owner, name, classmethod(from_pretrained))
+
+    def constructor(self, cls) -> None:
+        """Wrap a class's __init__: a second instance with the same arguments takes the first
+        one's state (its modules, weights and settings), not a load of its own."""
+        orig = cls.__init__
+        loads = self
+
+        def __init__(obj, *args, **kwargs):
+            key = _load_key(cls, args, kwargs)
+            first = loads.kept.get(key) if key is not None else None
+            if first is None:
+                orig(obj, *args, **kwargs)
+                if key is not None and len(loads.kept) < LOADS_KEPT:
+                    loads.kept[key] = obj
+                return
+            loads.reused += 1
+            obj.__dict__.update(first.__dict__)
+
+        cls.__init__ = __init__
+
+    def patch(self) -> bool:
+        """Wrap the loaders once transformers has loaded them."""
+        tf = sys.modules.get("transformers.modeling_utils")
+        if tf is None:
+            return False
+        self.classmethod_(tf.PreTrainedModel, "from_pretrained")
+        auto = sys.modules.get("transformers.models.auto.auto_factory")
+        if auto is not None:
+            self.classmethod_(auto._BaseAutoModelClass, "from_pretrained")
+        base = sys.modules.get("transformers.tokenization_utils_base")
+        if base is not None:
+            self.classmethod_(base.PreTrainedTokenizerBase, "from_pretrained")
+        tok = sys.modules.get("transformers.models.auto.tokenization_auto")
+        if tok is not None:
+            self.classmethod_(tok.AutoTokenizer, "from_pretrained")
+        st = sys.modules.get("sentence_transformers.SentenceTransformer")
+        if st is not None:
+            self.constructor(st.SentenceTransformer)
+        return True
+
+    def at_end(self) -> None:
+        if not self.reused:
+            NOTES.append(
+                "# not applied: no model was loaded twice with the same arguments (a loader "
+                "other than from_pretrained or SentenceTransformer is not cached)"
+            )
+
+
+def load_once(torch, values: dict) -> None:
+    """A model loaded again with the same arguments (from_pretrained, SentenceTransformer) is
+    the one loaded the first time (patched at the first model forward: transformers loads
+    after torch; the loads before it run as they are)."""
+    from torch.nn.modules import module as nn_module
+
+    fix = _Loads()
+    handle: list = []
+
+    def pre(module, args):
+        if not fix.patched:
+            fix.patched = fix.patch()
+            if fix.patched and handle:
+                handle.pop().remove()
+
+    handle.append(nn_module.register_module_forward_pre_hook(pre))
+    END.append(fix.at_end)
+    _say("models loaded again with the same arguments reuse the first load")
+
+
 KINDS = {
     "dataloader": dataloader,
     "optimizer": optimizer,
@@ -406,6 +520,7 @@ KINDS = {
     "batch": batch,
     "anomaly_off": anomaly_off,
     "padding": padding,
+    "load_once": load_once,
 }
 
 

@@ -156,6 +156,31 @@ def test_padding_fix_pads_tensor_calls_to_their_longest_row_from_the_first_forwa
     assert out.stdout.strip().endswith("[[1, 1, 1, 1], [1, 1, 1, 0]] 16")
 
 
+def test_load_once_fix_reuses_a_model_loaded_again_with_the_same_arguments(tmp_path):
+    """INFER004's fix from outside: after the first model forward, from_pretrained with
+    arguments seen before returns the model loaded then (other arguments load their own);
+    the loads before the first forward run as they are."""
+    pytest.importorskip("transformers")
+    out = _in_job(
+        {"kind": "load_once", "values": {}},
+        """
+        from transformers import AutoModel, BertConfig, BertModel
+        BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=8, vocab_size=20)).save_pretrained("m")
+        a, b = BertModel.from_pretrained("m"), BertModel.from_pretrained("m")
+        b(torch.tensor([[1, 2]]))  # the first model forward: the patch
+        c, d = AutoModel.from_pretrained("m"), AutoModel.from_pretrained("m")
+        e = AutoModel.from_pretrained("m", torch_dtype=torch.float64)
+        import gpudiag_fixes
+        gpudiag_fixes._end()
+        print(a is b, c is d, c is e, gpudiag_fixes.NOTES)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "False", "[]"]
+
+
 def test_anomaly_off_fix_keeps_anomaly_detection_off(tmp_path):
     """set_detect_anomaly(True), detect_anomaly() and Lightning's context turn nothing on."""
     out = _in_job(
