@@ -37,7 +37,7 @@ def optimize(policy, target, memory, optimizer) -> bool:
 
     if len(memory) < BATCH_SIZE:
         return False
-    batch = Transition(*zip(*random.sample(memory, BATCH_SIZE)))
+    batch = Transition(*zip(*random.sample(memory, BATCH_SIZE), strict=True))
     non_final = torch.tensor(tuple(s is not None for s in batch.next_state), dtype=torch.bool)
     non_final_next = torch.cat([s for s in batch.next_state if s is not None])
     state_b, action_b = torch.cat(batch.state), torch.cat(batch.action)

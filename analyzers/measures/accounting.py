@@ -164,7 +164,7 @@ def unplaced(
         return Unplaced(0.0, 0.0, ())
     by_site: dict[tuple, list] = {}
     for (stack, code), count in view.stacks.get(profile.thread, {}).items():
-        if clf.category(stack, code) not in categories:
+        if profile.placed(clf, stack, code) not in categories:
             continue
         loc, call, fam, lib, own = _site_key(stack, code)
         if "user" in skip and own and fam == "user":

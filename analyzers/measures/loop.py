@@ -87,6 +87,15 @@ class LoopProfile:
         """The category's share in the final breakdown."""
         return self.breakdown.get(category)
 
+    def placed(self, clf: Classifier, stack: str, code: str = "") -> str:
+        """A loop-thread stack's category as this profile placed it: loading a model inside
+        the loop is the loop's "other", not start-up."""
+        cat = clf.category(stack, code)
+        if cat == "startup" and self.loading_samples > 0:
+            if is_model_loading(parse_stack(stack), readers=False):
+                return "other"
+        return cat
+
 
 def _thread_stacks(tl: Aggregate, key: ThreadKey) -> list[StackCount]:
     return [StackCount(s, c, n) for (s, c), n in tl.stacks.get(key, {}).items()]

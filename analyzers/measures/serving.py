@@ -51,6 +51,8 @@ SERVING_UNITS = {
     "sorted_rows": "items",
     "models_new": "count",
     "models_new_share": "ratio",
+    "models_known": "count",
+    "models_repeat_share": "ratio",
 } | TRITON_UNITS
 
 
@@ -130,15 +132,30 @@ def sorted_padding(tl: Aggregate) -> dict[str, float | None]:
 
 def model_metrics(tl: Aggregate) -> dict[str, float | None]:
     """How many top modules ran a first forward (the hooks: a server's one model gives one; a
-    model built per request, one a request), and their share of the forwards."""
+    model built per request, one a request), their share of the forwards, and of those whose
+    source the hooks knew, the share loaded from a source seen before."""
     new = tl.rollup("hooks", "model_new", kind="model")
     ft = tl.rollup("hooks", "forward_time_s", kind="forward")
     if new is None or not new.count:
         return {}
-    return {
+    out: dict[str, float | None] = {
         "models_new": float(new.count),
         "models_new_share": new.count / ft.count if ft is not None and ft.count else None,
     }
+    known = tl.rollup("hooks", "model_known", kind="model")
+    repeat = tl.rollup("hooks", "model_repeat", kind="model")
+    if known is not None and known.total >= 1 and repeat is not None:
+        out["models_known"] = known.total
+        out["models_repeat_share"] = repeat.total / known.total
+    return out
+
+
+def loads_other_models(m: dict, th_min: float = 3.0) -> bool:
+    """Whether the models loaded again and again are different ones (a sweep over
+    checkpoints: each load is the job's work, not one to keep): the hooks knew where `th_min`
+    or more came from, and fewer than half came from a place seen before."""
+    known, repeat = m.get("models_known"), m.get("models_repeat_share")
+    return known is not None and known >= th_min and repeat is not None and repeat < 0.5
 
 
 def request_metrics(tl: Aggregate) -> dict[str, float | None]:

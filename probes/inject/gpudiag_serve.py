@@ -115,6 +115,25 @@ def arrived_at(sock, fallback: float) -> float:
     return min(fallback, time.perf_counter() - queued)
 
 
+SOURCE_MODULES = 64  # submodules looked through for where a model was loaded from
+
+
+def model_source(module) -> str | None:
+    """Where a model was loaded from: its class and the `name_or_path` of it or of a module
+    inside it (Hugging Face's models; sentence-transformers' holds one); None when no module
+    says (a model built in code, or from torch.load)."""
+    try:
+        for i, sub in enumerate(module.modules()):
+            path = getattr(sub, "name_or_path", None)
+            if isinstance(path, str) and path:
+                return f"{type(module).__qualname__}|{path}"
+            if i >= SOURCE_MODULES:
+                break
+    except Exception:
+        pass
+    return None
+
+
 class Recorder:
     """Forwards and requests since the last flush; `due()` is called after each one."""
 
@@ -124,7 +143,9 @@ class Recorder:
         self.requests: list[list[float]] = []  # [end (Unix s), seconds, in flight at start]
         self.padding = _padding.Padding(MAX_ROWS)  # the forwards' attention masks
         self.models: weakref.WeakSet = weakref.WeakSet()  # the top modules seen forwarding
-        self.new_models: list[list[float]] = []  # [Unix s, 1]: a top module's first forward
+        # [Unix s, 1, source known, source seen before]: a top module's first forward
+        self.new_models: list[list[float]] = []
+        self.sources: set[str] = set()  # where the new models were loaded from
         self.local = threading.local()
         self.in_flight = 0
         self.accepted: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # socket: t
@@ -154,16 +175,22 @@ class Recorder:
 
     def note_model(self, module) -> None:
         """A top module's forward: a row when it is one never seen before (a model built per
-        request shows one a request; a server's one model, one in all)."""
+        request shows one a request; a server's one model, one in all), with whether where it
+        was loaded from is known and was seen before (the same model loaded again, or a sweep
+        over different ones)."""
         try:
             if module in self.models:
                 return
             self.models.add(module)
         except TypeError:  # not weak-referenceable or hashable: not counted
             return
+        source = model_source(module)
         with self.lock:
+            again = source in self.sources
+            if source is not None and len(self.sources) < MAX_ROWS:
+                self.sources.add(source)
             if len(self.new_models) < MAX_ROWS:
-                self.new_models.append([time.time(), 1.0])
+                self.new_models.append([time.time(), 1.0, float(source is not None), float(again)])
 
     def count_padding(self, module, args: tuple, kwargs: dict | None, end: float) -> None:
         """Count the padding of a forward's attention mask, if it was given one."""
@@ -218,7 +245,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.forwards, self.requests = [], []
         self.padding.clear()
-        self.models, self.new_models = weakref.WeakSet(), []
+        self.models, self.new_models, self.sources = weakref.WeakSet(), [], set()
         self.local = threading.local()
         self.in_flight = 0
         self.accepted = weakref.WeakKeyDictionary()

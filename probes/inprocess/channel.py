@@ -104,6 +104,8 @@ class HookProbe(Probe):
         Field(
             "model_new", "count", "gauge", "1: the first forward of a top module not seen before"
         ),
+        Field("model_known", "count", "gauge", "1: where that module was loaded from is known"),
+        Field("model_repeat", "count", "gauge", "1: a module was loaded from there before"),
         Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
         Field("request_in_flight", "count", "gauge", "requests in flight as it started"),
         *COLLECTIVE_FIELDS,
@@ -448,7 +450,7 @@ SERVING_ROWS = {
         ),
     ),
     "pads": ("padding_sorted", ("pads_rows", "pads_tokens", "pads_sq_tokens", "pads_batch")),
-    "mdl": ("model", ("model_new",)),
+    "mdl": ("model", ("model_new", "model_known", "model_repeat")),
 }
 
 

@@ -476,13 +476,15 @@ def hook_padding(
     return sc
 
 
-def hook_new_models(sc: Scenario, count: int, seconds: float = 15.0) -> Scenario:
-    """The hooks' rows of `count` top modules forwarding for the first time over `seconds`."""
+def hook_new_models(
+    sc: Scenario, count: int, seconds: float = 15.0, sources: int | None = None
+) -> Scenario:
+    """The hooks' rows of `count` top modules forwarding for the first time over `seconds`;
+    with `sources`, loaded from that many places in turn (1: the same model again and again;
+    `count`: each a different one); without, from places the hooks did not know."""
     for i in range(count):
-        sc._add_at(
-            sc.t0 + int((i + 1) * seconds / count * 1e9),
-            "hooks",
-            {"kind": "model"},
-            {"model_new": 1.0},
-        )
+        values = {"model_new": 1.0}
+        if sources is not None:
+            values |= {"model_known": 1.0, "model_repeat": float(i >= sources)}
+        sc._add_at(sc.t0 + int((i + 1) * seconds / count * 1e9), "hooks", {"kind": "model"}, values)
     return sc

@@ -38,6 +38,15 @@ def test_a_model_built_per_request_is_serve005_at_the_line_that_loads_it():
     assert f.confidence >= 0.95 and "Load the model once" in f.recommendation.summary
 
 
+def test_a_server_loading_a_different_model_each_request_is_not_serve005():
+    """Each request names its own checkpoint (the hooks saw 750 sources for 750 models): the
+    loading is the requests' work, not a model to load once."""
+    sc = server_windows(Scenario(), forward=0.3, load=0.5)
+    sc = hook_serving(sc, rate=50.0, latency_s=0.05, forward_s=0.015, grad=0.0)
+    assert "SERVE005" not in ids(analyze(hook_new_models(sc, 750, sources=750).tl))
+    assert "SERVE005" in ids(analyze(hook_new_models(loading_server(0.5, 0), 750, sources=1).tl))
+
+
 def test_a_model_loaded_lazily_by_the_first_request_is_not_serve005():
     """The hooks saw one top module for 750 forwards: one load, not one a request."""
     a = analyze(loading_server(load=0.2, new_models=1).tl)

@@ -14,11 +14,11 @@ from tests.analyzers.test_findings import ids, windows
 RELOADING = {"forward": 0.6, "load": 0.3, "other": 0.1}
 
 
-def _inference(sc: Scenario, models: int | None = None) -> Scenario:
+def _inference(sc: Scenario, models: int | None = None, sources: int | None = None) -> Scenario:
     """The hooks' forwards of a batch loop (batch 32, no autograd), and `models` first
-    forwards of new top modules."""
+    forwards of new top modules, loaded from `sources` places."""
     sc = hook_serving(sc, rate=64.0, forward_s=0.2, batch=32.0, grad=0.0, requests=False)
-    return sc if models is None else hook_new_models(sc, models)
+    return sc if models is None else hook_new_models(sc, models, sources=sources)
 
 
 def test_a_model_loaded_for_every_batch_is_infer004_at_its_line_and_in_the_loops_time():
@@ -42,6 +42,18 @@ def test_the_hooks_tell_a_model_built_per_batch():
     ev = {e.metric: e.value for e in f.evidence}
     assert ev["models_new_share"] == pytest.approx(1.0) and ev["loop_load_share"] >= 0.29
     assert a.verdict["finding"] == "INFER004" and a.verdict["sure"] is True
+
+
+def test_the_same_checkpoint_loaded_again_is_infer004_a_sweep_over_checkpoints_is_not():
+    """The hooks know where each new model came from: the same path again and again is a
+    load to keep; a different checkpoint each time (an evaluation sweep) is the job's work,
+    and "load it once" would be wrong. Its loading stays the loop's time ("other")."""
+    same = windows(Scenario(), shares=RELOADING).host(0.3).process(0.95)
+    assert "INFER004" in ids(analyze(_inference(same, models=30, sources=1).tl))
+    sweep = windows(Scenario(), shares=RELOADING).host(0.3).process(0.95)
+    a = analyze(_inference(sweep, models=30, sources=30).tl)
+    assert "INFER004" not in ids(a) and a.metrics["models_repeat_share"] == 0.0
+    assert a.breakdown.get("other") == pytest.approx(0.4, abs=0.01)
 
 
 def test_a_model_loaded_once_at_start_up_is_start_up_not_the_loops_time():

@@ -49,3 +49,15 @@ def test_a_model_loaded_per_chunk_is_infer004_at_its_line_near_the_measured_fix(
         assert doc["verdict"]["sure"] and doc["verdict"]["finding"] == "INFER004"
     # the loading is the loop's "other", no forward
     assert doc["breakdown"]["shares"]["other"] >= f["impact"]
+
+
+def test_a_sweep_over_checkpoints_is_not_infer004_and_its_loading_is_named():
+    """`--sweep 1000`: each chunk loads another checkpoint (the hooks knew every source, none
+    seen before): "load it once" would be wrong. The loading is still the loop's time, and
+    LOOP001 names it, as before INFER004 (with the loading counted as start-up and hidden from
+    LOOP001, a draft of this change read "no bottleneck", sure)."""
+    doc = _replay("pub_reload_sweep")
+    ids = [f["id"] for f in doc["findings"]]
+    assert "INFER004" not in ids and ids[0] == "LOOP001" and doc["verdict"]["sure"]
+    assert doc["metrics"]["models_repeat_share"] == 0.0 and doc["metrics"]["models_known"] >= 100
+    assert "from_pretrained" in doc["findings"][0]["message"]

@@ -918,7 +918,24 @@ def test_a_top_modules_first_forward_is_a_row_and_its_later_ones_are_not(rec):
     torch.nn.Identity()(torch.randn(2, 4))  # no parameters: not a model
     rows = rec.take_extra()["mdl"]
     assert len(rows) == 3 and all(r[1] == 1.0 for r in rows)
+    assert all(r[2:] == [0.0, 0.0] for r in rows)  # built in code: where from is not known
     assert rec.take_extra()["mdl"] == []
+
+
+def test_a_new_models_source_tells_the_same_checkpoint_again_from_another(rec):
+    """A Hugging Face model (or one holding one, as sentence-transformers' does) says where it
+    was loaded from: the same path again is a repeat, another path is not."""
+
+    class Loaded(Net):
+        def __init__(self, path: str) -> None:
+            super().__init__()
+            self.inner = torch.nn.Linear(2, 2)
+            self.inner.name_or_path = path  # as PreTrainedModel.name_or_path gives it
+
+    for path in ("ckpt-a", "ckpt-a", "ckpt-b"):
+        Loaded(path)(torch.randn(2, 4))
+    rows = rec.take_extra()["mdl"]
+    assert [r[2:] for r in rows] == [[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]]
 
 
 def test_gpu_masks_counted_from_several_threads_keep_one_count_and_one_queue():
