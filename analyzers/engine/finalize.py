@@ -95,6 +95,8 @@ def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
 SETTLED_BY_HOOKS = {
     "SERVE005": "the in-process hooks tell a model loaded per request from one loaded once "
     "(gpudiag run, or attach --hooks)",
+    "INFER004": "the in-process hooks tell the same model loaded again from a sweep over "
+    "different checkpoints (gpudiag run, or attach --hooks)",
 }
 
 

@@ -21,7 +21,8 @@ from gpudiag.analyzers.measures.loop import location_of
 from gpudiag.analyzers.measures.serving import HandlerSplit, loads_other_models
 from gpudiag.analyzers.measures.summary import confidence_above
 
-UNCONFIRMED = 0.6  # without the hooks: once (a lazy first load) or per request, not told
+# without the hooks: once (a lazy first load) or per request, the same model or another, not told
+UNCONFIRMED = 0.6
 
 
 def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, ...]:
@@ -143,16 +144,20 @@ def infer004(c: Context) -> list[Finding]:
     if p.samples < th.min_loop_samples or p.loading_samples <= 0 or loads_other_models(m):
         return []  # (a sweep over different models: each load is the job's work)
     share = p.loading_samples / p.samples
-    conf = confidence_above(share, th.serve_load_warn, p.samples)
+    known = m.get("models_known") is not None
+    conf = confidence_above(share, th.serve_load_warn, p.samples) * (1.0 if known else UNCONFIRMED)
     if share < th.serve_load_warn or conf < th.min_confidence:
         return []
     loc = location_of(p.loading_stacks)
     where = f" at {loc.function} ({loc.file}:{loc.line})" if loc else ""
     new = m.get("models_new_share")
     told = (
-        f" {new:.0%} of the model's forwards ran on a model never seen before."
-        if new is not None
-        else " The loading shows all through the loop, not once at its start."
+        f" {new:.0%} of the model's forwards ran on a model never seen before, loaded from "
+        "the same place again."
+        if known and new is not None
+        else " The loading shows all through the loop, not once at its start; without the "
+        "hooks, the same model loaded again is not told from a sweep over different "
+        "checkpoints (each load then the job's work)."
     )
     msg = (
         f"The loop spends {share:.0%} of its time loading a model{where}, again for every "
@@ -177,7 +182,7 @@ def infer004(c: Context) -> list[Finding]:
             recommendation=Recommendation("Load the model once, not per batch", actions),
             expected_speedup=speedup_from_impact(share),
             location=loc,
-            signals=("stacks", "hooks") if new is not None else ("stacks",),
+            signals=("stacks", "hooks") if known else ("stacks",),
             speedup_basis="the loading taken out of the loop; at least: a model loaded per "
             "batch also runs its forwards cold (slower than a warm one)",
             fix={"kind": "load_once", "values": {}},

@@ -27,7 +27,9 @@ def test_a_model_loaded_for_every_batch_is_infer004_at_its_line_and_in_the_loops
     assert a.workload.kind == "inference" and ids(a)[0] == "INFER004"
     f = a.findings[0]
     assert str(f.location) == "/work/train.py:12:embed"
-    assert f.impact == pytest.approx(0.3, abs=0.01) and f.confidence >= 0.95
+    # the stacks alone: the same model again, or a sweep over checkpoints, is not told
+    assert f.impact == pytest.approx(0.3, abs=0.01) and 0.55 <= f.confidence <= 0.6
+    assert a.verdict["statement"].endswith("(gpudiag run, or attach --hooks)")
     assert "Load the model once" in f.recommendation.summary
     # the loading is the loop's time, not a forward's, and no LOOP001 names it again
     assert a.breakdown.get("forward") == pytest.approx(0.6, abs=0.01)
@@ -37,7 +39,7 @@ def test_a_model_loaded_for_every_batch_is_infer004_at_its_line_and_in_the_loops
 
 def test_the_hooks_tell_a_model_built_per_batch():
     sc = windows(Scenario(), shares=RELOADING).host(0.3).process(0.95)
-    a = analyze(_inference(sc, models=30).tl)
+    a = analyze(_inference(sc, models=30, sources=1).tl)
     f = next(f for f in a.findings if f.id == "INFER004")
     ev = {e.metric: e.value for e in f.evidence}
     assert ev["models_new_share"] == pytest.approx(1.0) and ev["loop_load_share"] >= 0.29
