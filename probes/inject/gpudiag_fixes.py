@@ -346,7 +346,6 @@ class _Padding:
 
     def __init__(self) -> None:
         self.rewritten = 0
-        self.done = False
 
     def patch(self) -> bool:
         """Wrap the tokenizers' __call__ once transformers has loaded them."""
@@ -373,24 +372,27 @@ class _Padding:
             )
 
 
-def padding(torch, values: dict) -> None:
-    """Tokenizers' padding="max_length" calls pad to each call's longest row (patched at the
-    first model forward: transformers loads after torch)."""
+def _patch_once_loaded(patch) -> None:
+    """Run `patch()` now, else before each model forward until it succeeds (it returns True
+    once the library it wraps is loaded: transformers loads after torch)."""
     from torch.nn.modules import module as nn_module
 
-    fix = _Padding()
+    if patch():
+        return
     handle: list = []
 
     def pre(module, args):
-        if not fix.done:
-            fix.done = fix.patch()
-            if fix.done and handle:
-                handle.pop().remove()
+        if handle and patch():
+            handle.pop().remove()
 
     handle.append(nn_module.register_module_forward_pre_hook(pre))
-    if fix.patch():  # transformers already loaded
-        fix.done = True
-        handle.pop().remove()
+
+
+def padding(torch, values: dict) -> None:
+    """Tokenizers' padding="max_length" calls pad to each call's longest row (patched at the
+    first model forward: transformers loads after torch)."""
+    fix = _Padding()
+    _patch_once_loaded(fix.patch)
     END.append(fix.at_end)
     _say("tokenizers' padding=\"max_length\" (with tensors) pads to each call's longest row")
 
@@ -415,7 +417,6 @@ class _Loads:
     def __init__(self) -> None:
         self.kept: dict[str, object] = {}
         self.reused = 0
-        self.patched = False
 
     def get(self, owner, args: tuple, kwargs: dict, load):
         """The load's result, loaded once per class and arguments."""
@@ -491,20 +492,10 @@ class _Loads:
 
 def load_once(torch, values: dict) -> None:
     """A model loaded again with the same arguments (from_pretrained, SentenceTransformer) is
-    the one loaded the first time (patched at the first model forward: transformers loads
-    after torch; the loads before it run as they are)."""
-    from torch.nn.modules import module as nn_module
-
+    the one loaded the first time (patched once transformers is loaded, at the latest at the
+    first model forward; the loads before it run as they are)."""
     fix = _Loads()
-    handle: list = []
-
-    def pre(module, args):
-        if not fix.patched:
-            fix.patched = fix.patch()
-            if fix.patched and handle:
-                handle.pop().remove()
-
-    handle.append(nn_module.register_module_forward_pre_hook(pre))
+    _patch_once_loaded(fix.patch)
     END.append(fix.at_end)
     _say("models loaded again with the same arguments reuse the first load")
 
