@@ -78,11 +78,16 @@ def is_bound(f: dict) -> bool:
 
 
 def speedup_text(f: dict) -> str:
-    """The speed-up as it reads everywhere: ×2.65 modelled, "up to ×5.8" for a bound."""
+    """The speed-up as it reads everywhere: ×2.65 modelled, "up to ×5.8" for a bound,
+    "at least ×1.59" for a floor."""
     speed = float(f.get("expected_speedup") or 1.0)
     if f.get("speedup_kind") == "hypothesis":
         low = float(f.get("speedup_low") or 1.0)
         if f.get("measured_speedup") is not None:
             return f"×{float(f['measured_speedup']):.2f} measured by try (×{low:.2f}-×{speed:.2f})"
         return f"×{low:.2f}-×{speed:.2f}, unverified"
+    if f.get("speedup_kind") == "floor":
+        if f.get("measured_speedup") is not None:
+            return f"×{float(f['measured_speedup']):.2f} measured by try (at least ×{speed:.2f})"
+        return f"at least ×{speed:.2f}"
     return f"up to ×{speed:.1f}" if is_bound(f) else f"×{speed:.2f}"

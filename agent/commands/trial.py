@@ -54,6 +54,7 @@ class TrialPlan:
     predicted: float | None = None
     location: str | None = None
     predicted_low: float | None = None  # a hypothesis' low end (its range meets the interval)
+    floor: bool = False  # the prediction is the least the fix gives: a measurement above holds
     log: list[str] = field(default_factory=list)
 
 
@@ -237,7 +238,7 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
                 elif res.rate is not None:
                     (fixed if arm == "B" else base).append(res.rate)
                     progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
-    result = judge(base, fixed, plan.predicted, th, plan.predicted_low)
+    result = judge(base, fixed, plan.predicted, th, plan.predicted_low, plan.floor)
     verdict, reason = result.verdict, result.reason
     if any(f.startswith("fixed") for f in failures) and not fixed:
         verdict, reason = "failed", "; ".join(failures)[:500]

@@ -191,6 +191,7 @@ def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list
                 predicted=None if unsure else f.get("expected_speedup"),
                 location=f.get("location"),
                 predicted_low=f.get("speedup_low"),
+                floor=f.get("speedup_kind") == "floor",
             )
         )
     return plans
@@ -213,10 +214,11 @@ def _write_trials(out: str, doc: dict, trials: list[dict]) -> None:
 
 
 def measured_into(findings: list[dict], trials: list[dict]) -> None:
-    """A hypothesis `try` measured carries the measurement (`measured_speedup`, shown instead
-    of 'unverified'); a trial that failed or measured nothing leaves it unverified."""
+    """A hypothesis (or a floor) `try` measured carries the measurement (`measured_speedup`,
+    shown instead of 'unverified'); a trial that failed or measured nothing leaves it as it
+    was."""
     for f in findings:
-        if f.get("speedup_kind") != "hypothesis":
+        if f.get("speedup_kind") not in ("hypothesis", "floor"):
             continue
         done = [
             t

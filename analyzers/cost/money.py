@@ -127,7 +127,7 @@ def _if_fixed(section: dict, top: list[Finding], idle: float, per_hour: float) -
     """The money if the top finding were fixed: the same number a top finding states (one
     fix, one prediction); a modelled figure before a bound (a bound says what no fix can
     beat, not what the fix gives)."""
-    first = next((f for f in top if f.speedup_kind == "model"), top[0])
+    first = next((f for f in top if f.speedup_kind in ("model", "floor")), top[0])
     speed = first.expected_speedup
     idle_after = max(0.0, 1.0 - (1.0 - idle) * speed) if explains_gpu_idle(first.id) else idle
     return {

@@ -112,7 +112,8 @@ class Finding:
     signals: tuple[str, ...] = field(default=())
     speedup_basis: str = ""  # one line: how expected_speedup was made (model, bound)
     fix: dict | None = None  # {"kind": ..., "values": {...}}: applicable from outside (try)
-    speedup_kind: str = "model"  # "model": what the named fix should give; "bound": at most;
+    speedup_kind: str = "model"  # "model": what the named fix should give; "floor": at least;
+    # "bound": at most;
     # "hypothesis": a range (speedup_low to expected_speedup) no measurement of the job has
     # checked yet (`gpudiag try` measures it)
     speedup_low: float | None = None

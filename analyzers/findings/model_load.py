@@ -107,6 +107,7 @@ def serve005(c: Context) -> list[Finding]:
             expected_speedup=speedup_from_impact(share),
             location=loc,
             signals=("stacks", "hooks") if new is not None else ("stacks",),
+            speedup_kind="floor",
             speedup_basis="the loading taken off the request path; at least: a model loaded "
             "per request also runs its forwards cold (slower than a warm one)",
         )
@@ -183,6 +184,7 @@ def infer004(c: Context) -> list[Finding]:
             expected_speedup=speedup_from_impact(share),
             location=loc,
             signals=("stacks", "hooks") if known else ("stacks",),
+            speedup_kind="floor",
             speedup_basis="the loading taken out of the loop; at least: a model loaded per "
             "batch also runs its forwards cold (slower than a warm one)",
             fix={"kind": "load_once", "values": {}},

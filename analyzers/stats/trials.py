@@ -26,12 +26,14 @@ def judge(
     predicted: float | None,
     th: Thresholds,
     predicted_low: float | None = None,
+    floor: bool = False,
 ) -> TrialResult:
     """Compare per-round step rates of the two arms.
 
     slower: the whole interval is under 1; held: the prediction lies in the interval widened
-    by `trial_tolerance` (a hypothesis' range, `predicted_low` to `predicted`, meets it);
-    missed otherwise; no prediction when none was made."""
+    by `trial_tolerance` (a hypothesis' range, `predicted_low` to `predicted`, meets it; a
+    `floor`, the least the fix gives, is met by the interval or anything above it); missed
+    otherwise; no prediction when none was made."""
     if not base or not fixed or min(base) <= 0:
         return TrialResult(None, None, "failed", "no steps measured in one of the arms")
     measured = statistics.median(fixed) / statistics.median(base)
@@ -46,9 +48,10 @@ def judge(
     if predicted is None:
         return TrialResult(measured, (lo, hi), "no prediction", f"{where}; nothing predicted")
     low = predicted if predicted_low is None else min(predicted_low, predicted)
-    inside = low <= hi * (1 + tol) and predicted >= lo * (1 - tol)
+    inside = low <= hi * (1 + tol) and (floor or predicted >= lo * (1 - tol))
     verdict = "held" if inside else "missed"
     said = f"x{predicted:.2f}" if low == predicted else f"x{low:.2f}-x{predicted:.2f}"
+    said = f"at least {said}" if floor else said
     return TrialResult(
         measured,
         (lo, hi),

@@ -718,6 +718,27 @@ def test_a_hypothesis_holds_when_its_range_meets_the_measured_interval():
     assert judge(base, fixed, 3.0, th, predicted_low=2.0).verdict == "missed"
 
 
+def test_a_floor_holds_when_the_fix_gives_at_least_it():
+    """INFER004's x1.59 is the loading alone ("at least"): a fix measured at x2.05 (the cold
+    forwards gone too) meets it; one measured well under it misses it."""
+    th = Thresholds()
+    base, fixed = [66.1, 66.9, 66.0], [134.2, 135.7, 135.5]  # the held-out job's arms
+    assert judge(base, fixed, 1.59, th).verdict == "missed"  # as a point
+    held = judge(base, fixed, 1.59, th, floor=True)
+    assert held.verdict == "held" and "at least x1.59" in held.reason
+    assert judge(base, [70.0, 71.0, 69.5], 1.59, th, floor=True).verdict == "missed"
+
+
+def test_a_floor_reads_at_least_and_then_measured():
+    from gpudiag.agent.commands.tryfix import measured_into
+    from gpudiag.text.formatting import speedup_text
+
+    f = {"id": "INFER004", "speedup_kind": "floor", "expected_speedup": 1.59}
+    assert speedup_text(f) == "at least ×1.59"
+    measured_into([f], [{"finding": "INFER004", "measured": 2.05, "verdict": "held"}])
+    assert speedup_text(f) == "×2.05 measured by try (at least ×1.59)"
+
+
 def test_a_measured_hypothesis_is_shown_measured_not_unverified():
     from gpudiag.agent.commands.tryfix import measured_into
     from gpudiag.text.formatting import speedup_text

@@ -22,6 +22,11 @@ from gpudiag.text.trials import trial_lines
 __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
 
 
+# how a finding's impact reads by its speed-up kind: a hypothesis' is at most that, a floor's
+# (the loading a model per batch costs, without its cold forwards) at least
+IMPACT_WORD = {"hypothesis": "up to ", "floor": "at least "}
+
+
 def _evidence_line(e: dict) -> str:
     return " ".join(evidence_parts(e))
 
@@ -248,7 +253,7 @@ def _finding_lines(i: int, f: dict, verbose: bool) -> list[str]:
     )
     out = [
         f" {i}. [{f['severity']}] {f['id']} {f['title']}",
-        f"    impact {'up to ' if f.get('speedup_kind') == 'hypothesis' else ''}"
+        f"    impact {IMPACT_WORD.get(f.get('speedup_kind') or '', '')}"
         f"{f['impact']:.0%} of wall time · "
         f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
         f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}",
