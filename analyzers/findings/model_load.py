@@ -25,23 +25,21 @@ from gpudiag.analyzers.measures.summary import confidence_above
 UNCONFIRMED = 0.6
 
 
-def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, ...]:
-    th, m = c.th, c.metrics
-    ev = (
-        Evidence(
-            "request_path_load_share",
-            round(share, 4),
-            "ratio",
-            th.serve_load_warn,
-            ">=",
-            "serve_load_warn",
-            "stacks",
-        ),
-        samples_evidence("request_path_samples", split.samples, th),
+def _load_share(metric: str, share: float, c: Context) -> Evidence:
+    """The loading's share against `serve_load_warn` (the stacks)."""
+    th = c.th
+    return Evidence(
+        metric, round(share, 4), "ratio", th.serve_load_warn, ">=", "serve_load_warn", "stacks"
     )
+
+
+def _models(c: Context) -> tuple[Evidence, ...]:
+    """The hooks' new models: their share of the forwards against `serve_new_model_share`,
+    their count and a forward's time (none without the hooks)."""
+    th, m = c.th, c.metrics
     if m.get("models_new_share") is None:
-        return ev
-    return ev + (
+        return ()
+    return (
         Evidence(
             "models_new_share",
             round(m["models_new_share"], 4),
@@ -54,6 +52,13 @@ def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, 
         Evidence("models_new", m.get("models_new"), "count", source="hooks"),
         Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source="hooks"),
     )
+
+
+def _evidence(c: Context, split: HandlerSplit, share: float) -> tuple[Evidence, ...]:
+    return (
+        _load_share("request_path_load_share", share, c),
+        samples_evidence("request_path_samples", split.samples, c.th),
+    ) + _models(c)
 
 
 def serve005(c: Context) -> list[Finding]:
@@ -115,25 +120,10 @@ def serve005(c: Context) -> list[Finding]:
 
 
 def _loop_evidence(c: Context, share: float) -> tuple[Evidence, ...]:
-    th, m = c.th, c.metrics
-    ev: tuple[Evidence, ...] = (
-        Evidence(
-            "loop_load_share",
-            round(share, 4),
-            "ratio",
-            th.serve_load_warn,
-            ">=",
-            "serve_load_warn",
-            "stacks",
-        ),
+    return (
+        _load_share("loop_load_share", share, c),
         Evidence("loop_stack_samples", c.profile.samples, "samples", source="stacks"),
-    )
-    if m.get("models_new_share") is not None:
-        ev += (
-            Evidence("models_new_share", round(m["models_new_share"], 4), "ratio", source="hooks"),
-            Evidence("models_new", m.get("models_new"), "count", source="hooks"),
-        )
-    return ev
+    ) + _models(c)
 
 
 def infer004(c: Context) -> list[Finding]:

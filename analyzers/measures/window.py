@@ -258,6 +258,9 @@ def loading_windows(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) 
 
 
 def loads_in_loop(tl: Timeline | Aggregate, win: LoopWindow, clf: Classifier) -> bool:
-    """Whether the loop loads a model again and again, from the stacks' times alone."""
+    """Whether the loop loads a model again and again, from the stacks' times alone (each
+    segment looked at only when the run loads a model at all: most never do)."""
+    if not isinstance(tl, Timeline) or not _loads(tl.whole(), clf):
+        return False
     loading, seen = loading_windows(tl, win, clf)
     return seen >= LOADING_MIN_WINDOWS and loading >= LOADING_SPREAD * seen

@@ -411,6 +411,15 @@ def _load_key(owner, args: tuple, kwargs: dict) -> str | None:
     return None if " at 0x" in key else key
 
 
+# the from_pretrained classmethods the load-once fix wraps: (module, class defining it)
+LOADERS = (
+    ("transformers.modeling_utils", "PreTrainedModel"),
+    ("transformers.models.auto.auto_factory", "_BaseAutoModelClass"),
+    ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase"),
+    ("transformers.models.auto.tokenization_auto", "AutoTokenizer"),
+)
+
+
 class _Loads:
     """The load-once fix: the model loaders' results kept by their arguments."""
 
@@ -464,19 +473,12 @@ class _Loads:
 
     def patch(self) -> bool:
         """Wrap the loaders once transformers has loaded them."""
-        tf = sys.modules.get("transformers.modeling_utils")
-        if tf is None:
+        if "transformers.modeling_utils" not in sys.modules:
             return False
-        self.classmethod_(tf.PreTrainedModel, "from_pretrained")
-        auto = sys.modules.get("transformers.models.auto.auto_factory")
-        if auto is not None:
-            self.classmethod_(auto._BaseAutoModelClass, "from_pretrained")
-        base = sys.modules.get("transformers.tokenization_utils_base")
-        if base is not None:
-            self.classmethod_(base.PreTrainedTokenizerBase, "from_pretrained")
-        tok = sys.modules.get("transformers.models.auto.tokenization_auto")
-        if tok is not None:
-            self.classmethod_(tok.AutoTokenizer, "from_pretrained")
+        for module, cls in LOADERS:
+            owner = getattr(sys.modules.get(module), cls, None)
+            if owner is not None:
+                self.classmethod_(owner, "from_pretrained")
         st = sys.modules.get("sentence_transformers.SentenceTransformer")
         if st is not None:
             self.constructor(st.SentenceTransformer)
