@@ -26,24 +26,42 @@ def _on_core0() -> None:
     os.sched_setaffinity(0, {0})
 
 
+# the sampler's wrapper: `dump` (the probe's check that py-spy can read the job) runs as it is;
+# `record` runs behind three burners at nice 15 on core 0 and is also held off the CPU for
+# HOLD_S once it has started, as a box too busy to schedule it would. The hold makes the
+# starvation certain: the scheduler alone gave it 1% of the core on one box and two thirds on
+# CI's, and the test failed there.
+HOLD_S = 6.0
+WRAPPER = """#!{python}
+import os, signal, subprocess, sys, time
+real = {real!r}
+if sys.argv[1:2] == ["dump"]:
+    os.execv(real, [real, *sys.argv[1:]])
+spy = subprocess.Popen(["nice", "-n", "15", "taskset", "-c", "0", real, *sys.argv[1:]])
+def forward(sig, _frame):
+    os.kill(spy.pid, signal.SIGCONT)
+    os.kill(spy.pid, sig)
+signal.signal(signal.SIGINT, forward)
+signal.signal(signal.SIGTERM, forward)
+time.sleep(0.2)
+os.kill(spy.pid, signal.SIGSTOP)
+time.sleep({hold})
+os.kill(spy.pid, signal.SIGCONT)
+sys.exit(spy.wait())
+"""
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
 @pytest.mark.long
 def test_py_spy_starved_by_burners_is_said_in_the_probe_status(tmp_path, monkeypatch):
-    """Real burners: three processes burning core 0, and py-spy confined to that core at the
-    lowest priority (a wrapper: nice 15, affinity core 0), sampling a real job at 100 Hz. It
-    cannot keep its rate; the probe measures what it recorded against what it asked for."""
+    """Real burners: three processes burning core 0, and py-spy confined to that core at a
+    low priority and held off it for HOLD_S, sampling a real job at 100 Hz. It cannot keep
+    its rate; the probe measures what it recorded against what it asked for."""
     real = find_py_spy()
     if real is None or shutil.which("taskset") is None:
         pytest.skip("needs py-spy and taskset")
     wrapper = tmp_path / "py-spy"
-    # the starved one is the sampler (record), at nice 15: behind three burners it gets ~1%
-    # of the core, and a 2 s window at 100 Hz takes it 10-20 s. The probe's first dump, which
-    # checks that py-spy can read the job at all, runs as it is (at nice 19 and starved too it
-    # took 7-31 s against a 30 s limit, and the window up to 40 s: CI failed on it)
-    wrapper.write_text(
-        f'#!/bin/sh\nif [ "$1" = dump ]; then exec "{real}" "$@"; fi\n'
-        f'exec nice -n 15 taskset -c 0 "{real}" "$@"\n'
-    )
+    wrapper.write_text(WRAPPER.format(python=sys.executable, real=real, hold=HOLD_S))
     wrapper.chmod(0o755)
     monkeypatch.setattr("gpudiag.probes.stacks.probe.find_py_spy", lambda: str(wrapper))
     job = subprocess.Popen([sys.executable, "-c", JOB])
@@ -53,8 +71,8 @@ def test_py_spy_starved_by_burners_is_said_in_the_probe_status(tmp_path, monkeyp
     probe = StackProbe(StackConfig(rate_hz=100, window_s=2.0, gil_rate_hz=0, subprocesses=False))
     try:
         assert probe.open(Target(job.pid)).available
-        # one window is the evidence: its wall time and the ticks py-spy recorded in it (a
-        # starved 2 s window takes 10-20 s); the time limit only bounds a failure
+        # one window is the evidence: its wall time (at least HOLD_S) and the ticks py-spy
+        # recorded in it (at most 2 s at 100 Hz); the time limit only bounds a failure
         deadline = time.monotonic() + 50
         while probe.windows_read < 1 and time.monotonic() < deadline:
             time.sleep(0.2)
