@@ -34,6 +34,7 @@ from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo
 from gpudiag.probes.inprocess.channel import WORK_KINDS, HookProbe
+from gpudiag.probes.inprocess.isolation import hooks_blocked
 from gpudiag.probes.stacks.probe import StackProbe
 from gpudiag.text.sink import say
 
@@ -448,10 +449,22 @@ class Session:
             distributed=dist,
         )
 
+    def _why_unhooked(self) -> None:
+        """Under run, when the job's hooks never reported: whether its Python could not load
+        them (run isolated: -I/-E/-S, or a Triton stub's), for the hooks' status."""
+        hooks = next((p for p in self.probes if isinstance(p, HookProbe)), None)
+        stacks = next((p for p in self.probes if isinstance(p, StackProbe)), None)
+        if hooks is None or hooks.optional or hooks.messages:
+            return
+        pid = (stacks.followed if stacks is not None else None) or self.target.pid
+        args = self.popen.args if self.popen is not None else None
+        hooks.blocked = hooks_blocked(pid, list(args) if isinstance(args, list) else None)
+
     def _close_probes(self, reason: str) -> None:
         """Close the session's probes (a hung one is left alone), join their threads, drain the
         buffered ones once more and take their final statuses and problems."""
         self.check_hung()
+        self._why_unhooked()
         live = [p for p in self.probes if p.name not in self.hung]
         for probe in live:  # a hung probe's close() could hang too: left alone
             try:

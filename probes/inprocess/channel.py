@@ -134,6 +134,7 @@ class HookProbe(Probe):
         self.hellos: dict[int, dict] = {}  # pid -> its hooks' hello (attach --hooks)
         self.loaded: ProbeStatus | None = None  # how `attach --hooks` went, for the report
         self._held: list[Sample] = []  # samples read while waiting for the hellos
+        self.blocked: str | None = None  # run: why the profiled process cannot load them
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -310,6 +311,16 @@ class HookProbe(Probe):
                 "instrument; instrument()` at the top of the training script, or "
                 "start it with `gpudiag run -- CMD`",
                 info=True,
+            )
+        if self.blocked:
+            return ProbeStatus(
+                self.name,
+                True,
+                f"no events from the job's hooks: {self.blocked}, so the sitecustomize "
+                "that loads them is never imported",
+                "attach with `--hooks` to load them into the running process (gpudiag attach "
+                "--hooks PID), or call gpudiag.probes.hooks.instrument() in the code it runs "
+                "(a Triton model's model.py, its Python given gpudiag)",
             )
         return ProbeStatus(
             self.name,

@@ -117,13 +117,13 @@ def model_process(pid: int) -> int | None:
         proc = psutil.Process(pid)
         if proc.name() != SERVER_NAME:
             return None
-        stubs = [k for k in proc.children(recursive=True) if _stub(k)]
+        stubs = [k for k in proc.children(recursive=True) if is_stub(k)]
     except psutil.Error:
         return None
     return max(stubs, key=_cpu_s).pid if stubs else None
 
 
-def _stub(p: psutil.Process) -> bool:
+def is_stub(p: psutil.Process) -> bool:
     """A Python backend stub, by its name (the kernel keeps 15 characters of it) or exe."""
     try:
         name = p.name()
