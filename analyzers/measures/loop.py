@@ -82,6 +82,7 @@ class LoopProfile:
     startup_samples: float = 0.0
     loading_samples: float = 0.0  # loading a model inside the loop (in "other")
     loading_stacks: tuple[StackCount, ...] = ()  # those samples' stacks, most sampled first
+    loading_keys: frozenset[tuple[str, str]] = frozenset()  # all their (stack, code)
 
     def share(self, category: str) -> float:
         """The category's share in the final breakdown."""
@@ -90,11 +91,9 @@ class LoopProfile:
     def placed(self, clf: Classifier, stack: str, code: str = "") -> str:
         """A loop-thread stack's category as this profile placed it: loading a model inside
         the loop is the loop's "other", not start-up."""
-        cat = clf.category(stack, code)
-        if cat == "startup" and self.loading_samples > 0:
-            if is_model_loading(parse_stack(stack), readers=False):
-                return "other"
-        return cat
+        if (stack, code) in self.loading_keys:
+            return "other"
+        return clf.category(stack, code)
 
 
 def _thread_stacks(tl: Aggregate, key: ThreadKey) -> list[StackCount]:
@@ -402,27 +401,71 @@ def profile_loop(
         startup,
         loading,
         tuple(sorted(loads, key=lambda s: -s.count)[:10]),
+        frozenset((s.stack, s.code) for s in loads),
     )
 
 
 def _loading_to_other(
     counts: dict[str, float], by_cat: dict[str, list[StackCount]]
 ) -> list[StackCount]:
-    """Move the start-up stacks that load a model (the rest import modules) to "other": the
-    loop's own loading. Returns them."""
+    """Move the loop's own loading of a model to "other": the start-up stacks that load one
+    (the rest import modules), the weights files it reads (torch.load, safetensors: in a loop
+    found loading its model again, the model's), and what the same loader does around them.
+    Returns them."""
     loads = [
         s
         for s in by_cat.get("startup", [])
         if is_model_loading(parse_stack(s.stack), readers=False)
     ]
+    loads += [
+        s
+        for cat in KIN_FROM
+        for s in by_cat.get(cat, [])
+        if is_model_loading(parse_stack(s.stack), readers=True)
+    ]
+    loads += _loader_kin(loads, by_cat)
+    moved = {id(s) for s in loads}
+    for cat in list(by_cat):
+        kept = [s for s in by_cat[cat] if id(s) not in moved]
+        if len(kept) < len(by_cat[cat]):
+            counts[cat] -= sum(s.count for s in by_cat[cat] if id(s) in moved)
+            by_cat[cat] = kept
     if loads:
-        n = sum(s.count for s in loads)
-        counts["startup"] -= n
-        counts["other"] = counts.get("other", 0.0) + n
-        moved = {id(s) for s in loads}
-        by_cat["startup"] = [s for s in by_cat["startup"] if id(s) not in moved]
+        counts["other"] = counts.get("other", 0.0) + sum(s.count for s in loads)
         by_cat.setdefault("other", []).extend(loads)
     return loads
+
+
+KIN_FROM = ("other", "checkpoint")  # where a loader's other work is placed (not its imports)
+MODEL_RUNS = ("forward", "backward")
+
+
+def _loader_kin(loads: list[StackCount], by_cat: dict[str, list[StackCount]]) -> list[StackCount]:
+    """The rest of the loading: stacks whose innermost own frame is the job's function that
+    loads (`def load(): model = Net(); model.load_state_dict(torch.load(f))` builds the model
+    and reads its weights file besides the loading call). Where that function also runs the
+    model (it is on a forward's stack), only its loading lines count."""
+    sites = [user_location(s.stack) for s in loads]
+    funcs = {(f.file, f.function) for f in sites if f is not None}
+    lines = {(f.file, f.function, f.line) for f in sites if f is not None}
+    runs = {
+        (f.file, f.function)
+        for cat in MODEL_RUNS
+        for s in by_cat.get(cat, [])
+        for f in parse_stack(s.stack)
+        if f.is_user
+    }
+    out = []
+    seen = {id(s) for s in loads}
+    for cat in KIN_FROM:
+        for s in by_cat.get(cat, []):
+            f = user_location(s.stack)
+            if f is None or id(s) in seen:
+                continue
+            key = (f.file, f.function)
+            if key in funcs and (key not in runs or (*key, f.line) in lines):
+                out.append(s)
+    return out
 
 
 def location_of(stacks: tuple[StackCount, ...]) -> Location | None:

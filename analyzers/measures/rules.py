@@ -248,10 +248,14 @@ BLOCKING_CALL_RULES: tuple[Rule, ...] = (
 
 
 # Loading a model or its weights: Hugging Face's from_pretrained (models, tokenizers,
-# processors) and pipeline(), sentence-transformers' constructor, torch.jit.load, a state dict
-# put in (building the modules runs their __init__ under torch/nn/modules: not a forward);
-# and the weights' readers, torch.load and safetensors, which read data as often as models
-LOAD_FUNCS = frozenset({"from_pretrained", "_load_pretrained_model", "load_state_dict"})
+# processors), from_config (a model built from its config, its weights initialised: Hugging
+# Face, diffusers) and pipeline(), sentence-transformers' constructor, torch.jit.load, a state
+# dict put in (building the modules runs their __init__ under torch/nn/modules: not a
+# forward); and the weights' readers, torch.load and safetensors, which read data as often as
+# models
+LOAD_FUNCS = frozenset(
+    {"from_pretrained", "_load_pretrained_model", "from_config", "_from_config", "load_state_dict"}
+)
 LOAD_IN_FILE = (
     (re.compile(r"/transformers/pipelines/__init__\.py$"), frozenset({"pipeline"})),
     (re.compile(r"/sentence_transformers/SentenceTransformer\.py$"), frozenset({"__init__"})),

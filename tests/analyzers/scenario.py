@@ -53,6 +53,24 @@ STACKS = {
     f";load ({SITE}/torch/nn/modules/module.py:2480)",
     "torch_load": f"{LOOP};read_shard (/work/train.py:15)"
     f";load ({SITE}/torch/serialization.py:1000)",
+    # a loader function that builds the model from its config, then puts its weights in
+    # from a state-dict file (`model.load_state_dict(torch.load(f))`), or torch.loads it whole
+    "build_model": f"{LOOP};load_model (/work/train.py:30)"
+    f";_BaseAutoModelClass.from_config ({SITE}/transformers/models/auto/auto_factory.py:440)"
+    f";_init_weights ({SITE}/transformers/models/bert/modeling_bert.py:700)"
+    f";normal_ ({SITE}/torch/nn/init.py:180)",
+    "read_weights": f"{LOOP};load_model (/work/train.py:31)"
+    f";load ({SITE}/torch/serialization.py:1000)",
+    "put_weights": f"{LOOP};load_model (/work/train.py:31)"
+    f";Module.load_state_dict ({SITE}/torch/nn/modules/module.py:2500)",
+    "load_whole": f"{LOOP};load_model (/work/train.py:35)"
+    f";load ({SITE}/torch/serialization.py:1000)"
+    f";_load ({SITE}/torch/serialization.py:1480)",
+    # one function that loads the model (line 12), runs it (14) and post-processes (16)
+    "embed_forward": f"{LOOP};embed (/work/train.py:14)"
+    f";Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
+    f";Net.forward (/work/model.py:20)",
+    "embed_post": f"{LOOP};embed (/work/train.py:16);Tensor.tolist ({SITE}/torch/_tensor.py:900)",
     "json": f"{LOOP};report (/work/train.py:75);dumps ({STD}/json/__init__.py:231)"
     f";JSONEncoder.encode ({STD}/json/encoder.py:200)",
     # num_workers=0: the loop thread in the dataset's __getitem__, sleeping on a remote read
