@@ -69,7 +69,7 @@ def judged(
         unjudged(profile, th, samples),
         starved=rate,
     )
-    return blind_to_forwards(verdict, kind, metrics)
+    return unbatched_on_cpu(blind_to_forwards(verdict, kind, metrics), kind, metrics, th)
 
 
 def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
@@ -88,6 +88,28 @@ def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
         + "; not judged: this inference job's batch size per forward, autograd mode and "
         "padding (INFER001, INFER002, INFER003): they need the in-process hooks (gpudiag run, "
         "or attach --hooks)",
+    }
+
+
+def unbatched_on_cpu(verdict: dict, kind: str | None, metrics: dict, th: Thresholds) -> dict:
+    """A batch-inference loop of one item a forward, mostly in its forwards, with no GPU:
+    whether a larger batch pays is not judged (INFER002 rests on the GPU's idle time), so "no
+    bottleneck" is not sure. Small forwards are mostly fixed cost on a CPU too: a GPT-2's
+    `generate()` one prompt at a time went x5 at 8 prompts a call here."""
+    if kind != "inference" or verdict.get("finding") is not None or metrics.get("gpus"):
+        return verdict
+    b50, fwd = metrics.get("forward_batch_p50"), metrics.get("forward_concurrency")
+    if b50 is None or b50 > 1 or fwd is None or fwd < th.infer_forward_min:
+        return verdict
+    if (metrics.get("forwards") or 0.0) < th.serve_min_forwards:
+        return verdict
+    return {
+        **verdict,
+        "sure": False,
+        "statement": verdict["statement"]
+        + f"; not judged: whether a larger batch pays (one item a forward, {fwd:.0%} of the "
+        "loop in forwards; INFER002 needs a GPU's idle time): time the job at 8 items a call, "
+        "or gpudiag try --fix batch:factor=8 where a DataLoader makes its batches",
     }
 
 

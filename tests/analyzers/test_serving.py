@@ -536,3 +536,27 @@ def test_a_framework_installed_anywhere_is_the_frameworks_work(root):
     mine = "tokenize (/srv/app/serve.py:37)"
     assert is_framework_work(parse_stack(f"main (/srv/app/serve.py:9);{ray}"))
     assert not is_framework_work(parse_stack(f"{ray};{mine}"))
+
+
+def _loop_on_cpu(batch: float, forward_s: float = 0.09) -> Scenario:
+    """A batch-inference loop in inference mode on a CPU: 10 forwards a second of `batch`
+    items, `forward_s` each."""
+    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    return hook_serving(
+        sc, rate=10.0 * batch, forward_s=forward_s, batch=batch, grad=0.0, requests=False
+    )
+
+
+def test_one_item_a_forward_on_a_cpu_is_not_a_sure_no_bottleneck():
+    """No GPU, so INFER002 cannot judge the batch; one item a forward, the loop in its
+    forwards: "no bottleneck" is not sure, and says how to find out (a GPT-2 generate() one
+    prompt at a time went x5 at 8 prompts a call on this CPU)."""
+    a = analyze(_loop_on_cpu(batch=1.0).tl)
+    assert a.workload.kind == "inference" and a.findings == ()
+    assert not a.verdict["sure"]
+    assert "whether a larger batch pays (one item a forward" in a.verdict["statement"]
+    assert "batch:factor=8" in a.verdict["statement"]
+    batched = analyze(_loop_on_cpu(batch=8.0).tl)  # batches of 8: nothing left unjudged
+    assert batched.findings == () and batched.verdict["sure"]
+    few = analyze(_loop_on_cpu(batch=1.0, forward_s=0.02).tl)  # forwards a fifth of it
+    assert few.verdict["sure"]
