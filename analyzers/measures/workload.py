@@ -24,6 +24,8 @@ SERVER_FILE_RE = re.compile(
 TRAIN_FUNC_RE = re.compile(r"torch\._tensor\.Tensor\.backward$|torch\.autograd\.(backward|grad)$")
 OPTIM_FILE_RE = re.compile(r"torch/optim/")
 FORWARD_FILE_RE = re.compile(r"torch/nn/modules/module\.py$")
+# Hugging Face's generate() (its decoding loop's frames are in the same file)
+GENERATE_RE = re.compile(r"\bgenerate \([^)]*/transformers/generation/utils\.py:")
 STARTUP_FILE_RE = re.compile(r"^<frozen importlib\._bootstrap")  # imports: not the work
 # Importing a trainer (Hugging Face's Trainer, Lightning's): a training job still starting up.
 TRAINER_FILE_RE = re.compile(
@@ -94,6 +96,7 @@ class StackCensus:
     server_threads: int = 0
     threads: int = 0
     trainer_import: float = 0.0  # start-up samples importing a trainer library
+    generate: float = 0.0  # inside Hugging Face's generate(): its forwards are decoding steps
 
 
 def _is_training(fr: Frame) -> bool:
@@ -180,6 +183,7 @@ def census(tl: Aggregate) -> StackCensus:
             c.server += n * srv
             c.server_forward += n * (fwd and serving)
             c.handling += n * (srv and is_handling(stack))
+            c.generate += n * (fwd and bool(GENERATE_RE.search(stack)))
     return c
 
 
@@ -222,6 +226,11 @@ def decide_workload(tl: Aggregate, steps: float = 0.0) -> Workload:
         if forwards:
             ev.append(f"{forwards:.0f} model forwards (hooks)")
         ev.append(f"{c.forward:.0f} samples in forward, none in backward or an optimizer")
+        if c.generate >= MIN_SAMPLES:
+            ev.append(
+                f"{c.generate:.0f} samples inside Hugging Face's generate(): each forward is "
+                "one decoding step (a new token for each sequence), so items/s are tokens/s"
+            )
         basis = "model forwards with no backward"
         return Workload("inference", "batch", basis, tuple(ev))
     if c.trainer_import >= 1:

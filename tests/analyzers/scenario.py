@@ -71,6 +71,11 @@ STACKS = {
     f";Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
     f";Net.forward (/work/model.py:20)",
     "embed_post": f"{LOOP};embed (/work/train.py:16);Tensor.tolist ({SITE}/torch/_tensor.py:900)",
+    # Hugging Face's generate(): each forward one decoding step
+    "generate": f"{LOOP};GenerationMixin.generate ({SITE}/transformers/generation/utils.py:2400)"
+    f";GenerationMixin._sample ({SITE}/transformers/generation/utils.py:3300)"
+    f";Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1511)"
+    f";GPT2LMHeadModel.forward ({SITE}/transformers/models/gpt2/modeling_gpt2.py:1000)",
     "json": f"{LOOP};report (/work/train.py:75);dumps ({STD}/json/__init__.py:231)"
     f";JSONEncoder.encode ({STD}/json/encoder.py:200)",
     # num_workers=0: the loop thread in the dataset's __getitem__, sleeping on a remote read

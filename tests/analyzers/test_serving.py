@@ -538,10 +538,10 @@ def test_a_framework_installed_anywhere_is_the_frameworks_work(root):
     assert not is_framework_work(parse_stack(f"{ray};{mine}"))
 
 
-def _loop_on_cpu(batch: float, forward_s: float = 0.09) -> Scenario:
+def _loop_on_cpu(batch: float, forward_s: float = 0.09, fwd: str = "forward") -> Scenario:
     """A batch-inference loop in inference mode on a CPU: 10 forwards a second of `batch`
     items, `forward_s` each."""
-    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    sc = windows(Scenario(), shares={fwd: 0.9, "other": 0.1}).host(0.3).process(0.95)
     return hook_serving(
         sc, rate=10.0 * batch, forward_s=forward_s, batch=batch, grad=0.0, requests=False
     )
@@ -560,3 +560,11 @@ def test_one_item_a_forward_on_a_cpu_is_not_a_sure_no_bottleneck():
     assert batched.findings == () and batched.verdict["sure"]
     few = analyze(_loop_on_cpu(batch=1.0, forward_s=0.02).tl)  # forwards a fifth of it
     assert few.verdict["sure"]
+
+
+def test_generate_one_prompt_at_a_time_says_its_forwards_are_decoding_steps():
+    a = analyze(_loop_on_cpu(batch=1.0, fwd="generate").tl)
+    assert a.workload.kind == "inference" and not a.verdict["sure"]
+    assert any("generate(): each forward is one decoding step" in e for e in a.workload.evidence)
+    plain = analyze(_loop_on_cpu(batch=1.0).tl)
+    assert not any("generate()" in e for e in plain.workload.evidence)
