@@ -626,7 +626,17 @@ def infer002(c: Context) -> list[Finding]:
         f"while the GPU sits idle {idle:.0%} of the time: each forward is too small to fill "
         f"it. A batch {k}x larger fits its memory (peak x{k} under {MEMORY_ROOM:.0%})."
     )
-    actions = (
+    generate = (
+        (
+            f"generate() {b50 * k:.0f} prompts a call, not one: tokenizer.padding_side = "
+            f"'left', then model.generate(**tokenizer(prompts[i:i + {b50 * k:.0f}], "
+            "padding=True, return_tensors='pt'), ...): each decoding step then runs the "
+            "whole batch",
+        )
+        if c.workload.generates
+        else ()
+    )
+    actions = generate + (
         f"DataLoader(..., batch_size={b50 * k:.0f}) (or the loop's own batch size x{k}); "
         f"for a library called once per item, one call per batch: model.encode(texts, "
         f"batch_size={b50 * k:.0f}) (sentence-transformers), pipeline(..., "

@@ -72,6 +72,7 @@ class Workload:
     unit: str  # step, batch, request
     basis: str
     evidence: tuple[str, ...] = ()
+    generates: bool = False  # its forwards are decoding steps of Hugging Face's generate()
 
     def to_dict(self) -> dict:
         """JSON form (the report's `workload`)."""
@@ -232,7 +233,7 @@ def decide_workload(tl: Aggregate, steps: float = 0.0) -> Workload:
                 "one decoding step (a new token for each sequence), so items/s are tokens/s"
             )
         basis = "model forwards with no backward"
-        return Workload("inference", "batch", basis, tuple(ev))
+        return Workload("inference", "batch", basis, tuple(ev), c.generate >= MIN_SAMPLES)
     if c.trainer_import >= 1:
         ev.append(f"{c.trainer_import:.0f} start-up samples importing a trainer")
         return Workload("training", "step", "start-up only: the job imports a trainer", tuple(ev))

@@ -255,10 +255,12 @@ def _server_on_gpu(util: float, rate: float = 4.0) -> Scenario:
     return _on_gpu(server(rate=rate, latency_s=0.02, forward_s=0.01, grad=0.0), util)
 
 
-def _loop_on_gpu(util: float, mem_gib: float = 4.0, forward_s: float = 0.09) -> Scenario:
+def _loop_on_gpu(
+    util: float, mem_gib: float = 4.0, forward_s: float = 0.09, fwd: str = "forward"
+) -> Scenario:
     """A batch-inference loop (batch 8, inference mode) on a GPU: `forward_s` of each of its
     10 forwards a second in the model."""
-    sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
+    sc = windows(Scenario(), shares={fwd: 0.9, "other": 0.1}).host(0.3).process(0.95)
     return _on_gpu(
         hook_serving(sc, rate=80.0, forward_s=forward_s, batch=8.0, grad=0.0, requests=False),
         util,
@@ -568,3 +570,11 @@ def test_generate_one_prompt_at_a_time_says_its_forwards_are_decoding_steps():
     assert any("generate(): each forward is one decoding step" in e for e in a.workload.evidence)
     plain = analyze(_loop_on_cpu(batch=1.0).tl)
     assert not any("generate()" in e for e in plain.workload.evidence)
+
+
+def test_infer002_on_generate_says_to_pass_more_prompts_a_call():
+    f = next(f for f in analyze(_loop_on_gpu(util=20, fwd="generate").tl).findings)
+    assert f.id == "INFER002" and f.recommendation.actions[0].startswith("generate() 64 prompts")
+    assert "padding_side = 'left'" in f.recommendation.actions[0]
+    plain = next(f for f in analyze(_loop_on_gpu(util=20).tl).findings if f.id == "INFER002")
+    assert plain.recommendation.actions[0].startswith("DataLoader(")
