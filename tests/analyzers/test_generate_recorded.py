@@ -1,8 +1,9 @@
-"""Recorded looks at text generation one prompt at a time (`benchmarks/generate_heldout.py`:
-Hugging Face's `generate()` per prompt, a small GPT-2 from its config, CPU), the 2-core box,
-load 0.4-2.3. Timed bare over the same 48 prompts: 3.7 -> 0.7 s and 3.8 -> 0.8 s at 8
-prompts a call, x4.9. With no GPU, INFER002 cannot judge a batch; before, `run` said a sure
-"no bottleneck" on a job that batching moves x4.9."""
+"""Recorded looks at one item a forward on a CPU: text generation one prompt a call
+(`benchmarks/generate_heldout.py`: Hugging Face's `generate()`, a small GPT-2 from its config)
+and sentence-transformers' `encode()` one sentence a call (`benchmarks/encode_each_heldout.py`),
+the 2-core box, load 0.4-2.3. Timed bare over the same inputs: 8 prompts a call 3.7 -> 0.7 s
+and 3.8 -> 0.8 s (x4.9); 256 sentences a call 7.9 -> 3.7 s and 7.8 -> 3.6 s (x2.1-2.2). With
+no GPU, INFER002 cannot judge a batch; before, `run` said a sure "no bottleneck" on both."""
 
 from __future__ import annotations
 
@@ -42,3 +43,10 @@ def test_attached_without_the_hooks_the_batch_is_not_judged():
     doc = _replay("pub_generate_b1_attach")
     assert _generates(doc) and not doc["verdict"]["sure"]
     assert "they need the in-process hooks" in doc["verdict"]["statement"]
+
+
+def test_encode_one_sentence_a_call_is_not_a_sure_no_bottleneck():
+    doc = _replay("pub_encode_each")
+    assert doc["workload"]["kind"] == "inference" and doc["findings"] == []
+    assert doc["metrics"]["forward_batch_p50"] == 1.0 and not doc["verdict"]["sure"]
+    assert "whether a larger batch pays" in doc["verdict"]["statement"]
