@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import re
 import shutil
@@ -27,6 +28,16 @@ def gpudiag(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProce
         timeout=timeout,
         **kw,
     )
+
+
+def run_embed_hf(tmp: Path, seconds: float, *flags: str) -> dict:
+    """`gpudiag run -q --duration 8` on the planted embedding job (tests/workloads/embed_hf.py,
+    `seconds` long, with `flags`): its report."""
+    out = tmp / "r.json"
+    job = [sys.executable, str(WORKLOADS / "embed_hf.py"), "--seconds", str(seconds), *flags]
+    res = gpudiag("run", "-q", "--duration", "8", "--out", str(out), "--", *job)
+    assert res.returncode == 0, res.stderr
+    return json.loads(out.read_text())
 
 
 def gpudiag_until_sure(*args: str, tmp: Path, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -5,26 +5,16 @@ through the loop, and INFER004 names the line; loaded once, no INFER004."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 import pytest
 
-from tests.conftest import WORKLOADS, gpudiag
+from tests.conftest import run_embed_hf
 
 pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("reload", [True, False], ids=["per-batch", "once"])
 def test_run_names_a_model_loaded_per_batch_and_not_one_loaded_once(tmp_path, reload):
-    out = tmp_path / "r.json"
-    job = [sys.executable, str(WORKLOADS / "embed_hf.py"), "--seconds", "12"]
-    res = gpudiag(
-        "run", "-q", "--duration", "8", "--out", str(out), "--", *job,
-        *(["--reload"] if reload else []),
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    doc = json.loads(out.read_text())
+    doc = run_embed_hf(tmp_path, 12, *(["--reload"] if reload else []))
     assert doc["workload"]["kind"] == "inference"
     ids = [f["id"] for f in doc["findings"]]
     if not reload:

@@ -5,26 +5,16 @@ the same job padding each batch to its longest row gets no warning."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 import pytest
 
-from tests.conftest import WORKLOADS, gpudiag
+from tests.conftest import run_embed_hf
 
 pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("pad_max", [True, False], ids=["max_length", "longest"])
 def test_run_counts_the_padding_and_names_it_only_where_it_is(tmp_path, pad_max):
-    out = tmp_path / "r.json"
-    job = [sys.executable, str(WORKLOADS / "embed_hf.py"), "--seconds", "10"]
-    res = gpudiag(
-        "run", "-q", "--duration", "8", "--out", str(out), "--", *job,
-        *(["--pad-max", "128"] if pad_max else []),
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    doc = json.loads(out.read_text())
+    doc = run_embed_hf(tmp_path, 10, *(["--pad-max", "128"] if pad_max else []))
     m = doc["metrics"]
     assert doc["workload"]["kind"] == "inference" and m["padded_forwards"] >= 10
     ids = [f["id"] for f in doc["findings"]]

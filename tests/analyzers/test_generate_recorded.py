@@ -7,16 +7,7 @@ no GPU, INFER002 cannot judge a batch; before, `run` said a sure "no bottleneck"
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.commands.replay import replay_report
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
-
-
-def _replay(name: str) -> dict:
-    return replay_report(str(FIXTURES / f"{name}.jsonl.gz"), load_settings(None))
+from tests.analyzers.recorded import replay_workload
 
 
 def _generates(doc: dict) -> bool:
@@ -26,27 +17,27 @@ def _generates(doc: dict) -> bool:
 
 
 def test_one_prompt_a_call_is_not_a_sure_no_bottleneck_and_says_how_to_find_out():
-    doc = _replay("pub_generate_b1")
+    doc = replay_workload("pub_generate_b1")
     assert doc["workload"]["kind"] == "inference" and _generates(doc)
     assert doc["findings"] == [] and not doc["verdict"]["sure"]
     assert "whether a larger batch pays (one item a forward" in doc["verdict"]["statement"]
 
 
 def test_eight_prompts_a_call_is_a_sure_no_bottleneck():
-    doc = _replay("pub_generate_b8")
+    doc = replay_workload("pub_generate_b8")
     assert doc["workload"]["kind"] == "inference" and _generates(doc)
     assert doc["findings"] == [] and doc["verdict"]["sure"]
     assert doc["metrics"]["forward_batch_p50"] == 8.0
 
 
 def test_attached_without_the_hooks_the_batch_is_not_judged():
-    doc = _replay("pub_generate_b1_attach")
+    doc = replay_workload("pub_generate_b1_attach")
     assert _generates(doc) and not doc["verdict"]["sure"]
     assert "they need the in-process hooks" in doc["verdict"]["statement"]
 
 
 def test_encode_one_sentence_a_call_is_not_a_sure_no_bottleneck():
-    doc = _replay("pub_encode_each")
+    doc = replay_workload("pub_encode_each")
     assert doc["workload"]["kind"] == "inference" and doc["findings"] == []
     assert doc["metrics"]["forward_batch_p50"] == 1.0 and not doc["verdict"]["sure"]
     assert "whether a larger batch pays" in doc["verdict"]["statement"]

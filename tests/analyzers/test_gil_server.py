@@ -10,21 +10,16 @@ samples were under min_loop_samples.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.commands.replay import replay_report
 from gpudiag.analyzers.findings.gil import _without
 from gpudiag.analyzers.measures.loop import GilStats
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
+from tests.analyzers.recorded import replay_workload
 
 
 @pytest.mark.parametrize("name", ["flask_tokenizer_gil_1", "flask_tokenizer_gil_2"])
 def test_handlers_holding_the_gil_is_serve002_not_gil001(name):
-    doc = replay_report(str(FIXTURES / f"{name}.jsonl.gz"), load_settings(None))
+    doc = replay_workload(name)
     ids = [f["id"] for f in doc["findings"]]
     assert ids[0] == "SERVE002" and "GIL001" not in ids, ids
     assert doc["findings"][0]["location"].endswith(":tokenize")

@@ -11,14 +11,10 @@ bottleneck; before INFER004 counted a loader's whole work, the state-dict job re
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.commands.replay import replay_report
+from tests.analyzers.recorded import replay_workload
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 # the model loaded once, timed bare twice (sentences/s before -> after)
 MEASURED = {
     # from_pretrained per chunk of 16, 100 calls: 13.9 -> 7.5 s, 14.1 -> 7.9 s
@@ -41,13 +37,9 @@ MEASURED = {
 WHERE = {"hf": "_hf_load", "st": "_st_load", "sd": "_sd_load", "pt": "_pt_load"}
 
 
-def _replay(name: str) -> dict:
-    return replay_report(str(FIXTURES / f"{name}.jsonl.gz"), load_settings(None))
-
-
 @pytest.mark.parametrize("name", sorted(MEASURED))
 def test_a_model_loaded_per_chunk_is_infer004_at_its_line_near_the_measured_fix(name: str):
-    doc = _replay(name)
+    doc = replay_workload(name)
     assert doc["workload"]["kind"] == "inference"
     f = doc["findings"][0]
     assert f["id"] == "INFER004" and "LOOP001" not in [x["id"] for x in doc["findings"]]
@@ -72,7 +64,7 @@ def test_a_sweep_over_checkpoints_is_not_infer004_and_its_loading_is_named():
     seen before): "load it once" would be wrong. The loading is still the loop's time, and
     LOOP001 names it, as before INFER004 (with the loading counted as start-up and hidden from
     LOOP001, a draft of this change read "no bottleneck", sure)."""
-    doc = _replay("pub_reload_sweep")
+    doc = replay_workload("pub_reload_sweep")
     ids = [f["id"] for f in doc["findings"]]
     assert "INFER004" not in ids and ids[0] == "LOOP001" and doc["verdict"]["sure"]
     assert doc["metrics"]["models_repeat_share"] == 0.0 and doc["metrics"]["models_known"] >= 100
@@ -83,7 +75,7 @@ def test_a_whole_model_torch_loaded_per_chunk_without_the_hooks_is_named_not_gue
     """Attached without the hooks, `torch.load` in the loop may be reading data: LOOP001 names
     it at its line with the time it takes (x1.42 bound against x1.41-1.42 measured), not
     INFER004 and not sure."""
-    doc = _replay("pub_reload_pt16_attach")
+    doc = replay_workload("pub_reload_pt16_attach")
     f = doc["findings"][0]
     assert f["id"] == "LOOP001" and "INFER004" not in [x["id"] for x in doc["findings"]]
     assert f["location"].endswith(":_pt_load") and not doc["verdict"]["sure"]

@@ -6,14 +6,10 @@ every look here read "no bottleneck", sure."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.commands.replay import replay_report
+from tests.analyzers.recorded import replay_workload
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 # the fix each look's finding names, timed bare twice (sentences/s before -> after)
 MEASURED = {
     # padding=True over unlike lengths -> the texts sorted by length: 35.4 -> 104.6, 35.9 -> 108.4
@@ -37,13 +33,9 @@ HEALTHY = (
 )
 
 
-def _replay(name: str) -> dict:
-    return replay_report(str(FIXTURES / f"{name}.jsonl.gz"), load_settings(None))
-
-
 @pytest.mark.parametrize("name", sorted(MEASURED))
 def test_the_padded_looks_name_infer003_near_the_measured_fix(name: str) -> None:
-    doc = _replay(name)
+    doc = replay_workload(name)
     server = "fastapi" in name
     assert doc["workload"]["kind"] == ("server" if server else "inference")
     # batch 1 with 4 requests in flight: SERVE001 too, after it
@@ -67,14 +59,14 @@ def test_the_padded_looks_name_infer003_near_the_measured_fix(name: str) -> None
 
 
 def test_the_fixed_server_pads_nothing_and_is_left_with_serve001() -> None:
-    doc = _replay("pub_minilm_fastapi_fixed")
+    doc = replay_workload("pub_minilm_fastapi_fixed")
     assert [f["id"] for f in doc["findings"]] == ["SERVE001"]
     assert doc["metrics"]["padding_share"] == 0.0
 
 
 @pytest.mark.parametrize("name", HEALTHY)
 def test_sorted_or_like_length_batches_get_no_warning(name: str) -> None:
-    doc = _replay(name)
+    doc = replay_workload(name)
     assert doc["findings"] == [] and doc["verdict"]["sure"]
     assert doc["metrics"]["padding_share"] < 0.5
 
@@ -85,13 +77,13 @@ def test_a_model_loaded_per_request_is_serve005_sure_and_once_is_not() -> None:
     (the model loaded once) measured 15.6 -> 69.1 and 14.5 -> 65.2 req/s, x4.4-x4.5 (its
     first forwards run cold: SERVE005's x2.5 is the loading alone, at least). Loaded by the
     first request and kept (`--lazy-model`): no SERVE005."""
-    doc = _replay("pub_minilm_fastapi_reload")
+    doc = replay_workload("pub_minilm_fastapi_reload")
     f = doc["findings"][0]
     assert f["id"] == "SERVE005" and doc["verdict"]["sure"]
     assert "benchmarks/padding_server.py:" in f["location"]
     assert not any(g["id"] == "SERVE002" for g in doc["findings"])
     assert 1.5 < f["expected_speedup"] < 4.4
-    lazy = _replay("pub_minilm_fastapi_lazy")
+    lazy = replay_workload("pub_minilm_fastapi_lazy")
     assert not any(g["id"] in ("SERVE005", "SERVE002") for g in lazy["findings"])
     assert lazy["metrics"]["models_new"] == 1.0
 
@@ -99,6 +91,6 @@ def test_a_model_loaded_per_request_is_serve005_sure_and_once_is_not() -> None:
 def test_attached_without_the_hooks_a_model_loaded_per_request_is_named_not_sure() -> None:
     """`gpudiag attach PID` (stacks alone: gdb could not load the hooks on this box) to the same
     server: SERVE005 first, at 60%, and the verdict says what settles it."""
-    doc = _replay("pub_minilm_fastapi_reload_attach")
+    doc = replay_workload("pub_minilm_fastapi_reload_attach")
     assert doc["findings"][0]["id"] == "SERVE005" and not doc["verdict"]["sure"]
     assert "attach --hooks" in doc["verdict"]["statement"]

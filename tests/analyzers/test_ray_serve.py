@@ -8,13 +8,9 @@ were) and the verdict was "no bottleneck" over 83% "other"."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.commands.replay import replay_report
 from gpudiag.analyzers.measures.workload import is_handling
+from tests.analyzers.recorded import replay_workload
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 SITE = "/usr/lib/python3.11/site-packages"
 LOOP = (
     f"_bootstrap ({SITE}/../threading.py:1002);"
@@ -36,7 +32,7 @@ def test_the_replicas_idle_event_loop_is_not_a_request():
 
 
 def test_a_ray_replica_attached_by_stacks_is_serve004_with_rays_fix():
-    doc = replay_report(str(FIXTURES / "pub_ray_serve_attach.jsonl.gz"), load_settings(None))
+    doc = replay_workload("pub_ray_serve_attach")
     assert doc["workload"]["kind"] == "server"
     top = doc["findings"][0]
     assert top["id"] == "SERVE004" and top["location"].endswith("Classifier.__call__")

@@ -9,17 +9,13 @@ the batch per execution. Before, the job read as a batch-inference loop with LOO
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.render.workload import request_lines
 from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.serving import seen_by_triton
+from tests.analyzers.recorded import replay_workload
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"
 # what the clients measured in each look: (requests/s, p50 s, p95 s)
 CLIENT = {
     "pytriton_batch1_run": (187.2, 0.0206, 0.0283),
@@ -38,13 +34,9 @@ CLIENT = {
 }
 
 
-def _replay(name: str) -> dict:
-    return replay_report(str(FIXTURES / f"{name}.jsonl.gz"), load_settings(None))
-
-
 @pytest.mark.parametrize("name", sorted(CLIENT))
 def test_a_triton_server_is_a_server_at_the_clients_rate(name: str) -> None:
-    doc = _replay(name)
+    doc = replay_workload(name)
     w, m = doc["workload"], doc["metrics"]
     assert (w["kind"], w["unit"]) == ("server", "request")
     assert w["basis"] == "Triton Inference Server's metrics"
@@ -65,7 +57,7 @@ def test_a_triton_server_is_a_server_at_the_clients_rate(name: str) -> None:
 def test_one_request_an_execution_under_concurrency_is_serve001_with_tritons_settings(
     name: str,
 ) -> None:
-    doc = _replay(name)
+    doc = replay_workload(name)
     top = doc["findings"][0]
     assert top["id"] == "SERVE001" and top["signals"] == ["triton"]
     actions = top["recommendation"]["actions"]
@@ -91,14 +83,14 @@ def test_one_request_an_execution_under_concurrency_is_serve001_with_tritons_set
 
 
 def test_under_run_the_hooks_forward_inside_an_execution_sets_the_low_end() -> None:
-    top = _replay("pytriton_batch1_run")["findings"][0]
+    top = replay_workload("pytriton_batch1_run")["findings"][0]
     assert top["speedup_low"] > 1.5  # PyTriton's own 3.6 ms an execution, shared by a batch
     assert "outside the model's" in top["speedup_basis"]
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CLIENT if "batched" in n))
 def test_the_same_server_with_dynamic_batching_gets_no_warning(name: str) -> None:
-    doc = _replay(name)
+    doc = replay_workload(name)
     assert doc["metrics"]["requests_per_execution"] > 2.0
     assert [f for f in doc["findings"] if f["severity"] in ("warning", "error")] == []
 
