@@ -35,6 +35,7 @@ _WHAT = {
     "sleep": "a sleep",
     "subprocess": "a subprocess",
     "file": "a file write",
+    "commit": "a commit or sync to disk",
     "lock": "a wait on a lock, queue or event",
     "gc": "a garbage collection",
     "tensor_text": "formatting tensors as text",
@@ -79,6 +80,11 @@ def _actions(s: Site, th: Thresholds) -> tuple[str, ...]:
             "loop does not wait for the handler",
         ),
         "file": (f"write every {n} steps ({after}), or from a background thread",),
+        "commit": (
+            f"commit once per batch or every {n} rows ({after}): one transaction around the "
+            "batch's writes (`with conn:`), not a commit per row",
+            "or hand the rows to a writer thread that commits in batches",
+        ),
         "sleep": (
             "remove the sleep from the loop, or move it to a thread the loop does not wait for",
         ),

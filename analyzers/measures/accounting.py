@@ -48,14 +48,17 @@ _CODE_FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("gc", "gc", r"\bgc\.collect\("),
         ("sleep", "time", r"\bsleep\("),
         ("network", "socket", r"\.(recv|recv_into|sendall|send|connect)\("),
+        # a transaction committed (DB-API's conn.commit(), SQLAlchemy's session.commit()) or
+        # a file synced to disk: the thread waits for the disk or the database server
+        ("commit", "db", r"\.commit\(|\bos\.(fsync|fdatasync)\("),
         ("print", "print", r"(^|[^\w.])print\("),
         ("file", "io", r"\.(write|flush)\(|\b(json|pkl|np|numpy|torch)\.(dump|save)\(|\.dump\("),
     )
 )
 MAX_SITES = 50  # sites kept, largest first (a finding shows three)
-OFF_CPU = frozenset({"network", "sleep", "subprocess", "lock", "file"})
+OFF_CPU = frozenset({"network", "sleep", "subprocess", "lock", "file", "commit"})
 # Families of calls the loop makes and waits for, each a blocking call (BLOCK001).
-BLOCKING = frozenset({"network", "logging", "sleep", "subprocess", "file"})
+BLOCKING = frozenset({"network", "logging", "sleep", "subprocess", "file", "commit"})
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ class Site:
 
     location: Location | None  # the job's own frame that made the call
     call: str  # the call it made ("urllib.request.urlopen"), or its own code line
-    family: str  # network, logging, sleep, lock, gc, tensor_text, print, file, python, user
+    family: str  # network, logging, sleep, lock, gc, tensor_text, print, file, commit, python,
+    # user
     library: str  # requests, urllib, logging, torch..., or "" for the job's own code
     share: float  # of the loop's stack samples
     code: str = ""  # the executing line (innermost frame)
