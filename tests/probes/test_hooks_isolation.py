@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from gpudiag.agent.output.report import load_report
@@ -38,7 +40,18 @@ def test_the_interpreters_own_options_end_at_its_script(cmd, flags):
 
 
 def _sleeper(*flags: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *flags, "-c", "import time; time.sleep(30)"])
+    """A Python started with `flags`, once it runs (before its exec the child's command line
+    is still its parent's: pytest's)."""
+    proc = subprocess.Popen([sys.executable, *flags, "-c", "import time; time.sleep(30)"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if "-c" in psutil.Process(proc.pid).cmdline():
+                break
+        except psutil.Error:
+            pass
+        time.sleep(0.01)
+    return proc
 
 
 @pytest.mark.parametrize(("flags", "said"), [(("-I",), "-I"), (("-s", "-E"), "-E"), ((), None)])
