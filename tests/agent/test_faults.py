@@ -337,8 +337,13 @@ if __name__ == "__main__":
     for epoch in range(3):
         it = iter(loader)
         while True:
+            # DataLoader's SIGCHLD handler raises the dead worker's error wherever the loop
+            # is (in the forward too, not only in next()): the whole step is in the try
             try:
                 batch = next(it)
+                opt.zero_grad()
+                model(batch).sum().backward()
+                opt.step()
             except StopIteration:
                 break
             except RuntimeError as exc:  # a worker died: new workers, the epoch goes on
@@ -346,9 +351,6 @@ if __name__ == "__main__":
                 restarts += 1
                 it = iter(loader)
                 continue
-            opt.zero_grad()
-            model(batch).sum().backward()
-            opt.step()
             steps += 1
             if epoch == 1 and steps % 16 == 3 and killed < 2:
                 os.kill(it._workers[0].pid, signal.SIGKILL)  # mid-epoch
