@@ -33,6 +33,8 @@ def trial_lines(doc: dict) -> list[str]:
         out.append(f"  {summary_line(t)}")
         if t.get("reason"):
             out.append(f"    {t['reason']}")
+        if t.get("timed_over"):
+            out.append(f"    timed over {t['timed_over']}")
         if t.get("change"):
             out.append(f"    change: {t['change']}")
     return out

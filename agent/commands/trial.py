@@ -2,8 +2,12 @@
 arm for a warm-up then `seconds` of measured steps, and judge the speed-up.
 
 The step rate of an arm comes from the in-process hooks' step times (gpudiag_fixes writes
-one line per optimizer step). The job is stopped after its measured window; a job that
-exits non-zero on its own under the fix is a result ("failed"), not an error.
+one line per optimizer step). An inference job's (no optimizer step) is items/s of its
+model's forwards, each arm timed over the same items: the first measured arm's window, from
+its `k`th item to its `k + n`th, is the span every later arm times (a corpus sorted by
+length gave a faster arm shorter texts in the same seconds, and a no-op fix read x1.14).
+The job is stopped after its measured window; a job that exits non-zero on its own under
+the fix is a result ("failed"), not an error.
 """
 
 from __future__ import annotations
@@ -30,6 +34,15 @@ from gpudiag.text.sink import say
 NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
 
 
+@dataclass(frozen=True)
+class Work:
+    """The items an inference arm is timed over: from the one that ends the forward where
+    the cumulative count first reaches `start` to `start + count`."""
+
+    start: float
+    count: float
+
+
 @dataclass
 class Arm:
     """One run of the job: its step rate over the measured window, or why there is none."""
@@ -39,6 +52,7 @@ class Arm:
     applied: str | None
     rc: int | None
     error: str | None = None
+    work: Work | None = None  # the items it was timed over (an inference arm)
 
 
 @dataclass
@@ -56,6 +70,7 @@ class TrialPlan:
     predicted_low: float | None = None  # a hypothesis' low end (its range meets the interval)
     floor: bool = False  # the prediction is the least the fix gives: a measurement above holds
     log: list[str] = field(default_factory=list)
+    work: Work | None = None  # an inference job's items, set by its first measured arm
 
 
 def progress(text: str) -> None:
@@ -111,12 +126,56 @@ def items_rate_after(
     return sum(n for _, n in inside[1:]) / (inside[-1][0] - inside[0][0]), len(inside)
 
 
+def items_window(forwards: list[tuple[float, float]], start: float, seconds: float) -> Work | None:
+    """The items `items_rate_after` timed: the cumulative count at the window's first
+    forward, and the items after it."""
+    done = 0.0
+    inside: list[float] = []
+    for t, n in forwards:
+        done += n
+        if start <= t <= start + seconds:
+            inside.append(done)
+    if len(inside) < 2 or inside[-1] <= inside[0]:
+        return None
+    return Work(inside[0], inside[-1] - inside[0])
+
+
+def work_rate(forwards: list[tuple[float, float]], work: Work) -> tuple[float | None, int, bool]:
+    """(items per second over `work`'s items, the forwards in it, whether the job got through
+    them): from the forward whose cumulative count first reaches `work.start` to the one that
+    reaches `work.start + work.count` (a batch of another size ends nearby: the items counted
+    are the ones done)."""
+    done = 0.0
+    first: tuple[float, float] | None = None
+    n = 0
+    for t, k in forwards:
+        done += k
+        if first is None:
+            if done >= work.start:
+                first, n = (t, done), 1
+            continue
+        n += 1
+        if done >= work.start + work.count:
+            if t <= first[0]:
+                return None, n, True
+            return (done - first[1]) / (t - first[0]), n, True
+    return None, n, False
+
+
+def items_done(forwards: list[tuple[float, float]]) -> float:
+    """All the items of an arm's forwards so far."""
+    return sum(n for _, n in forwards)
+
+
 def rate_after(times: list[float], start: float, seconds: float) -> tuple[float | None, int]:
     """Steps per second over [start, start + seconds] (first to last step inside it)."""
     inside = [t for t in times if start <= t <= start + seconds]
     if len(inside) < 2 or inside[-1] <= inside[0]:
         return None, len(inside)
     return (len(inside) - 1) / (inside[-1] - inside[0]), len(inside)
+
+
+SLOW_CAP = 4.0  # an inference arm waits for the same items up to this x its window
 
 
 def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) -> Arm:
@@ -132,16 +191,7 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
         proc = subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
-    limit = time.time() + plan.warmup + plan.seconds + 120  # start-up allowance
-    start, by_steps = None, False
-    while proc.poll() is None and time.time() < limit:
-        time.sleep(0.2)
-        if not by_steps:  # a training job's clock starts at its first optimizer step
-            times, forwards, _, _ = read_clock(steps)
-            first = times[0] if times else (forwards[0][0] if forwards else None)
-            if first is not None and (start is None or times):
-                start, by_steps = first + plan.warmup, bool(times)
-                limit = start + plan.seconds + 1.0
+    start = _wait_for_window(proc, steps, plan)
     rc = proc.poll()
     if rc is None:
         stop(proc)
@@ -155,11 +205,44 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
         return Arm(None, 0, applied, rc, f"no optimizer step or model forward seen: {tail}")
     if times:
         rate, n = rate_after(times, start, plan.seconds)
-    else:  # no optimizer step: a batch inference loop, timed by its forwards' items
-        rate, n = items_rate_after(forwards, start, plan.seconds)
+        return _arm(rate, n, applied, rc)
+    # no optimizer step: a batch inference loop, timed by its forwards' items
+    if plan.work is not None:
+        rate, n, whole = work_rate(forwards, plan.work)
+        if whole:
+            return _arm(rate, n, applied, rc, plan.work)
+    rate, n = items_rate_after(forwards, start, plan.seconds)
+    return _arm(rate, n, applied, rc, items_window(forwards, start, plan.seconds))
+
+
+def _arm(rate: float | None, n: int, applied, rc, work: Work | None = None) -> Arm:
     if rate is None:
         return Arm(None, n, applied, rc, "too few steps after the warm-up")
-    return Arm(rate, n, applied, rc)
+    return Arm(rate, n, applied, rc, work=work)
+
+
+def _wait_for_window(proc: subprocess.Popen, steps: str, plan: TrialPlan) -> float | None:
+    """Wait while the job runs its warm-up and measured window; the window's start (None: no
+    step or forward came). An inference arm given the items to time runs until it has done
+    them (at most SLOW_CAP x the window's seconds after its first forward)."""
+    limit = time.time() + plan.warmup + plan.seconds + 120  # start-up allowance
+    start, by_steps = None, False
+    while proc.poll() is None and time.time() < limit:
+        time.sleep(0.2)
+        if by_steps:
+            continue
+        # a training job's clock starts at its first optimizer step
+        times, forwards, _, _ = read_clock(steps)
+        first = times[0] if times else (forwards[0][0] if forwards else None)
+        if first is not None and (start is None or times):
+            start, by_steps = first + plan.warmup, bool(times)
+            limit = start + plan.seconds + 1.0
+            if not by_steps and plan.work is not None:
+                limit = start + SLOW_CAP * plan.seconds + 1.0
+        if not by_steps and plan.work is not None and forwards:
+            if items_done(forwards) >= plan.work.start + plan.work.count:
+                break
+    return start
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -237,6 +320,7 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
                     progress(failures[-1])
                 elif res.rate is not None:
                     (fixed if arm == "B" else base).append(res.rate)
+                    plan.work = plan.work or res.work
                     progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
     result = judge(base, fixed, plan.predicted, th, plan.predicted_low, plan.floor)
     verdict, reason = result.verdict, result.reason
@@ -258,9 +342,19 @@ def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
         "reason": reason,
         "applied": applied,
         "change": change_line(plan.fix, plan.location),
+        "timed_over": _timed_over(plan.work),
         "baseline_steps_per_s": [round(v, 4) for v in base],
         "fixed_steps_per_s": [round(v, 4) for v in fixed],
     }
+
+
+def _timed_over(work: Work | None) -> str | None:
+    """What each inference arm was timed over, in words (None: a training job's steps in each
+    arm's measured seconds)."""
+    if work is None:
+        return None
+    a, b = work.start, work.start + work.count
+    return f"the same items in every arm: items {a:,.0f} to {b:,.0f} of those the model was given"
 
 
 # each kind's values: a whole number in a range, or a flag (true/false)

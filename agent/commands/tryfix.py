@@ -131,7 +131,6 @@ def main(args: argparse.Namespace) -> int:
     from gpudiag.agent.commands.trial import TrialPlan, check_fix, try_fix
     from gpudiag.agent.output.report import check_writable, load_report
     from gpudiag.analyzers.engine.thresholds import Thresholds
-    from gpudiag.text.trials import summary_line
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -159,11 +158,20 @@ def main(args: argparse.Namespace) -> int:
         plan.rounds, plan.seconds, plan.warmup = args.rounds, args.seconds, args.warmup
     trials = [try_fix(plan, Thresholds()) for plan in plans]
     for t in trials:
-        emit(summary_line(t))
-        emit(f"  change: {t['change']}")
+        _print_trial(t)
     if args.out:
         _write_trials(args.out, doc, trials)
     return 0 if all(t["verdict"] != "failed" for t in trials) else 1
+
+
+def _print_trial(t: dict) -> None:
+    """A trial's line, what it was timed over (an inference job) and the change to make."""
+    from gpudiag.text.trials import summary_line
+
+    emit(summary_line(t))
+    if t.get("timed_over"):
+        emit(f"  timed over {t['timed_over']}")
+    emit(f"  change: {t['change']}")
 
 
 def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list[TrialPlan]:

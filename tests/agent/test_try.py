@@ -14,12 +14,15 @@ import time
 import pytest
 
 from gpudiag.agent.commands.trial import (
+    Work,
     change_line,
     check_fix,
     items_rate_after,
+    items_window,
     rate_after,
     read_clock,
     read_steps,
+    work_rate,
 )
 from gpudiag.agent.commands.tryfix import parse_fix
 from gpudiag.analyzers.engine.thresholds import Thresholds
@@ -257,6 +260,58 @@ def test_items_rate_after_counts_items_not_forwards():
     fwd = [(0.0, 8.0), (1.0, 8.0), (2.0, 8.0), (3.0, 4.0), (10.0, 8.0)]
     assert items_rate_after(fwd, 0.0, 3.0) == (20.0 / 3.0, 4)
     assert items_rate_after(fwd, 2.5, 1.0) == (None, 1)
+
+
+def test_an_inference_arm_is_timed_over_the_first_arms_items():
+    """The first arm's window is items 16 to 28 (the forward ending at 1.0 s to the one at
+    3.0 s); another arm is timed from the forward that reaches 16 to the one that reaches 28,
+    whatever its batches (a larger one ends past it: the items done are counted)."""
+    fwd = [(0.0, 8.0), (1.0, 8.0), (2.0, 8.0), (3.0, 4.0), (10.0, 8.0)]
+    assert items_window(fwd, 0.5, 3.0) == Work(16.0, 12.0)
+    assert items_window(fwd, 2.5, 1.0) is None
+    other = [(0.0, 16.0), (0.5, 16.0), (0.7, 16.0)]
+    assert work_rate(other, Work(16.0, 12.0)) == (32.0, 2, True)  # 16 -> 32 in 0.5 s
+    assert work_rate(other[:2], Work(16.0, 20.0)) == (None, 2, False)  # not there yet
+    assert work_rate([(1.0, 4.0), (1.0, 40.0)], Work(2.0, 10.0)) == (None, 2, True)
+
+
+DRIFT = """
+import sys, time, torch
+
+class M(torch.nn.Module):  # the items get cheaper as the job goes (a corpus sorted by length)
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Linear(1, 1)
+
+    def forward(self, x):
+        k = float(x[0, 0])
+        cost = 0.0005 + 0.004 * 2 ** (-k / 300)
+        time.sleep(cost / 2 if torch.is_inference_mode_enabled() else cost)  # the fix: x2
+        return x
+
+m = M()
+for i in range(1_000_000):
+    m(torch.full((1, 1), float(i)))
+"""
+
+
+def test_try_times_an_inference_job_over_the_same_items(tmp_path):
+    """A fix that halves each item's time on a job whose items get cheaper: timed over the
+    same items it reads about x2 (x1.9 with the loop's own time); timed by seconds, the fixed
+    arm reached cheaper items and read x4.1."""
+    job = tmp_path / "job.py"
+    job.write_text(DRIFT)
+    out = tmp_path / "trials.json"
+    r = gpudiag(
+        "try", "--fix", "inference_mode", "--rounds", "1", "--seconds", "1.5",
+        "--warmup", "0.5", "--out", str(out), "--", sys.executable, str(job),
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    trial = json.loads(out.read_text())["trials"][0]
+    assert 1.3 < trial["measured"] < 2.6, trial
+    assert trial["timed_over"].startswith("the same items in every arm"), trial
+    assert "timed over the same items" in r.stdout
 
 
 def test_optimizer_fix_sets_foreach(tmp_path):
