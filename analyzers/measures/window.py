@@ -2,9 +2,10 @@
 job's start-up and shutdown.
 
 The loop starts at the first step the in-process hooks time (after the warm-up steps the
-session skips) and ends at the last one. Without hooks, it spans the stack windows in which
-a quarter or more of the loop thread's samples are loop work (forward, backward, optimizer,
-data, sync...).
+session skips) and ends at the last one; a server's spans its requests; an inference job's
+(forwards, no step, no request) its model's forwards, after a warm-up forward or two
+followed by a pause. Without hooks, it spans the stack windows in which a quarter or more of
+the loop thread's samples are loop work (forward, backward, optimizer, data, sync...).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gpudiag.analyzers.measures.rules import (
     parse_stack,
     user_location,
 )
+from gpudiag.analyzers.measures.triton import runs_triton
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 STEP_SERIES = ("step_time_s", "first_step")
@@ -33,6 +35,15 @@ LOOP_SHARE = 0.25
 # shows in one or two
 LOADING_SPREAD = 0.5
 LOADING_MIN_WINDOWS = 3
+# An inference job's loop spans its model's forwards from the hooks once there are this many
+# (the stacks' windows started it 0.7-4.2 s after the first forward in 15 public and planted
+# recordings, one look in three of a job loading its model per batch keeping 4 s of 12)
+FORWARDS_MIN = 3
+# forwards before a pause of WARMUP_GAP_SEGMENTS or more stack segments with none, when they
+# are at most this share of all (a warm-up or sanity-check forward, then more set-up), are
+# start-up, not the loop
+WARMUP_SHARE = 0.05
+WARMUP_GAP_SEGMENTS = 3
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,55 @@ def _served_span(agg: Aggregate) -> tuple[int | None, int | None]:
     return r.first_ns - int((r.maximum or 0.0) * 1e9), r.last_ns
 
 
+def _forward_span(tl: Timeline) -> tuple[int | None, int | None]:
+    """An inference job's span from the hooks' forwards: the first (after a warm-up, see
+    WARMUP_SHARE) to the last. None for a Triton server (its counters are the requests, its
+    idle time neither start-up nor shutdown)."""
+    whole = tl.whole()
+    r = whole.rollup("hooks", "forward_time_s", kind="forward")
+    if r is None or r.count < FORWARDS_MIN or r.first_ns is None or r.last_ns is None:
+        return None, None
+    if runs_triton(whole):
+        return None, None
+    return _after_warmup(tl, r.count) or r.first_ns, r.last_ns
+
+
+def _forward_interval(tl: Timeline) -> float:
+    """Seconds between the model's forwards, on average (the hooks')."""
+    r = tl.whole().rollup("hooks", "forward_time_s", kind="forward")
+    if r is None or r.count < 2 or r.first_ns is None or r.last_ns is None:
+        return 0.0
+    return (r.last_ns - r.first_ns) / 1e9 / (r.count - 1)
+
+
+def _loop_window_after(tl: Timeline, end_ns: int, clf: Classifier) -> int:
+    """The end of the stack window in progress at the last forward when its samples are loop
+    work (the look stopped the job in its loop, and py-spy's last window came over a second
+    later: 73 loop samples of a `generate()` loop's 366 were left out), else `end_ns`."""
+    for _s0, s1, seg in tl.spans():
+        if s1 <= end_ns or "all" not in seg.windows:
+            continue
+        loop, total = _loop_thread_share(seg, clf)
+        return s1 if total > 0 and loop / total >= LOOP_SHARE else end_ns
+    return end_ns
+
+
+def _after_warmup(tl: Timeline, total: float) -> int | None:
+    """The first forward after a warm-up's pause (None: no warm-up seen)."""
+    seen = 0.0
+    gap = 0
+    for _s0, _s1, seg in tl.spans():
+        r = seg.rollup("hooks", "forward_time_s", kind="forward")
+        if r is None or not r.count:
+            gap += 1 if seen else 0
+            continue
+        if seen and gap >= WARMUP_GAP_SEGMENTS:
+            return r.first_ns if seen <= max(2.0, WARMUP_SHARE * total) else None
+        seen += r.count
+        gap = 0
+    return None
+
+
 def _loop_thread_share(seg: Aggregate, clf: Classifier) -> tuple[float, float]:
     """(samples in loop work, all samples but those loading a model) of the target's busiest
     loop thread in a segment: a loop that loads its model for every batch is judged on what
@@ -105,13 +165,14 @@ def _loop_thread_share(seg: Aggregate, clf: Classifier) -> tuple[float, float]:
     return best
 
 
-def _stack_window_end(tl: Timeline, end_ns: int) -> int:
+def _stack_window_end(tl: Timeline, end_ns: int, unit_s: float | None = None) -> int:
     """The loop's end, moved to the end of the stack window that was open at its last step.
 
     py-spy windows are stamped when they end: the window in progress at the last timed step
     (the look usually ends while the job is still in its loop) holds loop samples, and
     ending the loop at that step would drop them all (measured: 40% of a 15 s run's).
     Not when the job stopped stepping well before the end: that window holds its shutdown.
+    `unit_s`: the time between units of work (default: the mean step time).
     """
     whole = tl.whole()
     w = whole.windows.get("all")
@@ -119,6 +180,7 @@ def _stack_window_end(tl: Timeline, end_ns: int) -> int:
         return end_ns
     steps = whole.rollup("hooks", "step_time_s", kind="step")
     step_s = steps.total / steps.count if steps is not None and steps.count else 0.0
+    step_s = step_s if unit_s is None else unit_s
     if (tl.end_ns - end_ns) / 1e9 > 1.0 + 3 * step_s:  # the job left its loop: shutdown
         return end_ns
     back = int(w.duration_s / w.windows * 1e9)
@@ -141,6 +203,11 @@ def find_loop_window(tl: Timeline | Aggregate, clf: Classifier) -> LoopWindow:
     a, b = _served_span(tl.whole())
     if a is not None and b is not None and b > a:
         return LoopWindow(start, end, a, b, "in-process hooks (requests)")
+    a, b = _forward_span(tl)
+    if a is not None and b is not None and b > a:
+        b2 = _stack_window_end(tl, b, _forward_interval(tl))
+        b2 = _loop_window_after(tl, b, clf) if b2 == b else b2
+        return LoopWindow(start, end, a, b2, "in-process hooks (forwards)")
     loop_spans = []
     for s0, s1, seg in tl.spans():
         loop, total = _loop_thread_share(seg, clf)

@@ -431,10 +431,11 @@ def hook_serving(
     batch: float = 1.0,
     grad: float = 1.0,
     requests: bool = True,
+    start_s: float = 0.0,
 ) -> Scenario:
-    """The hooks' forwards (and requests) over `seconds` from the scenario's start: `rate`
-    requests a second, each answered in `latency_s`; forwards of `batch` requests each
-    taking `forward_s`, with autograd on when `grad`."""
+    """The hooks' forwards (and requests) over `seconds` from `start_s` after the scenario's
+    start: `rate` requests a second, each answered in `latency_s`; forwards of `batch`
+    requests each taking `forward_s`, with autograd on when `grad`."""
     n_req = int(seconds * rate)
     step = int(1e9 / rate)
     for i in range(n_req if requests else 0):
@@ -447,7 +448,7 @@ def hook_serving(
     fstep = int(step * batch)
     for i in range(int(n_req / batch)):
         sc._add_at(
-            sc.t0 + (i + 1) * fstep,
+            sc.t0 + int(start_s * 1e9) + (i + 1) * fstep,
             "hooks",
             {"kind": "forward"},
             {"forward_time_s": forward_s, "forward_batch": batch, "forward_grad": grad},
