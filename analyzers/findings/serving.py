@@ -804,8 +804,8 @@ LOOP_ACTIONS = (
     "the thread pool), or keep `async def` and `await run_in_threadpool(...)` "
     "(starlette.concurrency) or `await asyncio.to_thread(...)` around the tokenizer and "
     "model calls",
-    "another asyncio server (aiohttp, grpc.aio, a plain asyncio server): "
-    "`await loop.run_in_executor(None, fn, ...)`",
+    "another asyncio server (aiohttp, tornado, grpc.aio, a plain asyncio server): "
+    "`await loop.run_in_executor(None, fn, ...)` (tornado: `IOLoop.current().run_in_executor`)",
     "or one model thread fed by a queue that batches the requests in flight (SERVE001)",
 )
 
@@ -839,7 +839,7 @@ def _loop_finding(
         speedup_basis=f"a hypothesis, unverified: from x{low:.2f} "
         + (
             "(on a CPU a pool thread's forwards hold the GIL the loop needs: a small model's "
-            "moved to `asyncio.to_thread` measured x0.59-0.67)"
+            "moved to a thread measured x0.57-0.67)"
             if cpu
             else "(the forwards still take their device one at a time)"
         )
@@ -854,13 +854,15 @@ def _loop_finding(
 # SERVE004's fix on a CPU: the planted aiohttp server (a 1.5 ms forward of a small transformer,
 # 4 clients, the 2-core box at load 0.4-0.7) served 548 and 575 req/s with the forward on its
 # event loop, 340 and 365 with it moved to `asyncio.to_thread` (x0.59-0.67): the loop waits for
-# the GIL the pool thread's forward holds. A public FastAPI server's larger BERT measured
-# x1.03-1.26 for the same fix on the same box. Processes, not threads, keep the loop's GIL.
-CPU_THREAD_LOW = 0.6
+# the GIL the pool thread's forward holds. The planted tornado server (the same model, load
+# 0.5-0.8): 645 and 662 req/s inline, 370 and 380 with `run_in_executor` (x0.57-0.58). A public
+# FastAPI server's larger BERT measured x1.03-1.26 for the same fix on the same box.
+# Processes, not threads, keep the loop's GIL.
+CPU_THREAD_LOW = 0.55
 CPU_ACTION = (
     "on a CPU, serve from several processes rather than a thread pool (uvicorn or gunicorn "
-    "`--workers N`, aiohttp's `GunicornWebWorker`, one process per core): a pool thread's "
-    "forward holds the GIL the event loop needs"
+    "`--workers N`, aiohttp's `GunicornWebWorker`, tornado's `server.start(N)`, one process "
+    "per core): a pool thread's forward holds the GIL the event loop needs"
 )
 RAY_CPU_ACTION = (
     "on a CPU, more replicas rather than threads (`@serve.deployment(num_replicas=N)`, one per "

@@ -1,8 +1,9 @@
 """In-process hooks of inference and serving: the model's outermost forwards (a global
 forward hook) and the requests of a standard-library or Werkzeug HTTP server, of gunicorn's
 workers (sync, gthread, gevent/eventlet, its ASGI worker; in each forked worker), of an ASGI
-app (uvicorn's request cycle, Starlette/FastAPI's app call), of aiohttp's web server, or the
-RPCs of grpcio's sync and asyncio servers, buffered for gpudiag_hooks to send with the steps.
+app (uvicorn's request cycle, Starlette/FastAPI's app call), of aiohttp's or tornado's web
+server, or the RPCs of grpcio's sync and asyncio servers, buffered for gpudiag_hooks to send
+with the steps.
 
 Runs inside the job and imports nothing from gpudiag. It only observes: no hook changes a
 forward's inputs or outputs or a request's answer, every install step is guarded, and a
@@ -669,6 +670,80 @@ def _time_protocol_requests(cls, name: str, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
+def _patch_tornado_server(module, rec: Recorder) -> None:
+    """tornado's HTTPServer: note when each connection's first request reached the kernel
+    (its listening sockets stamped at the first connection), keyed by its IOStream."""
+    cls = getattr(module, "HTTPServer", None)
+    if (
+        cls is None
+        or cls.__dict__.get("_gpudiag_patched")
+        or not callable(getattr(cls, "handle_stream", None))
+    ):
+        return
+    orig = cls.handle_stream
+
+    def handle_stream(self, stream, address, *args, **kwargs):
+        try:
+            made = time.perf_counter()
+            for listener in (getattr(self, "_sockets", None) or {}).values():
+                _stamp_listener(listener)
+            sock = getattr(stream, "socket", None)
+            rec.accept(stream, made if sock is None else arrived_at(sock, made))
+        except Exception:
+            pass
+        return orig(self, stream, address, *args, **kwargs)
+
+    cls.handle_stream = handle_stream
+    cls._gpudiag_patched = True
+
+
+def _patch_tornado_web(module, rec: Recorder) -> None:
+    """tornado's RequestHandler: a request from its arrival (a connection's first: the kernel's
+    stamp or the connection's accept; a later one: its headers parsed, the request made) to
+    `finish()` (the answer handed to the connection), whatever the handler's style (`def`,
+    `async def`, an error answered). Internals checked: a tornado without them is told from
+    its stacks only."""
+    cls = getattr(module, "RequestHandler", None)
+    if cls is None or cls.__dict__.get("_gpudiag_patched"):
+        return
+    if not callable(getattr(cls, "_execute", None)) or not callable(getattr(cls, "finish", None)):
+        return
+    execute, finish = cls._execute, cls.finish
+
+    def _execute(self, *args, **kwargs):
+        try:
+            self._gpudiag_started = _tornado_start(rec, self.request)
+        except Exception:
+            pass
+        return execute(self, *args, **kwargs)
+
+    def _finish(self, *args, **kwargs):
+        try:
+            return finish(self, *args, **kwargs)
+        finally:
+            try:
+                started = self.__dict__.pop("_gpudiag_started", None)
+                if started is not None:
+                    rec.end_request(*started, None, getattr(self.request, "path", None))
+            except Exception:
+                pass
+
+    cls._execute, cls.finish = _execute, _finish
+    cls._gpudiag_patched = True
+
+
+def _tornado_start(rec: Recorder, request) -> tuple[float, float]:
+    """(start, in flight) of a tornado request: its connection's arrival when it is the
+    connection's first, else when tornado made the request (its headers parsed)."""
+    stream = getattr(getattr(request, "connection", None), "stream", None)
+    first = stream is not None and stream in rec.accepted
+    t0, in_flight = rec.start_request(stream if first else None)
+    made = getattr(request, "_start_time", None)
+    if not first and isinstance(made, float):
+        t0 -= min(MAX_QUEUED_S, max(0.0, time.time() - made))
+    return t0, in_flight
+
+
 # the poller thread's time of the event it is processing (grpc._server's sync server)
 _GRPC_EVENT = threading.local()
 
@@ -989,6 +1064,8 @@ PATCHES = {
     "uvicorn.protocols.http.httptools_impl": _patch_uvicorn_cycle,
     "starlette.applications": _patch_starlette,
     "aiohttp.web_protocol": _patch_aiohttp,
+    "tornado.httpserver": _patch_tornado_server,
+    "tornado.web": _patch_tornado_web,
     "grpc._server": _patch_grpc_server,
     "grpc.aio._server": _patch_grpc_aio,
     "gunicorn.workers.sync": _patch_gunicorn_sync,

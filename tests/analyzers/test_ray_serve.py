@@ -36,8 +36,8 @@ def test_a_ray_replica_attached_by_stacks_is_serve004_with_rays_fix():
     assert doc["workload"]["kind"] == "server"
     top = doc["findings"][0]
     assert top["id"] == "SERVE004" and top["location"].endswith("Classifier.__call__")
-    # a CPU job: the fix in a pool thread may cost the loop the GIL (from x0.6)
-    assert top["speedup_kind"] == "hypothesis" and top["speedup_low"] == 0.6
+    # a CPU job: the fix in a pool thread may cost the loop the GIL (from x0.55)
+    assert top["speedup_kind"] == "hypothesis" and top["speedup_low"] == 0.55
     actions = top["recommendation"]["actions"]
     assert "num_replicas" in actions[0] and "Ray Serve" in actions[1]
     assert doc["metrics"]["requests_in_flight_est"] < 1.0

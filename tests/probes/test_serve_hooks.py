@@ -699,25 +699,20 @@ def aiohttp_rec():
     del cls._gpudiag_patched
 
 
-def _aiohttp_server(app) -> tuple[Callable[[], None], int]:
-    """An aiohttp AppRunner on 127.0.0.1 on its own event loop in a thread: (stop, port)."""
+def _loop_server(start) -> tuple[Callable[[], None], int]:
+    """A server on its own event loop in a thread: `start()` (a coroutine function) starts it
+    and returns (port, an async cleanup). (stop, port)."""
     import asyncio
-
-    from aiohttp import web
 
     box: dict = {}
     up = threading.Event()
 
     async def main() -> None:
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        box["port"] = runner.addresses[0][1]
+        box["port"], cleanup = await start()
         box["stop"] = asyncio.Event()
         up.set()
         await box["stop"].wait()
-        await runner.cleanup()
+        await cleanup()
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
@@ -729,6 +724,19 @@ def _aiohttp_server(app) -> tuple[Callable[[], None], int]:
         thread.join(20)
 
     return stop, box["port"]
+
+
+def _aiohttp_server(app) -> tuple[Callable[[], None], int]:
+    """An aiohttp AppRunner on 127.0.0.1 on its own event loop in a thread: (stop, port)."""
+    from aiohttp import web
+
+    async def start():
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner.addresses[0][1], runner.cleanup
+
+    return _loop_server(start)
 
 
 def test_aiohttp_times_each_request_once_with_its_concurrency(aiohttp_rec):
@@ -763,6 +771,85 @@ def test_aiohttp_times_each_request_once_with_its_concurrency(aiohttp_rec):
     assert len(req) == 20 and all(r[1] >= 0.05 for r in req)
     assert max(r[2] for r in req) >= 2
     assert aiohttp_rec.in_flight == 0
+
+
+@pytest.fixture
+def tornado_rec():
+    """The hooks' patches on tornado's RequestHandler and HTTPServer, undone after the test."""
+    web = pytest.importorskip("tornado.web")
+    httpserver = pytest.importorskip("tornado.httpserver")
+    saved = [
+        (web.RequestHandler, "_execute"),
+        (web.RequestHandler, "finish"),
+        (httpserver.HTTPServer, "handle_stream"),
+    ]
+    saved = [(cls, name, cls.__dict__[name]) for cls, name in saved]
+    r = gpudiag_serve.Recorder(lambda: None)
+    gpudiag_serve._patch_tornado_web(web, r)
+    gpudiag_serve._patch_tornado_server(httpserver, r)
+    yield r
+    for cls, name, fn in saved:
+        setattr(cls, name, fn)
+    del web.RequestHandler._gpudiag_patched, httpserver.HTTPServer._gpudiag_patched
+
+
+def _tornado_server(handlers: list) -> tuple[Callable[[], None], int]:
+    """A tornado Application on 127.0.0.1 on its own event loop in a thread: (stop, port)."""
+    import tornado.web
+
+    async def start():
+        server = tornado.web.Application(handlers).listen(0, "127.0.0.1")
+
+        async def cleanup() -> None:
+            server.stop()
+
+        return next(iter(server._sockets.values())).getsockname()[1], cleanup
+
+    return _loop_server(start)
+
+
+def test_tornado_times_each_request_once_with_its_concurrency(tornado_rec):
+    """tornado's web server as its docs write one (a RequestHandler, `async def get`): every
+    request one row, from its arrival to `finish()`; the parallel clients seen in flight; a
+    health check, an error answered and a kept-alive connection's later request each ended
+    once; answers as sent."""
+    import asyncio
+
+    import tornado.web
+
+    class Predict(tornado.web.RequestHandler):
+        async def get(self, n):
+            await asyncio.sleep(0.05)
+            self.write({"n": int(n) * 2})
+
+    class Health(tornado.web.RequestHandler):
+        def get(self):
+            self.write({"ok": 1})
+
+    class Broken(tornado.web.RequestHandler):
+        def get(self):
+            raise ValueError("no")
+
+    stop, port = _tornado_server(
+        [(r"/predict/(\d+)", Predict), (r"/healthz", Health), (r"/broken", Broken)]
+    )
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/healthz")  # a probe, then a kept-alive request on the same
+        assert conn.getresponse().read() == b'{"ok": 1}'
+        conn.request("GET", "/broken")
+        assert conn.getresponse().status == 500
+        conn.close()
+        answers = _twenty_gets(port, tornado_rec)
+    finally:
+        stop()
+    _, req = tornado_rec.take()
+    sent = [2 * (i * 10 + k) for i in range(4) for k in range(5)]
+    assert sorted(answers) == sorted(f'{{"n": {n}}}'.encode() for n in sent)
+    assert len(req) == 21  # the twenty and the error; the health check not kept
+    assert sum(r[1] >= 0.05 for r in req) == 20
+    assert max(r[2] for r in req) >= 2
+    assert tornado_rec.in_flight == 0
 
 
 class MaskedNet(torch.nn.Module):

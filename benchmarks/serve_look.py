@@ -1,0 +1,111 @@
+"""One look at a planted model server (tests/workloads/serve_*.py) under its load generator:
+gpudiag's requests/s and p50/p95 against the client's, and the findings, with the box's load.
+
+`--how run`: `gpudiag run --duration LOOK` on the server, the load (4 clients) started as the
+server listens. `--how hooks`: the server started bare, `gpudiag attach PID --hooks` once it
+listens, the load started once gpudiag has attached (both ends count the same requests).
+`--how instrument`: the same, the server started with `--instrument` (it calls instrument()),
+attached without `--hooks`. `--how stacks`: `attach` without the hooks, the load through
+the look (estimates only).
+
+    python benchmarks/serve_look.py serve_tornado.py --how run [--look 14 --load 10] [-- ARGS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = ROOT / "tests" / "workloads"
+CLI = [sys.executable, "-m", "gpudiag.agent.cli.main"]
+
+
+def _wait(path: Path, what: str, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and path.stat().st_size:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"no {what} after {timeout:.0f} s")
+
+
+def _load(port: Path, out: Path, seconds: float) -> subprocess.Popen:
+    gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port)]
+    with open(out, "w") as f:
+        return subprocess.Popen(
+            [*gen, "--clients", "4", "--seconds", str(seconds), "--procs"], stdout=f
+        )
+
+
+def look(script: str, how: str, look_s: float, load_s: float, extra: list[str]) -> dict:
+    """Run one look; gpudiag's report and the client's last line."""
+    tmp = Path(tempfile.mkdtemp(prefix="serve-look-"))
+    port, report, client = tmp / "port", tmp / "r.json", tmp / "client.txt"
+    server = [sys.executable, str(WORKLOADS / script), "--port-file", str(port), *extra]
+    if how == "run":
+        serve_s = str(look_s + 15)
+        agent = subprocess.Popen(
+            [*CLI, "run", "-q", "--duration", str(look_s), "--out", str(report), "--",
+             *server, "--seconds", serve_s],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        _wait(port, "port")
+        _load(port, client, load_s).wait()
+        agent.wait()
+    else:
+        flags = ["--instrument"] if how == "instrument" else []
+        job = subprocess.Popen([*server, "--seconds", str(look_s + 40), *flags])
+        _wait(port, "port")
+        err = tmp / "err"
+        hooks = ["--hooks"] if how == "hooks" else []
+        with open(err, "w") as f:
+            agent = subprocess.Popen(
+                [*CLI, "attach", str(job.pid), "--duration", str(look_s), "--out", str(report),
+                 *hooks],
+                stdout=subprocess.DEVNULL, stderr=f,
+            )  # fmt: skip
+        deadline = time.time() + 60
+        while how != "stacks" and "attached to pid" not in err.read_text():
+            if time.time() > deadline:
+                raise SystemExit(f"gpudiag did not attach: {err.read_text()[-300:]}")
+            time.sleep(0.1)
+        _load(port, client, load_s).wait()
+        agent.wait()
+        job.kill()
+    doc = json.loads(report.read_text())
+    return {"doc": doc, "client": client.read_text().strip().splitlines()[-1]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("script", help="a server in tests/workloads, e.g. serve_tornado.py")
+    p.add_argument("--how", choices=("run", "hooks", "instrument", "stacks"), default="run")
+    p.add_argument("--look", type=float, default=14.0, help="gpudiag's look, s (default 14)")
+    p.add_argument("--load", type=float, default=10.0, help="the clients' seconds (default 10)")
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = p.parse_args(argv[:cut]), argv[cut + 1 :]  # after --: the server's flags
+    before = os.getloadavg()[0]
+    got = look(args.script, args.how, args.look, args.load, extra)
+    m, doc = got["doc"]["metrics"], got["doc"]
+    p50, p95 = m.get("request_latency_p50_s"), m.get("request_latency_p95_s")
+    lat = f"{p50 * 1e3:.1f} / {p95 * 1e3:.1f} ms" if p50 and p95 else "-"
+    rate = m.get("requests_per_second")
+    print(f"load {before:.1f}-{os.getloadavg()[0]:.1f}  {got['client']}")
+    print(
+        f"gpudiag: kind {doc['workload']['kind']}, "
+        f"{'-' if rate is None else f'{rate:.1f}'} req/s, p50 / p95 {lat}, "
+        f"findings {[f['id'] for f in doc['findings'] if f['severity'] != 'note']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
