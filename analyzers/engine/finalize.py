@@ -81,13 +81,18 @@ def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
         return verdict
     if verdict.get("finding") is not None:
         return verdict
+    why = (
+        "the hooks timed its requests but no PyTorch model's forward (a model outside "
+        "PyTorch, or none in this process)"
+        if metrics.get("requests_in_flight_max") is not None  # the hooks' requests only
+        else "they need the in-process hooks (gpudiag run, or attach --hooks)"
+    )
     return {
         **verdict,
         "sure": False,
         "statement": verdict["statement"]
-        + "; not judged: this inference job's batch size per forward, autograd mode and "
-        "padding (INFER001, INFER002, INFER003): they need the in-process hooks (gpudiag run, "
-        "or attach --hooks)",
+        + f"; not judged: the model's batch size per forward, autograd mode and padding "
+        f"(INFER001, INFER002, INFER003): {why}",
     }
 
 

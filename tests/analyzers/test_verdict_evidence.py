@@ -101,3 +101,22 @@ def test_a_rank_finding_added_later_keeps_the_starved_sampler_in_the_verdict():
     )
     _, v = with_more(list(a.findings), [note], a.verdict, a.profile, a.metrics, th)
     assert v["sure"] is False and "stack sampling fell behind" in v["statement"]
+
+
+def test_a_server_whose_hooks_saw_requests_but_no_forward_says_so_not_to_load_the_hooks():
+    """A tornado demo with no model under `gpudiag run`: the hooks timed 31,343 requests and no
+    forward. "They need the in-process hooks" was wrong there: they were loaded; what is
+    missing is a PyTorch model's forward. Without the hooks it still says to load them."""
+    from gpudiag.analyzers.engine.finalize import blind_to_forwards
+
+    verdict = {"finding": None, "sure": True, "statement": "no bottleneck crossed its threshold"}
+    hooked = blind_to_forwards(
+        verdict, "server", {"requests": 31343.0, "requests_in_flight_max": 4.0}
+    )
+    assert hooked["sure"] is False
+    assert "no PyTorch model's forward" in hooked["statement"]
+    assert "need the in-process hooks" not in hooked["statement"]
+    for bare in ({}, {"requests": 900.0, "executions": 300.0}):  # none; Triton's counters
+        said = blind_to_forwards(verdict, "server", bare)
+        assert "they need the in-process hooks" in said["statement"] and said["sure"] is False
+    assert blind_to_forwards(verdict, "server", {"forwards": 10.0}) == verdict
