@@ -287,9 +287,8 @@ def change_line(fix: dict, location: str | None) -> str:
         'padding="max_length"',
         "load_once": "load the model once, before the loop, and reuse it (or "
         "functools.lru_cache on the function that loads it)",
-        "batch": "DataLoader(..., batch_size=<{}x the current>)".format(
-            (fix.get("values") or {}).get("factor", 2)
-        ),
+        "batch": "DataLoader(..., batch_size=<{0}x the current>) (a Hugging Face pipeline: "
+        "pipe(..., batch_size=<{0}x>))".format((fix.get("values") or {}).get("factor", 2)),
     }.get(fix.get("kind", ""), values)
     if location:
         file, _, rest = location.partition(":")
@@ -367,6 +366,7 @@ VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
     },
     "optimizer": {"foreach": None, "fused": None},
     "checkpoint": {"every": (1, 1_000_000)},
+    "batch": {"factor": (2, 1024)},
 }
 
 

@@ -38,12 +38,15 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 
 try:
     from . import gpudiag_channel as _channel
+    from . import gpudiag_serve as _serve
 except ImportError:  # loaded as a top-level module by sitecustomize
     import gpudiag_channel as _channel
+    import gpudiag_serve as _serve
 
 FIX_ENV = _channel.FIX_ENV
 STEPS_ENV = _channel.STEPS_ENV
@@ -316,13 +319,17 @@ def anomaly_off(torch, values: dict) -> None:
 
 
 def batch(torch, values: dict) -> None:
-    """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it."""
+    """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it; a
+    Hugging Face pipeline's call its `batch_size` times it (its loader's collate takes one
+    item at batch 1: the pipeline picks its padding collate for the larger batch)."""
     from torch.utils.data import DataLoader
 
     factor = max(1, int(values.get("factor", 2)))
     orig = DataLoader.__init__
 
     def __init__(self, *args, **kwargs):
+        if getattr(_IN_PIPELINE, "on", False):  # its batch is already the pipeline's
+            return orig(self, *args, **kwargs)
         a, kw = list(args), dict(kwargs)
         if len(a) >= 2 and isinstance(a[1], int):
             a[1] *= factor
@@ -333,7 +340,31 @@ def batch(torch, values: dict) -> None:
         orig(self, *a, **kw)
 
     DataLoader.__init__ = __init__
-    _say(f"DataLoader batch_size x{factor}")
+    _serve.when_imported(
+        "transformers.pipelines.base", lambda module, _rec: _batch_pipelines(module, factor)
+    )
+    _say(f"DataLoader batch_size x{factor} (a Hugging Face pipeline's batch_size x{factor})")
+
+
+_IN_PIPELINE = threading.local()  # inside a pipeline's get_iterator (its loader is its own)
+
+
+def _batch_pipelines(module, factor: int) -> None:
+    """A Hugging Face pipeline's iterator over many inputs at `factor` times its batch_size
+    (its DataLoader built inside it is left as the pipeline asks)."""
+    cls = getattr(module, "Pipeline", None)
+    orig = getattr(cls, "get_iterator", None)
+    if cls is None or orig is None:
+        return
+
+    def get_iterator(self, inputs, num_workers, batch_size, *args, **kwargs):
+        _IN_PIPELINE.on = True
+        try:
+            return orig(self, inputs, num_workers, int(batch_size) * factor, *args, **kwargs)
+        finally:
+            _IN_PIPELINE.on = False
+
+    cls.get_iterator = get_iterator
 
 
 def _max_length(padding) -> bool:

@@ -1079,9 +1079,10 @@ class _ImportWatcher:
     """A meta path finder that patches a server module right after it is imported; a module
     is crossed off when its import runs, not when a `find_spec` only asks about it."""
 
-    def __init__(self, rec: Recorder) -> None:
+    def __init__(self, rec: Recorder | None, patches: dict | None = None) -> None:
         self.rec = rec
-        self.pending = {k: v for k, v in PATCHES.items() if k not in sys.modules}
+        todo = PATCHES if patches is None else patches
+        self.pending = {k: v for k, v in todo.items() if k not in sys.modules}
         self._asking = threading.local()  # our own find_spec below: not watched again
 
     def find_spec(self, name, path=None, target=None):
@@ -1109,11 +1110,19 @@ class _ImportWatcher:
         return spec
 
 
-def _guarded(patch, module, rec: Recorder) -> None:
+def _guarded(patch, module, rec: Recorder | None) -> None:
     try:
         patch(module, rec)
     except Exception as exc:  # never break the job
         print(f"gpudiag: request hooks not installed: {exc}", file=sys.stderr)
+
+
+def when_imported(name: str, patch) -> None:
+    """Run `patch(module, None)` on module `name` once it is imported (now, if it is)."""
+    if name in sys.modules:
+        _guarded(patch, sys.modules[name], None)
+        return
+    sys.meta_path.insert(0, _ImportWatcher(None, {name: patch}))
 
 
 def install_requests(rec: Recorder) -> None:

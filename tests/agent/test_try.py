@@ -62,6 +62,16 @@ def test_parse_fix_and_numerics_opt_in():
     assert check_fix({"kind": "compile", "values": {}}, False, True) is None
 
 
+def test_every_fix_the_findings_and_docs_name_can_be_tried():
+    """The commands gpudiag prints or documents pass `try`'s checks: the verdict's and
+    INFER002's "gpudiag try --fix batch:factor=8" was refused ("unknown value 'factor'"), and
+    so was `try --from` a report carrying INFER002's batch fix."""
+    for text in ("batch:factor=8", "batch:factor=4", "checkpoint:every=3", "load_once"):
+        assert check_fix(parse_fix(text), False) is None, text
+    assert check_fix({"kind": "batch", "values": {"factor": 8}}, False) is None
+    assert "from 2 to 1024" in check_fix(parse_fix("batch:factor=1"), False)
+
+
 def test_change_line_names_the_finding_location():
     fix = {"kind": "dataloader", "values": {"num_workers": 6, "persistent_workers": True}}
     assert change_line(fix, "train.py:42:main") == (
@@ -216,6 +226,40 @@ def test_batch_fix_multiplies_every_loaders_batch(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["32", "8", "4"]
+
+
+def test_batch_fix_raises_a_hugging_face_pipelines_batch_not_its_one_item_loader(tmp_path):
+    """A pipeline called at batch_size 1 builds a DataLoader whose collate takes one item:
+    multiplying that loader's batch broke the job ("This collate_fn is meant to be used with
+    batch_size=1", every fixed arm of a public feature-extraction job). The fix now raises the
+    pipeline's own batch_size: its forwards run 4 texts, and it still answers each text (as
+    the pipeline does at batch_size 4: each answer padded to its batch's longest)."""
+    pytest.importorskip("transformers")
+    out = _in_job(
+        {"kind": "batch", "values": {"factor": 4}},
+        """
+        import os, tempfile
+        from transformers import BertConfig, BertModel, BertTokenizerFast, pipeline
+        d = tempfile.mkdtemp()
+        words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(50)]
+        with open(os.path.join(d, "vocab.txt"), "w") as f:
+            f.write(chr(10).join(words))
+        tok = BertTokenizerFast(os.path.join(d, "vocab.txt"))
+        cfg = BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=32)
+        model = BertModel(cfg).eval()
+        seen = []
+        model.register_forward_pre_hook(
+            lambda m, a, kw: seen.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        pipe = pipeline("feature-extraction", model=model, tokenizer=tok)
+        texts = [" ".join(f"w{j}" for j in range(i % 7 + 1)) for i in range(8)]
+        outs = list(pipe((t for t in texts), batch_size=1))
+        print(len(outs), max(seen), all(len(o) == 1 for o in outs))  # one answer a text
+        """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["8", "4", "True"], out.stdout
 
 
 def test_an_inference_loop_is_timed_by_its_forwards_items(tmp_path):
