@@ -644,6 +644,24 @@ def test_findings_carry_their_fix_as_data(recording, fid, kind):
     assert f["fix"]["kind"] == kind
     if kind == "checkpoint":
         assert f["fix"]["values"]["every"] >= 2
+    assert check_fix(f["fix"], True, True) is None  # `try --from` takes it as it is
+
+
+def test_every_fix_a_finding_carries_passes_trys_checks():
+    """Each fix as data the analyzers write (read from their source: kind and value names)
+    passes `try`'s checks with a value of its kind, so `try --from REPORT` never refuses one."""
+    import re
+    from pathlib import Path
+
+    import gpudiag.analyzers.findings as findings
+
+    text = "".join(p.read_text() for p in Path(findings.__file__).parent.glob("*.py"))
+    found = re.findall(r'"kind": "(\w+)", "values": \{([^}]*)\}', text)
+    assert len(found) >= 6, found
+    for kind, body in found:
+        names = re.findall(r'"(\w+)":', body)
+        values = {n: True if n in ("persistent_workers", "fused") else 2 for n in names}
+        assert check_fix({"kind": kind, "values": values}, True, True) is None, (kind, values)
 
 
 def test_run_try_diagnoses_then_says_what_it_tried(tmp_path):
