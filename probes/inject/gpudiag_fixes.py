@@ -351,12 +351,16 @@ _IN_PIPELINE = threading.local()  # inside a pipeline's get_iterator (its loader
 
 def _batch_pipelines(module, factor: int) -> None:
     """A Hugging Face pipeline's iterator over many inputs at `factor` times its batch_size
-    (its DataLoader built inside it is left as the pipeline asks)."""
-    cls = getattr(module, "Pipeline", None)
-    orig = getattr(cls, "get_iterator", None)
-    if cls is None or orig is None:
-        return
+    (its DataLoader built inside it is left as the pipeline asks): `Pipeline`'s and
+    `ChunkPipeline`'s (question answering, zero-shot, long audio: its own iterator)."""
+    for name in ("Pipeline", "ChunkPipeline"):
+        cls = getattr(module, name, None)
+        orig = None if cls is None else cls.__dict__.get("get_iterator")
+        if cls is not None and callable(orig):
+            cls.get_iterator = _batched_iterator(orig, factor)
 
+
+def _batched_iterator(orig, factor: int):
     def get_iterator(self, inputs, num_workers, batch_size, *args, **kwargs):
         _IN_PIPELINE.on = True
         try:
@@ -364,7 +368,7 @@ def _batch_pipelines(module, factor: int) -> None:
         finally:
             _IN_PIPELINE.on = False
 
-    cls.get_iterator = get_iterator
+    return get_iterator
 
 
 def _max_length(padding) -> bool:
