@@ -5,7 +5,7 @@ before a byte is read, never waited on: the open is non-blocking), at most `limi
 it, and, where another user could have planted it, only when its owner is one of `owners`.
 A file read on behalf of a job (the source file a stack frame names) is read only when the
 job's own user could read it: gpudiag running as root must not copy a root-only file into a
-recording. `agent/output/safeio.py` turns a refusal into a one-line usage error; the probes
+recording. `agent/base/safeio.py` turns a refusal into a one-line usage error; the probes
 treat it as "not available".
 """
 

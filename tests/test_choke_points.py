@@ -1,5 +1,5 @@
 """One choke point per file boundary (issue 38): every file gpudiag writes goes through
-`agent/output/safeio.py`, every file it reads through `probes/files.py` (or a /proc file of
+`agent/base/safeio.py`, every file it reads through `probes/files.py` (or a /proc file of
 the kernel's). These tests walk the package's source, as test_layering walks its imports,
 and fail when code opens a file around them."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("probes", "analyzers", "text", "tui", "agent")
 
-WRITER = "agent/output/safeio.py"
+WRITER = "agent/base/safeio.py"
 READER = "probes/files.py"
 # modules that run inside the job (imported by its sitecustomize), as the job's own user, on
 # files of the job's own private folder: they cannot import gpudiag's agent
@@ -127,7 +127,7 @@ def test_the_walker_sees_the_writes_and_reads_that_went_around():
 
 
 def test_every_write_goes_through_the_safe_writer():
-    """Only agent/output/safeio.py opens a file for writing (and the in-job hooks, as the
+    """Only agent/base/safeio.py opens a file for writing (and the in-job hooks, as the
     job's user, in its private folder)."""
     stray = {
         rel: [ln for ln, kind in opens if kind == "write"]

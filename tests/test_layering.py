@@ -161,3 +161,86 @@ def test_no_module_touches_another_modules_private_state():
         if name in defs and mod not in defs[name]
     ]
     assert stray == []
+
+
+# Inside each package the sub-packages (and top-level modules) stand on floors, lowest first:
+# a unit imports only units on lower floors (and itself), never up or sideways. The package's
+# own __init__ is its roof and may re-export from any floor.
+FLOORS: dict[str, list[set[str]]] = {
+    "probes": [
+        {"base", "files", "numbers"},
+        {"inject"},
+        {"dist", "servers"},
+        {"host"},
+        {"gpu"},
+        {"stacks"},
+        {"box"},
+        {"inprocess"},
+        {"hooks", "integrations"},
+    ],
+    "analyzers": [
+        {"model"},  # the words: results, catalogue, thresholds
+        {"timeline"},
+        {"measures"},
+        {"stats"},
+        {"cost"},
+        {"distributed"},
+        {"context"},  # the one context every finder reads
+        {"findings"},
+        {"engine"},  # the roof: analyze(), the registry, finalize
+    ],
+    "agent": [
+        {"base"},  # errors and exit codes, config, safe I/O
+        {"output"},
+        {"fleet"},
+        {"session"},
+        {"commands"},
+        {"cli"},  # the roof: main(argv), the parser, the command registry
+    ],
+    "text": [{"formatting", "redact", "trials"}, {"sink"}],
+    "tui": [{"wrap"}, {"offloop"}, {"feeds"}, {"widgets"}, {"screens"}, {"app", "top"}],
+}
+
+
+def unit_of(module: str) -> tuple[str, str] | None:
+    """(package, unit) of a gpudiag module; None for a package's own __init__ (its roof)."""
+    parts = module.split(".")
+    return (parts[1], parts[2]) if len(parts) > 2 else None
+
+
+def floor_violations() -> list[str]:
+    """Every import between two units of one package that runs up or sideways."""
+    level = {
+        (pkg, unit): i for pkg, floors in FLOORS.items() for i, f in enumerate(floors) for unit in f
+    }
+    wrong = []
+    for mod, deps in module_graph().items():
+        src = unit_of(mod)
+        for dep in deps:
+            dst = unit_of(dep)
+            if src is None or dst is None or src[0] != dst[0] or src == dst:
+                if src is not None and dst is None and dep.split(".")[1] == src[0]:
+                    wrong.append(f"{mod} -> {dep} (a package's roof)")
+                continue
+            if level[dst] >= level[src]:
+                wrong.append(f"{mod} -> {dep}")
+    return sorted(set(wrong))
+
+
+def test_every_unit_is_on_a_floor():
+    units = {unit_of(m) for m in module_graph()} - {None}
+    placed = {(pkg, u) for pkg, floors in FLOORS.items() for f in floors for u in f}
+    assert units <= placed, sorted(units - placed)
+
+
+def test_sub_packages_import_only_downward():
+    assert floor_violations() == []
+
+
+def test_the_floor_check_finds_an_upward_import(monkeypatch):
+    real = module_graph()
+    planted = {**real, "gpudiag.analyzers.model.results": {"gpudiag.analyzers.engine.analysis"}}
+    monkeypatch.setitem(globals(), "module_graph", lambda: planted)
+    assert floor_violations() == [
+        "gpudiag.analyzers.model.results -> gpudiag.analyzers.engine.analysis"
+    ]

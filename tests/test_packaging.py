@@ -8,7 +8,7 @@ from packaging.requirements import Requirement
 
 
 def test_tomli_is_installed_where_tomllib_is_missing():
-    """Python 3.10 has no tomllib: agent/cli/config.py reads TOML with tomli there."""
+    """Python 3.10 has no tomllib: agent/base/config.py reads TOML with tomli there."""
     reqs = [Requirement(r) for r in metadata.requires("gpudiag") or []]
     tomli = [r for r in reqs if r.name == "tomli"]
     assert tomli, "tomli must be a dependency for Python < 3.11"

@@ -1,1 +1,1 @@
-"""The command line: one parse edge (the parser, its option types), settings, usage errors."""
+"""The command line roof: `main(argv) -> int`, the parser and the command registry."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import file_mode
 from gpudiag.agent.cli.commands import BY_NAME
-from gpudiag.agent.cli.errors import UsageError
 from gpudiag.agent.cli.parser import build_parser, parse_args
 from gpudiag.agent.commands.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from gpudiag.agent.output.safeio import file_mode
 from gpudiag.text.sink import say
 
 __all__ = ["build_parser", "main"]

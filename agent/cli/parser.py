@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from gpudiag.agent.cli.commands import COMMANDS
-from gpudiag.agent.cli.options import CommandParser
+from gpudiag.agent.commands.options import CommandParser
 from gpudiag.agent.output.report import tool_version
 
 DESCRIPTION = """\

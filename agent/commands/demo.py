@@ -16,9 +16,9 @@ import sys
 import threading
 import time
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.cli.options import positive
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.commands.options import positive
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import check_writable, report_of, write_report
 from gpudiag.agent.session.launch import launch

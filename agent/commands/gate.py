@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudiag.agent.cli.config import load_settings, read_section
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.cli.options import positive
+from gpudiag.agent.base.config import load_settings, read_section
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.agent.commands.gate_output import github_outputs, junit_xml, print_result
+from gpudiag.agent.commands.options import positive
 from gpudiag.agent.output.report import (
     MAX_REPORT_BYTES,
     check_writable,
@@ -25,7 +26,6 @@ from gpudiag.agent.output.report import (
     report_of,
     write_report,
 )
-from gpudiag.agent.output.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.analyzers.stats.gate import DIRECTIONS, Comparison, Limit, compare, overall
 from gpudiag.probes.numbers import finite_number
 from gpudiag.text.sink import emit

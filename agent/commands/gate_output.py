@@ -8,7 +8,7 @@ import os
 import sys
 from xml.sax.saxutils import escape
 
-from gpudiag.agent.output.safeio import WriteError, append_text, atomic_write
+from gpudiag.agent.base.safeio import WriteError, append_text, atomic_write
 from gpudiag.analyzers.stats.gate import Comparison
 from gpudiag.text.redact import printable
 from gpudiag.text.sink import emit, line, outbound

@@ -13,16 +13,16 @@ import argparse
 import sys
 import time
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.cli.options import settings_options
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.commands.options import settings_options
 from gpudiag.agent.output.report import check_writable, iso, load_report, validate, write_report
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers.distributed.compare import RankStats
 from gpudiag.analyzers.distributed.passes import RanksSeen, ReportsMerged
 from gpudiag.analyzers.engine.finalize import merged_verdict
 from gpudiag.analyzers.engine.registry import MERGE
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.text.sink import emit
 
 

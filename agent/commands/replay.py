@@ -8,14 +8,14 @@ import sys
 
 import jsonschema
 
-from gpudiag.agent.cli.config import Settings, load_settings
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.cli.evidence_options import export_options
-from gpudiag.agent.cli.options import price_options, settings_options
+from gpudiag.agent.base.config import Settings, load_settings
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.commands.evidence_options import export_options
+from gpudiag.agent.commands.options import price_options, settings_options
 from gpudiag.agent.commands.report import browse, exports
+from gpudiag.agent.output.environment import describe_environment
 from gpudiag.agent.output.recording import open_recording
 from gpudiag.agent.output.report import check_outputs, report_of, validate, write_report
-from gpudiag.agent.session.environment import describe_environment
 from gpudiag.agent.session.session import SessionResult
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers import analyze

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpudiag.agent.cli.evidence_options import export_options
+from gpudiag.agent.commands.evidence_options import export_options
 from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import check_writable, load_report
 from gpudiag.text.sink import emit, outbound

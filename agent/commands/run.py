@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpudiag.agent.cli.config import Settings, load_settings
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.cli.evidence_options import capture_option
-from gpudiag.agent.cli.fleet_options import metrics_options
-from gpudiag.agent.cli.options import profiling_options, run_try_option
+from gpudiag.agent.base.config import Settings, load_settings
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.commands.evidence_options import capture_option
+from gpudiag.agent.commands.fleet_options import metrics_options
+from gpudiag.agent.commands.options import profiling_options, run_try_option
 from gpudiag.agent.fleet.server import MetricsServer, open_metrics
 from gpudiag.agent.output.report import check_outputs, check_writable, default_report_name
 from gpudiag.agent.session.joboutput import StderrTee, job_log_path

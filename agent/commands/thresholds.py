@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpudiag.analyzers.engine.thresholds import RANGES, Thresholds
+from gpudiag.analyzers.model.thresholds import RANGES, Thresholds
 from gpudiag.text.sink import emit
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.options import positive
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.commands.options import positive
 
 
 def main(args: argparse.Namespace) -> int:
     """`gpudiag top`: the box view; `a` on a Python process switches to its live diagnosis."""
-    from gpudiag.probes.host.box import BoxSampler
+    from gpudiag.probes.box import BoxSampler
     from gpudiag.tui.top import TopApp
 
     sampler = BoxSampler()

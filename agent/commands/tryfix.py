@@ -8,11 +8,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.text.sink import emit
 
 if TYPE_CHECKING:
-    from gpudiag.agent.commands.trial import TrialPlan
+    from gpudiag.agent.session.trial import TrialPlan
 
 USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
@@ -128,9 +128,9 @@ def parse_fix(text: str) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     """`gpudiag try`: try each fix; print the results and the code changes; write --out."""
-    from gpudiag.agent.commands.trial import TrialPlan, check_fix, try_fix
     from gpudiag.agent.output.report import check_writable, load_report
-    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.agent.session.trial import TrialPlan, check_fix, try_fix
+    from gpudiag.analyzers.model.thresholds import Thresholds
 
     command = list(args.cmd)
     if command and command[0] == "--":
@@ -176,7 +176,7 @@ def _print_trial(t: dict) -> None:
 
 def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list[TrialPlan]:
     """A trial of each finding's fix in a report (only `finding`'s when given)."""
-    from gpudiag.agent.commands.trial import TrialPlan, progress
+    from gpudiag.agent.session.trial import TrialPlan, progress
 
     plans: list[TrialPlan] = []
     for f in doc.get("findings") or []:
@@ -215,8 +215,8 @@ def _write_trials(out: str, doc: dict, trials: list[dict]) -> None:
         doc["verdict"] = verdict_measured(doc.get("verdict") or {}, trials)
         write_report(doc, out)
     else:
+        from gpudiag.agent.base.safeio import dumps_json
         from gpudiag.agent.output.exports import write_text
-        from gpudiag.agent.output.safeio import dumps_json
 
         write_text(dumps_json({"trials": trials}, indent=2) + "\n", out, "try results")
 
@@ -258,8 +258,8 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
     import tempfile
 
     from gpudiag.agent.commands import run
-    from gpudiag.agent.commands.trial import progress
     from gpudiag.agent.output.report import load_report
+    from gpudiag.agent.session.trial import progress
 
     out = args.out or os.path.join(tempfile.mkdtemp(prefix="gpudiag-try-"), "diagnosis.json")
     progress(
@@ -305,8 +305,8 @@ def end_job(pid: int) -> None:
 
 def run_parser() -> argparse.ArgumentParser:
     """A parser of `run` alone: the diagnosis `try` makes first is a `run --until-sure`."""
-    from gpudiag.agent.cli.options import CommandParser
     from gpudiag.agent.commands import run
+    from gpudiag.agent.commands.options import CommandParser
 
     parser = CommandParser(prog="gpudiag")
     run.add_parser(parser.add_subparsers(dest="command", parser_class=CommandParser))

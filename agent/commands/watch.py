@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
-from gpudiag.agent.cli.config import Settings, load_settings
-from gpudiag.agent.cli.fleet_options import metrics_options
-from gpudiag.agent.cli.options import budget, positive, price_options, rate, settings_options
+from gpudiag.agent.base.config import Settings, load_settings
+from gpudiag.agent.commands.fleet_options import metrics_options
+from gpudiag.agent.commands.options import budget, positive, price_options, rate, settings_options
 from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import LiveJob
 from gpudiag.agent.session.budget import SPY_SHARE, Budget, Governor
@@ -291,7 +291,7 @@ def watch_command(args, settings: Settings) -> int:
     """`gpudiag watch`: serve every job's findings until Ctrl-C, SIGTERM or --duration."""
     import signal
 
-    from gpudiag.agent.cli.errors import UsageError
+    from gpudiag.agent.base.errors import UsageError
     from gpudiag.agent.fleet.server import MetricsServer
 
     match = None

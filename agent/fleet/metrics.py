@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from gpudiag.agent.fleet.identity import LABELS as IDENTITY
 from gpudiag.agent.fleet.identity import hostname
-from gpudiag.analyzers.engine.catalogue import category
+from gpudiag.analyzers.model.catalogue import category
 from gpudiag.probes.base import Sample
 from gpudiag.probes.inprocess.channel import LOADED
 from gpudiag.text.formatting import LABELS as CATEGORY_WORDS

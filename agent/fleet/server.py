@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import GpudiagCollector, LiveJob
 

@@ -1,1 +1,1 @@
-"""What a session leaves: the report document and its schema, recordings, exports, safe file I/O."""
+"""What a session leaves: the report and its schema, the session result, recordings, exports."""

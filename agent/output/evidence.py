@@ -5,10 +5,10 @@ about the findings."""
 from __future__ import annotations
 
 from gpudiag.analyzers.engine.registry import CAPTURE
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.capture import CaptureSeen, capture_of
 from gpudiag.analyzers.measures.rules import Classifier
-from gpudiag.analyzers.timeline.series import loop_stacks, run_series
+from gpudiag.analyzers.measures.series import loop_stacks, run_series
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Timeline
 
 

@@ -10,8 +10,8 @@ draw from is bounded in the report).
 
 from __future__ import annotations
 
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import WriteError, atomic_write, dumps_json
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import WriteError, atomic_write, dumps_json
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 RUN_PID, CAPTURE_PID = 1, 2

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import bounded_lines, create_stream, open_regular, parse_json
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import bounded_lines, create_stream, open_regular, parse_json
 from gpudiag.agent.output.segment_buffer import SegmentBuffer
 from gpudiag.analyzers.timeline.codec import Decoder, TableFull
 from gpudiag.analyzers.timeline.timeline import Timeline

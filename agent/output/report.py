@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import jsonschema
 
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import (
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import (
     atomic_write,
     check_distinct,
     dumps_json,
@@ -22,16 +22,16 @@ from gpudiag.agent.output.safeio import (
     parse_json,
     read_bounded,
 )
-from gpudiag.agent.session.environment import describe_environment
+from gpudiag.agent.output.environment import describe_environment
 from gpudiag.analyzers import Analysis
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.summary import metric_unit
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
 from gpudiag.text.redact import redact_argv
 
 if TYPE_CHECKING:
-    from gpudiag.agent.cli.config import Settings
-    from gpudiag.agent.session.setup import SessionResult
+    from gpudiag.agent.base.config import Settings
+    from gpudiag.agent.output.result import SessionResult
 
 SCHEMA_VERSION = "1.0"
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # reports are kilobytes; refuse to load a runaway file

@@ -1,1 +1,1 @@
-"""A profiling session: its probes, the sampling loop, launch and attach, the budget, the end."""
+"""A profiling session: probes, the sampling loop, launch, attach, budget, end, trials."""

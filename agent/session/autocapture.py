@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from gpudiag.analyzers.engine.catalogue import category
+from gpudiag.analyzers.model.catalogue import category
 
 if TYPE_CHECKING:
     from gpudiag.analyzers import Analysis

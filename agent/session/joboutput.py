@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 
-from gpudiag.agent.output.safeio import create_stream
+from gpudiag.agent.base.safeio import create_stream
 from gpudiag.text.redact import printable, redact_text
 
 TAIL_BYTES = 8192

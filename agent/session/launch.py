@@ -8,8 +8,8 @@ import subprocess
 import time
 from dataclasses import dataclass, replace
 
-from gpudiag.agent.cli.config import Settings
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.config import Settings
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.inprocess.channel import HookProbe, injection_env

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.base.config import Settings
+from gpudiag.agent.output.result import SessionResult
 from gpudiag.agent.session.autocapture import AutoCapture
 from gpudiag.agent.session.budget import Budget, Governor, loop_window_samples
 from gpudiag.agent.session.ranks.rankset import RankSet, setup_ranks
 from gpudiag.agent.session.setup import (
     SessionOptions,
-    SessionResult,
     Subject,
     make_probes,
     open_probe,

@@ -7,8 +7,6 @@ import os
 from dataclasses import dataclass, field
 
 from gpudiag.agent.session.budget import default_cpu_budget
-from gpudiag.analyzers import Analysis
-from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Target
 from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.host.probe import HostProbe
@@ -49,23 +47,6 @@ class Subject:
     command: list[str]
     pid: int
     out: str
-
-
-@dataclass
-class SessionResult:
-    """What a finished session collected."""
-
-    analysis: Analysis
-    probes: list[ProbeStatus]
-    errors: list[dict]
-    start: float
-    end: float
-    end_reason: str
-    exit_code: int | None
-    timeline: Timeline = field(repr=False, default_factory=Timeline)
-    hardware: dict = field(default_factory=dict)
-    agent: dict | None = None  # the agent's own cost and its effective sampling rates
-    distributed: dict | None = None  # a multi-rank job: the report's `ranks`, `distributed`
 
 
 def make_probes(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
 from gpudiag.analyzers.measures.workload import SERVER_FILE_RE, SUPERVISOR_FILE_RE
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks, rank_process, sibling_ranks

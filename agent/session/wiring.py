@@ -11,15 +11,15 @@ import sys
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gpudiag.agent.cli.config import Settings
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.config import Settings
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.metrics import chain_sinks
 from gpudiag.agent.fleet.server import MetricsServer, serve_job
+from gpudiag.agent.output.environment import describe_environment
 from gpudiag.agent.output.recording import Recorder
 from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import report_of, write_report
 from gpudiag.agent.session.budget import default_cpu_budget
-from gpudiag.agent.session.environment import describe_environment
 from gpudiag.agent.session.session import (
     Session,
     SessionOptions,

@@ -12,14 +12,14 @@ from datetime import date
 
 from gpudiag.analyzers.cost.prices import SPOT_NOTE, Price
 from gpudiag.analyzers.cost.projection import right_size_line, unit_rate
-from gpudiag.analyzers.engine.catalogue import (
+from gpudiag.analyzers.measures.gpu_stats import GpuStats
+from gpudiag.analyzers.model.catalogue import (
     about_time_in,
     explains_gpu_idle,
     new_finding,
 )
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.gpu_stats import GpuStats
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 STALE_DAYS = 365  # a reference price older than this (at the run's date) is flagged
 

@@ -24,8 +24,8 @@ from gpudiag.analyzers.distributed.ranks import (
     uses_ddp,
     wait_share,
 )
-from gpudiag.analyzers.engine.results import Finding
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.results import Finding
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 __all__ = [
     "CAUSES",

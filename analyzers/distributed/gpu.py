@@ -3,8 +3,8 @@ named from that rank's own GPU figures (per-rank NVML sampling). Pure."""
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.results import Evidence
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.results import Evidence
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def gpu_cause(

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, field
 
 from gpudiag.analyzers.distributed.ranks import location as _loc
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.rules import parse_frame
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.dist.flight_recorder import RecorderRank
 
 _COLLECTIVE_FILE = re.compile(

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from gpudiag.analyzers.distributed.compare import straggler
 from gpudiag.analyzers.distributed.ranks import RankStats
-from gpudiag.analyzers.engine.catalogue import compares_ranks, ranked
-from gpudiag.analyzers.engine.results import Finding, Passed
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.catalogue import compares_ranks, ranked
+from gpudiag.analyzers.model.results import Finding, Passed
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudiag.analyzers.engine.results import Breakdown, Location
+from gpudiag.analyzers.model.results import Breakdown, Location
 
 # the per-rank breakdown's parts, from the Breakdown categories
 RANK_PARTS: dict[str, tuple[str, ...]] = {

@@ -1,1 +1,1 @@
-"""The analysis engine: the context every finder reads, the registry, finishing, the catalogue."""
+"""The analysis roof: `analyze()` with the registry of finders and finishing."""

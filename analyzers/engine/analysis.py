@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from gpudiag.analyzers.context.context import build_context, model_reloaded
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import Prices, resolve_price
-from gpudiag.analyzers.engine.context import build_context, model_reloaded
 from gpudiag.analyzers.engine.finalize import finalize, unjudged, verdict_of
 from gpudiag.analyzers.engine.registry import run_finders
-from gpudiag.analyzers.engine.results import Breakdown, Finding
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, Rule
 from gpudiag.analyzers.measures.window import LoopWindow, find_loop_window
 from gpudiag.analyzers.measures.workload import Workload
+from gpudiag.analyzers.model.results import Breakdown, Finding
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 __all__ = [

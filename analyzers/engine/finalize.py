@@ -9,16 +9,16 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.cost.money import Spend, checkpoints_seen, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import resolve_price
-from gpudiag.analyzers.engine.catalogue import category, explains_gpu_idle, ranked
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.gil import gil_judged
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.summary import straddles
+from gpudiag.analyzers.model.catalogue import category, explains_gpu_idle, ranked
+from gpudiag.analyzers.model.results import Evidence, Finding
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

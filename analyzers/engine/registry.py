@@ -1,5 +1,5 @@
 """The registry of finders, in the order they run. A finder is a findings module's
-`find(ctx) -> list[Finding]` over the one analysis context (`engine/context.py`, built once
+`find(ctx) -> list[Finding]` over the one analysis context (`context/context.py`, built once
 per analysed span); the context's `found` holds the findings made before it (the GPU finder
 explains the GPU idle the host-side ones left over). `analyze` runs them all, then
 `finalize` ranks them, prices them and gives the verdict. A new finding goes inside the
@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.distributed.passes import (
     RanksSeen,
     ReportsMerged,
     merged_findings,
     rank_findings,
 )
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import F, Finding, Passed
 from gpudiag.analyzers.findings import (
     checkpoint,
     data,
@@ -43,6 +42,7 @@ from gpudiag.analyzers.findings import (
     unexplained,
 )
 from gpudiag.analyzers.measures.capture import CaptureSeen, capture_findings
+from gpudiag.analyzers.model.results import F, Finding, Passed
 
 Finder = Callable[[Context], list[Finding]]
 

@@ -7,15 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
-    Evidence,
-    Finding,
-    Recommendation,
-    speedup_from_impact,
-)
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.findings.loaders import (
     WaitingLoaders,
     loader_on_cpu,
@@ -25,6 +17,14 @@ from gpudiag.analyzers.findings.worker_churn import churn_findings
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.rules import user_location
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 STACKS = "stacks"
 

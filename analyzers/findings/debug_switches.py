@@ -11,16 +11,16 @@ speed-up is a range, from the records alone to `RECORD_TO_WHOLE` times them.
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.measures.switches import AnomalySeen, anomaly_seen
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.measures.switches import AnomalySeen, anomaly_seen
 
 # The whole overhead of anomaly detection against the share of the loop's stack samples in its
 # records, measured bare (on against off) and by `gpudiag run` on a CPU, one torch thread

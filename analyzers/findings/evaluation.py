@@ -12,20 +12,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.measures.rules import Classifier, parse_frame
+from gpudiag.analyzers.measures.steps import long_steps
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Location,
     Recommendation,
     speedup_from_step,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.loop import LoopProfile
-from gpudiag.analyzers.measures.rules import Classifier, parse_frame
-from gpudiag.analyzers.measures.steps import long_steps
-from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 from gpudiag.probes.stacks.pyspy_output import eval_frame_index, is_library_frame
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.measures.loop import GilStats, LoopProfile, location_of
 from gpudiag.analyzers.measures.serving import handler_names
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def gil_judged(profile: LoopProfile, th: Thresholds) -> bool:

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.cost.prices import identify
 from gpudiag.analyzers.cost.projection import right_size_line
-from gpudiag.analyzers.engine.catalogue import explains_gpu_idle, new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.gpu_memory import memory_findings
 from gpudiag.analyzers.findings.gpu_throttle import throttle_findings
 from gpudiag.analyzers.findings.gpu_transfer import transfer_findings
@@ -28,6 +25,9 @@ from gpudiag.analyzers.measures.gpu_stats import (
     confidence,
     gpu_evidence,
 )
+from gpudiag.analyzers.model.catalogue import explains_gpu_idle, new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def gpu_findings(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.gpu_stats import GIB, GpuStats, gpu_evidence
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def memory_findings(st: GpuStats, th: Thresholds, sizing: str | None = None) -> list[Finding]:

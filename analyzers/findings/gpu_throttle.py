@@ -3,10 +3,10 @@ power cap); running at the default power cap under full load is at most a note."
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_evidence
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 REASON_TEXT = {
     "power_cap": "the software power cap",

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.measures.gpu_stats import GpuStats, confidence, gpu_evidence
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Recommendation,
     speedup_from_impact,
     speedup_from_step,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.critical_path import CriticalPath
-from gpudiag.analyzers.measures.gpu_stats import GpuStats, confidence, gpu_evidence
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def transfer_findings(

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.findings.data import loader_cores
+from gpudiag.analyzers.measures.accounting import code_family
+from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.measures.rules import Classifier, parse_stack
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Location,
@@ -21,12 +26,7 @@ from gpudiag.analyzers.engine.results import (
     speedup_from_impact,
     speedup_from_step,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.findings.data import loader_cores
-from gpudiag.analyzers.measures.accounting import code_family
-from gpudiag.analyzers.measures.loop import LoopProfile
-from gpudiag.analyzers.measures.rules import Classifier, parse_stack
-from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 # Share of the optimizer's host time a multi-tensor launch removes, by the kind now in use.

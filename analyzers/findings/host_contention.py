@@ -9,13 +9,13 @@ contention costs nothing measurable and the finding is a note that says so.
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_samples
 from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Location,
     Recommendation,
     speedup_from_step,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.measures.loop import LoopProfile
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def loader_on_cpu(profile: LoopProfile, metrics: dict, workers: int) -> float | None:

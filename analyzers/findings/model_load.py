@@ -8,18 +8,18 @@ most forwards run by a model never seen before)."""
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.findings.serving import samples_evidence
+from gpudiag.analyzers.measures.loop import location_of
+from gpudiag.analyzers.measures.serving import HandlerSplit, loads_other_models
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.findings.serving import samples_evidence
-from gpudiag.analyzers.measures.loop import location_of
-from gpudiag.analyzers.measures.serving import HandlerSplit, loads_other_models
-from gpudiag.analyzers.measures.summary import confidence_above
 
 # without the hooks: once (a lazy first load) or per request, the same model or another, not told
 UNCONFIRMED = 0.6

@@ -13,10 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.findings.host_contention import gpu_evidence, idle_explained, saturated_note
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import (
@@ -27,6 +24,9 @@ from gpudiag.analyzers.measures.loop import (
     thread_series_samples,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.measures.serving import forward_busy_share
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 HK = "hooks"
 

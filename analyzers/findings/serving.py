@@ -9,16 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.cost.projection import right_size_line
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
-    Evidence,
-    Finding,
-    Recommendation,
-    speedup_from_impact,
-)
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.serving import (
     LoopSplit,
     event_loop_split,
@@ -26,6 +18,14 @@ from gpudiag.analyzers.measures.serving import (
     request_forward_share,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 # INFER001's range: the share of a forward autograd's bookkeeping costs when nothing needs it
 # (activations kept, version counters, no fused inference paths: its work is per op, paid

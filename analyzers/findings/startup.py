@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:

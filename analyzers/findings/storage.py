@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 STACKS = "stacks"
 

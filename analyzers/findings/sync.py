@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.findings.evaluation import eval_time
+from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.measures.throughput import sync_sites
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Location,
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.findings.evaluation import eval_time
-from gpudiag.analyzers.measures.critical_path import CriticalPath
-from gpudiag.analyzers.measures.throughput import sync_sites
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def sync_findings(

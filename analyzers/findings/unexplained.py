@@ -11,19 +11,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.context import Context
-from gpudiag.analyzers.engine.results import (
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.findings.host_bound import user_code_share
+from gpudiag.analyzers.measures.accounting import BLOCKING, Site, Unplaced, unplaced
+from gpudiag.analyzers.measures.summary import confidence_above
+from gpudiag.analyzers.measures.workload import TRITON_BASIS
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
-from gpudiag.analyzers.findings.host_bound import user_code_share
-from gpudiag.analyzers.measures.accounting import BLOCKING, Site, Unplaced, unplaced
-from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.measures.workload import TRITON_BASIS
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 # Categories that cost time only on a device: on a job with no GPU they are plain CPU work
 # (a CPU tensor's .tolist() is a copy, not a wait for a GPU).

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import new_finding
-from gpudiag.analyzers.engine.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.steps import long_steps
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from gpudiag.analyzers.engine.results import Location
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, Frame, parse_stack
 from gpudiag.analyzers.measures.workload import is_supervising
+from gpudiag.analyzers.model.results import Location
 from gpudiag.analyzers.timeline.timeline import Aggregate
 from gpudiag.probes.stacks.pyspy_output import eval_frame_index
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.catalogue import explains_gpu_idle
-from gpudiag.analyzers.engine.results import Passed
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.catalogue import explains_gpu_idle
+from gpudiag.analyzers.model.results import Passed
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 MAX_ROWS = 50  # top ops, kernels, copies, syncs kept

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudiag.analyzers.engine.results import Evidence
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.results import Evidence
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.rollup import Rollup
 from gpudiag.analyzers.timeline.timeline import Aggregate
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudiag.analyzers.engine.results import CATEGORIES, Breakdown, Location
 from gpudiag.analyzers.measures.rules import (
     WORKER_LOOP_RE,
     Classifier,
@@ -17,6 +16,7 @@ from gpudiag.analyzers.measures.rules import (
     parse_stack,
     user_location,
 )
+from gpudiag.analyzers.model.results import CATEGORIES, Breakdown, Location
 from gpudiag.analyzers.timeline.timeline import Aggregate, ThreadKey
 
 NOT_LOOP = ("other", "startup")

@@ -369,7 +369,7 @@ def user_location(stack: str) -> Frame | None:
 
 def rules_from_config(entries: list[dict]) -> tuple[Rule, ...]:
     """Build user rules from config entries; raises ValueError with a readable message."""
-    from gpudiag.analyzers.engine.results import CATEGORIES
+    from gpudiag.analyzers.model.results import CATEGORIES
 
     out = []
     for i, e in enumerate(entries):

@@ -7,7 +7,6 @@ import copy
 import re
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.results import Location
 from gpudiag.analyzers.measures.rules import (
     Classifier,
     is_model_loading,
@@ -16,6 +15,7 @@ from gpudiag.analyzers.measures.rules import (
 )
 from gpudiag.analyzers.measures.triton import TRITON_UNITS, triton_metrics
 from gpudiag.analyzers.measures.workload import FORWARD_FILE_RE, SERVER_FILE_RE, is_handling
+from gpudiag.analyzers.model.results import Location
 from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey
 from gpudiag.analyzers.timeline.timeline import Aggregate
 

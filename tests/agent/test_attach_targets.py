@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.session.targets import choose_target, not_a_launcher, own_ranks
 from gpudiag.probes.dist.ranks import find_ranks
 from tests.agent.test_cli_errors import assert_one_line_error

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.render.html import render_html
 from gpudiag.agent.output.report import load_report

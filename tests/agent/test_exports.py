@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.exports import chrome_trace_of, speedscope_of
 from gpudiag.agent.output.report import write_report

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.cli import main as cli
-from gpudiag.agent.cli.config import load_settings
 from gpudiag.agent.output.recording import Recorder
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import report_of, validate
@@ -207,7 +207,7 @@ def test_a_full_disk_stops_the_recording_not_the_run(tmp_path):
 
 
 def test_a_full_disk_for_the_report_is_one_error_after_the_summary(monkeypatch, tmp_path, capsys):
-    from gpudiag.agent.output import safeio
+    from gpudiag.agent.base import safeio
 
     real_write = os.write
 

@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.gate import decide, load_baseline, load_gate_config
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output import recording
 from gpudiag.agent.output.report import load_report
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.inprocess.channel import decode_datagram, parse_message
 from tests.agent.test_cli_errors import assert_one_line_error
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpudiag.agent.output.report import RunInfo, build_report, write_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.test_throughput import hook_timeline
 from tests.conftest import WORKLOADS, gpudiag
 

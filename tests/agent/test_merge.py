@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.base.config import Settings
 from gpudiag.agent.commands.replay import replay_report
 from gpudiag.agent.output.report import load_report, write_report
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h100" / "healthy.jsonl.gz"
 

@@ -14,14 +14,14 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpudiag.agent.cli.config import Settings
+from gpudiag.agent.base.config import Settings
 from gpudiag.agent.fleet.identity import identity_from, parse_cgroup, redact_command
 from gpudiag.agent.fleet.metrics import LiveJob
 from gpudiag.agent.fleet.server import MetricsServer, serve_job
 from gpudiag.agent.output.report import load_report
 from gpudiag.agent.session.live import live_doc
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.base import Sample, Target
 from tests.conftest import WORKLOADS, gpudiag, kill_left_job
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from gpudiag.agent.output.render.ranks import rank_lines
 from gpudiag.agent.session.ranks.gpus import rank_device
 from gpudiag.agent.session.ranks.rankset import RankSet
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 
 from gpudiag.agent.session.ranks import hang as rank_hang
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.agent.test_rank_watch import C10D, confirmed, look_again, rank_set
 from tests.probes.test_flight_recorder import dump, entry
 

@@ -6,7 +6,7 @@ import time
 
 from gpudiag.agent.session.ranks import hang as ranks_mod
 from gpudiag.agent.session.ranks.rankset import RankSet
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.dist.collectives import CollectiveState
 from gpudiag.probes.dist.ranks import RankInfo
 from gpudiag.probes.inprocess.channel import HookProbe

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.output.recording import Recorder, open_recording, read_recording
 from gpudiag.agent.output.report import RunInfo, build_report, validate
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts

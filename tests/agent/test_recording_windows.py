@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.output.recording import Recorder, open_recording, read_recording
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.timeline.timeline import Timeline

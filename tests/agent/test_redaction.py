@@ -128,7 +128,7 @@ def test_reports_written_before_redaction_are_shown_redacted(tmp_path):
     """A report saved by an older gpudiag (secrets as is) is rendered with them hidden."""
     from pathlib import Path
 
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
     from gpudiag.agent.commands.replay import replay_report
     from gpudiag.agent.output.render.text import render_markdown, render_text
 

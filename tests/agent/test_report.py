@@ -12,7 +12,7 @@ import pytest
 from gpudiag.agent.output.render.text import render_markdown, render_text
 from gpudiag.agent.output.report import RunInfo, build_report, load_report, validate, write_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
 from tests.analyzers.scenario import Scenario
 

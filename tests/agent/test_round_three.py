@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output import recording, safeio
-from gpudiag.agent.output.safeio import WriteError, append_text, atomic_write, create_stream
+from gpudiag.agent.base import safeio
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import WriteError, append_text, atomic_write, create_stream
+from gpudiag.agent.output import recording
 from gpudiag.agent.session.joboutput import StderrTee
 from gpudiag.probes.dist.flight_recorder import read_dumps
 from gpudiag.probes.stacks.pyspy_output import SourceLines
@@ -66,7 +67,8 @@ def test_job_log_is_private_redacted_and_replaces_a_planted_link(tmp_path):
 
 def test_try_out_replaces_a_planted_link(tmp_path, monkeypatch):
     """`try --fix ... --out F` wrote with open(F, 'w'): a planted link was followed."""
-    from gpudiag.agent.commands import trial, tryfix
+    from gpudiag.agent.commands import tryfix
+    from gpudiag.agent.session import trial
 
     monkeypatch.setattr(trial, "try_fix", lambda plan, th: {"verdict": "held", "change": "x"})
     monkeypatch.setattr("gpudiag.text.trials.summary_line", lambda t: "tried")
@@ -259,7 +261,7 @@ def test_an_older_segment_of_another_user_is_not_merged(tmp_path):
 def test_try_ends_the_job_it_launched_not_the_pid_a_report_names(tmp_path, monkeypatch):
     """`try` re-read the report it wrote and killed the PID it named: in a shared folder
     another user chose which process root killed."""
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
     from gpudiag.agent.commands import run, tryfix
     from gpudiag.agent.commands.replay import replay_report
     from gpudiag.agent.output.report import write_report

@@ -190,7 +190,7 @@ def test_wrongly_typed_rule_fields_are_a_usage_error(tmp_path, cli, monkeypatch)
 def _implicit(tmp_path, mode: int, uid: int | None = None):
     import os
 
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
 
     pp = tmp_path / "pyproject.toml"
     pp.write_text("[tool.gpudiag.thresholds]\ndata_wait_warn = 0.9\n")
@@ -318,7 +318,7 @@ def test_a_job_dead_before_the_last_look_is_reaped_and_reported():
     import subprocess
     import sys
 
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
     from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
     from gpudiag.probes.base import Target
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base import safeio
+from gpudiag.agent.base.config import load_settings
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.gate import write_baseline
 from gpudiag.agent.commands.replay import replay_report
-from gpudiag.agent.output import safeio
 from gpudiag.agent.output.exports import write_exports, write_json, write_text
 from gpudiag.agent.output.recording import Recorder
 from gpudiag.agent.output.report import write_report

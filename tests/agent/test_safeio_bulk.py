@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import MAX_INT_DIGITS, check_value
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import MAX_INT_DIGITS, check_value
 
 NAN, INF = float("nan"), float("inf")
 BIG = 10**MAX_INT_DIGITS

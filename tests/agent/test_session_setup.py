@@ -3,7 +3,7 @@ before the budget governor (so that they get its CPU goal), nothing set on it af
 
 from __future__ import annotations
 
-from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.session.ranks.rankset import RankStackProbe
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, make_probes
 from gpudiag.probes.base import Target

@@ -236,7 +236,7 @@ def test_stop_signals_flag_then_exit(capfd):
 
 def test_sigterm_quits_the_live_ui_and_the_session_ends():
     """`--tui`: SIGTERM quits the UI as `q` does, so the caller still writes the report."""
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
     from gpudiag.agent.session.live import run_with_tui
     from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, Subject
     from gpudiag.probes.base import Target

@@ -10,9 +10,9 @@ from gpudiag.agent.output.render.text import render_markdown, render_text
 from gpudiag.agent.output.report import validate
 from gpudiag.analyzers.cost.money import Spend, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
-from gpudiag.analyzers.engine.results import Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.gpu_stats import GpuStats
+from gpudiag.analyzers.model.results import Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.tui.screens import finding_text
 from tests.agent.test_report import make_doc
 

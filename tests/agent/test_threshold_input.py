@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.agent.test_cli_errors import assert_one_line_error
 from tests.conftest import gpudiag
 
 
 def test_every_default_lies_in_its_range():
-    # a new threshold outside 0..1 must say its unit in analyzers/engine/thresholds.py UNITS
+    # a new threshold outside 0..1 must say its unit in analyzers/model/thresholds.py UNITS
     for name, value in Thresholds().to_dict().items():
         assert Thresholds.parse(name, value) == value, name
 
@@ -25,7 +25,7 @@ def test_thresholds_command_states_unit_and_range(cli):
     assert "data_wait_warn = 0.1  (a share from 0 to 1)" in listing
     assert "min_loop_samples = 150  (a count, a whole number from 0)" in listing
     assert "min_free_cores = 0.5  (a number of CPU cores from 0)" in listing
-    from gpudiag.analyzers.engine.thresholds import RANGES
+    from gpudiag.analyzers.model.thresholds import RANGES
 
     for name in Thresholds.names():
         line = next(ln for ln in listing.splitlines() if ln.startswith(f"{name} = "))

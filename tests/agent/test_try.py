@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from gpudiag.agent.commands.trial import (
+from gpudiag.agent.commands.tryfix import parse_fix
+from gpudiag.agent.session.trial import (
     Work,
     change_line,
     check_fix,
@@ -24,8 +25,7 @@ from gpudiag.agent.commands.trial import (
     read_steps,
     work_rate,
 )
-from gpudiag.agent.commands.tryfix import parse_fix
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
 from gpudiag.probes.inprocess.channel import INJECT_DIR
 from tests.conftest import gpudiag
@@ -598,7 +598,7 @@ def test_try_end_to_end_on_a_small_job(tmp_path, crash):
 
 def test_trials_in_report_summary_html_and_tui():
     """A report with `trials` validates; the summary, HTML page and TUI detail show them."""
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
     from gpudiag.agent.commands.replay import replay_report
     from gpudiag.agent.output.render.html import render_html
     from gpudiag.agent.output.render.text import render_text
@@ -635,7 +635,7 @@ def test_trials_in_report_summary_html_and_tui():
 )
 def test_findings_carry_their_fix_as_data(recording, fid, kind):
     """Real H100 recordings: the finding's fix is in the report as kind and values."""
-    from gpudiag.agent.cli.config import load_settings
+    from gpudiag.agent.base.config import load_settings
     from gpudiag.agent.commands.replay import replay_report
     from tests.agent.test_html_report import H100
 

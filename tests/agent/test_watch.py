@@ -186,9 +186,9 @@ def test_each_job_gets_its_share_of_the_budget_and_may_go_below_attach_floor():
 def test_recent_findings_follow_a_job_that_changed():
     import os
 
-    from gpudiag.agent.cli.config import Settings
+    from gpudiag.agent.base.config import Settings
     from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
-    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.analyzers.model.thresholds import Thresholds
     from gpudiag.probes.base import Target
     from tests.analyzers.scenario import Scenario
     from tests.analyzers.test_findings import HEALTHY

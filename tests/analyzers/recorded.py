@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.commands.replay import replay_report
 
 WORKLOAD_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "workloads"

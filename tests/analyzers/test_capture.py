@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.capture import capture_checks, capture_of
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.analyzers.engine.catalogue import CATALOGUE, about_time_in, new_finding, severity
-from gpudiag.analyzers.engine.results import Finding, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.catalogue import CATALOGUE, about_time_in, new_finding, severity
+from gpudiag.analyzers.model.results import Finding, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 ANALYZERS = Path(__file__).resolve().parents[2] / "analyzers"
 

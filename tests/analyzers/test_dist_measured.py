@@ -5,7 +5,7 @@ named with its cause, location and the victims' loss; balanced and ambiguous cas
 from __future__ import annotations
 
 from gpudiag.analyzers.distributed.compare import RankStats, adjusted_parts, straggler
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 TH = Thresholds()
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from gpudiag.analyzers.distributed.compare import RankStats, straggler, uses_ddp
 from gpudiag.analyzers.distributed.hang import HangRank, hang_finding, is_hung, stack_collective
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import StackCount
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 TH = Thresholds()
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"

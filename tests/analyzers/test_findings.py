@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.data import suggest_workers
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 
 HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03, "other": 0.02}

@@ -7,7 +7,7 @@ budget-lowered rate gives fewer still: GIL001 must not wait for min_loop_samples
 from __future__ import annotations
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 
 LOOP = {"forward": 0.35, "backward": 0.45, "optimizer": 0.2}

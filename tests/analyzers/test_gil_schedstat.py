@@ -10,8 +10,8 @@ running, measured on the held-out metrics-aggregator job (2 cores, idle box):
 from __future__ import annotations
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.catalogue import ranked
-from gpudiag.analyzers.engine.results import Finding, Recommendation
+from gpudiag.analyzers.model.catalogue import ranked
+from gpudiag.analyzers.model.results import Finding, Recommendation
 from tests.analyzers.scenario import STD, Scenario
 
 LOOP = {"forward": 0.25, "backward": 0.6, "optimizer": 0.1, "other": 0.05}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.cli.config import load_settings
+from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.commands.replay import replay_report
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h100_jobs"

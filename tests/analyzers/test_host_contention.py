@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.catalogue import spec
+from gpudiag.analyzers.model.catalogue import spec
 from gpudiag.probes.base import Target
 from gpudiag.probes.gpu.nvml import Nvml
 from gpudiag.probes.gpu.probe import GpuProbe

@@ -83,8 +83,8 @@ def test_hook_timed_steps_make_a_modest_data_wait_sure():
     timed exactly over 200 steps, pre-tokenising measured x1.28. Each timed step is an exact
     measurement, not a correlated stack sample: the verdict is sure, as it is not from 448
     stack samples alone."""
-    from gpudiag.analyzers.engine.thresholds import Thresholds
     from gpudiag.analyzers.findings.data import data_findings
+    from gpudiag.analyzers.model.thresholds import Thresholds
 
     sc = Scenario(cpu_count=2)
     for _ in range(2):

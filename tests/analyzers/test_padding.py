@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario, hook_padding, hook_serving, server_windows
 from tests.analyzers.test_findings import ids, windows
 

@@ -4,11 +4,11 @@ typed input (analyzers/engine/registry.py)."""
 from __future__ import annotations
 
 from gpudiag.analyzers.distributed.passes import RanksSeen, ReportsMerged
-from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.registry import CAPTURE, MERGE, RANKS, SECOND_PASSES
-from gpudiag.analyzers.engine.results import Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.capture import CaptureSeen
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 def test_every_second_pass_is_registered_once_by_name():

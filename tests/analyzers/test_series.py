@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudiag.analyzers.measures.rules import Classifier
-from gpudiag.analyzers.timeline.series import MAX_POINTS, MAX_STACKS, loop_stacks, run_series
+from gpudiag.analyzers.measures.series import MAX_POINTS, MAX_STACKS, loop_stacks, run_series
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
 from tests.analyzers.scenario import STACKS

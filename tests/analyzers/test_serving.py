@@ -74,7 +74,7 @@ def test_batch_inference_with_autograd_on_is_infer001():
 def test_infer001_is_a_warning_at_most_as_every_hypothesis():
     """What inference mode gives back is a hypothesis until `try` measures it: a warning at
     any impact, as SERVE001 and INFER002 (the H100 Flask server's 43% read as an error)."""
-    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.analyzers.model.thresholds import Thresholds
 
     sc = windows(Scenario(), shares={"forward": 0.9, "other": 0.1}).host(0.3).process(0.95)
     a = analyze(hook_serving(sc, rate=60.0, forward_s=0.015, requests=False).tl)

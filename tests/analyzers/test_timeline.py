@@ -83,7 +83,7 @@ def test_segments_stay_bounded_and_a_window_selects_a_span():
 def test_a_job_healthy_then_starved_reports_both_periods():
     """Half the run healthy, half waiting on data: the report says when it changed."""
     from gpudiag.analyzers import analyze
-    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.analyzers.model.thresholds import Thresholds
     from tests.analyzers.scenario import Scenario
 
     healthy = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "other": 0.05}

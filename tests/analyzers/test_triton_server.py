@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.agent.output.render.workload import request_lines
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.findings.serving import seen_by_triton
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.recorded import replay_workload
 
 # what the clients measured in each look: (requests/s, p50 s, p95 s)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.summary import share_interval, straddles
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 from tests.analyzers.test_findings import ids, windows
 
@@ -122,7 +122,7 @@ def test_library_work_under_the_warning_threshold_is_named_in_a_note_and_the_ver
 
 
 def test_a_note_ranks_after_every_warning():
-    from gpudiag.analyzers.engine.catalogue import ranked
+    from gpudiag.analyzers.model.catalogue import ranked
 
     a = run({"forward": 0.3, "backward": 0.35, "json": 0.2, "post": 0.15})
     order = [(f.id, f.severity) for f in ranked(list(a.findings))]

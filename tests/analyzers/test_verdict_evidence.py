@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from gpudiag.analyzers import analyze, unjudged, verdict_of
-from gpudiag.analyzers.engine.catalogue import new_finding
 from gpudiag.analyzers.engine.finalize import with_gpu_idle, with_more
-from gpudiag.analyzers.engine.results import Evidence, Recommendation
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.results import Evidence, Recommendation
+from gpudiag.analyzers.model.thresholds import Thresholds
 from tests.analyzers.scenario import Scenario
 
 HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.03, "other": 0.02}

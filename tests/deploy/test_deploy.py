@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudiag.agent.commands.watch import Watcher
 from gpudiag.agent.fleet.identity import identity_from
 from gpudiag.agent.fleet.metrics import GPU_FIELDS, GpudiagCollector, LiveJob
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.base import Sample
 from tests.agent.test_metrics import _doc
 
@@ -34,7 +34,7 @@ PROMQL_WORDS = {
 
 def exported() -> set[str]:
     """Every sample name gpudiag's endpoint can serve (a job with every field set)."""
-    from gpudiag.agent.cli.config import Settings
+    from gpudiag.agent.base.config import Settings
     from gpudiag.agent.session.session import SessionOptions
 
     job = LiveJob(identity_from(1, ["python"], "", {}, "u", "h"), _doc)

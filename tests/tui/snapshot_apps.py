@@ -6,7 +6,7 @@ import sys
 
 from gpudiag.agent.output.report import RunInfo, build_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import static_feed
 from tests.analyzers.scenario import Scenario

@@ -7,7 +7,7 @@ import time
 
 from gpudiag.agent.output.report import RunInfo, build_report
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.tui.app import DiagnosisApp
 from gpudiag.tui.feeds import Feed, static_feed
 from gpudiag.tui.screens import DiagnosisScreen, FindingScreen, HelpScreen, Shown

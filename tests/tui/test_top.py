@@ -124,7 +124,7 @@ def test_box_sampler_lists_python_processes_and_says_there_is_no_gpu():
     import sys
     import time
 
-    from gpudiag.probes.host.box import BoxSampler
+    from gpudiag.probes.box import BoxSampler
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     sampler = BoxSampler()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpudiag.agent.base.safeio import dumps_json
 from gpudiag.agent.output.render.text import render_markdown, render_text
-from gpudiag.agent.output.safeio import dumps_json
 
 
 def _html(doc: dict, verbose: bool) -> str:

@@ -7,7 +7,7 @@ import re
 from gpudiag.agent.output.render.ranks import rank_lines
 from gpudiag.agent.output.render.right_size import price_age_lines, right_size_lines
 from gpudiag.agent.output.render.workload import workload_lines
-from gpudiag.analyzers.engine.results import CATEGORIES
+from gpudiag.analyzers.model.results import CATEGORIES
 from gpudiag.text.formatting import (
     LABELS,
     evidence_parts,

@@ -17,7 +17,7 @@ from gpudiag.analyzers.distributed.hang import (
     stack_collective,
     user_frames,
 )
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.dist.flight_recorder import PREFIX_ENV, read_dumps
 from gpudiag.probes.dist.ranks import read_environ
 from gpudiag.probes.stacks.dump import dump_main_stack

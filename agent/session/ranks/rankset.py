@@ -22,9 +22,9 @@ from gpudiag.analyzers.distributed.compare import (
 from gpudiag.analyzers.distributed.hang import HangRank
 from gpudiag.analyzers.distributed.passes import RanksSeen
 from gpudiag.analyzers.engine.registry import RANKS
-from gpudiag.analyzers.engine.results import Finding
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.loop import location_of
+from gpudiag.analyzers.model.results import Finding
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus, Sample, Target
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field, replace
 
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import Prices, host_cause, project, resolve_price
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
@@ -23,6 +22,7 @@ from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, loads_in_loop, phase_summary
 from gpudiag.analyzers.measures.workload import Workload, decide_workload
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
 

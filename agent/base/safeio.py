@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 from gpudiag.probes.files import FileRefused, kind_of, open_regular_fd, refuse_untrusted
 
 if sys.version_info >= (3, 11):

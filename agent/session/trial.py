@@ -20,8 +20,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from gpudiag.agent.output.safeio import create_stream
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.agent.base.safeio import create_stream
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.stats.trials import judge
 from gpudiag.probes.files import read_regular, read_tail
 from gpudiag.probes.inject.gpudiag_channel import FIX_ENV, STEPS_ENV

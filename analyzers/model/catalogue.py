@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudiag.analyzers.engine.results import Finding, Severity
-from gpudiag.analyzers.engine.thresholds import Thresholds
+from gpudiag.analyzers.model.results import Finding, Severity
+from gpudiag.analyzers.model.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import NoReturn
 
-from gpudiag.agent.cli.errors import UsageError
+from gpudiag.agent.base.errors import UsageError
 
 
 class CommandParser(argparse.ArgumentParser):

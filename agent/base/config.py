@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudiag.agent.cli.errors import UsageError
-from gpudiag.agent.output.safeio import Untrusted, parse_toml, read_bounded
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.base.safeio import Untrusted, parse_toml, read_bounded
 from gpudiag.analyzers.cost.prices import Price
-from gpudiag.analyzers.engine.thresholds import Thresholds
 from gpudiag.analyzers.measures.rules import Rule, rules_from_config
+from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.text.sink import say
 
 

@@ -1,0 +1,1 @@
+"""The one analysis context every finder reads."""

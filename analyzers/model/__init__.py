@@ -1,0 +1,1 @@
+"""The words every analyzer speaks: results, the catalogue, thresholds."""
