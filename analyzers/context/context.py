@@ -22,6 +22,7 @@ from gpudiag.analyzers.measures.summary import host_metrics
 from gpudiag.analyzers.measures.throughput import throughput_metrics
 from gpudiag.analyzers.measures.window import LoopWindow, loads_in_loop, phase_summary
 from gpudiag.analyzers.measures.workload import Workload, decide_workload
+from gpudiag.analyzers.model.catalogue import spec
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate, Timeline
 
@@ -53,6 +54,15 @@ class Context:
         """The GPU idle the critical path puts on one breakdown category (None without a
         GPU signal: the finders then use the loop's share)."""
         return None if self.idle is None else self.cp.caused(category)
+
+    def claiming(self, claim: str) -> tuple:
+        """The findings made before this finder that claim a part of the loop (their specs'
+        `claims`, e.g. "eval_pass"): how a finder defers to another without naming its id."""
+        return tuple(f for f in self.found if claim in spec(f.id).claimed)
+
+    def claimed(self, claim: str) -> bool:
+        """Whether a finding made before this finder claims this part of the loop."""
+        return bool(self.claiming(claim))
 
 
 def model_reloaded(

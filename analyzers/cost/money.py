@@ -1,4 +1,4 @@
-"""What the waste costs: money per finding, idle spend (COST001), cost per 1,000 units of
+"""What the waste costs: money per finding, cost per 1,000 units of
 work, the price's age, and when spot capacity fits (right-sizing: analyzers.cost.projection).
 
 Money figures exist only when the job uses a GPU and a price is known; every figure says
@@ -11,14 +11,10 @@ from dataclasses import dataclass, replace
 from datetime import date
 
 from gpudiag.analyzers.cost.prices import SPOT_NOTE, Price
-from gpudiag.analyzers.cost.projection import right_size_line, unit_rate
+from gpudiag.analyzers.cost.projection import unit_rate
 from gpudiag.analyzers.measures.gpu_stats import GpuStats
-from gpudiag.analyzers.model.catalogue import (
-    about_time_in,
-    explains_gpu_idle,
-    new_finding,
-)
-from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
+from gpudiag.analyzers.model.catalogue import about_money, about_time_in, explains_gpu_idle
+from gpudiag.analyzers.model.results import Finding
 from gpudiag.analyzers.model.thresholds import Thresholds
 
 STALE_DAYS = 365  # a reference price older than this (at the run's date) is flagged
@@ -34,7 +30,7 @@ def price_age(price: Price, run_day: date | None) -> dict:
     return {"date": price.row.date, "age_days": days, "stale": days > STALE_DAYS}
 
 
-def _money(usd_per_hour: float) -> dict:
+def money_rates(usd_per_hour: float) -> dict:
     return {"usd_per_hour": round(usd_per_hour, 4), "usd_per_day": round(usd_per_hour * 24, 2)}
 
 
@@ -74,7 +70,8 @@ class Spend:
 def cost_analysis(
     spend: Spend, findings: list[Finding], th: Thresholds
 ) -> tuple[dict, list[Finding]]:
-    """The report's cost section, and the findings with their cost (plus COST001)."""
+    """The report's cost section, and the findings with their cost (COST001, the idle
+    spend, is a finding unit of its own: analyzers/findings/idle_spend.py)."""
     price = spend.price
     used = [s for s in spend.stats if s.job_uses_gpu and s.busy is not None]
     if not used:
@@ -96,20 +93,21 @@ def cost_analysis(
         "price": {**price.to_dict(), **price_age(price, spend.run_day)},
         "gpus": n,
         "gpu_model": used[0].name,
-        **_money(per_hour),
+        **money_rates(per_hour),
         "gpu_idle_share": round(idle, 4),
-        "idle": _money(per_hour * idle),
+        "idle": money_rates(per_hour * idle),
     }
     per_unit(section, spend.metrics, spend.workload_kind, per_hour)
     out = [
         replace(
-            f, cost={"gpu_hours_per_hour": round(n * f.impact, 4), **_money(per_hour * f.impact)}
+            f,
+            cost={"gpu_hours_per_hour": round(n * f.impact, 4), **money_rates(per_hour * f.impact)},
         )
         if f.impact > 0
         else f
         for f in findings
     ]
-    top = [f for f in out if f.severity in ("error", "warning")][:3]
+    top = [f for f in out if f.severity in ("error", "warning") and not about_money(f.id)][:3]
     if top:
         section["if_fixed"] = _if_fixed(section, top, idle, per_hour)
     if spend.checkpoints:
@@ -118,8 +116,6 @@ def cost_analysis(
             "note": f"the job saves checkpoints regularly, so it can resume "
             f"after preemption: {SPOT_NOTE}",
         }
-    if idle >= th.cost_idle_warn:
-        out.append(_cost001(spend, used, idle, price, top, th))
     return section, out
 
 
@@ -136,7 +132,7 @@ def _if_fixed(section: dict, top: list[Finding], idle: float, per_hour: float) -
         "basis": first.speedup_basis,
         "speedup_kind": first.speedup_kind,
         "gpu_idle_share": round(idle_after, 4),
-        "idle": _money(per_hour * idle_after),
+        "idle": money_rates(per_hour * idle_after),
         "usd_per_1000_steps": (
             round(section["usd_per_1000_steps"] / speed, 4)
             if section["usd_per_1000_steps"]
@@ -148,64 +144,6 @@ def _if_fixed(section: dict, top: list[Finding], idle: float, per_hour: float) -
             else None
         ),
     }
-
-
-def _cost001(
-    spend: Spend,
-    used: list[GpuStats],
-    idle: float,
-    price: Price,
-    top: list[Finding],
-    th: Thresholds,
-) -> Finding:
-    per_hour = len(used) * price.usd_per_gpu_hour
-    sizing = right_size_line(spend.right)
-    checkpoints = spend.checkpoints
-    day = per_hour * 24
-    ev = (
-        Evidence(
-            "gpu_idle_share",
-            round(idle, 4),
-            "ratio",
-            th.cost_idle_warn,
-            ">=",
-            "cost_idle_warn",
-            "nvml utilization",
-        ),
-        Evidence("price", price.usd_per_gpu_hour, "USD/GPU-hour", source=price.source),
-        Evidence("gpu_spend", round(day, 2), "USD/day", source="price x GPUs"),
-        Evidence("idle_spend", round(day * idle, 2), "USD/day", source="price x idle share"),
-    )
-    msg = (
-        f"{idle:.0%} of the GPU spend is idle: about ${day * idle:,.0f} of ${day:,.0f} per "
-        f"day on {len(used)}x {used[0].name} at ${price.usd_per_gpu_hour:.2f}/GPU-hour "
-        f"({price.source})."
-    )
-    actions = []
-    if top:
-        actions.append("fix the findings above first: " + ", ".join(f.id for f in top))
-    if sizing:
-        actions.append(f"right-size: {sizing}")
-    if checkpoints:
-        actions.append(f"use spot/preemptible capacity: {SPOT_NOTE}")
-    actions.append("profile before you provision: rerun gpudiag after each change")
-    # COST001 is the money view of the causes above, not another cause of lost wall time:
-    # its impact is 0 so that it ranks after them; its size is in `cost`.
-    return new_finding(
-        "COST001",
-        th,
-        confidence=0.8,
-        impact=0.0,
-        message=msg,
-        evidence=ev,
-        recommendation=Recommendation(
-            f"About ${day * idle:,.0f}/day of GPU time is idle", tuple(actions)
-        ),
-        expected_speedup=1.0,
-        cost=_money(per_hour * idle),
-        signals=("nvml utilization", "price"),
-        speedup_basis="none: the money view of the causes above (their speed-ups are theirs)",
-    )
 
 
 def checkpoints_seen(findings: list[Finding], checkpoint_share: float) -> bool:

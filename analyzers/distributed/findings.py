@@ -16,9 +16,54 @@ from gpudiag.analyzers.distributed.ranks import (
     location,
     wait_share,
 )
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+DIST001 = register(
+    Spec(
+        "DIST001",
+        "A straggler rank makes the other ranks wait in collectives",
+        "distributed",
+        False,
+        time_in="collective",
+        compares_ranks=True,
+        doc=Doc(
+            means=(
+                "a straggler rank makes the others wait in collectives: told by where each rank "
+                "waits (measured by the collective hooks and DDP's timing comm hook; else "
+                "inferred from the stacks), with its host, GPU and own cause (its own loop work, "
+                "its DataLoader, its compute or its throttled/shared GPU, copies, checkpoints) "
+                "and its location"
+            ),
+            fix=(
+                "what the others lose per step and the speed-up if it kept pace; the fix for its "
+                "own cause"
+            ),
+        ),
+    )
+)
+
+DIST003 = register(
+    Spec(
+        "DIST003",
+        "Communication-bound: every rank spends a large share of its step in collectives",
+        "distributed",
+        False,
+        time_in="collective",
+        compares_ranks=True,
+        doc=Doc(
+            means=(
+                "communication-bound: every rank spends `dist_comm_warn` or more of its step in "
+                "collectives, no straggler"
+            ),
+            fix=(
+                "gradient accumulation with `no_sync`, `bucket_cap_mb`, FSDP prefetch/sharding, "
+                "ZeRO `overlap_comm` and bucket sizes, NCCL hints for PCIe-only GPUs"
+            ),
+        ),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -67,13 +112,12 @@ def dist001(s: Straggler, th: Thresholds) -> Finding:
         impact=min(1.0, s.lost),
         message=msg,
         evidence=(
-            Evidence(
+            th.evidence(
+                "dist_straggler_gap",
                 "rank_collective_wait_gap",
                 round(s.lost, 4),
                 "share",
-                th.dist_straggler_gap,
                 ">=",
-                "dist_straggler_gap",
                 "stacks" if wait is wait_share else "hooks",
             ),
             Evidence(f"rank{culprit.rank}_{c.own}_share", share, "share"),
@@ -204,13 +248,12 @@ def dist003(ranks: list[RankStats], th: Thresholds, wait=None) -> Finding:
             "rank is a straggler: the step waits on communication"
         ),
         evidence=(
-            Evidence(
+            th.evidence(
+                "dist_comm_warn",
                 "min_rank_collective_share",
                 round(share, 4),
                 "share",
-                th.dist_comm_warn,
                 ">=",
-                "dist_comm_warn",
                 "stacks",
             ),
         ),

@@ -21,14 +21,8 @@ def gpu_cause(
     if worst is not None and worst[1] >= th.throttle_warn:
         return (
             f"its GPU {gpu} is throttled ({worst[0]} {worst[1]:.0%} of the time{clocks})",
-            Evidence(
-                f"gpu{gpu}_throttle_{worst[0]}",
-                worst[1],
-                "share",
-                th.throttle_warn,
-                ">=",
-                "throttle_warn",
-                "nvml",
+            th.evidence(
+                "throttle_warn", f"gpu{gpu}_throttle_{worst[0]}", worst[1], "share", ">=", "nvml"
             ),
         )
     others = stats.get("foreign_procs") or 0.0

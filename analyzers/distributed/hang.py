@@ -9,10 +9,30 @@ from dataclasses import dataclass, field
 
 from gpudiag.analyzers.distributed.ranks import location as _loc
 from gpudiag.analyzers.measures.rules import parse_frame
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.dist.flight_recorder import RecorderRank
+
+DIST002 = register(
+    Spec(
+        "DIST002",
+        "Hang: no rank makes progress; a rank is not in the collective the others wait in",
+        "distributed",
+        False,
+        doc=Doc(
+            means=(
+                "hang: no rank finished a step for `dist_hang_s` (or `dist_hang_steps` times the "
+                "job's longest step; later while a rank is evaluating or saving); the rank(s) not"
+                " in the collective the others wait in (DDP's gradient all-reduce included), "
+                "where they are, how many collectives behind, with NCCL flight-recorder dumps "
+                "merged in"
+            ),
+            fix="every rank's stack side by side, written while the job is still hung",
+        ),
+    )
+)
+
 
 _COLLECTIVE_FILE = re.compile(
     r"torch/distributed/(distributed_c10d|_functional_collectives|c10d_logger)|gpudiag_dist\.py$"
@@ -230,17 +250,7 @@ def hang_finding(ranks: list[HangRank], quiet_s: float | None, th: Thresholds) -
     limit, why = hang_threshold(ranks, th)
     scaled = limit > th.dist_hang_s
     longest = max((r.longest_step_s or 0.0 for r in ranks), default=0.0)
-    ev = [
-        Evidence(
-            "longest_step_s",
-            round(longest, 3),
-            "s",
-            th.dist_hang_steps,
-            "x",
-            "dist_hang_steps",
-            "hooks",
-        )
-    ]
+    ev = [th.evidence("dist_hang_steps", "longest_step_s", round(longest, 3), "s", "x", "hooks")]
     if quiet_s is not None:
         msg += f" (hang threshold {limit:.0f} s: {why})"
         setting = "dist_hang_steps" if scaled else "dist_hang_s"

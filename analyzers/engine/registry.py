@@ -1,9 +1,11 @@
-"""The registry of finders, in the order they run. A finder is a findings module's
-`find(ctx) -> list[Finding]` over the one analysis context (`context/context.py`, built once
-per analysed span); the context's `found` holds the findings made before it (the GPU finder
-explains the GPU idle the host-side ones left over). `analyze` runs them all, then
-`finalize` ranks them, prices them and gives the verdict. A new finding goes inside the
-`find` of its family's module (see CONTRIBUTING.md); a new family's module is added here.
+"""The registry of finders. A finder is a finding unit's `find(ctx) -> list[Finding]` over
+the one analysis context (`context/context.py`, built once per analysed span), declared with
+the specs of the findings it makes (`context/finder.py`). The order they run in follows from
+those specs: a finder runs after every finder whose findings claim a part of the loop it
+reads (`Spec.claims`, `Spec.reads`), so a finder defers to another through `Context.claimed`,
+never by its id. `analyze` runs them all, then `finalize` ranks them, prices them and gives
+the verdict. A new finding goes in its unit's module (see CONTRIBUTING.md); a new unit's
+module is added to `UNITS` here, in any place.
 
 The findings decided after the analysis, over more than one context, come from the second
 passes registered here too (`SECOND_PASSES`): each a function over its one typed input that
@@ -17,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder, in_order
 from gpudiag.analyzers.distributed.passes import (
     RanksSeen,
     ReportsMerged,
@@ -32,6 +35,7 @@ from gpudiag.analyzers.findings import (
     gpu,
     host_bound,
     host_contention,
+    idle_spend,
     model_load,
     oversubscription,
     padding,
@@ -44,33 +48,33 @@ from gpudiag.analyzers.findings import (
 from gpudiag.analyzers.measures.capture import CaptureSeen, capture_findings
 from gpudiag.analyzers.model.results import F, Finding, Passed
 
-Finder = Callable[[Context], list[Finding]]
-
-FINDERS: tuple[Finder, ...] = (
-    oversubscription.find,  # before data: batches late from the job's own crowded pools
-    data.find,
-    evaluation.find,  # before SYNC001: the syncs an evaluation pass makes are EVAL001's
-    sync.find,
-    debug_switches.find,  # before HOST001: the stack records' host time is DEBUG001's
-    storage.find,
-    gil.find,
-    checkpoint.find,
-    model_load.find,  # before serving: the handlers' loading is not SERVE002's host work
-    serving.find,  # before HOST001: a server's or batch-1 inference's host time is theirs
-    padding.find,
-    host_bound.find,
-    host_contention.find,
-    unexplained.find,  # after every host-side cause: the loop time none of them explains
-    gpu.find,  # after the host-side finders: GPU idle they do not explain is its own finding
-    startup.find,
+UNITS = (
+    checkpoint,
+    data,
+    debug_switches,
+    evaluation,
+    gil,
+    gpu,
+    host_bound,
+    host_contention,
+    idle_spend,
+    model_load,
+    oversubscription,
+    padding,
+    serving,
+    startup,
+    storage,
+    sync,
+    unexplained,
 )
+FINDERS: tuple[Finder, ...] = in_order(unit.FINDER for unit in UNITS)
 
 
 def run_finders(c: Context, finders: tuple[Finder, ...] = FINDERS) -> list[Finding]:
     """Every finder's findings over one context, in registration order."""
     found: list[Finding] = []
     for finder in finders:
-        found += finder(replace(c, found=tuple(found)))
+        found += finder.find(replace(c, found=tuple(found)))
     return found
 
 

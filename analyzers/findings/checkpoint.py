@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.gpu_stats import gpu_compute as compute_share
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -19,6 +20,36 @@ from gpudiag.analyzers.model.results import (
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
+
+CKPT001 = register(
+    Spec(
+        "CKPT001",
+        "Synchronous checkpoint saves stall training",
+        "host",
+        True,
+        "checkpoint_error",
+        time_in="checkpoint",
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "synchronous checkpoint saves take a large share of the loop (`torch.save`, "
+                "safetensors, DCP, and a save callback's whole save: Lightning's `_atomic_save` "
+                "writes through fsspec after serialising into memory)"
+            ),
+            fix="names the call site, how often and how long; save less often or asynchronously",
+            measured=(
+                Measured(
+                    impact="GPU idle while the loop is inside saves",
+                    speedup=(
+                        "the whole blocking save removed (device-to-host copies and the write "
+                        "included), less the time it waits for queued GPU work"
+                    ),
+                    checked="x18.5 / x18.5-24",
+                ),
+            ),
+        ),
+    )
+)
 
 
 def save_episodes(
@@ -76,15 +107,7 @@ def checkpoint_findings(
     rate = w.rate_hz if w and w.rate_hz else 100.0
     sampled_s = w.duration_s if w and w.duration_s else tl.duration_s
     ev = [
-        Evidence(
-            "checkpoint_share",
-            round(share, 4),
-            "ratio",
-            th.checkpoint_warn,
-            ">=",
-            "checkpoint_warn",
-            "stacks",
-        )
+        th.evidence("checkpoint_warn", "checkpoint_share", round(share, 4), "ratio", ">=", "stacks")
     ]
     detail = ""
     actions = []
@@ -156,3 +179,6 @@ def find(c: Context) -> list[Finding]:
     return checkpoint_findings(
         c.view, c.profile, c.clf, c.th, c.caused("checkpoint"), compute_share(list(c.stats))
     )
+
+
+FINDER = Finder("checkpoint", find, (CKPT001,))

@@ -8,16 +8,17 @@ import math
 from dataclasses import dataclass, replace
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.loaders import (
     WaitingLoaders,
     loader_on_cpu,
     waiting_loaders_finding,
 )
-from gpudiag.analyzers.findings.worker_churn import churn_findings
+from gpudiag.analyzers.findings.worker_churn import DATA003, churn_findings
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.rules import user_location
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -25,6 +26,92 @@ from gpudiag.analyzers.model.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+DATA001 = register(
+    Spec(
+        "DATA001",
+        "Loop waits on the input pipeline (the DataLoader)",
+        "host",
+        True,
+        "data_wait_error",
+        time_in="data_wait",
+        claims=("loop_time",),
+        reads=("own_threads",),
+        doc=Doc(
+            means=(
+                "the loop waits on the DataLoader (one id for the cause, whatever the box's idle "
+                "cores)"
+            ),
+            fix=(
+                "graded by the evidence it shows (idle cores, physical cores, workers running, "
+                "the loaders' off-CPU share from schedstat): loaders that wait (off-CPU >= "
+                "`loader_wait_min`: sleeps, network, object store; with `num_workers=0` also at "
+                "least `loader_blocking_min` of the sampled loading lines on such a call, since "
+                "the loop thread is also off-CPU while native threads, a fast tokenizer's or the "
+                "intra-op pool, do its loading) get `num_workers=N` to overlap the waits even on "
+                "a busy box; loaders that compute get `num_workers=N` from the loading/compute "
+                'ratio and the idle cores, or, with fewer than `min_free_cores` idle, "make '
+                'loading cheaper; num_workers=N helps once cores are free"'
+            ),
+            measured=(
+                Measured(
+                    impact="GPU idle while the loop waits for batches "
+                    "(without a GPU: the wait share)",
+                    speedup=(
+                        "step after = max(rest of the step, loading / loaders), loaders = "
+                        "min(workers, physical cores - 1: SMT siblings add little to decoding; 2 "
+                        "logical CPUs per core assumed when psutil cannot tell)"
+                    ),
+                    checked="x7.5 / x7.5-7.6",
+                ),
+                Measured(
+                    impact="as DATA001",
+                    speedup=(
+                        "step after = max(rest of the step, loading / N loaders), loaders not "
+                        "limited by cores (a waiting loader needs little CPU)"
+                    ),
+                    variant="DATA001 (waiting loaders)",
+                ),
+                Measured(
+                    impact="as DATA001",
+                    speedup="a bound: the wait removed",
+                    variant="DATA001 (computing loaders, no idle cores) and DATA002",
+                ),
+            ),
+        ),
+    )
+)
+
+DATA002 = register(
+    Spec(
+        "DATA002",
+        "Input pipeline is CPU-bound and the cores are already busy",
+        "host",
+        True,
+        "data_wait_error",
+        time_in="data_wait",
+        claims=("loop_time",),
+        reads=("own_threads",),
+        doc=Doc(
+            means=(
+                "the loop waits on the DataLoader and the job's own workers already fill the "
+                "physical cores with CPU work (a fact of the job, not of the box)"
+            ),
+            fix=(
+                "cheaper transforms (names the hot function), pre-processed/cached data, GPU "
+                "decoding; fewer workers if oversubscribed"
+            ),
+            measured=(
+                Measured(
+                    impact="as DATA001",
+                    speedup="a bound: the wait removed",
+                    variant="DATA001 (computing loaders, no idle cores) and DATA002",
+                ),
+            ),
+        ),
+    )
+)
+
 
 STACKS = "stacks"
 
@@ -193,26 +280,19 @@ def _evidence(
     w: Wait, ld: Loading, th: Thresholds, gpu_idle_caused: float | None
 ) -> list[Evidence]:
     ev = [
-        Evidence(
-            "data_wait_share",
-            round(w.share, 4),
-            "ratio",
-            th.data_wait_warn,
-            ">=",
-            "data_wait_warn",
-            w.source,
+        th.evidence(
+            "data_wait_warn", "data_wait_share", round(w.share, 4), "ratio", ">=", w.source
         ),
         Evidence("dataloader_workers", float(ld.workers), "count", source="procfs"),
     ]
     if ld.free is not None:
         ev.append(
-            Evidence(
+            th.evidence(
+                "min_free_cores",
                 "host_free_cores",
                 round(ld.free, 2),
                 "cores",
-                th.min_free_cores,
                 ">=" if ld.free >= th.min_free_cores else "<",
-                "min_free_cores",
                 "procfs",
             )
         )
@@ -243,13 +323,12 @@ def _loader_evidence(ld: Loading, th: Thresholds) -> list[Evidence]:
         return []
     off = 1.0 - ld.on_cpu
     ev = [
-        Evidence(
+        th.evidence(
+            "loader_wait_min",
             "loader_off_cpu_share",
             round(off, 4),
             "ratio",
-            th.loader_wait_min,
             ">=" if off >= th.loader_wait_min else "<",
-            "loader_wait_min",
             "procfs schedstat",
         )
     ]
@@ -259,13 +338,12 @@ def _loader_evidence(ld: Loading, th: Thresholds) -> list[Evidence]:
     # script: off-CPU 48-60% while tokenising, and 2 workers gave x0.98).
     if ld.workers == 0:
         ev.append(
-            Evidence(
+            th.evidence(
+                "loader_blocking_min",
                 "loader_blocking_call_share",
                 round(ld.blocking, 4),
                 "ratio",
-                th.loader_blocking_min,
                 ">=" if ld.blocking >= th.loader_blocking_min else "<",
-                "loader_blocking_min",
                 "stacks",
             )
         )
@@ -454,7 +532,7 @@ def behind_own_threads(f: Finding) -> Finding:
     cores (HOST003): a note after HOST003, whose fix moves the loaders too (torch.set_num_threads
     (16) and 4 threads per worker on 2 cores: the loop waited 27-29% for batches, HOST003's
     thread counts moved the job x1.76-1.99)."""
-    if f.id not in ("DATA001", "DATA002"):
+    if f.id not in (DATA001.id, DATA002.id):
         return f
     return replace(f, severity="note", message=f.message + CROWDED_NOTE)
 
@@ -465,6 +543,9 @@ def find(c: Context) -> list[Finding]:
     found = churn_findings(c.view, c.profile, c.metrics, c.th) or data_findings(
         c.profile, c.metrics, c.th, c.caused("data_wait"), c.idle
     )
-    if any(f.id == "HOST003" for f in c.found):
+    if c.claimed("own_threads"):
         return [behind_own_threads(f) for f in found]
     return found
+
+
+FINDER = Finder("data", find, (DATA001, DATA002, DATA003))

@@ -13,11 +13,12 @@ import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_frame
 from gpudiag.analyzers.measures.steps import long_steps
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -28,6 +29,34 @@ from gpudiag.analyzers.model.results import (
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 from gpudiag.probes.stacks.pyspy_output import eval_frame_index, is_library_frame
+
+EVAL001 = register(
+    Spec(
+        "EVAL001",
+        "Evaluation inside the training loop",
+        "run",
+        False,
+        claims=("loop_time", "eval_pass", "loop_host_time"),
+        doc=Doc(
+            means=(
+                "evaluation inside a training loop: the loop thread's samples under a function "
+                "named like evaluation (`evaluate`, `validate`, `eval_step`, `run_validation`, "
+                "`val_epoch`...; not `train_and_evaluate`, nor one that runs backward; Hugging "
+                "Face's `Trainer.evaluate`, Lightning's evaluation loop) are >= `eval_share_warn`"
+                " of the loop, in a job that trains (backward and optimizer >= `eval_train_min`, "
+                "or optimizer steps timed). How often and how long: the hooks' long steps, else "
+                "the stack samples' evaluation episodes"
+            ),
+            fix=(
+                'the interval that holds evaluation at or under `eval_share_target` ("every 200 '
+                'steps instead of every 10 (evaluation 64% -> 8%)"), a held-out subset between '
+                "full evaluations, `inference_mode` with a larger batch, or evaluation in another"
+                " process"
+            ),
+        ),
+    )
+)
+
 
 TRAINING = ("backward", "optimizer")
 TRAINS_SHARE = 0.2  # of a function's samples in backward/optimizer: it trains
@@ -183,32 +212,10 @@ def plan(share: float, cad: Cadence | None, th: Thresholds) -> tuple[float, floa
 
 def _evidence(share: float, train: float, after: float, cad: Cadence | None, th: Thresholds):
     ev = [
-        Evidence(
-            "eval_share",
-            round(share, 4),
-            "ratio",
-            th.eval_share_warn,
-            ">=",
-            "eval_share_warn",
-            "stacks",
-        ),
-        Evidence(
-            "training_share",
-            round(train, 4),
-            "ratio",
-            th.eval_train_min,
-            ">=",
-            "eval_train_min",
-            "stacks",
-        ),
-        Evidence(
-            "eval_share_after_fix",
-            round(after, 4),
-            "ratio",
-            th.eval_share_target,
-            "<=",
-            "eval_share_target",
-            "model",
+        th.evidence("eval_share_warn", "eval_share", round(share, 4), "ratio", ">=", "stacks"),
+        th.evidence("eval_train_min", "training_share", round(train, 4), "ratio", ">=", "stacks"),
+        th.evidence(
+            "eval_share_target", "eval_share_after_fix", round(after, 4), "ratio", "<=", "model"
         ),
     ]
     if cad is not None:
@@ -300,3 +307,6 @@ def evaluation_findings(
 def find(c: Context) -> list[Finding]:
     """EVAL001, from the analysis context."""
     return evaluation_findings(c.view, c.profile, c.clf, c.metrics, c.th)
+
+
+FINDER = Finder("evaluation", find, (EVAL001,))

@@ -5,12 +5,39 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.loop import GilStats, LoopProfile, location_of
 from gpudiag.analyzers.measures.serving import handler_names
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+GIL001 = register(
+    Spec(
+        "GIL001",
+        "Python threads contend for the GIL and starve the loop",
+        "host",
+        True,
+        time_in="gil_wait",
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "other Python threads of the job hold the GIL (`--gil` ticks, or their CPU from "
+                "schedstat) and the loop thread is not running for it (off-CPU, or waiting for a "
+                "CPU its own threads fill); in a server, the request handlers' own hold is left "
+                "out (it is the request path's work: SERVE002, or the forwards SERVE001 batches)"
+            ),
+            fix="names the threads and their functions; move the work to a process",
+            measured=(
+                Measured(
+                    impact="GPU idle while the loop waits for the GIL",
+                    speedup="the wait removed, capped by the GPU's busy time",
+                ),
+            ),
+        ),
+    )
+)
 
 
 def gil_judged(profile: LoopProfile, th: Thresholds) -> bool:
@@ -105,22 +132,20 @@ def gil_findings(
         f"for the GIL."
     )
     ev = [
-        Evidence(
+        th.evidence(
+            "gil_wait_warn",
             "gil_wait_share",
             round(g.wait_share, 4),
             "ratio",
-            th.gil_wait_warn,
             ">=",
-            "gil_wait_warn",
             "stacks+procfs",
         ),
-        Evidence(
+        th.evidence(
+            "gil_other_min",
             "gil_held_by_other_threads",
             round(g.other_share, 4),
             "ratio",
-            th.gil_other_min,
             ">=",
-            "gil_other_min",
             "py-spy --gil, procfs schedstat",
         ),
         Evidence("gil_held_by_loop_thread", round(g.loop_share, 4), "ratio", source="py-spy --gil"),
@@ -149,19 +174,14 @@ def gil_findings(
                 "loop_thread_off_cpu", round(g.loop_off_cpu, 4), "ratio", source="procfs schedstat"
             )
         )
+    ev.append(th.evidence("gil_min_ticks", "gil_ticks", g.ticks, "samples", ">=", "py-spy --gil"))
     ev.append(
-        Evidence(
-            "gil_ticks", g.ticks, "samples", th.gil_min_ticks, ">=", "gil_min_ticks", "py-spy --gil"
-        )
-    )
-    ev.append(
-        Evidence(
+        th.evidence(
+            "gil_min_readings",
             "loop_thread_schedstat_readings",
             g.readings,
             "count",
-            th.gil_min_readings,
             ">=",
-            "gil_min_readings",
             "procfs schedstat",
         )
     )
@@ -211,3 +231,6 @@ def find(c: Context) -> list[Finding]:
     # threads outside it
     handlers = handler_names(c.view) if kind == "server" else frozenset()
     return gil_findings(c.profile, c.th, c.caused("gil_wait"), c.idle, kind, handlers)
+
+
+FINDER = Finder("gil", find, (GIL001,))

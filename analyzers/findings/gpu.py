@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.cost.prices import identify
 from gpudiag.analyzers.cost.projection import right_size_line
-from gpudiag.analyzers.findings.gpu_memory import memory_findings
-from gpudiag.analyzers.findings.gpu_throttle import throttle_findings
-from gpudiag.analyzers.findings.gpu_transfer import transfer_findings
+from gpudiag.analyzers.findings.gpu_memory import MEM001, MEM002, memory_findings
+from gpudiag.analyzers.findings.gpu_throttle import THROT001, throttle_findings
+from gpudiag.analyzers.findings.gpu_transfer import XFER001, transfer_findings
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.gpu_stats import (
     CONFIRMED_CONFIDENCE,
@@ -25,9 +26,98 @@ from gpudiag.analyzers.measures.gpu_stats import (
     confidence,
     gpu_evidence,
 )
-from gpudiag.analyzers.model.catalogue import explains_gpu_idle, new_finding
+from gpudiag.analyzers.model.catalogue import (
+    Doc,
+    Measured,
+    Spec,
+    explains_gpu_idle,
+    new_finding,
+    register,
+)
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+GPU001 = register(
+    Spec(
+        "GPU001",
+        "GPU idle most of the time; neither side explains the gaps",
+        "gpu",
+        False,
+        reads=("gpu_idle",),
+        doc=Doc(
+            means=(
+                "the job's GPU idles and neither side explains the gaps (no stacks, or the loop "
+                "blocked on something gpudiag does not see)"
+            ),
+            fix="profile the kernel gaps; check what else uses the GPU",
+            measured=(
+                Measured(
+                    impact="the unexplained idle",
+                    speedup="a bound",
+                ),
+            ),
+        ),
+    )
+)
+
+GPU002 = register(
+    Spec(
+        "GPU002",
+        "Launch-bound: the GPU looks busy but its SMs are mostly idle",
+        "gpu",
+        True,
+        reads=("gpu_idle",),
+        doc=Doc(
+            means=(
+                "launch-bound: NVML utilisation high, GPM SM activity low (Hopper+), not "
+                "explained by copies"
+            ),
+            fix="fuse kernels (torch.compile), CUDA graphs, bigger batches",
+        ),
+    )
+)
+
+GPU003 = register(
+    Spec(
+        "GPU003",
+        "Matrix work not on tensor cores (fp32 without TF32/AMP)",
+        "gpu",
+        False,
+        reads=("gpu_idle",),
+        doc=Doc(
+            means=(
+                "SMs busy but tensor cores idle: fp32 matmuls (Hopper+); not where the SMs wait "
+                "on DRAM (GPM DRAM bandwidth per unit of SM activity at `tensor_dram_ratio_max`, "
+                "0.5, or more: elementwise passes, which tensor cores would not speed up)"
+            ),
+            fix="the exact TF32 settings, bf16 autocast",
+            measured=(
+                Measured(
+                    impact="the matrix time tensor cores would save",
+                    speedup=(
+                        "the GPU's TF32/FP32 datasheet ratio (H100 SXM: x7.4) applied to the "
+                        "matrix-bound share (SM activity x busy)"
+                    ),
+                    checked="x5.2 / x5.4",
+                ),
+            ),
+        ),
+    )
+)
+
+GPU004 = register(
+    Spec(
+        "GPU004",
+        "GPUs of the job are unevenly loaded",
+        "gpu",
+        False,
+        reads=("gpu_idle",),
+        doc=Doc(
+            means="the job's GPUs are unevenly loaded",
+            fix="per-GPU evidence; balance batches, DDP instead of DataParallel",
+        ),
+    )
+)
 
 
 def gpu_findings(
@@ -267,17 +357,7 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
         return []
     ev = tuple(
         gpu_evidence(s, "gpu_busy", s.busy, "ratio", source="nvml utilization") for s in busy
-    ) + (
-        Evidence(
-            "busy_spread",
-            round(spread, 4),
-            "ratio",
-            th.gpu_imbalance,
-            ">=",
-            "gpu_imbalance",
-            "nvml",
-        ),
-    )
+    ) + (th.evidence("gpu_imbalance", "busy_spread", round(spread, 4), "ratio", ">=", "nvml"),)
     msg = (
         f"The job's GPUs are unevenly loaded: GPU {hi.index} busy {hi.busy:.0%}, GPU "
         f"{lo.index} only {lo.busy:.0%}. The busiest sets the pace; the others wait."
@@ -312,7 +392,7 @@ def find(c: Context) -> list[Finding]:
     sizing = right_size_line(c.right_size)
     out = gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics, sizing)
     samples = int(c.profile.samples) if c.profile is not None else None
-    return [blind(f, samples, c.th) if f.id == "GPU001" else f for f in out]
+    return [blind(f, samples, c.th) if f.id == GPU001.id else f for f in out]
 
 
 BLIND_CONFIDENCE = 0.5  # GPU001 with too few loop stacks to rule the host out: not sure
@@ -324,15 +404,7 @@ def blind(f: Finding, samples: int | None, th: Thresholds) -> Finding:
     H100 box gave nanoGPT 0 loop samples and a sure GPU001 while evaluation held the loop)."""
     if samples is None or samples >= th.stack_floor_samples:
         return f
-    ev = Evidence(
-        "loop_stack_samples",
-        samples,
-        "samples",
-        th.stack_floor_samples,
-        "<",
-        "stack_floor_samples",
-        "stacks",
-    )
+    ev = th.evidence("stack_floor_samples", "loop_stack_samples", samples, "samples", "<", "stacks")
     msg = (
         f"{f.message.split(', and neither side')[0]}, and the {samples} stack samples of "
         "the loop thread are too few to say which side holds it: the host's work (data, "
@@ -345,3 +417,6 @@ def blind(f: Finding, samples: int | None, th: Thresholds) -> Finding:
         message=msg,
         evidence=(*f.evidence, ev),
     )
+
+
+FINDER = Finder("gpu", find, (GPU001, GPU002, GPU003, GPU004, MEM001, MEM002, THROT001, XFER001))

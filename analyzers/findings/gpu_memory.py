@@ -5,9 +5,40 @@ from __future__ import annotations
 import math
 
 from gpudiag.analyzers.measures.gpu_stats import GIB, GpuStats, gpu_evidence
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Finding, Recommendation
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+MEM001 = register(
+    Spec(
+        "MEM001",
+        "VRAM headroom: the job uses a small share of GPU memory",
+        "gpu",
+        False,
+        None,
+        always_note=True,
+        reads=("gpu_idle",),
+        doc=Doc(
+            means="VRAM headroom (note): measured peak vs capacity",
+            fix="batch-size multiplier that still fits; the smaller GPU that holds peak + 25%",
+        ),
+    )
+)
+
+MEM002 = register(
+    Spec(
+        "MEM002",
+        "VRAM near the limit",
+        "gpu",
+        False,
+        None,
+        reads=("gpu_idle",),
+        doc=Doc(
+            means="VRAM near the limit",
+            fix="expandable segments, activation checkpointing, bf16",
+        ),
+    )
+)
 
 
 def memory_findings(st: GpuStats, th: Thresholds, sizing: str | None = None) -> list[Finding]:

@@ -4,9 +4,34 @@ power cap); running at the default power cap under full load is at most a note."
 from __future__ import annotations
 
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_evidence
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+THROT001 = register(
+    Spec(
+        "THROT001",
+        "GPU clocks throttled",
+        "gpu",
+        False,
+        note_title="GPU at its power limit (normal under full load)",
+        reads=("gpu_idle",),
+        doc=Doc(
+            means=(
+                "clocks held back by thermal or hardware slowdown, the power brake, or a power "
+                "cap set below the default (at the default cap under full load: a note)"
+            ),
+            fix="names the reason, its share of busy time and the clock lost",
+            measured=(
+                Measured(
+                    impact="clock lost during busy time",
+                    speedup="the clock given back",
+                ),
+            ),
+        ),
+    )
+)
+
 
 REASON_TEXT = {
     "power_cap": "the software power cap",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, confidence, gpu_evidence
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -13,6 +13,37 @@ from gpudiag.analyzers.model.results import (
     speedup_from_step,
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+XFER001 = register(
+    Spec(
+        "XFER001",
+        "Host-to-device copies stall the loop",
+        "transfer",
+        True,
+        time_in="h2d_copy",
+        reads=("gpu_idle",),
+        doc=Doc(
+            means=(
+                "host-to-device copies stall the loop: copies from pageable memory (hooks), or a "
+                "PCIe link near capacity"
+            ),
+            fix=(
+                "`pin_memory=True` + `non_blocking=True`, keep static data on the GPU, uint8 "
+                "transfer; flags a down-trained link"
+            ),
+            measured=(
+                Measured(
+                    impact="GPU idle during host-to-device copies",
+                    speedup=(
+                        "the copy phase at `pinned_link_efficiency` (80%) of the link instead of "
+                        "the pageable rate measured"
+                    ),
+                    checked="x5.5 / x6.3-6.6",
+                ),
+            ),
+        ),
+    )
+)
 
 
 def transfer_findings(
@@ -33,13 +64,12 @@ def transfer_findings(
     if not (stalls or near):
         return []
     ev = [
-        Evidence(
+        th.evidence(
+            "h2d_copy_warn",
             "h2d_copy_share",
             round(copy_share, 4),
             "ratio",
-            th.h2d_copy_warn,
             ">=" if copy_share >= th.h2d_copy_warn else "<",
-            "h2d_copy_warn",
             "in-process hooks",
         )
     ]

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.data import loader_cores
 from gpudiag.analyzers.measures.accounting import code_family
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -28,6 +29,41 @@ from gpudiag.analyzers.model.results import (
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
+
+HOST001 = register(
+    Spec(
+        "HOST001",
+        "Host-bound: the loop thread's CPU work is the critical path",
+        "host",
+        True,
+        claims=("loop_time",),
+        reads=("loop_host_time", "server_host_time", "inference_host_time"),
+        doc=Doc(
+            means=(
+                "host-bound: the GPU idles while the loop thread works on the CPU (kernel "
+                "launches, a per-parameter optimizer, your own per-batch code)"
+            ),
+            fix=(
+                "names the phase: `fused=True`/`foreach=True`; torch.compile / CUDA graphs "
+                '(`mode="reduce-overhead"`); bigger batch; or moves your function into DataLoader'
+                " workers"
+            ),
+            measured=(
+                Measured(
+                    impact="GPU idle while the loop thread works on the CPU",
+                    speedup=(
+                        "optimizer phase: its host time cut by 90% (per-parameter to fused) or "
+                        "50% (foreach to fused), capped by the GPU's busy time; launch overhead: "
+                        "a bound, the GPU's busy time per step; user code: spread over DataLoader"
+                        " workers"
+                    ),
+                    checked="x1.9 / x1.9-2.0",
+                ),
+            ),
+        ),
+    )
+)
+
 
 # Share of the optimizer's host time a multi-tensor launch removes, by the kind now in use.
 OPTIMIZER_CUT = {"per-parameter (foreach=False)": 0.9, "foreach": 0.5}
@@ -124,13 +160,12 @@ def _host_bound(c: Context, idle: float, impact: float) -> Finding:
 def _host_evidence(c: Context, idle: float, impact: float) -> tuple[Evidence, ...]:
     th = c.th
     ev = [
-        Evidence(
+        th.evidence(
+            "host_bound_warn",
             "host_bound_gpu_idle",
             round(impact, 4),
             "ratio",
-            th.host_bound_warn,
             ">=",
-            "host_bound_warn",
             "critical path (nvml + loop)",
         ),
         Evidence("gpu_idle_share", round(idle, 4), "ratio", source="nvml utilization"),
@@ -229,25 +264,23 @@ def _user_code_evidence(
 ) -> tuple[Evidence, ...]:
     free = metrics.get("host_free_cores")
     ev = [
-        Evidence(
+        th.evidence(
+            "host_user_code_warn",
             "loop_share_in_user_code",
             round(user, 4),
             "ratio",
-            th.host_user_code_warn,
             ">=",
-            "host_user_code_warn",
             "stacks",
         )
     ]
     if free is not None:
         ev.append(
-            Evidence(
+            th.evidence(
+                "min_free_cores",
                 "host_free_cores",
                 round(free, 2),
                 "cores",
-                th.min_free_cores,
                 ">=" if free >= th.min_free_cores else "<",
-                "min_free_cores",
                 "procfs",
             )
         )
@@ -309,20 +342,18 @@ def _user_code_fix(
     )
 
 
-# The serving finders' causes of host-bound time: one request or item per forward (the
-# model's launch cost paid per request) and the handlers' own work; HOST001 would name the
-# same seconds again, as "the loop thread", in a job that has no training loop.
-SERVING_CAUSES = {"server": ("SERVE001", "SERVE002"), "inference": ("INFER002",)}
-
-
 def find(c: Context) -> list[Finding]:
-    """HOST001, from the analysis context (not where a serving finder named the cause)."""
+    """HOST001, from the analysis context: not where a serving finder claims the workload's
+    host time (one request or item per forward, the handlers' own work: HOST001 would name
+    the same seconds again, as "the loop thread", in a job that has no training loop), and
+    without the host time an evaluation pass or a debug switch claims."""
     kind = c.workload.kind if c.workload is not None else None
-    if any(f.id in SERVING_CAUSES.get(kind or "", ()) for f in c.found):
+    if kind in ("server", "inference") and c.claimed(f"{kind}_host_time"):
         return []
     cp = c.cp
-    for fid in ("EVAL001", "DEBUG001"):  # an evaluation pass's, a debug switch's host time
-        named = next((f for f in c.found if f.id == fid), None)
-        if named is not None:
-            cp = replace(cp, host_bound=cp.host_bound * (1.0 - min(1.0, named.impact)))
+    for named in c.claiming("loop_host_time"):
+        cp = replace(cp, host_bound=cp.host_bound * (1.0 - min(1.0, named.impact)))
     return host_findings(replace(c, cp=cp))
+
+
+FINDER = Finder("host_bound", find, (HOST001,))

@@ -10,13 +10,51 @@ contention costs nothing measurable and the finding is a note that says so.
 from __future__ import annotations
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_samples
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
+
+HOST002 = register(
+    Spec(
+        "HOST002",
+        "Other processes on the box take the CPU the job's threads need",
+        "host",
+        True,
+        note_title="Other processes on the box take CPU, but the GPU does not wait for it",
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "other processes on the box take the CPU the loop thread needs: the part of its "
+                "schedstat run-queue wait that the processes outside the job cause (the job's own"
+                " part is what it would wait with the box to itself: the cores it wants beyond "
+                "the box's) >= `host_runqueue_warn`, while those processes use >= "
+                "`host_other_cores_min` cores (a direct signal, never the idle-cores reading). It"
+                " ranks by its impact like any cause: on a shared box it is often the largest "
+                "(see [A busy box](how-it-measures.md#a-busy-box)); its fix also sizes the job's "
+                "intra-op pool to the cores the others leave. With a GPU signal its impact is the"
+                " GPU idle the wait explains (the idle no host wait takes, at most the wait): "
+                "beside a saturated GPU it is a note saying the GPU does not wait for the host "
+                "(HOST003 is graded the same way)"
+            ),
+            fix=(
+                "names the top other processes (pid, name, cores); stop/move/renice them, reserve"
+                " CPUs (taskset/cpuset, cgroup quota, Kubernetes requests = limits), or an "
+                "unshared box"
+            ),
+            measured=(
+                Measured(
+                    impact="the loop thread's run-queue wait; with a GPU, the GPU idle it explains",
+                    speedup="the run-queue wait removed, capped by that idle",
+                ),
+            ),
+        ),
+    )
+)
 
 
 def top_others(tl: Aggregate, n: int = 3) -> list[tuple[str, str, float]]:
@@ -107,25 +145,23 @@ def host_contention_findings(
     if cp is not None and explained is not None:
         msg += saturated_note(cp, explained) if note else ""
     ev = [
-        Evidence(
+        th.evidence(
+            "host_runqueue_warn",
             "loop_runqueue_wait_for_other_processes",
             round(rq, 4),
             "ratio",
-            th.host_runqueue_warn,
             ">=",
-            "host_runqueue_warn",
             "procfs schedstat",
         ),
         Evidence(
             "loop_thread_runqueue_wait", round(total_rq, 4), "ratio", source="procfs schedstat"
         ),
-        Evidence(
+        th.evidence(
+            "host_other_cores_min",
             "other_processes_cpu_cores",
             round(others, 2),
             "cores",
-            th.host_other_cores_min,
             ">=",
-            "host_other_cores_min",
             "procfs",
         ),
     ]
@@ -173,3 +209,6 @@ def host_contention_findings(
 def find(c: Context) -> list[Finding]:
     """HOST002, from the analysis context."""
     return host_contention_findings(c.view, c.profile, c.th, c.cp)
+
+
+FINDER = Finder("host_contention", find, (HOST002,))

@@ -9,17 +9,113 @@ most forwards run by a model never seen before)."""
 from __future__ import annotations
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.serving import samples_evidence
 from gpudiag.analyzers.measures.loop import location_of
 from gpudiag.analyzers.measures.serving import HandlerSplit, loads_other_models
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
     Recommendation,
     speedup_from_impact,
 )
+
+SERVE005 = register(
+    Spec(
+        "SERVE005",
+        "The model is loaded on the request path, per request",
+        "host",
+        False,
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "a server loads its model on the request path: `serve_load_warn` (0.10) or more "
+                "of the request path's busy time is the handlers loading a model or its weights "
+                "(Hugging Face's `from_pretrained`, `from_config` and `pipeline()`, "
+                "sentence-transformers' constructor, `torch.load`, `torch.jit.load`, safetensors,"
+                " `load_state_dict`; the modules' construction inside is not counted as a "
+                "forward), named at the job's line; with the hooks, `serve_new_model_share` (0.5)"
+                " or more of the forwards run by a top module never seen before (one built per "
+                "request; a model loaded lazily by the first request gives one in all and no "
+                "finding); without them, not sure (once or per request is not told)"
+            ),
+            fix=(
+                "load the model once at start-up (module level, FastAPI's lifespan, Flask's app "
+                "factory) and reuse it; a cache (`functools.lru_cache`) for a model per tenant; "
+                "`gunicorn --preload` or one load per worker"
+            ),
+            measured=(
+                Measured(
+                    impact="the loading's share of the request path's busy time",
+                    speedup=(
+                        "the loading taken off the path; at least: a model loaded per request "
+                        "also runs its forwards cold"
+                    ),
+                    checked="x2.28-x2.46 / x4.4-x4.5 (a FastAPI server, CPU)",
+                ),
+            ),
+        ),
+    )
+)
+
+INFER004 = register(
+    Spec(
+        "INFER004",
+        "The model is loaded again for every batch",
+        "host",
+        True,
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "a batch-inference loop loads its model again for every batch or chunk: "
+                "`serve_load_warn` (0.10) or more of the loop's stack samples load a model "
+                "(Hugging Face's `from_pretrained`, `from_config` and `pipeline()`, "
+                "sentence-transformers' constructor, `torch.jit.load`, `load_state_dict`; "
+                "`torch.load` and safetensors alone may be reading data and do not count), and "
+                "the loading recurs through the loop: seen in half or more of its stack windows "
+                "(3 at least), or, with the hooks, `serve_new_model_share` (0.5) or more of the "
+                "forwards run by a model never seen before; named at the job's line. The hooks "
+                "read each new model's source (its `name_or_path`): when they know three or more "
+                "and fewer than half were loaded before, it is a sweep over different checkpoints"
+                " (each load the job's work): no INFER004 (nor SERVE005), and LOOP001 names the "
+                "loading; without the hooks, not sure (the same model or a sweep is not told). "
+                "Loading is never a forward (the modules' construction runs under "
+                "`torch/nn/modules`): loading once, at start-up or lazily in the first batch, is "
+                'start-up; loading that recurs is the loop\'s "other". In a loop found loading '
+                "again, the loading is all of it: a weights file read by `torch.load` or "
+                "safetensors counts (`torch.load(f, weights_only=False)` of a whole model, once "
+                "the hooks see every forward run by a new model), and so does what the job's "
+                "function that loads does around the loading call (building the model from its "
+                "config before `load_state_dict(torch.load(f))`); where that function also runs "
+                "the model, only its loading lines"
+            ),
+            fix=(
+                "load the model once before the loop and pass it in, or cache the loader "
+                "(`functools.lru_cache`); in a job split into tasks (Spark, Ray, "
+                "multiprocessing), once per worker"
+            ),
+            measured=(
+                Measured(
+                    impact="the loading's share of the loop's stack samples",
+                    speedup=(
+                        "the loading taken out of the loop; at least: a model loaded per batch "
+                        "also runs its forwards cold"
+                    ),
+                    checked=(
+                        "x1.61-x1.69 / x1.78-x1.91 (chunks of 16, run and attach; the fix timed "
+                        "over the same texts); x1.16 / x1.17 (chunks of 64); x5.01-x5.26 / "
+                        "x4.95-x5.82 (`from_config` + `load_state_dict(torch.load(f))`); x1.43 / "
+                        "x1.41-x1.42 (`torch.load` of the whole model, run; all-MiniLM-L6-v2, "
+                        "CPU)"
+                    ),
+                ),
+            ),
+        ),
+    )
+)
+
 
 # without the hooks: once (a lazy first load) or per request, the same model or another, not told
 UNCONFIRMED = 0.6
@@ -28,9 +124,7 @@ UNCONFIRMED = 0.6
 def _load_share(metric: str, share: float, c: Context) -> Evidence:
     """The loading's share against `serve_load_warn` (the stacks)."""
     th = c.th
-    return Evidence(
-        metric, round(share, 4), "ratio", th.serve_load_warn, ">=", "serve_load_warn", "stacks"
-    )
+    return th.evidence("serve_load_warn", metric, round(share, 4), "ratio", ">=", "stacks")
 
 
 def _models(c: Context) -> tuple[Evidence, ...]:
@@ -40,13 +134,12 @@ def _models(c: Context) -> tuple[Evidence, ...]:
     if m.get("models_new_share") is None:
         return ()
     return (
-        Evidence(
+        th.evidence(
+            "serve_new_model_share",
             "models_new_share",
             round(m["models_new_share"], 4),
             "ratio",
-            th.serve_new_model_share,
             ">=",
-            "serve_new_model_share",
             "hooks",
         ),
         Evidence("models_new", m.get("models_new"), "count", source="hooks"),
@@ -185,3 +278,6 @@ def infer004(c: Context) -> list[Finding]:
 def find(c: Context) -> list[Finding]:
     """SERVE005 and INFER004, from the analysis context."""
     return serve005(c) + infer004(c)
+
+
+FINDER = Finder("model_load", find, (SERVE005, INFER004))

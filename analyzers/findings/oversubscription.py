@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.host_contention import gpu_evidence, idle_explained, saturated_note
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import (
@@ -24,10 +25,41 @@ from gpudiag.analyzers.measures.loop import (
     thread_series_samples,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
+
+HOST003 = register(
+    Spec(
+        "HOST003",
+        "The job's own threads oversubscribe the CPU",
+        "host",
+        True,
+        note_title="The job's own threads oversubscribe the CPU, but the GPU does not wait",
+        claims=("loop_time", "own_threads"),
+        doc=Doc(
+            means=(
+                "the job's own threads oversubscribe the cores it may use (its affinity, capped "
+                "by its cgroup's CPU quota): intra-op/inter-op pools (torch, OpenMP, MKL, "
+                "OpenBLAS) of the main process and each worker want (running plus run-queue wait)"
+                " at least `job_excess_cores_min` cores beyond those, and the part of the loop "
+                "thread's run-queue wait they cause (the same split HOST002 uses) is >= "
+                "`job_runqueue_warn`. HOST002 keeps the other processes' part and never fires for"
+                " the job's own. Its confidence, as HOST002's, counts the time the loop thread's "
+                "schedstat readings cover as stack samples at 100 Hz. It is decided before the "
+                "input pipeline: a DATA001/DATA002 wait found beside it is a note after it (the "
+                "loaders run slower behind the job's own threads)"
+            ),
+            fix=(
+                "the thread counts that fit: `torch.set_num_threads(N)` (`OMP_NUM_THREADS=N`) for"
+                " the main process, one thread per DataLoader worker (`worker_init_fn`, "
+                "`OMP_NUM_THREADS=1`), pools sized from `os.sched_getaffinity`, not "
+                "`os.cpu_count()`"
+            ),
+        ),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -79,22 +111,20 @@ def fitting_threads(jt: JobThreads) -> tuple[int, int]:
 def _evidence(rq: float, total: float, jt: JobThreads, th: Thresholds) -> list[Evidence]:
     excess = jt.want - jt.cores
     ev = [
-        Evidence(
+        th.evidence(
+            "job_runqueue_warn",
             "loop_runqueue_wait_for_own_threads",
             round(rq, 4),
             "ratio",
-            th.job_runqueue_warn,
             ">=",
-            "job_runqueue_warn",
             "procfs schedstat",
         ),
-        Evidence(
+        th.evidence(
+            "job_excess_cores_min",
             "job_cores_wanted_beyond_available",
             round(excess, 2),
             "cores",
-            th.job_excess_cores_min,
             ">=",
-            "job_excess_cores_min",
             "procfs schedstat",
         ),
         Evidence("loop_thread_runqueue_wait", round(total, 4), "ratio", source="procfs schedstat"),
@@ -199,3 +229,6 @@ def oversubscription_findings(
 def find(c: Context) -> list[Finding]:
     """HOST003, from the analysis context."""
     return oversubscription_findings(c.view, c.profile, c.th, c.cp)
+
+
+FINDER = Finder("oversubscription", find, (HOST003,))

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.cost.projection import right_size_line
 from gpudiag.analyzers.measures.serving import (
     LoopSplit,
@@ -18,7 +19,7 @@ from gpudiag.analyzers.measures.serving import (
     request_forward_share,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -26,6 +27,208 @@ from gpudiag.analyzers.model.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+SERVE001 = register(
+    Spec(
+        "SERVE001",
+        "One request per forward while several are in flight: batch them",
+        "gpu",
+        False,
+        None,  # a warning at most: whether batching helps is a hypothesis until measured,
+        claims=("loop_time", "server_host_time"),
+        doc=Doc(
+            means=(
+                "a server runs one request per model forward (median batch `serve_batch_max` or "
+                "less) while `serve_in_flight_min` or more requests are in flight (the hooks' "
+                "forwards and requests, at least `serve_min_forwards`); without the hooks, "
+                "estimated from the stacks: the forwards run on the request threads themselves "
+                "while several are in flight (not sure: a request may carry several items); a "
+                "Triton server: its own counters, one request an execution "
+                "(`nv_inference_exec_count` against `nv_inference_request_success`) while several"
+                " are in flight, or several an execution that the model still runs one forward "
+                "each (the hooks' forwards: a Python backend's `execute()` looping)"
+            ),
+            fix=(
+                "dynamic batching: max batch (the power of two that holds the peak in flight, at "
+                "most 64) and max wait (the time the measured arrival rate takes to fill it, at "
+                "most one forward's time), for a queue-and-model-thread server, Ray Serve's "
+                "`@serve.batch`, Triton's `dynamic_batching`"
+            ),
+            measured=(
+                Measured(
+                    impact=(
+                        "the share of a request's time in its forward (forwards running at once "
+                        "over requests in flight, Little's law on the hooks' timings; else the "
+                        "stacks' share) x (1 - 1/requests in flight)"
+                    ),
+                    speedup=(
+                        "a hypothesis, unverified: from x1.00 (a batch costs as much as its "
+                        "requests, as measured on a CPU; on a Triton server whose forward the "
+                        "hooks timed inside an execution, the execution's own cost shared by a "
+                        "batch of 2) to the requests in flight sharing one forward as if a batch "
+                        "cost one request"
+                    ),
+                ),
+            ),
+        ),
+    )
+)
+
+INFER001 = register(
+    Spec(
+        "INFER001",
+        "Inference with autograd on",
+        "host",
+        False,
+        None,  # a warning at most: what inference mode gives back is a hypothesis,
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "inference with autograd on: `forward_grad_share` (`infer_grad_share` or more) of"
+                " the outermost forwards ran with `torch.is_grad_enabled()` in a job that never "
+                "runs a backward (hooks)"
+            ),
+            fix=(
+                "`torch.inference_mode()` around the model's calls (`no_grad` where the outputs "
+                "later meet autograd)"
+            ),
+            measured=(
+                Measured(
+                    impact=(
+                        "the forwards' share of the work x `forward_grad_share` x 55% (autograd's"
+                        " bookkeeping is per op, paid once a forward, and keeps fused inference "
+                        "paths off: measured 0-42% of a forward on a CPU, 50-54% on an H100, "
+                        "batch 1 to 64)"
+                    ),
+                    speedup=(
+                        "a hypothesis, unverified: from nothing (x1.00) to 55% of the forward "
+                        "time; `gpudiag try` measures it (fix kind `inference_mode`)"
+                    ),
+                ),
+            ),
+        ),
+    )
+)
+
+SERVE002 = register(
+    Spec(
+        "SERVE002",
+        "The request path is bound by host work",
+        "host",
+        False,
+        claims=("loop_time", "server_host_time"),
+        doc=Doc(
+            means=(
+                "the request path is bound by host work: `serve_host_warn` or more of its busy "
+                "time (the model's forwards on any thread and the request handlers' own samples, "
+                "waits and the server's socket I/O left out) is the handlers' CPU work outside "
+                "the model, named by location (stacks); judged once the request path has "
+                "`min_loop_samples` samples, waits included"
+            ),
+            fix=(
+                "take it off the request path: tokenize once per batch on the model's thread (a "
+                "fast tokenizer's batch call), a process pool or more server processes, orjson"
+            ),
+            measured=(
+                Measured(
+                    impact="the host share of the request path's busy time",
+                    speedup="a bound: that work taken off the path",
+                ),
+            ),
+        ),
+    )
+)
+
+INFER002 = register(
+    Spec(
+        "INFER002",
+        "Small batches leave the GPU idle in a batch-inference loop",
+        "gpu",
+        True,
+        None,  # a warning at most: whether a larger batch helps is a hypothesis,
+        claims=("loop_time", "inference_host_time"),
+        doc=Doc(
+            means=(
+                "a batch-inference loop spends `infer_forward_min` or more of its time in the "
+                "model's forwards (hooks) while its GPU idles `infer_gpu_idle_warn` or more "
+                "(NVML): its batches are too small for the device. With no GPU, a loop of one "
+                "item a forward that spends `infer_forward_min` of its time in its forwards is "
+                'not judged: no finding, but "no bottleneck" is not sure and says how to find out'
+                " (small forwards are mostly fixed cost on a CPU too: a GPT-2's `generate()` one "
+                "prompt at a time went x5 at 8 prompts a call on the 2-core box)"
+            ),
+            fix=(
+                "the batch size x k (a power of two up to 8 that keeps the peak memory times k "
+                "under 80% of the GPU's), `gpudiag try --fix batch:factor=k`; inside Hugging "
+                "Face's `generate()` (its forwards are decoding steps: the workload says so), "
+                "more prompts a call, left-padded, first"
+            ),
+            measured=(
+                Measured(
+                    impact=(
+                        "1 - 1 / ((1 - F) + F / k): F the loop's share in its forwards, k the "
+                        "batch multiple that fits the GPU's memory"
+                    ),
+                    speedup=(
+                        "a hypothesis, unverified: from x1.00 (a larger batch costs as much per "
+                        "item) to as if a forward's time were all its fixed work (measured on an "
+                        "H100: batch 8 x8.02 items/s); `gpudiag try` measures it (fix kind "
+                        "`batch`)"
+                    ),
+                ),
+            ),
+        ),
+    )
+)
+
+SERVE003 = register(
+    Spec(
+        "SERVE003",
+        "The server holds a GPU that idles most of the time",
+        "cost",
+        False,
+        None,
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "a server's GPU idles `serve_gpu_idle_warn` or more of the time (NVML "
+                "utilisation): its idle share, the requests/s, the peak memory it holds and, at "
+                "the run's price, the money that idle costs a day (a cost, not lost time: it "
+                "ranks after the causes of lost time)"
+            ),
+            fix=(
+                "scale to zero between bursts, share the GPU (several models or replicas, MPS, a "
+                "MIG slice), or the smaller GPU that holds the measured peak memory (the "
+                "right-sizing of docs/cost.md)"
+            ),
+        ),
+    )
+)
+
+SERVE004 = register(
+    Spec(
+        "SERVE004",
+        "The model runs on the server's event loop: requests wait for each other",
+        "host",
+        False,
+        None,  # a warning at most: what running it off the loop gives back is a hypothesis,
+        claims=("loop_time",),
+        doc=Doc(
+            means=(
+                "the model runs on the server's event loop: `serve_loop_forward_warn` or more of "
+                "the event-loop thread's samples (asyncio's or uvloop's frames) are in the "
+                "model's forward (an `async def` endpoint calling the model), named at the job's "
+                "call into it; with the hooks, the request's p50 against the forward's (stacks)"
+            ),
+            fix=(
+                "run the model off the loop: a `def` endpoint (FastAPI's thread pool), "
+                "`run_in_threadpool`/`asyncio.to_thread`, `loop.run_in_executor`; or one batching"
+                " model thread (SERVE001)"
+            ),
+        ),
+    )
+)
+
 
 # INFER001's range: the share of a forward autograd's bookkeeping costs when nothing needs it
 # (activations kept, version counters, no fused inference paths: its work is per op, paid
@@ -83,21 +286,16 @@ def seen_by_hooks(m: dict, th: Thresholds) -> Seen | None:
     if inflight is None or inflight < th.serve_in_flight_min or not share:
         return None
     ev = (
-        Evidence(
-            "forward_batch_p50", b50, "items", th.serve_batch_max, "<=", "serve_batch_max", HK
-        ),
-        Evidence(
+        th.evidence("serve_batch_max", "forward_batch_p50", b50, "items", "<=", HK),
+        th.evidence(
+            "serve_in_flight_min",
             "requests_in_flight_mean",
             round(inflight, 3),
             "requests",
-            th.serve_in_flight_min,
             ">=",
-            "serve_in_flight_min",
             HK,
         ),
-        Evidence(
-            "forwards", forwards, "count", th.serve_min_forwards, ">=", "serve_min_forwards", HK
-        ),
+        th.evidence("serve_min_forwards", "forwards", forwards, "count", ">=", HK),
         Evidence("request_forward_share", round(share, 4), "ratio", source=HK),
         Evidence("requests_per_second", m.get("requests_per_second"), "1/s", source=HK),
         Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source=HK),
@@ -126,27 +324,18 @@ def seen_by_triton(m: dict, th: Thresholds) -> Seen | None:
         return None
     share = min(1.0, queued + (computing or 0.0))
     ev: tuple[Evidence, ...] = (
-        Evidence(
-            "requests_per_execution",
-            round(per_exec, 3),
-            "requests",
-            th.serve_batch_max,
-            "<=",
-            "serve_batch_max",
-            TR,
+        th.evidence(
+            "serve_batch_max", "requests_per_execution", round(per_exec, 3), "requests", "<=", TR
         ),
-        Evidence(
+        th.evidence(
+            "serve_in_flight_min",
             "requests_in_flight_mean",
             round(inflight, 3),
             "requests",
-            th.serve_in_flight_min,
             ">=",
-            "serve_in_flight_min",
             TR,
         ),
-        Evidence(
-            "executions", executions, "count", th.serve_min_forwards, ">=", "serve_min_forwards", TR
-        ),
+        th.evidence("serve_min_forwards", "executions", executions, "count", ">=", TR),
         Evidence("request_queue_share", round(queued, 4), "ratio", source=TR),
         Evidence("request_compute_share", round(computing or 0.0, 4), "ratio", source=TR),
         Evidence("requests_per_second", m.get("requests_per_second"), "1/s", source=TR),
@@ -154,13 +343,12 @@ def seen_by_triton(m: dict, th: Thresholds) -> Seen | None:
     )
     if looped:
         ev += (
-            Evidence(
+            th.evidence(
+                "serve_batch_max",
                 "forward_batch_p50",
                 m.get("forward_batch_p50"),
                 "items",
-                th.serve_batch_max,
                 "<=",
-                "serve_batch_max",
                 HK,
             ),
             Evidence("forwards", m.get("forwards"), "count", source=HK),
@@ -189,19 +377,16 @@ def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
     if inflight < th.serve_in_flight_min:
         return None
     ev = (
-        Evidence(
+        th.evidence(
+            "serve_in_flight_min",
             "requests_in_flight_est",
             round(inflight, 3),
             "requests",
-            th.serve_in_flight_min,
             ">=",
-            "serve_in_flight_min",
             "stacks",
         ),
         Evidence("handler_forward_share", round(share, 4), "ratio", source="stacks"),
-        Evidence(
-            "stack_samples", samples, "samples", th.min_loop_samples, ">=", "min_loop_samples"
-        ),
+        th.evidence("min_loop_samples", "stack_samples", samples, "samples", ">="),
     )
     # below sure: a request may carry several items (the stacks cannot tell)
     return Seen(inflight, share, "one request (on its own thread)", "stacks", 0.75, ev)
@@ -407,24 +592,10 @@ def infer001(c: Context) -> list[Finding]:
         "never runs a backward: every forward records what a backward would need, for nothing."
     )
     ev = (
-        Evidence(
-            "forward_grad_share",
-            round(grad, 4),
-            "ratio",
-            th.infer_grad_share,
-            ">=",
-            "infer_grad_share",
-            "hooks",
+        th.evidence(
+            "infer_grad_share", "forward_grad_share", round(grad, 4), "ratio", ">=", "hooks"
         ),
-        Evidence(
-            "forwards",
-            forwards,
-            "count",
-            th.serve_min_forwards,
-            ">=",
-            "serve_min_forwards",
-            "hooks",
-        ),
+        th.evidence("serve_min_forwards", "forwards", forwards, "count", ">=", "hooks"),
         Evidence(
             "forward_busy_share", None if busy is None else round(busy, 4), "ratio", source="hooks"
         ),
@@ -462,9 +633,7 @@ def infer001(c: Context) -> list[Finding]:
 def samples_evidence(metric: str, samples: float, th: Thresholds) -> Evidence:
     """Stack samples (the request path's, an event loop's) against the least a share of
     them is judged on."""
-    return Evidence(
-        metric, samples, "samples", th.min_loop_samples, ">=", "min_loop_samples", "stacks"
-    )
+    return th.evidence("min_loop_samples", metric, samples, "samples", ">=", "stacks")
 
 
 def serve002(c: Context) -> list[Finding]:
@@ -497,14 +666,8 @@ def serve002(c: Context) -> list[Finding]:
         "request in flight."
     )
     ev = (
-        Evidence(
-            "request_path_host_share",
-            round(share, 4),
-            "ratio",
-            th.serve_host_warn,
-            ">=",
-            "serve_host_warn",
-            "stacks",
+        th.evidence(
+            "serve_host_warn", "request_path_host_share", round(share, 4), "ratio", ">=", "stacks"
         ),
         samples_evidence("request_path_samples", split.samples, th),
         Evidence("request_path_busy_samples", split.busy, "samples", source="stacks"),
@@ -594,24 +757,15 @@ def infer002(c: Context) -> list[Finding]:
     )
     low = min(batched_floor(c, share, k), high)
     ev = (
-        Evidence(
+        th.evidence(
+            "infer_gpu_idle_warn",
             "gpu_idle_share",
             round(idle, 4),
             "ratio",
-            th.infer_gpu_idle_warn,
             ">=",
-            "infer_gpu_idle_warn",
             "nvml utilization",
         ),
-        Evidence(
-            "forward_busy_share",
-            round(share, 4),
-            "ratio",
-            th.infer_forward_min,
-            ">=",
-            "infer_forward_min",
-            HK,
-        ),
+        th.evidence("infer_forward_min", "forward_busy_share", round(share, 4), "ratio", ">=", HK),
         Evidence("forward_batch_p50", b50, "items", source=HK),
         Evidence("forward_time_p50_s", m.get("forward_time_p50_s"), "s", source=HK),
         Evidence(
@@ -684,13 +838,12 @@ def serve003(c: Context) -> list[Finding]:
     rate = m.get("requests_per_second")
     peak = max((s.mem_peak or 0.0) for s in used)
     ev = [
-        Evidence(
+        th.evidence(
+            "serve_gpu_idle_warn",
             "gpu_idle_share",
             round(idle, 4),
             "ratio",
-            th.serve_gpu_idle_warn,
             ">=",
-            "serve_gpu_idle_warn",
             "nvml utilization",
         ),
         Evidence("requests_per_second", rate, "1/s", source=HK),
@@ -773,13 +926,12 @@ def _serve004(c: Context, share: float, conf: float, split: LoopSplit) -> Findin
         "requests in flight wait for each other's forwards, one at a time." + waited
     )
     ev = (
-        Evidence(
+        th.evidence(
+            "serve_loop_forward_warn",
             "event_loop_forward_share",
             round(share, 4),
             "ratio",
-            th.serve_loop_forward_warn,
             ">=",
-            "serve_loop_forward_warn",
             "stacks",
         ),
         samples_evidence("event_loop_samples", split.samples, th),
@@ -874,3 +1026,6 @@ def find(c: Context) -> list[Finding]:
     """SERVE001, INFER001, INFER002, SERVE002, SERVE003 and SERVE004, from the analysis
     context."""
     return serve001(c) + infer001(c) + infer002(c) + serve002(c) + serve003(c) + serve004(c)
+
+
+FINDER = Finder("serving", find, (SERVE001, INFER001, SERVE002, INFER002, SERVE003, SERVE004))

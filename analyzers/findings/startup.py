@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 from gpudiag.analyzers.context.context import Context
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.context.finder import Finder
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+START001 = register(
+    Spec(
+        "START001",
+        "Start-up takes a large share of the run",
+        "run",
+        False,
+        None,
+        always_note=True,
+        doc=Doc(
+            means="(note) start-up before the first step is a large share of the run (`run` mode)",
+            fix="amortise it: more work per job, deferred imports, compile caches",
+        ),
+    )
+)
 
 
 def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
@@ -29,15 +45,7 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
         "the loop only; for a short job, start-up is a cost of its own."
     )
     ev = (
-        Evidence(
-            "startup_share",
-            round(share, 4),
-            "ratio",
-            th.startup_note,
-            ">=",
-            "startup_note",
-            "run window",
-        ),
+        th.evidence("startup_note", "startup_share", round(share, 4), "ratio", ">=", "run window"),
         Evidence("startup_s", phases["startup_s"], "s", source=phases.get("source")),
     )
     actions = (
@@ -67,3 +75,6 @@ def find(c: Context) -> list[Finding]:
     if c.workload is not None and c.workload.kind == "server":
         return []
     return startup_findings(c.phases, c.th)
+
+
+FINDER = Finder("startup", find, (START001,))

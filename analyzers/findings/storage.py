@@ -5,11 +5,34 @@ from __future__ import annotations
 import math
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+IO001 = register(
+    Spec(
+        "IO001",
+        "Input pipeline waits on storage reads",
+        "host",
+        True,
+        time_in="storage_io",
+        claims=("loop_time",),
+        doc=Doc(
+            means="the input pipeline waits on storage (confirmed by D-state, PSI io or iowait)",
+            fix="local/RAM copy, larger sequential shards, more I/O workers",
+            measured=(
+                Measured(
+                    impact="GPU idle while the loaders read",
+                    speedup="a bound: reads removed",
+                ),
+            ),
+        ),
+    )
+)
+
 
 STACKS = "stacks"
 
@@ -37,15 +60,7 @@ def io_findings(
         (iowait, th.iowait_min, "host_iowait", "iowait_min", "procfs"),
     ]
     ev = [
-        Evidence(
-            "storage_io_share",
-            round(share, 4),
-            "ratio",
-            th.storage_io_warn,
-            ">=",
-            "storage_io_warn",
-            STACKS,
-        ),
+        th.evidence("storage_io_warn", "storage_io_share", round(share, 4), "ratio", ">=", STACKS),
         Evidence(
             "loader_io_fraction", round(profile.loader.io_fraction, 4), "ratio", source=STACKS
         ),
@@ -115,3 +130,6 @@ def io_findings(
 def find(c: Context) -> list[Finding]:
     """IO001, from the analysis context."""
     return io_findings(c.profile, c.metrics, c.th, c.loader_d, c.caused("storage_io"))
+
+
+FINDER = Finder("storage", find, (IO001,))

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.evaluation import eval_time
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.throughput import sync_sites
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -17,6 +18,35 @@ from gpudiag.analyzers.model.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+SYNC001 = register(
+    Spec(
+        "SYNC001",
+        "Host-device syncs in the loop leave the GPU idle",
+        "host",
+        True,
+        time_in="sync",
+        claims=("loop_time",),
+        reads=("eval_pass",),
+        doc=Doc(
+            means=(
+                "syncs (`.item()`, `.cpu()`, `synchronize`) drain the GPU's queue and it idles "
+                "after each (needs a GPU signal: time blocked in a sync while the GPU computes is"
+                " not a stall)"
+            ),
+            fix="call sites; sum on the GPU, log every N steps",
+            measured=(
+                Measured(
+                    impact="the GPU idle after syncs",
+                    speedup=(
+                        "host work overlapping GPU work: the step takes max(host, GPU) instead of"
+                        " their sum"
+                    ),
+                ),
+            ),
+        ),
+    )
+)
 
 
 def sync_findings(
@@ -39,13 +69,12 @@ def sync_findings(
     if impact < th.sync_warn:
         return []
     ev = [
-        Evidence(
+        th.evidence(
+            "sync_warn",
             "sync_gpu_idle",
             round(impact, 4),
             "ratio",
-            th.sync_warn,
             ">=",
-            "sync_warn",
             "critical path (nvml + hooks)",
         ),
         Evidence("sync_time_ratio", round(ratio, 4), "ratio", source="in-process hooks"),
@@ -102,7 +131,7 @@ def find(c: Context) -> list[Finding]:
     """SYNC001, from the analysis context; the syncs an evaluation pass makes are left to
     EVAL001 (one cause, one id: nanoGPT's estimate_loss calls .item() 400 times a pass)."""
     sites = sync_sites(c.view)
-    if not any(f.id == "EVAL001" for f in c.found) or not sites:
+    if not c.claimed("eval_pass") or not sites:
         return sync_findings(c.metrics, sites, c.th, c.cp)
     et = eval_time(c.view, c.profile, c.clf)
     if et is None:
@@ -117,3 +146,6 @@ def _function(site: str) -> str:
     """The function of a sync site 'file:line:function:call'."""
     parts = site.rsplit(":", 3)
     return parts[2] if len(parts) == 4 else ""
+
+
+FINDER = Finder("sync", find, (SYNC001,))

@@ -12,11 +12,12 @@ import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.host_bound import user_code_share
 from gpudiag.analyzers.measures.accounting import BLOCKING, Site, Unplaced, unplaced
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.measures.workload import TRITON_BASIS
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -24,6 +25,70 @@ from gpudiag.analyzers.model.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+BLOCK001 = register(
+    Spec(
+        "BLOCK001",
+        "A blocking call in the loop holds every step (network, logging, sleep, upload)",
+        "host",
+        True,
+        reads=("loop_time", "eval_pass"),
+        doc=Doc(
+            means=(
+                "the loop waits for a call it makes itself every step: a network call (requests, "
+                "urllib, http.client, a raw socket, boto3, grpc), a logging handler (and the "
+                "tensor reprs it formats), a file write, a transaction committed or a file synced"
+                " to disk (`conn.commit()`, `session.commit()`, `os.fsync`), a sleep, a "
+                "subprocess: loop stack samples no frame rule places, grouped by the job's own "
+                "frame and the call it made (`blocking_call_warn`)"
+            ),
+            fix=(
+                "names the call, its library and the line; send it from a background thread, or "
+                "every N steps (N chosen to keep `per_step_call_target` of the loop); log "
+                "numbers, not tensors; a `QueueHandler`; one commit per batch, not per row"
+            ),
+            measured=(
+                Measured(
+                    impact="the blocking calls' share",
+                    speedup="the share taken off the loop "
+                    "(sent in the background or every N steps)",
+                ),
+            ),
+        ),
+    )
+)
+
+LOOP001 = register(
+    Spec(
+        "LOOP001",
+        "Loop time no catalogued cause explains",
+        "host",
+        True,
+        note_title="Loop time no catalogued cause explains, under the warning threshold",
+        reads=("loop_time", "eval_pass"),
+        doc=Doc(
+            means=(
+                "loop time no catalogued cause explains, above `unexplained_warn`: the rest of "
+                "the unplaced samples (a `gc.collect()` per step, formatting tensors, a lock "
+                "another thread holds, library code no rule knows), by call site, on or off the "
+                'CPU; "no bottleneck" is never said over it (on a job with no GPU, the lines that'
+                " only cost time on a device, `.tolist()`, `.to(device)`, count here)"
+            ),
+            fix=(
+                "names the call site and what it is (`gc.collect()`: remove it or `gc.freeze()`; "
+                "a lock: find its holder); otherwise make it cheaper, run it every N steps, or "
+                "move it off the loop thread"
+            ),
+            measured=(
+                Measured(
+                    impact="the unexplained share",
+                    speedup="a bound: the share removed",
+                ),
+            ),
+        ),
+    )
+)
+
 
 # Categories that cost time only on a device: on a job with no GPU they are plain CPU work
 # (a CPU tensor's .tolist() is a copy, not a wait for a GPU).
@@ -142,7 +207,7 @@ def _finding(fid: str, u: Unplaced, claim: Claim, c: Context) -> Finding:
     top = sites[0]
     conf = confidence_above(share, claim.limit, u.samples)
     lines = "; ".join(_site_line(s) for s in sites[:3] if s.share >= 0.01 or s is top)
-    if fid == "BLOCK001":
+    if fid == BLOCK001.id:
         msg = (
             f"The loop waits {share:.0%} of its time for calls it makes itself: {lines}. "
             "No step can finish before the call returns."
@@ -176,7 +241,7 @@ def _finding(fid: str, u: Unplaced, claim: Claim, c: Context) -> Finding:
         evidence=_evidence(
             u,
             claim,
-            "unplaced_loop_share" if fid == "LOOP001" else "blocking_call_share",
+            "unplaced_loop_share" if fid == LOOP001.id else "blocking_call_share",
             c.metrics.get("loop_thread_cpu"),
         ),
         recommendation=Recommendation(summary, _actions(top, c.th)),
@@ -208,7 +273,7 @@ def find(c: Context) -> list[Finding]:
     triton = server and c.workload is not None and c.workload.basis == TRITON_BASIS
     skip = frozenset(
         ({"user"} if host001 else set())
-        | ({"eval"} if any(f.id == "EVAL001" for f in c.found) else set())
+        | ({"eval"} if c.claimed("eval_pass") else set())
         | ({"lock"} if server else set())
         | ({"native"} if triton else set())
     )
@@ -234,3 +299,6 @@ def find(c: Context) -> list[Finding]:
             )
             break
     return out
+
+
+FINDER = Finder("unexplained", find, (BLOCK001, LOOP001))

@@ -13,10 +13,38 @@ from dataclasses import dataclass
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.steps import long_steps
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
-from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
+
+DATA003 = register(
+    Spec(
+        "DATA003",
+        "DataLoader workers re-created every epoch",
+        "host",
+        True,
+        "data_wait_error",
+        time_in="data_wait",
+        claims=("loop_time",),
+        reads=("own_threads",),
+        doc=Doc(
+            means=(
+                "the DataLoader's workers are re-created every epoch (`persistent_workers=False`)"
+                " with a costly dataset or worker initialisation: the process probe sees worker "
+                "processes start and end during the loop (at least `worker_respawn_min` "
+                "generations re-created: processes started and ended over the most alive at once)"
+                " while the loop waits for batches at each epoch's start (the hooks' long steps, "
+                "one per epoch start; else the loop's whole wait) >= `data_wait_warn`. It "
+                "replaces DATA001/DATA002 for that wait"
+            ),
+            fix=(
+                "`persistent_workers=True` (`try` applies it), the DataLoader built once outside "
+                "the epoch loop, cheaper per-worker set-up"
+            ),
+        ),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -70,13 +98,12 @@ def churn_findings(
     if at_start < th.data_wait_warn or conf < th.min_confidence:
         return []
     ev = [
-        Evidence(
+        th.evidence(
+            "data_wait_warn",
             "data_wait_at_epoch_start_share",
             round(at_start, 4),
             "ratio",
-            th.data_wait_warn,
             ">=",
-            "data_wait_warn",
             source if at_start == wait else "in-process hooks",
         ),
         Evidence(

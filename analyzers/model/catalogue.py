@@ -1,6 +1,9 @@
 """The finding catalogue: every finding id, its title, category, whether it can explain GPU
-idle time, and how its severity follows from its impact. Analyzers ask this module; they
-never match each other's id strings."""
+idle time, how its severity follows from its impact, what it claims of the loop and what it
+reads, and its documentation. Each finding unit (a module of analyzers/findings, and the
+distributed and cost passes) declares its own specs with `register`; the catalogue is their
+union, complete once `gpudiag.analyzers` is imported (its roof imports every unit). Analyzers
+ask this module; they never match each other's id strings."""
 
 from __future__ import annotations
 
@@ -8,6 +11,27 @@ from dataclasses import dataclass
 
 from gpudiag.analyzers.model.results import Finding, Severity
 from gpudiag.analyzers.model.thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class Measured:
+    """How a finding's impact and speed-up are computed (one row per variant of its fix), and
+    the check on a real GPU (predicted / measured) where one was made."""
+
+    impact: str
+    speedup: str
+    variant: str = ""
+    checked: str = ""
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A finding's documentation: what it means, the fix it suggests, how it is measured.
+    docs/findings.md is generated from these (scripts/findings_doc.py)."""
+
+    means: str
+    fix: str
+    measured: tuple[Measured, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -23,6 +47,18 @@ class Spec:
     time_in: str | None = None  # the Breakdown category whose time the finding is about
     compares_ranks: bool = False  # decided by comparing every rank (merge decides it again)
     note_title: str | None = None  # the title of an informational finding of this id
+    # precedence, declared: the parts of the loop a finding of this id takes for itself
+    # (another finder reads them with `Context.claimed`), and the claims its finder reads
+    # (so it runs after every finder whose specs claim them; "*": after every other finder)
+    claims: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    about_money: bool = False  # the money view of the other findings, not a cause of its own
+    doc: Doc | None = None
+
+    @property
+    def claimed(self) -> frozenset[str]:
+        """What a finding of this id claims, "gpu_idle" included when it explains GPU idle."""
+        return frozenset(self.claims) | ({"gpu_idle"} if self.explains_gpu_idle else set())
 
     def finding(
         self,
@@ -45,194 +81,18 @@ class Spec:
         return Finding(id=self.id, title=title, severity=level, impact=impact, **fields)
 
 
-CATALOGUE: dict[str, Spec] = {
-    s.id: s
-    for s in (
-        Spec(
-            "DATA001",
-            "Loop waits on the input pipeline (the DataLoader)",
-            "host",
-            True,
-            "data_wait_error",
-            time_in="data_wait",
-        ),
-        Spec(
-            "DATA002",
-            "Input pipeline is CPU-bound and the cores are already busy",
-            "host",
-            True,
-            "data_wait_error",
-            time_in="data_wait",
-        ),
-        Spec(
-            "DATA003",
-            "DataLoader workers re-created every epoch",
-            "host",
-            True,
-            "data_wait_error",
-            time_in="data_wait",
-        ),
-        Spec("IO001", "Input pipeline waits on storage reads", "host", True, time_in="storage_io"),
-        Spec(
-            "GIL001",
-            "Python threads contend for the GIL and starve the loop",
-            "host",
-            True,
-            time_in="gil_wait",
-        ),
-        Spec(
-            "CKPT001",
-            "Synchronous checkpoint saves stall training",
-            "host",
-            True,
-            "checkpoint_error",
-            time_in="checkpoint",
-        ),
-        Spec(
-            "SYNC001",
-            "Host-device syncs in the loop leave the GPU idle",
-            "host",
-            True,
-            time_in="sync",
-        ),
-        Spec(
-            "HOST001", "Host-bound: the loop thread's CPU work is the critical path", "host", True
-        ),
-        Spec(
-            "HOST002",
-            "Other processes on the box take the CPU the job's threads need",
-            "host",
-            True,
-            note_title="Other processes on the box take CPU, but the GPU does not wait for it",
-        ),
-        Spec(
-            "BLOCK001",
-            "A blocking call in the loop holds every step (network, logging, sleep, upload)",
-            "host",
-            True,
-        ),
-        Spec(
-            "DEBUG001",
-            "Autograd anomaly detection left on: every op records its stack",
-            "host",
-            True,
-            note_title="Autograd anomaly detection is on; its measured cost is under the "
-            "warning threshold",
-        ),
-        Spec(
-            "LOOP001",
-            "Loop time no catalogued cause explains",
-            "host",
-            True,
-            note_title="Loop time no catalogued cause explains, under the warning threshold",
-        ),
-        Spec(
-            "HOST003",
-            "The job's own threads oversubscribe the CPU",
-            "host",
-            True,
-            note_title="The job's own threads oversubscribe the CPU, but the GPU does not wait",
-        ),
-        Spec("EVAL001", "Evaluation inside the training loop", "run", False),
-        Spec(
-            "XFER001", "Host-to-device copies stall the loop", "transfer", True, time_in="h2d_copy"
-        ),
-        Spec("GPU001", "GPU idle most of the time; neither side explains the gaps", "gpu", False),
-        Spec("GPU002", "Launch-bound: the GPU looks busy but its SMs are mostly idle", "gpu", True),
-        Spec("GPU003", "Matrix work not on tensor cores (fp32 without TF32/AMP)", "gpu", False),
-        Spec("GPU004", "GPUs of the job are unevenly loaded", "gpu", False),
-        Spec(
-            "MEM001",
-            "VRAM headroom: the job uses a small share of GPU memory",
-            "gpu",
-            False,
-            None,
-            always_note=True,
-        ),
-        Spec("MEM002", "VRAM near the limit", "gpu", False, None),
-        Spec(
-            "THROT001",
-            "GPU clocks throttled",
-            "gpu",
-            False,
-            note_title="GPU at its power limit (normal under full load)",
-        ),
-        Spec("COST001", "Money spent on GPU time the job leaves idle", "cost", False, None),
-        Spec(
-            "START001",
-            "Start-up takes a large share of the run",
-            "run",
-            False,
-            None,
-            always_note=True,
-        ),
-        Spec(
-            "DIST001",
-            "A straggler rank makes the other ranks wait in collectives",
-            "distributed",
-            False,
-            time_in="collective",
-            compares_ranks=True,
-        ),
-        Spec(
-            "DIST002",
-            "Hang: no rank makes progress; a rank is not in the collective the others wait in",
-            "distributed",
-            False,
-        ),
-        Spec(
-            "DIST003",
-            "Communication-bound: every rank spends a large share of its step in collectives",
-            "distributed",
-            False,
-            time_in="collective",
-            compares_ranks=True,
-        ),
-        Spec(
-            "SERVE001",
-            "One request per forward while several are in flight: batch them",
-            "gpu",
-            False,
-            None,  # a warning at most: whether batching helps is a hypothesis until measured
-        ),
-        Spec(
-            "INFER001",
-            "Inference with autograd on",
-            "host",
-            False,
-            None,  # a warning at most: what inference mode gives back is a hypothesis
-        ),
-        Spec("SERVE002", "The request path is bound by host work", "host", False),
-        Spec(
-            "INFER003",
-            "Most of the tokens the model computes are padding",
-            "gpu",
-            False,
-            None,  # a warning at most: what the model's time gives back is a hypothesis
-        ),
-        Spec(
-            "INFER002",
-            "Small batches leave the GPU idle in a batch-inference loop",
-            "gpu",
-            True,
-            None,  # a warning at most: whether a larger batch helps is a hypothesis
-        ),
-        Spec("SERVE003", "The server holds a GPU that idles most of the time", "cost", False, None),
-        Spec("SERVE005", "The model is loaded on the request path, per request", "host", False),
-        Spec("INFER004", "The model is loaded again for every batch", "host", True),
-        Spec(
-            "SERVE004",
-            "The model runs on the server's event loop: requests wait for each other",
-            "host",
-            False,
-            None,  # a warning at most: what running it off the loop gives back is a hypothesis
-        ),
-    )
-}
+CATALOGUE: dict[str, Spec] = {}  # filled by the finding units' `register`
+
+
+def register(s: Spec) -> Spec:
+    """Enter one of a unit's specs in the catalogue (an id registered twice is a bug)."""
+    if CATALOGUE.setdefault(s.id, s) is not s:
+        raise ValueError(f"finding id {s.id} registered twice")
+    return s
 
 
 def spec(finding_id: str) -> Spec:
-    """The catalogue entry of an id (KeyError for an unknown id: add it here first)."""
+    """The catalogue entry of an id (KeyError for an unknown id: register it in its unit)."""
     return CATALOGUE[finding_id]
 
 
@@ -260,6 +120,11 @@ def about_time_in(findings: list, breakdown_category: str) -> bool:
     """Whether any of `findings` is about time spent in this Breakdown category (e.g. any
     finding about checkpoint saves), whatever its id."""
     return any(spec(f.id).time_in == breakdown_category for f in findings)
+
+
+def about_money(finding_id: str) -> bool:
+    """Whether a finding of this id is the money view of the others (never a fix to rank)."""
+    return spec(finding_id).about_money
 
 
 def compares_ranks(finding_id: str) -> bool:

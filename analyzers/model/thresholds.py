@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from gpudiag.analyzers.model.results import Evidence
+
 # Each threshold's unit; one not named here is a share (of time, capacity or spend, 0..1),
 # or, when its name ends in `_s`, a duration in seconds.
 UNITS: dict[str, str] = {
@@ -297,6 +299,19 @@ class Thresholds:
         if not ok:
             raise ValueError(f"{what}, got {raw!r}")
         return int(value) if unit == "count" else value
+
+    def evidence(
+        self,
+        setting: str,
+        metric: str,
+        value: float | None,
+        unit: str,
+        comparison: str,
+        source: str | None = None,
+    ) -> Evidence:
+        """A measured fact tested against the threshold named `setting` (its value read from
+        here, so the name is written once)."""
+        return Evidence(metric, value, unit, getattr(self, setting), comparison, setting, source)
 
     def with_overrides(self, overrides: dict[str, object]) -> Thresholds:
         """A copy with the given settings changed; ValueError on unknown names or values out

@@ -1,0 +1,112 @@
+"""Each finding's documentation, generated from its spec (what it means, the fix, how its
+impact and speed-up are measured, the thresholds its unit reads), as ruff's rule pages are
+generated from its rules: docs/findings.md holds them between two markers, and a test keeps
+them current (`python scripts/findings_doc.py` rewrites them)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import re
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+from gpudiag.analyzers import distributed, findings
+from gpudiag.analyzers.model.catalogue import CATALOGUE, Spec
+from gpudiag.analyzers.model.thresholds import Thresholds
+
+BEGIN = "<!-- findings: generated from the specs by `python scripts/findings_doc.py` -->"
+END = "<!-- findings: end of the generated part -->"
+CATEGORIES = {
+    "host": "On the host: the loop thread, its input pipeline, the box",
+    "transfer": "Between host and GPU",
+    "gpu": "On the GPU",
+    "run": "The run as a whole",
+    "distributed": "Across ranks",
+    "cost": "Money",
+}
+SETTINGS = frozenset(f.name for f in fields(Thresholds))
+
+
+def owners() -> dict[str, ModuleType]:
+    """Finding id -> the unit module that declares its spec (`ID = register(...)`)."""
+    out: dict[str, ModuleType] = {}
+    for pkg in (findings, distributed):
+        for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
+            mod = importlib.import_module(info.name)
+            src = Path(mod.__file__ or "").read_text()
+            out |= {fid: mod for fid in re.findall(r"^([A-Z]+\d{3}) = register\(", src, re.M)}
+    return out
+
+
+@cache
+def settings_read(path: str) -> tuple[str, ...]:
+    """The thresholds a module's source reads (`th.NAME`, `c.th.NAME`, a "NAME" setting)."""
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in SETTINGS:
+            names.add(node.attr)
+        elif isinstance(node, ast.Constant) and node.value in SETTINGS:
+            names.add(node.value)
+    return tuple(sorted(names))
+
+
+def _setting(name: str, th: Thresholds) -> str:
+    return f"`{name}` ({getattr(th, name):g})"
+
+
+def finding_doc(s: Spec, module: ModuleType | None = None) -> str:
+    """One finding's section, in Markdown."""
+    th = Thresholds()
+    traits = [s.category]
+    if s.explains_gpu_idle:
+        traits.append("can explain GPU idle")
+    if s.always_note:
+        traits.append("always a note")
+    elif s.error_setting:
+        traits.append(f"an error from {_setting(s.error_setting, th)}")
+    else:
+        traits.append("a warning at most")
+    lines = [f"### {s.id}: {s.title}", "", " · ".join(traits)]
+    if module is not None:
+        where = module.__name__.removeprefix("gpudiag.").replace(".", "/")
+        lines[-1] += f" · `{where}.py`"
+    if s.doc is not None:
+        lines += ["", f"**What it means.** {_sentence(s.doc.means)}"]
+        lines += ["", f"**The fix it suggests.** {_sentence(s.doc.fix)}"]
+        for m in s.doc.measured:
+            head = f"**Measured ({m.variant}).**" if m.variant else "**Measured.**"
+            text = f"{head} Impact: {m.impact}. Speed-up: {m.speedup}."
+            if m.checked:
+                text += f" Checked on an H100 (predicted / measured): {m.checked}."
+            lines += ["", text]
+    if module is not None and (read := settings_read(module.__file__ or "")):
+        lines += ["", "**Thresholds its unit reads.** " + ", ".join(_setting(n, th) for n in read)]
+    return "\n".join(lines) + "\n"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def findings_section() -> str:
+    """Every finding's section, grouped by category, between the page's markers."""
+    own = owners()
+    parts = [BEGIN, ""]
+    for cat, heading in CATEGORIES.items():
+        specs = sorted((s for s in CATALOGUE.values() if s.category == cat), key=lambda s: s.id)
+        if specs:
+            parts += [f"## {heading}", ""]
+            parts += [finding_doc(s, own.get(s.id)) for s in specs]
+    parts.append(END)
+    return "\n".join(parts) + "\n"
+
+
+def with_section(page: str) -> str:
+    """The page with its generated part replaced by the current one."""
+    start, end = page.index(BEGIN), page.index(END) + len(END) + 1
+    return page[:start] + findings_section() + page[end:]
