@@ -14,7 +14,8 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from gpudiag.analyzers import distributed, findings
+import gpudiag.analyzers.distributed
+import gpudiag.analyzers.findings
 from gpudiag.analyzers.model.catalogue import CATALOGUE, Spec
 from gpudiag.analyzers.model.thresholds import Thresholds
 
@@ -34,7 +35,7 @@ SETTINGS = frozenset(f.name for f in fields(Thresholds))
 def owners() -> dict[str, ModuleType]:
     """Finding id -> the unit module that declares its spec (`ID = register(...)`)."""
     out: dict[str, ModuleType] = {}
-    for pkg in (findings, distributed):
+    for pkg in (gpudiag.analyzers.findings, gpudiag.analyzers.distributed):
         for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
             mod = importlib.import_module(info.name)
             src = Path(mod.__file__ or "").read_text()

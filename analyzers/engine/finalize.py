@@ -16,7 +16,7 @@ from gpudiag.analyzers.cost.projection import resolve_price
 from gpudiag.analyzers.findings.gil import gil_judged
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.summary import straddles
-from gpudiag.analyzers.model.catalogue import category, explains_gpu_idle, ranked
+from gpudiag.analyzers.model.catalogue import category, explains_gpu_idle, ranked, spec
 from gpudiag.analyzers.model.results import Evidence, Finding
 from gpudiag.analyzers.model.thresholds import Thresholds
 
@@ -118,20 +118,12 @@ def unbatched_on_cpu(verdict: dict, kind: str | None, metrics: dict, th: Thresho
     }
 
 
-# Findings whose confidence the stacks alone cap, whatever the look's length: what settles them
-SETTLED_BY_HOOKS = {
-    "SERVE005": "the in-process hooks tell a model loaded per request from one loaded once "
-    "(gpudiag run, or attach --hooks)",
-    "INFER004": "the in-process hooks tell the same model loaded again from a sweep over "
-    "different checkpoints (gpudiag run, or attach --hooks)",
-}
-
-
 def settle(top: Finding) -> str:
     """What settles a finding that is not sure: a longer look, or the hooks where the stacks
     alone cannot."""
-    if top.id in SETTLED_BY_HOOKS and "hooks" not in top.signals:
-        return SETTLED_BY_HOOKS[top.id]
+    settled_by = spec(top.id).settled_by_hooks
+    if settled_by and "hooks" not in top.signals:
+        return settled_by
     return "profile longer (--duration) to settle it"
 
 
@@ -237,8 +229,9 @@ def _verdict(
             or not_judged == ()
             or (not starved and top is not None and top.confidence >= th.sure_confidence)
         )
-    # GIL001 rests on schedstat and --gil ticks (judged when "GIL" is not in not_judged)
-    enough = enough or (top is not None and top.id == "GIL001" and "GIL" not in not_judged)
+    # a finding on its own signal (GIL001: schedstat and --gil ticks) is judged when its check is
+    own = spec(top.id).own_check if top is not None else None
+    enough = enough or (own is not None and own not in not_judged)
     # a finding on a server's own counters (Triton's) rests on the requests it counted
     counted = top is not None and "triton" in top.signals
     enough = enough or counted
@@ -263,7 +256,9 @@ def _verdict(
             f"{samples:.0f} samples; {th.min_loop_samples} settle every check); profile longer "
             "(--duration)",
         }
-    unplaced = next((f for f in findings if f.id == "LOOP001" and f.impact > 0), None)
+    unplaced = next(
+        (f for f in findings if "unexplained" in spec(f.id).claims and f.impact > 0), None
+    )
     if top is None and unplaced is not None:
         # time no rule explains is not a healthy loop: a held-out job (a model deep-copied
         # every step for its EMA, 23% of the loop) read a sure "no bottleneck" while its fix

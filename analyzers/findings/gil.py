@@ -21,6 +21,7 @@ GIL001 = register(
         True,
         time_in="gil_wait",
         claims=("loop_time",),
+        own_check="GIL",  # schedstat and --gil ticks, not the loop's stacks
         doc=Doc(
             means=(
                 "other Python threads of the job hold the GIL (`--gil` ticks, or their CPU from "

@@ -28,6 +28,10 @@ SERVE005 = register(
         "The model is loaded on the request path, per request",
         "host",
         False,
+        settled_by_hooks=(
+            "the in-process hooks tell a model loaded per request from one loaded "
+            "once (gpudiag run, or attach --hooks)"
+        ),
         claims=("loop_time",),
         doc=Doc(
             means=(
@@ -66,6 +70,10 @@ INFER004 = register(
         "The model is loaded again for every batch",
         "host",
         True,
+        settled_by_hooks=(
+            "the in-process hooks tell the same model loaded again from a sweep "
+            "over different checkpoints (gpudiag run, or attach --hooks)"
+        ),
         claims=("loop_time",),
         doc=Doc(
             means=(

@@ -65,6 +65,7 @@ LOOP001 = register(
         "host",
         True,
         note_title="Loop time no catalogued cause explains, under the warning threshold",
+        claims=("unexplained",),  # a verdict with it is never a sure "no bottleneck"
         reads=("loop_time", "eval_pass"),
         doc=Doc(
             means=(

@@ -53,6 +53,9 @@ class Spec:
     claims: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     about_money: bool = False  # the money view of the other findings, not a cause of its own
+    # what settles a finding the stacks alone cannot make sure, whatever the look's length
+    settled_by_hooks: str | None = None
+    own_check: str | None = None  # judged on its own signal once this check is (not stacks)
     doc: Doc | None = None
 
     @property
