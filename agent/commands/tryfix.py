@@ -274,8 +274,8 @@ def diagnose_first(command: list[str], args: TryOptions) -> str:
         f"no --fix or --from: diagnosing the job first (until the verdict is sure, at most "
         f"{args.diagnose_seconds:.0f} s of its loop)"
     )
-    diagnosis = run.RunOptions(
-        cmd=tuple(command), quiet=True, until_sure=True, duration=args.diagnose_seconds, out=out
+    diagnosis = run.RunOptions(  # as `run -q --until-sure --duration S --out F -- CMD` gives
+        cmd=("--", *command), quiet=True, until_sure=True, duration=args.diagnose_seconds, out=out
     )
     launched: list[int] = []  # the job's PID, kept here: never read back from a file
     try:
