@@ -24,7 +24,7 @@ from gpudiag.agent.commands import (
     tryfix,
     watch,
 )
-from gpudiag.agent.commands.options import NoOptions
+from gpudiag.agent.commands.options import FromArgs, NoOptions
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class Command:
 
     name: str
     add_parser: Callable[[argparse._SubParsersAction], argparse.ArgumentParser | None]
-    options: Any  # a frozen dataclass type with from_args(Namespace) -> options
-    main: Callable[[Any], int]  # takes `options`' instances
+    options: type[FromArgs]  # a frozen dataclass: from_args(Namespace) -> its instance
+    main: Callable[[Any], int]  # takes an instance of `options`
 
     def __call__(self, ns: argparse.Namespace) -> int:
         """Run the command on a parsed command line: its options typed, then its work."""
