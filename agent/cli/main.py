@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         file_mode()  # a bad GPUDIAG_FILE_MODE is refused before profiling, not at the end
-        return BY_NAME[args.command].main(args)
+        return BY_NAME[args.command](args)  # its options typed, then its work
     except UsageError as exc:
         say(f"error: {exc}")
         return EXIT_USAGE

@@ -9,21 +9,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudiag.agent.base.config import Settings, load_settings
+from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
-from gpudiag.agent.commands.evidence_options import capture_option
-from gpudiag.agent.commands.fleet_options import metrics_options
-from gpudiag.agent.commands.options import profiling_options
+from gpudiag.agent.commands.options import ProfilingOptions, profiling_options
 from gpudiag.agent.fleet.identity import other_user
-from gpudiag.agent.fleet.server import MetricsServer, open_metrics
-from gpudiag.agent.output.report import check_outputs, default_report_name
+from gpudiag.agent.fleet.server import MetricsServer
+from gpudiag.agent.output.report import default_report_name
 from gpudiag.agent.session.hookload import load_hooks
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts, Subject
 from gpudiag.agent.session.setup import make_probes, open_probe
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targets import choose_target
 from gpudiag.agent.session.targetwatch import running
-from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
+from gpudiag.agent.session.wiring import Outputs, Wiring
 from gpudiag.probes.base import Probe, ProbeStatus, Target
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
@@ -34,12 +32,23 @@ from gpudiag.text.sink import say
 EXIT_OK = 0
 
 
-def attach_job(args: argparse.Namespace, pid: int, settings: Settings) -> int:
-    """`gpudiag attach`: its options typed at the edge, then attach()."""
-    server = open_metrics(args)
+@dataclass(frozen=True, kw_only=True)
+class AttachOptions(ProfilingOptions):
+    """`gpudiag attach`'s options: the profiling ones, the job's PID and --hooks."""
+
+    pid: str  # as given: parse_pid() checks it names a running process
+    hooks: bool = False
+
+    def sampling(self) -> SessionOptions:
+        """The session's options: the job runs already; --hooks loads the hooks into it."""
+        return self.session(attached=True, load_hooks=self.hooks)
+
+
+def attach_job(opts: AttachOptions, pid: int, settings: Settings) -> int:
+    """`gpudiag attach`: the session's options from the command's, then attach()."""
+    server = opts.open_metrics()
     try:
-        opts = session_options(args, attached=True)
-        return attach(pid, settings, opts, Outputs.of(args), args.out, server)
+        return attach(pid, settings, opts.sampling(), opts.outputs(), opts.out, server)
     finally:
         if server is not None:
             server.close()
@@ -179,15 +188,12 @@ def parse_pid(text: str) -> int:
     return pid
 
 
-def main(args: argparse.Namespace) -> int:
+def main(opts: AttachOptions) -> int:
     """`gpudiag attach PID`: profile a running job; exit 2 when it cannot be read at all."""
-    pid = parse_pid(args.pid)
-    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    check_outputs(
-        {"--out": args.out, "--record": args.record, "--speedscope": args.speedscope}
-        | {"--trace": args.trace}
-    )
-    return attach_job(args, pid, settings)
+    pid = parse_pid(opts.pid)
+    settings = opts.settings()
+    opts.check_outputs()
+    return attach_job(opts, pid, settings)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -199,13 +205,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "until Ctrl-C, the job's exit, or --duration.",
     )
     p.add_argument("pid", help="process id of the job's Python process")
-    profiling_options(p)
-    capture_option(p, "attach")
-    p.add_argument(
+    groups = profiling_options(p, "attach")
+    groups["sampling"].add_argument(
         "--hooks",
         action="store_true",
         help="load run's in-process hooks into the running job (exact steps/s, data wait, "
         "batch sizes; gdb on Python 3.10-3.13, sys.remote_exec on 3.14+; needs ptrace "
         "permission). Without it attach only reads the job",
     )
-    metrics_options(p)

@@ -18,7 +18,7 @@ import time
 
 from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
-from gpudiag.agent.commands.options import positive
+from gpudiag.agent.commands.options import FromArgs, positive
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import check_writable, report_of, write_report
 from gpudiag.agent.session.launch import launch
@@ -104,7 +104,15 @@ def found_line(doc: dict, clock: DemoClock) -> str:
     )
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class DemoOptions(FromArgs):
+    """`gpudiag demo`'s options."""
+
+    duration: float = 60.0  # the most loop time to profile
+    out: str | None = None
+
+
+def main(args: DemoOptions) -> int:
     """Launch the demo job, profile its loop until the verdict is sure (at most --duration
     seconds of loop), print the full diagnosis and one line with what it found."""
     if importlib.util.find_spec("torch") is None:

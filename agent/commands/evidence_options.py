@@ -13,7 +13,7 @@ CAPTURE_HELP = {
 }
 
 
-def export_options(p: argparse.ArgumentParser) -> None:
+def export_options(p: argparse._ActionsContainer) -> None:
     """--speedscope and --trace: exports other tools open, made from the report."""
     p.add_argument(
         "--speedscope",
@@ -39,7 +39,7 @@ def capture_steps(text: str) -> int:
     return v
 
 
-def capture_option(p: argparse.ArgumentParser, command: str) -> None:
+def capture_option(p: argparse._ActionsContainer, command: str) -> None:
     """--capture-steps for `run` or `attach`, then the export options."""
     p.add_argument("--capture-steps", type=capture_steps, metavar="N", help=CAPTURE_HELP[command])
     export_options(p)

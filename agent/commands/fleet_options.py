@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from gpudiag.agent.fleet.server import DEFAULT_ADDR, MetricsServer, open_metrics
 
 
 def _port(text: str) -> int:
@@ -15,7 +18,7 @@ def _port(text: str) -> int:
     return v
 
 
-def metrics_options(p: argparse.ArgumentParser, default_port: int | None = None) -> None:
+def metrics_options(p: argparse._ActionsContainer, default_port: int | None = None) -> None:
     """--metrics-port and --metrics-addr."""
     p.add_argument(
         "--metrics-port",
@@ -32,3 +35,16 @@ def metrics_options(p: argparse.ArgumentParser, default_port: int | None = None)
         help="address the metrics endpoint listens on (default: 127.0.0.1; 0.0.0.0 for "
         "every interface)",
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsArgs:
+    """--metrics-port and --metrics-addr: the metrics endpoint, when a port is given."""
+
+    metrics_port: int | None = None
+    metrics_addr: str = DEFAULT_ADDR
+
+    def open_metrics(self) -> MetricsServer | None:
+        """The endpoint listening (before the job starts: a port in use is a usage error
+        first), or None without --metrics-port."""
+        return open_metrics(self.metrics_port, self.metrics_addr)

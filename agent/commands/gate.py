@@ -18,7 +18,7 @@ from gpudiag.agent.base.config import load_settings, read_section
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.base.safeio import atomic_write, dumps_json, parse_json, read_bounded
 from gpudiag.agent.commands.gate_output import github_outputs, junit_xml, print_result
-from gpudiag.agent.commands.options import positive
+from gpudiag.agent.commands.options import FromArgs, positive
 from gpudiag.agent.output.report import (
     MAX_REPORT_BYTES,
     check_writable,
@@ -304,18 +304,38 @@ def calibrate(cur_runs: list[dict], cfg: GateConfig) -> list[str]:
     return lines
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class GateOptions(FromArgs):
+    """`gpudiag gate`'s options (`cmd`: what follows `--`, None without it)."""
+
+    baseline: str
+    runs: int | None = None
+    duration: float | None = None
+    warmup_steps: int | None = None
+    config: str | None = None
+    update_baseline: bool = False
+    calibrate: bool = False
+    exit_zero: bool = False
+    junit_xml: str | None = None
+    html: str | None = None
+    out: str | None = None
+    quiet: bool = False
+    reports: tuple[str, ...] = ()
+    cmd: tuple[str, ...] | None = None
+
+
+def main(args: GateOptions) -> int:
     """Compare runs (or saved reports) with a baseline; exit 0/1/3 (2 on errors)."""
     cfg = load_gate_config(args.config)
     runs = args.runs if args.runs is not None else cfg.runs
     warmup = args.warmup_steps if args.warmup_steps is not None else cfg.warmup_steps
     if runs < 1 or warmup < 0:
         raise UsageError("--runs must be at least 1 and --warmup-steps not negative")
-    for path in (args.junit_xml, getattr(args, "html", None)):
+    for path in (args.junit_xml, args.html):
         if path:
             check_writable(path)
     if args.cmd is not None:
-        command = args.cmd
+        command = list(args.cmd)
         if not command:
             raise UsageError("gate needs a command after --")
         if args.reports:
@@ -349,7 +369,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(
-    args: argparse.Namespace,
+    args: GateOptions,
     cfg: GateConfig,
     report: dict,
     verdict: str,
@@ -370,7 +390,7 @@ def _write_outputs(
     out = args.out or f"gpudiag-gate-{time.strftime('%Y%m%d-%H%M%S')}.json"
     write_report(last, out)
     emit(f"Report with the gate result written to {out}")
-    if getattr(args, "html", None):
+    if args.html:
         from gpudiag.agent.output.exports import write_text
         from gpudiag.agent.output.render.html import render_html
 

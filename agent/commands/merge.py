@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 
 from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
-from gpudiag.agent.commands.options import settings_options
+from gpudiag.agent.commands.options import FromArgs, settings_options
+from gpudiag.agent.output.render.formats import SUMMARIES
 from gpudiag.agent.output.report import check_writable, iso, load_report, validate, write_report
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers.distributed.compare import RankStats
@@ -163,10 +165,22 @@ def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     return base
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class MergeOptions(FromArgs):
+    """`gpudiag merge`'s options."""
+
+    reports: tuple[str, ...]
+    out: str | None = None
+    format: str = "text"
+    config: str | None = None
+    overrides: tuple[str, ...] | None = None
+
+
+def main(args: MergeOptions) -> int:
     """`gpudiag merge`: one job report from per-host reports; printed, and written with
     --out."""
-    settings = load_settings(args.config, args.overrides)
+    overrides = list(args.overrides) if args.overrides is not None else None
+    settings = load_settings(args.config, overrides)
     if args.out:
         check_writable(args.out)
     doc = merge_reports(list(args.reports), settings.thresholds)
@@ -193,7 +207,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", help="write the job report here")
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=SUMMARIES,
         default="text",
         help="summary on stdout (default: text)",
     )

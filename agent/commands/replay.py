@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 import jsonschema
 
-from gpudiag.agent.base.config import Settings, load_settings
+from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.evidence_options import export_options
-from gpudiag.agent.commands.options import price_options, settings_options
+from gpudiag.agent.commands.options import FromArgs, SettingsArgs, price_options, settings_options
 from gpudiag.agent.commands.report import browse, exports
 from gpudiag.agent.output.environment import describe_environment
 from gpudiag.agent.output.recording import open_recording
+from gpudiag.agent.output.render.formats import FORMATS
 from gpudiag.agent.output.report import check_outputs, report_of, validate, write_report
 from gpudiag.agent.session.session import SessionResult
 from gpudiag.agent.session.wiring import print_summary
@@ -73,10 +75,22 @@ def replay_report(path: str, settings: Settings) -> dict:
     return doc
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ReplayOptions(FromArgs, SettingsArgs):
+    """`gpudiag replay`'s options."""
+
+    file: str
+    out: str | None = None
+    format: str = "text"
+    tui: bool = False
+    speedscope: str | None = None
+    trace: str | None = None
+
+
+def main(args: ReplayOptions) -> int:
     """`gpudiag replay FILE`: analyse a recording and print (and optionally write) the
     report."""
-    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
+    settings = args.settings()
     check_outputs({"--out": args.out, "--speedscope": args.speedscope, "--trace": args.trace})
     doc = replay_report(args.file, settings)  # validated there
     if args.tui:
@@ -88,7 +102,7 @@ def main(args: argparse.Namespace) -> int:
             f"Report written to {path}",
             file=sys.stdout if args.format == "text" else sys.stderr,
         )
-    exports(doc, args)
+    exports(doc, args.speedscope, args.trace)
     return 0
 
 
@@ -106,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     price_options(p)
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json", "html"),
+        choices=tuple(FORMATS),
         default="text",
         help="summary on stdout: text, markdown, json (the whole report) or html (the "
         "self-contained page) (default: text)",

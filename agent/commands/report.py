@@ -5,16 +5,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 from gpudiag.agent.commands.evidence_options import export_options
-from gpudiag.agent.output.render.formats import render
+from gpudiag.agent.commands.options import FromArgs
+from gpudiag.agent.output.render.formats import FORMATS, render
 from gpudiag.agent.output.report import check_writable, load_report
 from gpudiag.text.sink import emit, outbound
 
 EXIT_OK = 0
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class ReportOptions(FromArgs):
+    """`gpudiag report`'s options."""
+
+    file: str
+    format: str = "text"
+    out: str | None = None
+    speedscope: str | None = None
+    trace: str | None = None
+    tui: bool = False
+
+
+def main(args: ReportOptions) -> int:
     """`gpudiag report FILE`: render a saved report."""
     doc = load_report(args.file)
     if args.out:
@@ -30,19 +44,19 @@ def main(args: argparse.Namespace) -> int:
         emit(f"{args.format} written to {where}", file=sys.stderr)
     else:
         emit(text, end="", redact=args.format != "json")
-    exports(doc, args)
+    exports(doc, args.speedscope, args.trace)
     return EXIT_OK
 
 
-def exports(doc: dict, args: argparse.Namespace) -> None:
+def exports(doc: dict, speedscope: str | None, trace: str | None) -> None:
     """Write --speedscope / --trace when asked; say where on stderr."""
-    if getattr(args, "speedscope", None) or getattr(args, "trace", None):
+    if speedscope or trace:
         from gpudiag.agent.output.exports import write_exports
 
-        for path in (args.speedscope, args.trace):
+        for path in (speedscope, trace):
             if path:
                 check_writable(path)
-        for line in write_exports(doc, args.speedscope, args.trace):
+        for line in write_exports(doc, speedscope, trace):
             emit(line, file=sys.stderr)
 
 
@@ -65,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="a report written by gpudiag run/attach")
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json", "html"),
+        choices=tuple(FORMATS),
         default="text",
         help="text (the full diagnosis with evidence), markdown (for tickets and "
         "pull requests), json (the report itself) or html (one self-contained page with "

@@ -11,18 +11,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpudiag.agent.base.config import Settings, load_settings
+from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
-from gpudiag.agent.commands.evidence_options import capture_option
-from gpudiag.agent.commands.fleet_options import metrics_options
-from gpudiag.agent.commands.options import profiling_options, run_try_option
-from gpudiag.agent.fleet.server import MetricsServer, open_metrics
-from gpudiag.agent.output.report import check_outputs, check_writable, default_report_name
+from gpudiag.agent.commands.options import (
+    ProfilingOptions,
+    profiling_options,
+    run_try_option,
+)
+from gpudiag.agent.fleet.server import MetricsServer
+from gpudiag.agent.output.report import check_writable, default_report_name
 from gpudiag.agent.session.joboutput import StderrTee, job_log_path
 from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.session import Session, SessionParts, SessionResult, Subject
 from gpudiag.agent.session.signals import StopSignals
-from gpudiag.agent.session.wiring import Outputs, Wiring, session_options
+from gpudiag.agent.session.wiring import Wiring
 from gpudiag.probes.inject.gpudiag_channel import CAPTURE_ENV
 from gpudiag.text.redact import redact_argv
 from gpudiag.text.sink import emit
@@ -30,23 +32,44 @@ from gpudiag.text.sink import emit
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
 
 
-def capture_env(args: argparse.Namespace) -> dict[str, str]:
+@dataclass(frozen=True, kw_only=True)
+class RunOptions(ProfilingOptions):
+    """`gpudiag run`'s options: the profiling ones, the job's command and how it is launched."""
+
+    cmd: tuple[str, ...] = ()  # as given: a leading `--` is dropped by `command`
+    no_inject: bool = False
+    try_fixes: bool = False
+
+    @property
+    def command(self) -> list[str]:
+        """The job's command (what follows `--`)."""
+        command = list(self.cmd)
+        return command[1:] if command[:1] == ["--"] else command
+
+
+def capture_env(opts: RunOptions) -> dict[str, str]:
     """The job's environment for `--capture-steps N` (empty without it)."""
-    n = getattr(args, "capture_steps", None)
+    n = opts.capture_steps
     if not n:
         return {}
-    if args.no_inject:
+    if opts.no_inject:
         raise UsageError("--capture-steps needs the in-process hooks: drop --no-inject")
     return {CAPTURE_ENV: str(n)}
 
 
-def run_job(args: argparse.Namespace, command: list[str], settings: Settings) -> int:
+def run_job(
+    opts: RunOptions,
+    command: list[str],
+    settings: Settings,
+    on_launch: Callable[[int], None] | None = None,
+) -> int:
     """Launch the job, profile it, write the report; the job's exit code (or ours). Under
-    the terminal UI the job's stdout and stderr go to its log panel and a file."""
-    log_path = job_log_path(args.out) if args.tui else None
+    the terminal UI the job's stdout and stderr go to its log panel and a file. `on_launch`
+    is told the job's PID once it started (`try` ends the job its diagnosis left running)."""
+    log_path = job_log_path(opts.out) if opts.tui else None
     if log_path:
         check_writable(log_path)
-    server = open_metrics(args)
+    server = opts.open_metrics()
     launched: list[Job] = []
 
     def pass_on(signum: int, count: int) -> None:
@@ -58,36 +81,36 @@ def run_job(args: argparse.Namespace, command: list[str], settings: Settings) ->
     # the handlers go in before the job starts: a SIGTERM in between still gets the report,
     # and the job gets it too (it killed gpudiag and orphaned the job)
     with StopSignals(pass_on) as stops:
-        job, err_r = _launch(args, command, log_path, server)
+        job, err_r = _launch(opts, command, log_path, server)
         launched.append(job)
+        if on_launch is not None:
+            on_launch(job.popen.pid)
         if stops.signum is not None:
             pass_on(stops.signum, stops.count)  # it came before the job existed
         tee = StderrTee(err_r, log_path)
-        if not args.tui:
+        if not opts.tui:
             try:
-                return _profile_launched(args, job, settings, Around(tee, server, stops))
+                return _profile_launched(opts, job, settings, Around(tee, server, stops))
             finally:
                 tee.close()
     try:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
-        return _profile_launched(args, job, settings, Around(tee, server, pass_on=pass_on))
+        return _profile_launched(opts, job, settings, Around(tee, server, pass_on=pass_on))
     finally:
         tee.close()
 
 
-def _launch(
-    args: argparse.Namespace, command: list[str], log_path: str | None, server
-) -> tuple[Job, int]:
+def _launch(opts: RunOptions, command: list[str], log_path: str | None, server) -> tuple[Job, int]:
     """The job started, and the pipe its stderr (under the UI, its stdout too) goes into."""
     # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
-    job_stdout = None if args.format == "text" else sys.stderr.fileno()
+    job_stdout = None if opts.format == "text" else sys.stderr.fileno()
     err_r, err_w = os.pipe()
     try:
         job = launch(
             command,
-            inject=not args.no_inject,
+            inject=not opts.no_inject,
             stdout=err_w if log_path else job_stdout,
             stderr=err_w,
-            extra_env=capture_env(args),
+            extra_env=capture_env(opts),
         )
     except BaseException:
         os.close(err_r)
@@ -96,8 +119,6 @@ def _launch(
         raise
     finally:
         os.close(err_w)
-    if isinstance(getattr(args, "launched", None), list):  # `try` ends the job by this PID
-        args.launched.append(job.popen.pid)
     return job, err_r
 
 
@@ -113,30 +134,28 @@ class Around:
     pass_on: Callable[[int, int], None] | None = None
 
 
-def _profile_launched(
-    args: argparse.Namespace, job: Job, settings: Settings, around: Around
-) -> int:
+def _profile_launched(opts: RunOptions, job: Job, settings: Settings, around: Around) -> int:
     popen, command = job.popen, job.command
-    out = args.out or default_report_name(popen.pid, time.time())
-    opts = session_options(args)
+    out = opts.out or default_report_name(popen.pid, time.time())
+    sampling = opts.session()
     found = job.find_target()
     subject = Subject("run", command, found[0], out)
-    wiring = Wiring(Outputs.of(args), around.server, subject, settings, opts)
+    wiring = Wiring(opts.outputs(), around.server, subject, settings, sampling)
     parts = wiring.parts(SessionParts(stop_signals=around.stops))
-    session = wiring.built(job.session(settings, opts, found, parts))
-    if not args.quiet:
+    session = wiring.built(job.session(settings, sampling, found, parts))
+    if not opts.quiet:
         session.log(
             f"profiling pid {popen.pid} ({' '.join(redact_argv(command) or [])})"
             + (
-                f" for {args.duration:.0f} s of its loop (counted from its first step)"
-                if args.duration
+                f" for {opts.duration:.0f} s of its loop (counted from its first step)"
+                if opts.duration
                 else " until it exits"
             )
         )
     wiring.announce()
     passed: list[int] = []  # signals the UI passed on to the job
     try:
-        result = _run_session(args, session, subject, job, around, passed)
+        result = _run_session(opts, session, subject, job, around, passed)
     finally:
         if around.server is not None:
             around.server.close()
@@ -144,18 +163,18 @@ def _profile_launched(
     wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
     if result.end_reason == "duration_reached" and session.first_step_at is None:
         emit(
-            f"gpudiag: no step of the job's loop in {args.duration:g} s: the look saw its "
+            f"gpudiag: no step of the job's loop in {opts.duration:g} s: the look saw its "
             "start-up only (give a longer --duration)",
             file=sys.stderr,
         )
     if result.end_reason in ("duration_reached", "verdict_sure"):
         emit(f"gpudiag: profiling done; the job (pid {popen.pid}) keeps running", file=sys.stderr)
         return EXIT_OK
-    return _exit_code(args, job, result, around, passed)
+    return _exit_code(opts, job, result, around, passed)
 
 
 def _run_session(
-    args: argparse.Namespace,
+    opts: RunOptions,
     session: Session,
     subject: Subject,
     job: Job,
@@ -164,7 +183,7 @@ def _run_session(
 ) -> SessionResult:
     """The session run, behind the UI with --tui (the signals its handlers pass on to the job
     are added to `passed`)."""
-    if not args.tui:
+    if not opts.tui:
         return session.run()
     from gpudiag.agent.session.live import JobView, run_with_tui
 
@@ -181,7 +200,7 @@ def _run_session(
 
 
 def _exit_code(
-    args: argparse.Namespace, job: Job, result: SessionResult, around: Around, passed: list[int]
+    opts: RunOptions, job: Job, result: SessionResult, around: Around, passed: list[int]
 ) -> int:
     """The exit code of `run` once the job ended (or the session did): the job's, passed
     through; the job is never left orphaned when the user stopped the look."""
@@ -191,9 +210,9 @@ def _exit_code(
         code = popen.returncode  # it ended after the session's last look: its code stands
     if around.tee.log_path:
         emit(f"gpudiag: the job's output is in {around.tee.log_path}", file=sys.stderr)
-    if code is None and (passed or args.tui) and popen.poll() is not None:
+    if code is None and (passed or opts.tui) and popen.poll() is not None:
         code = popen.returncode  # it ended on the signal the UI passed on, or on q
-    if code is None and popen.poll() is None and (stops is not None or passed or args.tui):
+    if code is None and popen.poll() is None and (stops is not None or passed or opts.tui):
         # never leave the job orphaned: wait for it, unless the user interrupts again
         emit(
             f"gpudiag: waiting for the job (pid {popen.pid}) to exit "
@@ -212,26 +231,22 @@ def _exit_code(
     return EXIT_INTERRUPTED if result.end_reason == "interrupted" else EXIT_OK
 
 
-def prepare(args: argparse.Namespace) -> tuple[list[str], Settings]:
+def prepare(opts: RunOptions) -> tuple[list[str], Settings]:
     """The job's command and the settings, checked: one line and exit 2 when wrong."""
-    command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = opts.command
     if not command:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
-    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    check_outputs(
-        {"--out": args.out, "--record": args.record, "--speedscope": args.speedscope}
-        | {"--trace": args.trace}
-    )
+    settings = opts.settings()
+    opts.check_outputs()
     return command, settings
 
 
-def main(args: argparse.Namespace) -> int:
+def main(opts: RunOptions, on_launch: Callable[[int], None] | None = None) -> int:
     """`gpudiag run`: launch the job, profile it, write the report; pass the job's exit code
-    through (`run --try` is routed to the try command by the command registry)."""
-    command, settings = prepare(args)
-    return run_job(args, command, settings)
+    through (`run --try` is routed to the try command by the command registry; `on_launch`:
+    see run_job)."""
+    command, settings = prepare(opts)
+    return run_job(opts, command, settings, on_launch)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -244,13 +259,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "keeps running), write the report, print a summary.",
         usage="gpudiag run [options] -- CMD [ARGS...]",
     )
-    profiling_options(p)
-    p.add_argument(
+    groups = profiling_options(p, "run")
+    groups["sampling"].add_argument(
         "--no-inject",
         action="store_true",
         help="do not add the in-process hooks (exact step timing) to the job",
     )
-    capture_option(p, "run")
     run_try_option(p)
-    metrics_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from gpudiag.agent.commands.options import NoOptions
 from gpudiag.agent.output.report import schema_text
 from gpudiag.text.sink import emit
 
 
-def main(args: argparse.Namespace) -> int:
+def main(opts: NoOptions) -> int:
     """Print the schema."""
     emit(schema_text(), end="", redact=False)
     return 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from gpudiag.agent.commands.options import NoOptions
 from gpudiag.analyzers.model.thresholds import RANGES, Thresholds
 from gpudiag.text.sink import emit
 
 
-def main(args: argparse.Namespace) -> int:
+def main(opts: NoOptions) -> int:
     """Print each threshold, its default, unit and range, and its meaning."""
     defaults = Thresholds().to_dict()
     for name, doc in Thresholds.names().items():

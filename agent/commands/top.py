@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from gpudiag.agent.base.config import load_settings
-from gpudiag.agent.commands.options import positive
+from gpudiag.agent.commands.options import FromArgs, positive
 
 
-def main(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class TopOptions(FromArgs):
+    """`gpudiag top`'s options."""
+
+    duration: float | None = None  # after attaching with `a`
+
+
+def main(args: TopOptions) -> int:
     """`gpudiag top`: the box view; `a` on a Python process switches to its live diagnosis."""
     from gpudiag.probes.box import BoxSampler
     from gpudiag.tui.top import TopApp

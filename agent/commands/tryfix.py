@@ -6,12 +6,15 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.commands.options import FromArgs
 from gpudiag.text.sink import emit
 
 if TYPE_CHECKING:
+    from gpudiag.agent.commands.run import RunOptions
     from gpudiag.agent.session.trial import TrialPlan
 
 USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
@@ -68,22 +71,27 @@ def add_parser(sub) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
 
 
-def run_then_try(args: argparse.Namespace, command: list[str], rc: int) -> int:
-    """After `run` wrote its report: try its findings' fixes and add `trials` to it."""
-    try_args = argparse.Namespace(
-        cmd=command,
-        fix=[],
-        from_report=args.out,
-        finding=None,
-        rounds=3,
-        seconds=10.0,
-        warmup=5.0,
-        allow_numerics=False,
-        allow_compile=False,
-        out=args.out,
-    )
+@dataclass(frozen=True)
+class TryOptions(FromArgs):
+    """`gpudiag try`'s options (the defaults are the command line's)."""
+
+    cmd: tuple[str, ...] = ()  # as given: a leading `--` is dropped
+    fix: tuple[str, ...] = ()  # KIND:KEY=VALUE,... each
+    from_report: str | None = None
+    finding: str | None = None
+    diagnose_seconds: float = 60.0
+    rounds: int = 3
+    seconds: float = 10.0
+    warmup: float = 5.0
+    allow_numerics: bool = False
+    allow_compile: bool = False
+    out: str | None = None
+
+
+def run_then_try(out: str, command: list[str], rc: int) -> int:
+    """After `run` wrote its report to `out`: try its findings' fixes and add `trials` to it."""
     try:
-        main(try_args)
+        main(TryOptions(cmd=tuple(command), from_report=out, out=out))
     except UsageError as exc:  # nothing to try is a result of the diagnosis, not an error
         emit(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
     return rc
@@ -126,7 +134,7 @@ def parse_fix(text: str) -> dict:
     return {"kind": kind.strip(), "values": values}
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: TryOptions) -> int:
     """`gpudiag try`: try each fix; print the results and the code changes; write --out."""
     from gpudiag.agent.output.report import check_writable, load_report
     from gpudiag.agent.session.trial import TrialPlan, check_fix, try_fix
@@ -144,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
     for text in args.fix:
         plans.append(TrialPlan(command, parse_fix(text)))
     if not args.fix and not args.from_report:  # nothing named: diagnose first, as run does
-        args.from_report = diagnose_first(command, args)
+        args = replace(args, from_report=diagnose_first(command, args))
     if args.from_report:
         doc = load_report(args.from_report)
         plans += _plans_of_report(doc, command, args.finding)
@@ -252,7 +260,7 @@ def verdict_measured(verdict: dict, trials: list[dict]) -> dict:
     return {**verdict, "statement": f"{verdict['statement']}; {said}"}
 
 
-def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
+def diagnose_first(command: list[str], args: TryOptions) -> str:
     """`try` with nothing named: profile the job as `run --until-sure` does, end it, and
     return the report's path (its findings' fixes are then tried)."""
     import tempfile
@@ -266,14 +274,12 @@ def diagnose_first(command: list[str], args: argparse.Namespace) -> str:
         f"no --fix or --from: diagnosing the job first (until the verdict is sure, at most "
         f"{args.diagnose_seconds:.0f} s of its loop)"
     )
-    ns = run_parser().parse_args(
-        ["run", "-q", "--until-sure", "--duration", str(args.diagnose_seconds), "--out", out]
-        + ["--", *command]
+    diagnosis = run.RunOptions(  # as `run -q --until-sure --duration S --out F -- CMD` gives
+        cmd=("--", *command), quiet=True, until_sure=True, duration=args.diagnose_seconds, out=out
     )
-    launched: list[int] = []
-    ns.launched = launched  # the job's PID, kept here: never read back from a file
+    launched: list[int] = []  # the job's PID, kept here: never read back from a file
     try:
-        run.main(ns)
+        run.main(diagnosis, on_launch=launched.append)
     finally:
         for pid in launched:
             end_job(pid)
@@ -303,20 +309,10 @@ def end_job(pid: int) -> None:
         pass
 
 
-def run_parser() -> argparse.ArgumentParser:
-    """A parser of `run` alone: the diagnosis `try` makes first is a `run --until-sure`."""
-    from gpudiag.agent.commands import run
-    from gpudiag.agent.commands.options import CommandParser
-
-    parser = CommandParser(prog="gpudiag")
-    run.add_parser(parser.add_subparsers(dest="command", parser_class=CommandParser))
-    return parser
-
-
-def main_run_try(args: argparse.Namespace) -> int:
+def main_run_try(opts: RunOptions) -> int:
     """`gpudiag run --try`: the diagnosis as `run` makes it, then its findings' fixes tried."""
     from gpudiag.agent.commands import run
 
-    command, settings = run.prepare(args)
-    args.out = args.out or f"gpudiag-try-{os.getpid()}.json"
-    return run_then_try(args, command, run.run_job(args, command, settings))
+    command, settings = run.prepare(opts)
+    out = opts.out or f"gpudiag-try-{os.getpid()}.json"
+    return run_then_try(out, command, run.run_job(replace(opts, out=out), command, settings))

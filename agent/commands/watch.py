@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
-from gpudiag.agent.base.config import Settings, load_settings
-from gpudiag.agent.commands.fleet_options import metrics_options
-from gpudiag.agent.commands.options import budget, positive, price_options, rate, settings_options
+from gpudiag.agent.base.config import Settings
+from gpudiag.agent.commands.fleet_options import MetricsArgs, metrics_options
+from gpudiag.agent.commands.options import (
+    FromArgs,
+    SettingsArgs,
+    budget,
+    positive,
+    price_options,
+    rate,
+    settings_options,
+)
 from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import LiveJob
 from gpudiag.agent.session.budget import SPY_SHARE, Budget, Governor
@@ -287,7 +295,27 @@ def wait_for(stop: threading.Event, duration_s: float | None) -> None:
     stop.set()
 
 
-def watch_command(args, settings: Settings) -> int:
+@dataclass(frozen=True, kw_only=True)
+class WatchOptions(FromArgs, SettingsArgs, MetricsArgs):
+    """`gpudiag watch`'s options, by --help's groups."""
+
+    # stop
+    duration: float | None = None
+    # sampling
+    cpu_budget: float = 10.0  # percent of one core, for every job together; 0: no limit
+    memory_budget: float = 400.0  # MB, for every job together
+    interval: float = 5.0
+    recent: float = 600.0  # 0: the whole time a job was watched
+    match: str | None = None
+    rate: int = 100
+    window: float = 3.0
+    # output
+    quiet: bool = False
+    # fleet
+    metrics_port: int = 9401
+
+
+def watch_command(cfg: WatchOptions, settings: Settings) -> int:
     """`gpudiag watch`: serve every job's findings until Ctrl-C, SIGTERM or --duration."""
     import signal
 
@@ -295,44 +323,43 @@ def watch_command(args, settings: Settings) -> int:
     from gpudiag.agent.fleet.server import MetricsServer
 
     match = None
-    if args.match:
+    if cfg.match:
         try:
-            match = re.compile(args.match)
+            match = re.compile(cfg.match)
         except re.error as exc:
             raise UsageError(f"--match is not a regular expression: {exc}") from None
-    opts = SessionOptions(rate_hz=args.rate, window_s=args.window, progress=False)
-    log = (lambda msg: None) if args.quiet else Watcher.log
+    opts = SessionOptions(rate_hz=cfg.rate, window_s=cfg.window, progress=False)
+    log = (lambda msg: None) if cfg.quiet else Watcher.log
     watcher = Watcher(
         settings,
         opts,
-        cpu_budget=args.cpu_budget / 100.0 if args.cpu_budget else None,
-        rss_budget_bytes=int(args.memory_budget * 1024 * 1024),
+        cpu_budget=cfg.cpu_budget / 100.0 if cfg.cpu_budget else None,
+        rss_budget_bytes=int(cfg.memory_budget * 1024 * 1024),
         match=match,
         log=log,
-        recent_s=args.recent or None,
+        recent_s=cfg.recent or None,
     )
-    server = MetricsServer(args.metrics_addr, args.metrics_port, watcher.live_jobs, watcher.health)
+    server = MetricsServer(cfg.metrics_addr, cfg.metrics_port, watcher.live_jobs, watcher.health)
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     log(f"watching the box; metrics on {server.url}")
     poller = threading.Thread(
-        target=watcher.run, args=(stop, args.interval), name="gpudiag-watch", daemon=True
+        target=watcher.run, args=(stop, cfg.interval), name="gpudiag-watch", daemon=True
     )
     poller.start()
     try:
-        wait_for(stop, args.duration)
+        wait_for(stop, cfg.duration)
         poller.join(timeout=60)
     finally:
         server.close()
     return 0
 
 
-def main(args: argparse.Namespace) -> int:
+def main(opts: WatchOptions) -> int:
     """`gpudiag watch`: profile every job on the box and serve the findings until Ctrl-C,
     SIGTERM or --duration."""
-    settings = load_settings(args.config, args.overrides, price=args.price, prices_file=args.prices)
-    return watch_command(args, settings)
+    return watch_command(opts, opts.settings())
 
 
 def _recent(text: str) -> float:
@@ -355,8 +382,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "memory budget for all of them, and serve their findings as Prometheus metrics "
         "until Ctrl-C or SIGTERM. A job that ends is dropped.",
     )
-    metrics_options(p, default_port=9401)
-    p.add_argument(
+    stop = p.add_argument_group("stop", "when watching ends (default: Ctrl-C or SIGTERM)")
+    sampling = p.add_argument_group("sampling", "which jobs, how they are sampled, at what cost")
+    settings = p.add_argument_group("thresholds and prices")
+    output = p.add_argument_group("output")
+    metrics_options(p.add_argument_group("fleet", "the findings as Prometheus metrics"), 9401)
+    sampling.add_argument(
         "--cpu-budget",
         type=budget,
         default=10.0,
@@ -364,21 +395,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="CPU for all watched jobs together, in percent of one core, shared "
         "evenly between them (default: 10; 0: no limit)",
     )
-    p.add_argument(
+    sampling.add_argument(
         "--memory-budget",
         type=positive,
         default=400,
         metavar="MB",
         help="resident memory for all watched jobs together (default: 400)",
     )
-    p.add_argument(
+    sampling.add_argument(
         "--interval",
         type=positive,
         default=5.0,
         metavar="SECONDS",
         help="how often to look for new and ended jobs (default: 5)",
     )
-    p.add_argument(
+    sampling.add_argument(
         "--recent",
         type=_recent,
         default=600.0,
@@ -386,19 +417,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="findings cover each job's last SECONDS, so that they follow a job that "
         "changes (default: 600; 0: the whole time it was watched)",
     )
-    p.add_argument(
+    sampling.add_argument(
         "--match",
         metavar="REGEX",
         help="watch only jobs whose command line matches REGEX",
     )
-    p.add_argument(
+    stop.add_argument(
         "--duration",
         type=positive,
         metavar="SECONDS",
         help="stop after this many seconds (default: until Ctrl-C or SIGTERM)",
     )
-    p.add_argument("--rate", type=rate, default=100, metavar="HZ", help="py-spy rate at most")
-    p.add_argument("--window", type=positive, default=3.0, metavar="SECONDS", help="py-spy window")
-    settings_options(p, "thresholds and rules, as for run")
-    price_options(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="no log lines on stderr")
+    sampling.add_argument(
+        "--rate", type=rate, default=100, metavar="HZ", help="py-spy rate at most"
+    )
+    sampling.add_argument(
+        "--window", type=positive, default=3.0, metavar="SECONDS", help="py-spy window"
+    )
+    settings_options(settings, "thresholds and rules, as for run")
+    price_options(settings)
+    output.add_argument("-q", "--quiet", action="store_true", help="no log lines on stderr")

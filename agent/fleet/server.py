@@ -4,19 +4,15 @@ and memory)."""
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import GpudiagCollector, LiveJob
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_ADDR = "127.0.0.1"
 
@@ -70,13 +66,12 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def open_metrics(args: argparse.Namespace) -> MetricsServer | None:
+def open_metrics(port: int | None, addr: str = DEFAULT_ADDR) -> MetricsServer | None:
     """The endpoint of `--metrics-port`, listening before the job is launched or attached
-    (so a port in use is a usage error before anything starts); None without the option."""
-    port = getattr(args, "metrics_port", None)
+    (so a port in use is a usage error before anything starts); None without a port."""
     if port is None:
         return None
-    return MetricsServer(args.metrics_addr, port, lambda: [])
+    return MetricsServer(addr, port, lambda: [])
 
 
 def serve_job(

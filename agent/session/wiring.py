@@ -1,15 +1,12 @@
-"""What a profiling session is wired to, made before the session: its options from the
-command line, the recording, the metrics endpoint, the report written on a hang, and the
+"""What a profiling session is wired to, made before the session: the outputs asked for,
+the recording, the metrics endpoint, the report written on a hang, and the
 report and summary written at the end."""
 
 from __future__ import annotations
 
-import argparse
-import os
 import shlex
 import sys
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
@@ -19,7 +16,6 @@ from gpudiag.agent.output.environment import describe_environment
 from gpudiag.agent.output.recording import Recorder
 from gpudiag.agent.output.render.formats import render
 from gpudiag.agent.output.report import report_of, write_report
-from gpudiag.agent.session.budget import default_cpu_budget
 from gpudiag.agent.session.session import (
     Session,
     SessionOptions,
@@ -33,28 +29,9 @@ from gpudiag.text.redact import redact_lines
 from gpudiag.text.sink import emit
 
 
-def session_options(args: argparse.Namespace, attached: bool = False) -> SessionOptions:
-    """The sampling options `run` and `attach` take (`attached`: the job runs already, and
-    a --capture-steps is asked of its hooks once they connect)."""
-    budget = getattr(args, "cpu_budget", None)
-    cores = default_cpu_budget(os.cpu_count()) if budget is None else budget / 100.0
-    return SessionOptions(
-        attached=attached,
-        capture_steps=getattr(args, "capture_steps", None) if attached else None,
-        load_hooks=bool(getattr(args, "hooks", False)) if attached else False,
-        duration_s=args.duration,
-        rate_hz=args.rate,
-        window_s=args.window,
-        nonblocking=not args.blocking,
-        progress=not args.quiet,
-        cpu_budget=cores or None,
-        until_sure=bool(getattr(args, "until_sure", False)),
-    )
-
-
 @dataclass(frozen=True)
 class Outputs:
-    """What the command line asks to be written and shown, typed at the edge."""
+    """What the command asks to be written and shown (its options convert to this)."""
 
     format: str = "text"
     quiet: bool = False
@@ -64,12 +41,6 @@ class Outputs:
     record_layout: str = "windows"
     speedscope: str | None = None
     trace: str | None = None
-
-    @classmethod
-    def of(cls, args: argparse.Namespace) -> Outputs:
-        """The outputs a parsed command line asks for (absent options: the defaults)."""
-        given: dict[str, Any] = {f.name: getattr(args, f.name, f.default) for f in fields(cls)}
-        return cls(**given)
 
 
 def recorder_for(

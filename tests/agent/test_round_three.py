@@ -3,7 +3,6 @@ held at its boundary's choke point (the walking tests are in tests/test_choke_po
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -75,16 +74,12 @@ def test_try_out_replaces_a_planted_link(tmp_path, monkeypatch):
     victim, out = tmp_path / "victim", tmp_path / "try.json"
     victim.write_text("precious")
     out.symlink_to(victim)
-    args = argparse.Namespace(
-        cmd=["--", "python", "x.py"],
-        fix=["dataloader:num_workers=2"],
-        from_report=None,
-        finding=None,
+    args = tryfix.TryOptions(
+        cmd=("--", "python", "x.py"),
+        fix=("dataloader:num_workers=2",),
         rounds=1,
         seconds=1.0,
         warmup=1.0,
-        allow_numerics=False,
-        allow_compile=False,
         out=str(out),
     )
     assert tryfix.main(args) == 0
@@ -271,13 +266,13 @@ def test_try_ends_the_job_it_launched_not_the_pid_a_report_names(tmp_path, monke
     doc = replay_report(str(FIXTURE), load_settings(None))
     doc["run"]["pid"] = victim.pid  # what a planted or rewritten report names
 
-    def fake_run(ns):
-        ns.launched.append(job.pid)
-        write_report(doc, ns.out)
+    def fake_run(opts, on_launch):
+        on_launch(job.pid)
+        write_report(doc, opts.out)
         return 0
 
     monkeypatch.setattr(run, "main", fake_run)
-    args = argparse.Namespace(out=str(tmp_path / "d.json"), diagnose_seconds=1.0)
+    args = tryfix.TryOptions(out=str(tmp_path / "d.json"), diagnose_seconds=1.0)
     try:
         tryfix.diagnose_first(["python", "x.py"], args)
         assert job.wait(timeout=15) is not None

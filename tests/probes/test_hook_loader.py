@@ -10,7 +10,7 @@ import pytest
 
 from gpudiag.agent.cli.parser import build_parser
 from gpudiag.agent.fleet.metrics import probe_up
-from gpudiag.agent.session import hookload, wiring
+from gpudiag.agent.session import hookload
 from gpudiag.probes.base import Target
 from gpudiag.probes.inject import gpudiag_attach
 from gpudiag.probes.inprocess import loader
@@ -172,11 +172,16 @@ def test_a_channel_folder_not_private_is_refused_before_anything_is_loaded(tmp_p
 
 
 def test_hooks_is_opt_in_on_attach_only():
+    from gpudiag.agent.commands.attach import AttachOptions
+    from gpudiag.agent.commands.run import RunOptions
+
     parser = build_parser()
-    attach = parser.parse_args(["attach", "1"])
-    assert not wiring.session_options(attach, attached=True).load_hooks
-    hooked = parser.parse_args(["attach", "1", "--hooks"])
-    assert wiring.session_options(hooked, attached=True).load_hooks
+    attach = AttachOptions.from_args(parser.parse_args(["attach", "1"]))
+    assert not attach.sampling().load_hooks
+    hooked = AttachOptions.from_args(parser.parse_args(["attach", "1", "--hooks"]))
+    assert hooked.sampling().load_hooks and hooked.sampling().attached
+    run = RunOptions.from_args(parser.parse_args(["run", "--", "python", "x.py"]))
+    assert not run.session().load_hooks and not run.session().attached
 
 
 def test_a_job_in_the_middle_of_a_fork_is_refused(monkeypatch):

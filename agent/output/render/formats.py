@@ -24,6 +24,11 @@ FORMATS: dict[str, Callable[[dict, bool], str]] = {
 }
 
 
+PAGES = ("html",)  # a whole page: a file or a report's own rendering, never a job's summary
+SUMMARIES: tuple[str, ...] = tuple(name for name in FORMATS if name not in PAGES)
+"""The formats `run`, `attach` and `merge` print their summary in (beside a job's output)."""
+
+
 def render(doc: dict, fmt: str, verbose: bool = True) -> str:
     """The report document in one of FORMATS."""
     return FORMATS[fmt](doc, verbose)
