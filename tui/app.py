@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -106,7 +108,7 @@ class DiagnosisApp(App):
         if findings and 0 <= table.cursor_row < len(findings):
             self.push_screen(FindingScreen(findings[table.cursor_row]))
 
-    def on_data_table_row_selected(self, event) -> None:
+    def on_data_table_row_selected(self, event: Any) -> None:
         self.action_open_finding()
 
     def action_help(self) -> None:

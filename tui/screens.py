@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -69,7 +70,7 @@ class DiagnosisScreen(Screen):
         self.watch(self.app, "shown", self.show)
         self.post_message(self.Wanted())
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: Any) -> None:
         self.set_class(event.size.width < self.NARROW, "narrow")
 
     def on_screen_resume(self) -> None:
@@ -152,7 +153,7 @@ HELP_KEYS = [
 ]
 
 
-def help_text(enabled) -> str:
+def help_text(enabled: Any) -> str:
     """The keys this view offers (`enabled(action)` says whether it does anything here)."""
     keys = [
         f"  {key:<10} {what}"

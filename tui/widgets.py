@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 from textual.widgets import DataTable, Static
@@ -128,7 +130,7 @@ def _ms(v: float | None) -> str:
     return "?" if v is None else f"{v * 1e3:.1f} ms"
 
 
-def request_rows(doc: dict, line) -> bool:
+def request_rows(doc: dict, line: Callable[..., object]) -> bool:
     """A server's or an inference loop's view (kind, requests/s, latency percentiles, in
     flight, forwards and their batch); False for a training job (its rows stay as they were)."""
     w, m = doc.get("workload") or {}, doc.get("metrics", {})
@@ -182,7 +184,7 @@ def request_rows(doc: dict, line) -> bool:
     return True
 
 
-def step_rows(m: dict, line, served: bool) -> None:
+def step_rows(m: dict, line: Callable[..., object], served: bool) -> None:
     """A training loop's throughput and step time (n/a without step timing, unless the
     request view already says what the job does)."""
     if m.get("steps_per_second"):
@@ -267,7 +269,7 @@ def metrics_text(doc: dict) -> Wrapped:
 MAX_PERIODS = 12  # the newest periods shown in the numbers panel
 
 
-def rank_rows(doc: dict, line) -> None:
+def rank_rows(doc: dict, line: Callable[..., object]) -> None:
     """A multi-rank job: one row per rank (step time, data/compute/collective shares, GPU),
     the straggler marked."""
     strag = ((doc.get("distributed") or {}).get("straggler") or {}).get("straggler")

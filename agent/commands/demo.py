@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
@@ -134,7 +136,7 @@ def main(args: DemoOptions) -> int:
     job = launch(cmd, inject=True, stdout=subprocess.DEVNULL)
     first_step, done = threading.Event(), threading.Event()
 
-    def sink(samples) -> None:
+    def sink(samples: Iterable[Any]) -> None:
         if any(s.probe == "hooks" and s.labels.get("kind") == "step" for s in samples):
             first_step.set()
 

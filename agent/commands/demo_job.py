@@ -30,7 +30,7 @@ class NoisyImages(Dataset):
             img = img + 0.01 * torch.randn_like(img)
         return img
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         g = torch.Generator().manual_seed(i)
         img = torch.rand(3, 64, 64, generator=g)
         return self.augment(img), i % 10

@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpudiag.agent.base.config import load_settings, read_section
 from gpudiag.agent.base.errors import UsageError
@@ -226,7 +227,12 @@ def decide(
 
 # ---- running the job ---------------------------------------------------------------------
 def profile_runs(
-    command: list[str], runs: int, settings, warmup_steps: int, duration: float | None, quiet: bool
+    command: list[str],
+    runs: int,
+    settings: Any,
+    warmup_steps: int,
+    duration: float | None,
+    quiet: bool,
 ) -> list[dict]:
     """Run the job `runs` times under gpudiag (hooks injected); one report per run. A stop
     signal (SIGINT, SIGTERM, SIGHUP) ends the gate there: the job gets SIGTERM and gpudiag
@@ -249,7 +255,9 @@ def profile_runs(
     return reports
 
 
-def _one_run(command: list[str], i: int, settings, warmup_steps: int, duration, stops) -> dict:
+def _one_run(
+    command: list[str], i: int, settings: Any, warmup_steps: int, duration: Any, stops: Any
+) -> dict:
     """One run of the job under gpudiag, its report; SystemExit when a stop signal came."""
     import subprocess
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, NoReturn, TypeVar
 
@@ -42,7 +43,7 @@ def positive(value: str) -> float:
     return v
 
 
-def bounded(low: float, high: float, unit: str):
+def bounded(low: float, high: float, unit: str) -> Callable[[str], float]:
     """An argparse type: a number from `low` to `high` (in `unit`)."""
 
     def parse(value: str) -> float:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
@@ -99,7 +100,9 @@ def run_job(
         tee.close()
 
 
-def _launch(opts: RunOptions, command: list[str], log_path: str | None, server) -> tuple[Job, int]:
+def _launch(
+    opts: RunOptions, command: list[str], log_path: str | None, server: Any
+) -> tuple[Job, int]:
     """The job started, and the pipe its stderr (under the UI, its stdout too) goes into."""
     # a machine-readable summary is all that goes to stdout: the job's stdout goes to stderr
     job_stdout = None if opts.format == "text" else sys.stderr.fileno()

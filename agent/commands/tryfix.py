@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.options import FromArgs
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     """The `try` subcommand and its options."""
     p = sub.add_parser(
         "try",

@@ -4,6 +4,8 @@ about the findings."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudiag.analyzers.engine.registry import CAPTURE
 from gpudiag.analyzers.measures.capture import CaptureSeen, capture_of
 from gpudiag.analyzers.measures.rules import Classifier
@@ -13,7 +15,11 @@ from gpudiag.analyzers.timeline.timeline import Timeline
 
 
 def add_evidence_views(
-    doc: dict, tl: Timeline | None, rules: tuple = (), thread=None, th: Thresholds | None = None
+    doc: dict,
+    tl: Timeline | None,
+    rules: tuple = (),
+    thread: Any = None,
+    th: Thresholds | None = None,
 ) -> dict:
     """Add `series`, `stacks` and `capture` to a report from a session's timeline (keys whose
     data the run lacks are left out); the capture's evidence goes into the findings it

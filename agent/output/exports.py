@@ -10,6 +10,8 @@ draw from is bounded in the report).
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.base.safeio import WriteError, atomic_write, dumps_json
 
@@ -109,7 +111,9 @@ def chrome_trace_of(doc: dict) -> dict:
     }
 
 
-def _x(name: str, cat: str, lane: tuple[int, int], start_s: float, dur_s: float, args=None) -> dict:
+def _x(
+    name: str, cat: str, lane: tuple[int, int], start_s: float, dur_s: float, args: Any = None
+) -> dict:
     """A complete event on `lane` (its pid and tid)."""
     pid, tid = lane
     ev = {

@@ -5,7 +5,7 @@ a profiler capture so the report can confirm or refute that finding with kernel 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudiag.analyzers.model.catalogue import category
 
@@ -29,7 +29,7 @@ def nvml_only_verdict(analysis: Analysis) -> str | None:
 class AutoCapture:
     """Called every session tick; asks for at most one capture per session."""
 
-    def __init__(self, session, clock=time.monotonic) -> None:
+    def __init__(self, session: Any, clock: Any = time.monotonic) -> None:
         self.session = session
         self.clock = clock
         self.next_check = clock() + FIRST_CHECK_S

@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
@@ -60,8 +61,8 @@ class Job:
 def launch(
     command: list[str],
     inject: bool = True,
-    stdout=None,
-    stderr=None,
+    stdout: Any = None,
+    stderr: Any = None,
     extra_env: dict[str, str] | None = None,
 ) -> Job:
     """Start `command`; with `inject`, the in-process hooks (exact step timing) are added to

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gpudiag.agent.output.report import report_of, write_report
 from gpudiag.agent.session.session import Session, SessionResult, Subject
@@ -32,7 +33,7 @@ class JobView:
     """The launched job as `run --tui` shows it: its output lines, how it ended, and the
     interrupt `q` sends (SIGINT, what Ctrl-C sends it under `run`)."""
 
-    def __init__(self, popen: subprocess.Popen, output, output_path: str | None) -> None:
+    def __init__(self, popen: subprocess.Popen, output: Any, output_path: str | None) -> None:
         self.popen = popen
         self.output = output
         self.output_path = output_path

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpudiag.agent.base.safeio import create_stream
 from gpudiag.analyzers.model.thresholds import Thresholds
@@ -215,7 +216,7 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
     return _arm(rate, n, applied, rc, items_window(forwards, start, plan.seconds))
 
 
-def _arm(rate: float | None, n: int, applied, rc, work: Work | None = None) -> Arm:
+def _arm(rate: float | None, n: int, applied: Any, rc: Any, work: Work | None = None) -> Arm:
     if rate is None:
         return Arm(None, n, applied, rc, "too few steps after the warm-up")
     return Arm(rate, n, applied, rc, work=work)

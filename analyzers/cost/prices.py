@@ -13,6 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 TABLE_FILE = "gpu_table.json"
 DATE_RE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
@@ -67,7 +68,7 @@ class PriceRow:
         }
 
 
-def _range(v) -> tuple[float, float] | None:
+def _range(v: Any) -> tuple[float, float] | None:
     return None if v is None else (float(v[0]), float(v[1]))
 
 

@@ -14,6 +14,7 @@ A model, not a measurement: labelled so wherever it is shown.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpudiag.analyzers.cost.prices import MODELS, GpuModel, Price, by_key, identify, row_of
 from gpudiag.analyzers.measures.critical_path import CriticalPath
@@ -256,7 +257,7 @@ def job_gpu(stats: list[GpuStats]) -> GpuStats | None:
     return max(used, key=lambda s: s.busy or 0.0) if used else None
 
 
-def _unavailable(reason: str, **more) -> dict:
+def _unavailable(reason: str, **more: Any) -> dict:
     return {"available": False, "kind": KIND, "reason": reason, **more}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpudiag.analyzers.distributed.gpu import gpu_cause
 from gpudiag.analyzers.distributed.ranks import (
@@ -233,7 +234,7 @@ def _confidence(s: Straggler, wait: Callable[[RankStats], float], th: Thresholds
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
-def dist003(ranks: list[RankStats], th: Thresholds, wait=None) -> Finding:
+def dist003(ranks: list[RankStats], th: Thresholds, wait: Any = None) -> Finding:
     wait = wait or wait_share
     share = min(wait(r) for r in ranks)
     k = 4

@@ -6,6 +6,7 @@ finders over it (analyzers.finders) and finishes their findings once (analyzers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpudiag.analyzers.context.context import build_context, model_reloaded
 from gpudiag.analyzers.cost.prices import Price
@@ -123,7 +124,7 @@ def periods_of(
 
 
 def _analyze_view(
-    tl,
+    tl: Any,
     view: Aggregate,
     win: LoopWindow,
     th: Thresholds,

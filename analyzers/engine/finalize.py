@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.cost.money import Spend, checkpoints_seen, cost_analysis
@@ -55,7 +56,7 @@ def finalize(
 
 
 def judged(
-    findings: list[Finding], profile, metrics: dict, th: Thresholds, kind: str | None = None
+    findings: list[Finding], profile: Any, metrics: dict, th: Thresholds, kind: str | None = None
 ) -> dict:
     """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
     recorded when the box starved it) and the timed steps; `kind`: the workload's."""
@@ -148,7 +149,7 @@ def with_more(
     findings: list[Finding],
     more: list[Finding],
     verdict: dict,
-    profile,
+    profile: Any,
     metrics: dict,
     th: Thresholds,
 ) -> tuple[list[Finding], dict]:
@@ -161,7 +162,7 @@ def with_more(
     return merged, judged(merged, profile, metrics, th)
 
 
-def unjudged(profile, th: Thresholds, samples: float | None = None) -> tuple[str, ...]:
+def unjudged(profile: Any, th: Thresholds, samples: float | None = None) -> tuple[str, ...]:
     """The checks that rest on the loop's stack samples and did not have enough of them:
     every one below stack_floor_samples; below min_loop_samples, those whose share's
     interval still straddles their threshold (a share far from it is judged on fewer).

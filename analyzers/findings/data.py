@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
@@ -411,7 +412,7 @@ def _crowded_actions(ld: Loading, fill: bool) -> list[str]:
     return actions
 
 
-def _crowded(w: Wait, ld: Loading, metrics: dict, th: Thresholds, ev: list, loc) -> Finding:
+def _crowded(w: Wait, ld: Loading, metrics: dict, th: Thresholds, ev: list, loc: Any) -> Finding:
     """DATA002 (the job's own workers fill the cores) or DATA001 on a box with no idle core:
     more workers cannot help, or only once cores are free."""
     fill = ld.fills_cores
@@ -458,7 +459,7 @@ def _crowded(w: Wait, ld: Loading, metrics: dict, th: Thresholds, ev: list, loc)
     )
 
 
-def _more_workers(w: Wait, ld: Loading, th: Thresholds, ev: list, loc) -> Finding:
+def _more_workers(w: Wait, ld: Loading, th: Thresholds, ev: list, loc: Any) -> Finding:
     """DATA001 with idle cores: the workers that keep up, and the speed-up they give."""
     plan = ld.plan
     idle = (

@@ -210,7 +210,9 @@ def plan(share: float, cad: Cadence | None, th: Thresholds) -> tuple[float, floa
     )
 
 
-def _evidence(share: float, train: float, after: float, cad: Cadence | None, th: Thresholds):
+def _evidence(
+    share: float, train: float, after: float, cad: Cadence | None, th: Thresholds
+) -> list[Evidence]:
     ev = [
         th.evidence("eval_share_warn", "eval_share", round(share, 4), "ratio", ">=", "stacks"),
         th.evidence("eval_train_min", "training_share", round(train, 4), "ratio", ">=", "stacks"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from gpudiag.analyzers.model.catalogue import explains_gpu_idle
 from gpudiag.analyzers.model.results import Passed
@@ -37,7 +38,7 @@ def capture_findings(seen: CaptureSeen) -> Passed[dict]:
     return Passed(findings, dict(seen.capture, checks=checks))
 
 
-def _num(v) -> float | None:
+def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -89,7 +90,7 @@ def _row_ok(r: dict) -> bool:
     return isinstance(r.get("name"), str) and _num(r.get("time_s")) is not None
 
 
-def _ev(metric: str, value: float, unit: str, **kw) -> dict:
+def _ev(metric: str, value: float, unit: str, **kw: Any) -> dict:
     return {"metric": metric, "value": round(value, 6), "unit": unit, "source": "capture", **kw}
 
 

@@ -4,6 +4,7 @@ analyzers use (the job's GPU idle, a saturated link, the compute share)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpudiag.analyzers.model.results import Evidence
 from gpudiag.analyzers.model.thresholds import Thresholds
@@ -131,7 +132,7 @@ def confidence(st: GpuStats, base: float = NVML_ONLY_CONFIDENCE) -> float:
     return CONFIRMED_CONFIDENCE if st.sm_active is not None else base
 
 
-def gpu_evidence(st: GpuStats, name: str, value: float | None, unit: str, **kw) -> Evidence:
+def gpu_evidence(st: GpuStats, name: str, value: float | None, unit: str, **kw: Any) -> Evidence:
     """Evidence of one GPU: the metric named `name[gpuN]`, its value rounded."""
     return Evidence(
         f"{name}[gpu{st.index}]", None if value is None else round(value, 4), unit, **kw

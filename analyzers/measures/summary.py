@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from statistics import NormalDist
+from typing import Any
 
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
@@ -92,7 +93,7 @@ def host_metrics(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
-def rate_achieved(w) -> float | None:
+def rate_achieved(w: Any) -> float | None:
     """The share of the ticks py-spy was asked for that it recorded (its `--idle` loop
     samples every thread each tick): under 1 when the box starved the sampler of CPU."""
     if w is None or w.expected_ticks <= 0:

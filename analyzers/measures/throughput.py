@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpudiag.analyzers.timeline.rollup import Rollup
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 THROUGHPUT_UNITS = {
@@ -25,7 +26,7 @@ THROUGHPUT_UNITS = {
 }
 
 
-def _roll(tl: Aggregate, name: str, kind: str = "step"):
+def _roll(tl: Aggregate, name: str, kind: str = "step") -> Rollup | None:
     return tl.rollup("hooks", name, kind=kind)
 
 
@@ -72,8 +73,9 @@ def throughput_metrics(tl: Aggregate) -> dict[str, float | None]:
         out["cuda_reserved_bytes"] = mem["reserved"].maximum if mem["reserved"] else None
         out["cuda_peak_bytes"] = mem["peak"].maximum
         out["cuda_alloc_retries"] = mem["alloc_retries"].maximum if mem["alloc_retries"] else None
-        if mem["inactive_split"] and mem["reserved"] and mem["reserved"].last:
-            out["cuda_fragmentation_ratio"] = mem["inactive_split"].last / mem["reserved"].last
+        split, reserved = mem["inactive_split"], mem["reserved"]
+        if split and split.last is not None and reserved and reserved.last:
+            out["cuda_fragmentation_ratio"] = split.last / reserved.last
     return out
 
 

@@ -259,7 +259,7 @@ def _after_startup(tl: Timeline, clf: Classifier) -> tuple[int, int] | None:
     return spans[ups[-1]][1], after[-1][1]
 
 
-def _starter(tl: Timeline, clf: Classifier):
+def _starter(tl: Timeline, clf: Classifier) -> int | None:
     """The tid with the most start-up samples (the thread that imports and sets up)."""
     counts: dict = {}
     whole = tl.whole()

@@ -8,6 +8,7 @@ ask this module; they never match each other's id strings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpudiag.analyzers.model.results import Finding, Severity
 from gpudiag.analyzers.model.thresholds import Thresholds
@@ -71,7 +72,7 @@ class Spec:
         severity_at: float | None = None,
         note: bool = False,
         detail: str = "",
-        **fields,
+        **fields: Any,
     ) -> Finding:
         """A Finding of this id: its title from here (`detail` appended; `note_title` for a
         note) and its severity from its impact (or `severity_at`), `note` forcing a note;
@@ -99,7 +100,7 @@ def spec(finding_id: str) -> Spec:
     return CATALOGUE[finding_id]
 
 
-def new_finding(finding_id: str, th: Thresholds, **fields) -> Finding:
+def new_finding(finding_id: str, th: Thresholds, **fields: Any) -> Finding:
     """A Finding of `finding_id`, built by its catalogue entry (see `Spec.finding`)."""
     return spec(finding_id).finding(th, **fields)
 
@@ -141,7 +142,7 @@ def category(finding_id: str) -> str:
     return spec(finding_id).category
 
 
-def _get(f, key: str):
+def _get(f: Any, key: str) -> Any:
     return f[key] if isinstance(f, dict) else getattr(f, key)
 
 
@@ -155,7 +156,7 @@ def ranked(findings: list) -> list:
     return sorted(findings, key=lambda f: (*_unverified(f), -_get(f, "impact"), _get(f, "id")))
 
 
-def _unverified(f) -> tuple[int, float]:
+def _unverified(f: Any) -> tuple[int, float]:
     """Causes whose speed-up is measured, modelled or bounded first; then the causes whose
     speed-up is an unchecked hypothesis (a cause seen whose fix may not help, as batching on a
     CPU did not, never outranks one that will), among them by the share their low end surely

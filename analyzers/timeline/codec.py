@@ -9,6 +9,8 @@ rows in order rebuilds the same table. Pure data: nothing here reads or writes f
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudiag.analyzers.timeline.rollup import Rollup, ThreadKey, WindowTotals
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
@@ -86,7 +88,7 @@ def _rel(t: int | None, base: int) -> int | None:
     return None if t is None else t - base
 
 
-def _abs(t, base: int) -> int | None:
+def _abs(t: Any, base: int) -> int | None:
     return None if t is None else int(t) + base
 
 

@@ -12,6 +12,8 @@ so a live run and its replayed recording give the same findings.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 from gpudiag.analyzers.timeline.rollup import (  # noqa: F401 (re-exported: the timeline's types)
     DISTRIBUTIONS,
@@ -193,7 +195,7 @@ class Timeline:
         self._merged: Aggregate | None = None
         self._intern: dict = {}
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.whole(), name)
@@ -256,7 +258,7 @@ class Timeline:
                 continue
             seg.add_value(self._i((sample.probe, name, lk)), t, float(value))
 
-    def extend(self, samples) -> None:
+    def extend(self, samples: Iterable[Any]) -> None:
         """Fold many samples in, in order."""
         for s in samples:
             self.add(s)
@@ -325,7 +327,7 @@ class Timeline:
             for i in sorted(self.segments)
         ]
 
-    def take(self, done) -> list[tuple[int, int, Aggregate]]:
+    def take(self, done: Any) -> list[tuple[int, int, Aggregate]]:
         """Remove and return the segments (start_ns, end_ns, aggregate) whose end `done`
         accepts, in time order (a recording's buffer hands them to the file)."""
         out = []

@@ -14,6 +14,7 @@ an unreadable dump is skipped.
 from __future__ import annotations
 
 import io
+from typing import NoReturn
 import json
 import os
 import pickle
@@ -41,7 +42,7 @@ class RecorderRank:
 class _DataOnly(pickle.Unpickler):
     """Plain data only: any class or function named in the pickle is refused."""
 
-    def find_class(self, module: str, name: str):  # noqa: D102
+    def find_class(self, module: str, name: str) -> NoReturn:  # noqa: D102
         raise pickle.UnpicklingError(f"refused {module}.{name}")
 
 

@@ -21,6 +21,7 @@ import tempfile
 import time
 from array import array
 from pathlib import Path
+from typing import Any
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.dist.collectives import FIELDS as COLLECTIVE_FIELDS
@@ -204,7 +205,7 @@ class HookProbe(Probe):
             out += got if self.labels.enabled else self._one_process(sender, msg, got)
         return out
 
-    def _count_work(self, pid, got: list[Sample]) -> None:
+    def _count_work(self, pid: Any, got: list[Sample]) -> None:
         """Count the units of work (steps, forwards, requests) each process sent."""
         n = sum(WORK_WEIGHT.get(s.labels.get("kind", ""), 0) for s in got)
         if n and isinstance(pid, int) and (pid in self.work or len(self.work) < 4096):

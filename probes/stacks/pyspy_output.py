@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gpudiag.probes.files import Reader, read_regular, reader_of
 
@@ -96,7 +97,7 @@ def is_own_frame(frame: str) -> bool:
     return path.rsplit("/", 1)[-1] in OWN_FILES
 
 
-def drop_own_frames(frames) -> tuple[str, ...]:
+def drop_own_frames(frames: Any) -> tuple[str, ...]:
     """The frames without gpudiag's own (its wrapper between the user's loop and torch)."""
     return tuple(f for f in frames if not is_own_frame(f))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 COLORS = {
     "data_wait": "#e45756",
@@ -127,7 +128,7 @@ def _capture_mark(capture: dict | None, f: _Frame) -> list[str]:
     ]
 
 
-def _gpu_lane(pts, gpus, x, top, lane, left) -> str:
+def _gpu_lane(pts: Any, gpus: Any, x: Any, top: Any, lane: Any, left: Any) -> str:
     out = [f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">100%</text>']
     out.append(f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">GPU util</text>')
     out.append(f'<text x="{left - 6}" y="{top + lane}" text-anchor="end">0</text>')
@@ -147,7 +148,7 @@ def _gpu_lane(pts, gpus, x, top, lane, left) -> str:
     return "".join(out)
 
 
-def _phase_lane(pts, x, top, lane, left) -> str:
+def _phase_lane(pts: Any, x: Any, top: Any, lane: Any, left: Any) -> str:
     """Each stack window's phases as a stacked column from the previous window's end."""
     out = [f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">100%</text>']
     out.append(f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">phases</text>')
@@ -169,7 +170,7 @@ def _phase_lane(pts, x, top, lane, left) -> str:
     return "".join(out)
 
 
-def _step_lane(pts, x, top, lane, left) -> str:
+def _step_lane(pts: Any, x: Any, top: Any, lane: Any, left: Any) -> str:
     out = [f'<text x="{left - 6}" y="{top + 26}" text-anchor="end">steps/s</text>']
     rates = [p["steps"] / p["dur_s"] for p in pts if p["dur_s"] > 0]
     peak = max(rates, default=0.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import Any
 
 from gpudiag.agent.output.render.charts import (
     breakdown_svg,
@@ -47,11 +48,11 @@ pre{white-space:pre-wrap;font-size:12px}
 """
 
 
-def _e(v) -> str:
+def _e(v: Any) -> str:
     return escape(str(v))
 
 
-def _legend(categories, extra: Sequence[tuple[str, str]] = ()) -> str:
+def _legend(categories: Any, extra: Sequence[tuple[str, str]] = ()) -> str:
     items = [(col, label) for label, col in extra] + [
         (color(c), LABELS.get(c, c)) for c in categories
     ]
@@ -233,7 +234,7 @@ def _capture(doc: dict) -> str:
     )
 
 
-def _num(v, pct: bool = False) -> str:
+def _num(v: Any, pct: bool = False) -> str:
     if not isinstance(v, (int, float)):
         return "n/a" if v is None else _e(str(v))
     return f"{v:+.1%}" if pct else f"{v:.4g}"

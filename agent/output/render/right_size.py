@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 SPLIT_WORDS = {"tensor": "tensor", "memory": "memory", "compute": "FP32", "latency": "rest"}
 
 
@@ -62,7 +64,7 @@ def right_size_lines(doc: dict) -> list[str]:
     return out
 
 
-def right_size_table_html(doc: dict, esc) -> str:
+def right_size_table_html(doc: dict, esc: Callable[[object], str]) -> str:
     """The right-size rows as an HTML table (esc: the page's escaping function)."""
     rs = doc.get("right_size") or {}
     if not rs.get("available"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpudiag.analyzers.distributed.hang import (
     HangRank,
@@ -35,7 +36,7 @@ class HangState:
     wall_start: float = field(default_factory=time.time)
 
 
-def hang_ranks(rs) -> list[HangRank]:
+def hang_ranks(rs: Any) -> list[HangRank]:
     """Each rank's progress and collective state as the hooks last told it."""
     if rs.hooks is None:
         return []
@@ -67,7 +68,7 @@ def hang_ranks(rs) -> list[HangRank]:
     return out
 
 
-def read_recorder(rs) -> None:
+def read_recorder(rs: Any) -> None:
     """The NCCL flight recorder's dumps written since the session began (each rank's
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE prefix, else PyTorch's default)."""
     prefix = (read_environ(rs.primary.pid) or {}).get(PREFIX_ENV) or rs.hang_state.fr_prefix
@@ -79,7 +80,7 @@ def read_recorder(rs) -> None:
         rs.recorder.update(got)
 
 
-def rank_owners(rs) -> set[int]:
+def rank_owners(rs: Any) -> set[int]:
     """The users the ranks run as (their dumps are theirs), and gpudiag's own."""
     owners = {os.geteuid()}
     for info in rs.ranks.values():
@@ -90,7 +91,7 @@ def rank_owners(rs) -> set[int]:
     return owners
 
 
-def recorder_dict(rs) -> dict[str, dict]:
+def recorder_dict(rs: Any) -> dict[str, dict]:
     """The flight recorder's summaries for the report, by rank."""
     return {
         str(k): {
@@ -103,7 +104,7 @@ def recorder_dict(rs) -> dict[str, dict]:
     }
 
 
-def recorder_hang(rs, th: Thresholds) -> None:
+def recorder_hang(rs: Any, th: Thresholds) -> None:
     """After the run: a hang the live watcher did not report (the job stopped on NCCL's
     watchdog timeout) from the flight recorder's dumps alone, when they show a rank behind."""
     if rs.hang_finding is not None:
@@ -137,7 +138,7 @@ def _dumped(ranks: list[HangRank]) -> tuple[list[HangRank], dict[str, list[str]]
     return dumped, stacks, errors
 
 
-def _hangs(rs, th: Thresholds, dumped: list[HangRank], quiet: float) -> bool:
+def _hangs(rs: Any, th: Thresholds, dumped: list[HangRank], quiet: float) -> bool:
     """Whether the quiet job hangs: a rank waits in a collective while the others do not
     evaluate or save, past the threshold, and a second look found the stacks unmoved. Else
     when to look again (and why it is not a hang yet, in the notes)."""
@@ -190,7 +191,7 @@ def _hangs(rs, th: Thresholds, dumped: list[HangRank], quiet: float) -> bool:
     return True
 
 
-def check_hang(rs, th: Thresholds) -> None:
+def check_hang(rs: Any, th: Thresholds) -> None:
     """When no rank stepped for dist_hang_s: dump every rank's stack, build DIST002 and
     call `on_hang` (once per hang; a step on any rank ends it)."""
     ranks = hang_ranks(rs)

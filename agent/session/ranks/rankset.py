@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from gpudiag.agent.session.ranks import hang as rank_hang
 from gpudiag.agent.session.ranks.gpus import gpu_stats, rank_device
@@ -96,7 +97,9 @@ class RankSet:
                 self.hooks.labels.ranks[info.pid] = info.rank
         return True
 
-    def stack_probe(self, info: RankInfo, rate_hz: int, window_s: float, nonblocking: bool):
+    def stack_probe(
+        self, info: RankInfo, rate_hz: int, window_s: float, nonblocking: bool
+    ) -> RankStackProbe:
         """A stack probe for a non-primary rank, at its share of the rates."""
         config = StackConfig(
             rate_hz=rate_hz, window_s=window_s, gil_rate_hz=0, nonblocking=nonblocking
@@ -135,7 +138,7 @@ class RankSet:
         return main, others
 
     # ---- analysis -----------------------------------------------------------------------
-    def stats(self, th: Thresholds, rules=()) -> list[RankStats]:
+    def stats(self, th: Thresholds, rules: Any = ()) -> list[RankStats]:
         """Each rank's summary from its own timeline."""
         out = []
         devices = dict(getattr(self.gpu_probe, "pid_devices", {}) or {})
@@ -173,7 +176,9 @@ class RankSet:
             )
         return out
 
-    def section(self, th: Thresholds, rules=(), gpus: bool = True) -> tuple[list[Finding], dict]:
+    def section(
+        self, th: Thresholds, rules: Any = (), gpus: bool = True
+    ) -> tuple[list[Finding], dict]:
         """The DIST findings and the report's `ranks` and `distributed` parts; without
         `gpus` (no GPU seen) the ranks' GPUs are left unknown."""
         stats = self.stats(th, rules)
@@ -266,7 +271,7 @@ def _part_locations(by_cat: dict) -> dict[str, str]:
     return out
 
 
-def setup_ranks(session, ranks: list[RankInfo], root_pid: int) -> RankSet:
+def setup_ranks(session: Any, ranks: list[RankInfo], root_pid: int) -> RankSet:
     """The ranks a session under construction follows (it calls this): a stack probe per
     non-primary rank (the primary's rates were split between the ranks by make_probes), the
     hooks' datagrams labelled by rank. The session's target is the primary rank."""
@@ -289,7 +294,7 @@ def setup_ranks(session, ranks: list[RankInfo], root_pid: int) -> RankSet:
     return rs
 
 
-def add_rank_probe_fn(session, opts, n: int) -> Callable[[RankInfo], None]:
+def add_rank_probe_fn(session: Any, opts: Any, n: int) -> Callable[[RankInfo], None]:
     """How the watcher adds a late rank's stack probe to a running session."""
 
     def add(info: RankInfo) -> None:
