@@ -3,6 +3,9 @@ category labels, values with their units, evidence with the threshold it crossed
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 # (long label for summaries, short label for the TUI's legend) per breakdown category
 CATEGORY_LABELS: dict[str, tuple[str, str]] = {
     "data_wait": ("waiting for data (CPU)", "waiting for data"),
@@ -39,7 +42,7 @@ def fmt_value(value: float | None, unit: str) -> str:
     return f"{value:.2f} {unit}".strip()
 
 
-def evidence_parts(e: dict, with_metric: bool = True) -> list[str]:
+def evidence_parts(e: Mapping[str, Any], with_metric: bool = True) -> list[str]:
     """An evidence item as parts: 'metric = value', '(>= setting threshold)', '[source]'."""
     unit = e.get("unit", "")
     value = fmt_value(e.get("value"), unit)
@@ -60,7 +63,7 @@ def clock(seconds: float) -> str:
     return f"{h}:{rem // 60:02d}:{rem % 60:02d}"
 
 
-def period_parts(p: dict) -> tuple[str, list[str]]:
+def period_parts(p: Mapping[str, Any]) -> tuple[str, list[str]]:
     """One period of a long loop: its span ("0:00:00-0:10:00") and what it had (its top
     finding with impact, or no bottleneck; the GPU's idle share)."""
     what = [f"{p['finding']} ({p['impact']:.0%})" if p.get("finding") else "no bottleneck"]
@@ -69,7 +72,7 @@ def period_parts(p: dict) -> tuple[str, list[str]]:
     return f"{clock(p['start_s'])}-{clock(p['end_s'])}", what
 
 
-def is_bound(f: dict) -> bool:
+def is_bound(f: Mapping[str, Any]) -> bool:
     """Whether a finding's (or if_fixed's) speed-up is a bound, not a modelled figure.
     A basis that says "a bound" is one whatever the kind field (older reports have none)."""
     if f.get("speedup_kind") == "bound":
@@ -77,7 +80,7 @@ def is_bound(f: dict) -> bool:
     return str(f.get("speedup_basis") or f.get("basis") or "").startswith("a bound")
 
 
-def speedup_text(f: dict) -> str:
+def speedup_text(f: Mapping[str, Any]) -> str:
     """The speed-up as it reads everywhere: ×2.65 modelled, "up to ×5.8" for a bound,
     "at least ×1.59" for a floor."""
     speed = float(f.get("expected_speedup") or 1.0)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 
-def summary_line(trial: dict) -> str:
+
+def summary_line(trial: Mapping[str, Any]) -> str:
     """One line per trial for the text summary."""
     fix = trial["fix"]
     values = ", ".join(f"{k}={v}" for k, v in (fix.get("values") or {}).items())
@@ -23,7 +26,7 @@ def summary_line(trial: dict) -> str:
     )
 
 
-def trial_lines(doc: dict) -> list[str]:
+def trial_lines(doc: Mapping[str, Any]) -> list[str]:
     """The report's `trials` for the text summary and the HTML page (empty without them)."""
     trials = doc.get("trials") or []
     if not trials:
@@ -40,7 +43,7 @@ def trial_lines(doc: dict) -> list[str]:
     return out
 
 
-def with_trials(doc: dict) -> list[dict]:
+def with_trials(doc: Mapping[str, Any]) -> list[dict]:
     """The findings, each with its trial (when one tried its fix) under `trial`."""
     by_id = {t.get("finding"): t for t in doc.get("trials") or [] if t.get("finding")}
     return [{**f, "trial": by_id[f["id"]]} if f["id"] in by_id else f for f in doc["findings"]]

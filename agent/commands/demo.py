@@ -21,6 +21,7 @@ from typing import Any
 from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.options import FromArgs, positive
+from gpudiag.agent.output.render.formats import as_report
 from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import check_writable, report_of, write_report
 from gpudiag.agent.session.launch import launch
@@ -163,7 +164,7 @@ def main(args: DemoOptions) -> int:
         settings=settings,
     )
     path = write_report(doc, out)
-    emit(render_text(doc))
+    emit(render_text(as_report(doc)))
     emit(f"\nReport written to {path}")
     emit(found_line(doc, clock))
     return 0 if result.end_reason != "interrupted" else 130

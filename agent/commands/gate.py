@@ -400,9 +400,9 @@ def _write_outputs(
     emit(f"Report with the gate result written to {out}")
     if args.html:
         from gpudiag.agent.output.exports import write_text
-        from gpudiag.agent.output.render.html import render_html
+        from gpudiag.agent.output.render.formats import render
 
-        emit(f"HTML page written to {write_text(render_html(last), args.html)}")
+        emit(f"HTML page written to {write_text(render(last, 'html'), args.html)}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

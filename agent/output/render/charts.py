@@ -4,6 +4,7 @@ and tooltips are SVG <title> elements."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -51,7 +52,9 @@ class _Frame:
         return self.left + self.width * max(0.0, min(t, self.end)) / self.end
 
 
-def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) -> str:
+def timeline_svg(
+    series: Mapping[str, Any], capture: Mapping[str, Any] | None = None, width: int = 960
+) -> str:
     """GPU utilisation per GPU, the loop thread's phases and the steps per second over the
     run, on one time axis; start-up/shutdown shaded, the loop window and capture marked."""
     pts = series.get("points") or []
@@ -88,7 +91,7 @@ def timeline_svg(series: dict, capture: dict | None = None, width: int = 960) ->
     return "".join(out)
 
 
-def _run_marks(series: dict, f: _Frame) -> list[str]:
+def _run_marks(series: Mapping[str, Any], f: _Frame) -> list[str]:
     """Start-up and shutdown shaded, the loop (the analysed window) labelled."""
     x, left, top0, bottom = f.x, f.left, f.top, f.bottom
     out = []
@@ -110,7 +113,7 @@ def _run_marks(series: dict, f: _Frame) -> list[str]:
     return out
 
 
-def _capture_mark(capture: dict | None, f: _Frame) -> list[str]:
+def _capture_mark(capture: Mapping[str, Any] | None, f: _Frame) -> list[str]:
     """Where in the run the profiler capture ran."""
     if not capture or not capture.get("steps"):
         return []
@@ -198,14 +201,14 @@ def _step_lane(pts: Any, x: Any, top: Any, lane: Any, left: Any) -> str:
     return "".join(out)
 
 
-def gpu_legend(series: dict) -> list[tuple[str, str]]:
+def gpu_legend(series: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, colour) of each GPU line in the timeline, in drawing order."""
     pts = series.get("points") or []
     gpus = sorted({g for p in pts for g in p.get("gpu_util", {})}, key=lambda g: (len(g), g))
     return [(f"GPU {g}", GPU_COLORS[j % len(GPU_COLORS)]) for j, g in enumerate(gpus)]
 
 
-def breakdown_svg(shares: dict, width: int = 960) -> str:
+def breakdown_svg(shares: Mapping[str, Any], width: int = 960) -> str:
     """One horizontal bar: the loop's wall time by category, labelled where wide enough."""
     items = [(c, v) for c, v in shares.items() if v > 0]
     out = [f'<svg class=chart viewBox="0 0 {width} 34" width="100%" {FONT}>']
@@ -223,7 +226,9 @@ def breakdown_svg(shares: dict, width: int = 960) -> str:
     return "".join(out)
 
 
-def flame_svg(stacks: dict, width: int = 960, row: int = 17, max_depth: int = 40) -> str:
+def flame_svg(
+    stacks: Mapping[str, Any], width: int = 960, row: int = 17, max_depth: int = 40
+) -> str:
     """An icicle flame graph (root at the top) of the loop thread's stacks: a frame's width
     is its share of samples, its colour the category of the stacks under it."""
     frames = stacks.get("frames") or []
@@ -243,7 +248,7 @@ def flame_svg(stacks: dict, width: int = 960, row: int = 17, max_depth: int = 40
     rects: list[str] = []
     depth_used = [0]
 
-    def walk(node: dict, x0: float, depth: int) -> None:
+    def walk(node: Mapping[str, Any], x0: float, depth: int) -> None:
         for fid, kid in sorted(node["kids"].items(), key=lambda kv: -kv[1]["n"]):
             w = width * kid["n"] / total
             if w >= 0.8:
@@ -275,7 +280,7 @@ def flame_svg(stacks: dict, width: int = 960, row: int = 17, max_depth: int = 40
     )
 
 
-def capture_steps_svg(steps: list[dict], width: int = 960) -> str:
+def capture_steps_svg(steps: Sequence[Mapping[str, Any]], width: int = 960) -> str:
     """The captured steps side by side: busy (device or top-level ops) and idle per step."""
     if not steps:
         return ""

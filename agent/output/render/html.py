@@ -7,7 +7,7 @@ view it draws is bounded in the report (series, stacks, capture).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -22,6 +22,7 @@ from gpudiag.agent.output.render.charts import (
 from gpudiag.agent.output.render.right_size import right_size_lines, right_size_table_html
 from gpudiag.agent.output.render.text import cost_lines, phase_lines
 from gpudiag.agent.output.render.workload import workload_lines
+from gpudiag.agent.output.report_types import Finding, Report
 from gpudiag.text.formatting import LABELS, evidence_parts, fmt_value, is_bound, speedup_text
 from gpudiag.text.trials import trial_lines
 
@@ -63,7 +64,7 @@ def _legend(categories: Any, extra: Sequence[tuple[str, str]] = ()) -> str:
     )
 
 
-def _cards(doc: dict) -> str:
+def _cards(doc: Report) -> str:
     m = doc.get("metrics") or {}
     cp = doc.get("critical_path") or {}
     cost = doc.get("cost") or {}
@@ -92,7 +93,7 @@ def _cards(doc: dict) -> str:
     )
 
 
-def _finding(f: dict) -> str:
+def _finding(f: Finding) -> str:
     ev = "".join(
         f"<tr><td><code>{_e(e['metric'])}</code></td><td>{_e(' '.join(evidence_parts(e, False)))}"
         "</td></tr>"
@@ -119,14 +120,14 @@ def _finding(f: dict) -> str:
     )
 
 
-def _no_findings(doc: dict) -> str:
+def _no_findings(doc: Report) -> str:
     verdict = doc.get("verdict") or {}
     if verdict.get("sure", True):
         return "<p>No findings: the job looks healthy.</p>"
     return f"<p>No findings yet: {_e(verdict.get('statement', 'too few samples'))}.</p>"
 
 
-def _gpu_panels(doc: dict) -> str:
+def _gpu_panels(doc: Report) -> str:
     gpus = (doc.get("environment") or {}).get("gpus") or []
     if not gpus:
         reason = next(
@@ -177,7 +178,7 @@ def _rows(rows: list[dict], cols: tuple[str, ...]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _idle_line(cap: dict) -> str:
+def _idle_line(cap: Mapping[str, Any]) -> str:
     idle = cap.get("idle_by_host_s") or {}
     total = sum(idle.values())
     if total <= 0:
@@ -196,7 +197,7 @@ def _idle_line(cap: dict) -> str:
     return f"<p>While idle, the loop thread was {_e(parts)}.</p>"
 
 
-def _capture(doc: dict) -> str:
+def _capture(doc: Report) -> str:
     cap = doc.get("capture")
     if not cap:
         return (
@@ -240,7 +241,7 @@ def _num(v: Any, pct: bool = False) -> str:
     return f"{v:+.1%}" if pct else f"{v:.4g}"
 
 
-def _gate(doc: dict) -> str:
+def _gate(doc: Report) -> str:
     """The CI gate's comparison with its baseline, failures first."""
     gate = doc.get("gate")
     if not gate:
@@ -269,7 +270,7 @@ def _gate(doc: dict) -> str:
     )
 
 
-def render_html(doc: dict) -> str:
+def render_html(doc: Report) -> str:
     """The whole report as one self-contained HTML page."""
     run = doc.get("run") or {}
     cmd = " ".join(run.get("command") or []) or f"pid {run.get('pid')}"
@@ -336,7 +337,7 @@ def render_html(doc: dict) -> str:
     )
 
 
-def _right_size(doc: dict) -> str:
+def _right_size(doc: Report) -> str:
     """The right-size projection (a model): its basis, its table and its two picks."""
     lines = right_size_lines(doc)
     if not lines:

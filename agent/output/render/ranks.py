@@ -3,6 +3,11 @@ a hang's stacks side by side."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpudiag.agent.output.report_types import Report
+
 PARTS = ("data", "compute", "copies", "collectives", "checkpoint", "other")
 
 
@@ -10,7 +15,7 @@ def _pct(v: object) -> str:
     return f"{v:.0%}" if isinstance(v, (int, float)) else "-"
 
 
-def gpu_rows(ranks: list[dict]) -> list[str]:
+def gpu_rows(ranks: Sequence[Mapping[str, Any]]) -> list[str]:
     """Each rank's GPU (NVML): utilisation, SM activity, memory, SM clock, worst throttle."""
     rows = [r for r in ranks if r.get("gpu_stats")]
     if not rows:
@@ -34,7 +39,7 @@ def gpu_rows(ranks: list[dict]) -> list[str]:
     return out
 
 
-def rank_lines(doc: dict, width: int = 100) -> list[str]:
+def rank_lines(doc: Report, width: int = 100) -> list[str]:
     """Rows per rank and the hang's stacks; [] for a single-process report."""
     ranks = doc.get("ranks") or []
     if not ranks:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpudiag.agent.output.report_types import Report
 
 SPLIT_WORDS = {"tensor": "tensor", "memory": "memory", "compute": "FP32", "latency": "rest"}
 
 
-def price_age_lines(cost: dict) -> list[str]:
+def price_age_lines(cost: Mapping[str, Any]) -> list[str]:
     """The reference price row's date, range and source; a flag when older than a year."""
     p = cost.get("price") or {}
     row = p.get("row")
@@ -28,7 +31,7 @@ def price_age_lines(cost: dict) -> list[str]:
     return out
 
 
-def _basis_text(rs: dict) -> str:
+def _basis_text(rs: Mapping[str, Any]) -> str:
     b = rs["basis"]
     split = ", ".join(
         f"{SPLIT_WORDS[k]} {v:.0%}" for k, v in b["split_of_gpu_time"].items() if v >= 0.005
@@ -39,7 +42,7 @@ def _basis_text(rs: dict) -> str:
     )
 
 
-def _row_text(r: dict, unit: str) -> str:
+def _row_text(r: Mapping[str, Any], unit: str) -> str:
     lo, hi = r["relative_speed_band"]
     speed = "measured" if r["measured"] else f"x{r['relative_speed']:.2f} (x{lo:.2f}-{hi:.2f})"
     rate = "" if r.get("units_per_s") is None else f"{r['units_per_s']:.3g} {unit}s/s"
@@ -50,7 +53,7 @@ def _row_text(r: dict, unit: str) -> str:
     ).rstrip()
 
 
-def right_size_lines(doc: dict) -> list[str]:
+def right_size_lines(doc: Report) -> list[str]:
     """'Right-size (model): ...', its basis, the table and the two picks; [] without one."""
     rs = doc.get("right_size")
     if not rs:
@@ -64,7 +67,7 @@ def right_size_lines(doc: dict) -> list[str]:
     return out
 
 
-def right_size_table_html(doc: dict, esc: Callable[[object], str]) -> str:
+def right_size_table_html(doc: Report, esc: Callable[[object], str]) -> str:
     """The right-size rows as an HTML table (esc: the page's escaping function)."""
     rs = doc.get("right_size") or {}
     if not rs.get("available"):

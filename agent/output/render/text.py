@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from gpudiag.agent.output.render.ranks import rank_lines
 from gpudiag.agent.output.render.right_size import price_age_lines, right_size_lines
 from gpudiag.agent.output.render.workload import workload_lines
+from gpudiag.agent.output.report_types import Evidence, Finding, Report
 from gpudiag.analyzers.model.results import CATEGORIES
 from gpudiag.text.formatting import (
     LABELS,
@@ -27,7 +30,7 @@ __all__ = ["LABELS", "fmt_value", "render_text", "render_markdown"]
 IMPACT_WORD = {"hypothesis": "up to ", "floor": "at least "}
 
 
-def _evidence_line(e: dict) -> str:
+def _evidence_line(e: Mapping[str, Any]) -> str:
     return " ".join(evidence_parts(e))
 
 
@@ -37,7 +40,7 @@ def md_escape(text: str) -> str:
     return re.sub(r"([\\`*_\[\]<>|~])", r"\\\1", shown(text))
 
 
-def primary_evidence(f: dict) -> dict | None:
+def primary_evidence(f: Finding) -> Evidence | None:
     """The evidence a finding rests on: the first item that crossed a threshold."""
     return next(
         (e for e in f["evidence"] if e.get("threshold") is not None),
@@ -45,7 +48,7 @@ def primary_evidence(f: dict) -> dict | None:
     )
 
 
-def no_diagnosis_line(doc: dict) -> str | None:
+def no_diagnosis_line(doc: Report) -> str | None:
     """Why there are too few loop samples for a diagnosis, or None when there are enough."""
     run, samples = doc["run"], doc["breakdown"]["samples"]
     need = doc.get("thresholds", {}).get("min_loop_samples", 0)
@@ -78,7 +81,7 @@ def no_diagnosis_line(doc: dict) -> str | None:
     )
 
 
-def stderr_tail_lines(doc: dict) -> list[str]:
+def stderr_tail_lines(doc: Report) -> list[str]:
     """The last lines the job wrote to stderr, when it failed."""
     tail = redact_lines(doc["run"].get("stderr_tail")) or []  # also reports from before
     if not tail:
@@ -86,7 +89,7 @@ def stderr_tail_lines(doc: dict) -> list[str]:
     return ["", "Last lines of the job's stderr:"] + [f"  | {ln}" for ln in tail]
 
 
-def _probe_state(p: dict) -> str:
+def _probe_state(p: Mapping[str, Any]) -> str:
     if p.get("info"):
         return "info"
     if p["available"]:
@@ -94,7 +97,7 @@ def _probe_state(p: dict) -> str:
     return "unavailable"
 
 
-def _header(doc: dict) -> list[str]:
+def _header(doc: Report) -> list[str]:
     run = doc["run"]
     cmd = " ".join(redact_argv(run.get("command")) or []) or "?"
     who = f"pid {run['pid']}" if run.get("pid") is not None else "recording"
@@ -111,7 +114,7 @@ def _bar(share: float, width: int = 30) -> str:
     return "█" * n + "·" * (width - n)
 
 
-def cost_lines(doc: dict) -> list[str]:
+def cost_lines(doc: Report) -> list[str]:
     """The cost summary: price and its source, spend, idle spend, if fixed, right-sizing."""
     cost = doc.get("cost") or {}
     if not cost.get("available"):
@@ -150,7 +153,7 @@ def cost_lines(doc: dict) -> list[str]:
     return out
 
 
-def phase_lines(doc: dict) -> list[str]:
+def phase_lines(doc: Report) -> list[str]:
     """Start-up, loop and shutdown, and the GPU's idle on the critical path."""
     ph = doc.get("phases") or {}
     out = []
@@ -174,8 +177,8 @@ def phase_lines(doc: dict) -> list[str]:
             ("host_bound", "host-bound"),
             ("unexplained", "unexplained"),
         ):
-            if cp.get(key):
-                parts.append(f"{label} {cp[key]:.0%}")
+            if value := cp.get(key):
+                parts.append(f"{label} {value:.0%}")
         out.append(
             f"GPU idle {cp['gpu_idle']:.0%} of the loop"
             + (": " + ", ".join(parts) if parts else "")
@@ -186,7 +189,7 @@ def phase_lines(doc: dict) -> list[str]:
     return out
 
 
-def period_lines(doc: dict) -> list[str]:
+def period_lines(doc: Report) -> list[str]:
     """When the job changed: each period of a long loop with its top finding."""
     periods = doc.get("periods") or []
     if not periods:
@@ -198,7 +201,7 @@ def period_lines(doc: dict) -> list[str]:
     return out
 
 
-def render_text(doc: dict, verbose: bool = True) -> str:
+def render_text(doc: Report, verbose: bool = True) -> str:
     """The terminal summary: breakdown, ranked findings with fixes, probe status."""
     out = _header(doc) + workload_lines(doc)
     out.append("")
@@ -231,7 +234,7 @@ def render_text(doc: dict, verbose: bool = True) -> str:
     return "\n".join(out)
 
 
-def _breakdown_lines(bd: dict) -> list[str]:
+def _breakdown_lines(bd: Mapping[str, Any]) -> list[str]:
     """Where the loop's time went, one bar per category of at least 0.5%."""
     if not bd["samples"]:
         return ["No stack samples of the loop: no time breakdown (see probes below)."]
@@ -243,14 +246,11 @@ def _breakdown_lines(bd: dict) -> list[str]:
     return out
 
 
-def _finding_lines(i: int, f: dict, verbose: bool) -> list[str]:
+def _finding_lines(i: int, f: Finding, verbose: bool) -> list[str]:
     """One finding: its impact and speed-up, message, fix, and its evidence (verbose) or the
     one piece that decided it."""
-    money = (
-        f" · ${f['cost']['usd_per_day']:,.0f}/day"
-        if f.get("cost") and "usd_per_day" in f["cost"]
-        else ""
-    )
+    cost = f.get("cost") or {}
+    money = f" · ${cost['usd_per_day']:,.0f}/day" if "usd_per_day" in cost else ""
     out = [
         f" {i}. [{f['severity']}] {f['id']} {f['title']}",
         f"    impact {IMPACT_WORD.get(f.get('speedup_kind') or '', '')}"
@@ -275,7 +275,7 @@ def _finding_lines(i: int, f: dict, verbose: bool) -> list[str]:
     return out
 
 
-def _probe_lines(doc: dict) -> list[str]:
+def _probe_lines(doc: Report) -> list[str]:
     """The probes' states, why one could not run and how to fix it, and the errors."""
     out = ["Probes: " + " · ".join(f"{p['name']} {_probe_state(p)}" for p in doc["probes"])]
     for p in doc["probes"]:
@@ -299,7 +299,7 @@ def _code_span(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def render_markdown(doc: dict) -> str:
+def render_markdown(doc: Report) -> str:
     """A markdown summary to paste into a ticket or pull request."""
     head = [md_escape(h) for h in _header(doc)]
     out = [f"### {head[0]}", "", head[1], ""]
@@ -334,12 +334,14 @@ def render_markdown(doc: dict) -> str:
     if missing:
         out.append(
             "Probes unavailable: "
-            + "; ".join(f"{p['name']} ({md_escape(p['reason'])})" for p in missing)
+            + "; ".join(
+                f"{p['name']} ({md_escape(p.get('reason') or 'no reason')})" for p in missing
+            )
         )
     return "\n".join(out).rstrip() + "\n"
 
 
-def _md_findings(doc: dict) -> list[str]:
+def _md_findings(doc: Report) -> list[str]:
     """The findings' table, then each one's message, fix and evidence."""
     out = [
         "| # | id | severity | finding | impact | speed-up |",
@@ -353,8 +355,8 @@ def _md_findings(doc: dict) -> list[str]:
     out.append("")
     for f in doc["findings"]:
         out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
-        if f.get("location"):
-            out += [f"Location: {_code_span(f['location'])}", ""]
+        if where := f.get("location"):
+            out += [f"Location: {_code_span(where)}", ""]
         out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
         out += [
             f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
@@ -366,7 +368,7 @@ def _md_findings(doc: dict) -> list[str]:
     return out
 
 
-def _md_no_findings(doc: dict) -> list[str]:
+def _md_no_findings(doc: Report) -> list[str]:
     """Why there is no diagnosis, and the last lines of the job's stderr."""
     out = [md_escape(no_diagnosis_line(doc) or "No finding crossed its threshold."), ""]
     tail = redact_lines(doc["run"].get("stderr_tail")) or []

@@ -3,6 +3,11 @@ inference loop, its view of the work: requests, latency, forwards and their batc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from gpudiag.agent.output.report_types import Report
+
 KINDS = {
     "training": "training loop",
     "inference": "batch-inference loop",
@@ -11,7 +16,7 @@ KINDS = {
 }
 
 
-def workload_lines(doc: dict) -> list[str]:
+def workload_lines(doc: Report) -> list[str]:
     """'Workload: server (unit: the request), from ...' and the request view; nothing for a
     report made before gpudiag told workloads apart."""
     w = doc.get("workload")
@@ -27,7 +32,7 @@ def _ms(v: float | None) -> str:
     return "?" if v is None else f"{v * 1e3:.1f} ms"
 
 
-def request_lines(m: dict) -> list[str]:
+def request_lines(m: Mapping[str, Any]) -> list[str]:
     """The requests and forwards the hooks (or the stacks) measured, when there are any."""
     out = []
     if m.get("executions") is not None:
@@ -70,7 +75,7 @@ def request_lines(m: dict) -> list[str]:
     return out
 
 
-def triton_lines(m: dict) -> list[str]:
+def triton_lines(m: Mapping[str, Any]) -> list[str]:
     """A Triton server's requests, as its own counters tell them."""
     p50 = m.get("request_latency_p50_s")
     latency = (
