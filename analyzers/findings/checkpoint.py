@@ -18,7 +18,6 @@ from gpudiag.analyzers.model.results import (
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 CKPT001 = register(
@@ -83,19 +82,17 @@ def gpu_drain(share: float, compute: float | None) -> float:
     return min(share, max(0.0, compute - (1.0 - share)))
 
 
-def checkpoint_findings(
-    tl: Aggregate,
-    profile: LoopProfile,
-    clf: Classifier,
-    th: Thresholds,
-    gpu_idle_caused: float | None = None,
-    gpu_compute: float | None = None,
-) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """CKPT001 with the save call site, how often it runs and how long one save takes.
 
     The speed-up removes the whole blocking save from the loop: serialisation, the disk
-    write and the device-to-host copies of the state_dict, which all run inside the save.
-    """
+    write and the device-to-host copies of the state_dict, which all run inside the save."""
+    tl = c.view
+    profile = c.profile
+    clf = c.clf
+    th = c.th
+    gpu_idle_caused = c.caused("checkpoint")
+    gpu_compute = compute_share(list(c.stats))
     share = profile.share("checkpoint")
     if profile.samples < th.stack_floor_samples or share < th.checkpoint_warn:
         return []
@@ -172,13 +169,6 @@ def checkpoint_findings(
             + (f", less the {drain:.1%} they wait for queued GPU work" if drain else ""),
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """CKPT001, from the analysis context."""
-    return checkpoint_findings(
-        c.view, c.profile, c.clf, c.th, c.caused("checkpoint"), compute_share(list(c.stats))
-    )
 
 
 FINDER = Finder("checkpoint", find, (CKPT001,))

@@ -245,11 +245,14 @@ def _wall_share(et: EvalTime, cad: Cadence | None) -> float:
     return et.share
 
 
-def evaluation_findings(
-    tl: Aggregate, profile: LoopProfile, clf: Classifier, metrics: dict, th: Thresholds
-) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """EVAL001 with the evaluation's share, interval and duration, and the interval that
     holds it under eval_share_target."""
+    tl = c.view
+    profile = c.profile
+    clf = c.clf
+    metrics = c.metrics
+    th = c.th
     if profile.samples < th.stack_floor_samples:  # how sure: confidence_above, as LOOP001
         return []
     et = eval_time(tl, profile, clf)
@@ -304,11 +307,6 @@ def evaluation_findings(
             f"{share:.0%} -> {after:.0%} of wall time, the training steps unchanged",
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """EVAL001, from the analysis context."""
-    return evaluation_findings(c.view, c.profile, c.clf, c.metrics, c.th)
 
 
 FINDER = Finder("evaluation", find, (EVAL001,))

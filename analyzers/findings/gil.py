@@ -77,20 +77,18 @@ def _without(g: GilStats, handlers: frozenset[str]) -> GilStats:
     )
 
 
-def gil_findings(
-    profile: LoopProfile,
-    th: Thresholds,
-    gpu_idle_caused: float | None = None,
-    gpu_idle: float | None = None,
-    kind: str = "training",
-    handlers: frozenset[str] = frozenset(),
-) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """GIL001 when the loop's estimated GIL wait and the others' GIL share cross thresholds.
 
     The wait is estimated as the loop thread's off-CPU time (procfs schedstat) not explained
     by blocking work (data, sync, I/O, collectives, checkpoints), capped by the share of time
-    other threads were seen holding the GIL (py-spy --gil).
-    """
+    other threads were seen holding the GIL (py-spy --gil)."""
+    kind = c.workload.kind if c.workload else "training"
+    handlers = handler_names(c.view) if kind == "server" else frozenset()
+    profile = c.profile
+    th = c.th
+    gpu_idle_caused = c.caused("gil_wait")
+    gpu_idle = c.idle
     g = profile.gil
     if g is None or profile.thread is None:
         return []
@@ -222,16 +220,6 @@ def gil_findings(
             + ("; capped by the GPU's busy time" if gpu_idle is not None else ""),
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """GIL001, from the analysis context."""
-    kind = c.workload.kind if c.workload else "training"
-    # a server's request path holding the GIL (its handlers, the threads running its model)
-    # is its own work (SERVE002's, or the forwards SERVE001 batches): GIL001 names the
-    # threads outside it
-    handlers = handler_names(c.view) if kind == "server" else frozenset()
-    return gil_findings(c.profile, c.th, c.caused("gil_wait"), c.idle, kind, handlers)
 
 
 FINDER = Finder("gil", find, (GIL001,))

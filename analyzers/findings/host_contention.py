@@ -12,11 +12,10 @@ from __future__ import annotations
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.critical_path import CriticalPath
-from gpudiag.analyzers.measures.loop import LoopProfile, runqueue_split, thread_series_samples
+from gpudiag.analyzers.measures.loop import runqueue_split, thread_series_samples
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 HOST002 = register(
@@ -107,11 +106,13 @@ def saturated_note(cp: CriticalPath, explained: float) -> str:
     )
 
 
-def host_contention_findings(
-    tl: Aggregate, profile: LoopProfile, th: Thresholds, cp: CriticalPath | None = None
-) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """HOST002 when the loop thread waits for a CPU and processes outside the job use it;
     graded by the GPU idle it explains where there is a GPU signal (`cp`)."""
+    tl = c.view
+    profile = c.profile
+    th = c.th
+    cp = c.cp
     rq = profile.loop_runqueue
     others = tl.mean("host", "other_cpu_cores", scope="others")
     if profile.thread is None or rq is None or others is None:
@@ -204,11 +205,6 @@ def host_contention_findings(
             + ("" if explained is None else ", capped by the GPU idle it explains"),
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """HOST002, from the analysis context."""
-    return host_contention_findings(c.view, c.profile, c.th, c.cp)
 
 
 FINDER = Finder("host_contention", find, (HOST002,))

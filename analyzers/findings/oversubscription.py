@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.host_contention import gpu_evidence, idle_explained, saturated_note
-from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.loop import (
-    LoopProfile,
     job_cores,
     job_cores_wanted,
     runqueue_split,
@@ -169,11 +167,13 @@ def _actions(jt: JobThreads) -> tuple[str, ...]:
     return tuple(acts)
 
 
-def oversubscription_findings(
-    tl: Aggregate, profile: LoopProfile, th: Thresholds, cp: CriticalPath | None = None
-) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """HOST003 when the loop thread waits for a CPU behind the job's own threads; graded by
     the GPU idle it explains where there is a GPU signal (`cp`), as HOST002."""
+    tl = c.view
+    profile = c.profile
+    th = c.th
+    cp = c.cp
     total = profile.loop_runqueue
     if profile.thread is None or total is None or profile.samples < th.host_min_loop_samples:
         return []
@@ -224,11 +224,6 @@ def oversubscription_findings(
             + ("" if explained is None else ", capped by the GPU idle it explains"),
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """HOST003, from the analysis context."""
-    return oversubscription_findings(c.view, c.profile, c.th, c.cp)
 
 
 FINDER = Finder("oversubscription", find, (HOST003,))

@@ -6,7 +6,6 @@ from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation
-from gpudiag.analyzers.model.thresholds import Thresholds
 
 START001 = register(
     Spec(
@@ -24,8 +23,12 @@ START001 = register(
 )
 
 
-def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """START001 (a note) when start-up is a large share of the run."""
+    if c.workload is not None and c.workload.kind == "server":
+        return []
+    phases = c.phases
+    th = c.th
     share = phases.get("startup_share") or 0.0
     if not phases:
         return []
@@ -67,14 +70,6 @@ def startup_findings(phases: dict, th: Thresholds) -> list[Finding]:
             speedup_basis="not a loop speed-up: start-up time is outside the loop",
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """START001, from the analysis context; not for a server, whose work starts with its
-    first request, not a first step."""
-    if c.workload is not None and c.workload.kind == "server":
-        return []
-    return startup_findings(c.phases, c.th)
 
 
 FINDER = Finder("startup", find, (START001,))

@@ -6,11 +6,10 @@ import math
 
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
-from gpudiag.analyzers.measures.loop import LoopProfile, location_of
+from gpudiag.analyzers.measures.loop import location_of
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.model.thresholds import Thresholds
 
 IO001 = register(
     Spec(
@@ -37,14 +36,13 @@ IO001 = register(
 STACKS = "stacks"
 
 
-def io_findings(
-    profile: LoopProfile,
-    metrics: dict,
-    th: Thresholds,
-    loader_d_state: float | None,
-    gpu_idle_caused: float | None = None,
-) -> list[Finding]:
+def find(c: Context) -> list[Finding]:
     """IO001 when the input pipeline's time goes to storage reads, confirmed by I/O stalls."""
+    profile = c.profile
+    metrics = c.metrics
+    th = c.th
+    loader_d_state = c.loader_d
+    gpu_idle_caused = c.caused("storage_io")
     share = profile.share("storage_io")
     n = profile.samples
     if n < th.stack_floor_samples or share < th.storage_io_warn or profile.loader is None:
@@ -125,11 +123,6 @@ def io_findings(
             speedup_kind="bound",
         )
     ]
-
-
-def find(c: Context) -> list[Finding]:
-    """IO001, from the analysis context."""
-    return io_findings(c.profile, c.metrics, c.th, c.loader_d, c.caused("storage_io"))
 
 
 FINDER = Finder("storage", find, (IO001,))

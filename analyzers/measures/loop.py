@@ -288,7 +288,7 @@ def _gil_stats(
     # other processes do (HOST002).
     own_rq, _ = runqueue_split(tl, lt.cpu, lt.runqueue)
     # Not-running time the blocking work does not explain is the wait for the GIL once other
-    # threads are seen holding it (gil_findings tests that). Below other_min the others'
+    # threads are seen holding it (GIL001's finder tests that). Below other_min the others'
     # hold is too small to name: capped by it.
     unexplained = 0.0 if off is None else max(0.0, off + own_rq - blocked)
     wait = unexplained if other >= other_min else min(other, unexplained)
