@@ -38,6 +38,10 @@ MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
 SERVE_ROWS = 1000  # forwards or requests per datagram (about 40 KiB)
 QUIET_AFTER_S = 3.0  # hooks loaded by attach --hooks go quiet once the agent is gone this long
 GONE = (errno.ENOENT, errno.ECONNREFUSED)  # no socket, or no agent bound to it any more
+# the agent's socket is there but its queue is full (a Unix datagram socket queues at most
+# net.unix.max_dgram_qlen datagrams, 10 by default, whatever their size): a front end's and
+# a worker's hooks each flushing every 0.1 s filled it between two 0.5 s reads on a busy box
+FULL = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
 try:
     from . import gpudiag_channel as _channel
     from . import gpudiag_serve as _serve
@@ -69,6 +73,7 @@ class _Channel:
         self.sent = 0
         self.dropped = 0
         self.gone_since: float | None = None  # the agent's socket gone (not merely full)
+        self.full = False  # the last send found the agent's queue full: rows kept for later
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
 
@@ -94,15 +99,19 @@ class _Channel:
             return False
         try:
             self._sock.sendto(data, path)
-        except OSError as exc:  # no agent, agent gone, buffer full: drop, never wait
+        except OSError as exc:  # no agent, agent gone, buffer full: never wait
             if quiet and exc.errno in GONE:
                 return False
+            self.full = exc.errno in FULL
+            if self.full:
+                return False  # not dropped: the caller keeps its rows for the next flush
             self.dropped += 1
             if exc.errno in GONE and self.gone_since is None:
                 self.gone_since = time.monotonic()
             return False
         self.sent += 1
         self.gone_since = None
+        self.full = False
         return True
 
     def gone_for(self) -> float:
@@ -265,16 +274,23 @@ class _State:
             if switches:
                 msg["switches"] = switches
         if self.pending or len(msg) > 3:
-            # sent or not, the rows are gone: with no agent listening they are dropped
-            self.channel.send(msg, self.pending)
-            self.pending = array("d")
-            self.sites = {}
+            # sent or not, the rows are gone (with no agent listening they are dropped),
+            # unless the agent's queue was full: then they go with the next flush
+            if self.channel.send(msg, self.pending) or not self._keep_steps():
+                self.pending = array("d")
+                self.sites = {}
         self._flush_serving()
         if self.attached and self.channel.gone_for() > QUIET_AFTER_S:
             self.go_quiet()
 
+    def _keep_steps(self) -> bool:
+        """Whether the step rows a send could not hand over are kept for the next flush:
+        the agent's queue was full, and they are fewer than MAX_ROWS."""
+        return self.channel.full and len(self.pending) < MAX_ROWS * STEP_WIDTH
+
     def _flush_serving(self) -> None:
-        """The forwards and requests since the last flush, SERVE_ROWS a datagram."""
+        """The forwards and requests since the last flush, SERVE_ROWS a datagram; those the
+        agent's full queue refused go back to the recorder, sent with the next flush."""
         fwd, req = self.serve.take()
         while fwd or req:
             msg: dict = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}
@@ -282,7 +298,9 @@ class _State:
                 msg["fwd"], fwd = fwd[:SERVE_ROWS], fwd[SERVE_ROWS:]
             if req:
                 msg["req"], req = req[:SERVE_ROWS], req[SERVE_ROWS:]
-            self.channel.send(msg)
+            if not self.channel.send(msg) and self.channel.full:
+                self.serve.put_back(msg.get("fwd", []) + fwd, msg.get("req", []) + req)
+                return
         extra = self.serve.take_extra()  # padding and new models: datagrams of their own
         while any(extra.values()):
             msg = {"v": 2, "pid": os.getpid(), "width": STEP_WIDTH}

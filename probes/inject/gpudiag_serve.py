@@ -165,6 +165,13 @@ class Recorder:
             self.forwards, self.requests = [], []
         return f, r
 
+    def put_back(self, forwards: list, requests: list) -> None:
+        """Rows `take` handed over that could not be sent, kept ahead of the newer ones (at
+        most MAX_ROWS each: the oldest go first)."""
+        with self.lock:
+            self.forwards = (forwards + self.forwards)[-MAX_ROWS:]
+            self.requests = (requests + self.requests)[-MAX_ROWS:]
+
     def take_extra(self) -> dict[str, list[list[float]]]:
         """The rows sent in datagrams of their own, handed over once: the forwards' padding
         ("pad"), the sorted-batches summary when one is due ("pads"), and the first forwards
