@@ -1,7 +1,7 @@
 """One look at a planted model server (tests/workloads/serve_*.py) under its load generator:
 gpudiag's requests/s and p50/p95 against the client's, and the findings, with the box's load.
 
-`--how run`: `gpudiag run --duration LOOK` on the server, the load (4 clients) started as the
+`--how run`: `gpudiag run --duration LOOK` on the server, the load (--clients, 4) started as the
 server listens. `--how hooks`: the server started bare, `gpudiag attach PID --hooks` once it
 listens, the load started once gpudiag has attached (both ends count the same requests).
 `--how instrument`: the same, the server started with `--instrument` (it calls instrument()),
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,15 +37,17 @@ def _wait(path: Path, what: str, timeout: float = 60.0) -> None:
     raise SystemExit(f"no {what} after {timeout:.0f} s")
 
 
-def _load(port: Path, out: Path, seconds: float) -> subprocess.Popen:
+def _load(port: Path, out: Path, seconds: float, clients: int = 4) -> subprocess.Popen:
     gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port)]
     with open(out, "w") as f:
         return subprocess.Popen(
-            [*gen, "--clients", "4", "--seconds", str(seconds), "--procs"], stdout=f
+            [*gen, "--clients", str(clients), "--seconds", str(seconds), "--procs"], stdout=f
         )
 
 
-def look(script: str, how: str, look_s: float, load_s: float, extra: list[str]) -> dict:
+def look(
+    script: str, how: str, look_s: float, load_s: float, extra: list[str], clients: int = 4
+) -> dict:
     """Run one look; gpudiag's report and the client's last line."""
     tmp = Path(tempfile.mkdtemp(prefix="serve-look-"))
     port, report, client = tmp / "port", tmp / "r.json", tmp / "client.txt"
@@ -57,11 +60,14 @@ def look(script: str, how: str, look_s: float, load_s: float, extra: list[str]) 
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         _wait(port, "port")
-        _load(port, client, load_s).wait()
+        _load(port, client, load_s, clients).wait()
         agent.wait()
     else:
         flags = ["--instrument"] if how == "instrument" else []
-        job = subprocess.Popen([*server, "--seconds", str(look_s + 40), *flags])
+        # its own process group: a server's workers (LitServe's) are stopped with it
+        job = subprocess.Popen(
+            [*server, "--seconds", str(look_s + 40), *flags], start_new_session=True
+        )
         _wait(port, "port")
         err = tmp / "err"
         hooks = ["--hooks"] if how == "hooks" else []
@@ -76,9 +82,10 @@ def look(script: str, how: str, look_s: float, load_s: float, extra: list[str]) 
             if time.time() > deadline:
                 raise SystemExit(f"gpudiag did not attach: {err.read_text()[-300:]}")
             time.sleep(0.1)
-        _load(port, client, load_s).wait()
+        _load(port, client, load_s, clients).wait()
         agent.wait()
-        job.kill()
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
     doc = json.loads(report.read_text())
     return {"doc": doc, "client": client.read_text().strip().splitlines()[-1]}
 
@@ -89,11 +96,12 @@ def main() -> int:
     p.add_argument("--how", choices=("run", "hooks", "instrument", "stacks"), default="run")
     p.add_argument("--look", type=float, default=14.0, help="gpudiag's look, s (default 14)")
     p.add_argument("--load", type=float, default=10.0, help="the clients' seconds (default 10)")
+    p.add_argument("--clients", type=int, default=4, help="client processes (default 4)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args, extra = p.parse_args(argv[:cut]), argv[cut + 1 :]  # after --: the server's flags
     before = os.getloadavg()[0]
-    got = look(args.script, args.how, args.look, args.load, extra)
+    got = look(args.script, args.how, args.look, args.load, extra, args.clients)
     m, doc = got["doc"]["metrics"], got["doc"]
     p50, p95 = m.get("request_latency_p50_s"), m.get("request_latency_p95_s")
     lat = f"{p50 * 1e3:.1f} / {p95 * 1e3:.1f} ms" if p50 and p95 else "-"

@@ -76,9 +76,12 @@ class Sample:
 
 @dataclass(frozen=True)
 class Target:
-    """The job being watched: its root pid. Children (DataLoader workers) are found live."""
+    """The job being watched: its root pid. Children (DataLoader workers) are found live.
+    `server`: the front end of a server whose model runs in worker processes, `pid` being its
+    model worker: its whole tree is the job's, never "other processes on the box"."""
 
     pid: int
+    server: int | None = None
 
 
 def now_ns() -> int:

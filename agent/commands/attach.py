@@ -65,6 +65,8 @@ class _Attached:
     stacks: ProbeStatus  # the stack probe's status (open)
     ranks: tuple[list, int] | None  # a multi-rank job's ranks and root pid
     hooks: ProbeStatus | None = None  # --hooks: the hooks probe, opened and loaded
+    processes: list[dict] | None = None  # a server's processes and their roles
+    server: int | None = None  # their front end (the job's root), when pid is its worker
 
     def opened(self) -> dict[str, ProbeStatus]:
         """The probes opened before the session starts, with their status."""
@@ -104,8 +106,11 @@ def attach(
     if not outs.quiet:
         say(f"profiling {choice.why}")
     att = _Attached(pid, cmdline, out, probes, status, (ranks, root) if ranks else None)
-    if opts.load_hooks:
-        att.hooks = _load(hooks, [r.pid for r in ranks] if ranks else [pid], outs.quiet)
+    att.processes = [r.to_dict() for r in choice.roles]
+    att.server = choice.root if choice.roles else None
+    if opts.load_hooks:  # a server's model worker, and the processes that take its requests
+        pids = [r.pid for r in ranks] if ranks else [pid, *choice.serving]
+        att.hooks = _load(hooks, pids, outs.quiet, ranks=bool(ranks))
     if outs.tui:
         return _attach_profile(outs, att, opts, settings, server)
     with StopSignals() as stops:
@@ -132,9 +137,10 @@ def _attach_profile(
         )
     subject = Subject("attach", cmdline, pid, out)
     wiring = Wiring(outs, server, subject, settings, opts)
+    wiring.processes = att.processes or None
     session = wiring.built(
         Session(
-            Target(pid),
+            Target(pid, att.server),
             settings,
             opts,
             wiring.parts(
@@ -159,13 +165,13 @@ def _attach_profile(
     return EXIT_OK
 
 
-def _load(hooks: HookProbe, pids: list[int], quiet: bool) -> ProbeStatus:
+def _load(hooks: HookProbe, pids: list[int], quiet: bool, ranks: bool) -> ProbeStatus:
     """--hooks: the hooks probe opened and the hooks loaded into `pids` (or why not)."""
     status = open_probe(hooks, Target(pids[0]))
     if status.available:
         if not quiet:
             say(f"loading the hooks into pid {', '.join(map(str, pids))} (--hooks)")
-        status = load_hooks(hooks, pids)
+        status = load_hooks(hooks, pids, ranks=ranks)
     if not quiet:
         say(f"hooks: {status.reason or 'loaded'}")
     return status

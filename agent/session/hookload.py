@@ -22,9 +22,13 @@ NO_DDP_HOOK = (
 )
 
 
-def load_hooks(hooks: HookProbe, pids: list[int], wait_s: float = HELLO_WAIT_S) -> ProbeStatus:
+def load_hooks(
+    hooks: HookProbe, pids: list[int], wait_s: float = HELLO_WAIT_S, ranks: bool | None = None
+) -> ProbeStatus:
     """Queue the hooks in every process of `pids` (hooks opened: its socket bound) and wait
-    for their hellos; the hooks status the report shows (also kept in `hooks.loaded`)."""
+    for their hellos; the hooks status the report shows (also kept in `hooks.loaded`).
+    `ranks`: whether `pids` are a distributed job's ranks (default: more than one pid); a
+    server's front end and workers are not."""
     if hooks.refused is not None or hooks.path is None:
         return hooks.refused or ProbeStatus(hooks.name, False, "the hooks' socket is not open")
     hooks.nonce = secrets.token_hex(8)
@@ -36,7 +40,8 @@ def load_hooks(hooks: HookProbe, pids: list[int], wait_s: float = HELLO_WAIT_S) 
         if x.pid in hellos or x.how is None:
             with contextlib.suppress(OSError):
                 os.unlink(files[x.pid])
-    hooks.loaded = _status(hooks.name, loads, hellos, wait_s, len(pids) > 1)
+    ranks = len(pids) > 1 if ranks is None else ranks
+    hooks.loaded = _status(hooks.name, loads, hellos, wait_s, ranks)
     return hooks.loaded
 
 

@@ -10,12 +10,14 @@ Anything else is bad input (exit 2): gpudiag never profiles a job the user did n
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import psutil
 
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
+from gpudiag.agent.session.workers import Role, server_processes
 from gpudiag.analyzers.measures.workload import SERVER_FILE_RE, SUPERVISOR_FILE_RE
 from gpudiag.probes.dist.ranks import RankInfo, find_ranks, rank_process, sibling_ranks
 from gpudiag.probes.servers.triton import SERVER_NAME, STUB_NAME
@@ -32,6 +34,8 @@ class AttachChoice:
     ranks: list[RankInfo]
     root: int
     why: str
+    roles: tuple[Role, ...] = ()  # a server's processes and what each does (its model workers)
+    serving: tuple[int, ...] = ()  # the other processes of a server whose hooks count requests
 
 
 def _uid(pid: int) -> int | None:
@@ -121,6 +125,9 @@ def choose_target(pid: int) -> AttachChoice:
                     f"which does the work: pid {child} profiled"
                 )
                 return AttachChoice(child, [], pid, why)
+            workers = worker_choice(pid, name)
+            if workers is not None:
+                return workers
             return AttachChoice(pid, [], pid, f"pid {pid} ({name}): the Python process named")
         me = rank_process(pid)
         if me is not None:
@@ -186,6 +193,33 @@ def supervised_server(pid: int) -> tuple[int, str] | None:
     where = server[0]
     busy = {k.pid: _cpu_s(k) for k in kids}
     return max(busy, key=lambda k: busy[k]), where
+
+
+# frames of a loop that runs in the process itself (a DataLoader's, a model's): a job that
+# waits there is the loop, whatever its children do
+OWN_LOOP_RE = re.compile(r"/torch/(utils/data|nn/modules|optim|autograd)/")
+
+
+def worker_choice(pid: int, name: str) -> AttachChoice | None:
+    """A server whose model runs in worker processes (`workers.server_processes`), named by
+    its front end that only waits: its busiest model worker profiled (its stacks are the
+    loop's), the front end's other processes loaded with the hooks beside it (they take the
+    requests); None when `pid` is not such a front end."""
+    procs = server_processes(pid)
+    if procs is None or _busy(pid):
+        return None  # a busy process does its own work: it is the job
+    frames, problem = dump_main_stack(pid, timeout_s=10.0)
+    if problem is None and any(OWN_LOOP_RE.search(_file_of(f)) for f in frames):
+        return None  # its main thread waits in its own loop (a starved DataLoader)
+    worker = procs.model[0]
+    why = (
+        f"pid {pid} ({name}) is a server's front end whose model runs in worker processes: "
+        f"{procs.words()}; pid {worker} profiled as the loop"
+    )
+    # the hooks go where requests are answered: the processes sharing its listening socket,
+    # else the front end itself (it serves, its engine in a worker: vLLM's API server)
+    serving = (*(procs.http or (pid,)), *procs.model[1:])
+    return AttachChoice(worker, [], pid, why, procs.roles, serving)
 
 
 def _busy(pid: int, over_s: float = 0.2) -> bool:

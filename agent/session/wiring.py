@@ -79,6 +79,7 @@ class Wiring:
         self.timeline = Timeline(skip_steps=opts.skip_steps)
         self.recorder = recorder_for(outs, mode, command, pid, self.timeline)
         self.session: Session | None = None  # the session built from this wiring
+        self.processes: list[dict] | None = None  # attach: a server's processes, their roles
         self.live = None
         if server is not None:
             from gpudiag.agent.session.live import live_doc
@@ -153,6 +154,8 @@ class Wiring:
         )
         if stderr_tail:
             doc["run"]["stderr_tail"] = redact_lines(stderr_tail)
+        if self.processes:
+            doc["run"]["processes"] = self.processes
         if recorder is not None and recorder.failed:
             doc["errors"].append(
                 {

@@ -75,6 +75,7 @@ class HostProbe(Probe):
         self.interval_s = interval_s
         self.others_interval_s = others_interval_s
         self._target_pid: int | None = None
+        self._server_pid: int | None = None  # a server's front end: its tree is the job's
         self._prev_others: tuple[int, dict[int, tuple[str, float]]] | None = None
         self._prev_cpu: list | None = None
         self._prev_psi: dict[tuple[str, str], tuple[int, int]] = {}
@@ -92,6 +93,7 @@ class HostProbe(Probe):
             self._psi_sources["cgroup"] = cg
         self._prev_cpu = psutil.cpu_times(percpu=True)
         self._target_pid = target.pid
+        self._server_pid = target.server
         self._others(now_ns())  # the first scan: CPU is counted from here
         self._read_psi(now_ns())
         swap = psutil.swap_memory()
@@ -172,15 +174,11 @@ class HostProbe(Probe):
         samples += self._others(t)
         return samples
 
-    def _others(self, t: int, top: int = 5) -> list[Sample]:
-        """CPU of the processes outside the job (and outside gpudiag) since the last scan:
-        all of them, and the top ones by pid and name (HOST002 names them)."""
-        if self._prev_others is not None and (t - self._prev_others[0]) / 1e9 < (
-            self.others_interval_s * 0.95
-        ):
-            return []
+    def mine(self) -> set[int]:
+        """The pids that are the job's or gpudiag's: the target's tree, a server's front end's
+        tree (`Target.server`), gpudiag's own."""
         mine = {os.getpid()}
-        for root in (self._target_pid, os.getpid()):
+        for root in (self._target_pid, self._server_pid, os.getpid()):
             try:
                 p = psutil.Process(root) if root else None
                 if p is not None:
@@ -188,6 +186,16 @@ class HostProbe(Probe):
                     mine.update(k.pid for k in p.children(recursive=True))
             except psutil.Error:
                 pass
+        return mine
+
+    def _others(self, t: int, top: int = 5) -> list[Sample]:
+        """CPU of the processes outside the job (and outside gpudiag) since the last scan:
+        all of them, and the top ones by pid and name (HOST002 names them)."""
+        if self._prev_others is not None and (t - self._prev_others[0]) / 1e9 < (
+            self.others_interval_s * 0.95
+        ):
+            return []
+        mine = self.mine()
         cur: dict[int, tuple[str, float]] = {}
         for p in psutil.process_iter(["pid", "name", "cpu_times"]):
             info = p.info

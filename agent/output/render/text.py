@@ -106,7 +106,13 @@ def _header(doc: Report) -> list[str]:
     return [
         f"gpudiag {doc['tool']['version']} — {run['mode']} {who} ({cmd})",
         f"profiled {run['duration_s']:.1f} s, ended: {reason}{extra}",
-    ]
+    ] + process_lines(run)
+
+
+def process_lines(run: dict) -> list[str]:
+    """A server whose model runs in worker processes: which process does what."""
+    procs = run.get("processes") or []
+    return [f"  pid {p['pid']}: {p['role']} ({p['what']})" for p in procs]
 
 
 def _bar(share: float, width: int = 30) -> str:

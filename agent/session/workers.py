@@ -1,0 +1,126 @@
+"""A model server whose model runs in worker processes (LitServe's inference workers, BentoML's
+runners, vLLM's engine core): which process of the tree under the PID the user named does
+what. The process named takes the HTTP requests or only waits for its workers; the model runs
+in a descendant that holds torch and does not listen.
+
+Read from procfs only: the tree's Python processes, the TCP sockets they listen on (a forked
+HTTP process shares its front end's listening socket), and whether each has libtorch mapped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+from gpudiag.probes.host.discovery import has_torch
+
+
+@dataclass(frozen=True)
+class Role:
+    """One process of a server and what it does there."""
+
+    pid: int
+    role: str  # "front end", "listener", "model worker", "helper"
+    what: str  # in words: "listens on 127.0.0.1:8000", "holds torch, 12.3 s of CPU"
+
+    def to_dict(self) -> dict:
+        """The report's form."""
+        return {"pid": self.pid, "role": self.role, "what": self.what}
+
+
+@dataclass(frozen=True)
+class ServerProcesses:
+    """A front end and its workers: the model workers busiest first, the processes that share
+    its listening socket (those that take its HTTP requests, and any helper forked after the
+    bind, as LitServe's queue manager is), and every process's role."""
+
+    front: int
+    model: tuple[int, ...]
+    http: tuple[int, ...]
+    roles: tuple[Role, ...]
+
+    def words(self) -> str:
+        """'pid 10 (front end: waits); pid 12 (model worker: ...)'."""
+        return "; ".join(f"pid {r.pid} ({r.role}: {r.what})" for r in self.roles)
+
+
+def listening(proc: psutil.Process) -> set[tuple[str, int]]:
+    """The TCP addresses `proc` listens on (a socket it inherited included)."""
+    try:
+        conns = proc.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return set()
+    return {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
+
+
+def _python(proc: psutil.Process) -> bool:
+    try:
+        return proc.name().startswith("python") or "python" in proc.exe().rsplit("/", 1)[-1]
+    except (psutil.Error, OSError):
+        return False
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    """User plus system CPU seconds of `proc` (-1 when gone)."""
+    try:
+        t = proc.cpu_times()
+    except psutil.Error:
+        return -1.0
+    return t.user + t.system
+
+
+def _addr(addrs: set[tuple[str, int]]) -> str:
+    return ", ".join(f"{ip}:{port}" for ip, port in sorted(addrs))
+
+
+def server_processes(pid: int) -> ServerProcesses | None:
+    """The roles of `pid`'s tree when it is a server whose model runs in worker processes: the
+    tree listens on a TCP port, and a Python descendant that holds torch does not share that
+    socket (it takes no request itself). None otherwise (a process that serves and runs its
+    model itself, a supervisor's workers that each serve, a job that is not a server)."""
+    try:
+        front = psutil.Process(pid)
+        kids = [k for k in front.children(recursive=True) if _python(k)]
+    except psutil.Error:
+        return None
+    mine = listening(front)
+    heard = {k.pid: listening(k) for k in kids}
+    addrs = mine.union(*heard.values())
+    if not addrs or not kids:
+        return None
+    http = [k for k in kids if heard[k.pid] & addrs]
+    torch_kids = [k for k in kids if k not in http and has_torch(k.pid)]
+    if not torch_kids:
+        return None
+    spent = {k.pid: cpu_s(k) for k in kids}
+    model = sorted(torch_kids, key=lambda k: -spent[k.pid])
+    roles = [Role(pid, "front end", _front_words(mine, http))]
+    roles += [
+        Role(k.pid, "model worker", f"holds torch, {spent[k.pid]:.1f} s of CPU") for k in model
+    ]
+    roles += [
+        Role(k.pid, "listener", f"shares the listening socket {_addr(heard[k.pid])}") for k in http
+    ]
+    roles += [
+        Role(k.pid, "helper", f"neither listens nor holds torch ({_cmd(k)})")
+        for k in kids
+        if k not in http and k not in model
+    ]
+    return ServerProcesses(
+        pid, tuple(k.pid for k in model), tuple(k.pid for k in http), tuple(roles)
+    )
+
+
+def _front_words(mine: set[tuple[str, int]], http: list[psutil.Process]) -> str:
+    if mine and http:
+        return f"listens on {_addr(mine)}, shared with pid " + ", ".join(str(k.pid) for k in http)
+    return f"listens on {_addr(mine)}" if mine else "waits on its workers"
+
+
+def _cmd(proc: psutil.Process) -> str:
+    try:
+        words = " ".join(proc.cmdline())
+    except psutil.Error:
+        return "?"
+    return words if len(words) <= 60 else words[:57] + "..."

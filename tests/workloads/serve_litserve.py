@@ -1,0 +1,105 @@
+"""LitServe's quick-start server as its README writes it (a `LitAPI` whose `setup` loads the
+model, `decode_request` / `predict` / `encode_response`, `LitServer(api).run(port=...)`), the
+model a small text classifier built from its config (no download), batch 1, on the CPU. The
+process started is LitServe's front end: it spawns the inference worker that runs the model
+and forks the uvicorn process that takes the HTTP requests; the model never runs in it.
+
+    python serve_litserve.py --seconds 20 --port-file /tmp/port   # then: load_gen.py
+
+--batching is LitServe's own batching (`max_batch_size=8, batch_timeout=0.01`, its docs'
+values: the SERVE001 fix); --instrument calls gpudiag's instrument() in the front end (for
+`gpudiag attach`; the workers inherit it). Binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+
+import litserve as ls
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_http import TinyTransformer  # noqa: E402
+
+
+class ClassifierAPI(ls.LitAPI):
+    """The README's LitAPI: the model loaded in setup, one forward per request (or batch)."""
+
+    def setup(self, device: str) -> None:
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        self.model = TinyTransformer().eval().to(device)
+
+    def decode_request(self, request: dict) -> torch.Tensor:
+        return torch.tensor(request["tokens"][:32])
+
+    def batch(self, inputs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack(inputs)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            tokens = x if x.dim() == 2 else x.unsqueeze(0)
+            return self.model(tokens).argmax(dim=-1)
+
+    def unbatch(self, output: torch.Tensor) -> list[torch.Tensor]:
+        return list(output)
+
+    def encode_response(self, output: torch.Tensor) -> dict:
+        return {"label": int(output.reshape(-1)[0])}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _announce_when_up(port: int, port_file: str) -> None:
+    """The port to the port file once the server answers (the worker's set-up done)."""
+    import http.client
+    import time
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(port_file + ".tmp", port_file)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--port-file", required=True)
+    p.add_argument("--batching", action="store_true", help="max_batch_size=8, batch_timeout=0.01")
+    p.add_argument("--instrument", action="store_true", help="call gpudiag's instrument()")
+    args = p.parse_args()
+    if args.instrument:
+        from gpudiag.probes.hooks import instrument
+
+        instrument()
+    batch = {"max_batch_size": 8, "batch_timeout": 0.01} if args.batching else {}
+    api = ClassifierAPI(**batch)
+    server = ls.LitServer(api, accelerator="cpu")
+    port = _free_port()
+    threading.Thread(target=_announce_when_up, args=(port, args.port_file), daemon=True).start()
+    stop = threading.Timer(args.seconds, os.kill, (os.getpid(), signal.SIGINT))
+    stop.daemon = True
+    stop.start()
+    server.run(host="127.0.0.1", port=port, generate_client_file=False)
+
+
+if __name__ == "__main__":
+    main()
