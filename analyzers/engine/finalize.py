@@ -15,6 +15,7 @@ from gpudiag.analyzers.cost.money import Spend, checkpoints_seen, cost_analysis
 from gpudiag.analyzers.cost.prices import Price
 from gpudiag.analyzers.cost.projection import resolve_price
 from gpudiag.analyzers.findings.gil import gil_judged
+from gpudiag.analyzers.measures.accounting import waiting_share
 from gpudiag.analyzers.measures.critical_path import CriticalPath
 from gpudiag.analyzers.measures.summary import straddles
 from gpudiag.analyzers.model.catalogue import category, explains_gpu_idle, ranked, spec
@@ -52,14 +53,23 @@ def finalize(
     cost, findings = cost_analysis(spend, findings, c.th)
     findings = ranked(findings)
     kind = c.workload.kind if c.workload else None
-    return Finished(tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th, kind))
+    waits = waiting_share(c.view, c.profile, c.clf) if c.profile.samples else 0.0
+    return Finished(
+        tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th, kind, waits)
+    )
 
 
 def judged(
-    findings: list[Finding], profile: Any, metrics: dict, th: Thresholds, kind: str | None = None
+    findings: list[Finding],
+    profile: Any,
+    metrics: dict,
+    th: Thresholds,
+    kind: str | None = None,
+    waits: float = 0.0,
 ) -> dict:
     """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
-    recorded when the box starved it) and the timed steps; `kind`: the workload's."""
+    recorded when the box starved it) and the timed steps; `kind`: the workload's; `waits`:
+    the loop's share waiting on another thread or process (`only_waits`)."""
     rate = starved_rate(metrics, th)
     samples = profile.samples * (rate if rate is not None else 1.0)
     verdict = verdict_of(
@@ -70,7 +80,26 @@ def judged(
         unjudged(profile, th, samples),
         starved=rate,
     )
-    return unbatched_on_cpu(blind_to_forwards(verdict, kind, metrics), kind, metrics, th)
+    verdict = unbatched_on_cpu(blind_to_forwards(verdict, kind, metrics), kind, metrics, th)
+    return only_waits(verdict, waits, th)
+
+
+def only_waits(verdict: dict, waits: float, th: Thresholds) -> dict:
+    """A process whose loop waits on others at `waiting_loop_share` or more (a server's
+    front end whose model runs in worker processes, a main thread joined on its workers) is
+    not the job's loop: with no finding of its own, "no bottleneck" is not sure, and the
+    statement says where to look."""
+    if waits < th.waiting_loop_share or verdict.get("finding") is not None:
+        return verdict
+    return {
+        **verdict,
+        "sure": False,
+        "statement": verdict["statement"]
+        + f"; not judged: the process profiled only waits ({waits:.0%} of its loop samples "
+        "wait on another thread or process): it had no work to do (an idle server), or its "
+        "work runs elsewhere (a server's model workers: `gpudiag attach` on the front end's "
+        "PID profiles its busiest model worker)",
+    }
 
 
 def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:

@@ -428,6 +428,8 @@ def serve001(c: Context) -> list[Finding]:
     low = min(floor, speedup_from_impact(impact))
     msg = _serve001_message(seen, m, together)
     actions = _serve001_actions(seen.source, batch, wait_ms, seen.looped)
+    if _in_frames(c, "/litserve/"):  # the framework's own batcher first
+        actions = (_litserve_batching(batch, wait_ms, m.get("forward_time_p50_s")), *actions)
     summary = f"Batch the requests in flight (max batch {batch}" + (
         f", max wait {wait_ms} ms)" if wait_ms else ")"
     )
@@ -451,6 +453,24 @@ def serve001(c: Context) -> list[Finding]:
             speedup_low=round(low, 3),
         )
     ]
+
+
+def _in_frames(c: Context, folder: str) -> bool:
+    """Whether the loop thread's stacks pass through a library's folder ("/litserve/")."""
+    if c.profile.thread is None:
+        return False
+    return any(folder in stack for stack, _code in c.view.stacks.get(c.profile.thread, {}))
+
+
+def _litserve_batching(batch: int, wait_ms: float, fwd_s: float | None) -> str:
+    """LitServe's own batcher with the values: its LitAPI's max_batch_size and batch_timeout
+    (seconds), and batch()/unbatch() to stack the decoded inputs and split the output."""
+    wait_s = wait_ms / 1e3 if wait_ms else max(0.001, round(fwd_s or 0.01, 3))
+    return (
+        f"LitServe: LitAPI(max_batch_size={batch}, batch_timeout={wait_s:g}) (passed to your "
+        "LitAPI subclass), with batch(inputs) stacking the decoded requests (torch.stack) and "
+        "unbatch(output) splitting the answer; predict() then gets the batch"
+    )
 
 
 def execution_overhead(m: dict) -> tuple[float, float] | None:

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.host_bound import user_code_share
-from gpudiag.analyzers.measures.accounting import BLOCKING, Site, Unplaced, unplaced
+from gpudiag.analyzers.measures.accounting import (
+    BLOCKING,
+    Site,
+    Unplaced,
+    unplaced,
+    waiting_share,
+)
 from gpudiag.analyzers.measures.summary import confidence_above
 from gpudiag.analyzers.measures.workload import TRITON_BASIS
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
@@ -261,6 +267,8 @@ def find(c: Context) -> list[Finding]:
     # (confidence_above), not from min_loop_samples: a 60% share is sure on few samples
     if profile.samples < th.stack_floor_samples:
         return []
+    if waiting_share(c.view, profile, c.clf) >= th.waiting_loop_share:
+        return []  # the process only waits on others: never the loop (the verdict says so)
     cats = ("other",) + (DEVICE_ONLY if c.idle is None and not c.stats else ())
     user, _ = user_code_share(c.view, profile, c.clf)
     host001 = c.idle is None and user >= th.host_user_code_warn  # HOST001 names that time

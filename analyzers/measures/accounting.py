@@ -39,6 +39,10 @@ _FAMILIES: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
         ("subprocess", "subprocess", r"(^|/)subprocess\.py$"),
         ("tensor_text", "torch", r"(^|/)torch/_tensor_str\.py$"),
         ("lock", "threading", r"(^|/)(threading|queue)\.py$|multiprocessing/synchronize\.py$"),
+        # a queue or event in another process (a multiprocessing Manager's proxy, a Pipe):
+        # the call waits for that process's answer (LitServe's workers take their requests
+        # so; its front end waits on its shutdown event so)
+        ("lock", "multiprocessing", r"multiprocessing/(managers|connection)\.py$"),
     )
 )
 # Calls on the executing line of the job's own code (C functions py-spy shows no frame for).
@@ -145,6 +149,16 @@ def _site_key(stack: str, code: str) -> tuple[Location | None, str, str, str, bo
     below = frames[user_idx + 1 :]
     call = below[0].dotted if below else (code.strip() or "(no Python frame: native code)")
     return loc, call, fam, lib, user_idx >= 0 and not below
+
+
+WAITS = frozenset({"lock"})  # a wait on another thread or process: the work is elsewhere
+
+
+def waiting_share(view: Aggregate, profile: LoopProfile, clf: Classifier) -> float:
+    """The share of the loop's stack samples that wait on another thread or process (a lock,
+    a queue, an event, a Manager's proxy) with no rule placing them: a process that waits
+    through its whole loop (a front end joined on its workers) does no work of its own."""
+    return unplaced(view, profile, clf, ("other",)).of(WAITS)
 
 
 def unplaced(

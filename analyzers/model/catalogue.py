@@ -82,7 +82,21 @@ class Spec:
         )
         at = impact if severity_at is None else severity_at
         level: Severity = "note" if note else severity(self.id, at, th)
-        return Finding(id=self.id, title=title, severity=level, impact=impact, **fields)
+        return Finding(
+            id=self.id, title=title, severity=level, impact=impact, **capped_bound(fields, th)
+        )
+
+
+def capped_bound(fields: dict, th: Thresholds) -> dict:
+    """A bound ("at most") above `bound_max` held at it, its basis saying so: past it the
+    share left after the fix is a few percent of the loop, under what the stack samples place
+    reliably, and the figure (x100 from a share of 99.99%) says nothing the evidence holds."""
+    speed = fields.get("expected_speedup")
+    if fields.get("speedup_kind") != "bound" or speed is None or speed <= th.bound_max:
+        return fields
+    basis = fields.get("speedup_basis", "")
+    held = f"held at x{th.bound_max:g} (bound_max): x{speed:.0f} rests on the few percent left"
+    return {**fields, "expected_speedup": th.bound_max, "speedup_basis": f"{basis}; {held}"}
 
 
 CATALOGUE: dict[str, Spec] = {}  # filled by the finding units' `register`

@@ -28,6 +28,7 @@ UNITS: dict[str, str] = {
     "serve_in_flight_min": "requests",
     "serve_min_forwards": "count",
     "pad_min_forwards": "count",
+    "bound_max": "factor",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -35,6 +36,7 @@ RANGES = {
     "count": "a count, a whole number from 0",
     "cores": "a number of CPU cores from 0",
     "requests": "a number of requests from 0",
+    "factor": "a speed-up factor, 1 or more",
 }
 
 
@@ -103,6 +105,15 @@ class Thresholds:
     unexplained_note: float = 0.15
     """LOOP001 as a note: an unexplained share under `unexplained_warn` still named (a whole-
     model deepcopy each step, 16% of the loop, moved the job x1.2), never a warning."""
+    bound_max: float = 20.0
+    """Every finding: the most a speed-up bound ("at most", the share removed) may read; a
+    higher one rests on a share left after the fix (under 5%) that the stack samples do not
+    place reliably, and is held at this figure with its basis saying so."""
+    waiting_loop_share: float = 0.95
+    """LOOP001 and the verdict: share of the loop's stack samples waiting on another thread
+    or process (a lock, queue, event or a Manager's proxy) at or above which the process
+    profiled only waits: it is never "the loop" (no LOOP001, no bound from it) and the
+    verdict is not sure (its work runs elsewhere: a server's workers)."""
     per_step_call_target: float = 0.02
     """BLOCK001/LOOP001: the share a per-step call should keep when made every N steps (N
     in the fix is chosen to hold it)."""
@@ -270,7 +281,7 @@ class Thresholds:
 
     @staticmethod
     def unit(name: str) -> str:
-        """share, seconds, count, cores or requests."""
+        """share, seconds, count, cores, requests or factor."""
         return UNITS.get(name, "seconds" if name.endswith("_s") else "share")
 
     @classmethod
@@ -294,6 +305,7 @@ class Thresholds:
                 "count": value >= 0 and value.is_integer(),
                 "cores": value >= 0,
                 "requests": value >= 0,
+                "factor": value >= 1,
             }[unit]
         )
         if not ok:

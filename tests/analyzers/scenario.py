@@ -32,6 +32,15 @@ STACKS = {
     f";Tensor.__repr__ ({SITE}/torch/_tensor.py:431)"
     f";_str ({SITE}/torch/_tensor_str.py:697)",
     "gc": (f"{LOOP}", "gc.collect()"),
+    # LitServe's front end waiting on its shutdown event (a Manager's proxy) while its
+    # workers serve; a main thread joined on its worker threads
+    "front_wait": "<module> (/work/serve.py:101);main (/work/serve.py:99)"
+    f";LitServer.run ({SITE}/litserve/server.py:1519);wait (<string>:2)"
+    f";BaseProxy._callmethod ({STD}/multiprocessing/managers.py:822)"
+    f";_ConnectionBase.recv ({STD}/multiprocessing/connection.py:250)"
+    f";Connection._recv ({STD}/multiprocessing/connection.py:395)",
+    "joined": f"{LOOP};Thread.join ({STD}/threading.py:1112)"
+    f";Thread._wait_for_tstate_lock ({STD}/threading.py:1132)",
     # autograd anomaly detection's stack record: torch's C++ calls torch.fx.traceback's
     # format_stack from the op's frame (DEBUG001); the same call from fx's tracer or from the
     # job's own code is no record

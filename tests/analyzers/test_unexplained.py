@@ -127,3 +127,30 @@ def test_a_note_ranks_after_every_warning():
     a = run({"forward": 0.3, "backward": 0.35, "json": 0.2, "post": 0.15})
     order = [(f.id, f.severity) for f in ranked(list(a.findings))]
     assert order[0] == ("BLOCK001", "warning") and ("LOOP001", "note") in order
+
+
+@pytest.mark.parametrize("wait", ["front_wait", "joined"])
+def test_a_process_that_only_waits_is_never_the_loop(wait):
+    """LitServe's front end attached to (its model in a worker process) read LOOP001, sure,
+    impact 99.99%, bound x100: a process waiting on others does no work to speed up."""
+    sc = windows(Scenario(cpu_count=8), n=5, shares={wait: 1.0})
+    a = analyze(sc.host(0.3).process(0.9).tl)
+    assert "LOOP001" not in ids(a)
+    assert all(f.expected_speedup < 2 for f in a.findings)
+    assert not a.verdict["sure"] and "only waits" in a.verdict["statement"]
+
+
+def test_a_loop_that_also_waits_keeps_its_loop001():
+    a = run({"joined": 0.5})
+    assert ids(a)[0] == "LOOP001" and "waiting" in a.findings[0].message
+    assert "only waits" not in a.verdict["statement"]
+
+
+def test_a_bound_is_held_at_bound_max_and_says_so():
+    sc = windows(Scenario(cpu_count=8), n=5, shares={"json": 0.995, "forward": 0.005})
+    a = analyze(sc.host(0.3).process(0.9).tl)
+    f = next(f for f in a.findings if f.id == "LOOP001")
+    assert f.speedup_kind == "bound" and f.expected_speedup == Thresholds().bound_max
+    assert "held at x20 (bound_max)" in f.speedup_basis
+    lower = analyze(sc.tl, Thresholds(bound_max=5.0))
+    assert next(f for f in lower.findings if f.id == "LOOP001").expected_speedup == 5.0
