@@ -456,10 +456,9 @@ def serve001(c: Context) -> list[Finding]:
 
 
 def _in_frames(c: Context, folder: str) -> bool:
-    """Whether the loop thread's stacks pass through a library's folder ("/litserve/")."""
-    if c.profile.thread is None:
-        return False
-    return any(folder in stack for stack, _code in c.view.stacks.get(c.profile.thread, {}))
+    """Whether the job's stacks (any thread's: the loop's may be a worker's, not seen yet)
+    pass through a library's folder ("/litserve/")."""
+    return any(folder in stack for per in c.view.stacks.values() for stack, _code in per)
 
 
 def _litserve_batching(batch: int, wait_ms: float, fwd_s: float | None) -> str:

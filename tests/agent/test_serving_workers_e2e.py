@@ -110,7 +110,9 @@ def _as_said(doc: dict, said) -> None:
     assert m["requests_per_second"] == pytest.approx(said.rate, rel=0.10)
     assert m["request_latency_p50_s"] == pytest.approx(said.p50_s, rel=0.25)
     serve001 = next(f for f in doc["findings"] if f["id"] == "SERVE001")
-    assert "LitServe: LitAPI(max_batch_size=" in serve001["recommendation"]["actions"][0]
+    if doc["breakdown"]["samples"]:  # LitServe is told from its frames in the stacks (one
+        # `run` at load 13 had none in its loop window: "not sure yet", nothing claimed)
+        assert "LitServe: LitAPI(max_batch_size=" in serve001["recommendation"]["actions"][0]
     assert "LOOP001" not in {f["id"] for f in doc["findings"] if f["severity"] != "note"}
     assert all(f["expected_speedup"] <= 20 for f in doc["findings"])
 
