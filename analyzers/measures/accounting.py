@@ -151,13 +151,16 @@ def _site_key(stack: str, code: str) -> tuple[Location | None, str, str, str, bo
     return loc, call, fam, lib, user_idx >= 0 and not below
 
 
-WAITS = frozenset({"lock"})  # a wait on another thread or process: the work is elsewhere
+# a wait on another thread or process (a lock, queue, event, a Manager's proxy), or a sleep
+# between polls of it (LitServe's front end sleeps while its workers start): no work of its own
+WAITS = frozenset({"lock", "sleep"})
 
 
 def waiting_share(view: Aggregate, profile: LoopProfile, clf: Classifier) -> float:
     """The share of the loop's stack samples that wait on another thread or process (a lock,
-    a queue, an event, a Manager's proxy) with no rule placing them: a process that waits
-    through its whole loop (a front end joined on its workers) does no work of its own."""
+    a queue, an event, a Manager's proxy, a sleep between polls) with no rule placing them: a
+    process that waits through its whole loop (a front end joined on its workers) does no
+    work of its own."""
     return unplaced(view, profile, clf, ("other",)).of(WAITS)
 
 

@@ -111,9 +111,10 @@ class Thresholds:
     place reliably, and is held at this figure with its basis saying so."""
     waiting_loop_share: float = 0.95
     """LOOP001 and the verdict: share of the loop's stack samples waiting on another thread
-    or process (a lock, queue, event or a Manager's proxy) at or above which the process
-    profiled only waits: it is never "the loop" (no LOOP001, no bound from it) and the
-    verdict is not sure (its work runs elsewhere: a server's workers)."""
+    or process (a lock, queue, event, a Manager's proxy, a sleep between polls) at or above
+    which the process profiled only waits: it is never "the loop" (no LOOP001 or BLOCK001,
+    no bound from it) and the verdict is not sure (its work runs elsewhere: a server's
+    workers)."""
     per_step_call_target: float = 0.02
     """BLOCK001/LOOP001: the share a per-step call should keep when made every N steps (N
     in the fix is chosen to hold it)."""

@@ -39,6 +39,14 @@ STACKS = {
     f";BaseProxy._callmethod ({STD}/multiprocessing/managers.py:822)"
     f";_ConnectionBase.recv ({STD}/multiprocessing/connection.py:250)"
     f";Connection._recv ({STD}/multiprocessing/connection.py:395)",
+    # a sleep the loop makes itself (the job's own line); LitServe's front end polling its
+    # starting workers ("front_poll")
+    "sleep": (f"{LOOP};throttle (/work/train.py:66)", "time.sleep(0.05)"),
+    "front_poll": (
+        "<module> (/work/serve.py:101);main (/work/serve.py:99)"
+        f";LitServer.run ({SITE}/litserve/server.py:1500)",
+        "time.sleep(0.5)",
+    ),
     "joined": f"{LOOP};Thread.join ({STD}/threading.py:1112)"
     f";Thread._wait_for_tstate_lock ({STD}/threading.py:1132)",
     # autograd anomaly detection's stack record: torch's C++ calls torch.fx.traceback's

@@ -154,3 +154,17 @@ def test_a_bound_is_held_at_bound_max_and_says_so():
     assert "held at x20 (bound_max)" in f.speedup_basis
     lower = analyze(sc.tl, Thresholds(bound_max=5.0))
     assert next(f for f in lower.findings if f.id == "LOOP001").expected_speedup == 5.0
+
+
+def test_a_front_end_polling_its_starting_workers_only_waits():
+    """LitServe's front end sleeps between polls while its workers start, then waits on its
+    shutdown event: a look over that read BLOCK001 'a sleep in LitServer.run', x2.9."""
+    sc = windows(Scenario(cpu_count=8), n=5, shares={"front_poll": 0.65, "front_wait": 0.35})
+    a = analyze(sc.host(0.3).process(0.9).tl)
+    assert not {"BLOCK001", "LOOP001"} & set(ids(a))
+    assert "only waits" in a.verdict["statement"]
+
+
+def test_a_loop_that_sleeps_each_step_keeps_its_block001():
+    a = run({"sleep": 0.5})
+    assert ids(a)[0] == "BLOCK001"
