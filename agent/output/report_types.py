@@ -39,6 +39,14 @@ class ReportRunAgent(TypedDict, total=False):
     rates: dict[str, ReportRunAgentRatesValue]
 
 
+class ReportRunProcessesItem(TypedDict, total=False):
+    """The report's `ReportRunProcessesItem` object."""
+
+    pid: int
+    role: Literal["front end", "model worker", "listener", "helper"]
+    what: str
+
+
 class ReportRun(TypedDict, total=False):
     """The report's `ReportRun` object."""
 
@@ -61,6 +69,7 @@ class ReportRun(TypedDict, total=False):
     exit_code: int | None
     settings_source: str | None
     stderr_tail: list[str]
+    processes: list[ReportRunProcessesItem]
 
 
 class ReportWorkload(TypedDict, total=False):

@@ -9,7 +9,7 @@ from typing import Any
 from gpudiag.agent.output.render.ranks import rank_lines
 from gpudiag.agent.output.render.right_size import price_age_lines, right_size_lines
 from gpudiag.agent.output.render.workload import workload_lines
-from gpudiag.agent.output.report_types import Evidence, Finding, Report
+from gpudiag.agent.output.report_types import Evidence, Finding, Report, ReportRun
 from gpudiag.analyzers.model.results import CATEGORIES
 from gpudiag.text.formatting import (
     LABELS,
@@ -109,7 +109,7 @@ def _header(doc: Report) -> list[str]:
     ] + process_lines(run)
 
 
-def process_lines(run: dict) -> list[str]:
+def process_lines(run: ReportRun) -> list[str]:
     """A server whose model runs in worker processes: which process does what."""
     procs = run.get("processes") or []
     return [f"  pid {p['pid']}: {p['role']} ({p['what']})" for p in procs]
