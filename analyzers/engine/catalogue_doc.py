@@ -11,13 +11,13 @@ import pkgutil
 import re
 from dataclasses import fields
 from functools import cache
-from pathlib import Path
 from types import ModuleType
 
 import gpudiag.analyzers.distributed
 import gpudiag.analyzers.findings
 from gpudiag.analyzers.model.catalogue import CATALOGUE, Spec
 from gpudiag.analyzers.model.thresholds import Thresholds
+from gpudiag.probes.files import read_regular
 
 BEGIN = "<!-- findings: generated from the specs by `python scripts/findings_doc.py` -->"
 END = "<!-- findings: end of the generated part -->"
@@ -30,6 +30,7 @@ CATEGORIES = {
     "cost": "Money",
 }
 SETTINGS = frozenset(f.name for f in fields(Thresholds))
+SOURCE_LIMIT = 1 << 20  # a unit module is kilobytes
 
 
 def owners() -> dict[str, ModuleType]:
@@ -38,16 +39,21 @@ def owners() -> dict[str, ModuleType]:
     for pkg in (gpudiag.analyzers.findings, gpudiag.analyzers.distributed):
         for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
             mod = importlib.import_module(info.name)
-            src = Path(mod.__file__ or "").read_text()
+            src = _source(mod.__file__ or "")
             out |= {fid: mod for fid in re.findall(r"^([A-Z]+\d{3}) = register\(", src, re.M)}
     return out
+
+
+def _source(path: str) -> str:
+    """A gpudiag module's own source, through the bounded reader."""
+    return read_regular(path, SOURCE_LIMIT).decode()
 
 
 @cache
 def settings_read(path: str) -> tuple[str, ...]:
     """The thresholds a module's source reads (`th.NAME`, `c.th.NAME`, a "NAME" setting)."""
     names = set()
-    for node in ast.walk(ast.parse(Path(path).read_text())):
+    for node in ast.walk(ast.parse(_source(path))):
         if isinstance(node, ast.Attribute) and node.attr in SETTINGS:
             names.add(node.attr)
         elif isinstance(node, ast.Constant) and node.value in SETTINGS:
