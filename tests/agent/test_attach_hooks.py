@@ -266,8 +266,10 @@ def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path, minor):
     assert len(seen) == doc["metrics"]["steps"]
     own = (len(seen) - 1) / (seen[-1] - seen[0])
     assert doc["metrics"]["steps_per_second"] == pytest.approx(own, rel=0.005)
-    assert doc["findings"][0]["id"] == loader_finding(doc)
-    assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
+    # HOST002 may stand above it on a busy box: a true finding of the box (serious_ids)
+    top = next(f for f in doc["findings"] if f["id"] != "HOST002")
+    assert top["id"] == loader_finding(doc)
+    assert top["evidence"][0]["source"] == "in-process hooks"
 
 
 @pytest.mark.slow
