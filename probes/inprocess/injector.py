@@ -30,7 +30,8 @@ def missing() -> str | None:
 
 
 def inject(pid: int, script: str) -> tuple[bool, str]:
-    """Queue `script` on `pid`'s main thread: (done, what happened or why not)."""
+    """Queue `script` on `pid`'s main thread: (done, how long it stopped the thread, or why
+    not)."""
     try:
         res = subprocess.run(
             [sys.executable, "-I", HELPER, str(pid), str(TRIES)],
@@ -50,4 +51,4 @@ def inject(pid: int, script: str) -> tuple[bool, str]:
         return False, said[-1][:300]
     if not out.get("ok"):
         return False, str(out.get("error") or "failed")[:400]
-    return True, ""
+    return True, f"the main thread stopped {out.get('stopped_ms', 0):.1f} ms"

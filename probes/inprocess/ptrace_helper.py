@@ -146,18 +146,26 @@ def inject(pid: int, data: bytes, tries: int) -> dict:
     guarded = _guarded_code(pid)
     where = None
     for attempt in range(1, tries + 1):
+        stopped = time.perf_counter()
         with attach(pid) as injector:
             where = unsafe_place(pid, guarded)
             if where is None:
-                saved = save_vector_state(pid)
-                if saved is None:
-                    return {"ok": False, "error": "its vector registers could not be read"}
-                injector.inject(path)
-                restore_vector_state(pid, saved)
-                kind = "all" if saved[0] == PTRACE_SETREGSET else "SSE only"
-                return {"ok": True, "tries": attempt, "registers": kind}
+                kind = _inject_keeping_registers(pid, injector, path)
+        if where is None:
+            ms = (time.perf_counter() - stopped) * 1e3  # the main thread's pause, detach included
+            return {"ok": True, "tries": attempt, "registers": kind, "stopped_ms": ms}
         time.sleep(PAUSE_S)
     return {"ok": False, "error": f"the main thread stayed at unsafe places ({where})"}
+
+
+def _inject_keeping_registers(pid: int, injector, path: bytes) -> str:
+    """dlopen `path` in the stopped thread, its vector registers put back; which were."""
+    saved = save_vector_state(pid)
+    if saved is None:
+        raise OSError("its vector registers could not be read")
+    injector.inject(path)
+    restore_vector_state(pid, saved)
+    return "all" if saved[0] == PTRACE_SETREGSET else "SSE only"
 
 
 def main(argv: list[str]) -> int:
