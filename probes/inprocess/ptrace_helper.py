@@ -29,6 +29,7 @@ import os
 import platform
 import sys
 import time
+from typing import Any
 
 PTRACE_GETREGS, PTRACE_GETFPREGS, PTRACE_SETFPREGS = 12, 14, 15
 PTRACE_GETREGSET, PTRACE_SETREGSET = 0x4204, 0x4205
@@ -158,7 +159,7 @@ def inject(pid: int, data: bytes, tries: int) -> dict:
     return {"ok": False, "error": f"the main thread stayed at unsafe places ({where})"}
 
 
-def _inject_keeping_registers(pid: int, injector, path: bytes) -> str:
+def _inject_keeping_registers(pid: int, injector: Any, path: bytes) -> str:
     """dlopen `path` in the stopped thread, its vector registers put back; which were."""
     saved = save_vector_state(pid)
     if saved is None:
@@ -170,14 +171,14 @@ def _inject_keeping_registers(pid: int, injector, path: bytes) -> str:
 
 def main(argv: list[str]) -> int:
     if platform.machine() != "x86_64":
-        print(json.dumps({"ok": False, "error": f"x86-64 only, not {platform.machine()}"}))
-        return 0
-    try:
-        out = inject(int(argv[1]), sys.stdin.buffer.read(), int(argv[2]))
-    except Exception as exc:  # noqa: BLE001 (the agent reads one line whatever happened)
-        first = (str(exc).strip().splitlines() or [""])[0]  # pyinjector adds its own advice
-        out = {"ok": False, "error": f"{type(exc).__name__}: {first}"[:400]}
-    print(json.dumps(out), flush=True)
+        out = {"ok": False, "error": f"x86-64 only, not {platform.machine()}"}
+    else:
+        try:
+            out = inject(int(argv[1]), sys.stdin.buffer.read(), int(argv[2]))
+        except Exception as exc:  # noqa: BLE001 (the agent reads one line whatever happened)
+            first = (str(exc).strip().splitlines() or [""])[0]  # pyinjector adds its advice
+            out = {"ok": False, "error": f"{type(exc).__name__}: {first}"[:400]}
+    sys.stdout.write(json.dumps(out) + "\n")  # one line to the agent, on a pipe
     return 0
 
 

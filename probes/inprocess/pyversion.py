@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import BinaryIO
 
 MAX_SECTIONS = 4096
 MAX_SYMBOLS = 1 << 20
@@ -38,7 +39,7 @@ def python_version(pid: int) -> tuple[int, int] | None:
         return None
 
 
-def exe_version(exe) -> tuple[int, int] | None:
+def exe_version(exe: BinaryIO) -> tuple[int, int] | None:
     """The version a CPython executable (an open binary file) was built as."""
     symbols = _dynamic_symbols(exe)
     if symbols is None:
@@ -56,7 +57,7 @@ def exe_version(exe) -> tuple[int, int] | None:
     return (3, linked[0]) if linked else None
 
 
-def _sections(exe) -> list[tuple] | None:
+def _sections(exe: BinaryIO) -> list[tuple] | None:
     exe.seek(0)
     head = exe.read(EHDR.size)
     if len(head) < EHDR.size or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
@@ -71,7 +72,7 @@ def _sections(exe) -> list[tuple] | None:
     return [SHDR.unpack_from(raw, i * SHDR.size) for i in range(shnum)]
 
 
-def _dynamic_symbols(exe) -> dict[str, tuple[int, tuple]] | None:
+def _dynamic_symbols(exe: BinaryIO) -> dict[str, tuple[int, tuple]] | None:
     """Defined dynamic symbols we look for: name -> (value, its section header); and
     "libpython" -> (minor, ()) where the file needs libpython3.<minor>."""
     sections = _sections(exe)
@@ -99,7 +100,7 @@ def _dynamic_symbols(exe) -> dict[str, tuple[int, tuple]] | None:
     return out
 
 
-def _read_at(exe, symbol: tuple[int, tuple], size: int) -> bytes | None:
+def _read_at(exe: BinaryIO, symbol: tuple[int, tuple], size: int) -> bytes | None:
     """`size` bytes of a symbol's initial value from its section in the file."""
     value, sec = symbol
     addr, offset, sec_size = sec[3], sec[4], sec[5]
