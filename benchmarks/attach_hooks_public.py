@@ -83,6 +83,8 @@ def main() -> None:
             order = (False, True) if i % 2 == 0 else (True, False)
             looks = {h: one_look(h, args.seconds, Path(tmp)) for h in order}
         plain, hooked = looks[False], looks[True]
+        if not (plain["own"] and hooked["own"]):
+            raise SystemExit(f"a look saw under two steps: {plain}, {hooked}")
         ratios.append(hooked["own"] / plain["own"])
         if hooked["report"]:
             agree.append(hooked["report"] / hooked["own"])

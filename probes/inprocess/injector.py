@@ -22,9 +22,18 @@ TRIES = 100  # attaches, 20 ms apart, until the main thread is at a safe place
 INSTALL_HINT = "pip install pyinjector (or gpudiag[hooks])"
 
 
+def _site() -> str | None:
+    """The folder pyinjector is imported from here (the helper runs isolated: -I drops
+    PYTHONPATH and the user's site-packages, where it may be), or None."""
+    spec = importlib.util.find_spec("pyinjector")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(Path(list(spec.submodule_search_locations)[0]).parent)
+
+
 def missing() -> str | None:
     """Why pyinjector cannot load the hooks here (None: it can)."""
-    if importlib.util.find_spec("pyinjector") is None:
+    if _site() is None:
         return "pyinjector is not installed"
     return pendingso.supported()
 
@@ -34,7 +43,7 @@ def inject(pid: int, script: str) -> tuple[bool, str]:
     not)."""
     try:
         res = subprocess.run(
-            [sys.executable, "-I", HELPER, str(pid), str(TRIES)],
+            [sys.executable, "-I", HELPER, str(pid), str(TRIES), _site() or ""],
             input=pendingso.library(script),
             capture_output=True,
             timeout=HELPER_TIMEOUT_S,

@@ -1,6 +1,7 @@
 """The one-shot helper that makes a job's main thread load gpudiag's pending-call library.
 
-Run by the agent as `python -I ptrace_helper.py PID TRIES` with the library's bytes on stdin
+Run by the agent as `python -I ptrace_helper.py PID TRIES SITE` (SITE: the folder the agent
+found pyinjector in) with the library's bytes on stdin
 (gpudiag.probes.inprocess.pendingso writes them); prints one JSON line and exits. A separate
 process so that a target that never comes back from dlopen cannot hang the agent: the agent
 kills this helper after a time limit (the kernel then detaches it). Imports only the standard
@@ -174,6 +175,8 @@ def main(argv: list[str]) -> int:
         out = {"ok": False, "error": f"x86-64 only, not {platform.machine()}"}
     else:
         try:
+            if len(argv) > 3 and argv[3] and argv[3] not in sys.path:
+                sys.path.append(argv[3])
             out = inject(int(argv[1]), sys.stdin.buffer.read(), int(argv[2]))
         except Exception as exc:  # noqa: BLE001 (the agent reads one line whatever happened)
             first = (str(exc).strip().splitlines() or [""])[0]  # pyinjector adds its advice
