@@ -11,7 +11,8 @@ dlopen in it with a stack of its own, puts the general registers and its code by
 Two things the injector does not do are done here, while it holds the thread stopped:
 - **Only a safe place.** dlopen takes the loader's lock and calls malloc; a thread stopped
   inside malloc (its arena lock held), inside the dynamic loader, or in a memory system call
-  malloc makes with that lock held would deadlock in it. The stopped thread's registers are
+  malloc makes with that lock held would deadlock in it (so would one inside a preloaded
+  jemalloc, tcmalloc or mimalloc). The stopped thread's registers are
   read first: inside libc's or the loader's code outside a system call, in brk/mmap/munmap/
   mremap/mprotect/madvise, or in a fork, the helper detaches untouched and tries again
   (`TRIES` times, 20 ms apart).
@@ -52,6 +53,12 @@ UNSAFE_SYSCALLS = {
     435: "clone3",
 }
 PAUSE_S = 0.02
+# the code a thread may hold dlopen's locks in: libc (malloc), the dynamic loader, and the
+# malloc replacements a job may preload (their own arena locks)
+GUARDED = (
+    *("libc.so", "libc-", "ld-linux", "ld-musl", "ld-2."),
+    *("libjemalloc", "libtcmalloc", "libmimalloc"),
+)
 MFD_CLOEXEC, MFD_EXEC = 0x1, 0x10
 
 
@@ -71,7 +78,7 @@ def _ptrace(request: int, pid: int, addr: int, data: object) -> None:
 
 
 def _guarded_code(pid: int) -> list[tuple[int, int, str]]:
-    """The executable mappings of libc and the dynamic loader in `pid`."""
+    """The executable mappings of GUARDED code in `pid`."""
     out = []
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
@@ -79,7 +86,7 @@ def _guarded_code(pid: int) -> list[tuple[int, int, str]]:
             if len(parts) < 6 or "x" not in parts[1]:
                 continue
             name = os.path.basename(parts[5])
-            if name.startswith(("libc.so", "libc-", "ld-linux", "ld-musl", "ld-2.")):
+            if name.startswith(GUARDED):
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
                 out.append((lo, hi, name))
     return out
