@@ -135,6 +135,19 @@ def busy_core():
 
 
 @functools.cache
+def hooks_cannot_load() -> str | None:
+    """Why `attach --hooks` cannot load the hooks into a Python 3.10-3.13 job here (None: it
+    can): pyinjector installed (the `test` extra has it), else gdb able to call a function."""
+    from gpudiag.probes.inprocess import injector
+
+    why = injector.missing()
+    if why is None:
+        return None
+    gdb = gdb_cannot_call()
+    return None if gdb is None else f"{why}, and {gdb}"
+
+
+@functools.cache
 def gdb_cannot_call() -> str | None:
     """Why gdb cannot call a function in a process here (`attach --hooks` on Python
     3.10-3.13 needs it), or None when it can: it is installed and a call in a sleeping

@@ -155,6 +155,8 @@ RAW_OUT = {
     "agent/commands/demo_job.py": "the demo's own training job (a child process), not gpudiag",
     "agent/session/joboutput.py": "the job's own stderr passed through as it wrote it (no UI)",
     "agent/session/signals.py": "a fixed line from a signal handler (os.write: no locks)",
+    "probes/inprocess/ptrace_helper.py": "the hooks loader's one JSON line to the agent that "
+    "ran it, on a pipe (a helper process, not gpudiag's UI)",
 }
 _STD = {"stdout", "stderr", "__stdout__", "__stderr__"}
 

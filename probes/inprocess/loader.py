@@ -3,11 +3,18 @@
 One tiny script (`script_text`) is queued on the job's main thread, which runs it at its next
 safe point in the interpreter, as a signal handler runs:
 
-- Python 3.10-3.13: gdb in batch mode (`-nx`, no prompts, a timeout) maps one page in the
-  job (mmap: no malloc lock to meet), writes the script there and calls
+- Python 3.10-3.13 with pyinjector installed (x86-64): the job's main thread, stopped at a
+  safe place, loads a tiny library whose initialiser calls
+  `Py_AddPendingCall(PyRun_SimpleString, script)` (see injector, pendingso, ptrace_helper).
+- Python 3.10-3.13 without it: gdb in batch mode (`-nx`, no prompts, a timeout) maps one page
+  in the job (mmap: no malloc lock to meet), writes the script there and calls
   `Py_AddPendingCall(PyRun_SimpleString, page)`, then detaches. The script never raises (a
   pending call that failed would raise SystemError in the job's code).
-- Python 3.14+: `sys.remote_exec(pid, file)` (PEP 768) from the job's own interpreter.
+- Python 3.14+: `sys.remote_exec(pid, file)` (PEP 768) from an interpreter of the job's
+  version (this one when it is, else the job's own).
+
+Only a job of gpudiag's own user is loaded (its hooks send to no other user's gpudiag), and
+its version is read from its files (pyversion), never by running its executable.
 
 Both end the same way: the script calls gpudiag_attach.install(channel, nonce), whose
 hello on the channel is the handshake (HookProbe.await_hello). Nothing here waits on the job
@@ -17,6 +24,7 @@ itself: the caller waits a bounded time for the hello and explains its absence.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import re
 import shutil
@@ -27,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 from gpudiag.probes.inject.gpudiag_channel import write_request
+from gpudiag.probes.inprocess import injector, pyversion
 
 GDB_TIMEOUT_S = 60.0  # symbol loading on a busy 2-core box takes a few seconds
 VERSION_TIMEOUT_S = 10.0
@@ -63,23 +72,19 @@ def script_text(inject_dir: str, channel: str, nonce: str) -> str:
 
 
 def python_version(pid: int) -> tuple[int, int] | None:
-    """The job's Python major.minor: from the libpython it maps, else its executable's
-    answer; None when neither tells."""
+    """The job's Python major.minor, read from its files (never by running it), or None."""
+    return pyversion.python_version(pid)
+
+
+def other_user(pid: int) -> int | None:
+    """The job's effective uid when it is not gpudiag's, else None (also when unreadable)."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            m = re.search(r"libpython(\d)\.(\d+)", f.read())
-        if m:
-            return int(m.group(1)), int(m.group(2))
-        out = subprocess.run(
-            [f"/proc/{pid}/exe", "-I", "-S", "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_S,
-            check=False,
-        ).stdout.split()
-        return (int(out[0]), int(out[1])) if len(out) == 2 else None
-    except (OSError, ValueError, subprocess.SubprocessError):
+        with open(f"/proc/{pid}/status") as f:
+            line = next(ln for ln in f if ln.startswith("Uid:"))
+        uid = int(line.split()[2])
+    except (OSError, StopIteration, ValueError, IndexError):
         return None
+    return None if uid == os.geteuid() else uid
 
 
 def forking(pid: int) -> bool:
@@ -160,6 +165,14 @@ def _load(pid: int, script: str, script_path: str) -> Loaded:
     problem = ptrace_problem()
     if problem is not None:
         return Loaded(pid, reason=f"no ptrace permission: {problem}", hint=PTRACE_HINT)
+    uid = other_user(pid)
+    if uid is not None:
+        return Loaded(
+            pid,
+            reason=f"the job runs as uid {uid} and gpudiag as uid {os.geteuid()}: its hooks "
+            "send only to a gpudiag of their own user",
+            hint="run `gpudiag attach --hooks` as the job's user",
+        )
     version = python_version(pid)
     if version is None:
         return Loaded(
@@ -169,10 +182,21 @@ def _load(pid: int, script: str, script_path: str) -> Loaded:
             hint="run gpudiag inside the job's container",
         )
     if version < (3, 10):
-        return Loaded(pid, reason=f"Python {version[0]}.{version[1]}: --hooks needs 3.10+")
+        return Loaded(pid, reason="Python older than 3.10: --hooks needs 3.10+")
     if version >= (3, 14):
         return _remote_exec(pid, version, script, script_path)
+    if injector.missing() is None:
+        return _pyinjector(pid, version, script)
     return _gdb(pid, version, script)
+
+
+def _pyinjector(pid: int, version: tuple[int, int], script: str) -> Loaded:
+    """3.10-3.13: the main thread loads a library that queues the script (no gdb)."""
+    done, said = injector.inject(pid, script)
+    if done:
+        return Loaded(pid, how=f"pyinjector (Python {version[0]}.{version[1]})")
+    hint = PTRACE_HINT if "ptrace" in said or "ermission" in said else None
+    return Loaded(pid, reason=f"pyinjector could not queue the call: {said}", hint=hint)
 
 
 # gdb cannot put back the registers of a process it called a function in: the kernel
@@ -181,8 +205,9 @@ def _load(pid: int, script: str, script_path: str) -> Loaded:
 XSTATE_ERROR = "Couldn't write extended state"
 XSTATE_HINT = (
     "this gdb cannot call a function in a process on this CPU and kernel (its AMX/AVX-512 "
-    "register state); a newer gdb (14+), Python 3.14+ (sys.remote_exec, no gdb), or start "
-    "the job under `gpudiag run` (or call gpudiag.instrument() in it)"
+    f"register state); {injector.INSTALL_HINT} loads the hooks without gdb; or a newer gdb "
+    "(14+), Python 3.14+ (sys.remote_exec, no gdb), or start the job under `gpudiag run` "
+    "(or call gpudiag.instrument() in it)"
 )
 
 
@@ -199,7 +224,10 @@ def _remote_exec(pid: int, version: tuple[int, int], script: str, path: str) -> 
     if not write_request(path, script):  # the channel's private writer (0600, no links)
         return Loaded(pid, reason=f"cannot write the script for sys.remote_exec at {path}")
     call = f"import sys; sys.remote_exec({pid}, {path!r})"
-    res = _bounded([f"/proc/{pid}/exe", "-I", "-S", "-c", call], GDB_TIMEOUT_S)
+    # the job's own interpreter only where this one is another version: the job is of
+    # gpudiag's own user (checked before), so its code runs with no more rights than it has
+    python = sys.executable if sys.version_info[:2] == version else f"/proc/{pid}/exe"
+    res = _bounded([python, "-I", "-S", "-c", call], GDB_TIMEOUT_S)
     if isinstance(res, str):
         return Loaded(pid, reason=f"sys.remote_exec {res}")
     if res.returncode != 0:
@@ -245,14 +273,17 @@ def _gdb(pid: int, version: tuple[int, int], script: str) -> Loaded:
     if gdb is None:
         return Loaded(
             pid,
-            reason=f"gdb is not installed (needed on Python {version[0]}.{version[1]})",
-            hint="install gdb (Debian/Ubuntu: apt-get install gdb), or use Python 3.14+",
+            reason=f"gdb is not installed and {injector.missing()} (one of them is needed on "
+            f"Python {version[0]}.{version[1]})",
+            hint=f"{injector.INSTALL_HINT}, or install gdb (Debian/Ubuntu: apt-get install "
+            "gdb), or use Python 3.14+",
         )
     cannot = gdb_cannot_call(gdb)
     if cannot is not None:  # found on a throwaway process: the job is never touched
         return Loaded(
             pid,
-            reason=f"gdb cannot call a function in a process here: {cannot}",
+            reason=f"gdb cannot call a function in a process here: {cannot}; and "
+            f"{injector.missing()}",
             hint=XSTATE_HINT if cannot.startswith(XSTATE_ERROR) else PTRACE_HINT,
         )
     res = _bounded([gdb, *gdb_command(pid, script)[1:]], GDB_TIMEOUT_S)

@@ -1,6 +1,7 @@
-"""`attach --hooks` on real jobs: run's hooks loaded into a running process by gdb (Python
-3.10-3.13) or sys.remote_exec (3.14+), the handshake, a job stuck in C, a failing install
-step never reaching the job, and the exact numbers `run` gets.
+"""`attach --hooks` on real jobs: run's hooks loaded into a running process by pyinjector or
+gdb (Python 3.10-3.13) or sys.remote_exec (3.14+), the handshake, a job stuck in C, a failing
+install step never reaching the job, the job's own arithmetic untouched, and the exact
+numbers `run` gets.
 
 Only the venv's Python has torch here: the training jobs run on it, and the injection itself
 is tested on every Python 3.10-3.13 under ~/.pyenv/versions with a torch-free job.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,11 +25,13 @@ from gpudiag.probes.base import Target
 from gpudiag.probes.inprocess.channel import INJECT_DIR, LOADED, HookProbe
 from gpudiag.probes.inprocess.loader import script_text
 from tests.agent.test_e2e_workloads import loader_finding
-from tests.conftest import WORKLOADS, gdb_cannot_call, gpudiag
+from tests.conftest import WORKLOADS, gpudiag, hooks_cannot_load
 
-needs_gdb = pytest.mark.skipif(
-    gdb_cannot_call() is not None, reason=f"attach --hooks needs gdb: {gdb_cannot_call()}"
+needs_injector = pytest.mark.skipif(
+    hooks_cannot_load() is not None,
+    reason=f"attach --hooks needs pyinjector or gdb: {hooks_cannot_load()}",
 )
+BY = r"by (pyinjector|gdb) \(Python 3\.{minor}\)"  # how the hooks got in, on 3.10-3.13
 PYENV = Path.home() / ".pyenv" / "versions"
 WHERE = f"{PYENV}/3.1x.y or the running interpreter"
 
@@ -83,7 +87,7 @@ def _probe(tmp_path: Path) -> HookProbe:
     return probe
 
 
-@needs_gdb
+@needs_injector
 @pytest.mark.parametrize("minor", [10, 11, 12, 13])
 def test_the_hooks_get_into_a_running_job_and_a_second_attach_reuses_them(tmp_path, minor):
     python = _python(minor)
@@ -98,7 +102,7 @@ def test_the_hooks_get_into_a_running_job_and_a_second_attach_reuses_them(tmp_pa
             finally:
                 probe.close()
             assert st.reason.startswith(LOADED), st
-            assert f"by gdb (Python 3.{minor})" in st.reason
+            assert re.search(BY.format(minor=minor), st.reason), st.reason
             assert "torch not imported yet" in st.reason  # they wait for its import
             assert ("reused" in st.reason) is second
         (tmp_path / "stop").touch()
@@ -110,7 +114,7 @@ def test_the_hooks_get_into_a_running_job_and_a_second_attach_reuses_them(tmp_pa
         job.wait()
 
 
-@needs_gdb
+@needs_injector
 @pytest.mark.long
 def test_a_job_spinning_in_c_is_left_after_the_wait_and_goes_on(tmp_path):
     code = (
@@ -240,7 +244,7 @@ def _hook_step_span(recording: Path) -> tuple[float, float]:
     return seen[0], seen[-1]
 
 
-@needs_gdb
+@needs_injector
 @pytest.mark.parametrize("minor", [10, 11, 12, 13])
 @pytest.mark.long
 def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path, minor):
@@ -262,12 +266,14 @@ def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path, minor):
     assert len(seen) == doc["metrics"]["steps"]
     own = (len(seen) - 1) / (seen[-1] - seen[0])
     assert doc["metrics"]["steps_per_second"] == pytest.approx(own, rel=0.005)
-    assert doc["findings"][0]["id"] == loader_finding(doc)
-    assert doc["findings"][0]["evidence"][0]["source"] == "in-process hooks"
+    # HOST002 may stand above it on a busy box: a true finding of the box (serious_ids)
+    top = next(f for f in doc["findings"] if f["id"] != "HOST002")
+    assert top["id"] == loader_finding(doc)
+    assert top["evidence"][0]["source"] == "in-process hooks"
 
 
 @pytest.mark.slow
-@needs_gdb
+@needs_injector
 @pytest.mark.parametrize("minor", [10, 11, 12, 13])
 def test_attach_hooks_data_wait_is_runs_within_five_points(tmp_path, minor):
     python = _torch_python(minor)
@@ -316,7 +322,7 @@ while time.time() - t < 90:
 """
 
 
-@needs_gdb
+@needs_injector
 @pytest.mark.parametrize(
     "train", [pytest.param(True, marks=pytest.mark.long), False], ids=["training", "inference"]
 )
@@ -355,7 +361,7 @@ def test_hooks_go_quiet_when_gpudiag_is_gone_and_wake_on_the_next_attach(tmp_pat
 
 
 @pytest.mark.slow
-@needs_gdb
+@needs_injector
 def test_attach_hooks_goes_into_every_local_rank_of_a_ddp_job(tmp_path):
     pytest.importorskip("torch")
     torchrun = str(Path(sys.executable).parent / "torchrun")
@@ -374,7 +380,8 @@ def test_attach_hooks_goes_into_every_local_rank_of_a_ddp_job(tmp_path):
         assert res.returncode == 0, res.stderr
         doc = json.loads(out.read_text())
         hooks = next(p for p in doc["probes"] if p["name"] == "hooks")
-        assert hooks["reason"].startswith(LOADED) and hooks["reason"].count(" by gdb ") == 2
+        assert hooks["reason"].startswith(LOADED)
+        assert len(re.findall(BY.format(minor=sys.version_info[1]), hooks["reason"])) == 2
         assert "DDP's communication hook cannot be added" in hooks["reason"]
         assert doc["distributed"]["straggler"].get("straggler") == 1
         assert job.wait(timeout=120) == 0
@@ -384,7 +391,7 @@ def test_attach_hooks_goes_into_every_local_rank_of_a_ddp_job(tmp_path):
 
 
 @pytest.mark.slow
-@needs_gdb
+@needs_injector
 def test_attach_hooks_takes_a_profiler_capture_on_request(tmp_path):
     pytest.importorskip("torch")
     doc, _ = _attached(tmp_path, 12, "--capture-steps", "3")

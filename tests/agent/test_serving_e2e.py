@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WORKLOADS, gdb_cannot_call
+from tests.conftest import WORKLOADS, hooks_cannot_load
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -263,8 +263,8 @@ def test_attach_with_the_hooks_names_the_planted_causes(tmp_path, script, how):
     uvicorn (its modules imported before instrument() patches them) and Flask's; and to a
     Flask server that did not, with --hooks (Werkzeug's handler patched in the running job)."""
     needs(script)
-    if how == "hooks" and gdb_cannot_call() is not None:
-        pytest.skip(f"attach --hooks needs gdb on Python 3.10-3.13: {gdb_cannot_call()}")
+    if how == "hooks" and hooks_cannot_load() is not None:
+        pytest.skip(f"attach --hooks needs pyinjector or gdb: {hooks_cannot_load()}")
     doc, said = attach_server(tmp_path, script, how)
     assert doc["workload"]["kind"] == "server"
     assert doc["workload"]["basis"] == "requests seen by the hooks"
@@ -282,8 +282,8 @@ def test_attach_times_a_tornado_servers_requests(tmp_path, how):
     patched in the running job; the rate and latency are the clients', SERVE004 names the
     model run on the IOLoop."""
     needs("serve_tornado.py")
-    if how == "hooks" and gdb_cannot_call() is not None:
-        pytest.skip(f"attach --hooks needs gdb on Python 3.10-3.13: {gdb_cannot_call()}")
+    if how == "hooks" and hooks_cannot_load() is not None:
+        pytest.skip(f"attach --hooks needs pyinjector or gdb: {hooks_cannot_load()}")
     doc, said = attach_server(tmp_path, "serve_tornado.py", how)
     assert doc["workload"]["basis"] == "requests seen by the hooks"
     m = doc["metrics"]

@@ -21,7 +21,7 @@ from tests.agent.test_serving_e2e import (
     ids,
     warnings,
 )
-from tests.conftest import WORKLOADS, gdb_cannot_call
+from tests.conftest import WORKLOADS, hooks_cannot_load
 
 pytest.importorskip("torch")
 pytest.importorskip("grpc")
@@ -104,8 +104,8 @@ def test_attach_with_the_hooks_times_a_grpc_servers_rpcs(tmp_path, how):
     """attach to a gRPC server that called instrument() (grpc._server imported after it: the
     import watcher patches it), and to one that did not, with --hooks (grpc._server patched
     in the running server, its poller thread already serving)."""
-    if how == "hooks" and gdb_cannot_call() is not None:
-        pytest.skip(f"attach --hooks needs gdb on Python 3.10-3.13: {gdb_cannot_call()}")
+    if how == "hooks" and hooks_cannot_load() is not None:
+        pytest.skip(f"attach --hooks needs pyinjector or gdb: {hooks_cannot_load()}")
     doc, said = attach_grpc(tmp_path, how)
     assert doc["workload"]["kind"] == "server"
     assert doc["workload"]["basis"] == "requests seen by the hooks"

@@ -84,16 +84,51 @@ def test_no_yama_allows_ptrace(monkeypatch):
     assert loader.ptrace_problem() is None
 
 
-def test_gdb_missing_says_so_with_the_fix(monkeypatch):
+def _no_pyinjector(monkeypatch):
+    monkeypatch.setattr(loader.injector, "missing", lambda: "pyinjector is not installed")
+
+
+def test_gdb_and_pyinjector_missing_say_so_with_the_fix(monkeypatch):
+    _no_pyinjector(monkeypatch)
     monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
     monkeypatch.setattr(loader, "python_version", lambda pid: (3, 11))
     monkeypatch.setattr(loader.shutil, "which", lambda name: None)
     got = loader.load(42, "pass\n", "/unused")
     assert got.how is None and "gdb is not installed" in got.reason
-    assert "apt-get install gdb" in got.hint
+    assert "pyinjector is not installed" in got.reason
+    assert "apt-get install gdb" in got.hint and "pip install pyinjector" in got.hint
+
+
+def test_pyinjector_is_used_on_310_to_313_where_it_is_installed(monkeypatch):
+    monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
+    monkeypatch.setattr(loader, "python_version", lambda pid: (3, 12))
+    monkeypatch.setattr(loader.injector, "missing", lambda: None)
+    monkeypatch.setattr(loader, "_gdb", lambda *a: pytest.fail("gdb used"))
+    monkeypatch.setattr(loader.injector, "inject", lambda pid, script: (True, ""))
+    assert loader.load(42, "pass\n", "/unused").how == "pyinjector (Python 3.12)"
+    monkeypatch.setattr(loader.injector, "inject", lambda pid, script: (False, "ptrace: EPERM"))
+    got = loader.load(42, "pass\n", "/unused")
+    assert got.how is None and got.reason.endswith("ptrace: EPERM") and "ptrace" in got.hint
+
+
+def test_a_job_of_another_user_is_refused_before_its_version_is_read(monkeypatch):
+    """Issue 53: root never runs (nor reads the version of) another user's job for --hooks:
+    its hooks would send to no gpudiag of theirs anyway."""
+    monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
+    monkeypatch.setattr(loader, "other_user", lambda pid: 1001)
+    monkeypatch.setattr(loader, "python_version", lambda pid: pytest.fail("version read"))
+    got = loader.load(42, "pass\n", "/unused")
+    assert got.how is None and "runs as uid 1001" in got.reason and "job's user" in got.hint
+
+
+def test_this_process_is_of_this_user():
+    import os
+
+    assert loader.other_user(os.getpid()) is None
 
 
 def test_old_python_and_no_ptrace_are_refused_before_any_tool_runs(monkeypatch):
+    monkeypatch.setattr(loader.injector, "inject", lambda *a: pytest.fail("injected"))
     monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
     monkeypatch.setattr(loader, "python_version", lambda pid: (3, 9))
     assert "needs 3.10+" in loader.load(42, "pass\n", "/unused").reason
@@ -205,6 +240,7 @@ def test_a_gdb_that_cannot_call_here_leaves_the_job_untouched_and_says_why(monke
     """On a Xeon with AMX (kernel 6.18, gdb 13.1) gdb's call could not write the CPU's
     extended state back and a sleep in the job raised OSError 514: gdb is tried on a
     throwaway process first, and the job is never attached when it fails there."""
+    _no_pyinjector(monkeypatch)
     monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
     monkeypatch.setattr(loader, "python_version", lambda pid: (3, 11))
     monkeypatch.setattr(loader.shutil, "which", lambda name: "/usr/bin/gdb")
@@ -225,8 +261,9 @@ def test_a_gdb_that_cannot_call_here_leaves_the_job_untouched_and_says_why(monke
     finally:
         loader.gdb_cannot_call.cache_clear()
     assert got.how is None and len(ran) == 1 and "42" not in ran[0]
-    assert got.reason.endswith("Couldn't write extended state status: Bad address.")
+    assert "Couldn't write extended state status: Bad address.; and pyinjector" in got.reason
     assert "newer gdb" in got.hint and "gpudiag run" in got.hint
+    assert "pip install pyinjector" in got.hint
 
 
 def test_gdbs_source_line_noise_is_not_its_error():

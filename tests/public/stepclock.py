@@ -2,11 +2,14 @@
 optimizer step and stops when it returns True. PUBLIC_SECONDS (default 30) bounds the
 training time after the warm-up steps (so a slow start on a busy box still leaves a
 measurement); at the end (or on SIGTERM/SIGINT) it prints `steps: N in S s`, the steps after
-PUBLIC_WARMUP steps (default 3) and the time they took: the harness's throughput."""
+PUBLIC_WARMUP steps (default 3) and the time they took: the harness's throughput. With
+PUBLIC_STEP_LOG set, the Unix time of every step is written there (JSON) at the end too: the
+rate over any window of the run (benchmarks/attach_hooks_public.py)."""
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import sys
@@ -23,6 +26,8 @@ class StepClock:
         self.t0: float | None = None
         self.n = 0
         self.done = False
+        self.log_path = os.environ.get("PUBLIC_STEP_LOG")
+        self.times: list[float] = []
         atexit.register(self.report)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
@@ -34,6 +39,8 @@ class StepClock:
     def step(self) -> bool:
         """Count one step; True once the time is up."""
         self.n += 1
+        if self.log_path:
+            self.times.append(time.time())
         now = time.monotonic()
         if self.n == self.warmup:
             self.t0 = now
@@ -44,6 +51,9 @@ class StepClock:
         if self.done:
             return
         self.done = True
+        if self.log_path:
+            with open(self.log_path, "w") as f:
+                json.dump(self.times, f)
         if self.t0 is None:
             print("steps: 0 in 0.000 s", flush=True)
             return
