@@ -108,26 +108,84 @@ def _function(obj: object) -> types.FunctionType | None:
     return obj if isinstance(obj, types.FunctionType) else None
 
 
-def _shim(nfree: int) -> types.CodeType:
-    """A shim's code with `nfree` free variables (a function's new __code__ must keep the
-    count of its closure): it calls its keyword-only default `_gpudiag_site`."""
-    names = [f"_gpudiag_v{i}" for i in range(nfree)]
-    keep = (
-        f"\n        if _gpudiag_site is None:\n            (lambda: ({', '.join(names)},))"
-        if names
-        else ""
-    )
-    src = (
-        "def _outer():\n"
-        + (f"    {' = '.join(names)} = None\n" if names else "")
-        + "    def shim(*args, _gpudiag_site, **kwargs):"
-        + keep
-        + "\n        return _gpudiag_site(args, kwargs)\n"
-        "    return shim\n"
-    )
-    scope: dict = {}
-    exec(compile(src, "<gpudiag try>", "exec"), scope)  # noqa: S102 (our own fixed source)
-    return scope["_outer"]().__code__
+# A function's new __code__ must keep the count of its closure's cells: one shim per count,
+# written out (no source is ever compiled here), each calling its keyword-only default
+# `_gpudiag_site`; the free variables are only named in a lambda that never runs.
+def _shim0():
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+def _shim1():
+    v0 = None
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        if _gpudiag_site is None:
+            return lambda: (v0,)
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+def _shim2():
+    v0 = v1 = None
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        if _gpudiag_site is None:
+            return lambda: (v0, v1)
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+def _shim3():
+    v0 = v1 = v2 = None
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        if _gpudiag_site is None:
+            return lambda: (v0, v1, v2)
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+def _shim4():
+    v0 = v1 = v2 = v3 = None
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        if _gpudiag_site is None:
+            return lambda: (v0, v1, v2, v3)
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+def _shim5():
+    v0 = v1 = v2 = v3 = v4 = None
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        if _gpudiag_site is None:
+            return lambda: (v0, v1, v2, v3, v4)
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+def _shim6():
+    v0 = v1 = v2 = v3 = v4 = v5 = None
+
+    def shim(*args, _gpudiag_site, **kwargs):
+        if _gpudiag_site is None:
+            return lambda: (v0, v1, v2, v3, v4, v5)
+        return _gpudiag_site(args, kwargs)
+
+    return shim.__code__
+
+
+SHIMS = tuple(f() for f in (_shim0, _shim1, _shim2, _shim3, _shim4, _shim5, _shim6))
 
 
 class CallSite:
@@ -158,15 +216,19 @@ class CallSite:
         """Swap fn's code for the shim's, calling a copy of fn; why not (None: done)."""
         if fn.__code__.co_flags & GENERATOR_FLAGS:
             return f"{fn.__qualname__} is a generator or coroutine function"
-        if fn.__code__.co_filename == "<gpudiag try>":
-            return None  # patched already
+        if fn.__code__ in SHIMS or fn.__dict__.get("_gpudiag_original"):
+            return None  # patched already, or the original a patch calls
+        nfree = len(fn.__closure__ or ())
+        if nfree >= len(SHIMS):
+            return f"{fn.__qualname__} closes over {nfree} variables (at most {len(SHIMS) - 1})"
         copy = types.FunctionType(
             fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
         )
         copy.__kwdefaults__ = fn.__kwdefaults__
         copy.__qualname__ = fn.__qualname__
         copy.__dict__.update(fn.__dict__)
-        fn.__code__ = _shim(len(fn.__closure__ or ())).replace(co_name=fn.__name__)
+        copy.__dict__["_gpudiag_original"] = True
+        fn.__code__ = SHIMS[nfree]
         fn.__defaults__ = None
         fn.__kwdefaults__ = {"_gpudiag_site": functools.partial(self.call, copy)}
         self.patched.append(f"{fn.__module__}.{fn.__qualname__}")
