@@ -337,6 +337,16 @@ def change_line(fix: dict, location: str | None) -> str:
         "pipe(..., batch_size=<{0}x>))".format((fix.get("values") or {}).get("factor", 2)),
         "thin": "run {} every {}th time, not every time (or compute it incrementally, "
         "vectorised, or once)".format(fix.get("target"), (fix.get("values") or {}).get("every")),
+        "settings": "; ".join(
+            {
+                "anomaly": "torch.autograd.set_detect_anomaly({})",
+                "deterministic": "torch.use_deterministic_algorithms({})",
+                "cudnn_deterministic": "torch.backends.cudnn.deterministic = {}",
+                "cudnn_benchmark": "torch.backends.cudnn.benchmark = {}",
+            }[k].format(bool(v))
+            for k, v in (fix.get("values") or {}).items()
+            if k in ("anomaly", "deterministic", "cudnn_deterministic", "cudnn_benchmark")
+        ),
         "skip": f"take {fix.get('target')} off the loop's path (remove it, or run it in the "
         "background)",
     }.get(fix.get("kind", ""), values)
@@ -453,6 +463,12 @@ VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
     "checkpoint": {"every": (1, 1_000_000)},
     "batch": {"factor": (2, 1024)},
     "thin": {"every": (2, 1_000_000)},
+    "settings": {
+        "anomaly": None,
+        "deterministic": None,
+        "cudnn_deterministic": None,
+        "cudnn_benchmark": None,
+    },
 }
 
 

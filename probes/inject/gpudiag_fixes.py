@@ -23,6 +23,8 @@ is a patch of this process only. Kinds:
 - padding: a Hugging Face tokenizer asked for `padding="max_length"` with tensors returned
   pads each call to its longest row instead (INFER003); patched at the first model forward,
   once transformers is loaded (a dataset tokenized by `map()`, no tensors, is left alone);
+- settings: torch's global settings held at the values given (anomaly, deterministic,
+  cudnn_deterministic, cudnn_benchmark: true/false): DEBUG001's switches off;
 - thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
   the calls between return its last result; skip: it never runs (its calls return None): a
   trial for any call site (gpudiag_callsite).
@@ -329,6 +331,38 @@ def anomaly_off(torch, values: dict) -> None:
     _say("autograd anomaly detection kept off")
 
 
+def settings(torch, values: dict) -> None:
+    """torch's global settings held at the fix's values (anomaly, deterministic,
+    cudnn_deterministic off; cudnn_benchmark on or off): set now, their setters made to keep
+    them, and set again at each optimizer step (a flag the job assigns after the hooks load)."""
+    want = {k: bool(v) for k, v in values.items()}
+    if "anomaly" in want:
+        orig_anomaly = torch.set_anomaly_enabled
+        torch.set_anomaly_enabled = lambda enabled, *a, **k: orig_anomaly(want["anomaly"], *a, **k)
+    if "deterministic" in want:
+        orig_det = torch.use_deterministic_algorithms
+        torch.use_deterministic_algorithms = lambda mode, *a, **k: orig_det(
+            want["deterministic"], *a, **k
+        )
+
+    def hold(*_args) -> None:
+        if "anomaly" in want and torch.is_anomaly_enabled() != want["anomaly"]:
+            orig_anomaly(want["anomaly"])
+        if "deterministic" in want:
+            if torch.are_deterministic_algorithms_enabled() != want["deterministic"]:
+                orig_det(want["deterministic"])
+        if "cudnn_deterministic" in want:
+            torch.backends.cudnn.deterministic = want["cudnn_deterministic"]
+        if "cudnn_benchmark" in want:
+            torch.backends.cudnn.benchmark = want["cudnn_benchmark"]
+
+    hold()
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: hold())
+    _say(f"torch settings held: {', '.join(f'{k}={v}' for k, v in want.items())}")
+
+
 def batch(torch, values: dict) -> None:
     """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it; a
     Hugging Face pipeline's call its `batch_size` times it (its loader's collate takes one
@@ -590,6 +624,7 @@ KINDS = {
     "load_once": load_once,
     "thin": thin,
     "skip": skip,
+    "settings": settings,
 }
 
 

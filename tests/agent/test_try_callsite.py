@@ -353,3 +353,27 @@ def test_try_refuses_a_job_that_would_write_over_its_outputs(tmp_path):
     assert str(results) in trial["reason"] and "never write over" in trial["reason"]
     assert r.stderr.count("round ") == 1  # no arm after the refused one
     assert results.read_text() == "precious"
+
+
+def test_the_settings_fix_holds_the_switches_off_though_the_job_turns_them_on(tmp_path):
+    """DEBUG001's trial: deterministic algorithms and anomaly detection kept off, cuDNN's
+    deterministic flag set back at each optimizer step."""
+    out, steps = _in_job(
+        {
+            "kind": "settings",
+            "values": {"deterministic": False, "anomaly": False, "cudnn_deterministic": False},
+        },
+        LOOP
+        + """
+torch.use_deterministic_algorithms(True)
+torch.autograd.set_detect_anomaly(True)
+torch.backends.cudnn.deterministic = True
+run(lambda i: None, 2)
+print(torch.are_deterministic_algorithms_enabled(), torch.is_anomaly_enabled(),
+      torch.backends.cudnn.deterministic)
+""",
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "False"]
+    assert "# applied: torch settings held" in steps
