@@ -8,7 +8,6 @@ goes (call sites, on or off the CPU), so that "no bottleneck" is never said over
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
@@ -19,6 +18,7 @@ from gpudiag.analyzers.measures.accounting import (
     Site,
     Unplaced,
     call_target,
+    every_n,
     loop_function,
     unplaced,
 )
@@ -124,7 +124,7 @@ _WHAT = {
 
 def _every(share: float, th: Thresholds) -> int:
     """Every how many steps a per-step call keeps `per_step_call_target` of the loop."""
-    return max(10, 10 * math.ceil(share / max(th.per_step_call_target, 1e-3) / 10))
+    return every_n(share, th.per_step_call_target)
 
 
 def _where(s: Site) -> str:

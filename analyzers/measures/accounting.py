@@ -11,6 +11,7 @@ sleeps through; the rest run on the CPU.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -245,3 +246,45 @@ def call_target(site: Site, loop: tuple[str, str] | None) -> str | None:
         if m:
             return name.format(m.group(1)) if "{0}" in name else name
     return None
+
+
+def every_n(share: float, target: float) -> int:
+    """Every how many steps a per-step call keeps `target` of the loop (a multiple of 10)."""
+    return max(10, 10 * math.ceil(share / max(target, 1e-3) / 10))
+
+
+# What a line of the job's own per-step Python does, from its text (first match wins): the
+# fix follows from it. (kind, expression)
+LINE_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(rx))
+    for kind, rx in (
+        # reading or preparing the batch's inputs: DataLoader workers overlap it
+        (
+            "input",
+            r"(?i)token|encode|decode|transform|augment|collate|preprocess|\bopen\(|"
+            r"\bread|imread|Image\.|load\(",
+        ),
+        # a structure rebuilt: build it once, update it in place
+        (
+            "rebuilt",
+            r"\b(deepcopy|copy\.copy|dict|list|set|tuple|defaultdict|Counter|DataFrame|array)\(|"
+            r"\.copy\(\)|\{[^}]*:[^}]*\bfor\b",
+        ),
+        # a whole collection reduced again (sorted, summed, ranked): incrementally
+        (
+            "recomputed",
+            r"\b(sorted|sum|min|max|mean|median|statistics\.\w+|np\.\w+|torch\.\w+)\(|"
+            r"\.sort\(|\.(mean|sum|std|var|quantile)\(",
+        ),
+        # a Python loop over items: vectorised
+        ("loop", r"^\s*(for|while)\b|\[[^\]]*\bfor\b[^\]]*\bin\b"),
+    )
+)
+
+
+def line_kind(code: str, function: str = "") -> str:
+    """What a line of the job's own Python does: input, rebuilt, recomputed, loop or other."""
+    for kind, rx in LINE_KINDS:
+        if rx.search(code) or (kind == "input" and rx.search(function)):
+            return kind
+    return "other"

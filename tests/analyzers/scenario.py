@@ -32,6 +32,11 @@ STACKS = {
     f";Tensor.__repr__ ({SITE}/torch/_tensor.py:431)"
     f";_str ({SITE}/torch/_tensor_str.py:697)",
     "gc": (f"{LOOP}", "gc.collect()"),
+    # the job's own per-step Python that is not input loading (issue 55): a metric over a
+    # window reduced again each step, a structure rebuilt; and an input step done inline
+    "metric": (f"{LOOP};rolling_auc (/work/train.py:90)", "ranked = sorted(window)"),
+    "rebuild": (f"{LOOP};snapshot (/work/train.py:95)", "ema = copy.deepcopy(model)"),
+    "tokenize": (f"{LOOP};tokenize (/work/train.py:99)", "words = text.lower().split()"),
     # autograd anomaly detection's stack record: torch's C++ calls torch.fx.traceback's
     # format_stack from the op's frame (DEBUG001); the same call from fx's tracer or from the
     # job's own code is no record
