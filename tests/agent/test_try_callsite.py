@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.agent.session.trial import check_fix, job_folders, read_refused
 from gpudiag.agent.commands.tryfix import parse_fix
-from gpudiag.analyzers.model.results import Location
+from gpudiag.agent.session.trial import check_fix, job_folders, read_refused
 from gpudiag.analyzers.measures.accounting import Site, call_target
+from gpudiag.analyzers.model.results import Location
 from gpudiag.probes.inject import gpudiag_callsite
 from gpudiag.probes.inprocess.channel import INJECT_DIR
 from tests.conftest import gpudiag
