@@ -10,7 +10,8 @@ def summary_line(trial: Mapping[str, Any]) -> str:
     """One line per trial for the text summary."""
     fix = trial["fix"]
     values = ", ".join(f"{k}={v}" for k, v in (fix.get("values") or {}).items())
-    head = f"{trial.get('finding') or 'fix'} {fix.get('kind')}({values})"
+    kind = f"{fix.get('kind')} {fix['target']}" if fix.get("target") else fix.get("kind")
+    head = f"{trial.get('finding') or 'fix'} {kind}({values})"
     if trial["measured"] is None:
         return f"{head}: {trial['verdict']}: {trial['reason']}"
     lo, hi = trial["interval"]

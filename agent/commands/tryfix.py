@@ -40,7 +40,9 @@ def add_parser(sub: Any) -> None:
         metavar="KIND:KEY=VALUE,...",
         help="a fix to try, e.g. dataloader:num_workers=2,persistent_workers=true "
         "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
-        "inference_mode, batch, anomaly_off, padding, load_once)",
+        "inference_mode, batch, anomaly_off, padding, load_once); any call site: "
+        "thin:MODULE.FUNCTION:every=N (run it every N-th call), skip:MODULE.FUNCTION "
+        "(MODULE: a module or the script's stem, e.g. thin:train.compute_metrics:every=50)",
     )
     p.add_argument(
         "--from",
@@ -118,8 +120,20 @@ def _secs(text: str) -> float:
 
 
 def parse_fix(text: str) -> dict:
-    """KIND[:KEY=VALUE,...] into {"kind", "values"}; values parsed as JSON when they can be."""
+    """KIND[:KEY=VALUE,...] into {"kind", "values"}; values parsed as JSON when they can be.
+    A kind that names a call site takes it first: thin:MODULE.FUNCTION:every=N,
+    skip:MODULE.FUNCTION ({"kind", "target", "values"})."""
+    from gpudiag.agent.session.trial import TARGETED
+
     kind, _, rest = text.partition(":")
+    target = None
+    if kind.strip() in TARGETED:
+        target, _, rest = rest.partition(":")
+        if not target.strip():
+            raise UsageError(
+                f"--fix {text!r}: {kind.strip()} needs the function: "
+                f"{kind.strip()}:MODULE.FUNCTION{':every=N' if kind.strip() == 'thin' else ''}"
+            )
     values: dict = {}
     for part in filter(None, rest.split(",")):
         key, eq, raw = part.partition("=")
@@ -131,15 +145,20 @@ def parse_fix(text: str) -> dict:
             )
         except json.JSONDecodeError:
             values[key.strip()] = raw.strip()
+    if target is not None:
+        return {"kind": kind.strip(), "target": target.strip(), "values": values}
     return {"kind": kind.strip(), "values": values}
 
 
 def main(args: TryOptions) -> int:
     """`gpudiag try`: try each fix; print the results and the code changes; write --out."""
+    import time
+
     from gpudiag.agent.output.report import check_writable, load_report
     from gpudiag.agent.session.trial import TrialPlan, check_fix, try_fix
     from gpudiag.analyzers.model.thresholds import Thresholds
 
+    since = time.time()  # the job's files older than this are its outputs: never written over
     command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
@@ -164,12 +183,13 @@ def main(args: TryOptions) -> int:
         if why:
             raise UsageError(why)
         plan.rounds, plan.seconds, plan.warmup = args.rounds, args.seconds, args.warmup
+        plan.since = since
     trials = [try_fix(plan, Thresholds()) for plan in plans]
     for t in trials:
         _print_trial(t)
     if args.out:
         _write_trials(args.out, doc, trials)
-    return 0 if all(t["verdict"] != "failed" for t in trials) else 1
+    return 0 if all(t["verdict"] not in ("failed", "refused") for t in trials) else 1
 
 
 def _print_trial(t: dict) -> None:
@@ -206,7 +226,8 @@ def _plans_of_report(doc: dict, command: list[str], finding: str | None) -> list
                 finding=f.get("id"),
                 predicted=None if unsure else f.get("expected_speedup"),
                 location=f.get("location"),
-                predicted_low=f.get("speedup_low"),
+                # a bound is the most the fix gives: anything from none to it holds
+                predicted_low=1.0 if f.get("speedup_kind") == "bound" else f.get("speedup_low"),
                 floor=f.get("speedup_kind") == "floor",
             )
         )

@@ -136,6 +136,7 @@ class ReportFindingsItemFix(TypedDict, total=False):
     """The report's `ReportFindingsItemFix` object."""
 
     kind: str
+    target: str
     values: dict[str, Any]
     candidate: str
 
@@ -172,7 +173,7 @@ class ReportTrialsItem(TypedDict, total=False):
     measured: float | None
     interval: list[float] | None
     rounds: int
-    verdict: Literal["held", "missed", "slower", "failed", "no prediction"]
+    verdict: Literal["held", "missed", "slower", "failed", "refused", "no prediction"]
     reason: str
     change: str | None
     timed_over: str | None

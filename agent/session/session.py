@@ -49,6 +49,10 @@ __all__ = [
 
 
 SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
+# --duration counts from the first unit of work: once the hooks are heard from (the job
+# imported torch), the clock waits this long after launch for it (a torch.compile before the
+# first step took 20-90 s here, 33-53 s on an H100); then it counts from launch
+STARTUP_WAIT_S = 600.0
 LOOP_KINDS = WORK_KINDS  # hooks' samples of the work the job repeats
 RankPlan = tuple[list[RankInfo], int]  # the ranks of a multi-rank job, and its root pid
 
@@ -347,12 +351,22 @@ class Session:
 
     def looked(self, start: float) -> float:
         """Seconds the --duration clock has run: from launch, restarted at the job's first
-        step (start-up is not the loop: a 23 s torch import left 2 s of a 25 s look); from
-        the start for an attached job (its loop runs already)."""
-        since = start
-        if self.first_step_at is not None and not self.opts.attached:
-            since = self.first_step_at
-        return time.time() - since
+        step (start-up is not the loop: a 23 s torch import left 2 s of a 25 s look); held at
+        0 while the hooks are heard from but no step came yet (a torch.compile before the
+        first step), up to STARTUP_WAIT_S after launch; from the start for an attached job
+        (its loop runs already)."""
+        now = time.time()
+        if self.opts.attached:
+            return now - start
+        if self.first_step_at is not None:
+            return now - self.first_step_at
+        if self.hooks_heard() and now - start < STARTUP_WAIT_S:
+            return 0.0
+        return now - start
+
+    def hooks_heard(self) -> bool:
+        """Whether the job's in-process hooks sent anything (they load with torch)."""
+        return any(isinstance(p, HookProbe) and p.messages > 0 for p in self.probes)
 
     def check_hung(self) -> None:
         """Mark a probe whose call has run past `probe_timeout_s` as failed (see HangWatch)."""
@@ -371,6 +385,8 @@ class Session:
             looked = self.looked(time.time() - elapsed)
             loop = "" if self.first_step_at is None or self.opts.attached else " of loop"
             left = f" ({looked:.0f} s{loop} of {self.opts.duration_s:.0f} s)"
+            if self.first_step_at is None and not self.opts.attached and self.hooks_heard():
+                left = f" (start-up: no step yet; the {self.opts.duration_s:.0f} s start at it)"
         return (
             f"profiling pid {self.target.pid}: {elapsed:.0f} s{left}, "
             f"{ticks} stack samples so far (Ctrl-C stops and writes the report)"

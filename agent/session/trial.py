@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -27,12 +28,17 @@ from gpudiag.analyzers.stats.trials import judge
 from gpudiag.probes.files import read_regular, read_tail
 from gpudiag.probes.inject.gpudiag_channel import FIX_ENV, STEPS_ENV
 from gpudiag.probes.inject.gpudiag_fixes import KINDS
+from gpudiag.probes.inject.gpudiag_guard import GUARD_ENV
 from gpudiag.probes.inprocess.channel import injection_env
 from gpudiag.probes.numbers import finite_number
 from gpudiag.text.redact import printable, shown
 from gpudiag.text.sink import say
 
 NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
+TARGETED = ("thin", "skip")  # kinds that name a call site: KIND:MODULE.FUNCTION[:VALUES]
+# a call site: dotted names (a nested function's `<locals>` too), module then function
+TARGET_RE = re.compile(r"[A-Za-z_]\w*(\.([A-Za-z_]\w*|<locals>))+")
+REFUSED = "# refused:"  # an arm's step log: the job would have written over its outputs
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Arm:
     rc: int | None
     error: str | None = None
     work: Work | None = None  # the items it was timed over (an inference arm)
+    refused: bool = False  # it would have written over the job's outputs: no arm runs again
 
 
 @dataclass
@@ -72,6 +79,7 @@ class TrialPlan:
     floor: bool = False  # the prediction is the least the fix gives: a measurement above holds
     log: list[str] = field(default_factory=list)
     work: Work | None = None  # an inference job's items, set by its first measured arm
+    since: float | None = None  # the trial's start: the job's older files are never written
 
 
 def progress(text: str) -> None:
@@ -114,6 +122,34 @@ def read_clock(
     except (OSError, ValueError):
         pass
     return times, forwards, applied, why
+
+
+def read_refused(path: str) -> str | None:
+    """Why an arm was refused (its job would have written over its outputs), or None."""
+    try:
+        text = read_regular(path, MAX_STEPS_BYTES).decode(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(REFUSED):
+            return printable(line[len(REFUSED) :].strip())[:400]
+    return None
+
+
+def job_folders(command: list[str], cwd: str) -> list[str]:
+    """The folders a job's outputs are in: its working folder and every folder its arguments
+    name (an existing folder, a file's folder, `--out=DIR` too), the interpreter's left out."""
+    out = [cwd]
+    for arg in command[1:]:
+        for text in (arg, arg.partition("=")[2]):
+            if not text or text.startswith("-"):
+                continue
+            path = os.path.abspath(os.path.join(cwd, text))
+            if os.path.isdir(path):
+                out.append(path)
+            elif os.path.isdir(os.path.dirname(path)) and os.path.dirname(path) != os.sep:
+                out.append(os.path.dirname(path))
+    return sorted(set(out))
 
 
 def items_rate_after(
@@ -187,6 +223,10 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
     env.pop(FIX_ENV, None)
     if fix is not None:
         env[FIX_ENV] = json.dumps(fix)
+    env.pop(GUARD_ENV, None)
+    if plan.since is not None:
+        folders = job_folders(command, os.getcwd())
+        env[GUARD_ENV] = json.dumps({"since": plan.since, "folders": folders})
     errpath = steps + ".err"
     with create_stream(errpath, "stderr of the job") as err:
         proc = subprocess.Popen(
@@ -198,6 +238,9 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
         stop(proc)
     times, forwards, applied, why = read_clock(steps)
     tail = _tail(errpath)
+    refused = read_refused(steps)
+    if refused is not None:
+        return Arm(None, len(times), applied, rc, f"refused: {refused}", refused=True)
     if why is not None and rc in (None, 0):
         return Arm(None, len(times), None, rc, f"the fix was not applied in the job: {why}")
     if rc not in (None, 0):
@@ -230,6 +273,8 @@ def _wait_for_window(proc: subprocess.Popen, steps: str, plan: TrialPlan) -> flo
     start, by_steps = None, False
     while proc.poll() is None and time.time() < limit:
         time.sleep(0.2)
+        if read_refused(steps) is not None:
+            break
         if by_steps:
             continue
         # a training job's clock starts at its first optimizer step
@@ -290,6 +335,20 @@ def change_line(fix: dict, location: str | None) -> str:
         "functools.lru_cache on the function that loads it)",
         "batch": "DataLoader(..., batch_size=<{0}x the current>) (a Hugging Face pipeline: "
         "pipe(..., batch_size=<{0}x>))".format((fix.get("values") or {}).get("factor", 2)),
+        "thin": "run {} every {}th time, not every time (or compute it incrementally, "
+        "vectorised, or once)".format(fix.get("target"), (fix.get("values") or {}).get("every")),
+        "settings": "; ".join(
+            {
+                "anomaly": "torch.autograd.set_detect_anomaly({})",
+                "deterministic": "torch.use_deterministic_algorithms({})",
+                "cudnn_deterministic": "torch.backends.cudnn.deterministic = {}",
+                "cudnn_benchmark": "torch.backends.cudnn.benchmark = {}",
+            }[k].format(bool(v))
+            for k, v in (fix.get("values") or {}).items()
+            if k in ("anomaly", "deterministic", "cudnn_deterministic", "cudnn_benchmark")
+        ),
+        "skip": f"take {fix.get('target')} off the loop's path (remove it, or run it in the "
+        "background)",
     }.get(fix.get("kind", ""), values)
     if location:
         file, _, rest = location.partition(":")
@@ -298,33 +357,68 @@ def change_line(fix: dict, location: str | None) -> str:
     return text
 
 
-def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
-    """Run the interleaved rounds for one fix and return its `trials` entry."""
-    base: list[float] = []
-    fixed: list[float] = []
-    failures: list[str] = []
-    applied = None
+@dataclass
+class Rounds:
+    """What the interleaved arms gave: the rates of each arm, its failures, the fixed arm's
+    applied line, and why the trial was refused (None: it was not)."""
+
+    base: list[float] = field(default_factory=list)
+    fixed: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    applied: str | None = None
+    refused: str | None = None
+
+    def add(self, arm: str, res: Arm, plan: TrialPlan) -> None:
+        """One arm's result."""
+        if res.refused:
+            self.refused = res.error or "refused"
+            progress(self.refused)
+            return
+        if arm == "B":
+            self.applied = self.applied or res.applied
+            if res.applied is None and res.error is None:
+                res.error = "the fix was not applied in the job"
+        if res.error:
+            self.failures.append(f"{'fixed' if arm == 'B' else 'as is'}: {res.error}")
+            progress(self.failures[-1])
+        elif res.rate is not None:
+            (self.fixed if arm == "B" else self.base).append(res.rate)
+            plan.work = plan.work or res.work
+            progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
+
+
+def run_rounds(plan: TrialPlan) -> Rounds:
+    """The arms A B B A ..., until the rounds are done or an arm is refused."""
+    got = Rounds()
     with tempfile.TemporaryDirectory(prefix="gpudiag-try-") as folder:
         os.chmod(folder, 0o700)
         for r in range(plan.rounds):
-            order = ("A", "B") if r % 2 == 0 else ("B", "A")
-            for arm in order:
+            for arm in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                if got.refused:
+                    return got
                 progress(f"round {r + 1}/{plan.rounds}: {'fixed' if arm == 'B' else 'as is'}")
-                res = run_arm(plan.command, plan.fix if arm == "B" else None, plan, folder)
-                if arm == "B":
-                    applied = applied or res.applied
-                    if res.applied is None and res.error is None:
-                        res.error = "the fix was not applied in the job"
-                if res.error:
-                    failures.append(f"{'fixed' if arm == 'B' else 'as is'}: {res.error}")
-                    progress(failures[-1])
-                elif res.rate is not None:
-                    (fixed if arm == "B" else base).append(res.rate)
-                    plan.work = plan.work or res.work
-                    progress(f"  {res.rate:.2f}/s ({res.steps} steps or forwards)")
+                got.add(
+                    arm, run_arm(plan.command, plan.fix if arm == "B" else None, plan, folder), plan
+                )
+    return got
+
+
+def try_fix(plan: TrialPlan, th: Thresholds) -> dict:
+    """Run the interleaved rounds for one fix and return its `trials` entry."""
+    got = run_rounds(plan)
+    base, fixed, failures, applied, refused = (
+        got.base,
+        got.fixed,
+        got.failures,
+        got.applied,
+        got.refused,
+    )
     result = judge(base, fixed, plan.predicted, th, plan.predicted_low, plan.floor)
     verdict, reason = result.verdict, result.reason
-    if any(f.startswith("fixed") for f in failures) and not fixed:
+    if refused:
+        verdict, reason = "refused", refused[:500]
+        result = judge([], [], plan.predicted, th, plan.predicted_low, plan.floor)
+    elif any(f.startswith("fixed") for f in failures) and not fixed:
         verdict, reason = "failed", "; ".join(failures)[:500]
     elif failures:
         reason += f" ({len(failures)} arm(s) failed: {failures[0][:200]})"
@@ -368,6 +462,13 @@ VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
     "optimizer": {"foreach": None, "fused": None},
     "checkpoint": {"every": (1, 1_000_000)},
     "batch": {"factor": (2, 1024)},
+    "thin": {"every": (2, 1_000_000)},
+    "settings": {
+        "anomaly": None,
+        "deterministic": None,
+        "cudnn_deterministic": None,
+        "cudnn_benchmark": None,
+    },
 }
 
 
@@ -396,13 +497,29 @@ def check_values(kind: str, values: object) -> str | None:
     return None
 
 
+def check_target(fix: dict) -> str | None:
+    """Why a call-site fix's target or values cannot be tried (None: they can)."""
+    kind, target = fix.get("kind"), fix.get("target")
+    if kind not in TARGETED:
+        return f"fix {kind}: takes no function" if target is not None else None
+    usage = f"{kind}:MODULE.FUNCTION" + (":every=N" if kind == "thin" else "")
+    if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
+        return (
+            f"fix {kind}: expected {usage} (MODULE a module or the script's stem, FUNCTION a "
+            f"name in it), got {str(target)[:60]!r}"
+        )
+    if kind == "thin" and "every" not in (fix.get("values") or {}):
+        return f"fix thin: needs every=N (from 2): {usage}"
+    return None
+
+
 def check_fix(fix: dict, allow_numerics: bool, allow_compile: bool = False) -> str | None:
     """Why a fix cannot be tried (unknown kind, bad values, numerics or compile not
     allowed), or None."""
     kind = fix.get("kind")
     if kind not in KINDS:
         return f"unknown fix kind {kind!r} (one of: {', '.join(KINDS)})"
-    bad = check_values(str(kind), fix.get("values") or {})
+    bad = check_values(str(kind), fix.get("values") or {}) or check_target(fix)
     if bad:
         return bad
     if kind in NUMERICS and not allow_numerics:

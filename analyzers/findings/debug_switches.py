@@ -1,4 +1,9 @@
-"""DEBUG001: autograd's anomaly detection left on in a job that is not being debugged.
+"""DEBUG001: a debugging switch left on in torch's settings, in a job that is not being
+debugged: one finding over the table of settings the hooks read (measures/switches.py's
+SETTINGS): autograd's anomaly detection, deterministic algorithms, cuDNN's deterministic mode.
+Anomaly detection's cost is measured from the stacks (below); the others' cost is in torch's
+kernels, where no stack shows it: named, with what they cost and how to change them, and
+measured by `gpudiag try --fix settings:...` (a note until then).
 
 `torch.autograd.set_detect_anomaly(True)` (or Lightning's `Trainer(detect_anomaly=True)`)
 makes every op of every forward record its Python stack, and every backward check each
@@ -14,7 +19,12 @@ from __future__ import annotations
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.summary import confidence_above
-from gpudiag.analyzers.measures.switches import AnomalySeen, anomaly_seen
+from gpudiag.analyzers.measures.switches import (
+    AnomalySeen,
+    Setting,
+    anomaly_seen,
+    debugging_on,
+)
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
@@ -26,27 +36,35 @@ from gpudiag.analyzers.model.results import (
 DEBUG001 = register(
     Spec(
         "DEBUG001",
-        "Autograd anomaly detection left on: every op records its stack",
+        "A debugging switch left on in torch's settings",
         "host",
         True,
-        note_title="Autograd anomaly detection is on; its measured cost is under the "
-        "warning threshold",
+        note_title="A debugging switch is on in torch's settings; its cost is under the "
+        "warning threshold or not measured",
         claims=("loop_time", "loop_host_time"),
         doc=Doc(
             means=(
-                "autograd's anomaly detection left on (`torch.autograd.set_detect_anomaly(True)`,"
+                "a debugging switch left on in torch's settings, read by the hooks from torch's "
+                "own state at start and every 2 s (one table, [below](#torchs-settings-one-"
+                "table)): autograd's anomaly detection left on "
+                "(`torch.autograd.set_detect_anomaly(True)`,"
                 " `detect_anomaly()`, Lightning's `Trainer(detect_anomaly=True)`): the hooks read"
                 " the switch (`torch.is_anomaly_enabled()`), and the loop's stack samples in its "
                 "stack records (`torch.fx.traceback.format_stack` called by torch's C++ from an "
                 "op's frame, not by fx's tracer or the job's own code) are >= "
                 "`anomaly_record_warn` of the loop; with the hooks' word and fewer records, a "
-                "note"
+                "note; deterministic algorithms (`torch.use_deterministic_algorithms(True)`) and,"
+                " on a GPU, `torch.backends.cudnn.deterministic`: named in the same finding (one "
+                "cause, one id), a note on their own (their cost is in torch's kernels, where no "
+                "stack shows it)"
             ),
             fix=(
                 "turn it off for the real run (Lightning: `detect_anomaly=False`, its default); "
                 "`with torch.autograd.detect_anomaly():` around one suspect step; "
-                "`torch.isfinite(loss)` every 100 steps to catch NaN cheaply; `gpudiag try --fix "
-                "anomaly_off` measures it"
+                "`torch.isfinite(loss)` every 100 steps to catch NaN cheaply; "
+                "`torch.use_deterministic_algorithms(False)` outside a run that must be "
+                "reproducible; `gpudiag try --fix anomaly_off` (anomaly detection alone) or "
+                "`--fix settings:anomaly=false,deterministic=false,...` measures it"
             ),
             measured=(
                 Measured(
@@ -137,22 +155,80 @@ def _cost(a: AnomalySeen, c: Context) -> tuple[float, float]:
     return low, high
 
 
+SETTINGS_FIELD = {
+    "anomaly_mode": "anomaly",
+    "deterministic_algorithms": "deterministic",
+    "cudnn_deterministic": "cudnn_deterministic",
+}
+
+
+def _others_lines(others: tuple[Setting, ...]) -> str:
+    return "; ".join(f"{s.reads} is {s.slow}: {s.costs}" for s in others)
+
+
+def _settings_fix(others: tuple[Setting, ...], anomaly: bool) -> dict:
+    """The trial that turns the switches off (anomaly detection alone: its own kind)."""
+    if not others:
+        return {"kind": "anomaly_off", "values": {}}
+    fields = (("anomaly_mode",) if anomaly else ()) + tuple(s.field for s in others)
+    return {"kind": "settings", "values": {SETTINGS_FIELD[f]: False for f in fields}}
+
+
+def _others_only(others: tuple[Setting, ...], c: Context) -> Finding:
+    """DEBUG001 for switches whose cost no stack shows: a note, named with what they cost
+    and how to change them, and the trial that measures it."""
+    fix = _settings_fix(others, False)
+    spec = ",".join(f"{k}=false" for k in fix["values"])
+    return new_finding(
+        "DEBUG001",
+        c.th,
+        note=True,
+        detail=f"({', '.join(s.reads for s in others)})",
+        confidence=0.95,
+        impact=0.0,
+        message=(
+            f"The hooks read a debugging switch on: {_others_lines(others)}. Its cost is in "
+            "torch's kernels, where no stack sample shows it: a run that does not need "
+            "bit-for-bit reproducibility pays it every step."
+        ),
+        evidence=tuple(Evidence(s.field, 1.0, "ratio", 1.0, ">=", None, "hooks") for s in others),
+        recommendation=Recommendation(
+            "Turn the debugging switch off for the real run",
+            tuple(s.change for s in others)
+            + (f"measure it first: gpudiag try --fix settings:{spec} -- <the job>",),
+        ),
+        expected_speedup=1.0,
+        signals=("hooks",),
+        speedup_basis=(
+            "not measured: its cost is in torch's kernels, not in the stacks; "
+            f"gpudiag try --fix settings:{spec} measures it"
+        ),
+        speedup_kind="hypothesis",
+        speedup_low=1.0,
+        fix=fix,
+    )
+
+
 def find(c: Context) -> list[Finding]:
-    """DEBUG001 from the hooks' switch and the stacks' records of anomaly detection."""
+    """DEBUG001 from the hooks' settings table and the stacks' records of anomaly
+    detection."""
     th = c.th
     if c.profile.samples < th.stack_floor_samples:
         return []
+    others = debugging_on(c.view, bool(c.stats))
     a = anomaly_seen(c.view, c.profile, c.clf)
     training = c.workload is not None and c.workload.kind == "training"
     if not a.on and a.record_share < th.anomaly_record_warn:
-        return []
+        return [_others_only(others, c)] if others else []
     if a.on and a.record_samples == 0 and not training:
-        return []  # on, but nothing records: forwards without autograd pay nothing
+        # on, but nothing records: forwards without autograd pay nothing
+        return [_others_only(others, c)] if others else []
     conf = confidence_above(a.record_share, th.anomaly_record_warn, a.samples)
     conf = max(0.95, conf) if a.on else conf
     if conf < th.min_confidence:
-        return []
+        return [_others_only(others, c)] if others else []
     low, high = _cost(a, c)
+    also = f" Also on: {_others_lines(others)}." if others else ""
     return [
         new_finding(
             "DEBUG001",
@@ -160,9 +236,12 @@ def find(c: Context) -> list[Finding]:
             note=high < th.anomaly_record_warn,
             confidence=conf,
             impact=high,
-            message=_message(a, bool(c.stats)),
+            detail="(autograd anomaly detection: every op records its stack)",
+            message=_message(a, bool(c.stats)) + also,
             evidence=_evidence(a, c),
-            recommendation=Recommendation("Turn autograd anomaly detection off", ACTIONS),
+            recommendation=Recommendation(
+                "Turn autograd anomaly detection off", ACTIONS + tuple(s.change for s in others)
+            ),
             expected_speedup=speedup_from_impact(high),
             signals=("hooks", "stacks") if a.on else ("stacks",),
             speedup_basis=(
@@ -174,7 +253,7 @@ def find(c: Context) -> list[Finding]:
             ),
             speedup_kind="hypothesis",
             speedup_low=speedup_from_impact(low),
-            fix={"kind": "anomaly_off", "values": {}},
+            fix=_settings_fix(others, True),
         )
     ]
 

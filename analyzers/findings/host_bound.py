@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.findings.data import loader_cores
-from gpudiag.analyzers.measures.accounting import code_family
+from gpudiag.analyzers.measures.accounting import (
+    Site,
+    call_target,
+    code_family,
+    every_n,
+    line_kind,
+    loop_function,
+)
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, parse_stack
 from gpudiag.analyzers.measures.summary import confidence_above
@@ -45,8 +52,11 @@ HOST001 = register(
             ),
             fix=(
                 "names the phase: `fused=True`/`foreach=True`; torch.compile / CUDA graphs "
-                '(`mode="reduce-overhead"`); bigger batch; or moves your function into DataLoader'
-                " workers"
+                '(`mode="reduce-overhead"`); bigger batch; input work of your own (tokenizing, '
+                "transforms, reads) into DataLoader workers; your own per-step Python that is "
+                "not input loading by what its lines do (incrementally, vectorised, built once, "
+                "or every N steps), with the trial that measures it (`gpudiag try --fix "
+                "thin:MODULE.FUNCTION:every=N`)"
             ),
             measured=(
                 Measured(
@@ -55,7 +65,8 @@ HOST001 = register(
                         "optimizer phase: its host time cut by 90% (per-parameter to fused) or "
                         "50% (foreach to fused), capped by the GPU's busy time; launch overhead: "
                         "a bound, the GPU's busy time per step; user code: spread over DataLoader"
-                        " workers"
+                        " workers (input work), or a bound: its function's share removed (per-"
+                        "step work that is not input loading)"
                     ),
                     checked="x1.9 / x1.9-2.0",
                 ),
@@ -102,6 +113,43 @@ def user_code_share(
         by_site[loc] = by_site.get(loc, 0.0) + c
     top = max(by_site, key=by_site.__getitem__) if by_site else None
     return n / profile.samples, top
+
+
+@dataclass(frozen=True)
+class OwnWork:
+    """The job's own per-step Python at one function: its share of the loop, what its
+    sampled lines do (the line kind with the most samples), and a line of it."""
+
+    location: Location
+    share: float
+    kind: str
+    code: str
+
+
+def own_work(view: Aggregate, profile: LoopProfile, clf: Classifier, site: Location) -> OwnWork:
+    """The function of `site` (the top line of the job's own code): its share and what its
+    lines do (input when any line reads or prepares inputs, else the kind most sampled)."""
+    kinds: dict[str, float] = {}
+    codes: dict[str, float] = {}
+    n = 0.0
+    for (stack, code), c in view.stacks.get(profile.thread, {}).items() if profile.thread else ():
+        if clf.category(stack, code) != "other":
+            continue
+        frames = parse_stack(stack)
+        inner = frames[-1] if frames else None
+        if inner is None or (inner.file, inner.function) != (site.file, site.function):
+            continue
+        if code_family(code) is not None:
+            continue
+        n += c
+        kind = line_kind(code, site.function)
+        kinds[kind] = kinds.get(kind, 0.0) + c
+        codes[code.strip()] = codes.get(code.strip(), 0.0) + c
+    share = n / profile.samples if profile.samples > 0 else 0.0
+    named = {k: v for k, v in kinds.items() if k != "other"}
+    kind = "input" if "input" in named else max(named, key=named.__getitem__, default="other")
+    code = max(codes, key=codes.__getitem__, default="")
+    return OwnWork(site, share, kind, code)
 
 
 @dataclass(frozen=True)
@@ -239,7 +287,12 @@ def _user_code(
 ) -> Finding:
     """HOST001 for the job's own Python in the loop: move it to workers, or make it cheaper."""
     th, samples = c.th, c.profile.samples
-    fix = _user_code_fix(c.metrics, th, user, site, idle)
+    work = own_work(c.view, c.profile, c.clf, site) if site is not None else None
+    trial = None
+    if work is not None and work.kind != "input" and work.share > 0:
+        fix, trial = _per_step_fix(c, user, work, idle)
+    else:
+        fix = _user_code_fix(c.metrics, th, user, site, idle)
     return new_finding(
         "HOST001",
         th,
@@ -256,6 +309,80 @@ def _user_code(
         signals=("stacks", "procfs"),
         speedup_basis=fix.basis,
         speedup_kind=fix.kind,
+        fix=trial,
+    )
+
+
+# The fix of a line of per-step Python by what it does (not input: DataLoader workers would
+# only move it): {name} the function, {n} every how many steps, {after} the share it keeps.
+PER_STEP_ADVICE = {
+    "recomputed": (
+        "compute {name} incrementally: update a running total or count, or keep the window "
+        "sorted (bisect.insort) and adjust it by the items that enter and leave, instead of "
+        "reducing the whole collection again each step",
+        "or compute it every {n} steps ({after}), when it is only read for logging",
+    ),
+    "loop": (
+        "vectorise {name}: numpy/torch operations over the whole array instead of a Python "
+        "loop per item",
+        "or run it every {n} steps ({after})",
+    ),
+    "rebuilt": (
+        "build what {name} rebuilds once, before the loop, and update it in place (a "
+        "deepcopy or a new dict/list each step costs its whole size every step)",
+        "or rebuild it every {n} steps ({after})",
+    ),
+    "other": ("run {name} every {n} steps ({after}), or compute it incrementally or vectorised",),
+}
+
+
+def _per_step_fix(
+    c: Context, user: float, work: OwnWork, idle: float | None
+) -> tuple[_Fix, dict | None]:
+    """HOST001 on the job's own per-step Python that is not input loading (a metric over a
+    window, a structure rebuilt each step): the fix follows from what its lines do, the bound
+    from removing its share, and a thin trial of its function measures it."""
+    loc, share = work.location, min(work.share, user)
+    n = every_n(share, c.th.per_step_call_target)
+    after = f"{share:.0%} of the loop -> {share / n:.1%}"
+    loop = loop_function(c.view, c.profile, c.clf)
+    target = call_target(Site(loc, work.code, "user", "", share, work.code), loop)
+    trial = {"kind": "thin", "target": target, "values": {"every": n}} if target else None
+    name = f"{loc.function} ({loc.file}:{loc.line})"
+    actions = tuple(
+        a.format(name=loc.function, n=n, after=after) for a in PER_STEP_ADVICE[work.kind]
+    )
+    if trial:
+        actions += (
+            f"measure it first: gpudiag try --fix thin:{target}:every={n} -- <the job> (the "
+            f"fixed arm runs {target} every {n}th time; timed against the job as it is)",
+        )
+    removed = share if idle is None else min(share, idle)
+    bound = speedup_from_impact(removed)
+    what = {
+        "recomputed": "reduces a whole collection again",
+        "loop": "loops over items in Python",
+        "rebuilt": "rebuilds a structure",
+        "other": "runs",
+    }[work.kind]
+    msg = (
+        f"The loop spends {user:.0%} of its time in the job's own Python, {share:.0%} in "
+        f"{name}, which {what} every step (`{work.code[:80]}`): per-step work that is not "
+        "the model and not input loading, so more DataLoader workers would not take it off "
+        "the loop."
+    )
+    return (
+        _Fix(
+            msg,
+            f"Do {loc.function}'s work less often or more cheaply",
+            actions,
+            bound,
+            "bound",
+            f"at most: {loc.function}'s share ({share:.0%}) removed from the loop"
+            + ("; capped by the GPU's busy time" if idle is not None else "")
+            + (f"; gpudiag try --fix thin:{target}:every={n} measures it" if trial else ""),
+        ),
+        trial,
     )
 
 

@@ -8,7 +8,6 @@ goes (call sites, on or off the CPU), so that "no bottleneck" is never said over
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
@@ -18,6 +17,9 @@ from gpudiag.analyzers.measures.accounting import (
     BLOCKING,
     Site,
     Unplaced,
+    call_target,
+    every_n,
+    loop_function,
     unplaced,
     waiting_share,
 )
@@ -51,7 +53,9 @@ BLOCK001 = register(
             fix=(
                 "names the call, its library and the line; send it from a background thread, or "
                 "every N steps (N chosen to keep `per_step_call_target` of the loop); log "
-                "numbers, not tensors; a `QueueHandler`; one commit per batch, not per row"
+                "numbers, not tensors; a `QueueHandler`; one commit per batch, not per row; "
+                "carries the trial that measures it: `gpudiag try --fix "
+                "thin:MODULE.FUNCTION:every=N` on its top call site"
             ),
             measured=(
                 Measured(
@@ -84,7 +88,8 @@ LOOP001 = register(
             fix=(
                 "names the call site and what it is (`gc.collect()`: remove it or `gc.freeze()`; "
                 "a lock: find its holder); otherwise make it cheaper, run it every N steps, or "
-                "move it off the loop thread"
+                "move it off the loop thread; carries the trial that measures it: `gpudiag try "
+                "--fix thin:MODULE.FUNCTION:every=N` on its top call site"
             ),
             measured=(
                 Measured(
@@ -120,7 +125,7 @@ _WHAT = {
 
 def _every(share: float, th: Thresholds) -> int:
     """Every how many steps a per-step call keeps `per_step_call_target` of the loop."""
-    return max(10, 10 * math.ceil(share / max(th.per_step_call_target, 1e-3) / 10))
+    return every_n(share, th.per_step_call_target)
 
 
 def _where(s: Site) -> str:
@@ -209,9 +214,32 @@ def _evidence(u: Unplaced, claim: Claim, metric: str, loop_cpu: float | None) ->
     return tuple(ev)
 
 
-def _finding(fid: str, u: Unplaced, claim: Claim, c: Context) -> Finding:
+def trial_fix(site: Site, every: int, loop: tuple[str, str] | None) -> dict | None:
+    """The thin trial of a site (`gpudiag try --fix thin:MODULE.FUNCTION:every=N`): its call
+    run every `every`-th time; None when no name reaches the call."""
+    target = call_target(site, loop)
+    if target is None:
+        return None
+    return {"kind": "thin", "target": target, "values": {"every": every}}
+
+
+def try_line(fix: dict, site: Site, share: float) -> str:
+    """The action that measures a call-site fix on the job itself (its top site's share)."""
+    every = fix["values"]["every"]
+    part = "" if site.share >= 0.95 * share else f", {site.share:.0%} of its {share:.0%}"
+    return (
+        f"measure it first: gpudiag try --fix thin:{fix['target']}:every={every} -- <the job> "
+        f"(the fixed arm runs {fix['target']} every {every}th time{part}; timed against the "
+        "job as it is)"
+    )
+
+
+def _finding(
+    fid: str, u: Unplaced, claim: Claim, c: Context, loop: tuple[str, str] | None
+) -> Finding:
     sites, share, setting = claim.sites, claim.share, claim.setting
     top = sites[0]
+    fix = trial_fix(top, _every(top.share, c.th), loop)
     conf = confidence_above(share, claim.limit, u.samples)
     lines = "; ".join(_site_line(s) for s in sites[:3] if s.share >= 0.01 or s is top)
     if fid == BLOCK001.id:
@@ -251,12 +279,15 @@ def _finding(fid: str, u: Unplaced, claim: Claim, c: Context) -> Finding:
             "unplaced_loop_share" if fid == LOOP001.id else "blocking_call_share",
             c.metrics.get("loop_thread_cpu"),
         ),
-        recommendation=Recommendation(summary, _actions(top, c.th)),
+        recommendation=Recommendation(
+            summary, _actions(top, c.th) + ((try_line(fix, top, share),) if fix else ())
+        ),
         expected_speedup=speedup_from_impact(share),
         location=top.location,
         signals=("stacks",),
         speedup_basis=basis,
         speedup_kind=kind,
+        fix=fix,
     )
 
 
@@ -287,6 +318,7 @@ def find(c: Context) -> list[Finding]:
         | ({"native"} if triton else set())
     )
     u = unplaced(c.view, profile, c.clf, cats, skip=skip, named=named)
+    loop = loop_function(c.view, profile, c.clf)
     u = u.capped(sum(c.shares.get(cat, 0.0) for cat in cats))
     out: list[Finding] = []
     blocking = tuple(s for s in u.sites if s.family in BLOCKING)
@@ -297,14 +329,16 @@ def find(c: Context) -> list[Finding]:
     cap = 1.0 if c.idle is None else c.idle
     if block_share >= th.blocking_call_warn and cap >= th.blocking_call_warn:
         claim = Claim(blocking, block_share, "blocking_call_warn", th.blocking_call_warn)
-        out.append(_finding("BLOCK001", u, claim, c))
+        out.append(_finding("BLOCK001", u, claim, c, loop))
         rest = tuple(s for s in u.sites if s.family not in BLOCKING)
         rest_share = max(0.0, u.share - block_share)
     # under unexplained_warn, down to unexplained_note, LOOP001 is a note
     for setting in ("unexplained_warn", "unexplained_note"):
         if rest and min(rest_share, cap) >= getattr(th, setting):
             out.append(
-                _finding("LOOP001", u, Claim(rest, rest_share, setting, getattr(th, setting)), c)
+                _finding(
+                    "LOOP001", u, Claim(rest, rest_share, setting, getattr(th, setting)), c, loop
+                )
             )
             break
     return out

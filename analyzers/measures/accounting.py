@@ -11,6 +11,7 @@ sleeps through; the rest run on the CPU.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -204,3 +205,103 @@ def unplaced(
         key=lambda s: (-s.share, s.call),
     )
     return Unplaced(min(1.0, total / n), n, tuple(sites[:MAX_SITES]))
+
+
+MODEL_CATEGORIES = ("forward", "backward", "optimizer")
+
+
+def loop_function(view: Aggregate, profile: LoopProfile, clf: Classifier) -> tuple[str, str] | None:
+    """(file, function) of the job's frame that runs the loop: the one that calls into the
+    model's forward, backward and optimizer step most often (the job's frame just above the
+    first library frame of those stacks)."""
+    if profile.thread is None:
+        return None
+    counts: dict[tuple[str, str], float] = {}
+    for (stack, code), n in view.stacks.get(profile.thread, {}).items():
+        if profile.placed(clf, stack, code) not in MODEL_CATEGORIES:
+            continue
+        frames = tuple(fr for fr in parse_stack(stack) if fr.file and fr.line > 0)
+        caller = None
+        for fr in frames:
+            if not fr.is_user:
+                break
+            caller = fr
+        if caller is not None:
+            key = (caller.file, caller.function)
+            counts[key] = counts.get(key, 0.0) + n
+    return max(counts, key=lambda k: (counts[k], k)) if counts else None
+
+
+# a C call on the job's own line, as the thin/skip trial names it (its module's attribute)
+_CODE_TARGETS = (
+    (re.compile(r"\bgc\.collect\("), "gc.collect"),
+    (re.compile(r"\btime\.sleep\("), "time.sleep"),
+    (re.compile(r"(^|[^\w.])print\("), "builtins.print"),
+    (re.compile(r"\bos\.(fsync|fdatasync)\("), "os.{0}"),
+)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def call_target(site: Site, loop: tuple[str, str] | None) -> str | None:
+    """MODULE.FUNCTION of the call a thin or skip trial of `site` runs less often: the job's
+    own function that makes the call when the loop calls it (a helper, a callback), else the
+    call the loop makes itself (a library function, or a C call on its line); None when no
+    name reaches it (a method of a C object, such as sqlite3's conn.commit())."""
+    loc = site.location
+    if loc is not None and (loc.file, loc.function) != loop and loc.function != "<module>":
+        stem = loc.file.rsplit("/", 1)[-1].removesuffix(".py")
+        target = f"{stem}.{loc.function}"
+        return (
+            target
+            if all(_NAME.fullmatch(p) or p == "<locals>" for p in target.split("."))
+            else None
+        )
+    if "." in site.call and all(_NAME.fullmatch(p) for p in site.call.split(".")):
+        return site.call
+    for rx, name in _CODE_TARGETS:
+        m = rx.search(site.code)
+        if m:
+            return name.format(m.group(1)) if "{0}" in name else name
+    return None
+
+
+def every_n(share: float, target: float) -> int:
+    """Every how many steps a per-step call keeps `target` of the loop (a multiple of 10)."""
+    return max(10, 10 * math.ceil(share / max(target, 1e-3) / 10))
+
+
+# What a line of the job's own per-step Python does, from its text (first match wins): the
+# fix follows from it. (kind, expression)
+LINE_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(rx))
+    for kind, rx in (
+        # reading or preparing the batch's inputs: DataLoader workers overlap it
+        (
+            "input",
+            r"(?i)token|encode|decode|transform|augment|collate|preprocess|\bopen\(|"
+            r"\bread|imread|Image\.|load\(",
+        ),
+        # a structure rebuilt: build it once, update it in place
+        (
+            "rebuilt",
+            r"\b(deepcopy|copy\.copy|dict|list|set|tuple|defaultdict|Counter|DataFrame|array)\(|"
+            r"\.copy\(\)|\{[^}]*:[^}]*\bfor\b",
+        ),
+        # a whole collection reduced again (sorted, summed, ranked): incrementally
+        (
+            "recomputed",
+            r"\b(sorted|sum|min|max|mean|median|statistics\.\w+|np\.\w+|torch\.\w+)\(|"
+            r"\.sort\(|\.(mean|sum|std|var|quantile)\(",
+        ),
+        # a Python loop over items: vectorised
+        ("loop", r"^\s*(for|while)\b|\[[^\]]*\bfor\b[^\]]*\bin\b"),
+    )
+)
+
+
+def line_kind(code: str, function: str = "") -> str:
+    """What a line of the job's own Python does: input, rebuilt, recomputed, loop or other."""
+    for kind, rx in LINE_KINDS:
+        if rx.search(code) or (kind == "input" and rx.search(function)):
+            return kind
+    return "other"

@@ -123,6 +123,14 @@ DEFAULT_RULES: tuple[Rule, ...] = (
         description="importing modules: start-up, left out of the loop's breakdown",
     ),
     Rule(
+        "startup",
+        file=r"torch/_dynamo/convert_frame\.py$|torch/_inductor/(compile_fx|codecache|"
+        r"async_compile|graph)\.py$|torch/_functorch/_aot_autograd/"
+        r"(jit_compile_runtime_wrappers|collect_metadata_analysis)\.py$",
+        description="torch.compile compiling (Dynamo converting a frame, AOTAutograd tracing, "
+        "Inductor's code generation): start-up, though it runs under the model's call",
+    ),
+    Rule(
         "checkpoint",
         function=r"torch\.serialization\.(save|_save)$",
         description="torch.save writing a checkpoint",

@@ -67,3 +67,93 @@ def anomaly_seen(view: Aggregate, profile: LoopProfile, clf: Classifier) -> Anom
         records,
         profile.samples,
     )
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table of torch's global settings the hooks read (at start and every few
+    seconds): the field they send, what they read, the slow value, what it costs, how to
+    change it, whether it costs on a CPU too, and the finding that names it (None: read and
+    reported, not a cause by itself)."""
+
+    field: str
+    reads: str
+    slow: str
+    costs: str
+    change: str
+    on_cpu: bool
+    finding: str | None
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "anomaly_mode",
+        "torch.is_anomaly_enabled()",
+        "on",
+        "every op of every forward records its Python stack, and the backward checks every "
+        "gradient for NaN (on a GPU a sync per gradient): measured 2.4-6.8 times its stack "
+        "records' share of the loop on a CPU",
+        "torch.autograd.set_detect_anomaly(False); Lightning: Trainer(detect_anomaly=False)",
+        True,
+        "DEBUG001",
+    ),
+    Setting(
+        "deterministic_algorithms",
+        "torch.are_deterministic_algorithms_enabled()",
+        "on",
+        "ops with a deterministic variant run it (on CUDA: index_add, scatter_add, "
+        "cumsum, embedding and interpolation backwards, serialised or slower); cuBLAS needs "
+        "its workspace config; an op with none raises",
+        "torch.use_deterministic_algorithms(False) outside a run that must be reproducible",
+        True,
+        "DEBUG001",
+    ),
+    Setting(
+        "cudnn_deterministic",
+        "torch.backends.cudnn.deterministic",
+        "on",
+        "cuDNN convolutions limited to its deterministic algorithms (often slower ones)",
+        "torch.backends.cudnn.deterministic = False",
+        False,
+        "DEBUG001",
+    ),
+    Setting(
+        "matmul_precision_highest",
+        "torch.get_float32_matmul_precision()",
+        "'highest' (torch's default)",
+        "fp32 matmuls without TF32 tensor cores on Ampere and newer GPUs: GPU003 names it "
+        "where the GPU's matrix work is fp32",
+        "torch.set_float32_matmul_precision('high') (changes numerics)",
+        False,
+        "GPU003",
+    ),
+    Setting(
+        "cudnn_benchmark",
+        "torch.backends.cudnn.benchmark",
+        "off (torch's default)",
+        "cuDNN picks each convolution's algorithm by heuristics instead of timing them; with "
+        "fixed input shapes, timing finds faster ones",
+        "torch.backends.cudnn.benchmark = True (inputs of fixed shape)",
+        False,
+        None,
+    ),
+)
+
+
+def settings_read(view: Aggregate) -> dict[str, bool | None]:
+    """Each setting's field: whether the hooks ever read it on (None: never read)."""
+    return {s.field: _switch(view, s.field) for s in SETTINGS}
+
+
+def debugging_on(view: Aggregate, gpu: bool) -> tuple[Setting, ...]:
+    """The debugging switches besides anomaly detection the hooks read on, that cost on
+    this job's device (DEBUG001 names them with it)."""
+    read = settings_read(view)
+    return tuple(
+        s
+        for s in SETTINGS
+        if s.finding == "DEBUG001"
+        and s.field != "anomaly_mode"
+        and read[s.field]
+        and (gpu or s.on_cpu)
+    )

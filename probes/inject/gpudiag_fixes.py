@@ -22,7 +22,15 @@ is a patch of this process only. Kinds:
   `detect_anomaly()` and Lightning's `Trainer(detect_anomaly=True)` turn nothing on: DEBUG001);
 - padding: a Hugging Face tokenizer asked for `padding="max_length"` with tensors returned
   pads each call to its longest row instead (INFER003); patched at the first model forward,
-  once transformers is loaded (a dataset tokenized by `map()`, no tensors, is left alone).
+  once transformers is loaded (a dataset tokenized by `map()`, no tensors, is left alone);
+- settings: torch's global settings held at the values given (anomaly, deterministic,
+  cudnn_deterministic, cudnn_benchmark: true/false): DEBUG001's switches off;
+- thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
+  the calls between return its last result; skip: it never runs (its calls return None): a
+  trial for any call site (gpudiag_callsite).
+
+Every arm (as it is too) runs under gpudiag_guard when GPUDIAG_TRY_GUARD is set: a write over a
+file the job had under its folders before the trial is refused ("# refused: ..." in the log).
 
 A job with no optimizer step (batch inference) is timed by its outermost forwards instead:
 one line "f TIME ITEMS" a forward, ITEMS its batch size (the trial's rate is then items/s);
@@ -42,10 +50,14 @@ import threading
 import time
 
 try:
+    from . import gpudiag_callsite as _callsite
     from . import gpudiag_channel as _channel
+    from . import gpudiag_guard as _guard
     from . import gpudiag_serve as _serve
 except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_callsite as _callsite
     import gpudiag_channel as _channel
+    import gpudiag_guard as _guard
     import gpudiag_serve as _serve
 
 FIX_ENV = _channel.FIX_ENV
@@ -67,7 +79,8 @@ UMASK = _umask()
 
 def _say(text: str) -> None:
     APPLIED.append(text)
-    print(f"gpudiag try: {text}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"gpudiag try: {text}\n")  # not print(): a trial may thin print itself
+    sys.stderr.flush()
 
 
 def dataloader(torch, values: dict) -> None:
@@ -318,6 +331,38 @@ def anomaly_off(torch, values: dict) -> None:
     _say("autograd anomaly detection kept off")
 
 
+def settings(torch, values: dict) -> None:
+    """torch's global settings held at the fix's values (anomaly, deterministic,
+    cudnn_deterministic off; cudnn_benchmark on or off): set now, their setters made to keep
+    them, and set again at each optimizer step (a flag the job assigns after the hooks load)."""
+    want = {k: bool(v) for k, v in values.items()}
+    if "anomaly" in want:
+        orig_anomaly = torch.set_anomaly_enabled
+        torch.set_anomaly_enabled = lambda enabled, *a, **k: orig_anomaly(want["anomaly"], *a, **k)
+    if "deterministic" in want:
+        orig_det = torch.use_deterministic_algorithms
+        torch.use_deterministic_algorithms = lambda mode, *a, **k: orig_det(
+            want["deterministic"], *a, **k
+        )
+
+    def hold(*_args) -> None:
+        if "anomaly" in want and torch.is_anomaly_enabled() != want["anomaly"]:
+            orig_anomaly(want["anomaly"])
+        if "deterministic" in want:
+            if torch.are_deterministic_algorithms_enabled() != want["deterministic"]:
+                orig_det(want["deterministic"])
+        if "cudnn_deterministic" in want:
+            torch.backends.cudnn.deterministic = want["cudnn_deterministic"]
+        if "cudnn_benchmark" in want:
+            torch.backends.cudnn.benchmark = want["cudnn_benchmark"]
+
+    hold()
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: hold())
+    _say(f"torch settings held: {', '.join(f'{k}={v}' for k, v in want.items())}")
+
+
 def batch(torch, values: dict) -> None:
     """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it; a
     Hugging Face pipeline's call its `batch_size` times it (its loader's collate takes one
@@ -537,6 +582,34 @@ def load_once(torch, values: dict) -> None:
     _say("models loaded again with the same arguments reuse the first load")
 
 
+def _log_line(line: str) -> None:
+    """Append one line to the arm's step log now (a refusal, a call site's state)."""
+    path = os.environ.get(STEPS_ENV)
+    if not path:
+        return
+    try:
+        with _OPEN(path, "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+
+
+_OPEN = open  # the open() the job had: the guard's patch never sees the log's own writes
+
+
+def thin(torch, values: dict) -> None:
+    """The function `target` runs every `every`-th call (the calls between return its last
+    result)."""
+    site = _callsite.install(torch, str(values["target"]), int(values.get("every", 2)), _log_line)
+    _say(site.describe())
+
+
+def skip(torch, values: dict) -> None:
+    """The function `target` never runs (its calls return None)."""
+    site = _callsite.install(torch, str(values["target"]), 0, _log_line)
+    _say(site.describe())
+
+
 KINDS = {
     "dataloader": dataloader,
     "optimizer": optimizer,
@@ -549,6 +622,9 @@ KINDS = {
     "anomaly_off": anomaly_off,
     "padding": padding,
     "load_once": load_once,
+    "thin": thin,
+    "skip": skip,
+    "settings": settings,
 }
 
 
@@ -576,7 +652,7 @@ class _Steps:
         if not text:
             return
         try:
-            with open(self.path, "a") as f:
+            with _OPEN(self.path, "a") as f:
                 f.write(text)
         except OSError:
             pass
@@ -598,18 +674,22 @@ def install(torch) -> None:
     """Apply GPUDIAG_FIX and start the step log, under `gpudiag try` only."""
     if not under_try():
         return
+    _install_guard(torch)
     spec = os.environ.get(FIX_ENV)
     if spec:
         try:
             fix = json.loads(spec)
-            KINDS[fix["kind"]](torch, fix.get("values") or {})
+            values = dict(fix.get("values") or {})
+            if fix.get("target"):
+                values["target"] = fix["target"]
+            KINDS[fix["kind"]](torch, values)
         except Exception as exc:  # never break the job's other hooks; the trial sees it
             print(f"gpudiag try: fix not applied: {exc!r}", file=sys.stderr)
             spec = None
     path = os.environ.get(STEPS_ENV)
     if path:
         if spec:
-            with open(path, "a") as f:  # the trial checks the fix was applied
+            with _OPEN(path, "a") as f:  # the trial checks the fix was applied
                 f.write(f"# applied: {'; '.join(APPLIED)}\n")
         steps = _Steps(path)
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -619,6 +699,18 @@ def install(torch) -> None:
         register_optimizer_step_post_hook(lambda opt, args, kwargs: clock.stop())
         END.append(steps.flush)
     atexit.register(_end)
+
+
+def _install_guard(torch) -> None:
+    """Every arm: refuse a write over the job's outputs (GPUDIAG_TRY_GUARD, set by try)."""
+    spec = os.environ.get(_guard.GUARD_ENV)
+    if not spec:
+        return
+    try:
+        guard = json.loads(spec)
+        _guard.install(torch, float(guard["since"]), list(guard["folders"]), _log_line)
+    except Exception as exc:  # never break the job; the arm runs unguarded, and says so
+        print(f"gpudiag try: output guard not installed: {exc!r}", file=sys.stderr)
 
 
 class _Clock:

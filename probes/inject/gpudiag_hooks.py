@@ -333,16 +333,31 @@ def _cuda_memory(torch) -> dict:
         return {}
 
 
+# torch's global settings a job can leave in a slow state, read at start and every
+# MEM_EVERY_S: (the name sent, how it is read). One table; what each costs and how to change
+# it is analyzers/measures/switches.py's SETTINGS (docs/findings.md#debug001).
+SETTINGS = (
+    ("anomaly", lambda torch: torch.is_anomaly_enabled()),
+    ("anomaly_check_nan", lambda torch: torch.is_anomaly_check_nan_enabled()),
+    ("deterministic", lambda torch: torch.are_deterministic_algorithms_enabled()),
+    ("matmul_highest", lambda torch: torch.get_float32_matmul_precision() == "highest"),
+    ("cudnn_benchmark", lambda torch: torch.backends.cudnn.benchmark),
+    ("cudnn_deterministic", lambda torch: torch.backends.cudnn.deterministic),
+)
+
+
 def _switches(torch) -> dict:
-    """The debugging switches that are on and cost every step: autograd's anomaly detection
-    (`torch.autograd.set_detect_anomaly(True)`, Lightning's `Trainer(detect_anomaly=True)`),
-    with its NaN check of every gradient; empty when none is."""
-    try:
-        if not torch.is_anomaly_enabled():
-            return {}
-        return {"anomaly": 1, "anomaly_check_nan": int(bool(torch.is_anomaly_check_nan_enabled()))}
-    except Exception:  # an older torch without them: nothing to say
-        return {}
+    """torch's global settings (SETTINGS) as 1 or 0, each read on its own (an older torch
+    without one leaves it out); anomaly detection's NaN check only while it is on."""
+    out = {}
+    for name, read in SETTINGS:
+        try:
+            out[name] = int(bool(read(torch)))
+        except Exception:
+            continue
+    if not out.get("anomaly"):
+        out.pop("anomaly_check_nan", None)
+    return out
 
 
 def _batch_size(batch) -> int:
@@ -396,6 +411,7 @@ def _install(torch) -> None:
     _guarded("profiler capture", lambda: _install_capture(torch, st))
     if torch.cuda.is_available() and _guarded("CUDA hooks", lambda: _install_cuda(torch, st)):
         st.cuda = True
+    _guarded("settings", st.flush)  # torch's settings at start: the agent hears the hooks
     atexit.register(st.flush)
 
 

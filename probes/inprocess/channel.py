@@ -89,6 +89,22 @@ class HookProbe(Probe):
             "gauge",
             "1 while anomaly detection checks every gradient for NaN",
         ),
+        Field(
+            "deterministic_algorithms",
+            "ratio",
+            "gauge",
+            "1 while torch.use_deterministic_algorithms(True) is on",
+        ),
+        Field(
+            "matmul_precision_highest",
+            "ratio",
+            "gauge",
+            "1 while torch.get_float32_matmul_precision() is 'highest' (no TF32)",
+        ),
+        Field("cudnn_benchmark", "ratio", "gauge", "1 while torch.backends.cudnn.benchmark"),
+        Field(
+            "cudnn_deterministic", "ratio", "gauge", "1 while torch.backends.cudnn.deterministic"
+        ),
         Field("forward_time_s", "s", "gauge", "wall time of one outermost model forward"),
         Field("forward_batch", "items", "gauge", "first dimension of the forward's input"),
         Field("forward_grad", "ratio", "gauge", "1 when autograd was on in the forward"),
@@ -433,11 +449,18 @@ def parse_message(msg: dict) -> list[Sample]:
     return out
 
 
-SWITCHES = {"anomaly": "anomaly_mode", "anomaly_check_nan": "anomaly_check_nan"}
+SWITCHES = {
+    "anomaly": "anomaly_mode",
+    "anomaly_check_nan": "anomaly_check_nan",
+    "deterministic": "deterministic_algorithms",
+    "matmul_highest": "matmul_precision_highest",
+    "cudnn_benchmark": "cudnn_benchmark",
+    "cudnn_deterministic": "cudnn_deterministic",
+}
 
 
 def switch_samples(msg: dict, t: int) -> list[Sample]:
-    """The debugging switches the hooks saw on (anomaly detection), one sample."""
+    """torch's global settings the hooks read (1 on, 0 off), one sample."""
     sw = msg.get("switches")
     if not isinstance(sw, dict):
         return []

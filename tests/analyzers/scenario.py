@@ -49,6 +49,11 @@ STACKS = {
     ),
     "joined": f"{LOOP};Thread.join ({STD}/threading.py:1112)"
     f";Thread._wait_for_tstate_lock ({STD}/threading.py:1132)",
+    # the job's own per-step Python that is not input loading (issue 55): a metric over a
+    # window reduced again each step, a structure rebuilt; and an input step done inline
+    "metric": (f"{LOOP};rolling_auc (/work/train.py:90)", "ranked = sorted(window)"),
+    "rebuild": (f"{LOOP};snapshot (/work/train.py:95)", "ema = copy.deepcopy(model)"),
+    "tokenize": (f"{LOOP};tokenize (/work/train.py:99)", "words = text.lower().split()"),
     # autograd anomaly detection's stack record: torch's C++ calls torch.fx.traceback's
     # format_stack from the op's frame (DEBUG001); the same call from fx's tracer or from the
     # job's own code is no record

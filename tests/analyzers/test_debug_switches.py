@@ -81,7 +81,19 @@ def test_the_hooks_read_the_switch_from_torch():
     torch = pytest.importorskip("torch")
     from gpudiag.probes.inject.gpudiag_hooks import _switches
 
-    assert _switches(torch) == {}
+    default = {
+        "anomaly": 0,
+        "deterministic": 0,
+        "matmul_highest": 1,
+        "cudnn_benchmark": 0,
+        "cudnn_deterministic": 0,
+    }
+    assert _switches(torch) == default  # every row of the table, read from torch's state
     with torch.autograd.detect_anomaly(check_nan=False):
-        assert _switches(torch) == {"anomaly": 1, "anomaly_check_nan": 0}
-    assert _switches(torch) == {}
+        assert _switches(torch) == {**default, "anomaly": 1, "anomaly_check_nan": 0}
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert _switches(torch)["deterministic"] == 1
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert _switches(torch) == default
