@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from gpudiag.agent.output.report import load_report
 from gpudiag.agent.session.budget import default_cpu_budget
 from tests.conftest import WORKLOADS, gpudiag, gpudiag_until_sure, start_training
+from tests.e2e.agent.test_signals import wait_for
 from tests.job_findings import job_findings, job_ids
 
 pytest.importorskip("torch")
@@ -194,35 +194,38 @@ def test_run_passes_the_exit_code_through(tmp_path):
 
 
 def test_attach_writes_the_report_when_the_job_dies(tmp_path):
-    out = tmp_path / "r.json"
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(4)"])
-    res = gpudiag("attach", str(job.pid), "-q", "--out", str(out), timeout=60)
-    job.wait()
-    assert res.returncode == 0, res.stderr
+    out, gone = tmp_path / "r.json", tmp_path / "gone"
+    wait = f"import os, time\nwhile not os.path.exists({str(gone)!r}): time.sleep(0.05)"
+    job = subprocess.Popen([sys.executable, "-c", wait])
+    agent = _attach(job.pid, out)
+    try:
+        # the job ends once gpudiag is attached (a fixed 4 s job had exited before gpudiag's
+        # start-up was over at a load of 14 on 2 cores: 'pid ... has already exited')
+        wait_for(agent, "attached to pid", timeout=120)
+        gone.touch()
+        _, stderr = agent.communicate(timeout=60)
+        assert agent.returncode == 0, stderr
+    finally:
+        agent.kill()
+        job.wait()
     doc = load_report(str(out))
     assert doc["run"]["end_reason"] == "target_exited"
 
 
+def _attach(pid: int, out) -> subprocess.Popen:
+    """`gpudiag attach PID --out OUT` started, its progress on a pipe."""
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "attach", str(pid), "--out", str(out)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_ctrl_c_writes_the_report(tmp_path):
     out = tmp_path / "r.json"
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpudiag.agent.cli.main",
-            "attach",
-            str(job.pid),
-            "-q",
-            "--out",
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    agent = _attach(job.pid, out)
     try:
-        time.sleep(4)
+        # Ctrl-C once gpudiag is attached (a fixed 4 s wait sent it during gpudiag's own
+        # imports at a load of 14 on 2 cores: Python's KeyboardInterrupt, not gpudiag's)
+        wait_for(agent, "attached to pid", timeout=120)
         agent.send_signal(signal.SIGINT)
         stdout, stderr = agent.communicate(timeout=30)
         assert agent.returncode == 0, stderr
