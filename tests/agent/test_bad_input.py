@@ -6,15 +6,12 @@ import dataclasses
 import gzip
 import json
 import os
-import subprocess
 import sys
-import time
 
 import pytest
 
 from gpudiag.agent.cli import main as cli
-from gpudiag.agent.fleet.identity import other_user
-from tests.agent.test_cli_errors import assert_one_line_error
+from tests.conftest import assert_one_line_error
 
 
 @pytest.mark.parametrize(
@@ -129,32 +126,6 @@ def test_bad_config_files(cli, tmp_path, toml, words):
     cfg = tmp_path / "c.toml"
     cfg.write_bytes(toml)
     assert_one_line_error(cli("run", "--config", str(cfg), "--", "true"), words)
-
-
-def test_attach_to_a_zombie(cli):
-    done = subprocess.Popen(["true"])
-    try:
-        time.sleep(0.5)  # exited, not reaped: a zombie
-        assert_one_line_error(cli("attach", str(done.pid)), "already exited")
-    finally:
-        done.wait()
-
-
-def test_another_users_process_is_explained(monkeypatch):
-    """gpudiag never raises its privileges: it says whose process it is and what to do."""
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        time.sleep(0.2)
-        assert other_user(job.pid) is None  # our own process
-        monkeypatch.setattr(os, "geteuid", lambda: 4242)
-        why = other_user(job.pid)
-        if os.getuid() == 4242:
-            pytest.skip("running as uid 4242")
-        assert why is not None and "belongs to user" in why and "uid 4242" in why
-        assert "run gpudiag as that user" in why
-    finally:
-        job.kill()
-        job.wait()
 
 
 def test_no_privilege_raising_code():

@@ -10,7 +10,7 @@ from gpudiag.analyzers.measures.rules import (
     rules_from_config,
     user_location,
 )
-from tests.analyzers.scenario import LOOP, SITE, STACKS, STD
+from tests.analyzers.scenario import LOOP, SITE, STACKS
 
 clf = Classifier()
 
@@ -72,13 +72,6 @@ def test_user_rule_comes_first():
 def test_bad_user_rules_are_explained(entry, msg):
     with pytest.raises(ValueError, match=msg):
         rules_from_config([entry])
-
-
-def test_waiting_and_io_stacks():
-    assert Classifier.is_waiting(f"a (/w.py:1);Queue.get ({STD}/multiprocessing/queues.py:113)")
-    assert not Classifier.is_waiting("a (/w.py:1);b (/w.py:2)")
-    assert Classifier.is_io("a (/w.py:1)", "data = np.load(path)")
-    assert not Classifier.is_io("a (/w.py:1)", "img = img.flip(2)")
 
 
 def test_parse_frame_and_user_location():

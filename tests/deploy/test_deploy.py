@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,10 +19,14 @@ from gpudiag.probes.base import Sample
 from tests.agent.test_metrics import _doc
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
 RULES = DEPLOY / "prometheus" / "gpudiag-alerts.yaml"
+
 DASHBOARD = DEPLOY / "grafana" / "gpudiag-dashboard.json"
+
 # dcgm-exporter's fields the dashboard joins with (not gpudiag's)
 DCGM = {"DCGM_FI_DEV_GPU_UTIL"}
+
 PROMQL_WORDS = {
     "sum", "max", "min", "avg", "by", "on", "group_left", "rate", "count", "topk",
     "without", "ignoring", "and", "or", "unless",
@@ -108,40 +109,6 @@ def test_dashboard_structure_and_queries_use_exported_metrics():
     assert any("DCGM_FI_DEV_GPU_UTIL" in e and "on (UUID)" in e for e in exprs)
 
 
-def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool not installed (apt-get install prometheus)")
-    return path
-
-
-def test_promtool_checks_the_rules_and_their_unit_test():
-    promtool = _promtool()
-    res = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    test = RULES.with_name("gpudiag-alerts.test.yaml")
-    res = subprocess.run(
-        [promtool, "test", "rules", test.name], capture_output=True, text=True, cwd=test.parent
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
-def test_promtool_parses_every_dashboard_query(tmp_path):
-    promtool = _promtool()
-    dash = json.loads(DASHBOARD.read_text())
-    rules = [
-        {
-            "record": f"gpudiag:dashboard_{i}",
-            "expr": t["expr"].replace("$Hostname", ".*").replace("$job", ".*"),
-        }
-        for i, t in enumerate(t for p in dash["panels"] for t in p["targets"])
-    ]
-    f = tmp_path / "dash.rules.yaml"
-    f.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    res = subprocess.run([promtool, "check", "rules", str(f)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
 def test_daemonset_has_the_privileges_it_needs_and_no_more():
     docs = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "daemonset.yaml").read_text()))
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
@@ -173,18 +140,3 @@ def test_daemonset_arguments_are_accepted_by_gpudiag():
     docker = (DEPLOY / "Dockerfile").read_text()
     entry = json.loads(re.search(r"^ENTRYPOINT (.*)$", docker, re.M).group(1))
     assert build_parser().parse_args(entry[1:]).command == "watch"
-
-
-def test_systemd_unit_verifies(tmp_path):
-    unit = (DEPLOY / "systemd" / "gpudiag-watch.service").read_text()
-    exec_start = re.search(r"^ExecStart=/usr/local/bin/gpudiag (.*)$", unit, re.M).group(1)
-    from gpudiag.agent.cli.parser import build_parser
-
-    assert build_parser().parse_args(exec_start.split()).metrics_addr == "127.0.0.1"
-    analyze, gpudiag = shutil.which("systemd-analyze"), shutil.which("gpudiag")
-    if analyze is None or gpudiag is None:
-        pytest.skip("systemd-analyze not installed")
-    f = tmp_path / "gpudiag-watch.service"
-    f.write_text(unit.replace("/usr/local/bin/gpudiag", gpudiag))
-    res = subprocess.run([analyze, "verify", str(f)], capture_output=True, text=True)
-    assert res.returncode == 0 and "gpudiag-watch.service" not in res.stderr, res.stderr

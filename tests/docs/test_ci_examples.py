@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+
 CI_GATE = ROOT / "docs" / "ci-gate.md"
 
 
@@ -22,31 +19,10 @@ def _yaml_blocks() -> list[dict]:
     ]
 
 
-def _github_gate_script() -> str:
-    wf = next(b for b in _yaml_blocks() if "jobs" in b)
-    steps = wf["jobs"]["gate"]["steps"]
-    return next(s["run"] for s in steps if "run" in s and "gpudiag gate" in s["run"])
-
-
 def test_no_example_installs_gpudiag_from_pypi():
     text = CI_GATE.read_text()
     assert not re.search(r"pip install gpudiag\b(?! @)", text)
     assert "not on PyPI" in text
-
-
-@pytest.mark.parametrize("gate_rc,step_rc", [(0, 0), (1, 1), (2, 2), (3, 0)])
-def test_github_gate_step_warns_on_inconclusive_and_fails_on_regression(tmp_path, gate_rc, step_rc):
-    fake = tmp_path / "gpudiag"
-    fake.write_text(f"#!/bin/sh\nexit {gate_rc}\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
-    # GitHub runs `run:` scripts with `bash -e {0}`
-    res = subprocess.run(
-        ["bash", "-e", "-c", _github_gate_script()], env=env, capture_output=True, text=True
-    )
-    assert res.returncode == step_rc, res.stdout + res.stderr
-    if gate_rc == 3:
-        assert "::warning::" in res.stdout
 
 
 def test_gitlab_job_allows_exit_3_only():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
-import signal
 import socket
 import threading
 import time
@@ -189,50 +188,6 @@ def test_a_gthread_worker_times_requests_on_its_pool_with_their_concurrency():
     _, req = rec.take()
     assert len(req) == 4 and all(0.1 <= r[1] < 5 for r in req)
     assert max(r[2] for r in req) == 2 and rec.in_flight == 0
-
-
-def test_the_hooks_state_in_a_forked_child_starts_empty_and_unlocked(tmp_path):
-    """A fork while another thread holds the recorder's lock and the parent has rows buffered:
-    the child neither hangs on that lock nor sends the parent's rows; it sends its own."""
-    probe = HookProbe()
-    assert probe.open(Target(os.getpid())).available
-    st = gpudiag_hooks._State(gpudiag_hooks._Channel(probe.path))
-    old = gpudiag_hooks._state
-    gpudiag_hooks._state = st
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with st.serve.lock, st._flushing:
-            held.set()
-            release.wait(10)
-
-    try:
-        st.serve.end_request(*st.serve.start_request(None))  # the parent's row, buffered
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert held.wait(10)
-        pid = os.fork()
-        if pid == 0:  # the child: one request and a flush, killed if it hangs
-            code = 1
-            try:
-                signal.alarm(5)
-                st.serve.end_request(*st.serve.start_request(None))
-                st.flush()
-                code = 0
-            finally:
-                os._exit(code)
-        release.set()
-        holder.join(10)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        time.sleep(0.1)
-        got = [s for s in probe.sample() if s.labels.get("kind") == "request"]
-        assert len(got) == 1  # the child's one request, not the parent's too
-        _, parent_rows = st.serve.take()
-        assert len(parent_rows) == 1  # still the parent's to send
-    finally:
-        gpudiag_hooks._state = old
-        probe.close()
 
 
 def test_instrument_sends_to_its_parents_attach_socket_when_it_has_none(tmp_path, monkeypatch):

@@ -6,20 +6,14 @@ per-model intervals."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gpudiag.probes.base import Target
 from gpudiag.probes.servers.triton import TritonProbe, find_server, metrics_url, parse_metrics
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "triton" / "metrics_2.51_summaries.txt"
-WORKLOADS = Path(__file__).parent.parent / "workloads"
 
 
 def test_a_real_scrape_parses_into_one_models_counters() -> None:
@@ -45,91 +39,6 @@ def test_the_metrics_endpoint_comes_from_the_command_line() -> None:
     assert metrics_url(["x", "--allow-metrics=0"]) is None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _fake(tmp_path: Path, *args: str) -> subprocess.Popen:
-    """The fake server as a process named tritonserver, a child of this test."""
-    exe = tmp_path / "tritonserver"
-    exe.write_text(
-        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(WORKLOADS)!r})\n"
-        "from fake_tritonserver import main\nmain()\n"
-    )
-    exe.chmod(0o755)
-    return subprocess.Popen([str(exe), *args])
-
-
-def _wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("the fake tritonserver never listened")
-
-
-def _scrape(probe: TritonProbe, seconds: float) -> list:
-    out = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        out += probe.sample()
-        time.sleep(probe.interval_s)
-    return out
-
-
-def test_a_server_among_the_jobs_processes_is_found_and_scraped(tmp_path: Path) -> None:
-    port = _free_port()
-    proc = _fake(tmp_path, "--metrics-port", str(port), "--rate", "200", "--idle-first", "1")
-    try:
-        _wait_listening(port)
-        probe = TritonProbe()
-        assert probe.open(Target(os.getpid())).available
-        assert probe.applies()
-        assert probe.endpoint is not None and probe.endpoint.pid == proc.pid
-        samples = _scrape(probe, 4.0)
-    finally:
-        proc.kill()
-        proc.wait()
-    intervals = [s for s in samples if "interval_s" in s.values]
-    assert intervals and all(s.labels == {"model": "classifier", "version": "1"} for s in samples)
-    assert all(0.3 < (s.values["interval_s"] or 0) < 1.5 for s in intervals)
-    served = sum(s.values["requests"] or 0 for s in intervals)
-    assert 250 < served < 800  # about 3 s of 200/s, less the last interval held back
-    steady = [s for s in intervals if "steady_requests" in s.values]
-    assert steady, "intervals inside the traffic are marked"
-    rate = sum(s.values["steady_requests"] or 0 for s in steady) / sum(
-        s.values["steady_s"] or 0 for s in steady
-    )
-    assert rate == pytest.approx(200, rel=0.15)
-    assert any((s.values.get("pending") or 0) == 3 for s in samples)
-    assert probe.problems() == []
-    # the server gone: the failed scrapes are told, a few only
-    for _ in range(8):
-        probe.sample()
-    assert 1 <= len(probe.problems()) <= 5
-    probe.close()
-
-
-def test_a_server_with_metrics_off_is_said_so(tmp_path: Path) -> None:
-    port = _free_port()
-    proc = _fake(tmp_path, "--metrics-port", str(port), "--allow-metrics", "false")
-    try:
-        _wait_listening(port)
-        probe = TritonProbe()
-        probe.open(Target(os.getpid()))
-    finally:
-        proc.kill()
-        proc.wait()
-    st = probe.final_status()
-    assert probe.applies() and st is not None and not st.available
-    assert "--allow-metrics" in (st.reason or "") and "allow_metrics=True" in (st.hint or "")
-
-
 def test_a_job_without_triton_leaves_no_trace() -> None:
     probe = TritonProbe()
     assert probe.open(Target(os.getpid())).available
@@ -148,77 +57,3 @@ def test_counters_that_go_back_start_counting_again() -> None:
     # after the restart: a new baseline, no negative interval
     got = probe._interval(key, 1_500_000_000, {"requests": 60.0, "request_s": 1.2})
     assert all((s.values.get("requests") or 0) >= 0 for s in got)
-
-
-def _script(path: Path, body: str) -> Path:
-    path.write_text(f"#!{sys.executable}\n{body}")
-    path.chmod(0o755)
-    return path
-
-
-def _fake_server_with_stub(tmp_path: Path) -> Path:
-    """A `tritonserver` (Python, asleep) whose child `triton_python_backend_stub` is busy."""
-    stub = _script(
-        tmp_path / "triton_python_backend_stub",
-        "import time\nend = time.time() + 30\nwhile time.time() < end:\n    sum(range(1000))\n",
-    )
-    return _script(
-        tmp_path / "tritonserver",
-        f"import subprocess, time\np = subprocess.Popen([{str(stub)!r}])\ntime.sleep(30)\n",
-    )
-
-
-def test_the_stacks_of_a_tritonserver_are_its_python_backends(tmp_path: Path) -> None:
-    """`gpudiag run -- tritonserver ...`: the server is C++, its Python models run in a
-    `triton_python_backend_stub` child; py-spy reads that one."""
-    from gpudiag.probes.servers.triton import model_process
-    from gpudiag.probes.stacks.probe import StackConfig, StackProbe
-
-    server = _fake_server_with_stub(tmp_path)
-    proc = subprocess.Popen([str(server)])
-    try:
-        deadline = time.monotonic() + 10
-        while model_process(proc.pid) is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        child = model_process(proc.pid)
-        assert child is not None and child != proc.pid
-        assert model_process(os.getpid()) is None  # not a tritonserver
-        probe = StackProbe(StackConfig(rate_hz=20, window_s=1.0))
-        st = probe.open(Target(proc.pid))
-        try:
-            assert st.available, st.reason
-            assert probe.loop_pid == child
-        finally:
-            probe.close()
-    finally:
-        for p in psutil.Process(proc.pid).children(recursive=True):
-            p.kill()
-        proc.kill()
-        proc.wait()
-
-
-def test_attach_to_a_tritonserver_profiles_its_python_backend(tmp_path: Path) -> None:
-    from gpudiag.agent.session.targets import choose_target
-    from gpudiag.probes.servers.triton import model_process
-
-    server = _fake_server_with_stub(tmp_path)
-    shell = subprocess.Popen(["sh", "-c", f"{server} & wait"])  # its parent: not Python
-    try:
-        deadline = time.monotonic() + 10
-        srv = None
-        while time.monotonic() < deadline:
-            kids = psutil.Process(shell.pid).children()
-            srv = kids[0].pid if kids else None
-            if srv is not None and model_process(srv) is not None:
-                break
-            time.sleep(0.1)
-        assert srv is not None
-        time.sleep(0.5)  # the stub busy, its server asleep
-        choice = choose_target(srv)
-        assert choice.pid == model_process(srv) and choice.root == srv
-        assert "runs its Python models in pid" in choice.why
-    finally:
-        for p in psutil.Process(shell.pid).children(recursive=True):
-            p.kill()
-        shell.kill()
-        shell.wait()

@@ -3,28 +3,13 @@ names are not cut in the middle, and a saved report offers only keys that do som
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from rich.console import Console
 
 from gpudiag.analyzers.cost.prices import row_of
-from gpudiag.tui.app import DiagnosisApp
-from gpudiag.tui.feeds import Feed, static_feed
-from gpudiag.tui.screens import HelpScreen, finding_text
-from gpudiag.tui.widgets import FindingsTable, metrics_text
+from gpudiag.tui.screens import finding_text
+from gpudiag.tui.widgets import metrics_text
 from tests.tui.snapshot_apps import scenario
-
-SMALL = pytest.mark.parametrize("size", [(80, 24), (100, 30)], ids=["80x24", "100x30"])
-
-
-def run(app: DiagnosisApp, steps, size):
-    async def go():
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            await steps(pilot)
-
-    asyncio.run(go())
 
 
 def lines_at(renderable, width: int) -> list[str]:
@@ -32,32 +17,6 @@ def lines_at(renderable, width: int) -> list[str]:
     with console.capture() as cap:
         console.print(renderable)
     return cap.get().splitlines()
-
-
-@SMALL
-@pytest.mark.parametrize("name", ["starved", "two_gpus", "hooked"])
-def test_findings_table_shows_id_title_impact_speedup_within_the_screen(name, size):
-    doc = scenario(name)
-    app = DiagnosisApp(static_feed(doc, "report"), clock=False)
-
-    async def steps(pilot):
-        table = app.screen.query_one(FindingsTable)
-        labels = [str(c.label) for c in table.columns.values()]
-        assert labels[0] == "id" and labels[-3:] == ["finding", "impact", "speed-up"]
-        used = sum(c.get_render_width(table) for c in table.columns.values())
-        assert used <= table.size.width and table.region.right <= size[0]
-        title_w = list(table.columns.values())[-3].width
-        for row, f in enumerate(doc["findings"]):
-            title = str(table.get_cell_at((row, len(labels) - 3)))
-            assert len(title) <= title_w
-            assert title == f["title"] or (
-                title.endswith("…") and f["title"].startswith(title[:-1])
-            )
-            assert str(table.get_cell_at((row, len(labels) - 2))) == f"{f['impact']:.0%}"
-        if name == "starved":  # the long DATA001 title is shortened, not cut off silently
-            assert str(table.get_cell_at((0, len(labels) - 3))).endswith("…") or size[0] > 90
-
-    run(app, steps, size)
 
 
 @pytest.mark.parametrize("width", range(30, 101, 7))
@@ -85,51 +44,6 @@ def test_detail_keeps_names_and_numbers_whole(width):
     )  # broken after a separator, never inside a name
     for value in ("12.80 cores", "0.50 cores", "3 workers", "12.8 of", "num_workers=3"):
         assert any(value in ln for ln in lines), (value, lines)
-
-
-def shown_keys(app) -> set[str]:
-    return {k for k, b in app.screen.active_bindings.items() if b.binding.show}
-
-
-@SMALL
-def test_saved_report_does_not_offer_save_or_pause(size):
-    app = DiagnosisApp(static_feed(scenario("starved"), "report"), clock=False)
-
-    async def steps(pilot):
-        assert shown_keys(app) == {"q", "question_mark"}
-        await pilot.press("s", "p")  # nothing happens, nothing claims to
-        await pilot.pause()
-        assert "saved" in app.status_line() and "paused" not in app.status_line()
-        await pilot.press("question_mark")
-        await pilot.pause()
-        assert isinstance(app.screen, HelpScreen)
-        help_text = str(app.screen.query_one("#help").render())
-        assert "save the report" not in help_text and "pause" not in help_text
-
-    run(app, steps, size)
-
-
-@SMALL
-def test_live_view_offers_save_and_pause(size):
-    doc = scenario("starved")
-    feed = Feed(
-        "live",
-        lambda: doc,
-        live=True,
-        save=lambda: "/tmp/r.json",
-        pause=lambda paused: None,
-        stop=lambda: None,
-    )
-    app = DiagnosisApp(feed, clock=False)
-
-    async def steps(pilot):
-        assert {"q", "s", "p", "question_mark"} <= shown_keys(app)
-        await pilot.press("question_mark")
-        await pilot.pause()
-        help_text = str(app.screen.query_one("#help").render())
-        assert "save the report now" in help_text and "pause / resume" in help_text
-
-    run(app, steps, size)
 
 
 def test_a_long_run_shows_which_period_had_which_finding():

@@ -1,0 +1,79 @@
+"""End to end: host and process probes read the real /proc: contract tests (samples match
+fields)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from gpudiag.probes.base import Target
+from gpudiag.probes.host.process import (
+    ProcessProbe,
+    cores_available,
+)
+from tests.probes.test_procfs import _check_contract
+
+
+def test_process_probe_sees_children_and_threads():
+    code = (
+        "import multiprocessing as mp, time\n"
+        "def spin():\n    t=time.time()\n    while time.time()-t<3: pass\n"
+        "if __name__=='__main__':\n"
+        "    ps=[mp.Process(target=spin) for _ in range(2)]\n"
+        "    [p.start() for p in ps]; [p.join() for p in ps]\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        probe = ProcessProbe()
+        assert probe.open(Target(job.pid)).available
+        time.sleep(1.0)
+        probe.sample()
+        time.sleep(0.2)  # the workers' aggregate (one read per child) comes at its own pace
+        assert not [s for s in probe.sample() if s.labels.get("scope") == "workers"]
+        time.sleep(1.0)
+        samples = probe.sample()
+        _check_contract(probe, samples)
+        workers = [s for s in samples if s.labels.get("scope") == "workers"][0]
+        assert workers.values["procs"] == 2.0
+        # two spinning children on <=2 cores; a box busy with other work gives them less
+        assert 0.1 < workers.values["cpu_cores"] <= 2.5
+        threads = [s for s in samples if s.labels.get("scope") == "thread"]
+        assert any(s.labels["tid"] == str(job.pid) for s in threads)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_process_probe_counts_workers_recreated_and_the_jobs_cores():
+    """Children started in generations (a DataLoader without persistent workers): every one
+    that started and ended is counted, and the cores the job may use are reported."""
+    code = (
+        "import multiprocessing as mp, time\n"
+        "def nap():\n    time.sleep(0.4)\n"
+        "if __name__=='__main__':\n"
+        "    time.sleep(0.5)\n"
+        "    for _ in range(3):\n"
+        "        ps=[mp.Process(target=nap) for _ in range(2)]\n"
+        "        [p.start() for p in ps]; [p.join() for p in ps]; time.sleep(0.2)\n"
+        "    time.sleep(5)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        probe = ProcessProbe()
+        assert probe.open(Target(job.pid)).available
+        samples = []
+        for _ in range(20):
+            time.sleep(0.2)
+            samples += probe.sample()
+        _check_contract(probe, samples)
+        workers = [s.values for s in samples if s.labels.get("scope") == "workers"]
+        assert sum(v["worker_starts"] for v in workers) == 6
+        assert sum(v["worker_exits"] for v in workers) == 6
+        target = [s.values for s in samples if s.labels.get("scope") == "target"]
+        cpus = [v["cpus_allowed"] for v in target if "cpus_allowed" in v]
+        assert cpus and cpus[0] == cores_available(os.getpid())
+    finally:
+        job.kill()
+        job.wait()
