@@ -4,13 +4,14 @@ checks before injecting, the handshake on the channel and the words of the repor
 from __future__ import annotations
 
 from gpudiag.probes.inprocess import loader
-from tests.probes.test_hook_loader import _gdb_said
+from tests.probes.test_hook_loader import _gdb_said, _no_pyinjector
 
 
 def test_a_gdb_that_cannot_call_here_leaves_the_job_untouched_and_says_why(monkeypatch):
     """On a Xeon with AMX (kernel 6.18, gdb 13.1) gdb's call could not write the CPU's
     extended state back and a sleep in the job raised OSError 514: gdb is tried on a
     throwaway process first, and the job is never attached when it fails there."""
+    _no_pyinjector(monkeypatch)
     monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
     monkeypatch.setattr(loader, "python_version", lambda pid: (3, 11))
     monkeypatch.setattr(loader.shutil, "which", lambda name: "/usr/bin/gdb")
@@ -31,5 +32,6 @@ def test_a_gdb_that_cannot_call_here_leaves_the_job_untouched_and_says_why(monke
     finally:
         loader.gdb_cannot_call.cache_clear()
     assert got.how is None and len(ran) == 1 and "42" not in ran[0]
-    assert got.reason.endswith("Couldn't write extended state status: Bad address.")
+    assert "Couldn't write extended state status: Bad address.; and pyinjector" in got.reason
     assert "newer gdb" in got.hint and "gpudiag run" in got.hint
+    assert "pip install pyinjector" in got.hint

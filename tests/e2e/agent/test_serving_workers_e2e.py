@@ -19,8 +19,8 @@ import pytest
 from gpudiag.agent.session.targets import choose_target
 from gpudiag.agent.session.workers import server_processes
 from gpudiag.probes.host.discovery import has_torch
-from tests.agent.test_serving_e2e import CLI, client_said, load, run_server
-from tests.conftest import WORKLOADS, gdb_cannot_call
+from tests.conftest import WORKLOADS, hooks_cannot_load
+from tests.e2e.agent.test_serving_e2e import CLI, client_said, load, run_server
 
 pytest.importorskip("torch")
 pytest.importorskip("litserve", reason="litserve is in the test extra: pip install litserve")
@@ -125,8 +125,8 @@ def test_run_counts_every_request_of_litserves_workers_once(tmp_path):
 
 @pytest.mark.slow
 def test_attach_with_the_hooks_reads_litserves_requests_and_forwards(tmp_path):
-    if gdb_cannot_call():
-        pytest.skip(gdb_cannot_call())
+    if hooks_cannot_load():
+        pytest.skip(f"attach --hooks needs pyinjector or gdb: {hooks_cannot_load()}")
     server, port = start(tmp_path, seconds=90)
     report, err = tmp_path / "r.json", tmp_path / "gpudiag.err"
     try:

@@ -22,7 +22,7 @@ from gpudiag.probes.inject import gpudiag_callsite
 from gpudiag.probes.inprocess.channel import INJECT_DIR
 from tests.conftest import gpudiag
 
-WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
 
 @pytest.mark.parametrize(
