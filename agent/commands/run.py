@@ -70,7 +70,7 @@ def run_job(
     log_path = job_log_path(opts.out) if opts.tui else None
     if log_path:
         check_writable(log_path)
-    server = opts.open_metrics()
+    server = opts.open_metrics(settings)
     launched: list[Job] = []
 
     def pass_on(signum: int, count: int) -> None:

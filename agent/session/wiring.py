@@ -162,6 +162,8 @@ class Wiring:
                     "t": None,
                 }
             )
+        if self.server is not None and self.live is not None:
+            self.server.finished(doc, self.live.labels)  # --otlp: the verdict as a log record
         try:
             path, failed = write_report(doc, out), None
         except UsageError as exc:  # disk full, folder gone: nothing half-written is left behind
