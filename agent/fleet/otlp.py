@@ -7,6 +7,7 @@ environment, the GPUs' UUIDs) so a collector joins them with DCGM's."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -17,6 +18,7 @@ from typing import Any
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.metrics import GpudiagCollector
 
+TIMEOUT_S = 3  # one export's time limit (retries included)
 NEEDS = "--otlp needs the OpenTelemetry SDK: pip install 'gpudiag[otlp]'"
 # the Prometheus name's ending -> the OTLP unit (UCUM, as the semantic conventions write them)
 UNITS = (
@@ -128,16 +130,19 @@ class OtlpExport:
         except ImportError:
             raise UsageError(NEEDS) from None
         metrics, logs = metrics_url(endpoint)
+        # the SDK's retry warnings stay off the job's terminal; a failed export is one line
+        logging.getLogger("opentelemetry").setLevel(logging.ERROR)
         self.endpoint = endpoint
         self.collector = collector
         self.resource = Resource.create(resource_attributes(gpu_uuids))
         reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=metrics, timeout=5),
+            OTLPMetricExporter(endpoint=metrics, timeout=TIMEOUT_S),
             export_interval_millis=interval_s * 1000,
         )
         self.meters = MeterProvider(resource=self.resource, metric_readers=[reader])
         self.logs = LoggerProvider(resource=self.resource)
-        self.logs.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=logs)))
+        exporter = OTLPLogExporter(endpoint=logs, timeout=TIMEOUT_S)
+        self.logs.add_log_record_processor(BatchLogRecordProcessor(exporter))
         self._lock = threading.Lock()
         self._snap: dict[str, list[tuple[dict[str, str], float]]] = {}
         self._at = float("-inf")
@@ -200,8 +205,7 @@ class OtlpExport:
         )
 
     def close(self) -> None:
-        """Send the last metrics and the log records, then stop."""
-        self.meters.force_flush(timeout_millis=5000)
-        self.logs.force_flush(timeout_millis=5000)
-        self.meters.shutdown(timeout_millis=5000)
+        """Send the last metrics and the log records, then stop (each within its timeout:
+        an endpoint that does not answer delays the exit by seconds, never the report)."""
+        self.meters.shutdown(timeout_millis=TIMEOUT_S * 1000)
         self.logs.shutdown()

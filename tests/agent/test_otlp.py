@@ -185,3 +185,39 @@ def test_otlp_from_the_config(tmp_path):
 def test_run_otlp_usage_error(cli):
     res = cli("attach", "1", "--otlp", "localhost:4318")
     assert res.returncode == 2 and "--otlp takes an OTLP/HTTP URL" in res.stderr
+
+
+def test_run_otlp_sends_the_verdict_of_a_real_run(receiver, tmp_path):
+    from tests.conftest import gpudiag
+
+    out = tmp_path / "r.json"
+    job = "import time\nt = time.time()\nwhile time.time() - t < 4: sum(range(10000))"
+    res = gpudiag("run", "-q", "--otlp", receiver.url, "--out", str(out), "--", "python", "-c", job)
+    assert res.returncode == 0, res.stderr
+    records = [
+        r
+        for req in receiver.logs
+        for rl in req.resource_logs
+        for s in rl.scope_logs
+        for r in s.log_records
+    ]
+    import json
+
+    doc = json.loads(out.read_text())
+    assert [r.body.string_value for r in records] == [doc["verdict"]["statement"]]
+    got = points(receiver)
+    assert got["gpudiag_job_profiled_seconds"] and "gpudiag_cpu_seconds_total" in got
+
+
+def test_the_collector_example_receives_otlp_on_loopback():
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent.parent
+    cfg = yaml.safe_load((root / "deploy" / "otel" / "collector.yaml").read_text())
+    assert cfg["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "127.0.0.1:4318"
+    pipes = cfg["service"]["pipelines"]
+    assert "otlp" in pipes["metrics"]["receivers"] and "otlp" in pipes["logs"]["receivers"]
+    used = {
+        x for p in pipes.values() for k in ("receivers", "processors", "exporters") for x in p[k]
+    }
+    assert used <= set(cfg["receivers"]) | set(cfg["processors"]) | set(cfg["exporters"])
