@@ -648,3 +648,18 @@ def bounded_cli_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedPr
         key: (subprocess.CompletedProcess(["gpudiag", *argv], *got[key]), path)
         for key, (path, argv) in cases.items()
     }
+
+
+@given(st.text(max_size=80))
+def test_mcp_and_otlp_addresses(text):
+    """--http ADDR:PORT, --otlp ENDPOINT and a report named to an MCP tool: a value or one
+    UsageError line, nothing else."""
+    from gpudiag.agent.commands.mcp import parse_http
+    from gpudiag.agent.commands.mcp_tools import McpConfig, report_path
+    from gpudiag.agent.fleet.otlp import metrics_url
+
+    for read in (parse_http, metrics_url, lambda t: report_path(McpConfig(Path(".")), t)):
+        try:
+            read(text)
+        except UsageError as exc:
+            assert "\n" not in str(exc)
