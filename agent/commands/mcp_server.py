@@ -209,10 +209,15 @@ def _tools(server: MCPServer, cfg: tools.McpConfig) -> None:
 async def _with_progress(ctx: Context, req: tools.DiagnoseRequest, cfg: tools.McpConfig) -> dict:
     """diagnose() in a worker thread, with a progress notification every second."""
     result: dict = {}
+    failed: list[ToolError] = []
 
     async def work() -> None:
-        result.update(await anyio.to_thread.run_sync(_checked, tools.diagnose, cfg, req))
-        tg.cancel_scope.cancel()
+        try:
+            result.update(await anyio.to_thread.run_sync(_checked, tools.diagnose, cfg, req))
+        except ToolError as exc:  # the tool's one error, not a task group's
+            failed.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
 
     start = time.monotonic()
     async with anyio.create_task_group() as tg:
@@ -222,6 +227,8 @@ async def _with_progress(ctx: Context, req: tools.DiagnoseRequest, cfg: tools.Mc
             msg = f"profiling pid {req.pid}: {done:.0f} of at most {req.seconds:g} s"
             await ctx.report_progress(done, req.seconds, msg)
             await anyio.sleep(1.0)
+    if failed:
+        raise failed[0]
     return result
 
 

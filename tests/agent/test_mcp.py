@@ -155,6 +155,22 @@ def test_diagnose_refuses_another_users_process(reports, monkeypatch):
     assert text.endswith(f"cannot attach: pid {job.pid} belongs to user 'bob'")
 
 
+def test_an_error_while_attached_is_the_tools_one_line(reports, monkeypatch):
+    from gpudiag.agent.base.errors import UsageError
+
+    def fails(cfg, req):
+        raise UsageError("cannot attach: py-spy could not read the job")
+
+    monkeypatch.setattr(mcp_tools, "diagnose", fails)
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        text = error_of(call(McpConfig(reports), "diagnose", {"pid": job.pid}))
+    finally:
+        job.kill()
+        job.wait()
+    assert text.endswith("cannot attach: py-spy could not read the job") and "\n" not in text
+
+
 def test_try_fix_runs_only_a_command_a_run_recorded(reports):
     # the fixtures were replayed: no launched command of theirs can be rerun
     text = error_of(call(McpConfig(reports, allow_try=True), "try_fix", {"report": "starved.json"}))
