@@ -335,3 +335,27 @@ def test_diagnose_a_planted_job_returns_its_cause(tmp_path, busy_core):
     assert Path(out["report"]).parent == (tmp_path / "reports").resolve()
     assert Path(out["report"]).is_file() and out["run"]["pid"] == job.pid
     assert progress and progress[0][1] == 60 and "profiling pid" in progress[0][2]
+
+
+@pytest.mark.slow
+def test_try_fix_measures_a_run_reports_fix_and_streams_its_rounds(tmp_path):
+    """`gpudiag run` diagnoses the planted starved loader; try_fix, allowed, tries the fix
+    its report carries on the command it recorded, its lines streamed as progress."""
+    from tests.conftest import gpudiag_until_sure
+
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    job = [sys.executable, str(WORKLOADS / "starved_loader.py"), "--seconds", "40"]
+    res = gpudiag_until_sure(
+        "run", "-q", "--until-sure", "--duration", "30", "--out", str(reports / "run.json"),
+        "--", *job, tmp=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    progress: list = []
+    args = {"report": "run.json", "finding": "DATA001", "rounds": 1, "seconds": 3}
+    out = call(McpConfig(reports, allow_try=True), "try_fix", args, progress)
+    assert not out.is_error, out.content
+    tried = out.structured_content
+    assert tried["trials"] and tried["trials"][0]["finding"] == "DATA001", tried
+    assert tried["trials_report"] and Path(tried["trials_report"]).parent == reports
+    assert progress and all(p[2] for p in progress)  # its lines, as they came
