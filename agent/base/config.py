@@ -23,6 +23,7 @@ class Settings:
     source: str | None
     price: Price | None = None
     price_table: dict[str, float] | None = None
+    otlp_endpoint: str | None = None  # [otlp] endpoint: where run/attach/watch export
 
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a settings file is a few KiB; refuse a runaway file
@@ -141,4 +142,7 @@ def load_settings(
         if not 0 <= price < 1e9:  # also refuses nan and inf
             raise UsageError("--price must be a finite non-negative number (USD per GPU-hour)")
         explicit = Price(price, "--price")
-    return Settings(thresholds, rules, source, explicit, table)
+    otlp = _table(section, "otlp", source).get("endpoint")
+    if otlp is not None and not isinstance(otlp, str):
+        raise UsageError(f"{source}: [otlp] endpoint must be a URL string")
+    return Settings(thresholds, rules, source, explicit, table, otlp)

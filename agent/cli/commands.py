@@ -14,6 +14,7 @@ from gpudiag.agent.commands import (
     attach,
     demo,
     gate,
+    mcp,
     merge,
     replay,
     report,
@@ -59,5 +60,6 @@ COMMANDS: tuple[Command, ...] = (
     Command("top", top.add_parser, top.TopOptions, top.main),
     Command("demo", demo.add_parser, demo.DemoOptions, demo.main),
     Command("merge", merge.add_parser, merge.MergeOptions, merge.main),
+    Command("mcp", mcp.add_parser, mcp.McpOptions, mcp.main),
 )
 BY_NAME = {c.name: c for c in COMMANDS}

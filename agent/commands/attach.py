@@ -46,7 +46,7 @@ class AttachOptions(ProfilingOptions):
 
 def attach_job(opts: AttachOptions, pid: int, settings: Settings) -> int:
     """`gpudiag attach`: the session's options from the command's, then attach()."""
-    server = opts.open_metrics()
+    server = opts.open_metrics(settings)
     try:
         return attach(pid, settings, opts.sampling(), opts.outputs(), opts.out, server)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from gpudiag.agent.base.config import Settings
 from gpudiag.agent.fleet.server import DEFAULT_ADDR, MetricsServer, open_metrics
 
 
@@ -35,6 +36,13 @@ def metrics_options(p: argparse._ActionsContainer, default_port: int | None = No
         help="address the metrics endpoint listens on (default: 127.0.0.1; 0.0.0.0 for "
         "every interface)",
     )
+    p.add_argument(
+        "--otlp",
+        metavar="ENDPOINT",
+        help="also export the metrics and the verdict over OTLP/HTTP to ENDPOINT (e.g. "
+        "http://127.0.0.1:4318; [tool.gpudiag.otlp] endpoint in the config; needs pip "
+        "install 'gpudiag[otlp]')",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +51,13 @@ class MetricsArgs:
 
     metrics_port: int | None = None
     metrics_addr: str = DEFAULT_ADDR
+    otlp: str | None = None
 
-    def open_metrics(self) -> MetricsServer | None:
-        """The endpoint listening (before the job starts: a port in use is a usage error
-        first), or None without --metrics-port."""
-        return open_metrics(self.metrics_port, self.metrics_addr)
+    def otlp_endpoint(self, settings: Settings | None = None) -> str | None:
+        """--otlp, else the config's [otlp] endpoint."""
+        return self.otlp or (settings.otlp_endpoint if settings is not None else None)
+
+    def open_metrics(self, settings: Settings | None = None) -> MetricsServer | None:
+        """The endpoint listening and the OTLP export started (before the job starts: a port
+        in use is a usage error first), or None without --metrics-port or --otlp."""
+        return open_metrics(self.metrics_port, self.metrics_addr, self.otlp_endpoint(settings))

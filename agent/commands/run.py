@@ -70,7 +70,7 @@ def run_job(
     log_path = job_log_path(opts.out) if opts.tui else None
     if log_path:
         check_writable(log_path)
-    server = opts.open_metrics()
+    server = opts.open_metrics(settings)
     launched: list[Job] = []
 
     def pass_on(signum: int, count: int) -> None:
@@ -159,11 +159,11 @@ def _profile_launched(opts: RunOptions, job: Job, settings: Settings, around: Ar
     passed: list[int] = []  # signals the UI passed on to the job
     try:
         result = _run_session(opts, session, subject, job, around, passed)
-    finally:
+        failed = result.exit_code not in (None, 0)
+        wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
+    finally:  # after the report: --otlp sends its verdict
         if around.server is not None:
             around.server.close()
-    failed = result.exit_code not in (None, 0)
-    wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
     if result.end_reason == "duration_reached" and session.first_step_at is None:
         emit(
             f"gpudiag: no step of the job's loop in {opts.duration:g} s: the look saw its "

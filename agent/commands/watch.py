@@ -339,7 +339,13 @@ def watch_command(cfg: WatchOptions, settings: Settings) -> int:
         log=log,
         recent_s=cfg.recent or None,
     )
-    server = MetricsServer(cfg.metrics_addr, cfg.metrics_port, watcher.live_jobs, watcher.health)
+    server = MetricsServer(
+        cfg.metrics_addr,
+        cfg.metrics_port,
+        watcher.live_jobs,
+        watcher.health,
+        otlp=cfg.otlp_endpoint(settings),
+    )
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
@@ -352,6 +358,9 @@ def watch_command(cfg: WatchOptions, settings: Settings) -> int:
         wait_for(stop, cfg.duration)
         poller.join(timeout=60)
     finally:
+        for job in watcher.live_jobs():  # --otlp: each job's verdict as a log record
+            if job.last_doc is not None:
+                server.finished(job.last_doc, job.labels)
         server.close()
     return 0
 
@@ -386,7 +395,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sampling = p.add_argument_group("sampling", "which jobs, how they are sampled, at what cost")
     settings = p.add_argument_group("thresholds and prices")
     output = p.add_argument_group("output")
-    metrics_options(p.add_argument_group("fleet", "the findings as Prometheus metrics"), 9401)
+    fleet = p.add_argument_group("fleet", "the findings as Prometheus metrics and OTLP")
+    metrics_options(fleet, 9401)
     sampling.add_argument(
         "--cpu-budget",
         type=budget,

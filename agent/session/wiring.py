@@ -41,6 +41,7 @@ class Outputs:
     record_layout: str = "windows"
     speedscope: str | None = None
     trace: str | None = None
+    stdout: bool = True  # False: no summary or file notes (an MCP server's stdout is the protocol)
 
 
 def recorder_for(
@@ -164,10 +165,21 @@ class Wiring:
                     "t": None,
                 }
             )
+        if self.server is not None and self.live is not None:
+            self.server.finished(doc, self.live.labels)  # --otlp: the verdict as a log record
         try:
             path, failed = write_report(doc, out), None
         except UsageError as exc:  # disk full, folder gone: nothing half-written is left behind
             path, failed = None, str(exc)
+        if outs.stdout:
+            self._notes(doc, path, recorder)
+        if failed:
+            raise UsageError(failed)
+        return doc
+
+    def _notes(self, doc: dict, path: object, recorder: Recorder | None) -> None:
+        """The summary and where the files are, on stdout (a json/markdown one on stderr)."""
+        outs = self.outs
         fmt = outs.format
         print_summary(doc, fmt)  # the summary still shows what was found
         note = sys.stdout if fmt == "text" else sys.stderr  # keep a json/markdown stdout clean
@@ -186,9 +198,6 @@ class Wiring:
             emit(f"Recording written to {recorder.path}  ({replay})", file=note)
         elif recorder is not None:
             emit(f"gpudiag: recording {recorder.path} stopped: {recorder.failed}", file=sys.stderr)
-        if failed:
-            raise UsageError(failed)
-        return doc
 
 
 def print_summary(doc: dict, fmt: str) -> None:

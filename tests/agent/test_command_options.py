@@ -37,6 +37,10 @@ MINIMAL: dict[str, tuple[list[str], dict]] = {
     "top": (["top"], {}),
     "demo": (["demo"], {}),
     "merge": (["merge", "a.json", "b.json"], {"reports": ("a.json", "b.json")}),
+    "mcp": (
+        ["mcp", "--reports", "r", "--allow-try", "--http", "127.0.0.1:8765"],
+        {"reports": "r", "allow_try": True, "http": "127.0.0.1:8765"},
+    ),
 }
 
 

@@ -450,3 +450,18 @@ def test_regression_distinct_stack_table_is_bounded(tmp_path, monkeypatch):
     path = _gz_lines(tmp_path, [json.dumps(x).encode() for x in lines])
     with pytest.raises(UsageError, match="more than 4 distinct keys, threads and stacks"):
         replay_report(path, load_settings(None))
+
+
+@given(st.text(max_size=80))
+def test_mcp_and_otlp_addresses(text):
+    """--http ADDR:PORT, --otlp ENDPOINT and a report named to an MCP tool: a value or one
+    UsageError line, nothing else."""
+    from gpudiag.agent.commands.mcp import parse_http
+    from gpudiag.agent.commands.mcp_tools import McpConfig, report_path
+    from gpudiag.agent.fleet.otlp import metrics_url
+
+    for read in (parse_http, metrics_url, lambda t: report_path(McpConfig(Path(".")), t)):
+        try:
+            read(text)
+        except UsageError as exc:
+            assert "\n" not in str(exc)

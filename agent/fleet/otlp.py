@@ -1,0 +1,211 @@
+"""Findings over OpenTelemetry (`--otlp ENDPOINT` on run, attach and watch; the optional extra
+`pip install 'gpudiag[otlp]'`): the same metric families the Prometheus endpoint serves (one
+collector, agent/fleet/metrics.py, read at each export: no second path to a number) as OTLP
+metrics over HTTP, and each job's verdict as a log record, under the semantic conventions'
+resource attributes (service, host, process, container and Kubernetes pod from the
+environment, the GPUs' UUIDs) so a collector joins them with DCGM's."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gpudiag.agent.base.errors import UsageError
+from gpudiag.agent.fleet.metrics import GpudiagCollector
+
+TIMEOUT_S = 3  # one export's time limit (retries included)
+NEEDS = "--otlp needs the OpenTelemetry SDK: pip install 'gpudiag[otlp]'"
+# the Prometheus name's ending -> the OTLP unit (UCUM, as the semantic conventions write them)
+UNITS = (
+    ("_ratio", "1"),
+    ("_bytes", "By"),
+    ("_seconds", "s"),
+    ("_seconds_total", "s"),
+    ("_watts", "W"),
+    ("_celsius", "Cel"),
+    ("_mhz", "MHz"),
+    ("_cores", "{core}"),
+    ("_usd_per_hour", "{USD}/h"),
+    ("_usd_per_1000_units", "{USD}"),
+    ("_bytes_per_second", "By/s"),
+    ("steps_per_second", "{step}/s"),
+    ("_errors_total", "{error}"),
+    ("_info", "1"),
+    ("_up", "1"),
+)
+# the environment variables Kubernetes' downward API and schedulers set -> resource attributes
+ENV_ATTRIBUTES = {
+    "POD_NAME": "k8s.pod.name",
+    "POD_NAMESPACE": "k8s.namespace.name",
+    "POD_UID": "k8s.pod.uid",
+    "NODE_NAME": "k8s.node.name",
+    "KUBERNETES_POD_NAME": "k8s.pod.name",
+    "KUBERNETES_NAMESPACE": "k8s.namespace.name",
+    "SLURM_JOB_ID": "slurm.job.id",
+}
+
+
+def unit_of(name: str) -> str:
+    """The OTLP unit of a metric from its Prometheus name's ending ("" when it has none)."""
+    for end, unit in sorted(UNITS, key=lambda u: -len(u[0])):
+        if name.endswith(end):
+            return unit
+    return ""
+
+
+def metrics_url(endpoint: str) -> tuple[str, str]:
+    """An OTLP/HTTP endpoint (http://host:4318) -> its metrics and logs URLs; UsageError for
+    anything but an http(s) URL."""
+    base = endpoint.rstrip("/")
+    if not base.startswith(("http://", "https://")) or "://" == base[-3:]:
+        raise UsageError(
+            f"--otlp takes an OTLP/HTTP URL such as http://127.0.0.1:4318, got {endpoint!r}"
+        )
+    for suffix in ("/v1/metrics", "/v1/logs"):
+        base = base.removesuffix(suffix)
+    return f"{base}/v1/metrics", f"{base}/v1/logs"
+
+
+def container_id() -> str | None:
+    """The container this process runs in, from its cgroup (None outside one)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                tail = line.strip().rsplit("/", 1)[-1]
+                tail = tail.removeprefix("docker-").removeprefix("cri-containerd-")
+                tail = tail.removesuffix(".scope")
+                if len(tail) == 64 and all(c in "0123456789abcdef" for c in tail):
+                    return tail
+    except OSError:
+        pass
+    return None
+
+
+def resource_attributes(gpu_uuids: Iterable[str] = ()) -> dict[str, Any]:
+    """The semantic conventions' resource attributes of this agent and its box."""
+    from gpudiag.agent.output.report import tool_version
+
+    attrs: dict[str, Any] = {
+        "service.name": "gpudiag",
+        "service.version": tool_version(),
+        "host.name": socket.gethostname(),
+        "process.pid": os.getpid(),
+        "process.runtime.name": "cpython",
+    }
+    for var, key in ENV_ATTRIBUTES.items():
+        if os.environ.get(var) and key not in attrs:
+            attrs[key] = os.environ[var]
+    if cid := container_id():
+        attrs["container.id"] = cid
+    uuids = sorted({u for u in gpu_uuids if u})
+    if uuids:
+        attrs["gpu.uuids"] = uuids  # each GPU's series carries its own UUID attribute too
+    return attrs
+
+
+class OtlpExport:
+    """Exports the collector's metric families every `interval_s` and the verdicts as log
+    records; `close()` sends what is left and stops."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        collector: GpudiagCollector,
+        interval_s: float = 10.0,
+        gpu_uuids: Iterable[str] = (),
+    ) -> None:
+        try:
+            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.sdk._logs import LoggerProvider
+            from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+            from opentelemetry.sdk.resources import Resource
+        except ImportError:
+            raise UsageError(NEEDS) from None
+        metrics, logs = metrics_url(endpoint)
+        # the SDK's retry warnings stay off the job's terminal; a failed export is one line
+        logging.getLogger("opentelemetry").setLevel(logging.ERROR)
+        self.endpoint = endpoint
+        self.collector = collector
+        self.resource = Resource.create(resource_attributes(gpu_uuids))
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=metrics, timeout=TIMEOUT_S),
+            export_interval_millis=interval_s * 1000,
+        )
+        self.meters = MeterProvider(resource=self.resource, metric_readers=[reader])
+        self.logs = LoggerProvider(resource=self.resource)
+        exporter = OTLPLogExporter(endpoint=logs, timeout=TIMEOUT_S)
+        self.logs.add_log_record_processor(BatchLogRecordProcessor(exporter))
+        self._lock = threading.Lock()
+        self._snap: dict[str, list[tuple[dict[str, str], float]]] = {}
+        self._at = float("-inf")
+        self._instruments()
+
+    def _instruments(self) -> None:
+        """One observable instrument per series name the collector can give."""
+        meter = self.meters.get_meter("gpudiag")
+        empty = GpudiagCollector(lambda: [], self.collector.health)
+        for fam in empty.collect():
+            name = fam.name + {"counter": "_total", "info": "_info"}.get(fam.type, "")
+            make = (
+                meter.create_observable_counter
+                if fam.type == "counter"
+                else meter.create_observable_gauge
+            )
+            doc = fam.documentation
+            make(name, callbacks=[self._callback(name)], unit=unit_of(name), description=doc)
+
+    def _callback(self, name: str) -> Callable[[Any], list]:
+        from opentelemetry.metrics import Observation
+
+        def observe(options: Any) -> list:
+            return [Observation(v, labels) for labels, v in self.snapshot().get(name, [])]
+
+        return observe
+
+    def snapshot(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Every series now (read once per export, not once per instrument)."""
+        with self._lock:
+            if time.monotonic() - self._at > 1.0:
+                snap: dict[str, list[tuple[dict[str, str], float]]] = {}
+                for fam in self.collector.collect():
+                    for s in fam.samples:
+                        if not s.name.endswith("_created"):
+                            snap.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+                self._snap, self._at = snap, time.monotonic()
+            return self._snap
+
+    def verdict(self, doc: dict, labels: dict[str, str]) -> None:
+        """A job's verdict as one log record (INFO when healthy, WARN when a finding stands)."""
+        from opentelemetry._logs import SeverityNumber
+
+        v = doc.get("verdict") or {}
+        top = v.get("finding")
+        attrs: dict[str, Any] = {k: str(val) for k, val in labels.items() if val}
+        attrs |= {"gpudiag.verdict.sure": bool(v.get("sure"))}
+        if top:
+            attrs["gpudiag.verdict.finding"] = str(top)
+        if v.get("confidence") is not None:
+            attrs["gpudiag.verdict.confidence"] = float(v["confidence"])
+        if (pid := (doc.get("run") or {}).get("pid")) is not None:
+            attrs["process.pid"] = int(pid)
+        self.logs.get_logger("gpudiag").emit(
+            severity_number=SeverityNumber.WARN if top else SeverityNumber.INFO,
+            severity_text="WARN" if top else "INFO",
+            body=str(v.get("statement") or "no verdict"),
+            attributes=attrs,
+            event_name="gpudiag.verdict",
+        )
+
+    def close(self) -> None:
+        """Send the last metrics and the log records, then stop (each within its timeout:
+        an endpoint that does not answer delays the exit by seconds, never the report)."""
+        self.meters.shutdown(timeout_millis=TIMEOUT_S * 1000)
+        self.logs.shutdown()

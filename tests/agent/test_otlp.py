@@ -1,0 +1,223 @@
+"""`--otlp`: the metrics endpoint's families and each job's verdict exported over OTLP/HTTP,
+received by a real OTLP/HTTP receiver the test starts on 127.0.0.1 (it decodes the protobuf
+posts as a collector does)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "opentelemetry.sdk",
+    reason="the OpenTelemetry SDK is not installed: pip install 'gpudiag[otlp]'",
+)
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="pip install 'gpudiag[otlp]'")
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (  # noqa: E402
+    ExportLogsServiceRequest,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (  # noqa: E402
+    ExportMetricsServiceRequest,
+)
+
+from gpudiag.agent.base.config import load_settings  # noqa: E402
+from gpudiag.agent.base.errors import UsageError  # noqa: E402
+from gpudiag.agent.commands.replay import replay_report  # noqa: E402
+from gpudiag.agent.fleet.metrics import LiveJob  # noqa: E402
+from gpudiag.agent.fleet.otlp import metrics_url, unit_of  # noqa: E402
+from gpudiag.agent.fleet.server import MetricsServer  # noqa: E402
+
+H100 = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
+
+
+class Receiver:
+    """An OTLP/HTTP receiver on 127.0.0.1: records every decoded metrics and logs post."""
+
+    def __init__(self) -> None:
+        self.metrics: list[ExportMetricsServiceRequest] = []
+        self.logs: list[ExportLogsServiceRequest] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802  # http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/metrics":
+                    outer.metrics.append(ExportMetricsServiceRequest.FromString(body))
+                elif self.path == "/v1/logs":
+                    outer.logs.append(ExportLogsServiceRequest.FromString(body))
+                self.send_response(200 if self.path in ("/v1/metrics", "/v1/logs") else 404)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict[str, dict]:
+    """Two recorded H100 jobs' reports: a starved loader and the same job fixed."""
+    return {
+        n: replay_report(str(H100 / f"{n}.jsonl.gz"), load_settings(None))
+        for n in ("starved", "starved_fixed")
+    }
+
+
+def live(name: str, doc: dict) -> LiveJob:
+    ident = {"pid": str(doc["run"]["pid"]), "command": name, "user": "u", "Hostname": "box"}
+    return LiveJob(ident, lambda: doc)
+
+
+def points(receiver: Receiver) -> dict[str, list]:
+    """metric name -> (unit, attributes dict, value) of every data point received."""
+    out: dict[str, list] = {}
+    for req in receiver.metrics:
+        for rm in req.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    data = m.gauge if m.HasField("gauge") else m.sum
+                    for p in data.data_points:
+                        attrs = {a.key: a.value.string_value for a in p.attributes}
+                        out.setdefault(m.name, []).append((m.unit, attrs, p.as_double))
+    return out
+
+
+def resource_of(receiver: Receiver) -> dict:
+    rm = receiver.metrics[0].resource_metrics[0]
+    return {
+        a.key: (a.value.string_value or a.value.int_value or list(a.value.array_value.values))
+        for a in rm.resource.attributes
+    }
+
+
+def test_otlp_exports_the_findings_units_and_resource(receiver, docs, monkeypatch):
+    monkeypatch.setenv("POD_NAME", "trainer-0")
+    monkeypatch.setenv("POD_NAMESPACE", "ml")
+    job = live("train", docs["starved"])
+    server = MetricsServer("127.0.0.1", None, lambda: [job], otlp=receiver.url)
+    assert server.port is None and "OTLP" in server.url  # no listener without --metrics-port
+    server.finished(docs["starved"], job.labels)
+    server.close()
+    got = points(receiver)
+    impact = {a["finding"]: (u, v) for u, a, v in got["gpudiag_finding_impact_ratio"]}
+    assert impact["DATA001"] == ("1", pytest.approx(docs["starved"]["findings"][0]["impact"]))
+    speed = got["gpudiag_finding_expected_speedup_ratio"]
+    assert any(a["finding"] == "DATA001" and v > 2 for _, a, v in speed)
+    shares = {a["category"]: v for _, a, v in got["gpudiag_loop_share_ratio"]}
+    assert shares["data_wait"] == pytest.approx(0.89977)
+    (unit, attrs, sps) = got["gpudiag_steps_per_second"][0]
+    assert unit == "{step}/s" and sps == pytest.approx(
+        docs["starved"]["metrics"]["steps_per_second"]
+    )
+    assert attrs["job"] == job.labels["job"]
+    usd = got["gpudiag_finding_idle_gpu_usd_per_hour"]
+    assert usd and all(u == "{USD}/h" for u, _, _ in usd)
+    res = resource_of(receiver)
+    assert res["service.name"] == "gpudiag" and res["host.name"]
+    assert res["k8s.pod.name"] == "trainer-0" and res["k8s.namespace.name"] == "ml"
+    assert isinstance(res["process.pid"], int)
+    (record,) = [
+        r
+        for req in receiver.logs
+        for rl in req.resource_logs
+        for s in rl.scope_logs
+        for r in s.log_records
+    ]
+    assert record.body.string_value == docs["starved"]["verdict"]["statement"]
+    attrs = {a.key: a.value for a in record.attributes}
+    assert attrs["gpudiag.verdict.finding"].string_value == "DATA001"
+    assert attrs["gpudiag.verdict.sure"].bool_value is True
+    assert record.severity_text == "WARN"
+
+
+def test_otlp_exports_one_series_per_job(receiver, docs):
+    """watch's case: every job the collector lists gets its own series (its `job` label)."""
+    jobs = [live("a", docs["starved"]), live("b", docs["starved_fixed"])]
+    server = MetricsServer("127.0.0.1", None, lambda: jobs, otlp=receiver.url)
+    server.close()
+    sps = {a["job"]: v for _, a, v in points(receiver)["gpudiag_steps_per_second"]}
+    assert len(sps) == 2 and set(sps) == {j.labels["job"] for j in jobs}
+    assert sps[jobs[1].labels["job"]] > 5 * sps[jobs[0].labels["job"]]
+
+
+def test_units_and_bad_endpoints():
+    assert unit_of("gpudiag_gpu_fb_used_bytes") == "By"
+    assert unit_of("gpudiag_gpu_pcie_tx_bytes_per_second") == "By/s"
+    assert unit_of("gpudiag_cpu_seconds_total") == "s"
+    assert metrics_url("http://127.0.0.1:4318/") == (
+        "http://127.0.0.1:4318/v1/metrics",
+        "http://127.0.0.1:4318/v1/logs",
+    )
+    for bad in ("127.0.0.1:4318", "grpc://x:4317", "http://"):
+        with pytest.raises(UsageError, match="--otlp takes an OTLP/HTTP URL"):
+            metrics_url(bad)
+
+
+def test_otlp_from_the_config(tmp_path):
+    (tmp_path / "g.toml").write_text('[otlp]\nendpoint = "http://127.0.0.1:4318"\n')
+    assert load_settings(str(tmp_path / "g.toml")).otlp_endpoint == "http://127.0.0.1:4318"
+    (tmp_path / "bad.toml").write_text("[otlp]\nendpoint = 4318\n")
+    with pytest.raises(UsageError, match="must be a URL string"):
+        load_settings(str(tmp_path / "bad.toml"))
+
+
+def test_run_otlp_usage_error(cli):
+    res = cli("attach", "1", "--otlp", "localhost:4318")
+    assert res.returncode == 2 and "--otlp takes an OTLP/HTTP URL" in res.stderr
+
+
+def test_run_otlp_sends_the_verdict_of_a_real_run(receiver, tmp_path):
+    from tests.conftest import gpudiag
+
+    out = tmp_path / "r.json"
+    job = "import time\nt = time.time()\nwhile time.time() - t < 4: sum(range(10000))"
+    res = gpudiag("run", "-q", "--otlp", receiver.url, "--out", str(out), "--", "python", "-c", job)
+    assert res.returncode == 0, res.stderr
+    records = [
+        r
+        for req in receiver.logs
+        for rl in req.resource_logs
+        for s in rl.scope_logs
+        for r in s.log_records
+    ]
+    import json
+
+    doc = json.loads(out.read_text())
+    assert [r.body.string_value for r in records] == [doc["verdict"]["statement"]]
+    got = points(receiver)
+    assert got["gpudiag_job_profiled_seconds"] and "gpudiag_cpu_seconds_total" in got
+
+
+def test_the_collector_example_receives_otlp_on_loopback():
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent.parent
+    cfg = yaml.safe_load((root / "deploy" / "otel" / "collector.yaml").read_text())
+    assert cfg["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "127.0.0.1:4318"
+    pipes = cfg["service"]["pipelines"]
+    assert "otlp" in pipes["metrics"]["receivers"] and "otlp" in pipes["logs"]["receivers"]
+    used = {
+        x for p in pipes.values() for k in ("receivers", "processors", "exporters") for x in p[k]
+    }
+    assert used <= set(cfg["receivers"]) | set(cfg["processors"]) | set(cfg["exporters"])
