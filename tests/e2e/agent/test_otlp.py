@@ -30,7 +30,7 @@ from gpudiag.agent.fleet.metrics import LiveJob  # noqa: E402
 from gpudiag.agent.fleet.otlp import metrics_url, unit_of  # noqa: E402
 from gpudiag.agent.fleet.server import MetricsServer  # noqa: E402
 
-H100 = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
+H100 = Path(__file__).resolve().parents[2] / "fixtures" / "h100"
 
 
 class Receiver:
@@ -212,7 +212,7 @@ def test_run_otlp_sends_the_verdict_of_a_real_run(receiver, tmp_path):
 def test_the_collector_example_receives_otlp_on_loopback():
     import yaml
 
-    root = Path(__file__).resolve().parent.parent.parent
+    root = Path(__file__).resolve().parents[3]
     cfg = yaml.safe_load((root / "deploy" / "otel" / "collector.yaml").read_text())
     assert cfg["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "127.0.0.1:4318"
     pipes = cfg["service"]["pipelines"]

@@ -29,10 +29,10 @@ from gpudiag.agent.commands.replay import replay_report  # noqa: E402
 from gpudiag.agent.output.report import load_report, write_report  # noqa: E402
 from gpudiag.analyzers.engine.catalogue_doc import finding_doc, owners  # noqa: E402
 from gpudiag.analyzers.model.catalogue import CATALOGUE  # noqa: E402
-from tests.agent.test_e2e_workloads import check  # noqa: E402
 from tests.conftest import WORKLOADS, start_training  # noqa: E402
+from tests.e2e.agent.test_e2e_workloads import check  # noqa: E402
 
-H100 = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
+H100 = Path(__file__).resolve().parents[2] / "fixtures" / "h100"
 
 
 @pytest.fixture(scope="module")
