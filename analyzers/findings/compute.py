@@ -1,0 +1,200 @@
+"""COMP001: a part of the training step (a top module of the model, the model's own code, the
+step's ops outside the model, an optimizer parameter group) takes a large share of the step and
+runs far below what the rest of the model attains for its work, with the reason read from the
+job: its FLOPs' dtype, its backward's FLOPs against its forward's, its op count and the ops it
+runs, its calls a step, its optimizer group's update mode (measures/compute.py's table)."""
+
+from __future__ import annotations
+
+import statistics
+
+from gpudiag.analyzers.model.catalogue import new_finding
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.model.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.model.thresholds import Thresholds
+from gpudiag.analyzers.measures.compute import ComputeTable, Row
+
+LOW = ("bfloat16", "float16")
+
+
+def reference(t: ComputeTable, row: Row) -> float | None:
+    """The efficiency of the model's units other than `row` (their roofline time over their
+    measured time): what the job's own work attains on this device."""
+    rows = [r for r in t.rows if r.kind == "unit" and r is not row and r.roofline_s is not None]
+    time = sum(r.time_s for r in rows)
+    if time <= 0:
+        return None
+    return min(1.0, sum(r.roofline_s or 0.0 for r in rows) / time)
+
+
+def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str]]:
+    """(what the job shows, the change that follows) for a row, each read from its work."""
+    out: list[tuple[str, str]] = []
+    if row.dtype == "float64" and t.dtype != "float64" and row.flops:
+        out.append(
+            (
+                f"its {row.flops:.3g} FLOPs a step run in float64 while the rest of the model "
+                f"computes in {t.dtype}",
+                f"compute it in {t.dtype}: drop the .double() / dtype=torch.float64 of its "
+                "parameters and inputs (float64 matrix products run at half the float32 rate "
+                "on a CPU and at 1/2-1/30 of it on a GPU)",
+            )
+        )
+    if row.kind == "unit" and row.flops_fwd and row.flops_bwd is not None:
+        ratio = row.flops_bwd / row.flops_fwd
+        if ratio >= th.comp_recompute_ratio:
+            out.append(
+                (
+                    f"its backward does {ratio:.1f}x its forward's FLOPs (a backward's own work "
+                    "is 2x): it recomputes its forward in the backward (activation "
+                    "checkpointing)",
+                    "drop torch.utils.checkpoint (or gradient_checkpointing) where the "
+                    "activations fit in memory: it trades a forward's compute for memory",
+                )
+            )
+    others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
+    typical = statistics.median(others) if others else 0.0
+    if row.ops is not None and row.ops >= th.comp_ops_min and row.ops >= 10 * typical:
+        per_op = (row.bytes or 0.0) / row.ops
+        calls = f", called {row.calls:.0f} times a step" if row.calls and row.calls > 1 else ""
+        out.append(
+            (
+                f"it runs {row.ops:.0f} ops a step ({per_op / 1024:.1f} KiB each on average"
+                f"{calls}; most: {row.top_ops or 'not recorded'}), where the model's units run "
+                f"a median {typical:.0f}: a Python loop over items or elements",
+                "vectorise it: one batched op over the whole batch in place of a loop of small "
+                "ones (torch's batched forms, torch.vmap)",
+            )
+        )
+    g = row.group
+    if row.kind == "optimizer" and g and not g.get("foreach") and not g.get("fused"):
+        if g.get("tensors", 0) >= 20:
+            out.append(
+                (
+                    f"its {g.get('optimizer') or 'optimizer'} updates {g['tensors']} tensors "
+                    "one at a time (foreach and fused off)",
+                    "foreach=True (or fused=True on a GPU) in the optimizer's constructor",
+                )
+            )
+    return out
+
+
+def _candidates(t: ComputeTable, th: Thresholds) -> list[tuple[float, Row, float, float]]:
+    """(impact, row, its efficiency, the reference) of each row far below the reference."""
+    out = []
+    for row in t.rows:
+        eff = row.efficiency
+        if eff is None or row.share < th.comp_share_warn:
+            continue
+        if row.kind == "outside" and (row.ops or 0) < th.comp_ops_min:
+            continue  # the loop's own Python and data wait: the stacks' findings say where
+        ref = reference(t, row)
+        if ref is None or ref <= 0 or eff > th.comp_efficiency_ratio * ref:
+            continue
+        out.append((row.share * (1.0 - eff / ref), row, eff, ref))
+    return sorted(out, key=lambda x: -x[0])
+
+
+def _evidence(row: Row, eff: float, ref: float, t: ComputeTable, th: Thresholds) -> tuple:
+    ev = [
+        Evidence(
+            "compute_share",
+            round(row.share, 4),
+            "ratio",
+            th.comp_share_warn,
+            ">=",
+            "comp_share_warn",
+            "hooks",
+        ),
+        Evidence(
+            "compute_efficiency_vs_model",
+            round(eff / ref, 4),
+            "ratio",
+            th.comp_efficiency_ratio,
+            "<=",
+            "comp_efficiency_ratio",
+            "hooks",
+        ),
+        Evidence("compute_efficiency", round(eff, 5), "ratio", source="hooks"),
+        Evidence("model_efficiency", round(ref, 5), "ratio", source="hooks"),
+    ]
+    if row.flops is not None:
+        ev.append(Evidence("compute_flops", round(row.flops), "FLOP", source="hooks"))
+    if row.ops is not None:
+        ev.append(Evidence("compute_ops", round(row.ops), "count", source="hooks"))
+    if t.attainable.flops_s:
+        ev.append(
+            Evidence(
+                "attainable_flops_s",
+                float(f"{t.attainable.flops_s:.4g}"),
+                "FLOP/s",
+                source=t.attainable.source or "hooks",
+            )
+        )
+    return tuple(ev)
+
+
+def find(c: Context) -> list[Finding]:
+    """COMP001 over the hooks' sampled steps (one finding: the costliest place, the others
+    named in its message)."""
+    t, th = c.compute, c.th
+    if t is None or t.counted_steps == 0:
+        return []
+    found = _candidates(t, th)
+    if not found:
+        return []
+    impact, row, eff, ref = found[0]
+    why = reasons(row, t, th)
+    where = {
+        "unit": f"module {row.name}",
+        "own": row.name,
+        "outside": row.name,
+        "optimizer": row.name,
+    }[row.kind]
+    shown = (
+        "; ".join(w for w, _ in why)
+        if why
+        else (
+            "its FLOPs, bytes, dtype and ops look ordinary: what it does that its work does not "
+            "show is not read here (a profiler capture of the step shows its ops)"
+        )
+    )
+    more = "".join(
+        f"; also {r.name} ({r.share:.0%} of the step, {e / f:.0%} of the model's efficiency)"
+        for _, r, e, f in found[1:3]
+    )
+    message = (
+        f"{where} takes {row.share:.0%} of the training step ({row.time_s * 1e3:.1f} ms of "
+        f"{t.step_s * 1e3:.1f} ms) and runs at {eff / ref:.1%} of the efficiency the rest of "
+        f"{t.model} attains on this device ({eff:.2%} against {ref:.2%} of the "
+        f"{t.attainable.source or 'attainable'} rates): {shown}{more}."
+    )
+    actions = tuple(a for _, a in why) or (
+        f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
+    )
+    return [
+        new_finding(
+            "COMP001",
+            th,
+            detail=f"({row.name})",
+            confidence=min(0.95, 0.6 + 0.05 * t.timed_steps),
+            impact=impact,
+            message=message,
+            evidence=_evidence(row, eff, ref, t, th),
+            recommendation=Recommendation(
+                f"Make {row.name} do its work at the model's rate", actions
+            ),
+            expected_speedup=speedup_from_impact(impact),
+            signals=("hooks",),
+            speedup_basis=(
+                f"a bound: {row.name} at the rest of the model's efficiency ({row.share:.0%} "
+                f"of the step down to {row.share * eff / ref:.1%})"
+            ),
+            speedup_kind="bound",
+        )
+    ]
