@@ -32,9 +32,15 @@ def reference(t: ComputeTable, row: Row) -> float | None:
     return min(1.0, sum(r.roofline_s or 0.0 for r in rows) / time)
 
 
-def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str]]:
-    """(what the job shows, the change that follows) for a row, each read from its work."""
-    out: list[tuple[str, str]] = []
+# What a reason's fix gives back, as a share of its place's time (a model, stated with it):
+FP64_SAVING = 0.5  # float64 GEMMs at half the float32 rate (a CPU's vector width; GPUs less)
+FOREACH_SAVING = 0.5  # one kernel per tensor and step against a few for the whole group
+
+
+def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, float]]:
+    """(what the job shows, the change that follows, the share of the place's time it gives
+    back) for a row, each read from its work."""
+    out: list[tuple[str, str, float]] = []
     if row.dtype == "float64" and t.dtype != "float64" and row.flops:
         out.append(
             (
@@ -43,6 +49,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str]]:
                 f"compute it in {t.dtype}: drop the .double() / dtype=torch.float64 of its "
                 "parameters and inputs (float64 matrix products run at half the float32 rate "
                 "on a CPU and at 1/2-1/30 of it on a GPU)",
+                FP64_SAVING,
             )
         )
     if row.kind == "unit" and row.flops_fwd and row.flops_bwd is not None:
@@ -55,6 +62,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str]]:
                     "checkpointing)",
                     "drop torch.utils.checkpoint (or gradient_checkpointing) where the "
                     "activations fit in memory: it trades a forward's compute for memory",
+                    (ratio - 2.0) / (ratio + 1.0),
                 )
             )
     others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
@@ -69,6 +77,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str]]:
                 f"a median {typical:.0f}: a Python loop over items or elements",
                 "vectorise it: one batched op over the whole batch in place of a loop of small "
                 "ones (torch's batched forms, torch.vmap)",
+                1.0 - max(typical, 1.0) / row.ops,
             )
         )
     g = row.group
@@ -79,24 +88,32 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str]]:
                     f"its {g.get('optimizer') or 'optimizer'} updates {g['tensors']} tensors "
                     "one at a time (foreach and fused off)",
                     "foreach=True (or fused=True on a GPU) in the optimizer's constructor",
+                    FOREACH_SAVING,
                 )
             )
     return out
 
 
 def _candidates(t: ComputeTable, th: Thresholds) -> list[tuple[float, Row, float, float]]:
-    """(impact, row, its efficiency, the reference) of each row far below the reference."""
+    """(impact, row, its efficiency, the reference) of each row far below the reference or
+    whose work shows a reason it costs more than it needs (its impact: the larger of the two
+    models)."""
     out = []
     for row in t.rows:
         eff = row.efficiency
         if eff is None or row.share < th.comp_share_warn:
             continue
-        if row.kind == "outside" and (row.ops or 0) < th.comp_ops_min:
-            continue  # the loop's own Python and data wait: the stacks' findings say where
         ref = reference(t, row)
-        if ref is None or ref <= 0 or eff > th.comp_efficiency_ratio * ref:
+        if ref is None or ref <= 0:
             continue
-        out.append((row.share * (1.0 - eff / ref), row, eff, ref))
+        saving = max((r[2] for r in reasons(row, t, th)), default=0.0)
+        far = eff <= th.comp_efficiency_ratio * ref
+        if row.kind == "outside" and (row.ops or 0) < th.comp_ops_min:
+            far = False  # the loop's own Python and data wait: the stacks' findings say where
+        if not far and saving <= 0:
+            continue
+        impact = row.share * max(saving, 1.0 - eff / ref if far else 0.0)
+        out.append((impact, row, eff, ref))
     return sorted(out, key=lambda x: -x[0])
 
 
@@ -150,6 +167,9 @@ def find(c: Context) -> list[Finding]:
         return []
     impact, row, eff, ref = found[0]
     why = reasons(row, t, th)
+    same = [x for x in found[1:] if why and why[0][1] in {a for _, a, _ in reasons(x[1], t, th)}]
+    impact = min(0.95, impact + sum(x[0] for x in same))  # one cause in several modules
+    found = [found[0], *same, *[x for x in found[1:] if x not in same]]
     where = {
         "unit": f"module {row.name}",
         "own": row.name,
@@ -157,7 +177,7 @@ def find(c: Context) -> list[Finding]:
         "optimizer": row.name,
     }[row.kind]
     shown = (
-        "; ".join(w for w, _ in why)
+        "; ".join(w for w, _, _ in why)
         if why
         else (
             "its FLOPs, bytes, dtype and ops look ordinary: what it does that its work does not "
@@ -172,9 +192,9 @@ def find(c: Context) -> list[Finding]:
         f"{where} takes {row.share:.0%} of the training step ({row.time_s * 1e3:.1f} ms of "
         f"{t.step_s * 1e3:.1f} ms) and runs at {eff / ref:.1%} of the efficiency the rest of "
         f"{t.model} attains on this device ({eff:.2%} against {ref:.2%} of the "
-        f"{t.attainable.source or 'attainable'} rates): {shown}{more}."
+        f"{t.attainable.source.removeprefix('the ') or 'attainable'} rates): {shown}{more}."
     )
-    actions = tuple(a for _, a in why) or (
+    actions = tuple(a for _, a, _ in why) or (
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     return [
@@ -192,9 +212,11 @@ def find(c: Context) -> list[Finding]:
             expected_speedup=speedup_from_impact(impact),
             signals=("hooks",),
             speedup_basis=(
-                f"a bound: {row.name} at the rest of the model's efficiency ({row.share:.0%} "
-                f"of the step down to {row.share * eff / ref:.1%})"
+                f"a model: {impact:.0%} of the step given back by the change named"
+                if why
+                else f"a bound: {row.name} at the rest of the model's efficiency "
+                f"({row.share:.0%} of the step down to {row.share * eff / ref:.1%})"
             ),
-            speedup_kind="bound",
+            speedup_kind="model" if why else "bound",
         )
     ]

@@ -368,6 +368,12 @@ def _attainable(
     source = "calibration" if gemm else ""
     if best is not None and (gemm is None or best > gemm):
         gemm, source = best, "the job's best unit" + (" (above the calibration)" if gemm else "")
+    moved = max(
+        (r.bytes / r.time_s for r in rows if r.kind == "unit" and r.bytes and r.time_s > 0),
+        default=None,
+    )
+    if moved is not None and (copy is None or moved > copy):
+        copy = moved  # a busy box slows the copy's calibration more than the job's own passes
     return Attainable(gemm, copy, dtype, source)
 
 

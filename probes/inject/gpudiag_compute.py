@@ -189,14 +189,25 @@ class Armed:
         self._install(torch)
 
     def _install(self, torch) -> None:
+        """Global module hooks (none on the model itself: a deepcopy of it, an EMA's, must not
+        copy them), the optimizer pre-hook, torch.autograd.backward timed, the counting mode."""
+        from torch.nn.modules import module as nn_module
         from torch.optim import optimizer
 
-        root = self.root
-        self.handles.append(root.register_forward_pre_hook(self._root_pre))
-        self.handles.append(root.register_forward_hook(self._root_post))
-        for name, mod in self.units:
-            self.handles.append(mod.register_forward_pre_hook(self._unit_pre(name)))
-            self.handles.append(mod.register_forward_hook(self._unit_post(name)))
+        pre = {id(m): self._unit_pre(n) for n, m in self.units}
+        post = {id(m): self._unit_post(n) for n, m in self.units}
+        pre[id(self.root)], post[id(self.root)] = self._root_pre, self._root_post
+
+        def global_pre(mod, args):
+            hook = pre.get(id(mod))
+            return None if hook is None else hook(mod, args)
+
+        def global_post(mod, args, out):
+            hook = post.get(id(mod))
+            return None if hook is None else hook(mod, args, out)
+
+        self.handles.append(nn_module.register_module_forward_pre_hook(global_pre))
+        self.handles.append(nn_module.register_module_forward_hook(global_post))
         self.handles.append(optimizer.register_optimizer_step_pre_hook(self._opt_pre))
         self._orig_backward = torch.autograd.backward
         torch.autograd.backward = self._timed_backward(self._orig_backward)

@@ -41,6 +41,15 @@ def calibrate(dtype: str, m: int, k: int, n: int, t: int | None = None) -> list[
     except Exception:  # noqa: BLE001 (gpudiag's environment without torch)
         return []
     rows = max(1, min(m, MAX_ELEMS // max(k, n, 1)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core: a pool's barriers on a busy box measure the box
+    try:
+        return _calibrate(torch, dtype, rows, k, n, t)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _calibrate(torch, dtype: str, rows: int, k: int, n: int, t: int | None) -> list[Sample]:
     dt = getattr(torch, dtype)
     a = torch.randn(rows, k).to(dt)
     b = torch.randn(k, n).to(dt)
