@@ -258,10 +258,6 @@ class Thresholds:
     comp_ops_min: int = 200
     """COMP001: ops a step from which a place's op count is read as a loop over items (with
     its ops at least 10x the model's other units' median)."""
-    comp_model_efficiency_min: float = 0.02
-    """The verdict: the model's efficiency (its roofline time over its measured time) below
-    which a sure "no bottleneck" is not said (the compute is not shown near what the device
-    attains)."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

@@ -107,7 +107,8 @@ class Clock:
     def seconds(self, mark) -> float:
         if not self.cuda:
             return mark
-        return self.base.elapsed_time(mark) / 1000.0
+        base: Any = self.base
+        return base.elapsed_time(mark) / 1000.0
 
 
 class Work:
@@ -212,8 +213,9 @@ class Armed:
         self._orig_backward = torch.autograd.backward
         torch.autograd.backward = self._timed_backward(self._orig_backward)
         if self.counting:
-            self.mode = make_mode(torch, self)
-            self.mode.__enter__()
+            mode: Any = make_mode(torch, self)
+            mode.__enter__()
+            self.mode = mode
 
     def remove(self) -> None:
         """Everything out (in the step's optimizer post-hook: no forward or backward runs)."""
@@ -294,7 +296,7 @@ class Armed:
                 self.phase = "fwd"
                 self.place = OUTSIDE
 
-        backward._gpudiag = 1  # type: ignore[attr-defined]
+        backward._gpudiag = 1
         return backward
 
     def _opt_pre(self, opt, args, kwargs):
@@ -435,7 +437,7 @@ class Armed:
 def optimizer_groups(torch, opt) -> list:
     """Per parameter group: tensors, elements, bytes of the params and of their optimizer state,
     whether the update runs foreach or fused, and the params' dtype."""
-    rows = []
+    rows: list[list] = []
     try:
         groups = opt.param_groups
         state = opt.state
