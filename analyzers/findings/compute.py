@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import statistics
 
-from gpudiag.analyzers.model.catalogue import new_finding
 from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
+from gpudiag.analyzers.measures.compute import ComputeTable, Row
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -17,7 +19,61 @@ from gpudiag.analyzers.model.results import (
     speedup_from_impact,
 )
 from gpudiag.analyzers.model.thresholds import Thresholds
-from gpudiag.analyzers.measures.compute import ComputeTable, Row
+
+COMP001 = register(
+    Spec(
+        "COMP001",
+        "A part of the step costs far more than its work",
+        "host",
+        False,
+        None,  # a warning at most: what the named change gives back is measured by try
+        # its place's time is the model's ops (host time on a CPU, a loop of small ops' launches
+        # on a GPU): HOST001 takes its impact off the host-bound share, LOOP001 runs after it
+        claims=("loop_time", "loop_host_time"),
+        doc=Doc(
+            means=(
+                "a part of a training step (a top module of the model, the model's own code, "
+                "the step's ops outside the model, an optimizer parameter group), timed by the "
+                "hooks on a sampled step every 2 s, takes `comp_share_warn` (0.15) or more of the"
+                " step and either runs at `comp_efficiency_ratio` (0.25) or less of the "
+                "efficiency the rest of the model attains (its FLOPs and bytes, counted on one "
+                "step in 30 s, at the attainable rates over its time), or its work shows why it "
+                "costs more than it needs: float64 FLOPs in a float32 model, a backward of "
+                "`comp_recompute_ratio` (2.6) times its forward's FLOPs or more (recomputation),"
+                " `comp_ops_min` (200) ops a step or more at 10x the median unit's (a Python "
+                "loop over items), a per-tensor optimizer over 20 tensors or more; under "
+                "`gpudiag run`, `instrument()` or `attach --hooks`, in a training loop"
+            ),
+            fix=(
+                "names the module or group and the change its work calls for: compute it in "
+                "the model's dtype; drop activation checkpointing where the activations fit; "
+                "one batched op in place of a loop of small ones (torch.vmap); foreach=True "
+                "(fused=True on a GPU) in the optimizer; with no reason read, a profiler "
+                "capture of the step (`--capture-steps`) shows its ops"
+            ),
+            measured=(
+                Measured(
+                    impact=(
+                        "its share of the step times the share of its time the change gives back"
+                        ": half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
+                        "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
+                        "its ops for a loop; summed over the places with the same change"
+                    ),
+                    speedup="a model: 1 / (1 - impact)",
+                    variant="a reason read from its work",
+                ),
+                Measured(
+                    impact=(
+                        "its share of the step times 1 - its efficiency over the rest of the "
+                        "model's"
+                    ),
+                    speedup="a bound: the place at the rest of the model's efficiency",
+                    variant="no reason read",
+                ),
+            ),
+        ),
+    )
+)
 
 LOW = ("bfloat16", "float16")
 
@@ -118,25 +174,16 @@ def _candidates(t: ComputeTable, th: Thresholds) -> list[tuple[float, Row, float
 
 
 def _evidence(row: Row, eff: float, ref: float, t: ComputeTable, th: Thresholds) -> tuple:
+    vs = round(eff / ref, 4)
     ev = [
-        Evidence(
-            "compute_share",
-            round(row.share, 4),
-            "ratio",
-            th.comp_share_warn,
-            ">=",
-            "comp_share_warn",
-            "hooks",
+        th.evidence(
+            "comp_share_warn", "compute_share", round(row.share, 4), "ratio", ">=", "hooks"
         ),
-        Evidence(
-            "compute_efficiency_vs_model",
-            round(eff / ref, 4),
-            "ratio",
-            th.comp_efficiency_ratio,
-            "<=",
-            "comp_efficiency_ratio",
-            "hooks",
-        ),
+        th.evidence(
+            "comp_efficiency_ratio", "compute_efficiency_vs_model", vs, "ratio", "<=", "hooks"
+        )
+        if vs <= th.comp_efficiency_ratio
+        else Evidence("compute_efficiency_vs_model", vs, "ratio", source="hooks"),
         Evidence("compute_efficiency", round(eff, 5), "ratio", source="hooks"),
         Evidence("model_efficiency", round(ref, 5), "ratio", source="hooks"),
     ]
@@ -220,3 +267,6 @@ def find(c: Context) -> list[Finding]:
             speedup_kind="model" if why else "bound",
         )
     ]
+
+
+FINDER = Finder("compute", find, (COMP001,))

@@ -13,9 +13,9 @@ reached when that is higher (a busy box slows the calibration too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-from gpudiag.analyzers.cost.prices import identify
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 OWN = "(model's own code)"
@@ -205,18 +205,6 @@ def _best_calibration(view: Aggregate, op: str, dtype: str) -> float | None:
     return best
 
 
-def _datasheet(gpu_names: tuple[str, ...], dtype: str) -> Attainable | None:
-    for name in gpu_names:
-        model = identify(name)
-        if model is None:
-            continue
-        tflops = model.bf16_tflops if dtype in LOW_PRECISION else model.fp32_tflops
-        return Attainable(
-            tflops * 1e12, model.hbm_gb_s * 1e9, dtype, f"datasheet {model.label} ({dtype})"
-        )
-    return None
-
-
 def _job_dtype(work: dict[str, dict]) -> str:
     flops: dict[str, float] = {}
     for d in work.values():
@@ -226,11 +214,16 @@ def _job_dtype(work: dict[str, dict]) -> str:
     return max(flops, key=lambda k: flops[k]) if flops else "float32"
 
 
+# the job's GPU's datasheet rates for a dtype (None: a GPU the table does not know)
+Datasheet = Callable[[str], "Attainable | None"]
+
+
 def compute_table(
-    view: Aggregate, gpu_names: tuple[str, ...] = (), whole: Aggregate | None = None
+    view: Aggregate, datasheet: Datasheet | None = None, whole: Aggregate | None = None
 ) -> ComputeTable | None:
-    """The table of the hooks' sampled steps; None without timed sampled steps. `whole`: the
-    whole run, where the calibration is read (a property of the device, not of the window)."""
+    """The table of the hooks' sampled steps; None without timed sampled steps. `datasheet`:
+    the job's GPU's rates (None: a CPU job, calibrated by the agent); `whole`: the whole run,
+    where the calibration is read (a property of the device, not of the window)."""
     steps = view.matching("hooks", "cmp_step_s", kind="compute_step", counted="0")
     n = sum(r.count for _, r in steps)
     if not n:
@@ -253,10 +246,10 @@ def compute_table(
     calls = _mean(view, "module_calls", kind="module", counted="0")
     work = _work(view)
     dtype = _job_dtype(work)
-    device = "cuda" if gpu_names else "cpu"
+    device = "cpu" if datasheet is None else "cuda"
     rows = _rows(step, step_s, fwd, bwd, calls, work)
     rows += _groups(view, step.get("cmp_opt_s") or 0.0, step_s, work.get(OPT, {}))
-    att = _attainable(whole or view, gpu_names, dtype, rows)
+    att = _attainable(whole or view, datasheet, dtype, rows)
     rows = [_with_roofline(r, att) for r in rows]
     return ComputeTable(tuple(rows), step_s, n, int(counted), model, dtype, att, device)
 
@@ -352,13 +345,10 @@ def _groups(view: Aggregate, opt_s: float, step_s: float, opt_work: dict) -> lis
 
 
 def _attainable(
-    view: Aggregate, gpu_names: tuple[str, ...], dtype: str, rows: list[Row]
+    view: Aggregate, datasheet: Datasheet | None, dtype: str, rows: list[Row]
 ) -> Attainable:
-    if gpu_names:
-        sheet = _datasheet(gpu_names, dtype)
-        if sheet is not None:
-            return sheet
-        return Attainable(None, None, dtype, "")
+    if datasheet is not None:
+        return datasheet(dtype) or Attainable(None, None, dtype, "")
     gemm = _best_calibration(view, "gemm", dtype)
     copy = _best_calibration(view, "copy", dtype)
     best = max(
@@ -378,8 +368,6 @@ def _attainable(
 
 
 def _with_roofline(r: Row, a: Attainable) -> Row:
-    from dataclasses import replace
-
     if r.bytes is None or r.flops is None or not a.bytes_s or not a.flops_s:
         return r
     return replace(r, roofline_s=r.flops / a.flops_s + r.bytes / a.bytes_s)

@@ -129,7 +129,7 @@ def test_malformed_records_are_dropped():
 def test_comp001_names_the_float64_block_and_not_a_healthy_model(monkeypatch):
     from dataclasses import replace
 
-    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.analyzers.model.thresholds import Thresholds
 
     class C:  # the finder reads only the table and the thresholds
         pass

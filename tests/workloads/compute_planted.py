@@ -70,7 +70,9 @@ def loss_of(out: torch.Tensor, y: torch.Tensor, loop: bool) -> torch.Tensor:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("cause", choices=("float64", "loss_loop", "checkpoint", "ema_deepcopy", "healthy"))
+    p.add_argument(
+        "cause", choices=("float64", "loss_loop", "checkpoint", "ema_deepcopy", "healthy")
+    )
     p.add_argument("--fixed", action="store_true")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps instead")
