@@ -258,6 +258,11 @@ class Thresholds:
     comp_ops_min: int = 200
     """COMP001: ops a step from which a place's op count is read as a loop over items (with
     its ops at least 10x the model's other units' median)."""
+    comp_verdict_efficiency: float = 0.25
+    """A sure "no bottleneck" needs the model's compute (the compute table's
+    model_efficiency, its time counted on the CPU: the loop thread's run-queue wait taken out)
+    at this share or more of what the device attains for the job's shapes, where the hooks
+    measured it against a calibration (a CPU); below it, the verdict is not sure and says so."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

@@ -144,3 +144,47 @@ def test_comp001_names_the_float64_block_and_not_a_healthy_model(monkeypatch):
         else:
             assert found and found[0].id == "COMP001" and named in found[0].title
             assert "float64" in found[0].message
+
+
+def test_comp001_with_no_reason_read_is_a_note_and_a_reason_ranks_first():
+    """A place far below the rest of the model with nothing read to say why is a note (its
+    cost is a bound, no change named); one whose work shows why leads."""
+    from dataclasses import replace
+
+    from gpudiag.analyzers.measures.compute import Attainable, ComputeTable, Row
+    from gpudiag.analyzers.model.thresholds import Thresholds
+
+    def row(name, share, t, flops, dtype="float32"):
+        return Row(
+            name,
+            "unit",
+            t / 2,
+            t / 2,
+            share,
+            flops / 3,
+            2 * flops / 3,
+            0.0,
+            8,
+            0,
+            dtype,
+            roofline_s=flops / 1e9,
+        )
+
+    def table(*rows):
+        att = Attainable(1e9, 1e9, "float32", "calibration")
+        return ComputeTable(tuple(rows), 1.0, 5, 1, "Net", "float32", att, "cpu")
+
+    class C:  # the finder reads only the table and the thresholds
+        pass
+
+    c = C()
+    c.th = Thresholds()
+    slow = row("slow", 0.3, 0.3, 0.003e9)  # 1% efficient, nothing read
+    fine = [row(f"b{i}", 0.2, 0.2, 0.1e9) for i in range(3)]  # 50% efficient
+    c.compute = table(slow, *fine)
+    (f,) = find(c)  # type: ignore[arg-type]
+    assert f.severity == "note" and "(slow)" in f.title
+    double = replace(fine[0], name="dbl", dtype="float64", share=0.25)
+    c.compute = table(slow, double, *fine[1:])
+    (f,) = find(c)  # type: ignore[arg-type]
+    assert "(dbl)" in f.title and f.severity != "note" and "float64" in f.message

@@ -9,6 +9,8 @@
 - ema_deepcopy: an EMA of the weights kept by `copy.deepcopy(model)` every step; fix: an
   in-place lerp of the EMA's parameters.
 - healthy: the same MLP, nothing planted (a control).
+- transformer, embedding: healthy controls of other shapes (a small transformer encoder over
+  token ids; a bag-of-embeddings classifier over a 20k vocabulary), nothing planted.
 """
 
 from __future__ import annotations
@@ -58,6 +60,35 @@ class Net(nn.Module):
         return self.head(x)
 
 
+class TinyTransformer(nn.Module):
+    """A healthy control: two encoder layers over 64 tokens of a 1000-word vocabulary."""
+
+    def __init__(self, dim: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, dim)
+        layer = nn.TransformerEncoderLayer(dim, 4, dim * 4, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, CLASSES)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.embed(tokens)).mean(dim=1))
+
+
+class BagOfEmbeddings(nn.Module):
+    """A healthy control: a batched embedding bag over a 20k vocabulary and an MLP head."""
+
+    def __init__(self, dim: int = 256) -> None:
+        super().__init__()
+        self.embed = nn.EmbeddingBag(20000, dim, mode="mean")
+        self.mlp = nn.Sequential(nn.Linear(dim, WIDTH), nn.ReLU(), nn.Linear(WIDTH, CLASSES))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.embed(tokens))
+
+
+CONTROLS = {"transformer": TinyTransformer, "embedding": BagOfEmbeddings}
+
+
 def loss_of(out: torch.Tensor, y: torch.Tensor, loop: bool) -> torch.Tensor:
     if not loop:
         return nn.functional.cross_entropy(out, y)
@@ -71,7 +102,8 @@ def loss_of(out: torch.Tensor, y: torch.Tensor, loop: bool) -> torch.Tensor:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument(
-        "cause", choices=("float64", "loss_loop", "checkpoint", "ema_deepcopy", "healthy")
+        "cause",
+        choices=("float64", "loss_loop", "checkpoint", "ema_deepcopy", "healthy", *CONTROLS),
     )
     p.add_argument("--fixed", action="store_true")
     p.add_argument("--seconds", type=float, default=20.0)
@@ -80,10 +112,13 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Net(a.cause, a.fixed)
+    model = CONTROLS[a.cause]() if a.cause in CONTROLS else Net(a.cause, a.fixed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     ema = copy.deepcopy(model) if a.cause == "ema_deepcopy" else None
     xs, ys = torch.randn(BATCH, 64), torch.randint(0, CLASSES, (BATCH,))
+    if a.cause in CONTROLS:
+        xs = torch.randint(0, 1000, (BATCH // 4 if a.cause == "transformer" else BATCH, 64))
+        ys = ys[: xs.shape[0]]
     ready = os.environ.get("GPUDIAG_TEST_READY")
     t0, steps = time.perf_counter(), 0
     while True:
