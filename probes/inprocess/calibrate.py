@@ -8,6 +8,8 @@ nothing is sampled and the analysis says the attainable rate is not known."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from gpudiag.probes.base import Sample, now_ns
 
@@ -18,7 +20,7 @@ MAX_ELEMS = 1 << 24  # a bigger product is calibrated on its first rows
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
-def _burst(fn, work: float) -> float:
+def _burst(fn: Callable[[], object], work: float) -> float:
     """The rate (work per second) of `fn` run for about BURST_S."""
     n = 0
     t0 = time.perf_counter()
@@ -49,7 +51,7 @@ def calibrate(dtype: str, m: int, k: int, n: int, t: int | None = None) -> list[
         torch.set_num_threads(threads)
 
 
-def _calibrate(torch, dtype: str, rows: int, k: int, n: int, t: int | None) -> list[Sample]:
+def _calibrate(torch: Any, dtype: str, rows: int, k: int, n: int, t: int | None) -> list[Sample]:
     dt = getattr(torch, dtype)
     a = torch.randn(rows, k).to(dt)
     b = torch.randn(k, n).to(dt)

@@ -66,7 +66,7 @@ _GROUP = (
 )
 
 
-def _num(v) -> float | None:
+def _num(v: object) -> float | None:
     """A finite, non-negative number a float holds, else None."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -77,7 +77,7 @@ def _num(v) -> float | None:
     return f if math.isfinite(f) and 0 <= f < 1e30 else None
 
 
-def _label(v, limit: int = 120) -> str | None:
+def _label(v: object, limit: int = 120) -> str | None:
     return v[:limit] if isinstance(v, str) and v else None
 
 

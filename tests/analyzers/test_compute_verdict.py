@@ -85,16 +85,32 @@ def test_a_compute_note_left_unexplained_makes_no_bottleneck_not_sure():
     assert compute_left({**SURE, "finding": "HOST002"}, None, None, th, [note])["finding"]
 
 
+def timed(counted: dict, rate: float = 1e9, n: int = 4) -> list[dict]:
+    """Timed records of a steady model whose every unit runs its counted work at `rate`
+    (FLOP/s and B/s): the times a quiet box gives, without its noise."""
+    units = [
+        [w[0], (w[1] / rate + w[4] / rate), (w[2] / rate + w[5] / rate), 1]
+        for w in counted["work"]
+        if not w[0].startswith("(")
+    ]
+    model = sum(u[1] + u[2] for u in units)
+    rec = {"count": 0, "model": counted["model"], "device": "cpu", "units": units}
+    rec |= {"fwd": sum(u[1] for u in units), "bwd": sum(u[2] for u in units)}
+    rec |= {"opt": 0.01 * model, "own": 0.0, "step": 1.05 * model, "groups": counted["groups"]}
+    return [dict(rec) for _ in range(n)]
+
+
 def test_analyze_holds_the_hooks_compute_table_against_the_calibration():
-    """End to end: a healthy scripted loop with a real model's sampled steps is sure; the same
-    with a calibration far above what its units reach is not, and says so."""
+    """End to end: a healthy scripted loop with a real model's counted step and steady timed
+    steps is sure; the same with a calibration far above what its units reach is not, and
+    says so."""
     torch = pytest.importorskip("torch")
     from gpudiag.probes.inprocess.compute_rows import compute_samples
     from tests.probes.test_compute_hooks import Net, _train
 
     torch.manual_seed(0)
-    model = Net()
-    recs = _train(model, 2, counting=True) + _train(model, 4, counting=False)
+    counted = [r for r in _train(Net(), 2, counting=True) if r["count"]]
+    recs = counted + timed(counted[-1])
     verdicts = {}
     for rate in (None, 1e15):
         sc = Scenario()
