@@ -137,6 +137,8 @@ def build_report(
         doc["workload"] = analysis.workload.to_dict()
     if analysis.right_size:
         doc["right_size"] = analysis.right_size
+    if analysis.compute:
+        doc["compute"] = analysis.compute
     return doc
 
 

@@ -327,6 +327,52 @@ class ReportCost(TypedDict, total=False):
     spot: dict[str, Any]
 
 
+class ReportComputeAttainable(TypedDict, total=False):
+    """The report's `ReportComputeAttainable` object."""
+
+    flops_s: float | None
+    bytes_s: float | None
+    dtype: str
+    source: str
+
+
+class ReportComputeRowsItem(TypedDict, total=False):
+    """The report's `ReportComputeRowsItem` object."""
+
+    name: str
+    kind: Literal["unit", "own", "outside", "optimizer"]
+    share: float
+    forward_s: float
+    backward_s: float
+    flops: float | None
+    bytes: float | None
+    ops: float | None
+    params: float | None
+    dtype: str | None
+    achieved_flops_s: float | None
+    achieved_bytes_s: float | None
+    efficiency: float | None
+    calls: float
+    top_ops: str
+    group: dict[str, Any]
+
+
+class ReportCompute(TypedDict, total=False):
+    """The report's `ReportCompute` object."""
+
+    model: str
+    device: str
+    dtype: str
+    step_s: float
+    timed_steps: int
+    counted_steps: int
+    flops_per_step: float
+    mfu: float | None
+    model_efficiency: float | None
+    attainable: ReportComputeAttainable
+    rows: list[ReportComputeRowsItem]
+
+
 class ReportRightSizeRowsItem(TypedDict, total=False):
     """The report's `ReportRightSizeRowsItem` object."""
 
@@ -440,6 +486,7 @@ class Report(TypedDict, total=False):
     stacks: ReportStacks
     capture: ReportCapture
     cost: ReportCost
+    compute: ReportCompute
     right_size: ReportRightSize
     gate: ReportGate
     ranks: list[ReportRanksItem]

@@ -441,6 +441,7 @@ class Session:
             analysis.profile,
             analysis.metrics,
             self.settings.thresholds,
+            analysis.compute or None,
         )
         return replace(analysis, findings=tuple(merged), verdict=verdict), section
 

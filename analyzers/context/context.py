@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpudiag.analyzers.cost.prices import Price
+from gpudiag.analyzers.cost.prices import Price, identify
 from gpudiag.analyzers.cost.projection import Prices, host_cause, project, resolve_price
+from gpudiag.analyzers.measures.compute import (
+    LOW_PRECISION,
+    Attainable,
+    ComputeTable,
+    Datasheet,
+    compute_table,
+)
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
@@ -49,6 +56,7 @@ class Context:
     right_size: dict = field(default_factory=dict)  # the model of the job on other GPUs
     price: Price | None = None  # the GPU-hour price this run is priced at (None: not known)
     handlers: HandlerSplit | None = None  # a server's request path split once (SERVE002/005)
+    compute: ComputeTable | None = None  # the hooks' sampled steps by module (COMP001)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a
@@ -163,4 +171,24 @@ def build_context(
     chosen = Prices(resolve_price(list(stats), given.current, given.table), given.table)
     right = project(list(stats), metrics, workload.kind, chosen, host_cause(cp))
     handlers = handler_split(view, clf) if workload.kind == "server" else None
-    return replace(c, workload=workload, right_size=right, handlers=handlers)
+    names = tuple(s.name for s in stats if s.job_uses_gpu)
+    sheet = datasheet(names) if names else None
+    table = compute_table(view, sheet, whole) if workload.kind == "training" else None
+    return replace(c, workload=workload, right_size=right, handlers=handlers, compute=table)
+
+
+def datasheet(gpu_names: tuple[str, ...]) -> Datasheet:
+    """The job's GPU's datasheet rates by dtype (bf16/fp16 or TF32/fp32 peak, memory
+    bandwidth), from the first of its GPUs the table knows; None where it knows none."""
+
+    def rates(dtype: str) -> Attainable | None:
+        for name in gpu_names:
+            model = identify(name)
+            if model is None:
+                continue
+            tflops = model.bf16_tflops if dtype in LOW_PRECISION else model.fp32_tflops
+            label = f"datasheet {model.label} ({dtype})"
+            return Attainable(tflops * 1e12, model.hbm_gb_s * 1e9, dtype, label)
+        return None
+
+    return rates

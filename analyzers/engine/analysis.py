@@ -50,6 +50,7 @@ class Analysis:
     periods: list = field(default_factory=list)
     workload: Workload | None = None
     right_size: dict = field(default_factory=dict)
+    compute: dict = field(default_factory=dict)  # the sampled steps' table by module
 
 
 def analyze(
@@ -150,4 +151,5 @@ def _analyze_view(
         done.verdict,
         workload=c.workload,
         right_size=c.right_size,
+        compute=c.compute.to_dict() if c.compute is not None else {},
     )

@@ -54,22 +54,27 @@ def finalize(
     findings = ranked(findings)
     kind = c.workload.kind if c.workload else None
     waits = waiting_share(c.view, c.profile, c.clf) if c.profile.samples else 0.0
+    table = c.compute.to_dict() if c.compute is not None else None
     return Finished(
-        tuple(findings), cost, judged(findings, c.profile, c.metrics, c.th, kind, waits)
+        tuple(findings),
+        cost,
+        judged(findings, c.profile, c.metrics, c.th, kind, waits, table),
     )
 
 
-def judged(
+def judged(  # noqa: PLR0913 (the verdict's inputs)
     findings: list[Finding],
     profile: Any,
     metrics: dict,
     th: Thresholds,
     kind: str | None = None,
     waits: float = 0.0,
+    compute: dict | None = None,
 ) -> dict:
     """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
     recorded when the box starved it) and the timed steps; `kind`: the workload's; `waits`:
-    the loop's share waiting on another thread or process (`only_waits`)."""
+    the loop's share waiting on another thread or process (`only_waits`); `compute`: the
+    hooks' compute table (the report's `compute`), when they measured one."""
     rate = starved_rate(metrics, th)
     samples = profile.samples * (rate if rate is not None else 1.0)
     verdict = verdict_of(
@@ -81,7 +86,8 @@ def judged(
         starved=rate,
     )
     verdict = unbatched_on_cpu(blind_to_forwards(verdict, kind, metrics), kind, metrics, th)
-    return only_waits(verdict, waits, th)
+    verdict = only_waits(verdict, waits, th)
+    return compute_left(verdict, compute, profile.loop_runqueue, th, findings)
 
 
 def only_waits(verdict: dict, waits: float, th: Thresholds) -> dict:
@@ -99,6 +105,58 @@ def only_waits(verdict: dict, waits: float, th: Thresholds) -> dict:
         "wait on another thread or process): it had no work to do (an idle server), or its "
         "work runs elsewhere (a server's model workers: `gpudiag attach` on the front end's "
         "PID profiles its busiest model worker)",
+    }
+
+
+def compute_left(  # noqa: PLR0913 (the verdict, and what it is held against)
+    verdict: dict,
+    compute: dict | None,
+    runqueue: float | None,
+    th: Thresholds,
+    findings: list[Finding] | tuple[Finding, ...] = (),
+) -> dict:
+    """A "no bottleneck" where the hooks measured the step's compute against what the device
+    attains for the job's shapes (a calibration, on a CPU): not sure while the model's compute
+    runs below `comp_verdict_efficiency` of it, with no finding to say why; the statement says
+    how far below and where to look. The time is counted on the CPU: the loop thread's wait
+    for a CPU (`runqueue`, a share of its time) is the box's, not the model's. A GPU's
+    datasheet peak is not an attainable rate for small shapes: not held against it here.
+    A note that claims the step's compute (a part far below the rest of the model, no reason
+    read) makes it not sure too, named."""
+    if verdict.get("finding") is not None:
+        return verdict
+    noted = next((f for f in findings if "compute" in spec(f.id).claims and f.impact > 0), None)
+    if noted is not None:
+        return {
+            **verdict,
+            "sure": False,
+            "statement": verdict["statement"]
+            + f"; not sure: {noted.impact:.0%} of the step is left unexplained: {noted.title} "
+            f"({noted.id}, a note); the compute table in the report holds each module's share "
+            "and efficiency, and a profiler capture of the step (--capture-steps 5) shows its ops",
+        }
+    if not compute:
+        return verdict
+    eff = compute.get("model_efficiency")
+    source = str((compute.get("attainable") or {}).get("source") or "")
+    if eff is None or not source or source.startswith("datasheet"):
+        return verdict
+    if runqueue is not None and 0.0 <= runqueue < 1.0:
+        eff = eff / (1.0 - runqueue)
+    eff = min(1.0, eff)
+    if eff >= th.comp_verdict_efficiency:
+        return verdict
+    rows = compute.get("rows") or []
+    inside = sum(r.get("share", 0.0) for r in rows if r.get("kind") != "outside")
+    return {
+        **verdict,
+        "sure": False,
+        "statement": verdict["statement"]
+        + f"; not sure: the model's compute ({inside:.0%} of the step) runs at {eff:.0%} of "
+        f"what this CPU attains for its shapes ({source}; comp_verdict_efficiency="
+        f"{th.comp_verdict_efficiency:g}) and no rule says why: the compute table in the "
+        "report names each module's share and efficiency; a profiler capture of the step "
+        "(--capture-steps 5) shows its ops",
     }
 
 
@@ -174,21 +232,22 @@ def run_day(start_ns: int | None) -> date | None:
         return None
 
 
-def with_more(
+def with_more(  # noqa: PLR0913 (the verdict's inputs, and the findings to add)
     findings: list[Finding],
     more: list[Finding],
     verdict: dict,
     profile: Any,
     metrics: dict,
     th: Thresholds,
+    compute: dict | None = None,
 ) -> tuple[list[Finding], dict]:
     """Findings decided after the analysis (the ranks' DIST findings) ranked in, and the
-    verdict given again when they lead (it rests on the same samples, and names the same
-    checks that lacked them)."""
+    verdict given again when they lead (it rests on the same samples and compute table, and
+    names the same checks that lacked them)."""
     merged = ranked([*findings, *more])
     if not more:
         return merged, verdict
-    return merged, judged(merged, profile, metrics, th)
+    return merged, judged(merged, profile, metrics, th, compute=compute)
 
 
 def unjudged(profile: Any, th: Thresholds, samples: float | None = None) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from gpudiag.analyzers.distributed.passes import (
 )
 from gpudiag.analyzers.findings import (
     checkpoint,
+    compute,
     data,
     debug_switches,
     evaluation,
@@ -50,6 +51,7 @@ from gpudiag.analyzers.model.results import F, Finding, Passed
 
 UNITS = (
     checkpoint,
+    compute,
     data,
     debug_switches,
     evaluation,

@@ -29,6 +29,7 @@ UNITS: dict[str, str] = {
     "serve_min_forwards": "count",
     "pad_min_forwards": "count",
     "bound_max": "factor",
+    "comp_ops_min": "count",
 }
 RANGES = {
     "share": "a share from 0 to 1",
@@ -257,6 +258,23 @@ class Thresholds:
     pad_min_forwards: int = 10
     """INFER003: forwards whose attention masks the hooks counted before the padding is
     judged (a mask on a GPU is counted in one forward of four)."""
+    comp_share_warn: float = 0.15
+    """COMP001: share of the sampled steps' wall time a module, the model's own code, the
+    step's ops outside the model or an optimizer group must take to be named."""
+    comp_efficiency_ratio: float = 0.25
+    """COMP001: a place is far below its op class when its efficiency (its FLOPs and bytes at
+    the attainable rates over its time) is at most this share of the rest of the model's."""
+    comp_recompute_ratio: float = 2.6
+    """COMP001: backward FLOPs over forward FLOPs of a module above which it recomputes its
+    forward in the backward (a backward's own work is 2x its forward's)."""
+    comp_ops_min: int = 200
+    """COMP001: ops a step from which a place's op count is read as a loop over items (with
+    its ops at least 10x the model's other units' median)."""
+    comp_verdict_efficiency: float = 0.25
+    """A sure "no bottleneck" needs the model's compute (the compute table's
+    model_efficiency, its time counted on the CPU: the loop thread's run-queue wait taken out)
+    at this share or more of what the device attains for the job's shapes, where the hooks
+    measured it against a calibration (a CPU); below it, the verdict is not sure and says so."""
 
     @classmethod
     def names(cls) -> dict[str, str]:

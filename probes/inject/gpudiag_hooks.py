@@ -148,12 +148,18 @@ class _State:
         self.patches: list[tuple[type, str, object, object]] = []  # (class, name, orig, ours)
         self.step_calls: list = []  # more calls of our one step hook (attach: the capture's)
         self.step_handle: Any = None  # that global optimizer post hook's handle, while in
+        self.compute: Any = None  # gpudiag_compute.Sampler: where sampled steps' compute goes
 
     def go_quiet(self) -> None:
         """The agent is gone: put the job's classes back, take the global forward hooks
         (gpudiag_serve.go_quiet) and the step hook out and stop timing steps. A later
         attach --hooks wakes them (`wake`)."""
         self.quiet = True
+        if self.compute is not None:
+            try:
+                self.compute.cancel()
+            except Exception:  # never break the job
+                pass
         for cls, name, orig, _ in self.patches:
             setattr(cls, name, orig)
         self.pending = array("d")
@@ -209,6 +215,14 @@ class _State:
     def after_step(self, opt, args, kwargs) -> None:
         """Our one global optimizer post hook: the step's timing, then `step_calls`."""
         self.on_step()
+        if self.compute is not None and not self.quiet:
+            try:
+                self.compute.note_optimizer(opt)
+                self.compute.on_step()
+            except Exception:  # never break the job: no more sampled steps
+                if getattr(self.compute, "debug", False):
+                    raise
+                self.compute = None
         for call in self.step_calls:
             call()
 
@@ -273,6 +287,10 @@ class _State:
             switches = _switches(self.torch)
             if switches:
                 msg["switches"] = switches
+        if self.compute is not None:
+            recs = self.compute.take()
+            if recs:
+                msg["cmp"] = recs
         if self.pending or len(msg) > 3:
             # sent or not, the rows are gone (with no agent listening they are dropped),
             # unless the agent's queue was full: then they go with the next flush
@@ -405,6 +423,7 @@ def _install(torch) -> None:
         _serve.install_forwards(torch, st.serve)
     except Exception as exc:  # the step timing works without it
         print(f"gpudiag: forward hooks not installed: {exc}", file=sys.stderr)
+    _guarded("compute sampler", lambda: _install_compute(torch, st))
     if not st.attached or _dist_initialized(torch):  # attach: a job's ranks run already
         _install_dist(torch, st)
     _guarded("try's fix", lambda: _sibling("gpudiag_fixes").install(torch))  # under `try` only
@@ -413,6 +432,12 @@ def _install(torch) -> None:
         st.cuda = True
     _guarded("settings", st.flush)  # torch's settings at start: the agent hears the hooks
     atexit.register(st.flush)
+
+
+def _install_compute(torch, st: _State) -> None:
+    """The sampled steps' split of compute by module (gpudiag_compute, beside this file)."""
+    compute = _sibling("gpudiag_compute")
+    st.compute = compute.Sampler(torch, st.serve.models, cuda=torch.cuda.is_available())
 
 
 def _guarded(what: str, install) -> bool:

@@ -36,6 +36,9 @@ from gpudiag.probes.inject.gpudiag_channel import (
     folder_problem,
     write_request,
 )
+from gpudiag.probes.inprocess.calibrate import Calibrator
+from gpudiag.probes.inprocess.compute_rows import FIELDS as COMPUTE_FIELDS
+from gpudiag.probes.inprocess.compute_rows import compute_samples
 from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
@@ -126,6 +129,7 @@ class HookProbe(Probe):
         Field("request_latency_s", "s", "gauge", "an HTTP request, parsed to answered"),
         Field("request_in_flight", "count", "gauge", "requests in flight as it started"),
         *COLLECTIVE_FIELDS,
+        *COMPUTE_FIELDS,
         Field(
             "capture_steps",
             "count",
@@ -152,6 +156,7 @@ class HookProbe(Probe):
         self.loaded: ProbeStatus | None = None  # how `attach --hooks` went, for the report
         self._held: list[Sample] = []  # samples read while waiting for the hellos
         self.blocked: str | None = None  # run: why the profiled process cannot load them
+        self.calibrator = Calibrator()  # the CPU's rate at the job's sizes (compute_rows)
 
     def open(self, target: Target) -> ProbeStatus:
         """Bind the private socket (at `path`, or in a new private folder)."""
@@ -212,6 +217,7 @@ class HookProbe(Probe):
                 if msg is None:
                     continue
                 got = self.labels.tag(msg, parse_message(msg))
+                got += self.calibrator.on_samples(got)
             except Exception:  # noqa: BLE001 (data from the job: whatever it raises)
                 self.malformed += 1
                 continue
@@ -409,6 +415,7 @@ def parse_message(msg: dict) -> list[Sample]:
             )
         )
     out += serving_samples(msg)
+    out += compute_samples(msg)
     t = out[-1].t_ns if out else now_ns()
     sites = msg.get("sites")
     for site, n in sites.items() if isinstance(sites, dict) else ():

@@ -1,0 +1,281 @@
+"""COMP001: a part of the training step (a top module of the model, the model's own code, the
+step's ops outside the model, an optimizer parameter group) takes a large share of the step and
+runs far below what the rest of the model attains for its work, with the reason read from the
+job: its FLOPs' dtype, its backward's FLOPs against its forward's, its op count and the ops it
+runs, its calls a step, its optimizer group's update mode (measures/compute.py's table)."""
+
+from __future__ import annotations
+
+import statistics
+
+from gpudiag.analyzers.context.context import Context
+from gpudiag.analyzers.context.finder import Finder
+from gpudiag.analyzers.measures.compute import ComputeTable, Row
+from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
+from gpudiag.analyzers.model.results import (
+    Evidence,
+    Finding,
+    Recommendation,
+    speedup_from_impact,
+)
+from gpudiag.analyzers.model.thresholds import Thresholds
+
+COMP001 = register(
+    Spec(
+        "COMP001",
+        "A part of the step costs far more than its work",
+        "host",
+        False,
+        None,  # a warning at most: what the named change gives back is measured by try
+        note_title="A part of the step runs far below the rest of the model, no reason read",
+        # its place's time is the model's ops (host time on a CPU, a loop of small ops' launches
+        # on a GPU): HOST001 takes its impact off the host-bound share, LOOP001 runs after it
+        claims=("loop_time", "loop_host_time", "compute"),
+        doc=Doc(
+            means=(
+                "a part of a training step (a top module of the model, the model's own code, "
+                "the step's ops outside the model, an optimizer parameter group), timed by the "
+                "hooks on a sampled step every 2 s, takes `comp_share_warn` (0.15) or more of the"
+                " step and either runs at `comp_efficiency_ratio` (0.25) or less of the "
+                "efficiency the rest of the model attains (its FLOPs and bytes, counted on one "
+                "step in 30 s, at the attainable rates over its time), or its work shows why it "
+                "costs more than it needs: float64 FLOPs in a float32 model, a backward of "
+                "`comp_recompute_ratio` (2.6) times its forward's FLOPs or more (recomputation),"
+                " `comp_ops_min` (200) ops a step or more at 10x the median unit's (a Python "
+                "loop over items), on a GPU a per-tensor optimizer over 20 tensors or more; under "
+                "`gpudiag run`, `instrument()` or `attach --hooks`, in a training loop. With no "
+                "reason read it is a note, and a verdict of no bottleneck beside it is not sure"
+            ),
+            fix=(
+                "names the module or group and the change its work calls for: compute it in "
+                "the model's dtype; drop activation checkpointing where the activations fit; "
+                "one batched op in place of a loop of small ones (torch.vmap); foreach=True "
+                "(fused=True on a GPU) in the optimizer; with no reason read, a profiler "
+                "capture of the step (`--capture-steps`) shows its ops"
+            ),
+            measured=(
+                Measured(
+                    impact=(
+                        "its share of the step times the share of its time the change gives back"
+                        ": half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
+                        "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
+                        "its ops for a loop; summed over the places with the same change"
+                    ),
+                    speedup="a model: 1 / (1 - impact)",
+                    variant="a reason read from its work",
+                ),
+                Measured(
+                    impact=(
+                        "its share of the step times 1 - its efficiency over the rest of the "
+                        "model's"
+                    ),
+                    speedup="a bound: the place at the rest of the model's efficiency",
+                    variant="no reason read",
+                ),
+            ),
+        ),
+    )
+)
+
+LOW = ("bfloat16", "float16")
+
+
+def reference(t: ComputeTable, row: Row) -> float | None:
+    """The efficiency of the model's units other than `row` (their roofline time over their
+    measured time): what the job's own work attains on this device."""
+    rows = [r for r in t.rows if r.kind == "unit" and r is not row and r.roofline_s is not None]
+    time = sum(r.time_s for r in rows)
+    if time <= 0:
+        return None
+    return min(1.0, sum(r.roofline_s or 0.0 for r in rows) / time)
+
+
+# What a reason's fix gives back, as a share of its place's time (a model, stated with it):
+FP64_SAVING = 0.5  # float64 GEMMs at half the float32 rate (a CPU's vector width; GPUs less)
+FOREACH_SAVING = 0.5  # one kernel per tensor and step against a few for the whole group
+
+
+def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, float]]:
+    """(what the job shows, the change that follows, the share of the place's time it gives
+    back) for a row, each read from its work."""
+    out: list[tuple[str, str, float]] = []
+    if row.dtype == "float64" and t.dtype != "float64" and row.flops:
+        out.append(
+            (
+                f"its {row.flops:.3g} FLOPs a step run in float64 while the rest of the model "
+                f"computes in {t.dtype}",
+                f"compute it in {t.dtype}: drop the .double() / dtype=torch.float64 of its "
+                "parameters and inputs (float64 matrix products run at half the float32 rate "
+                "on a CPU and at 1/2-1/30 of it on a GPU)",
+                FP64_SAVING,
+            )
+        )
+    if row.kind == "unit" and row.flops_fwd and row.flops_bwd is not None:
+        ratio = row.flops_bwd / row.flops_fwd
+        if ratio >= th.comp_recompute_ratio:
+            out.append(
+                (
+                    f"its backward does {ratio:.1f}x its forward's FLOPs (a backward's own work "
+                    "is 2x): it recomputes its forward in the backward (activation "
+                    "checkpointing)",
+                    "drop torch.utils.checkpoint (or gradient_checkpointing) where the "
+                    "activations fit in memory: it trades a forward's compute for memory",
+                    (ratio - 2.0) / (ratio + 1.0),
+                )
+            )
+    others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
+    typical = statistics.median(others) if others else 0.0
+    if row.ops is not None and row.ops >= th.comp_ops_min and row.ops >= 10 * typical:
+        per_op = (row.bytes or 0.0) / row.ops
+        calls = f", called {row.calls:.0f} times a step" if row.calls and row.calls > 1 else ""
+        out.append(
+            (
+                f"it runs {row.ops:.0f} ops a step ({per_op / 1024:.1f} KiB each on average"
+                f"{calls}; most: {row.top_ops or 'not recorded'}), where the model's units run "
+                f"a median {typical:.0f}: a Python loop over items or elements",
+                "vectorise it: one batched op over the whole batch in place of a loop of small "
+                "ones (torch's batched forms, torch.vmap)",
+                1.0 - max(typical, 1.0) / row.ops,
+            )
+        )
+    g = row.group
+    # on a GPU only: a launch per tensor is what foreach saves; on a CPU foreach Adam ran at
+    # half the for-loop's speed (20 tensors of 512x512 and less, one thread, 2026-11-28)
+    gpu = t.device == "cuda"
+    if gpu and row.kind == "optimizer" and g and not g.get("foreach") and not g.get("fused"):
+        if g.get("tensors", 0) >= 20:
+            out.append(
+                (
+                    f"its {g.get('optimizer') or 'optimizer'} updates {g['tensors']} tensors "
+                    "one at a time (foreach and fused off)",
+                    "foreach=True (or fused=True on a GPU) in the optimizer's constructor",
+                    FOREACH_SAVING,
+                )
+            )
+    return out
+
+
+def _candidates(t: ComputeTable, th: Thresholds) -> list[tuple[float, Row, float, float]]:
+    """(impact, row, its efficiency, the reference) of each row far below the reference or
+    whose work shows a reason it costs more than it needs (its impact: the larger of the two
+    models)."""
+    out = []
+    for row in t.rows:
+        eff = row.efficiency
+        if eff is None or row.share < th.comp_share_warn:
+            continue
+        ref = reference(t, row)
+        if ref is None or ref <= 0:
+            continue
+        saving = max((r[2] for r in reasons(row, t, th)), default=0.0)
+        far = eff <= th.comp_efficiency_ratio * ref
+        if row.kind == "outside" and (row.ops or 0) < th.comp_ops_min:
+            far = False  # the loop's own Python and data wait: the stacks' findings say where
+        if not far and saving <= 0:
+            continue
+        impact = row.share * max(saving, 1.0 - eff / ref if far else 0.0)
+        out.append((impact, row, eff, ref))
+    # a place whose work shows why first: a reason read from the job before a bound alone
+    return sorted(out, key=lambda x: (not reasons(x[1], t, th), -x[0]))
+
+
+def _evidence(row: Row, eff: float, ref: float, t: ComputeTable, th: Thresholds) -> tuple:
+    vs = round(eff / ref, 4)
+    ev = [
+        th.evidence(
+            "comp_share_warn", "compute_share", round(row.share, 4), "ratio", ">=", "hooks"
+        ),
+        th.evidence(
+            "comp_efficiency_ratio", "compute_efficiency_vs_model", vs, "ratio", "<=", "hooks"
+        )
+        if vs <= th.comp_efficiency_ratio
+        else Evidence("compute_efficiency_vs_model", vs, "ratio", source="hooks"),
+        Evidence("compute_efficiency", round(eff, 5), "ratio", source="hooks"),
+        Evidence("model_efficiency", round(ref, 5), "ratio", source="hooks"),
+    ]
+    if row.flops is not None:
+        ev.append(Evidence("compute_flops", round(row.flops), "FLOP", source="hooks"))
+    if row.ops is not None:
+        ev.append(Evidence("compute_ops", round(row.ops), "count", source="hooks"))
+    if t.attainable.flops_s:
+        ev.append(
+            Evidence(
+                "attainable_flops_s",
+                float(f"{t.attainable.flops_s:.4g}"),
+                "FLOP/s",
+                source=t.attainable.source or "hooks",
+            )
+        )
+    return tuple(ev)
+
+
+def find(c: Context) -> list[Finding]:
+    """COMP001 over the hooks' sampled steps (one finding: the costliest place, the others
+    named in its message)."""
+    t, th = c.compute, c.th
+    if t is None or t.counted_steps == 0:
+        return []
+    found = _candidates(t, th)
+    if not found:
+        return []
+    impact, row, eff, ref = found[0]
+    why = reasons(row, t, th)
+    same = [x for x in found[1:] if why and why[0][1] in {a for _, a, _ in reasons(x[1], t, th)}]
+    impact = min(0.95, impact + sum(x[0] for x in same))  # one cause in several modules
+    found = [found[0], *same, *[x for x in found[1:] if x not in same]]
+    where = {
+        "unit": f"module {row.name}",
+        "own": row.name,
+        "outside": row.name,
+        "optimizer": row.name,
+    }[row.kind]
+    shown = (
+        "; ".join(w for w, _, _ in why)
+        if why
+        else (
+            "its FLOPs, bytes, dtype and ops look ordinary: what it does that its work does not "
+            "show is not read here (a profiler capture of the step shows its ops)"
+        )
+    )
+    more = "".join(
+        f"; also {r.name} ({r.share:.0%} of the step, {e / f:.0%} of the model's efficiency)"
+        for _, r, e, f in found[1:3]
+    )
+    message = (
+        f"{where} takes {row.share:.0%} of the training step ({row.time_s * 1e3:.1f} ms of "
+        f"{t.step_s * 1e3:.1f} ms) and runs at {eff / ref:.1%} of the efficiency the rest of "
+        f"{t.model} attains on this device ({eff:.2%} against {ref:.2%} of the "
+        f"{t.attainable.source.removeprefix('the ') or 'attainable'} rates): {shown}{more}."
+    )
+    actions = tuple(a for _, a, _ in why) or (
+        f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
+    )
+    return [
+        new_finding(
+            "COMP001",
+            th,
+            # no reason read: what it costs is a bound and no change is named, so a note (the
+            # verdict is then not sure, and says where to look)
+            note=not why,
+            detail=f"({row.name})",
+            confidence=min(0.95, 0.6 + 0.05 * t.timed_steps),
+            impact=impact,
+            message=message,
+            evidence=_evidence(row, eff, ref, t, th),
+            recommendation=Recommendation(
+                f"Make {row.name} do its work at the model's rate", actions
+            ),
+            expected_speedup=speedup_from_impact(impact),
+            signals=("hooks",),
+            speedup_basis=(
+                f"a model: {impact:.0%} of the step given back by the change named"
+                if why
+                else f"a bound: {row.name} at the rest of the model's efficiency "
+                f"({row.share:.0%} of the step down to {row.share * eff / ref:.1%})"
+            ),
+            speedup_kind="model" if why else "bound",
+        )
+    ]
+
+
+FINDER = Finder("compute", find, (COMP001,))

@@ -1,0 +1,373 @@
+"""Where a training step's compute goes, held against what the device attains: the hooks'
+sampled steps (gpudiag_compute) read as one table, a row per unit of the model (its top
+modules), the model's own code, the rest of the step, and the optimizer's parameter groups.
+
+Each row's work is what the counted steps saw (FLOPs as torch.utils.flop_counter counts them,
+the bytes its ops read and wrote); its time the timed steps' mean. Its roofline time is its
+FLOPs at the attainable GEMM rate plus its bytes at the attainable copy bandwidth; its
+efficiency, roofline time over measured time. The attainable rates: on a GPU the datasheet's
+(gpu_table.json: bf16/fp16, TF32/fp32 peaks, memory bandwidth); on a CPU the agent's own short
+calibration at the job's largest matrix product's size, or what the job's own best unit
+reached when that is higher (a busy box slows the calibration too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from gpudiag.analyzers.timeline.timeline import Aggregate
+
+OWN = "(model's own code)"
+OUTSIDE = "(outside the model)"
+OPT = "(optimizer)"
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One place of the step: a unit, the model's own code, outside the model, or an
+    optimizer parameter group."""
+
+    name: str
+    kind: str  # unit, own, outside, optimizer
+    fwd_s: float
+    bwd_s: float
+    share: float  # of the sampled steps' mean wall time
+    flops_fwd: float | None = None
+    flops_bwd: float | None = None
+    bytes: float | None = None
+    ops: float | None = None
+    params: float | None = None
+    dtype: str = ""
+    calls: float | None = None
+    roofline_s: float | None = None  # its work at the attainable rates
+    top_ops: str = ""  # the ops it ran most, "name:count" (counted step)
+    group: dict = field(default_factory=dict)  # an optimizer group's tensors, bytes, mode
+
+    @property
+    def time_s(self) -> float:
+        return self.fwd_s + self.bwd_s
+
+    @property
+    def flops(self) -> float | None:
+        if self.flops_fwd is None or self.flops_bwd is None:
+            return None
+        return self.flops_fwd + self.flops_bwd
+
+    @property
+    def efficiency(self) -> float | None:
+        if self.roofline_s is None or self.time_s <= 0:
+            return None
+        return min(1.0, self.roofline_s / self.time_s)
+
+    def to_dict(self) -> dict:
+        r = {
+            "name": self.name,
+            "kind": self.kind,
+            "share": round(self.share, 4),
+            "forward_s": round(self.fwd_s, 6),
+            "backward_s": round(self.bwd_s, 6),
+            "flops": None if self.flops is None else round(self.flops),
+            "bytes": None if self.bytes is None else round(self.bytes),
+            "ops": None if self.ops is None else round(self.ops),
+            "params": None if self.params is None else round(self.params),
+            "dtype": self.dtype or None,
+            "achieved_flops_s": _rate(self.flops, self.time_s),
+            "achieved_bytes_s": _rate(self.bytes, self.time_s),
+            "efficiency": None if self.efficiency is None else round(self.efficiency, 4),
+        }
+        if self.calls is not None:
+            r["calls"] = round(self.calls, 2)
+        if self.top_ops:
+            r["top_ops"] = self.top_ops
+        if self.group:
+            r["group"] = self.group
+        return r
+
+
+def _rate(work: float | None, t: float) -> float | None:
+    return None if work is None or t <= 0 else float(f"{work / t:.4g}")
+
+
+@dataclass(frozen=True)
+class Attainable:
+    """What the device attains: GEMM FLOP/s and copy B/s for the job's dtype, and where from."""
+
+    flops_s: float | None
+    bytes_s: float | None
+    dtype: str
+    source: str  # "datasheet <GPU>", "calibration", "the job's best unit", or "" (unknown)
+
+
+@dataclass(frozen=True)
+class ComputeTable:
+    """The sampled steps' table: the rows, the step's mean time, the attainable rates, and the
+    step's model-FLOPs utilisation and roofline efficiency."""
+
+    rows: tuple[Row, ...]
+    step_s: float
+    timed_steps: int
+    counted_steps: int
+    model: str
+    dtype: str  # the dtype most of the job's FLOPs run in
+    attainable: Attainable
+    device: str
+
+    def unit_rows(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.kind in ("unit", "own"))
+
+    @property
+    def flops(self) -> float:
+        return sum(r.flops or 0.0 for r in self.rows)
+
+    @property
+    def mfu(self) -> float | None:
+        """The step's FLOPs at its wall time over the attainable GEMM rate."""
+        peak = self.attainable.flops_s
+        if not peak or self.step_s <= 0 or self.counted_steps == 0:
+            return None
+        return self.flops / self.step_s / peak
+
+    @property
+    def model_efficiency(self) -> float | None:
+        """The model's (units, own code, optimizer) roofline time over their measured time."""
+        rows = [r for r in self.rows if r.kind != "outside" and r.roofline_s is not None]
+        t = sum(r.time_s for r in rows)
+        if not rows or t <= 0:
+            return None
+        return min(1.0, sum(r.roofline_s or 0.0 for r in rows) / t)
+
+    @property
+    def model_share(self) -> float:
+        return sum(r.share for r in self.rows if r.kind != "outside")
+
+    def to_dict(self) -> dict:
+        a = self.attainable
+        mfu, eff = self.mfu, self.model_efficiency
+        return {
+            "model": self.model,
+            "device": self.device,
+            "dtype": self.dtype,
+            "step_s": round(self.step_s, 6),
+            "timed_steps": self.timed_steps,
+            "counted_steps": self.counted_steps,
+            "flops_per_step": round(self.flops),
+            "mfu": None if mfu is None else round(mfu, 4),
+            "model_efficiency": None if eff is None else round(eff, 4),
+            "attainable": {
+                "flops_s": None if a.flops_s is None else float(f"{a.flops_s:.4g}"),
+                "bytes_s": None if a.bytes_s is None else float(f"{a.bytes_s:.4g}"),
+                "dtype": a.dtype,
+                "source": a.source,
+            },
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def _mean(view: Aggregate, name: str, **labels: str) -> dict[str, float]:
+    """Per module label: the mean of one field over the matching series."""
+    out: dict[str, tuple[float, int]] = {}
+    for lab, r in view.matching("hooks", name, **labels):
+        key = lab.get("module") or lab.get("group") or ""
+        tot, n = out.get(key, (0.0, 0))
+        out[key] = (tot + r.total, n + r.count)
+    return {k: tot / n for k, (tot, n) in out.items() if n}
+
+
+def _work(view: Aggregate) -> dict[str, dict]:
+    """Per place: its counted work (means over the counted steps) and dtype."""
+    out: dict[str, dict] = {}
+    for name in (
+        "work_flops_fwd",
+        "work_flops_bwd",
+        "work_flops_opt",
+        "work_bytes_fwd",
+        "work_bytes_bwd",
+        "work_bytes_opt",
+        "work_ops",
+        "work_params",
+    ):
+        for lab, r in view.matching("hooks", name, kind="module_work"):
+            if r.count:
+                d = out.setdefault(lab.get("module", ""), {"dtype": lab.get("dtype", "")})
+                d[name] = r.total / r.count
+                if lab.get("top_ops"):
+                    d["top_ops"] = lab["top_ops"]
+    return out
+
+
+def _best_calibration(view: Aggregate, op: str, dtype: str) -> float | None:
+    best = None
+    for lab, r in view.matching("hooks", "calib_rate", kind="calibration", op=op):
+        if lab.get("dtype") == dtype and r.count and r.maximum > 0:
+            best = r.maximum if best is None else max(best, r.maximum)
+    return best
+
+
+def _job_dtype(work: dict[str, dict]) -> str:
+    flops: dict[str, float] = {}
+    for d in work.values():
+        f = d.get("work_flops_fwd", 0.0) + d.get("work_flops_bwd", 0.0)
+        if d.get("dtype"):
+            flops[d["dtype"]] = flops.get(d["dtype"], 0.0) + f
+    return max(flops, key=lambda k: flops[k]) if flops else "float32"
+
+
+# the job's GPU's datasheet rates for a dtype (None: a GPU the table does not know)
+Datasheet = Callable[[str], "Attainable | None"]
+
+
+def compute_table(
+    view: Aggregate, datasheet: Datasheet | None = None, whole: Aggregate | None = None
+) -> ComputeTable | None:
+    """The table of the hooks' sampled steps; None without timed sampled steps. `datasheet`:
+    the job's GPU's rates (None: a CPU job, calibrated by the agent); `whole`: the whole run,
+    where the calibration is read (a property of the device, not of the window)."""
+    steps = view.matching("hooks", "cmp_step_s", kind="compute_step", counted="0")
+    n = sum(r.count for _, r in steps)
+    if not n:
+        return None
+    step_s = sum(r.total for _, r in steps) / n
+    if step_s <= 0:
+        return None
+    counted = sum(
+        r.count for _, r in view.matching("hooks", "cmp_step_s", kind="compute_step", counted="1")
+    )
+    model = steps[0][0].get("model", "model")
+    step = {
+        k: (lambda rs: sum(r.total for _, r in rs) / max(1, sum(r.count for _, r in rs)))(
+            view.matching("hooks", k, kind="compute_step", counted="0")
+        )
+        for k in ("cmp_fwd_s", "cmp_bwd_s", "cmp_opt_s", "cmp_own_s")
+    }
+    fwd = _mean(view, "module_fwd_s", kind="module", counted="0")
+    bwd = _mean(view, "module_bwd_s", kind="module", counted="0")
+    calls = _mean(view, "module_calls", kind="module", counted="0")
+    work = _work(view)
+    dtype = _job_dtype(work)
+    device = "cpu" if datasheet is None else "cuda"
+    rows = _rows(step, step_s, fwd, bwd, calls, work)
+    rows += _groups(view, step.get("cmp_opt_s") or 0.0, step_s, work.get(OPT, {}))
+    att = _attainable(whole or view, datasheet, dtype, rows)
+    rows = [_with_roofline(r, att) for r in rows]
+    return ComputeTable(tuple(rows), step_s, n, int(counted), model, dtype, att, device)
+
+
+def _rows(step: dict, step_s: float, fwd: dict, bwd: dict, calls: dict, work: dict) -> list[Row]:
+    rows = []
+    for name in fwd:
+        w = work.get(name, {})
+        rows.append(_row(name, "unit", fwd[name], bwd.get(name, 0.0), step_s, w, calls.get(name)))
+    unit_bwd = sum(bwd.get(n, 0.0) for n in fwd)
+    own_fwd = step.get("cmp_own_s") or 0.0
+    rows.append(_row(OWN, "own", own_fwd, 0.0, step_s, work.get(OWN, {})))
+    model_s = sum(r.time_s for r in rows) + (step.get("cmp_opt_s") or 0.0)
+    loss_bwd = max(0.0, (step.get("cmp_bwd_s") or 0.0) - unit_bwd)
+    rest = max(0.0, step_s - model_s - loss_bwd)
+    rows.append(_row(OUTSIDE, "outside", rest, loss_bwd, step_s, work.get(OUTSIDE, {})))
+    return rows
+
+
+def _row(  # noqa: PLR0913 (a row is its fields)
+    name: str, kind: str, f: float, b: float, step_s: float, w: dict, calls: float | None = None
+) -> Row:
+    has = bool(w)
+    return Row(
+        name,
+        kind,
+        f,
+        b,
+        (f + b) / step_s,
+        w.get("work_flops_fwd") if has else None,
+        w.get("work_flops_bwd") if has else None,
+        (w.get("work_bytes_fwd", 0.0) + w.get("work_bytes_bwd", 0.0)) if has else None,
+        w.get("work_ops") if has else None,
+        w.get("work_params") if has else None,
+        w.get("dtype", ""),
+        calls,
+        top_ops=w.get("top_ops", ""),
+    )
+
+
+def _groups(view: Aggregate, opt_s: float, step_s: float, opt_work: dict) -> list[Row]:
+    """The optimizer step per parameter group, its time split by the bytes each group's update
+    touches (its parameters, their gradients and its state)."""
+    names = (
+        "group_tensors",
+        "group_elems",
+        "group_param_bytes",
+        "group_state_bytes",
+        "group_foreach",
+        "group_fused",
+    )
+    groups: dict[str, dict] = {}
+    for name in names:
+        for lab, r in view.matching("hooks", name, kind="param_group"):
+            if r.count:
+                g = groups.setdefault(lab.get("group", "0"), {"dtype": lab.get("dtype", "")})
+                g[name] = r.total / r.count
+                g["optimizer"] = lab.get("optimizer", "")
+    if not groups or opt_s <= 0:
+        return []
+    weight = {
+        k: 2 * g.get("group_param_bytes", 0.0) + g.get("group_state_bytes", 0.0)
+        for k, g in groups.items()
+    }
+    total = sum(weight.values()) or 1.0
+    opt_bytes = opt_work.get("work_bytes_opt")
+    rows = []
+    for k, g in sorted(groups.items()):
+        part = weight[k] / total
+        rows.append(
+            Row(
+                f"{OPT} group {k}",
+                "optimizer",
+                0.0,
+                opt_s * part,  # counted as its time (it is neither forward nor backward)
+                opt_s * part / step_s,
+                0.0 if opt_work else None,
+                0.0 if opt_work else None,
+                None if opt_bytes is None else opt_bytes * part,
+                None if "work_ops" not in opt_work else opt_work["work_ops"] * part,
+                g.get("group_elems"),
+                g.get("dtype", ""),
+                group={
+                    "optimizer": g.get("optimizer", ""),
+                    "tensors": round(g.get("group_tensors", 0.0)),
+                    "state_bytes": round(g.get("group_state_bytes", 0.0)),
+                    "foreach": bool(g.get("group_foreach")),
+                    "fused": bool(g.get("group_fused")),
+                },
+            )
+        )
+    return rows
+
+
+def _attainable(
+    view: Aggregate, datasheet: Datasheet | None, dtype: str, rows: list[Row]
+) -> Attainable:
+    if datasheet is not None:
+        return datasheet(dtype) or Attainable(None, None, dtype, "")
+    gemm = _best_calibration(view, "gemm", dtype)
+    copy = _best_calibration(view, "copy", dtype)
+    best = max(
+        (r.flops / r.time_s for r in rows if r.kind == "unit" and r.flops and r.time_s > 0),
+        default=None,
+    )
+    source = "calibration" if gemm else ""
+    if best is not None and (gemm is None or best > gemm):
+        gemm, source = best, "the job's best unit" + (" (above the calibration)" if gemm else "")
+    moved = max(
+        (r.bytes / r.time_s for r in rows if r.kind == "unit" and r.bytes and r.time_s > 0),
+        default=None,
+    )
+    if moved is not None and (copy is None or moved > copy):
+        copy = moved  # a busy box slows the copy's calibration more than the job's own passes
+    return Attainable(gemm, copy, dtype, source)
+
+
+def _with_roofline(r: Row, a: Attainable) -> Row:
+    if r.bytes is None or r.flops is None or not a.bytes_s or not a.flops_s:
+        return r
+    return replace(r, roofline_s=r.flops / a.flops_s + r.bytes / a.bytes_s)

@@ -1,0 +1,573 @@
+"""Where a training step's compute goes: the top modules' forward and backward, the model's own
+code, the optimizer step, and the rest of the step, on a few sampled steps.
+
+Runs inside the job (loaded by gpudiag_hooks; imports nothing from gpudiag). The model is the
+outermost module with parameters that forwarded before the first optimizer step (gpudiag_serve's
+`Recorder.models`); its "units" are its children, a ModuleList's or ModuleDict's items in their
+place, a wrapper of one child (DataParallel, an EMA holder) looked through.
+
+At most once every SAMPLE_EVERY_S, the step after an optimizer step is armed: forward pre/post
+hooks on the model and its units, a tensor hook on each unit's output (the gradient reaching it
+starts the unit's backward; the backward's wall time is cut at those starts), torch.autograd's
+backward timed, and a global optimizer pre-hook. Everything is taken out at the armed step's
+own optimizer post-hook. One armed step in COUNT_EVERY_S instead counts the work each unit does
+under a dispatch mode (its time is not used: the mode slows it): the FLOPs as
+torch.utils.flop_counter counts them, the bytes of each op's tensors in and out, the ops, the
+FLOPs' dtypes, and the largest matrix product's shape (the agent calibrates the CPU on it).
+On a GPU the times are CUDA events read once the step's work is done.
+
+Costs: nothing on unsampled steps (one comparison in the step hook); the armed step's hooks, a
+few microseconds a module call. A torch.compile'd model is not armed (hooks recompile it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from typing import Any
+
+SAMPLE_EVERY_S = 2.0  # a timed step at most this often
+COUNT_EVERY_S = 30.0  # a counted step at most this often (the first after warm-up)
+WARMUP_STEPS = 3  # steps before the first armed one (allocator, autotuning, lazy init)
+MAX_UNITS = 48  # units timed; the rest of the model counts as its own code
+MAX_RECORDS = 16
+DEBUG = False  # records buffered for the next flush
+OWN = "(model's own code)"  # forward time in the model outside its units
+OUTSIDE = "(outside the model)"  # ops of the step outside the model's forward and backward
+OPT = "(optimizer)"
+
+
+def find_units(root) -> list[tuple[str, Any]]:
+    """The model's units: (dotted name, module), a container's items in its place, a wrapper of
+    one child looked through; at most MAX_UNITS."""
+    from torch import nn
+
+    prefix, top = "", root
+    for _ in range(4):  # DataParallel(model), EMA(model): one child, look through it
+        kids = list(top.named_children())
+        if len(kids) != 1:
+            break
+        name, top = kids[0]
+        prefix += name + "."
+    out: list[tuple[str, Any]] = []
+    for name, child in top.named_children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            out += [(f"{prefix}{name}.{n}", c) for n, c in child.named_children()]
+        else:
+            out.append((prefix + name, child))
+    seen: set[int] = set()
+    units = []
+    for name, mod in out:
+        if id(mod) not in seen:
+            seen.add(id(mod))
+            units.append((name, mod))
+    return units[:MAX_UNITS]
+
+
+def _tensors(value, depth: int = 0) -> list:
+    """The tensors of a module's output (a tuple's, a dict's or a ModelOutput's items)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth >= 2:
+        return []
+    if isinstance(value, (list, tuple)):
+        items = value
+    elif isinstance(value, dict):
+        items = list(value.values())
+    else:
+        return []
+    out = []
+    for v in items[:8]:
+        out += _tensors(v, depth + 1)
+    return out
+
+
+class Clock:
+    """Wall time on a CPU; CUDA events on a GPU (read once the step's work is done)."""
+
+    def __init__(self, torch, cuda: bool) -> None:
+        self.torch = torch
+        self.cuda = cuda
+        self.t0 = time.perf_counter()
+        self.base = None
+        if cuda:
+            self.base = torch.cuda.Event(enable_timing=True)
+            self.base.record()
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter() - self.t0
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def seconds(self, mark) -> float:
+        if not self.cuda:
+            return mark
+        base: Any = self.base
+        return base.elapsed_time(mark) / 1000.0
+
+
+class Work:
+    """Work counted per place (unit, the model's own code, outside, optimizer) in one step."""
+
+    def __init__(self) -> None:
+        self.flops: dict[tuple[str, str], float] = {}  # (place, phase) -> FLOPs
+        self.bytes: dict[tuple[str, str], float] = {}
+        self.ops: dict[tuple[str, str], int] = {}
+        self.dtypes: dict[str, dict[str, float]] = {}  # place -> dtype -> FLOPs
+        self.gemm: tuple[float, str, tuple[int, int, int]] | None = None  # largest product
+        self.names: dict[str, dict[str, int]] = {}  # place -> op name -> count
+
+    def add(self, place: str, phase: str, flops: float, nbytes: float, dtype: str, op: str) -> None:
+        key = (place, phase)
+        names = self.names.setdefault(place, {})
+        names[op] = names.get(op, 0) + 1
+        self.flops[key] = self.flops.get(key, 0.0) + flops
+        self.bytes[key] = self.bytes.get(key, 0.0) + nbytes
+        self.ops[key] = self.ops.get(key, 0) + 1
+        if flops:
+            d = self.dtypes.setdefault(place, {})
+            d[dtype] = d.get(dtype, 0.0) + flops
+
+
+def _nbytes(v) -> float:
+    try:
+        return float(v.numel() * v.element_size())
+    except Exception:
+        return 0.0
+
+
+def make_mode(torch, arm: Armed):
+    """A dispatch mode counting each op's FLOPs (torch.utils.flop_counter's registry), its
+    tensors' bytes and its dtype, to the place `arm` says is running."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    Tensor = torch.Tensor
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            try:
+                arm.count(func, args, kwargs, out, flop_registry, Tensor)
+            except Exception:
+                pass
+            return out
+
+    return Counting()
+
+
+class Armed:
+    """One armed step: its hooks, its marks and, when counting, its work."""
+
+    def __init__(self, sampler: Sampler, root, units, counting: bool) -> None:
+        torch = sampler.torch
+        self.sampler = sampler
+        self.counting = counting
+        self.clock = Clock(torch, sampler.cuda)
+        self.start = self.clock.mark()
+        self.root = root
+        self.units = units
+        self.names = {id(m): n for n, m in units}
+        self.place = OUTSIDE  # where the ops now run (counting)
+        self.stack: list[str] = []
+        self.phase = "fwd"
+        self.fwd: list = []  # (start, end) of the model's forwards
+        self.unit_fwd: dict[str, list] = {}
+        self.calls: dict[str, int] = {}
+        self.bwd: list = []  # (start, end) of backward calls
+        self.bwd_marks: list = []  # (mark, unit) a unit's backward begins
+        self.opt_start = None
+        self.handles: list = []
+        self.work = Work() if counting else None
+        self.mode = None
+        self._orig_backward = None
+        self._install(torch)
+
+    def _install(self, torch) -> None:
+        """Global module hooks (none on the model itself: a deepcopy of it, an EMA's, must not
+        copy them), the optimizer pre-hook, torch.autograd.backward timed, the counting mode."""
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer
+
+        pre = {id(m): self._unit_pre(n) for n, m in self.units}
+        post = {id(m): self._unit_post(n) for n, m in self.units}
+        pre[id(self.root)], post[id(self.root)] = self._root_pre, self._root_post
+
+        def global_pre(mod, args):
+            hook = pre.get(id(mod))
+            return None if hook is None else hook(mod, args)
+
+        def global_post(mod, args, out):
+            hook = post.get(id(mod))
+            return None if hook is None else hook(mod, args, out)
+
+        self.handles.append(nn_module.register_module_forward_pre_hook(global_pre))
+        self.handles.append(nn_module.register_module_forward_hook(global_post))
+        self.handles.append(optimizer.register_optimizer_step_pre_hook(self._opt_pre))
+        self._orig_backward = torch.autograd.backward
+        torch.autograd.backward = self._timed_backward(self._orig_backward)
+        if self.counting:
+            mode: Any = make_mode(torch, self)
+            mode.__enter__()
+            self.mode = mode
+
+    def remove(self) -> None:
+        """Everything out (in the step's optimizer post-hook: no forward or backward runs)."""
+        if self.mode is not None:
+            try:
+                self.mode.__exit__(None, None, None)
+            except Exception:
+                pass
+            self.mode = None
+        torch = self.sampler.torch
+        if self._orig_backward is not None and getattr(torch.autograd.backward, "_gpudiag", 0):
+            torch.autograd.backward = self._orig_backward
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.handles = []
+
+    # --- the hooks -------------------------------------------------------------------
+    def _root_pre(self, mod, args):
+        self.phase = "fwd"
+        self._root_t0 = self.clock.mark()
+        self.stack = [OWN]
+        self.place = OWN
+        return None
+
+    def _root_post(self, mod, args, out):
+        self.fwd.append((self._root_t0, self.clock.mark()))
+        self.stack = []
+        self.place = OUTSIDE
+        return None
+
+    def _unit_pre(self, name: str):
+        def pre(mod, args):
+            if not self.stack:  # the unit called outside the model's forward
+                return None
+            self.stack.append(name)
+            self.place = name
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.unit_fwd.setdefault(name, []).append([self.clock.mark(), None])
+            return None
+
+        return pre
+
+    def _unit_post(self, name: str):
+        def post(mod, args, out):
+            if not self.stack or self.stack[-1] != name:
+                return None
+            self.stack.pop()
+            self.place = self.stack[-1] if self.stack else OUTSIDE
+            self.unit_fwd[name][-1][1] = self.clock.mark()
+            for t in _tensors(out):
+                if t.requires_grad:
+                    t.register_hook(self._bwd_start(name))
+                    break
+            return None
+
+        return post
+
+    def _bwd_start(self, name: str):
+        def hook(grad):
+            self.bwd_marks.append((self.clock.mark(), name))
+            self.place = name
+            return None
+
+        return hook
+
+    def _timed_backward(self, orig):
+        def backward(*args, **kwargs):
+            self.phase = "bwd"
+            self.place = OUTSIDE  # the loss's own backward until a unit's begins
+            t0 = self.clock.mark()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                self.bwd.append((t0, self.clock.mark()))
+                self.phase = "fwd"
+                self.place = OUTSIDE
+
+        backward._gpudiag = 1
+        return backward
+
+    def _opt_pre(self, opt, args, kwargs):
+        if self.opt_start is None:
+            self.opt_start = self.clock.mark()
+        self.phase = "opt"
+        self.place = OPT
+        return None
+
+    # --- counting --------------------------------------------------------------------
+    def count(self, func, args, kwargs, out, registry, Tensor) -> None:
+        work = self.work
+        if work is None:
+            return
+        if getattr(func, "is_view", False) or func in self.sampler.skipped:
+            return  # a view does no work; a profiler mark is not the job's
+        packet = func._overloadpacket
+        flops = 0.0
+        counter = registry.get(packet)
+        if counter is not None:
+            flops = float(counter(*args, **kwargs, out_val=out))
+        nbytes = 0.0
+        dtype = ""
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, Tensor):
+                nbytes += _nbytes(a)
+                dtype = dtype or str(a.dtype).replace("torch.", "")
+            elif isinstance(a, (list, tuple)):
+                for b in a[:64]:
+                    if isinstance(b, Tensor):
+                        nbytes += _nbytes(b)
+        for o in out if isinstance(out, (list, tuple)) else (out,):
+            if isinstance(o, Tensor):
+                nbytes += _nbytes(o)
+        work.add(self.place, self.phase, flops, nbytes, dtype, packet.__name__)
+        if flops and packet in self.sampler.gemm_ops:
+            self._note_gemm(flops, dtype, args, out, packet is self.sampler.conv)
+
+    def _note_gemm(self, flops: float, dtype: str, args, out, conv: bool) -> None:
+        """The largest matrix product's (m, k, n); a convolution's as the GEMM it lowers to
+        (m: batch x output positions, k: input channels x kernel, n: output channels)."""
+        work = self.work
+        if work is None or (work.gemm is not None and work.gemm[0] >= flops):
+            return
+        shapes = [tuple(a.shape) for a in args[:3] if hasattr(a, "shape") and len(a.shape) >= 2]
+        if len(shapes) < 2:
+            return
+        if conv:
+            w, o = shapes[1], tuple(out.shape)
+            mnk = (int(o[0] * math.prod(o[2:])), int(math.prod(w[1:])), int(w[0]))
+        else:
+            a, b = shapes[-2], shapes[-1]
+            mnk = (int(math.prod(a[:-1])), int(a[-1]), int(b[-1]))
+        work.gemm = (flops, dtype, mnk)
+
+    # --- the record ------------------------------------------------------------------
+    def record(self, end, optimizer) -> dict:
+        """What the step measured, as the datagram carries it."""
+        sec = self.clock.seconds
+        t0 = sec(self.start)
+        step = sec(end) - t0
+        fwd = sum(sec(b) - sec(a) for a, b in self.fwd)
+        bwd = sum(sec(b) - sec(a) for a, b in self.bwd)
+        opt = sec(end) - sec(self.opt_start) if self.opt_start is not None else math.nan
+        units: dict[str, list[float]] = {}
+        for name, spans in self.unit_fwd.items():
+            units[name] = [sum(sec(b) - sec(a) for a, b in spans if b is not None), 0.0]
+        for (a, b), name in self._bwd_spans():
+            units.setdefault(name, [0.0, 0.0])[1] += b - a
+        own = fwd - sum(v[0] for v in units.values())
+        rec: dict = {
+            "t": time.time(),
+            "count": int(self.counting),
+            "step": step,
+            "fwd": fwd,
+            "bwd": bwd,
+            "opt": opt,
+            "own": max(0.0, own),
+            "units": [[n, v[0], v[1], self.calls.get(n, 0)] for n, v in units.items()],
+            "model": type(self.root).__name__,
+            "device": self._device(),
+        }
+        if self.counting and self.work is not None:
+            rec["work"] = self._work_rows()
+            if self.work.gemm is not None:
+                rec["gemm"] = [self.work.gemm[1], *self.work.gemm[2]]
+        if optimizer is not None:
+            rec["groups"] = optimizer_groups(self.sampler.torch, optimizer)
+        return rec
+
+    def _device(self) -> str:
+        try:
+            return next(self.root.parameters()).device.type
+        except Exception:
+            return "cpu"
+
+    def _bwd_spans(self) -> list:
+        """The backward's wall time cut at the units' starts: each span to the unit that began
+        last (the loss's own backward before the first start is outside the model)."""
+        sec = self.clock.seconds
+        starts = sorted((sec(m), n) for m, n in self.bwd_marks)
+        out = []
+        for b0, b1 in self.bwd:
+            lo, hi = sec(b0), sec(b1)
+            marks = [(t, n) for t, n in starts if lo <= t <= hi]
+            for i, (t, name) in enumerate(marks):
+                nxt = marks[i + 1][0] if i + 1 < len(marks) else hi
+                out.append(((t, nxt), name))
+        return out
+
+    def _work_rows(self) -> list:
+        work = self.work
+        assert work is not None
+        places = {p for p, _ in work.flops}
+        rows = []
+        for place in sorted(places):
+            f = [work.flops.get((place, ph), 0.0) for ph in ("fwd", "bwd", "opt")]
+            b = [work.bytes.get((place, ph), 0.0) for ph in ("fwd", "bwd", "opt")]
+            ops = sum(work.ops.get((place, ph), 0) for ph in ("fwd", "bwd", "opt"))
+            dts = work.dtypes.get(place, {})
+            dtype = max(dts, key=lambda k: dts[k]) if dts else ""
+            names = work.names.get(place, {})
+            top = sorted(names, key=lambda k: -names[k])[:3]
+            ops_text = ",".join(f"{k}:{names[k]}" for k in top)
+            rows.append([place, *f, *b, ops, dtype, self._params(place), ops_text])
+        return rows
+
+    def _params(self, place: str) -> float:
+        mod = dict(self.units).get(place)
+        if mod is None:
+            return 0.0
+        try:
+            return float(sum(p.numel() for p in mod.parameters()))
+        except Exception:
+            return 0.0
+
+
+def optimizer_groups(torch, opt) -> list:
+    """Per parameter group: tensors, elements, bytes of the params and of their optimizer state,
+    whether the update runs foreach or fused, and the params' dtype."""
+    rows: list[list] = []
+    try:
+        groups = opt.param_groups
+        state = opt.state
+    except Exception:
+        return rows
+    for i, g in enumerate(groups[:16]):
+        params = [p for p in g.get("params", ()) if isinstance(p, torch.Tensor)]
+        with_grad = [p for p in params if p.grad is not None]
+        elems = float(sum(p.numel() for p in with_grad))
+        pbytes = float(sum(_nbytes(p) for p in with_grad))
+        sbytes = 0.0
+        for p in with_grad[:4096]:
+            for v in (state.get(p) or {}).values():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    sbytes += _nbytes(v)
+        dtypes = {str(p.dtype).replace("torch.", "") for p in with_grad}
+        rows.append(
+            [
+                str(i),
+                float(len(with_grad)),
+                elems,
+                pbytes,
+                sbytes,
+                float(bool(g.get("foreach"))),
+                float(bool(g.get("fused"))),
+                ",".join(sorted(dtypes))[:40],
+                type(opt).__name__,
+            ]
+        )
+    return rows
+
+
+def _overloads(packet) -> list:
+    """Every overload of an op packet (aten.detach: aten.detach.default...)."""
+    try:
+        return [getattr(packet, o) for o in packet.overloads()]
+    except Exception:
+        return []
+
+
+class Sampler:
+    """Arms a step now and then (see the module's docstring) and keeps its records."""
+
+    def __init__(self, torch, models, cuda: bool = False) -> None:
+        self.torch = torch
+        self.models = models  # weak set of the top modules seen forwarding
+        self.cuda = cuda
+        self.steps = 0
+        self.next_at = 0.0
+        self.count_at = 0.0
+        self.armed: Armed | None = None
+        self.records: list[dict] = []
+        self.disabled: str | None = None
+        self.last_opt: Any = None
+        aten = torch.ops.aten
+        self.gemm_ops = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution}
+        self.conv = aten.convolution
+        self.skipped = set(_overloads(aten.detach))  # not work: views, profiler marks
+        for name in ("_record_function_enter_new", "_record_function_exit"):
+            try:
+                self.skipped.update(_overloads(getattr(torch.ops.profiler, name)))
+            except Exception:
+                pass
+
+    def note_optimizer(self, opt) -> None:
+        try:
+            self.last_opt = weakref.ref(opt)
+        except TypeError:
+            self.last_opt = None
+
+    def on_step(self) -> None:
+        """The optimizer post-hook: finish an armed step, maybe arm the next."""
+        self.steps += 1
+        if self.armed is not None:
+            self._finish()
+        if self.disabled or self.steps < WARMUP_STEPS:
+            return
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at = now + SAMPLE_EVERY_S
+        counting = now >= self.count_at
+        if counting:
+            self.count_at = now + COUNT_EVERY_S
+        self._arm(counting)
+
+    def _root(self):
+        try:
+            roots = [m for m in list(self.models) if m.training]
+        except Exception:
+            return None
+        if not roots:
+            return None
+        return max(roots, key=lambda m: sum(p.numel() for p in m.parameters()))
+
+    def _arm(self, counting: bool) -> None:
+        root = self._root()
+        if root is None:
+            return
+        if type(root).__name__ == "OptimizedModule" or hasattr(root, "_orig_mod"):
+            self.disabled = "compiled"
+            return
+        try:
+            self.armed = Armed(self, root, find_units(root), counting)
+        except Exception:
+            self.armed = None
+
+    def _finish(self) -> None:
+        arm, self.armed = self.armed, None
+        assert arm is not None
+        try:
+            end = arm.clock.mark()
+            arm.remove()
+            if self.cuda:
+                end.synchronize()
+            opt = self.last_opt() if self.last_opt is not None else None
+            if len(self.records) < MAX_RECORDS:
+                self.records.append(arm.record(end, opt))
+        except Exception:
+            if DEBUG:
+                raise
+            arm.remove()
+
+    def take(self) -> list[dict]:
+        recs, self.records = self.records, []
+        return recs
+
+    def cancel(self) -> None:
+        """Quiet (the agent gone): an armed step's hooks out, nothing kept."""
+        arm, self.armed = self.armed, None
+        if arm is not None:
+            arm.remove()
+        self.records = []

@@ -1,0 +1,190 @@
+"""The in-job compute sampler (gpudiag_compute): the units it finds, the FLOPs it counts (as
+torch.utils.flop_counter's FlopCounterMode counts them), and what the agent reads back."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from gpudiag.analyzers.findings.compute import find  # noqa: E402
+from gpudiag.analyzers.measures.compute import compute_table  # noqa: E402
+from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
+from gpudiag.probes.inject import gpudiag_compute as gc  # noqa: E402
+from gpudiag.probes.inprocess.compute_rows import compute_samples  # noqa: E402
+
+
+class Net(nn.Module):
+    def __init__(self, double_block: bool = False) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, 32)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.ReLU()) for _ in range(3))
+        self.head = nn.Linear(32, 4)
+        if double_block:
+            self.blocks[1].double()
+        self.double_block = double_block
+
+    def forward(self, x):
+        x = self.inp(x)
+        for i, b in enumerate(self.blocks):
+            x = b(x.double()).float() if self.double_block and i == 1 else b(x)
+        return self.head(x)
+
+
+def _train(model, steps: int, counting: bool) -> list[dict]:
+    """Steps of `model` with a sampler arming every step (counting or timing)."""
+    sampler = gc.Sampler(torch, [model])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    records = []
+    for i in range(steps):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sampler.note_optimizer(opt)
+        if sampler.armed is not None:
+            sampler._finish()
+            records += sampler.take()
+        if i + 1 < steps:
+            sampler._arm(counting)
+    return records
+
+
+def test_units_are_the_models_children_with_containers_opened():
+    names = [n for n, _ in gc.find_units(Net())]
+    assert names == ["inp", "blocks.0", "blocks.1", "blocks.2", "head"]
+
+
+def test_a_wrapper_of_one_child_is_looked_through():
+    wrapped = nn.Sequential()
+    wrapped.add_module("module", Net())
+    assert [n for n, _ in gc.find_units(wrapped)][0] == "module.inp"
+
+
+def test_counted_flops_match_flop_counter_mode():
+    model = Net()
+    recs = [r for r in _train(model, 3, counting=True) if r["count"]]
+    assert recs
+    work = {row[0]: row for row in recs[-1]["work"]}
+    ours = sum(row[1] + row[2] for row in work.values())
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    ref = copy.deepcopy(model)
+    with FlopCounterMode(display=False) as fc:
+        nn.functional.cross_entropy(ref(x), y).backward()
+    assert ours == fc.get_total_flops()
+    assert work["blocks.0"][2] == 2 * work["blocks.0"][1]  # a backward: 2x its forward
+    assert work["blocks.0"][8] == "float32"
+
+
+def test_hooks_are_taken_out_after_the_armed_step_and_never_on_the_model():
+    from torch.nn.modules import module as nn_module
+
+    model = Net()
+    sampler = gc.Sampler(torch, [model])
+    sampler._arm(True)
+    assert not model._forward_hooks and not model.blocks[0]._forward_pre_hooks
+    copy.deepcopy(model)  # an EMA's deepcopy while armed: nothing of ours on the model
+    nn.functional.cross_entropy(model(torch.randn(2, 16)), torch.tensor([0, 1])).backward()
+    sampler._finish()
+    assert not nn_module._global_forward_hooks and not nn_module._global_forward_pre_hooks
+    assert not getattr(torch.autograd.backward, "_gpudiag", 0)
+
+
+def test_timed_records_cover_every_unit():
+    recs = [r for r in _train(Net(), 3, counting=False) if not r["count"]]
+    names = {u[0] for u in recs[-1]["units"]}
+    assert names == {"inp", "blocks.0", "blocks.1", "blocks.2", "head"}
+    assert all(u[1] >= 0 and u[2] >= 0 for u in recs[-1]["units"])
+
+
+def _table(model, steps: int = 4):
+    recs = _train(model, 2, counting=True) + _train(model, steps, counting=False)
+    tl = Timeline()
+    for i, rec in enumerate(recs):
+        rec["t"] = 1.8e9 + i
+        tl.extend(compute_samples({"cmp": [rec]}))
+    return compute_table(tl.whole())
+
+
+def test_the_table_reads_each_units_work_and_dtype():
+    t = _table(Net(double_block=True))
+    assert t is not None and t.counted_steps == 1
+    rows = {r.name: r for r in t.rows}
+    assert rows["blocks.1"].dtype == "float64" and rows["blocks.0"].dtype == "float32"
+    assert rows["blocks.0"].flops == 3 * 2 * 8 * 32 * 32
+    assert 0.5 <= sum(r.share for r in t.rows) <= 1.05  # the outside row is clamped at 0
+
+
+def test_malformed_records_are_dropped():
+    assert compute_samples({"cmp": [{"t": "x"}, 5, {"t": 1e9, "step": float("nan")}]}) == []
+    got = compute_samples({"cmp": [{"t": 1e9, "step": 0.1, "units": [["a", -1, 0, 1]]}]})
+    assert [s.labels["kind"] for s in got] == ["compute_step"]
+
+
+def test_comp001_names_the_float64_block_and_not_a_healthy_model(monkeypatch):
+    from dataclasses import replace
+
+    from gpudiag.analyzers.model.thresholds import Thresholds
+
+    class C:  # the finder reads only the table and the thresholds
+        pass
+
+    th = replace(Thresholds(), comp_share_warn=0.0)
+    for model, named in ((Net(double_block=True), "blocks.1"), (Net(), None)):
+        c = C()
+        c.compute, c.th = _table(model), th
+        found = find(c)  # type: ignore[arg-type]
+        if named is None:
+            assert found == [] or "float64" not in found[0].message
+        else:
+            assert found and found[0].id == "COMP001" and named in found[0].title
+            assert "float64" in found[0].message
+
+
+def test_comp001_with_no_reason_read_is_a_note_and_a_reason_ranks_first():
+    """A place far below the rest of the model with nothing read to say why is a note (its
+    cost is a bound, no change named); one whose work shows why leads."""
+    from dataclasses import replace
+
+    from gpudiag.analyzers.measures.compute import Attainable, ComputeTable, Row
+    from gpudiag.analyzers.model.thresholds import Thresholds
+
+    def row(name, share, t, flops, dtype="float32"):
+        return Row(
+            name,
+            "unit",
+            t / 2,
+            t / 2,
+            share,
+            flops / 3,
+            2 * flops / 3,
+            0.0,
+            8,
+            0,
+            dtype,
+            roofline_s=flops / 1e9,
+        )
+
+    def table(*rows):
+        att = Attainable(1e9, 1e9, "float32", "calibration")
+        return ComputeTable(tuple(rows), 1.0, 5, 1, "Net", "float32", att, "cpu")
+
+    class C:  # the finder reads only the table and the thresholds
+        pass
+
+    c = C()
+    c.th = Thresholds()
+    slow = row("slow", 0.3, 0.3, 0.003e9)  # 1% efficient, nothing read
+    fine = [row(f"b{i}", 0.2, 0.2, 0.1e9) for i in range(3)]  # 50% efficient
+    c.compute = table(slow, *fine)
+    (f,) = find(c)  # type: ignore[arg-type]
+    assert f.severity == "note" and "(slow)" in f.title
+    double = replace(fine[0], name="dbl", dtype="float64", share=0.25)
+    c.compute = table(slow, double, *fine[1:])
+    (f,) = find(c)  # type: ignore[arg-type]
+    assert "(dbl)" in f.title and f.severity != "note" and "float64" in f.message
