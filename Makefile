@@ -27,6 +27,7 @@ help:
 # --- the demo -----------------------------------------------------------------------------
 
 demo: $(DEMO_VENV)/.gpudiag-demo
+	@echo "==> $(DEMO_VENV) is set up (torch, gpudiag from this checkout)"
 	@echo "==> gpudiag demo (a small training job with a planted input-pipeline bottleneck)"
 	$(DEMO_VENV)/bin/gpudiag demo
 
@@ -48,6 +49,7 @@ lint: test-setup
 	. $(TEST_VENV)/bin/activate && ruff check . && ruff format --check . && mypy
 
 test-setup: $(TEST_VENV)/.gpudiag-test
+	@echo "==> $(TEST_VENV) is set up (torch==$(TORCH_TEST_VERSION), gpudiag editable, strict)"
 
 $(TEST_VENV)/.gpudiag-test: pyproject.toml
 	@$(MAKE) --no-print-directory venv VENV=$(TEST_VENV)
