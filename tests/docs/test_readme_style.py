@@ -49,3 +49,27 @@ def test_the_measure_counts_sentences_as_a_reader_does():
 def test_every_docs_page_has_a_heading_every_60_lines(page):
     text = (ROOT / "docs" / page).read_text()
     assert stats_module().longest_without_heading(text) <= MAX_RUN_WITHOUT_HEADING
+
+
+def test_links_between_the_pages_resolve_to_a_file_and_a_heading():
+    """Every relative link in the README and docs/ names a file that exists and, with an
+    anchor, a heading of that file (the anchors GitHub makes)."""
+    import re
+
+    from gpudiag.analyzers.engine.catalogue_doc import anchor
+
+    def heads(path: Path) -> set[str]:
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+        return {anchor(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+    bad = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target, frag in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", page.read_text()):
+            if target.startswith(("http:", "https:", "mailto:")):
+                continue
+            dest = (page.parent / target).resolve() if target else page
+            if not dest.exists():
+                bad.append(f"{page.name}: {target}")
+            elif frag and dest.suffix == ".md" and frag not in heads(dest):
+                bad.append(f"{page.name}: {target}#{frag}")
+    assert not bad, bad
