@@ -162,20 +162,26 @@ def cost_lines(doc: Report) -> list[str]:
 
 
 def phase_lines(doc: Report) -> list[str]:
-    """Start-up, loop and shutdown, and the GPU's idle on the critical path."""
+    """Start-up (the job's paths relative to its folder), loop and shutdown, and the GPU's idle
+    on the critical path; wrapped at WIDTH."""
     ph = doc.get("phases") or {}
     out = []
     if ph.get("source") and ph["source"] != "whole run":
-        top = ", ".join(f"{t['where']} {t['share']:.0%}" for t in ph.get("startup_top", []))
+        root = job_dir(doc)
+        top = ", ".join(
+            f"{shorten_paths(t['where'], root)} {t['share']:.0%}" for t in ph.get("startup_top", [])
+        )
         # attached, gpudiag never saw the job start: the time before the loop is its own wait
         first = (
             "start-up" if doc.get("run", {}).get("mode") in ("run", "replay") else "before the loop"
         )
-        out.append(
+        out += wrapped(
             f"Run: {first} {ph['startup_s']:.1f} s"
             + (f" ({top})" if top else "")
             + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
-            f"shutdown {ph['shutdown_s']:.1f} s"
+            f"shutdown {ph['shutdown_s']:.1f} s",
+            "",
+            "  ",
         )
     cp = doc.get("critical_path")
     if cp and cp.get("gpu_idle") is not None:
