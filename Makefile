@@ -71,8 +71,8 @@ venv:
 # is the multi-GB CUDA build), PyPI's where one is or where the CPU index cannot be reached.
 torch:
 	@if $(VENV)/bin/python -c 'import sys; from importlib.metadata import version as v; \
-	  want = "$(TORCH_SPEC)".partition("==")[2]; \
-	  sys.exit(bool(want) and v("torch").split("+")[0] != want)' \
+	  want = "$(TORCH_SPEC)".partition("==")[2]; have = v("torch").split("+")[0]; \
+	  sys.exit(bool(want) and have != want)' \
 	  2>/dev/null; then echo "==> $(TORCH_SPEC) is installed in $(VENV)"; \
 	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  echo "==> installing $(TORCH_SPEC) (a GPU is present: the CUDA build) into $(VENV)"; \
