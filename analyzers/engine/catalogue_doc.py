@@ -100,15 +100,35 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
+def anchor(heading: str) -> str:
+    """A heading's anchor as GitHub and markdown-it's anchors plugin make it."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _index(own_specs: dict[str, list[Spec]]) -> list[str]:
+    """A table of the families, each with its findings linked to their sections."""
+    rows = ["| family | findings |", "|---|---|"]
+    for cat, specs in own_specs.items():
+        heading = CATEGORIES[cat]
+        links = " · ".join(f"[{s.id}](#{anchor(f'{s.id}: {s.title}')})" for s in specs)
+        rows.append(f"| [{heading}](#{anchor(heading)}) | {links} |")
+    return rows + [""]
+
+
 def findings_section() -> str:
-    """Every finding's section, grouped by category, between the page's markers."""
+    """An index of the families, then every finding's section, grouped by category, between
+    the page's markers."""
     own = owners()
-    parts = [BEGIN, ""]
-    for cat, heading in CATEGORIES.items():
-        specs = sorted((s for s in CATALOGUE.values() if s.category == cat), key=lambda s: s.id)
-        if specs:
-            parts += [f"## {heading}", ""]
-            parts += [finding_doc(s, own.get(s.id)) for s in specs]
+    families = {
+        cat: sorted((s for s in CATALOGUE.values() if s.category == cat), key=lambda s: s.id)
+        for cat in CATEGORIES
+    }
+    families = {cat: specs for cat, specs in families.items() if specs}
+    parts = [BEGIN, ""] + _index(families)
+    for cat, specs in families.items():
+        parts += [f"## {CATEGORIES[cat]}", ""]
+        parts += [finding_doc(s, own.get(s.id)) for s in specs]
     parts.append(END)
     return "\n".join(parts) + "\n"
 

@@ -27,3 +27,18 @@ def test_a_section_names_the_thresholds_its_unit_reads():
 
     text = finding_doc(CATALOGUE["SYNC001"], sync)
     assert "`sync_warn` (" in text and "analyzers/findings/sync.py" in text
+
+
+def test_the_index_links_every_family_and_finding_to_its_heading():
+    import re
+
+    from gpudiag.analyzers.engine.catalogue_doc import anchor
+
+    page = PAGE.read_text()
+    heads = {anchor(h) for h in re.findall(r"^#{2,3} (.+)$", page, flags=re.M)}
+    links = set(re.findall(r"\]\(#([^)]+)\)", page.split(BEGIN)[1].split(END)[0]))
+    assert {anchor(f"{fid}: {s.title}") for fid, s in CATALOGUE.items()} <= links
+    assert links <= heads, sorted(links - heads)
+    assert anchor("GPU003: Matrix work (fp32 without TF32/AMP)") == (
+        "gpu003-matrix-work-fp32-without-tf32amp"
+    )

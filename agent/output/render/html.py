@@ -19,6 +19,7 @@ from gpudiag.agent.output.render.charts import (
     gpu_legend,
     timeline_svg,
 )
+from gpudiag.agent.output.render.plain import job_dir, plain_basis, shorten_paths, split_evidence
 from gpudiag.agent.output.render.right_size import right_size_lines, right_size_table_html
 from gpudiag.agent.output.render.text import cost_lines, phase_lines
 from gpudiag.agent.output.render.workload import workload_lines
@@ -93,29 +94,41 @@ def _cards(doc: Report) -> str:
     )
 
 
-def _finding(f: Finding) -> str:
-    ev = "".join(
+def _evidence_rows(items: list[Any]) -> str:
+    return "".join(
         f"<tr><td><code>{_e(e['metric'])}</code></td><td>{_e(' '.join(evidence_parts(e, False)))}"
         "</td></tr>"
-        for e in f.get("evidence", [])
+        for e in items
     )
+
+
+def _finding(f: Finding, root: str | None = None) -> str:
+    """One finding: its message (the job's paths under `root` made relative), the evidence it
+    rests on, the checks that stayed under their threshold (context), the fix and speed-up."""
+    rests, context = split_evidence(f.get("evidence", []))
+    ev = f"<table><tr><th>evidence</th><th></th></tr>{_evidence_rows(rests)}</table>"
+    if context:
+        ev += (
+            "<table><tr><th>context: checked, did not cross its threshold</th><th></th></tr>"
+            f"{_evidence_rows(context)}</table>"
+        )
     rec = f.get("recommendation") or {}
-    actions = "".join(f"<li>{_e(a)}</li>" for a in rec.get("actions", []))
+    actions = "".join(f"<li>{_e(shorten_paths(a, root))}</li>" for a in rec.get("actions", []))
     where = f"<p>Where: <code>{_e(f['location'])}</code></p>" if f.get("location") else ""
     speed = f.get("expected_speedup")
     lead = "Speed-up bound (no fix can beat it)" if is_bound(f) else "Expected speed-up if fixed"
     speed_line = (
         f"<p>{lead}: <b>{_e(speedup_text(f))}</b> "
-        f"<span class=muted>({_e(f.get('speedup_basis', ''))})</span></p>"
+        f"<span class=muted>({_e(plain_basis(f.get('speedup_basis', '')))})</span></p>"
         if speed and speed > 1.0
         else ""
     )
     return (
         f'<div class="finding {_e(f["severity"])}"><span class=sev>{_e(f["severity"])}</span> '
         f"<b>{_e(f['id'])}</b> {_e(f['title'])} <span class=muted>impact {f['impact']:.0%}, "
-        f"confidence {f['confidence']:.0%}</span><p>{_e(f['message'])}</p>"
-        f"<table><tr><th>evidence</th><th></th></tr>{ev}</table>"
-        f"<p><b>Fix:</b> {_e(rec.get('summary', ''))}</p><ul>{actions}</ul>"
+        f"confidence {f['confidence']:.0%}</span><p>{_e(shorten_paths(f['message'], root))}</p>"
+        f"{ev}"
+        f"<p><b>Fix:</b> {_e(shorten_paths(rec.get('summary', ''), root))}</p><ul>{actions}</ul>"
         f"{where}{speed_line}</div>"
     )
 
@@ -307,7 +320,7 @@ def render_html(doc: Report) -> str:
         _legend([c for c, v in shares.items() if v > 0]),
         "<pre>" + _e("\n".join(phase_lines(doc))) + "</pre>",
         f"<h2>Findings ({len(findings)})</h2>",
-        "".join(_finding(f) for f in findings) or _no_findings(doc),
+        "".join(_finding(f, job_dir(doc)) for f in findings) or _no_findings(doc),
         ("<h2>Fix trials</h2><pre>" + _e("\n".join(trial_lines(doc)[1:])) + "</pre>")
         if doc.get("trials")
         else "",

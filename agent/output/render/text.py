@@ -6,6 +6,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpudiag.agent.output.render.plain import (
+    bullets,
+    job_dir,
+    plain_basis,
+    shorten_paths,
+    split_evidence,
+    wrapped,
+)
 from gpudiag.agent.output.render.ranks import rank_lines
 from gpudiag.agent.output.render.right_size import price_age_lines, right_size_lines
 from gpudiag.agent.output.render.workload import workload_lines
@@ -160,20 +168,26 @@ def cost_lines(doc: Report) -> list[str]:
 
 
 def phase_lines(doc: Report) -> list[str]:
-    """Start-up, loop and shutdown, and the GPU's idle on the critical path."""
+    """Start-up (the job's paths relative to its folder), loop and shutdown, and the GPU's idle
+    on the critical path; wrapped at WIDTH."""
     ph = doc.get("phases") or {}
     out = []
     if ph.get("source") and ph["source"] != "whole run":
-        top = ", ".join(f"{t['where']} {t['share']:.0%}" for t in ph.get("startup_top", []))
+        root = job_dir(doc)
+        top = ", ".join(
+            f"{shorten_paths(t['where'], root)} {t['share']:.0%}" for t in ph.get("startup_top", [])
+        )
         # attached, gpudiag never saw the job start: the time before the loop is its own wait
         first = (
             "start-up" if doc.get("run", {}).get("mode") in ("run", "replay") else "before the loop"
         )
-        out.append(
+        out += wrapped(
             f"Run: {first} {ph['startup_s']:.1f} s"
             + (f" ({top})" if top else "")
             + f" · loop {ph['loop_s']:.1f} s (analysed; from {ph['source']}) · "
-            f"shutdown {ph['shutdown_s']:.1f} s"
+            f"shutdown {ph['shutdown_s']:.1f} s",
+            "",
+            "  ",
         )
     cp = doc.get("critical_path")
     if cp and cp.get("gpu_idle") is not None:
@@ -222,8 +236,9 @@ def render_text(doc: Report, verbose: bool = True) -> str:
         )
     else:
         out.append(f"Findings ({len(findings)}, largest impact first):")
+    root = job_dir(doc)
     for i, f in enumerate(findings, 1):
-        out += _finding_lines(i, f, verbose)
+        out += _finding_lines(i, f, verbose, root)
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
     out += trial_lines(doc)
@@ -252,9 +267,11 @@ def _breakdown_lines(bd: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _finding_lines(i: int, f: Finding, verbose: bool) -> list[str]:
-    """One finding: its impact and speed-up, message, fix, and its evidence (verbose) or the
-    one piece that decided it."""
+def _finding_lines(i: int, f: Finding, verbose: bool, root: str | None = None) -> list[str]:
+    """One finding: its impact and speed-up, message, fix, and its evidence (verbose: what it
+    rests on, then what was checked and stayed under its threshold) or the one piece that
+    decided it. Wrapped at WIDTH; the job's paths relative to its folder (`root`) but in the
+    location, which stays whole."""
     cost = f.get("cost") or {}
     money = f" · ${cost['usd_per_day']:,.0f}/day" if "usd_per_day" in cost else ""
     out = [
@@ -263,21 +280,24 @@ def _finding_lines(i: int, f: Finding, verbose: bool) -> list[str]:
         f"{f['impact']:.0%} of wall time · "
         f"{'speed-up bound' if is_bound(f) else 'expected speed-up'} "
         f"{speedup_text(f)} · confidence {f['confidence']:.0%}{money}",
-        f"    {f['message']}",
     ]
+    out += wrapped(shorten_paths(f["message"], root), "    ")
     if f.get("speedup_basis"):
-        out.append(f"    speed-up: {f['speedup_basis']}")
+        out += wrapped(f"speed-up: {plain_basis(f['speedup_basis'])}", "    ", "      ")
     if f.get("location"):
         out.append(f"    at {f['location']}")
-    out.append(f"    Fix: {f['recommendation']['summary']}")
-    for a in f["recommendation"]["actions"]:
-        out.append(f"      - {a}")
+    out += wrapped(f"Fix: {shorten_paths(f['recommendation']['summary'], root)}", "    ", "      ")
+    out += bullets([shorten_paths(a, root) for a in f["recommendation"]["actions"]], "     ", " -")
     if verbose:
-        out.append("    Evidence:")
-        for e in f["evidence"]:
-            out.append(f"      · {_evidence_line(e)}")
+        rests, context = split_evidence(f["evidence"])
+        if rests:
+            out.append("    Evidence:")
+            out += bullets([_evidence_line(e) for e in rests], "     ", " ·")
+        if context:
+            out.append("    Context (checked; did not cross its threshold):")
+            out += bullets([_evidence_line(e) for e in context], "     ", " ·")
     elif (why := primary_evidence(f)) is not None:
-        out.append(f"    Why: {_evidence_line(why)}")
+        out += wrapped(f"Why: {_evidence_line(why)}", "    ", "      ")
     return out
 
 
@@ -359,18 +379,30 @@ def _md_findings(doc: Report) -> list[str]:
             f"{f['impact']:.0%} | {speedup_text(f)} |"
         )
     out.append("")
+    root = job_dir(doc)
     for f in doc["findings"]:
-        out += [f"**{f['id']}** — {md_escape(f['message'])}", ""]
+        out += [f"**{f['id']}** — {md_escape(shorten_paths(f['message'], root))}", ""]
+        if basis := f.get("speedup_basis"):
+            out += [f"Speed-up: {md_escape(plain_basis(basis))}", ""]
         if where := f.get("location"):
             out += [f"Location: {_code_span(where)}", ""]
-        out.append(f"Fix: {md_escape(f['recommendation']['summary'])}")
+        out.append(f"Fix: {md_escape(shorten_paths(f['recommendation']['summary'], root))}")
         out += [
-            f"- {_code_span(a)}" if a.startswith("DataLoader(") else f"- {md_escape(a)}"
+            f"- {_code_span(a)}"
+            if a.startswith("DataLoader(")
+            else f"- {md_escape(shorten_paths(a, root))}"
             for a in f["recommendation"]["actions"]
         ]
         out.append("")
-        out.append("Evidence: " + "; ".join(md_escape(_evidence_line(e)) for e in f["evidence"]))
-        out.append("")
+        rests, context = split_evidence(f["evidence"])
+        if rests:
+            out += ["Evidence: " + "; ".join(md_escape(_evidence_line(e)) for e in rests), ""]
+        if context:
+            out.append(
+                "Context (checked; did not cross its threshold): "
+                + "; ".join(md_escape(_evidence_line(e)) for e in context)
+            )
+            out.append("")
     return out
 
 
