@@ -6,7 +6,7 @@
 #               gpudiag in strict editable mode, then ruff, ruff format --check, mypy, pytest
 #
 # Needs only Python 3.10+ and make. Variables: PYTHON (python3), PYTEST_ARGS (-m 'not slow'),
-# TORCH_CPU_INDEX (PyTorch's CPU wheels; where it cannot be reached, pip's own index is used).
+# TORCH_CPU_INDEX (PyTorch's CPU wheels; empty, or where it cannot be reached: pip's own index).
 
 PYTHON ?= python3
 PYTEST_ARGS ?= -m 'not slow'
@@ -77,12 +77,13 @@ torch:
 	elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	  echo "==> installing $(TORCH_SPEC) (a GPU is present: the CUDA build) into $(VENV)"; \
 	  $(VENV)/bin/python -m pip install -q '$(TORCH_SPEC)'; \
-	elif $(VENV)/bin/python -c 'import urllib.request as u; u.urlopen("$(TORCH_CPU_INDEX)/", timeout=10)' \
+	elif [ -n "$(TORCH_CPU_INDEX)" ] && \
+	  $(VENV)/bin/python -c 'import urllib.request as u; u.urlopen("$(TORCH_CPU_INDEX)/", timeout=10)' \
 	  >/dev/null 2>&1; then \
 	  echo "==> installing $(TORCH_SPEC), the CPU build (no GPU seen), into $(VENV)"; \
 	  $(VENV)/bin/python -m pip install -q --index-url $(TORCH_CPU_INDEX) '$(TORCH_SPEC)'; \
 	else \
-	  echo "==> no GPU seen, $(TORCH_CPU_INDEX) not reachable: $(TORCH_SPEC) from pip's own index"; \
+	  echo "==> no GPU seen, no CPU index reachable ($(TORCH_CPU_INDEX)): $(TORCH_SPEC) from pip's own index"; \
 	  $(VENV)/bin/python -m pip install -q '$(TORCH_SPEC)'; fi
 
 clean:
