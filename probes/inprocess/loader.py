@@ -63,23 +63,12 @@ def script_text(inject_dir: str, channel: str, nonce: str) -> str:
 
 
 def python_version(pid: int) -> tuple[int, int] | None:
-    """The job's Python major.minor: from the libpython it maps, else its executable's
-    answer; None when neither tells."""
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            m = re.search(r"libpython(\d)\.(\d+)", f.read())
-        if m:
-            return int(m.group(1)), int(m.group(2))
-        out = subprocess.run(
-            [f"/proc/{pid}/exe", "-I", "-S", "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_S,
-            check=False,
-        ).stdout.split()
-        return (int(out[0]), int(out[1])) if len(out) == 2 else None
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
+    """The job's Python major.minor, read from the process (the libpython it maps, the
+    Py_Version its executable exports, its extension modules' ABI tag), never by running its
+    executable: that would run another user's code as root; None when nothing tells."""
+    from gpudiag.probes.inprocess.pyversion import version_of
+
+    return version_of(pid)
 
 
 def forking(pid: int) -> bool:
