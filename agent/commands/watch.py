@@ -35,7 +35,13 @@ from gpudiag.agent.session.ranks.launch import is_launcher, primary_of
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import Target
 from gpudiag.probes.dist.ranks import sibling_ranks
-from gpudiag.probes.host.discovery import dcgm_process, find_jobs, list_processes, read_proc
+from gpudiag.probes.host.discovery import (
+    TorchCheck,
+    dcgm_process,
+    find_jobs,
+    list_processes,
+    read_proc,
+)
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.probes.stacks.probe import StackProbe
@@ -131,6 +137,7 @@ class Watcher:
     jobs: dict[int, Watched] = field(default_factory=dict)
     skipped: set[int] = field(default_factory=set)
     shared: SharedCpu = field(default_factory=SharedCpu)
+    torch_check: TorchCheck = field(default_factory=TorchCheck)
     _gpu: GpuProbe | Literal[False] | None = None  # False: no GPU to ask
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -149,7 +156,9 @@ class Watcher:
             return self.discover()
         with self._lock:
             known = set(self.jobs)
-        return find_jobs(list_processes(), self._gpu_pids(), match=self.match, known=known)
+        return find_jobs(
+            list_processes(), self._gpu_pids(), self.torch_check, match=self.match, known=known
+        )
 
     # ---- jobs -----------------------------------------------------------------------------
     def live_jobs(self) -> list[LiveJob]:

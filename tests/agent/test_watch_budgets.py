@@ -1,0 +1,100 @@
+"""The node daemon's cost is bounded by construction (review adversarial-6, section 2): what
+discovery reads of each process each poll, how many jobs it watches, how many series a
+scrape holds. Each budget is driven past its limit here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from gpudiag.probes.host import discovery
+from gpudiag.probes.host.discovery import (
+    MAX_CMDLINE_BYTES,
+    MAX_MAPS_BYTES,
+    TorchCheck,
+    has_torch,
+    read_proc,
+)
+
+
+def _ready(code: str, *args: str) -> subprocess.Popen:
+    job = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+    return job
+
+
+def test_a_huge_command_line_is_read_only_to_its_budget():
+    """X04: each poll read every process's whole command line (1.8 MB each: 280 MB RSS)."""
+    big = ["a" * 100_000] * 12  # 1.2 MB of arguments
+    job = _ready("import time; print('ready', flush=True); time.sleep(30)", *big)
+    try:
+        info = read_proc(job.pid)
+    finally:
+        job.kill()
+        job.wait()
+    assert info is not None and info.start > 0 and info.ppid == os.getpid()
+    assert sum(len(a) + 1 for a in info.cmdline) <= MAX_CMDLINE_BYTES + 1
+    assert info.cmdline[0] == sys.executable  # the start of it: what --match and labels see
+
+
+def test_a_python_process_with_many_mappings_is_read_to_a_budget_and_not_every_poll(
+    monkeypatch,
+):
+    """X05: every poll read the whole memory map of every Python process not watched (20 x
+    30,000 mappings: 0.21 cores against a 0.10 budget)."""
+    code = (
+        "import mmap, time\n"
+        "rw = mmap.PROT_WRITE | mmap.PROT_READ\n"  # alternating: no two mappings merge
+        "m = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ if i % 2 else rw) for i in range(30000)]\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    job = _ready(code)
+    read: list[int] = []
+    real = discovery.read_head
+
+    def counted(path, limit):
+        got = real(path, limit)
+        if str(path).endswith("/maps"):
+            read.append(len(got))
+        return got
+
+    monkeypatch.setattr(discovery, "read_head", counted)
+    now = [0.0]
+    check = TorchCheck(clock=lambda: now[0])
+    try:
+        assert check(job.pid) is False
+        for _ in range(5):  # five polls within the re-check time: not read again
+            now[0] += 2.0
+            assert check(job.pid) is False
+        now[0] += discovery.MAPS_RECHECK_S
+        assert check(job.pid) is False
+    finally:
+        job.kill()
+        job.wait()
+    assert len(read) == 2 and max(read) <= MAX_MAPS_BYTES
+
+
+def test_a_process_found_with_torch_is_not_read_again_and_a_reused_pid_is():
+    with tempfile.NamedTemporaryFile(suffix="libtorch_fake.so") as f:
+        f.write(b"\0" * 4096)
+        f.flush()
+        code = (
+            f"import mmap; f = open({f.name!r}, 'rb')\n"
+            "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+            "import time; print('ready', flush=True); time.sleep(30)\n"
+        )
+        job = _ready(code)
+        calls: list[int] = []
+        check = TorchCheck(check=lambda pid: calls.append(pid) or has_torch(pid))
+        try:
+            assert check(job.pid) and check(job.pid) and check(job.pid)
+            assert len(calls) == 1
+            info = read_proc(job.pid)
+            assert info is not None
+            assert check(job.pid, info.start + 1)  # another process under the same pid
+            assert len(calls) == 2
+        finally:
+            job.kill()
+            job.wait()
