@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 from gpudiag.probes.host import discovery
 from gpudiag.probes.host.discovery import (
@@ -98,3 +100,77 @@ def test_a_process_found_with_torch_is_not_read_again_and_a_reused_pid_is():
         finally:
             job.kill()
             job.wait()
+
+
+class _FakeSession:
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self.governor = None
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def _watcher(pids: list[int], max_jobs: int, log: list[str]):
+    from gpudiag.agent.cli.config import Settings
+    from gpudiag.agent.commands.watch import Watched, Watcher
+    from gpudiag.agent.session.session import SessionOptions
+    from gpudiag.analyzers.engine.thresholds import Thresholds
+
+    class Fake(Watcher):
+        def _start(self, pid, jobs=1, ranks=None):  # no real session: the budget is the test
+            s = _FakeSession()
+            th = threading.Thread(target=s.stopped.wait, daemon=True)
+            th.start()
+            self.jobs[pid] = Watched(s, None, th)  # type: ignore[arg-type]
+
+    return Fake(
+        Settings(Thresholds(), (), None),
+        SessionOptions(),
+        cpu_budget=None,
+        discover=lambda: list(pids),
+        log=log.append,
+        max_jobs=max_jobs,
+        idle_s=0.3,
+    )
+
+
+def test_jobs_past_the_budget_replace_the_oldest_idle_one_or_wait():
+    """N27: 24 idle processes were all watched (0.23 cores against 0.10). Now at most
+    max_jobs; a new one replaces the job idle the longest, said in the log and /metrics, and
+    waits when every watched job is busy."""
+    spin = "import time\nprint('ready', flush=True)\nwhile True: sum(range(10000))\n"
+    idle = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    busy_job, *idle_jobs = [_ready(spin)] + [_ready(idle) for _ in range(3)]
+    log: list[str] = []
+    pids = [busy_job.pid, idle_jobs[0].pid, idle_jobs[1].pid]
+    w = _watcher(pids, 3, log)
+    try:
+        w.poll()
+        assert sorted(w.jobs) == sorted(pids)
+        time.sleep(0.5)
+        w.poll()  # the busy job's CPU grew: it is active
+        pids.append(idle_jobs[2].pid)
+        first_idle = w.jobs[idle_jobs[0].pid]
+        time.sleep(0.5)
+        w.poll()
+        assert len(w.jobs) == 3, log
+        assert idle_jobs[2].pid in w.jobs and busy_job.pid in w.jobs
+        dropped = [p for p in pids[1:3] if p not in w.jobs]
+        assert len(dropped) == 1
+        assert any("no longer watched: idle" in m and "--max-jobs" in m for m in log)
+        assert w.health()["jobs_dropped"][0] == 1 and w.health()["jobs_max"][0] == 3
+        assert dropped[0] != idle_jobs[0].pid or first_idle.session.stopped.is_set()
+        # every slot busy: a newcomer waits, and says so
+        w2 = _watcher([busy_job.pid], 1, log)
+        w2.poll()
+        time.sleep(0.5)
+        w2.discover = lambda: [busy_job.pid, idle_jobs[2].pid]
+        w2.poll()
+        assert list(w2.jobs) == [busy_job.pid]
+        assert w2.health()["jobs_not_watched"][0] == 1
+        assert any("not watched" in m and "--max-jobs" in m for m in log)
+    finally:
+        for j in (busy_job, *idle_jobs):
+            j.kill()
+            j.wait()
