@@ -5,6 +5,7 @@ scrape holds. Each budget is driven past its limit here."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -174,3 +175,73 @@ def test_jobs_past_the_budget_replace_the_oldest_idle_one_or_wait():
         for j in (busy_job, *idle_jobs):
             j.kill()
             j.wait()
+
+
+def _scrape_text(jobs) -> str:
+    import urllib.request
+
+    from gpudiag.agent.fleet.server import MetricsServer
+
+    server = MetricsServer("127.0.0.1", 0, lambda: jobs)
+    try:
+        return urllib.request.urlopen(server.url, timeout=30).read().decode()
+    finally:
+        server.close()
+
+
+def _report() -> dict:
+    from tests.agent.test_metrics import _doc
+
+    return _doc()
+
+
+def test_a_scrape_holds_a_budget_of_series_and_label_bytes():
+    """V24: 20 processes with 253-character pod, namespace and Slurm labels gave 492 series
+    and 690 KB a scrape (1,000 of them: 35 MB)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpudiag.agent.fleet.identity import identity_from
+    from gpudiag.agent.fleet.metrics import MAX_SCRAPE_LABEL_BYTES, MAX_SERIES_PER_SCRAPE, LiveJob
+
+    jobs = []
+    for i in range(200):
+        env = {
+            "POD_NAME": f"p{i}-" + "x" * 250,
+            "POD_NAMESPACE": f"n{i}-" + "y" * 250,
+            "SLURM_JOB_ID": f"{i}" + "9" * 250,
+        }
+        jobs.append(
+            LiveJob(identity_from(1000 + i, ["python", f"f{i}.py"], "", env, "u", "h"), _report)
+        )
+    text = _scrape_text(jobs)
+    fams = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    own = {"gpudiag_process", "gpudiag_resident_memory_bytes", "gpudiag_cpu_seconds"}
+    job_series = [
+        s for name, ss in fams.items() for s in ss if "job" in s.labels and name not in own
+    ]
+    assert 0 < len(job_series) <= MAX_SERIES_PER_SCRAPE
+    assert sum(len(v) for s in job_series for v in s.labels.values()) <= MAX_SCRAPE_LABEL_BYTES
+    (left,) = fams["gpudiag_scrape_jobs_left_out"]
+    assert left.value > 0
+    kept = {s.labels["job"] for s in job_series}
+    info = {s.labels["job"] for s in fams["gpudiag_job_info"]}
+    assert info == kept  # a job is in whole or left out whole
+    assert len(text) < 2 * MAX_SCRAPE_LABEL_BYTES
+
+
+def test_two_processes_of_one_slurm_job_give_distinct_series():
+    """N23: two processes with one SLURM_JOB_ID gave 23 exactly duplicated series."""
+    from gpudiag.agent.fleet.identity import identity_from
+    from gpudiag.agent.fleet.metrics import LiveJob
+
+    jobs = [
+        LiveJob(
+            identity_from(pid, ["python", cmd], "", {"SLURM_JOB_ID": "4242"}, "u", "h"), _report
+        )
+        for pid, cmd in ((11, "a.py"), (12, "b.py"), (13, "b.py"))
+    ]
+    lines = [ln for ln in _scrape_text(jobs).splitlines() if ln and not ln.startswith("#")]
+    series = [ln.rsplit(" ", 1)[0] for ln in lines]
+    assert len(series) == len(set(series)), "no series twice"
+    labels = {m for ln in lines for m in re.findall(r'job="([^"]*)"', ln)}
+    assert "slurm/4242" in labels and len(labels) == 3
