@@ -524,3 +524,23 @@ def test_a_tty_named_as_source_never_becomes_the_controlling_terminal():
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["NO-TTY", "''"], res.stdout + res.stderr
+
+
+def test_a_link_to_stdout_redirected_to_a_file_is_written_through(tmp_path):
+    """N53: with stdout redirected to a file, `--out /dev/stdout` (here a root-made copy of
+    that link) was replaced by a 0600 file holding the report, and the file stayed empty."""
+    link = tmp_path / "mystdout"
+    link.symlink_to("/proc/self/fd/1")
+    redirected = tmp_path / "redirected.json"
+    with open(redirected, "wb") as f:
+        res = subprocess.run(
+            [sys.executable, "-m", "gpudiag.agent.cli.main", "replay", str(FIXTURE)]
+            + ["--out", str(link)],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert res.returncode in (0, 1), res.stderr
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert b'"schema_version"' in redirected.read_bytes()
