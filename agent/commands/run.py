@@ -20,7 +20,7 @@ from gpudiag.agent.commands.options import (
     run_try_option,
 )
 from gpudiag.agent.fleet.server import MetricsServer
-from gpudiag.agent.output.report import check_writable, default_report_name
+from gpudiag.agent.output.report import check_outputs, check_writable, default_report_name
 from gpudiag.agent.session.joboutput import StderrTee, job_log_path
 from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.session import Session, SessionParts, SessionResult, Subject
@@ -248,6 +248,11 @@ def prepare(opts: RunOptions) -> tuple[list[str], Settings]:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
     settings = opts.settings()
     opts.check_outputs()
+    if opts.tui:  # the job's log beside the report is an output too
+        check_outputs(
+            {"--out": opts.out, "--record": opts.record, "--speedscope": opts.speedscope}
+            | {"--trace": opts.trace, "the job's log (--tui)": job_log_path(opts.out)}
+        )
     return command, settings
 
 

@@ -132,7 +132,7 @@ def parse_fix(text: str) -> dict:
             values[key.strip()] = json.loads(
                 raw.strip().lower() if raw.strip().lower() in ("true", "false") else raw.strip()
             )
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or a number of more digits than Python converts
             values[key.strip()] = raw.strip()
     return {"kind": kind.strip(), "values": values}
 

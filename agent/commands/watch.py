@@ -22,6 +22,7 @@ from gpudiag.agent.commands.fleet_options import MetricsArgs, metrics_options
 from gpudiag.agent.commands.options import (
     FromArgs,
     SettingsArgs,
+    bounded,
     budget,
     positive,
     price_options,
@@ -495,7 +496,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     sampling.add_argument(
         "--interval",
-        type=positive,
+        type=bounded(0.01, 86400.0, "seconds"),  # a wait the poller's clock can hold
         default=5.0,
         metavar="SECONDS",
         help="how often to look for new and ended jobs (default: 5)",
