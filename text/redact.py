@@ -69,6 +69,7 @@ NOT_SECRET_WORDS = frozenset(
 )
 SHORT_SECRET_FLAGS = frozenset({"-p"})
 
+_EXCEPTION_NAME = re.compile(r"(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Warning)")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 # scheme://user:password@host or scheme://token@host. The scheme takes the whole run of
@@ -145,6 +146,8 @@ def is_secret_name(name: str) -> bool:
     secret."""
     if name in SHORT_SECRET_FLAGS:
         return True
+    if _EXCEPTION_NAME.fullmatch(name):  # `KeyError: 'ts'` names an exception, not a key
+        return False
     name = name.lstrip("-")
     words = [w.lower() for w in _WORD_SPLIT.split(_CAMEL.sub("_", name)) if w]
     if not words:

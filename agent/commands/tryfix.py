@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gpudiag.agent.commands.run import RunOptions
     from gpudiag.agent.session.trial import TrialPlan
 
-USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
+USAGE = "gpudiag try [--fix KIND:NAME=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
 
 def add_parser(sub: Any) -> None:
@@ -127,7 +127,7 @@ def parse_fix(text: str) -> dict:
     for part in filter(None, rest.split(",")):
         key, eq, raw = part.partition("=")
         if not eq or not key.strip():
-            raise UsageError(f"--fix {text!r}: expected KEY=VALUE, got {part!r}")
+            raise UsageError(f"--fix {text!r}: expected name=value, got {part!r}")
         try:
             values[key.strip()] = json.loads(
                 raw.strip().lower() if raw.strip().lower() in ("true", "false") else raw.strip()

@@ -28,3 +28,17 @@ def test_one_line_and_exit_2(tmp_path, argv, words):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "internal error" not in lines[0]
     assert not (tmp_path / "c.job.log").exists()
+
+
+def test_gpudiags_own_words_are_not_taken_for_secrets():
+    """X07: "expected KEY=***" and "internal error: KeyError: ***" (the key a bug report
+    needs): the sink's redaction rewrote gpudiag's own messages."""
+    from gpudiag.text.redact import redact_text
+
+    res = gpudiag("try", "--fix", "batch:=2", "--", "false", timeout=60)
+    assert res.returncode == 2 and "expected name=value, got '=2'" in res.stderr
+    res = gpudiag("try", timeout=60)
+    assert "***" not in res.stderr and "NAME=VALUE" in res.stderr
+    assert redact_text("internal error: KeyError: 'ts'") == "internal error: KeyError: 'ts'"
+    assert redact_text("torch.TokenizerError: 'x'") == "torch.TokenizerError: 'x'"
+    assert redact_text("KEY=abc --api-key s") == "KEY=*** --api-key ***"  # a job's still hidden
