@@ -136,8 +136,9 @@ def open_regular_fd(
             raise FileRefused(f"{path} is on {kind}, not a file of data")
         if owners is not None and st.st_uid not in owners:
             raise FileRefused(f"{path} belongs to another user (uid {st.st_uid})")
-        flags = os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(f"/proc/self/fd/{pfd}", flags)
+        fd = os.open(
+            f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
+        )
     finally:
         os.close(pfd)
     try:

@@ -113,10 +113,10 @@ class _FakeSession:
 
 
 def _watcher(pids: list[int], max_jobs: int, log: list[str]):
-    from gpudiag.agent.cli.config import Settings
+    from gpudiag.agent.base.config import Settings
     from gpudiag.agent.commands.watch import Watched, Watcher
     from gpudiag.agent.session.session import SessionOptions
-    from gpudiag.analyzers.engine.thresholds import Thresholds
+    from gpudiag.analyzers.model.thresholds import Thresholds
 
     class Fake(Watcher):
         def _start(self, pid, jobs=1, ranks=None):  # no real session: the budget is the test
