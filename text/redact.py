@@ -177,12 +177,15 @@ MAX_TEXT_CHARS = 64 * 1024
 _CUT_BACK = 4096  # how far before the cut a space is looked for
 
 
-def redact_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+def redact_text(text: str, limit: int | None = MAX_TEXT_CHARS) -> str:
     """Free text with URL credentials, Authorization values and known token shapes hidden,
     and the values of `--secret-name value`, `--secret-name=value` and `SECRET_NAME=value`.
-    Text over `limit` characters is cut first, and the cut is said."""
+    Text over `limit` characters is cut first, and the cut is said (None: a document of
+    gpudiag's own, a rendered report, is never cut: the rules are linear)."""
     if not text:
         return text
+    if limit is None:
+        return _redact(text)
     head, note = _cut(text, limit)
     return _redact(head) + note
 
@@ -313,7 +316,7 @@ def printable(text: str, lines: bool = False) -> str:
     return _CONTROLS.sub("", out if lines else out.replace("\n", " "))
 
 
-def shown(text: str, lines: bool = False, limit: int = MAX_TEXT_CHARS) -> str:
+def shown(text: str, lines: bool = False, limit: int | None = MAX_TEXT_CHARS) -> str:
     """Job-controlled text as it leaves gpudiag for a terminal, the UI or a log: secrets
     hidden, then control characters removed (`printable`); cut at `limit` characters first."""
     return printable(redact_text(text, limit), lines)

@@ -82,3 +82,12 @@ def test_jwts_are_found_from_any_word_start():
     jwt = "eyJhbGciOiJI.eyJzdWIiOiIx.SflKxwRJSMeKKF2QT4fwpM"
     assert redact_text(f"a {jwt} x-{jwt} x.{jwt}") == f"a {MASK} x-{MASK} x.{MASK}"
     assert redact_text("x.eyJaaaaaaaa.eyJbbbbbbbb.cccccccc") == f"x.{MASK}"
+
+
+def test_gpudiags_own_documents_are_never_cut():
+    """A rendered report (an HTML page of 100 KB) leaves through the sink whole: only text a
+    job controls is cut."""
+    from gpudiag.text.sink import outbound
+
+    page = "<p>step 5 loss 0.3</p>\n" * 6000
+    assert outbound(page) == page and len(page) > 2 * MAX_TEXT_CHARS
