@@ -3,17 +3,45 @@
 Only a regular file is read (after resolving links: a FIFO, a device or /dev/zero is refused
 before a byte is read, never waited on: the open is non-blocking), at most `limit` bytes of
 it, and, where another user could have planted it, only when its owner is one of `owners`.
-A file read on behalf of a job (the source file a stack frame names) is read only when the
-job's own user could read it: gpudiag running as root must not copy a root-only file into a
-recording. `agent/base/safeio.py` turns a refusal into a one-line usage error; the probes
-treat it as "not available".
+A file read on behalf of a job (the source file a stack frame names) is read with the job's
+own file-system credentials (`read_as`: its uid, gid and groups, in a thread of its own), so
+the kernel judges every folder on the path as it would for the job: gpudiag running as root
+must not copy a root-only file, or one inside another user's 0700 home, into a recording.
+A path is first opened with O_PATH, which opens nothing: a device (a pty that would become the
+controlling terminal, a watchdog) is refused before its driver sees an open, and the real open
+adds O_NOCTTY besides. Files of procfs, sysfs and the like are refused too: their mode bits
+are not their rule (/proc/1/maps is 0444). `agent/base/safeio.py` turns a refusal into a
+one-line usage error; the probes treat it as "not available".
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import stat
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# statfs f_type of file systems whose files are not data (their mode bits are not their rule)
+PSEUDO_FS = {
+    0x9FA0: "procfs",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x27E0EB: "cgroupfs",
+    0x63677270: "cgroup2fs",
+    0xCAFE4A11: "bpffs",
+    0x62656570: "configfs",
+    0x6165676C: "pstorefs",
+    0xDE5E81E4: "efivarfs",
+}
+_SETGROUPS = {"x86_64": 116, "aarch64": 159}  # the raw syscall: glibc's applies to all threads
 
 
 class FileRefused(OSError):
@@ -39,6 +67,7 @@ class Reader:
 
     uid: int
     gids: frozenset[int]
+    gid: int | None = None  # the primary (effective) group
 
     def may_read(self, st: os.stat_result) -> bool:
         """Whether this user could read a file with these permissions (root: anything)."""
@@ -61,7 +90,7 @@ def reader_of(pid: int) -> Reader | None:
         gids.update(int(g) for g in fields.get("Groups", "").split())
     except (OSError, KeyError, ValueError, IndexError):
         return None
-    return Reader(uid, frozenset(gids))
+    return Reader(uid, frozenset(gids), int(fields["Gid"].split()[1]))
 
 
 def refuse_untrusted(path: str | os.PathLike, st: os.stat_result, uid: int) -> None:
@@ -75,23 +104,95 @@ def refuse_untrusted(path: str | os.PathLike, st: os.stat_result, uid: int) -> N
         raise FileRefused(f"{path} is writable by {who} (chmod go-w {os.fspath(path)})")
 
 
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def fs_type(fd: int) -> int | None:
+    """The statfs f_type of the file system `fd` is on (None when it cannot be told)."""
+    buf = ctypes.create_string_buffer(256)
+    try:
+        if _libc().fstatfs(fd, buf) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return int.from_bytes(buf.raw[: ctypes.sizeof(ctypes.c_long)], "little", signed=False)
+
+
 def open_regular_fd(
     path: str | os.PathLike, owners: frozenset[int] | set[int] | None = None
 ) -> tuple[int, os.stat_result]:
     """A read-only descriptor of a regular file and its stat; FileRefused when it is not one
-    (or, with `owners`, when another user owns it). Never blocks on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    (or, with `owners`, when another user owns it). The path is opened with O_PATH first and
+    judged by that descriptor, so no device's driver ever sees an open; the file itself is
+    then opened through it (the same inode) with O_NOCTTY and O_NONBLOCK."""
+    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
+        st = os.fstat(pfd)
         if not stat.S_ISREG(st.st_mode):
             raise FileRefused(f"{path} is {kind_of(st.st_mode)}, not a regular file")
+        kind = PSEUDO_FS.get(fs_type(pfd) or 0)
+        if kind is not None:
+            raise FileRefused(f"{path} is on {kind}, not a file of data")
         if owners is not None and st.st_uid not in owners:
             raise FileRefused(f"{path} belongs to another user (uid {st.st_uid})")
+        fd = os.open(
+            f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
+        )
+    finally:
+        os.close(pfd)
+    try:
+        st2 = os.fstat(fd)
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(st2.st_mode):
+            raise FileRefused(f"{path} changed while it was opened")
         os.set_blocking(fd, True)
-        return fd, st
+        return fd, st2
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_as(reader: Reader | None, fn: Callable[[], T]) -> T:
+    """`fn()` run with `reader`'s file-system credentials (fsuid, fsgid, groups), in a thread
+    of its own that ends with them, when gpudiag is root and the reader is not; as is
+    otherwise (a non-root gpudiag's own rights are already no more than the job's). The
+    kernel then checks every folder on a path as it would for the job."""
+    if reader is None or reader.uid == 0 or os.geteuid() != 0:
+        return fn()
+    out: list[T] = []
+    err: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _become(reader)
+            out.append(fn())
+        except BaseException as e:  # handed to the caller's thread
+            err.append(e)
+
+    t = threading.Thread(target=run, name="gpudiag-read-as", daemon=True)
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+    return out[0]
+
+
+def _become(reader: Reader) -> None:
+    """This thread's groups, fsgid and fsuid set to the reader's (FileRefused if not done)."""
+    nr = _SETGROUPS.get(platform.machine())
+    if nr is None:
+        raise FileRefused(f"cannot read as uid {reader.uid} on {platform.machine()}")
+    libc = _libc()
+    gids = sorted(reader.gids) or [reader.uid]
+    arr = (ctypes.c_uint * len(gids))(*gids)
+    if libc.syscall(nr, len(gids), arr) != 0:
+        raise FileRefused(f"setgroups failed: {os.strerror(ctypes.get_errno())}")
+    gid = reader.gid if reader.gid is not None else gids[0]
+    libc.setfsgid(gid)
+    libc.setfsuid(reader.uid)
+    # each returns the previous value: called again, it says what the value now is
+    if libc.setfsgid(gid) != gid or libc.setfsuid(reader.uid) != reader.uid:
+        raise FileRefused(f"could not take uid {reader.uid}'s credentials to read")
 
 
 def read_regular(
@@ -104,7 +205,7 @@ def read_regular(
     """At most `limit` bytes of a regular file: FileRefused when it holds more, when
     another user than `owners` owns it, when `reader` could not read it, or when it was
     last written before `since` (epoch seconds)."""
-    fd, st = open_regular_fd(path, owners)
+    fd, st = read_as(reader, lambda: open_regular_fd(path, owners))
     with os.fdopen(fd, "rb") as f:
         if reader is not None and not reader.may_read(st):
             raise FileRefused(f"{path} is not readable by uid {reader.uid}")

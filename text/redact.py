@@ -69,10 +69,15 @@ NOT_SECRET_WORDS = frozenset(
 )
 SHORT_SECRET_FLAGS = frozenset({"-p"})
 
+_EXCEPTION_NAME = re.compile(r"(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Warning)")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+")
-# scheme://user:password@host or scheme://token@host
-_URL_CRED = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@'\"]+)@")
+# scheme://user:password@host or scheme://token@host. The scheme takes the whole run of
+# scheme characters, and the match is that run alone when no `://userinfo@` follows it: no
+# later start inside the same run could match, so none is tried (linear time on `a.a.a...`).
+_URL_CRED = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*)(?:(?P<sep>://)(?P<userinfo>[^\s/@'\"]+)@)?"
+)
 _AUTH_HEADER = re.compile(
     r"(?P<head>\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:bearer|basic|token)\s+)?)(?P<value>\S+)",
     re.IGNORECASE,
@@ -89,9 +94,12 @@ _TOKEN_SHAPES = re.compile(
     r"|glpat-[A-Za-z0-9_\-]{20,}"  # GitLab
     r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe secret and restricted keys
     r"|AIza[0-9A-Za-z_\-]{35}"  # Google API keys
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWTs
     r")"
 )
+# a JWT (eyJ<8+>.eyJ<8+>.<8+>), found from its `.eyJ` in the middle: a start at every `eyJ`
+# of a run would rescan the run from each one (quadratic on `eyJ-eyJ-...`)
+_JWT_TAIL = re.compile(r"\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8}")
+_JWT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 # a bare `Bearer TOKEN` (no Authorization: before it)
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[A-Za-z0-9._~+/\-]+=*)", re.IGNORECASE)
 # user:password@host without a scheme (`admin:s3cret@db:5432`, a DSN's tail)
@@ -100,9 +108,16 @@ _BARE_CRED = re.compile(
 )
 # "name": "value" and 'name': value (JSON, a printed dict) and '--name', 'value' (a printed
 # argv list): the value of a secret name hidden
-_QUOTED_PAIR = re.compile(
+# (the value is looked at only after a secret name, and the search goes on inside the value
+# of any other name: `'--config', '{"api_key": "S"}'` hides S)
+_QUOTED_NAME = re.compile(
     r"(?P<head>(?P<q>[\"'])(?P<name>-{0,2}[A-Za-z_][\w.\-]*)(?P=q)\s*(?:[:=,])\s*)"
-    r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s,}\]]+)"
+)
+_QUOTED_VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s,}\]]+")
+# mysql's -pPASSWORD as one quoted element of a printed argv list (`'-pS3cret'`), as
+# redact_argv hides it in a command line
+_QUOTED_MYSQL_P = re.compile(
+    r"(?:(?<=\[)|(?<=,)|(?<=, ))(?P<q>[\"'])-p[^\s\"'\-][^\s\"']*(?P=q)(?=\s*[,\])])"
 )
 # a PEM private key, whole or from its first line on
 _PEM = re.compile(
@@ -111,10 +126,17 @@ _PEM = re.compile(
 )
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY-----")
 # mysql's -pPASSWORD (the password joined to -p), in text after a mysql-like command
-_MYSQL_P = re.compile(r"(?P<head>\b(?:mysql\w*|mariadb\w*)\b.*?\s-p)(?P<value>[^\s-]\S*)")
+# (when no -p follows the first mysql word of a line, the rest of the line is taken whole:
+# no later mysql word on it could have one, and trying each would rescan the line)
+_MYSQL_P = re.compile(
+    r"(?P<head>\b(?:mysql|mariadb)\w*(?:[^\n]*?\s-p(?=[^\s-])|(?P<none>[^\n]*)))"
+    r"(?P<value>(?(none)|\S+))"
+)
 # NAME=value or --name=value / --name value inside free text (a log line, an echoed command)
+# (the name takes its whole run of name characters, and the match is that run alone when no
+# separator follows: no later start inside the run could match, so none is tried)
 _NAME_SEP = re.compile(
-    r"(?P<name>(?<![\w-])-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>[ \t]*=[ \t]*|:[ \t]*|[ \t]+)"
+    r"(?P<name>(?<![\w-])-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<sep>[ \t]*=[ \t]*|:[ \t]*|[ \t]+)?"
 )
 _VALUE = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|[^\s'\";,&]+")
 
@@ -124,6 +146,8 @@ def is_secret_name(name: str) -> bool:
     secret."""
     if name in SHORT_SECRET_FLAGS:
         return True
+    if _EXCEPTION_NAME.fullmatch(name):  # `KeyError: 'ts'` names an exception, not a key
+        return False
     name = name.lstrip("-")
     words = [w.lower() for w in _WORD_SPLIT.split(_CAMEL.sub("_", name)) if w]
     if not words:
@@ -138,34 +162,113 @@ def _secret_word(word: str) -> bool:
 
 
 def _redact_url(match: re.Match) -> str:
+    if match.group("sep") is None:  # a run of scheme characters with no credentials after it
+        return match.group(0)
     user, colon, _password = match.group("userinfo").partition(":")
     if colon:
-        return f"{match.group('scheme')}{user}:{MASK}@"
-    return f"{match.group('scheme')}{MASK}@"
+        return f"{match.group('scheme')}://{user}:{MASK}@"
+    return f"{match.group('scheme')}://{MASK}@"
 
 
-def redact_text(text: str) -> str:
+# Text longer than this is cut before any rule runs on it (at a space near the cut, so that no
+# secret is left half-shown), and what was cut is said: every rule runs in time linear in its
+# input, and this bounds the constant (a 2 MB command line costs what 64 KB does).
+MAX_TEXT_CHARS = 64 * 1024
+_CUT_BACK = 4096  # how far before the cut a space is looked for
+
+
+def redact_text(text: str, limit: int | None = MAX_TEXT_CHARS) -> str:
     """Free text with URL credentials, Authorization values and known token shapes hidden,
-    and the values of `--secret-name value`, `--secret-name=value` and `SECRET_NAME=value`."""
+    and the values of `--secret-name value`, `--secret-name=value` and `SECRET_NAME=value`.
+    Text over `limit` characters is cut first, and the cut is said (None: a document of
+    gpudiag's own, a rendered report, is never cut: the rules are linear)."""
     if not text:
         return text
+    if limit is None:
+        return _redact(text)
+    head, note = _cut(text, limit)
+    return _redact(head) + note
+
+
+def _cut(text: str, limit: int) -> tuple[str, str]:
+    """The text's first `limit` characters (back to a space near there, if any) and a note
+    of what was cut ("" when nothing was)."""
+    if len(text) <= limit:
+        return text, ""
+    head = text[:limit]
+    space = max(head.rfind(c, limit - min(_CUT_BACK, limit // 2)) for c in " \t\n")
+    head = head[: space + 1] if space >= 0 else head  # else a word longer than the look-back
+    return head, f"… [{len(text) - len(head)} characters cut]"
+
+
+def _redact(text: str) -> str:
+    """Every rule over the whole text (each in time linear in its length)."""
     out = _PEM.sub(MASK, text)
     out = _URL_CRED.sub(_redact_url, out)
     out = _BARE_CRED.sub(lambda m: f"{m.group('user')}:{MASK}@", out)
     out = _AUTH_HEADER.sub(lambda m: m.group("head") + MASK, out)
     out = _BEARER.sub(lambda m: m.group("head") + MASK, out)
-    out = _TOKEN_SHAPES.sub(MASK, out)
-    out = _QUOTED_PAIR.sub(_redact_pair, out)
-    out = _MYSQL_P.sub(lambda m: m.group("head") + MASK, out)
-
+    out = _hide_jwts(_TOKEN_SHAPES.sub(MASK, out))
+    out = _hide_quoted_pairs(out)
+    out = _QUOTED_MYSQL_P.sub(lambda m: f"{m.group('q')}-p{MASK}{m.group('q')}", out)
+    out = _MYSQL_P.sub(
+        lambda m: m.group(0) if m.group("none") is not None else m.group("head") + MASK, out
+    )
     return _hide_assignments(out)
 
 
-def _redact_pair(m: re.Match) -> str:
-    if not is_secret_name(m.group("name")) or m.group("value").strip("\"'") == MASK:
-        return m.group(0)
-    q = m.group("value")[0] if m.group("value")[0] in "\"'" else ""
-    return f"{m.group('head')}{q}{MASK}{q}"
+def _hide_jwts(text: str) -> str:
+    """JWTs hidden: from each `.eyJ<8+>.<8+>` back over its run of base64url characters to
+    the first `eyJ` that starts a word there, with 8 or more characters before the dot."""
+    parts: list[str] = []
+    done = 0
+    dot = text.find(".eyJ")
+    while dot >= 0:
+        tail = _JWT_TAIL.match(text, dot)
+        start = dot
+        while tail is not None and start > done and text[start - 1] in _JWT_CHARS:
+            start -= 1
+        first = None if tail is None else _first_jwt_head(text, start, dot)
+        if tail is None or first is None:
+            dot = text.find(".eyJ", dot + 1)
+            continue
+        parts += [text[done:first], MASK]
+        done = tail.end()
+        while done < len(text) and text[done] in _JWT_CHARS:  # the signature's whole run
+            done += 1
+        dot = text.find(".eyJ", done)
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def _first_jwt_head(text: str, start: int, dot: int) -> int | None:
+    if dot - 8 <= start:  # (a negative end would count from the end of the text)
+        return None
+    i = text.find("eyJ", start, dot - 8)
+    while i >= 0:
+        if i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"):  # a word starts
+            return i
+        i = text.find("eyJ", i + 1, dot - 8)
+    return None
+
+
+def _hide_quoted_pairs(text: str) -> str:
+    """`"name": "value"`, `'name': value` and `'--name', 'value'` with a secret name: the
+    value hidden; inside any other pair's value the search goes on."""
+    parts: list[str] = []
+    done = i = 0
+    while (m := _QUOTED_NAME.search(text, i)) is not None:
+        i = m.end()
+        if not is_secret_name(m.group("name")):
+            continue
+        value = _QUOTED_VALUE.match(text, i)
+        if value is None or value.group().strip("\"'") == MASK:
+            continue
+        q = value.group()[0] if value.group()[0] in "\"'" else ""
+        parts += [text[done:i], f"{q}{MASK}{q}"]
+        done = i = value.end()
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 def _hide_assignments(text: str) -> str:
@@ -173,19 +276,18 @@ def _hide_assignments(text: str) -> str:
     done = i = 0
     while (m := _NAME_SEP.search(text, i)) is not None:
         name, sep = m.group("name"), m.group("sep")
+        i = m.end("name")
+        if sep is None or not is_secret_name(name):
+            continue
+        if sep.strip() == "" and not name.startswith("-"):  # `word value`: options only
+            continue
         value = _VALUE.match(text, m.end())
-        hide = (
-            value is not None
-            and value.group() != MASK
-            and is_secret_name(name)
-            and (sep.strip() != "" or name.startswith("-"))  # `word value`: options only
-            and not (sep.strip() == "" and value.group().startswith("-"))
-        )
-        if hide and value is not None:
-            parts += [text[done : m.end()], MASK]
-            done = i = value.end()
-        else:
-            i = m.end("name")
+        if value is None or value.group() == MASK:
+            continue
+        if sep.strip() == "" and value.group().startswith("-"):
+            continue
+        parts += [text[done : m.end()], MASK]
+        done = i = value.end()
     parts.append(text[done:])
     return "".join(parts)
 
@@ -214,36 +316,49 @@ def printable(text: str, lines: bool = False) -> str:
     return _CONTROLS.sub("", out if lines else out.replace("\n", " "))
 
 
-def shown(text: str, lines: bool = False) -> str:
+def shown(text: str, lines: bool = False, limit: int | None = MAX_TEXT_CHARS) -> str:
     """Job-controlled text as it leaves gpudiag for a terminal, the UI or a log: secrets
-    hidden, then control characters removed (`printable`)."""
-    return printable(redact_text(text), lines)
+    hidden, then control characters removed (`printable`); cut at `limit` characters first."""
+    return printable(redact_text(text, limit), lines)
 
 
-def redact_argv(argv: Iterable[str] | None) -> list[str] | None:
-    """A command line with secret values hidden, element by element (None stays None)."""
+MAX_ARGV_CHARS = 4 * MAX_TEXT_CHARS  # of a command line, the rest cut (and said)
+
+
+def redact_argv(argv: Iterable[str] | None, limit: int = MAX_ARGV_CHARS) -> list[str] | None:
+    """A command line with secret values hidden, element by element (None stays None); past
+    `limit` characters in all, the rest is cut and its number of arguments said."""
     if argv is None:
         return None
     args = [str(a) for a in argv]
     out: list[str] = []
     hide_next = False
-    for arg in args:
-        if hide_next:
-            hide_next = False
-            if not arg.startswith("--"):
-                out.append(MASK)
-                continue
-        name, eq, _value = arg.partition("=")
-        if eq and is_secret_name(name) and re.fullmatch(r"-{0,2}[A-Za-z_][\w.\-]*", name):
-            out.append(f"{name}{eq}{MASK}")
-            continue
-        if re.fullmatch(r"-p[^\s-].*", arg, re.DOTALL):  # mysql's -pPASSWORD
-            out.append(f"-p{MASK}")
-            continue
-        if arg.startswith("-") and not eq and (len(arg) > 2 or arg in SHORT_SECRET_FLAGS):
-            hide_next = is_secret_name(arg)
-        out.append(redact_text(arg))  # the same rules as for text: URLs, query strings, ...
+    left = limit
+    for k, arg in enumerate(args):
+        if left <= 0:
+            out.append(f"… [{len(args) - k} more arguments cut]")
+            break
+        head, note = _cut(arg, min(left, MAX_TEXT_CHARS))
+        left -= len(head)
+        shown_arg, hide_next = _redact_arg(head, hide_next)
+        out.append(shown_arg + note)
     return out
+
+
+def _redact_arg(arg: str, hide: bool) -> tuple[str, bool]:
+    """One argument as shown (hidden whole when `hide`: the value of a secret option before
+    it), and whether the next one is hidden."""
+    if hide and not arg.startswith("--"):
+        return MASK, False
+    name, eq, _value = arg.partition("=")
+    if eq and is_secret_name(name) and re.fullmatch(r"-{0,2}[A-Za-z_][\w.\-]*", name):
+        return f"{name}{eq}{MASK}", False
+    if re.fullmatch(r"-p[^\s-].*", arg, re.DOTALL):  # mysql's -pPASSWORD
+        return f"-p{MASK}", False
+    hide_next = False
+    if arg.startswith("-") and not eq and (len(arg) > 2 or arg in SHORT_SECRET_FLAGS):
+        hide_next = is_secret_name(arg)
+    return _redact(arg), hide_next  # the same rules as for text: URLs, query strings, ...
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:

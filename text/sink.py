@@ -20,7 +20,8 @@ def outbound(text: str, redact: bool = True) -> str:
     """Text fit to leave gpudiag: redacted (unless `redact` is False: a JSON document whose
     fields were redacted where they were made) and stripped of control characters, its
     newlines kept."""
-    return shown(text, lines=True) if redact else printable(text, lines=True)
+    # (never cut: a rendered report is gpudiag's own document, as long as it is)
+    return shown(text, lines=True, limit=None) if redact else printable(text, lines=True)
 
 
 def emit(

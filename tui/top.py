@@ -153,7 +153,7 @@ class TopApp(App):
                 Text(printable(str(p["gpus"]))),
                 f"{p['cpu']:.0f}",
                 f"{p['rss'] / 2**20:.0f} MiB",
-                Text(shown(str(p["command"]))[:COMMAND_CHARS]),  # redacted, then cut
+                Text(shown(str(p["command"]), limit=4 * COMMAND_CHARS)[:COMMAND_CHARS]),
                 key=str(p["pid"]),
             )
             pids.append(p["pid"])

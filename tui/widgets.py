@@ -111,7 +111,7 @@ class FindingsTable(DataTable):
         self.add_column("finding", width=title_w)
         self.add_column(Text("impact", justify="right"), width=6)
         self.add_column(Text("speed-up", justify="right"), width=self.FIXED[2][1])
-        for f in findings:
+        for i, f in enumerate(findings):
             sev = SEVERITY_STYLE[f["severity"]]
             cells: list[str | Text] = [Text(printable(f["id"]), style=sev)]  # never markup
             if severity:
@@ -121,7 +121,7 @@ class FindingsTable(DataTable):
                 Text(f"{f['impact']:.0%}", justify="right"),
                 Text(speedup_text(f), justify="right"),
             ]
-            self.add_row(*cells, key=f["id"])
+            self.add_row(*cells, key=str(i))  # by place: two findings may share an id
         if findings:
             self.move_cursor(row=min(keep, len(findings) - 1))
 

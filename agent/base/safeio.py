@@ -268,6 +268,8 @@ def _in_place(path: str) -> bool:
     or a link that root or we made to one (`/dev/stdout`): renaming over it would replace
     the node, or the system's link. A FIFO another user made (planted to receive what we
     write) is refused; a link another user made is replaced, never followed."""
+    if own_fd(path) is not None:
+        return True
     try:
         st = os.lstat(path)
     except OSError:
@@ -287,9 +289,34 @@ def _in_place(path: str) -> bool:
     return True
 
 
+_OWN_FD = re.compile(r"/(?:proc/(?:self|thread-self|\d+)|dev)/fd/(\d+)")
+
+
+def own_fd(path: str) -> int | None:
+    """The descriptor of this process that `path` names through links root or we made
+    (`/dev/stdout` -> /proc/self/fd/1): written through, whatever it is open on (a file the
+    shell redirected stdout to); None when it names none."""
+    for _ in range(8):
+        m = _OWN_FD.fullmatch(path)
+        if m and path.split("/")[2] in ("self", "thread-self", "fd", str(os.getpid())):
+            return int(m.group(1))  # (a closed one: the write fails, nothing is replaced)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISLNK(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+            return None
+        path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+    return None
+
+
 def _open_in_place(path: str) -> int:
     """A blocking descriptor of the device or FIFO at `path` (opened non-blocking: a FIFO
-    nobody reads is an error, not a hang); never a regular file (a link swapped meanwhile)."""
+    nobody reads is an error, not a hang), or a copy of our own descriptor it names; never
+    a regular file otherwise (a link swapped meanwhile)."""
+    mine = own_fd(path)
+    if mine is not None:
+        return os.dup(mine)
     fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     if stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)

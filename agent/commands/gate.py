@@ -24,6 +24,7 @@ from gpudiag.agent.output.report import (
     MAX_REPORT_BYTES,
     check_writable,
     load_report,
+    reading,
     report_of,
     write_report,
 )
@@ -137,9 +138,11 @@ def _metric_limit(metric: str, cfg: object, source: str, default: Limit | None) 
 # ---- baselines and reports --------------------------------------------------------------
 def fingerprint(env: dict) -> dict:
     """What must match for two runs to be comparable."""
-    gpus = env.get("gpus") or []
+    raw = env.get("gpus")
+    gpus: list = raw if isinstance(raw, list) else []
+    first = gpus[0] if gpus and isinstance(gpus[0], dict) else {}  # a crafted ['x']: no name
     return {
-        "gpu": gpus[0].get("name") if gpus else None,
+        "gpu": first.get("name") if isinstance(first.get("name"), str) else None,
         "gpus": len(gpus),
         "driver": env.get("driver"),
         "torch": env.get("torch"),
@@ -152,7 +155,9 @@ def run_metrics(report: dict) -> dict[str, float | None]:
     """The gated metrics of one report (per-GPU busy share averaged as gpu_busy)."""
     m = dict(report.get("metrics", {}))
     busy = [
-        v for k, v in m.items() if k.startswith("gpu") and k.endswith("_busy") and v is not None
+        v
+        for k, v in m.items()
+        if k.startswith("gpu") and k.endswith("_busy") and isinstance(v, (int, float))
     ]
     m["gpu_busy"] = statistics.fmean(busy) if busy else None
     return m
@@ -178,7 +183,8 @@ def load_baseline(path: str) -> tuple[list[dict], dict]:
             raise UsageError(f"baseline {path} is malformed (runs and fingerprint needed)")
         return runs, doc["fingerprint"]
     report = load_report(path)
-    return [run_metrics(report)], fingerprint(report["environment"])
+    with reading(path):
+        return [run_metrics(report)], fingerprint(report["environment"])
 
 
 def write_baseline(path: str, runs: list[dict], fp: dict) -> None:
@@ -359,8 +365,9 @@ def main(args: GateOptions) -> int:
         reports = [load_report(f) for f in args.reports]
     else:
         raise UsageError("gate needs -- CMD ARGS... to run, or report files to compare")
-    cur_runs = [run_metrics(r) for r in reports]
-    cur_fp = fingerprint(reports[-1]["environment"])
+    with reading(", ".join(args.reports) or "the runs' reports"):
+        cur_runs = [run_metrics(r) for r in reports]
+        cur_fp = fingerprint(reports[-1]["environment"])
     if args.calibrate:
         emit("\n".join(calibrate(cur_runs, cfg)))
         return 0

@@ -18,7 +18,14 @@ from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.options import FromArgs, settings_options
 from gpudiag.agent.output.render.formats import SUMMARIES
-from gpudiag.agent.output.report import check_writable, iso, load_report, validate, write_report
+from gpudiag.agent.output.report import (
+    check_writable,
+    iso,
+    load_report,
+    reading,
+    validate,
+    write_report,
+)
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers.distributed.compare import RankStats
 from gpudiag.analyzers.distributed.passes import RanksSeen, ReportsMerged
@@ -183,8 +190,9 @@ def main(args: MergeOptions) -> int:
     settings = load_settings(args.config, overrides)
     if args.out:
         check_writable(args.out)
-    doc = merge_reports(list(args.reports), settings.thresholds)
-    print_summary(doc, args.format)
+    with reading(", ".join(args.reports)):
+        doc = merge_reports(list(args.reports), settings.thresholds)
+        print_summary(doc, args.format)
     if args.out:
         path = write_report(doc, args.out)
         note = sys.stdout if args.format == "text" else sys.stderr

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpudiag.agent.commands.evidence_options import export_options
 from gpudiag.agent.commands.options import FromArgs
 from gpudiag.agent.output.render.formats import FORMATS, render
-from gpudiag.agent.output.report import check_writable, load_report
+from gpudiag.agent.output.report import check_writable, load_report, reading
 from gpudiag.text.sink import emit, outbound
 
 EXIT_OK = 0
@@ -35,7 +35,8 @@ def main(args: ReportOptions) -> int:
         check_writable(args.out)
     if args.tui:
         return browse(doc, f"report {args.file}")
-    text = render(doc, args.format)
+    with reading(args.file):
+        text = render(doc, args.format)
     text = outbound(text, redact=args.format != "json")  # a file someone will `cat`, too
     if args.out:
         from gpudiag.agent.output.exports import write_text
@@ -44,19 +45,27 @@ def main(args: ReportOptions) -> int:
         emit(f"{args.format} written to {where}", file=sys.stderr)
     else:
         emit(text, end="", redact=args.format != "json")
-    exports(doc, args.speedscope, args.trace)
+    exports(doc, args.speedscope, args.trace, source=args.file)
     return EXIT_OK
 
 
-def exports(doc: dict, speedscope: str | None, trace: str | None) -> None:
-    """Write --speedscope / --trace when asked; say where on stderr."""
+def exports(
+    doc: dict, speedscope: str | None, trace: str | None, source: str | None = None
+) -> None:
+    """Write --speedscope / --trace when asked; say where on stderr. `source`: the file the
+    report was read from (its wrongly typed fields are then one line, see `reading`)."""
     if speedscope or trace:
         from gpudiag.agent.output.exports import write_exports
 
         for path in (speedscope, trace):
             if path:
                 check_writable(path)
-        for line in write_exports(doc, speedscope, trace):
+        if source is None:
+            lines = write_exports(doc, speedscope, trace)
+        else:
+            with reading(source):
+                lines = write_exports(doc, speedscope, trace)
+        for line in lines:
             emit(line, file=sys.stderr)
 
 

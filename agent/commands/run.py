@@ -20,7 +20,7 @@ from gpudiag.agent.commands.options import (
     run_try_option,
 )
 from gpudiag.agent.fleet.server import MetricsServer
-from gpudiag.agent.output.report import check_writable, default_report_name
+from gpudiag.agent.output.report import check_outputs, check_writable, default_report_name
 from gpudiag.agent.session.joboutput import StderrTee, job_log_path
 from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.session import Session, SessionParts, SessionResult, Subject
@@ -63,10 +63,12 @@ def run_job(
     command: list[str],
     settings: Settings,
     on_launch: Callable[[int], None] | None = None,
+    on_report: Callable[[dict], None] | None = None,
 ) -> int:
     """Launch the job, profile it, write the report; the job's exit code (or ours). Under
     the terminal UI the job's stdout and stderr go to its log panel and a file. `on_launch`
-    is told the job's PID once it started (`try` ends the job its diagnosis left running)."""
+    is told the job's PID once it started (`try` ends the job its diagnosis left running),
+    `on_report` the report as computed (`try` never reads the file back)."""
     log_path = job_log_path(opts.out) if opts.tui else None
     if log_path:
         check_writable(log_path)
@@ -91,11 +93,13 @@ def run_job(
         tee = StderrTee(err_r, log_path)
         if not opts.tui:
             try:
-                return _profile_launched(opts, job, settings, Around(tee, server, stops))
+                around = Around(tee, server, stops, on_report=on_report)
+                return _profile_launched(opts, job, settings, around)
             finally:
                 tee.close()
     try:  # the UI handles SIGTERM/SIGHUP itself, and passes them on too
-        return _profile_launched(opts, job, settings, Around(tee, server, pass_on=pass_on))
+        around = Around(tee, server, pass_on=pass_on, on_report=on_report)
+        return _profile_launched(opts, job, settings, around)
     finally:
         tee.close()
 
@@ -135,6 +139,7 @@ class Around:
     server: MetricsServer | None = None
     stops: StopSignals | None = None
     pass_on: Callable[[int, int], None] | None = None
+    on_report: Callable[[dict], None] | None = None  # told the report as computed
 
 
 def _profile_launched(opts: RunOptions, job: Job, settings: Settings, around: Around) -> int:
@@ -160,10 +165,12 @@ def _profile_launched(opts: RunOptions, job: Job, settings: Settings, around: Ar
     try:
         result = _run_session(opts, session, subject, job, around, passed)
         failed = result.exit_code not in (None, 0)
-        wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
+        doc = wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
     finally:  # after the report: --otlp sends its verdict
         if around.server is not None:
             around.server.close()
+    if around.on_report is not None:  # `try` keeps the report as computed, in memory
+        around.on_report(doc)
     if result.end_reason == "duration_reached" and session.first_step_at is None:
         emit(
             f"gpudiag: no step of the job's loop in {opts.duration:g} s: the look saw its "
@@ -241,15 +248,24 @@ def prepare(opts: RunOptions) -> tuple[list[str], Settings]:
         raise UsageError("run needs a command after --, e.g. gpudiag run -- python train.py")
     settings = opts.settings()
     opts.check_outputs()
+    if opts.tui:  # the job's log beside the report is an output too
+        check_outputs(
+            {"--out": opts.out, "--record": opts.record, "--speedscope": opts.speedscope}
+            | {"--trace": opts.trace, "the job's log (--tui)": job_log_path(opts.out)}
+        )
     return command, settings
 
 
-def main(opts: RunOptions, on_launch: Callable[[int], None] | None = None) -> int:
+def main(
+    opts: RunOptions,
+    on_launch: Callable[[int], None] | None = None,
+    on_report: Callable[[dict], None] | None = None,
+) -> int:
     """`gpudiag run`: launch the job, profile it, write the report; pass the job's exit code
-    through (`run --try` is routed to the try command by the command registry; `on_launch`:
-    see run_job)."""
+    through (`run --try` is routed to the try command by the command registry; `on_launch`
+    and `on_report`: see run_job)."""
     command, settings = prepare(opts)
-    return run_job(opts, command, settings, on_launch)
+    return run_job(opts, command, settings, on_launch, on_report)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

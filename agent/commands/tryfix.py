@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gpudiag.agent.commands.run import RunOptions
     from gpudiag.agent.session.trial import TrialPlan
 
-USAGE = "gpudiag try [--fix KIND:KEY=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
+USAGE = "gpudiag try [--fix KIND:NAME=VALUE,... | --from REPORT] [options] -- CMD [ARGS...]"
 
 
 def add_parser(sub: Any) -> None:
@@ -71,6 +71,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--allow-compile", action="store_true", help="allow torch.compile of the model")
     p.add_argument("--out", metavar="FILE", help="write the report (with `trials`) here")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+    p.set_defaults(diagnosis=None)  # (run --try hands its report in memory, never a flag)
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,14 @@ class TryOptions(FromArgs):
     allow_numerics: bool = False
     allow_compile: bool = False
     out: str | None = None
+    diagnosis: dict | None = None  # `run --try`'s report, as computed (not from the command line)
 
 
-def run_then_try(out: str, command: list[str], rc: int) -> int:
-    """After `run` wrote its report to `out`: try its findings' fixes and add `trials` to it."""
+def run_then_try(out: str, command: list[str], rc: int, report: dict | None) -> int:
+    """After `run` wrote its report to `out`: try the fixes of its findings (`report`, as run
+    computed it: the file is never read back) and add `trials` to it."""
     try:
-        main(TryOptions(cmd=tuple(command), from_report=out, out=out))
+        main(TryOptions(cmd=tuple(command), out=out, diagnosis=_plain(report or {})))
     except UsageError as exc:  # nothing to try is a result of the diagnosis, not an error
         emit(f"gpudiag: nothing tried: {exc}", file=sys.stderr)
     return rc
@@ -138,12 +141,12 @@ def parse_fix(text: str) -> dict:
     for part in filter(None, rest.split(",")):
         key, eq, raw = part.partition("=")
         if not eq or not key.strip():
-            raise UsageError(f"--fix {text!r}: expected KEY=VALUE, got {part!r}")
+            raise UsageError(f"--fix {text!r}: expected name=value, got {part!r}")
         try:
             values[key.strip()] = json.loads(
                 raw.strip().lower() if raw.strip().lower() in ("true", "false") else raw.strip()
             )
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or a number of more digits than Python converts
             values[key.strip()] = raw.strip()
     if target is not None:
         return {"kind": kind.strip(), "target": target.strip(), "values": values}
@@ -154,7 +157,7 @@ def main(args: TryOptions) -> int:
     """`gpudiag try`: try each fix; print the results and the code changes; write --out."""
     import time
 
-    from gpudiag.agent.output.report import check_writable, load_report
+    from gpudiag.agent.output.report import check_writable
     from gpudiag.agent.session.trial import TrialPlan, check_fix, try_fix
     from gpudiag.analyzers.model.thresholds import Thresholds
 
@@ -166,15 +169,13 @@ def main(args: TryOptions) -> int:
         raise UsageError(f"try needs a command after --: {USAGE}")
     if args.out:
         check_writable(args.out)
-    doc: dict = {}
     plans: list[TrialPlan] = []
     for text in args.fix:
         plans.append(TrialPlan(command, parse_fix(text)))
-    if not args.fix and not args.from_report:  # nothing named: diagnose first, as run does
-        args = replace(args, from_report=diagnose_first(command, args))
-    if args.from_report:
-        doc = load_report(args.from_report)
-        plans += _plans_of_report(doc, command, args.finding)
+    found = _diagnosis(command, args)
+    if found is not None:
+        plans += _plans_of_report(found, command, args.finding)
+    doc = found or {}
     if not plans:
         top = (doc.get("verdict") or {}).get("statement") or "no finding"
         raise UsageError(f"no finding in the report carries a fix that can be tried ({top})")
@@ -281,13 +282,26 @@ def verdict_measured(verdict: dict, trials: list[dict]) -> dict:
     return {**verdict, "statement": f"{verdict['statement']}; {said}"}
 
 
-def diagnose_first(command: list[str], args: TryOptions) -> str:
+def _diagnosis(command: list[str], args: TryOptions) -> dict | None:
+    """The report whose fixes are tried: `run --try`'s own, one made now when nothing is
+    named (both kept in memory, never read back from a file), or --from's; None: --fix only."""
+    from gpudiag.agent.output.report import load_report
+
+    if args.diagnosis is not None:
+        return args.diagnosis
+    if not args.fix and not args.from_report:
+        return diagnose_first(command, args)
+    return dict(load_report(args.from_report)) if args.from_report else None
+
+
+def diagnose_first(command: list[str], args: TryOptions) -> dict:
     """`try` with nothing named: profile the job as `run --until-sure` does, end it, and
-    return the report's path (its findings' fixes are then tried)."""
+    return the report as it was computed (its findings' fixes are then tried). The report
+    written to --out is never read back: in a shared folder another user could have swapped
+    it."""
     import tempfile
 
     from gpudiag.agent.commands import run
-    from gpudiag.agent.output.report import load_report
     from gpudiag.agent.session.trial import progress
 
     out = args.out or os.path.join(tempfile.mkdtemp(prefix="gpudiag-try-"), "diagnosis.json")
@@ -299,16 +313,24 @@ def diagnose_first(command: list[str], args: TryOptions) -> str:
         cmd=("--", *command), quiet=True, until_sure=True, duration=args.diagnose_seconds, out=out
     )
     launched: list[int] = []  # the job's PID, kept here: never read back from a file
+    docs: list[dict] = []  # and the report, as computed
     try:
-        run.main(diagnosis, on_launch=launched.append)
+        run.main(diagnosis, on_launch=launched.append, on_report=docs.append)
     finally:
         for pid in launched:
             end_job(pid)
-    if not os.path.exists(out):
-        raise UsageError("the diagnosis wrote no report: nothing to try")
-    doc = load_report(out)
+    if not docs:
+        raise UsageError("the diagnosis made no report: nothing to try")
+    doc = _plain(docs[0])
     progress(f"diagnosis: {(doc.get('verdict') or {}).get('statement') or 'none'}")
-    return out
+    return doc
+
+
+def _plain(doc: dict) -> dict:
+    """A report as computed, in the plain JSON values it was written with."""
+    from gpudiag.agent.base.safeio import dumps_json, finite
+
+    return json.loads(dumps_json(finite(doc)))
 
 
 def end_job(pid: int) -> None:
@@ -336,4 +358,6 @@ def main_run_try(opts: RunOptions) -> int:
 
     command, settings = run.prepare(opts)
     out = opts.out or f"gpudiag-try-{os.getpid()}.json"
-    return run_then_try(out, command, run.run_job(replace(opts, out=out), command, settings))
+    docs: list[dict] = []  # the report as computed: the file is never read back
+    rc = run.run_job(replace(opts, out=out), command, settings, on_report=docs.append)
+    return run_then_try(out, command, rc, docs[0] if docs else None)

@@ -7,6 +7,7 @@ its share of gpudiag's own process."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import threading
 import time
@@ -21,6 +22,7 @@ from gpudiag.agent.commands.fleet_options import MetricsArgs, metrics_options
 from gpudiag.agent.commands.options import (
     FromArgs,
     SettingsArgs,
+    bounded,
     budget,
     positive,
     price_options,
@@ -35,7 +37,13 @@ from gpudiag.agent.session.ranks.launch import is_launcher, primary_of
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import Target
 from gpudiag.probes.dist.ranks import sibling_ranks
-from gpudiag.probes.host.discovery import dcgm_process, find_jobs, list_processes, read_proc
+from gpudiag.probes.host.discovery import (
+    TorchCheck,
+    dcgm_process,
+    find_jobs,
+    list_processes,
+    read_proc,
+)
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.probes.stacks.probe import StackProbe
@@ -106,13 +114,20 @@ class SharedGovernor(Governor):
             p.cpu_goal = budget.cpu_cores * self.target_share * SPY_SHARE
 
 
+MAX_JOBS = 8  # jobs one daemon watches at once (--max-jobs); past it the oldest idle one goes
+IDLE_CPU_S = 0.05  # CPU seconds a job must use between two polls to count as active
+IDLE_S = 30.0  # a job without that for this long may be dropped for a new one
+
+
 @dataclass
 class Watched:
-    """One job under watch."""
+    """One job under watch, and when it last used the CPU (for the jobs budget)."""
 
     session: Session
     live: LiveJob
     thread: threading.Thread
+    cpu_s: float = -1.0
+    active_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -128,9 +143,15 @@ class Watcher:
     log: Callable[[str], None] = say
     refresh_s: float = 5.0
     recent_s: float | None = 600.0  # findings over the last this many seconds; None: all
+    max_jobs: int = MAX_JOBS
+    idle_s: float = IDLE_S
     jobs: dict[int, Watched] = field(default_factory=dict)
     skipped: set[int] = field(default_factory=set)
+    waiting: set[int] = field(default_factory=set)  # jobs left out: the budget was full
+    dropped: int = 0  # idle jobs dropped for newer ones
+    _poll_at: float = 0.0
     shared: SharedCpu = field(default_factory=SharedCpu)
+    torch_check: TorchCheck = field(default_factory=TorchCheck)
     _gpu: GpuProbe | Literal[False] | None = None  # False: no GPU to ask
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -149,7 +170,9 @@ class Watcher:
             return self.discover()
         with self._lock:
             known = set(self.jobs)
-        return find_jobs(list_processes(), self._gpu_pids(), match=self.match, known=known)
+        return find_jobs(
+            list_processes(), self._gpu_pids(), self.torch_check, match=self.match, known=known
+        )
 
     # ---- jobs -----------------------------------------------------------------------------
     def live_jobs(self) -> list[LiveJob]:
@@ -166,14 +189,55 @@ class Watcher:
                     del self.jobs[pid]
                     self.log(f"pid {pid} ended; no longer watched")
         self.skipped &= pids  # a pid that comes back later is another process
+        self._note_activity()
         new = sorted(pids - set(self.jobs) - self.skipped)
+        self.waiting = set()
         for pid in new:
             ranks = sibling_ranks(pid)
             info = read_proc(pid)
             if not ranks and info is not None and is_launcher(list(info.cmdline)):
                 continue  # a launcher (torchrun) before its ranks start: look again next time
-            self._start(pid, len(self.jobs) + len(new), ranks)
+            if len(self.jobs) >= self.max_jobs and not self._drop_idle(pid):
+                self.waiting.add(pid)
+                continue
+            self._start(pid, min(self.max_jobs, len(self.jobs) + len(new)), ranks)
+        if self.waiting:
+            self.log(
+                f"{len(self.waiting)} job(s) not watched: {self.max_jobs} already, none idle "
+                f"(--max-jobs; pids {', '.join(map(str, sorted(self.waiting)[:5]))})"
+            )
         self._rebalance()
+
+    def _note_activity(self) -> None:
+        """Each watched job's CPU time now; a job whose CPU grew is active now."""
+        now = self._poll_at = time.monotonic()
+        with self._lock:
+            watched = list(self.jobs.items())
+        for pid, w in watched:
+            cpu = _cpu_s(pid)
+            if cpu - w.cpu_s > IDLE_CPU_S or w.cpu_s < 0:  # (first look: counted from now)
+                w.active_at = now
+            w.cpu_s = cpu
+
+    def _drop_idle(self, newcomer: int) -> bool:
+        """Make room for `newcomer`: stop the job idle the longest (no CPU for `idle_s` or
+        more), said in the log; False when every watched job is active."""
+        with self._lock:
+            idle = [
+                (w.active_at, pid) for pid, w in self.jobs.items() if w.active_at < self._poll_at
+            ]
+            if not idle:
+                return False
+            _, pid = min(idle)
+            w = self.jobs.pop(pid)
+        w.session.stop()
+        self.skipped.add(pid)
+        self.dropped += 1
+        self.log(
+            f"pid {pid} no longer watched: idle for {time.monotonic() - w.active_at:.0f} s, "
+            f"and pid {newcomer} is new ({self.max_jobs} jobs at most: --max-jobs)"
+        )
+        return True
 
     def _start(self, pid: int, jobs: int = 1, ranks: list | None = None) -> None:
         """Attach to `pid` (and to its `ranks` when it is a launcher, as attach does); its
@@ -270,6 +334,12 @@ class Watcher:
             n = sum(1 for w in self.jobs.values() if w.thread.is_alive())
         out = {
             "jobs_watched": (n, "jobs gpudiag watch profiles now"),
+            "jobs_max": (self.max_jobs, "jobs it watches at most (--max-jobs)"),
+            "jobs_not_watched": (
+                len(self.waiting),
+                "jobs found but not watched: the jobs budget was full and none idle",
+            ),
+            "jobs_dropped": (self.dropped, "idle jobs dropped for newer ones since it started"),
             "dcgm_running": (
                 1.0 if dcgm_process() is not None else 0.0,
                 "1 when dcgm-exporter or nv-hostengine runs here (NVML GPM is then left off)",
@@ -279,6 +349,16 @@ class Watcher:
             out["watch_cpu_budget_cores"] = (self.cpu_budget, "CPU budget across every job")
             out["watch_rss_budget_bytes"] = (self.rss_budget_bytes, "memory budget, every job")
         return out
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's user and system CPU seconds (-1 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read(4096).rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
 
 
 def wait_for(stop: threading.Event, duration_s: float | None) -> None:
@@ -306,6 +386,7 @@ class WatchOptions(FromArgs, SettingsArgs, MetricsArgs):
     memory_budget: float = 400.0  # MB, for every job together
     interval: float = 5.0
     recent: float = 600.0  # 0: the whole time a job was watched
+    max_jobs: int = MAX_JOBS
     match: str | None = None
     rate: int = 100
     window: float = 3.0
@@ -338,6 +419,7 @@ def watch_command(cfg: WatchOptions, settings: Settings) -> int:
         match=match,
         log=log,
         recent_s=cfg.recent or None,
+        max_jobs=cfg.max_jobs,
     )
     server = MetricsServer(
         cfg.metrics_addr,
@@ -381,6 +463,16 @@ def _recent(text: str) -> float:
     return v
 
 
+def _jobs(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= v <= 256:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 256, got {text!r}")
+    return v
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """The `watch` subcommand and its options."""
     p = sub.add_parser(
@@ -414,7 +506,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     sampling.add_argument(
         "--interval",
-        type=positive,
+        type=bounded(0.01, 86400.0, "seconds"),  # a wait the poller's clock can hold
         default=5.0,
         metavar="SECONDS",
         help="how often to look for new and ended jobs (default: 5)",
@@ -426,6 +518,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="findings cover each job's last SECONDS, so that they follow a job that "
         "changes (default: 600; 0: the whole time it was watched)",
+    )
+    sampling.add_argument(
+        "--max-jobs",
+        type=_jobs,
+        default=MAX_JOBS,
+        metavar="N",
+        help=f"watch at most N jobs at once; a new one then replaces the one idle the "
+        f"longest, or waits (default: {MAX_JOBS})",
     )
     sampling.add_argument(
         "--match",

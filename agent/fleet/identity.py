@@ -65,7 +65,7 @@ def redact_command(argv: list[str], limit: int = COMMAND_MAX) -> str:
     options and variables named like keys, tokens or passwords, URL credentials, token
     shapes), paths cut to their base name, at most `limit` characters."""
     words: list[str] = []
-    for arg in redact_argv(argv) or []:
+    for arg in redact_argv(argv, limit=4 * limit) or []:  # cut before it is matched
         if "/" in arg:
             head, _, value = arg.rpartition("=") if arg.startswith("-") else ("", "", arg)
             base = value.rstrip("/").rsplit("/", 1)[-1] or value

@@ -36,6 +36,8 @@ from gpudiag.text.formatting import LABELS as CATEGORY_WORDS
 from gpudiag.text.formatting import is_bound
 
 PREFIX = "gpudiag"
+MAX_SERIES_PER_SCRAPE = 2000  # of the jobs' series in one scrape; a job past it is left out
+MAX_SCRAPE_LABEL_BYTES = 512 * 1024  # of their label values, together
 PER_RUN = ("pid", "command")  # change at every restart: only in gpudiag_job_info
 LABELS = ("job", *(k for k in IDENTITY if k not in PER_RUN))
 FINDING_LABELS = (*LABELS, "finding", "severity", "category")
@@ -237,28 +239,28 @@ class GpudiagCollector(Collector):
         }
         gpu_fams = {k: _gpu_family(k) for k in GPU_FIELDS}
         host = hostname()
+        budget = _SeriesBudget([*fam.values(), *gpu_fams.values()])
+        names: set[str] = set()
         for job in self.jobs():
             try:
                 doc = job.doc()
             except Exception:  # a job that ended between listing and reading
                 continue
-            self._job(job, doc, fam)
-            for s in list(job.gpus.values()):
-                g = [
-                    s.labels.get("gpu", ""),
-                    s.labels.get("uuid", ""),
-                    s.labels.get("name", ""),
-                    f"nvidia{s.labels.get('gpu', '')}",
-                ]
-                lv = [job.labels[k] for k in LABELS] + g
-                lv[LABELS.index("Hostname")] = job.labels["Hostname"] or host
-                fam["gpu_info"].add_metric(lv, 1.0)
-                for k in GPU_FIELDS:
-                    v = s.values.get(k)
-                    if v is not None:
-                        gpu_fams[k].add_metric(lv, float(v))
+            labels = _distinct(job, names)
+            self._job(job, doc, fam, labels)
+            self._gpus(job, labels, host, fam, gpu_fams)
+            if not budget.keep():
+                names.discard(labels["job"])
         yield from fam.values()
         yield from gpu_fams.values()
+        left = GaugeMetricFamily(
+            f"{PREFIX}_scrape_jobs_left_out",
+            f"jobs whose series this scrape left out: the scrape holds at most "
+            f"{MAX_SERIES_PER_SCRAPE} series and {MAX_SCRAPE_LABEL_BYTES} bytes of labels",
+            labels=["Hostname"],
+        )
+        left.add_metric([host], float(budget.left_out))
+        yield left
         yield from own_cost(host)
         h = self.health()
         for name, (value, doc) in sorted(h.items()):
@@ -267,10 +269,29 @@ class GpudiagCollector(Collector):
             yield gauge
 
     @staticmethod
-    def _job(job: LiveJob, doc: dict, fam: dict[str, Any]) -> None:
-        lv = [job.labels[k] for k in LABELS]
+    def _gpus(
+        job: LiveJob, labels: dict[str, str], host: str, fam: dict[str, Any], gpu_fams: dict
+    ) -> None:
+        for s in list(job.gpus.values()):
+            g = [
+                s.labels.get("gpu", ""),
+                s.labels.get("uuid", ""),
+                s.labels.get("name", ""),
+                f"nvidia{s.labels.get('gpu', '')}",
+            ]
+            lv = [labels[k] for k in LABELS] + g
+            lv[LABELS.index("Hostname")] = labels["Hostname"] or host
+            fam["gpu_info"].add_metric(lv, 1.0)
+            for k in GPU_FIELDS:
+                v = s.values.get(k)
+                if v is not None:
+                    gpu_fams[k].add_metric(lv, float(v))
+
+    @staticmethod
+    def _job(job: LiveJob, doc: dict, fam: dict[str, Any], labels: dict[str, str]) -> None:
+        lv = [labels[k] for k in LABELS]
         fam["info"].add_metric(
-            [job.labels["job"], job.labels["Hostname"]],
+            [labels["job"], labels["Hostname"]],
             {"pid": job.identity["pid"], "command": job.identity["command"]},
         )
         _findings(doc, lv, fam)
@@ -290,6 +311,49 @@ class GpudiagCollector(Collector):
         for p in doc.get("probes", []):
             fam["probe"].add_metric([*lv, p["name"]], 1.0 if probe_up(p, doc) else 0.0)
         _agent_cost(run.get("agent") or {}, lv, fam)
+
+
+def _distinct(job: LiveJob, names: set[str]) -> dict[str, str]:
+    """The job's labels, its `job` label made distinct from the jobs' before it in this
+    scrape (two processes of one Slurm job or pod): the command's hash added, then the pid."""
+    labels = dict(job.labels)
+    name = labels["job"]
+    if name in names:
+        digest = hashlib.sha1(job.identity.get("command", "").encode()).hexdigest()[:10]
+        name = f"{labels['job']}/{digest}"
+        if name in names:
+            name = f"{name}/{job.identity.get('pid', '')}"
+    names.add(name)
+    labels["job"] = name
+    return labels
+
+
+class _SeriesBudget:
+    """Holds a scrape to MAX_SERIES_PER_SCRAPE series and MAX_SCRAPE_LABEL_BYTES of label
+    values: a job whose series would pass either is taken out again, whole."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+        self.marks = [0] * len(families)
+        self.series = self.label_bytes = self.left_out = 0
+
+    def keep(self) -> bool:
+        """Whether the series added since the last call fit (else they are removed)."""
+        added = [f.samples[m:] for f, m in zip(self.families, self.marks, strict=True)]
+        n = sum(len(a) for a in added)
+        size = sum(len(str(v)) for a in added for s in a for v in s.labels.values())
+        if (
+            self.series + n > MAX_SERIES_PER_SCRAPE
+            or self.label_bytes + size > MAX_SCRAPE_LABEL_BYTES
+        ):
+            for f, m in zip(self.families, self.marks, strict=True):
+                del f.samples[m:]
+            self.left_out += 1
+            return False
+        self.series += n
+        self.label_bytes += size
+        self.marks = [len(f.samples) for f in self.families]
+        return True
 
 
 def _findings(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:

@@ -219,13 +219,13 @@ class Recording:
             try:
                 origin, start, width = (int(x) for x in obj["segment"])
                 agg = decoder.decode(obj, tl.caps, start)
+                if width <= 0:
+                    raise UsageError(f"{path}: line {n} has a window of {width} ns")
+                tl.add_segment(origin, start, width, agg)  # (merging checks the values too)
             except TableFull as exc:
                 raise UsageError(f"{path}: line {n}: {exc}") from None
             except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError):
                 raise UsageError(f"{path}: line {n} is not a timeline window") from None
-            if width <= 0:
-                raise UsageError(f"{path}: line {n} has a window of {width} ns")
-            tl.add_segment(origin, start, width, agg)
         return tl
 
 

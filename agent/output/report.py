@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -198,6 +200,34 @@ def validate(doc: dict) -> None:
     error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
     if error is not None:
         raise error
+
+
+# what reading a field of an unexpected type raises (a crafted report that passes the schema)
+READ_ERRORS = (
+    KeyError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    ZeroDivisionError,
+)
+
+
+@contextmanager
+def reading(source: str) -> Iterator[None]:
+    """Showing, merging or comparing reports read from files (`source` names them): a field
+    of a type gpudiag never writes (a schema-valid crafted report: a share that is a string,
+    a list of strings where GPUs stand) is one line naming the file and the field's trouble,
+    exit 2, never an internal error. gpudiag's own fresh reports are not read through here,
+    so a bug of its own still shows as one."""
+    try:
+        yield
+    except READ_ERRORS as exc:
+        what = f"{type(exc).__name__}: {str(exc)[:80]}"
+        raise UsageError(
+            f"{source}: a field holds a value of a type gpudiag does not write ({what})"
+        ) from None
 
 
 def write_report(doc: dict, path: str | os.PathLike) -> Path:

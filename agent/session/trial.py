@@ -312,7 +312,7 @@ def _tail(path: str) -> str:
     except OSError:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("gpudiag")]
-    return shown(" | ".join(lines[-2:]))[-300:]
+    return shown(" | ".join(lines[-2:])[-4096:])[-300:]  # the tail, cut before matching
 
 
 def change_line(fix: dict, location: str | None) -> str:

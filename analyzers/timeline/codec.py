@@ -103,6 +103,19 @@ class TableFull(ValueError):
     """A file defines more distinct keys, threads and stacks than the reader accepts."""
 
 
+class _Table:
+    """The decoder's table, looked up by an entry's number: a whole number from 0 (a negative
+    one would count from the end, a float or a bool pass for one), KeyError otherwise."""
+
+    def __init__(self, entries: list) -> None:
+        self.entries = entries
+
+    def __getitem__(self, i: object) -> Any:
+        if type(i) is not int or not 0 <= i < len(self.entries):
+            raise KeyError(f"no table entry {i!r}")
+        return self.entries[i]
+
+
 class Decoder:
     """Rebuilds aggregates from the rows of one file, in the order they were written (at
     most `max_entries` distinct keys, threads and stacks: TableFull past them)."""
@@ -137,7 +150,7 @@ class Decoder:
         if row.get("restart"):
             self.reset()
         self._learn(row.get("new") or [])
-        t = self._table
+        t = _Table(self._table)
         agg = Aggregate(*caps)
         start, end = row["span"]
         agg.start_ns, agg.end_ns = _abs(start, base_ns), _abs(end, base_ns)
@@ -148,9 +161,9 @@ class Decoder:
                 float(total),
                 float(lo),
                 float(hi),
-                last,
-                None if first_ns is None else first_ns + base_ns,
-                None if last_ns is None else last_ns + base_ns,
+                None if last is None else float(last),
+                None if first_ns is None else int(first_ns) + base_ns,
+                None if last_ns is None else int(last_ns) + base_ns,
             )
             if len(item) > 8:
                 flat = item[8] or []
@@ -164,7 +177,9 @@ class Decoder:
             agg.episodes[(int(tid), t[thread], t[anchor])] = [float(ep), float(count)]
         for mode, (n, ticks, dur, errors, rate, *more) in row["windows"].items():
             expected = more[0] if more else dur * rate  # older files: at the last rate
-            agg.windows[str(mode)] = WindowTotals(int(n), ticks, dur, errors, rate, expected)
+            agg.windows[str(mode)] = WindowTotals(
+                int(n), int(ticks), float(dur), int(errors), float(rate), float(expected)
+            )
         agg.worker_pids = {int(p) for p in row.get("workers", [])}
         agg.dropped = int(row.get("dropped", 0))
         return agg

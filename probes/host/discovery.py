@@ -2,12 +2,18 @@
 processes that have PyTorch loaded (libtorch in /proc/PID/maps), without their own children
 (DataLoader workers load libtorch too), gpudiag itself, or its children. And whether
 DCGM (dcgm-exporter or nv-hostengine) runs on the box, whose profiling module NVML GPM
-conflicts with."""
+conflicts with.
+
+What discovery reads of each process every poll is bounded: its stat line, at most
+MAX_CMDLINE_BYTES of its command line (what `--match` and the job's label see), and, for a
+Python process not watched yet, at most MAX_MAPS_BYTES of its memory map, re-read at most every
+MAPS_RECHECK_S (a process that imports torch later is found that much later)."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +25,10 @@ DCGM_HINT = (
     "gpudiag's on the UUID and Hostname labels"
 )
 PROC = Path("/proc")
+MAX_CMDLINE_BYTES = 16 * 1024  # of one process's command line, each poll
+MAX_STAT_BYTES = 4096
+MAX_MAPS_BYTES = 2 * 1024 * 1024  # of one process's memory map, per look for libtorch
+MAPS_RECHECK_S = 30.0  # how soon a Python process without torch is looked at again
 
 
 @dataclass(frozen=True)
@@ -29,19 +39,36 @@ class ProcInfo:
     ppid: int
     name: str
     cmdline: tuple[str, ...]
+    start: int = 0  # its start time (clock ticks after boot): a pid's next process differs
+
+
+def read_head(path: Path | str, limit: int) -> bytes:
+    """At most `limit` bytes from the start of a (procfs) file; OSError when unreadable."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def read_proc(pid: int, root: Path = PROC) -> ProcInfo | None:
-    """One process's name, parent and command line (None when it is gone or unreadable)."""
+    """One process's name, parent, start time and command line (its first
+    MAX_CMDLINE_BYTES); None when it is gone or unreadable."""
     try:
-        stat = (root / str(pid) / "stat").read_text()
-        raw = (root / str(pid) / "cmdline").read_bytes()
-    except OSError:
+        stat = read_head(root / str(pid) / "stat", MAX_STAT_BYTES).decode(errors="replace")
+        raw = read_head(root / str(pid) / "cmdline", MAX_CMDLINE_BYTES)
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ppid, start = int(fields[1]), int(fields[19]) if len(fields) > 19 else 0
+    except (OSError, ValueError, IndexError):
         return None
-    name = stat[stat.index("(") + 1 : stat.rindex(")")]
-    ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
     args = tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
-    return ProcInfo(pid, ppid, name, args)
+    return ProcInfo(pid, ppid, name, args, start)
 
 
 def list_processes(root: Path = PROC) -> list[ProcInfo]:
@@ -56,12 +83,42 @@ def list_processes(root: Path = PROC) -> list[ProcInfo]:
 
 
 def has_torch(pid: int, root: Path = PROC) -> bool:
-    """Whether the process has libtorch mapped (PyTorch imported)."""
+    """Whether the process has libtorch mapped (PyTorch imported), in the first
+    MAX_MAPS_BYTES of its memory map."""
     try:
-        with open(root / str(pid) / "maps", errors="replace") as f:
-            return any("libtorch" in line for line in f)
+        return b"libtorch" in read_head(root / str(pid) / "maps", MAX_MAPS_BYTES)
     except OSError:
         return False
+
+
+class TorchCheck:
+    """has_torch with a memory: a process found with torch is not read again, and one found
+    without it is read again only after MAPS_RECHECK_S (processes are told apart by their
+    start time, so a reused pid is read anew)."""
+
+    def __init__(
+        self,
+        procs: Callable[[int], ProcInfo | None] = read_proc,
+        check: Callable[[int], bool] = has_torch,
+        recheck_s: float = MAPS_RECHECK_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._procs, self._check, self.recheck_s, self._clock = procs, check, recheck_s, clock
+        self._seen: dict[int, tuple[int, bool, float]] = {}  # pid -> (start, torch, when)
+
+    def __call__(self, pid: int, start: int | None = None) -> bool:
+        if start is None:
+            info = self._procs(pid)
+            start = info.start if info is not None else 0
+        now = self._clock()
+        got = self._seen.get(pid)
+        if got is not None and got[0] == start and (got[1] or now - got[2] < self.recheck_s):
+            return got[1]
+        found = self._check(pid)
+        if len(self._seen) > 65536:
+            self._seen.clear()
+        self._seen[pid] = (start, found, now)
+        return found
 
 
 def _is_python(p: ProcInfo) -> bool:
@@ -104,10 +161,14 @@ def find_jobs(
         and (
             p.pid in gpu
             or p.pid in known
-            or (_is_python(p) and not ancestor_in(p.pid, known) and torch_check(p.pid))
+            or (_is_python(p) and not ancestor_in(p.pid, known) and _torch(torch_check, p))
         )
     }
     return sorted(pid for pid in found if not ancestor_in(pid, found))
+
+
+def _torch(check: Callable[[int], bool], p: ProcInfo) -> bool:
+    return check(p.pid, p.start) if isinstance(check, TorchCheck) else check(p.pid)
 
 
 def dcgm_process(procs: Iterable[ProcInfo] | None = None) -> ProcInfo | None:

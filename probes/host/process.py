@@ -30,15 +30,23 @@ def parse_stat_line(text: str) -> tuple[str, str]:
     return text[lpar + 1 : rpar], text[rpar + 2 : rpar + 3]
 
 
-def read_threads(pid: int) -> list[ThreadStat]:
-    """Read every thread of a process from /proc; threads that vanish mid-read are skipped."""
+MAX_THREADS_PER_TICK = 256  # threads of one process read per tick (two small files each)
+
+
+def list_tids(pid: int) -> list[int]:
+    """The thread ids of a process ([] when it is gone)."""
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())
+    except OSError:
+        return []
+
+
+def read_threads(pid: int, tids: list[int] | None = None) -> list[ThreadStat]:
+    """Read the threads `tids` (every thread when None) of a process from /proc; threads
+    that vanish mid-read are skipped."""
     out: list[ThreadStat] = []
     base = f"/proc/{pid}/task"
-    try:
-        tids = os.listdir(base)
-    except OSError:
-        return out
-    for tid in tids:
+    for tid in list_tids(pid) if tids is None else tids:
         try:
             with open(f"{base}/{tid}/stat") as f:
                 comm, state = parse_stat_line(f.read())
@@ -48,6 +56,44 @@ def read_threads(pid: int) -> list[ThreadStat]:
             continue
         out.append(ThreadStat(int(tid), comm, state, run_ns, wait_ns))
     return out
+
+
+class ThreadBudget:
+    """Which threads of a process to read this tick: all of them up to `limit`; past it the
+    main thread, those busy at their last read (up to half the budget), and the rest in
+    turn, so that every thread is read every few ticks and one tick costs `limit` reads
+    however many idle threads the job starts."""
+
+    def __init__(self, limit: int = MAX_THREADS_PER_TICK) -> None:
+        self.limit = limit
+        self._turn: dict[int, int] = {}  # pid -> where the rotation stands
+        self.hot: set[int] = set()  # tids busy at their last read
+
+    def choose(self, pid: int, tids: list[int]) -> list[int]:
+        """The tids to read now."""
+        if len(tids) <= self.limit:
+            return tids
+        first = [pid] if pid in tids else []
+        hot = [t for t in tids if t in self.hot and t != pid][: self.limit // 2]
+        taken = set(first) | set(hot)
+        rest = [t for t in tids if t not in taken]
+        room = self.limit - len(taken)
+        start = self._turn.get(pid, 0) % max(1, len(rest))
+        chosen = rest[start : start + room]
+        chosen += rest[: max(0, room - len(chosen))]
+        if len(self._turn) > 4096:
+            self._turn.clear()
+        self._turn[pid] = start + room
+        return first + hot + chosen
+
+    def note(self, ts: ThreadStat, busy: bool) -> None:
+        """Whether a thread was busy when read (it is then read every tick)."""
+        if busy:
+            self.hot.add(ts.tid)
+        else:
+            self.hot.discard(ts.tid)
+        if len(self.hot) > 65536:
+            self.hot.clear()
 
 
 def parse_cpu_max(text: str) -> float | None:
@@ -133,7 +179,8 @@ class ProcessProbe(Probe):
         self.target: Target | None = None
         self._root: psutil.Process | None = None
         self._children: dict[int, psutil.Process] = {}
-        self._prev_threads: dict[int, ThreadStat] = {}
+        self._prev_threads: dict[int, tuple[ThreadStat, int]] = {}  # tid -> (stat, read at)
+        self._budget = ThreadBudget()
         self._prev_proc: dict[int, tuple[float, int, int, int]] = {}
         self._prev_t: int = 0
         self._prev_scope_t: dict[str, int] = {}
@@ -143,6 +190,7 @@ class ProcessProbe(Probe):
         # workers' pace is still seen; None where the kernel has no task/*/children
         self._kids: set[int] | None = None
         self._kid_churn = [0, 0]
+        self._n_threads = 0  # the target's threads at the last tick
 
     def set_level(self, level: float) -> None:
         """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
@@ -178,8 +226,8 @@ class ProcessProbe(Probe):
         self._prev_t = now_ns()
         self._kids = self._direct_children()
         self._prev_scope_t = {"target": self._prev_t, "workers": self._prev_t}
-        for ts in read_threads(target.pid):
-            self._prev_threads[ts.tid] = ts
+        for ts in read_threads(target.pid, self._budget.choose(target.pid, list_tids(target.pid))):
+            self._prev_threads[ts.tid] = (ts, self._prev_t)
         for proc in [self._root, *self._refresh_children()]:
             self._counters(proc, baseline=True)
         return ProbeStatus(self.name, True)
@@ -267,24 +315,17 @@ class ProcessProbe(Probe):
         dt = max(1, t - self._prev_t)
         self._prev_t = t
         samples: list[Sample] = []
-        threads = read_threads(self.target.pid)
+        tids = list_tids(self.target.pid)
+        threads = read_threads(self.target.pid, self._budget.choose(self.target.pid, tids))
         if not threads and not psutil.pid_exists(self.target.pid):
             return []
-        cur_threads: dict[int, ThreadStat] = {}
+        alive = set(tids)
+        cur_threads = {k: v for k, v in self._prev_threads.items() if k in alive}
         for ts in threads:
-            cur_threads[ts.tid] = ts
-            prev = self._prev_threads.get(ts.tid)
-            vals: dict[str, float | None] = {
-                "running": 1.0 if ts.state == "R" else 0.0,
-                "d_state": 1.0 if ts.state == "D" else 0.0,
-            }
-            if prev is not None:
-                vals["cpu"] = min(1.0, max(0.0, (ts.run_ns - prev.run_ns) / dt))
-                vals["runqueue_wait"] = min(1.0, max(0.0, (ts.wait_ns - prev.wait_ns) / dt))
-            samples.append(
-                Sample(self.name, t, {"scope": "thread", "tid": str(ts.tid), "comm": ts.comm}, vals)
-            )
+            samples.append(self._thread_sample(ts, t, dt))
+            cur_threads[ts.tid] = (ts, t)
         self._prev_threads = cur_threads
+        self._n_threads = len(tids)
         self._track_children()
         assert self._root is not None
         target = self._aggregate("target", [self._root], t, threads)
@@ -305,6 +346,24 @@ class ProcessProbe(Probe):
                 target.values["cpus_allowed"] = cpus
         return samples
 
+    def _thread_sample(self, ts: ThreadStat, t: int, dt: int) -> Sample:
+        """One thread's sample: its CPU and run-queue shares since it was last read."""
+        got = self._prev_threads.get(ts.tid)
+        vals: dict[str, float | None] = {
+            "running": 1.0 if ts.state == "R" else 0.0,
+            "d_state": 1.0 if ts.state == "D" else 0.0,
+        }
+        busy = ts.state in ("R", "D")
+        if got is not None:
+            prev, at = got
+            span = max(1, t - at) if at else dt
+            vals["cpu"] = min(1.0, max(0.0, (ts.run_ns - prev.run_ns) / span))
+            vals["runqueue_wait"] = min(1.0, max(0.0, (ts.wait_ns - prev.wait_ns) / span))
+            busy = busy or (vals["cpu"] or 0.0) > 0.01
+        self._budget.note(ts, busy)
+        labels = {"scope": "thread", "tid": str(ts.tid), "comm": ts.comm}
+        return Sample(self.name, t, labels, vals)
+
     def _aggregate(
         self, scope: str, procs: list[psutil.Process], t: int, root_threads: list[ThreadStat]
     ) -> Sample:
@@ -313,7 +372,7 @@ class ProcessProbe(Probe):
         if len(self._prev_wait) > 65536:  # threads come and go (worker churn): stay bounded
             self._prev_wait.clear()
         cpu_s = rb = vol = invol = rss = 0.0
-        n_threads = n_d = n_r = 0
+        n_threads = n_read = n_d = n_r = 0
         rq_ns = 0
         seen_wait = False
         for proc in procs:
@@ -324,8 +383,13 @@ class ProcessProbe(Probe):
                 vol += deltas[2]
                 invol += deltas[3]
                 rss += deltas[4]
-            ths = root_threads if proc.pid == self._root_pid else read_threads(proc.pid)
-            n_threads += len(ths)
+            if proc.pid == self._root_pid:
+                ths, listed = root_threads, self._n_threads
+            else:
+                tids = list_tids(proc.pid)
+                ths, listed = read_threads(proc.pid, self._budget.choose(proc.pid, tids)), len(tids)
+            n_threads += listed
+            n_read += len(ths)
             n_d += sum(1 for x in ths if x.state == "D")
             n_r += sum(1 for x in ths if x.state == "R")
             for x in ths:
@@ -351,9 +415,9 @@ class ProcessProbe(Probe):
             )
         if seen_wait:
             values["runqueue_cores"] = rq_ns / dt
-        if n_threads:
-            values["d_state_share"] = n_d / n_threads
-            values["running_share"] = n_r / n_threads
+        if n_read:  # of the threads read this tick (all of them, up to the budget)
+            values["d_state_share"] = n_d / n_read
+            values["running_share"] = n_r / n_read
         return Sample(self.name, t, {"scope": scope}, values)
 
     def close(self) -> None:

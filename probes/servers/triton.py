@@ -6,12 +6,17 @@ Triton queues and batches requests in C++ before any Python sees them (a Python 
 and the batch size per execution are only in its counters. The server is found among the
 job's processes (the target itself, or a child: PyTriton starts `tritonserver` itself),
 looked for again until it appears, its metrics address read from its command line.
+
+What the server's command line says is its owner's word, and gpudiag may run as root: only an
+IP address and a port number are taken from it, the scrape goes only to a port that the server
+process itself listens on (a socket in its own fd table), always for the fixed path
+`/metrics`, without following redirects, at most `MAX_SCRAPE_BYTES` and `MAX_MODELS` models.
 """
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
-import urllib.request
 from dataclasses import dataclass
 
 import psutil
@@ -25,6 +30,9 @@ DEFAULT_METRICS_PORT = 8002
 FIND_EVERY_S = 2.0  # how often to look for a server not found yet...
 FIND_FOR_S = 120.0  # ...and for how long (PyTriton starts its server within seconds)
 SCRAPE_TIMEOUT_S = 0.5
+MAX_SCRAPE_BYTES = 4 << 20  # of one scrape's answer: more is refused, not parsed
+MAX_MODELS = 256  # (model, version) pairs followed per server: later ones are not read
+METRICS_PATH = "/metrics"
 
 # Triton's cumulative per-model counters (microseconds or counts) -> this probe's fields
 COUNTERS = {
@@ -47,10 +55,12 @@ PENDING = "nv_inference_pending_request_count"
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A Triton server of the job: its pid and metrics URL."""
+    """A Triton server of the job: its pid and metrics URL (host an IP address)."""
 
     pid: int
     url: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_METRICS_PORT
 
 
 def _flag(args: list[str], name: str) -> str | None:
@@ -73,16 +83,63 @@ def _unspecified(host: str) -> bool:
 
 
 def metrics_url(args: list[str]) -> str | None:
-    """The metrics endpoint of a `tritonserver` command line; None when it turns metrics off."""
+    """The metrics endpoint of a `tritonserver` command line; None when it turns metrics off.
+    ValueError when the port is not a number or the address not an IP address."""
+    got = metrics_address(args)
+    if got is None:
+        return None
+    host, port = got
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{METRICS_PATH}"
+
+
+def metrics_address(args: list[str]) -> tuple[str, int] | None:
+    """(IP address, port) of a `tritonserver` command line's metrics; None when metrics are
+    off; ValueError when either is not what Triton itself would take."""
     if (_flag(args, "--allow-metrics") or "true").lower() in ("false", "0", "off", "no"):
         return None
-    port = _flag(args, "--metrics-port") or str(DEFAULT_METRICS_PORT)
+    raw_port = _flag(args, "--metrics-port") or str(DEFAULT_METRICS_PORT)
+    if not (raw_port.isascii() and raw_port.isdigit() and 0 < int(raw_port[:6]) < 65536):
+        raise ValueError(f"--metrics-port {raw_port[:40]!r} is not a port number")
     host = (_flag(args, "--metrics-address") or "").strip("[]")
     if _unspecified(host):  # every interface: this box's loopback is one of them
-        host = "127.0.0.1"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}/metrics"
+        return "127.0.0.1", int(raw_port)
+    try:
+        return str(ipaddress.ip_address(host)), int(raw_port)
+    except ValueError:
+        raise ValueError(f"--metrics-address {host[:40]!r} is not an IP address") from None
+
+
+def listens_on(pid: int, host: str, port: int) -> bool:
+    """Whether process `pid` itself holds a socket listening on `port` at `host` (or on every
+    address): the sockets in its own fd table, not the box's."""
+    try:
+        conns = psutil.Process(pid).net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return False
+    for c in conns:
+        if c.status != psutil.CONN_LISTEN or not c.laddr or c.laddr.port != port:
+            continue
+        ip = c.laddr.ip.split("%", 1)[0]
+        if ip == host or _unspecified(ip):
+            return True
+    return False
+
+
+def scrape(endpoint: Endpoint) -> str:
+    """The body of one GET of /metrics at the endpoint (no redirects followed, at most
+    MAX_SCRAPE_BYTES): OSError or ValueError when there is none."""
+    conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=SCRAPE_TIMEOUT_S)
+    try:
+        conn.request("GET", METRICS_PATH, headers={"Accept-Encoding": "identity"})
+        r = conn.getresponse()
+        if r.status != 200:
+            raise ValueError(f"HTTP {r.status}")
+        body = r.read(MAX_SCRAPE_BYTES + 1)
+    finally:
+        conn.close()
+    if len(body) > MAX_SCRAPE_BYTES:
+        raise ValueError(f"the answer is over {MAX_SCRAPE_BYTES} bytes")
+    return body.decode("utf-8", "replace")
 
 
 def find_server(pid: int) -> tuple[int, list[str]] | None:
@@ -134,10 +191,18 @@ def is_stub(p: psutil.Process) -> bool:
         return False
 
 
-def parse_metrics(text: str) -> dict[tuple[str, str], dict[str, float]]:
+def parse_metrics(
+    text: str,
+    keep: set[tuple[str, str]] | None = None,
+    max_models: int = MAX_MODELS,
+    skipped: list[int] | None = None,
+) -> dict[tuple[str, str], dict[str, float]]:
     """Triton's metrics text as {(model, version): {field: value}}: the counters summed over
-    their other labels (a failure's reason), the pending gauge, the latency quantiles."""
+    their other labels (a failure's reason), the pending gauge, the latency quantiles. At
+    most `max_models` pairs, those of `keep` (already followed) first; the samples of the
+    others are counted in `skipped[0]`."""
     out: dict[tuple[str, str], dict[str, float]] = {}
+    room = max(0, max_models - len(keep or ()))
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             model = s.labels.get("model")
@@ -145,6 +210,12 @@ def parse_metrics(text: str) -> dict[tuple[str, str], dict[str, float]]:
             if model is None or s.name not in (fam.name, fam.name + "_total"):
                 continue
             key = (model, s.labels.get("version", ""))
+            if key not in out and not (keep and key in keep):
+                if room <= 0:
+                    if skipped is not None:
+                        skipped[0] += 1
+                    continue
+                room -= 1
             name = _field_of(fam.name, s.labels)
             if name is None:
                 continue
@@ -226,6 +297,8 @@ class TritonProbe(Probe):
         self._held: dict[tuple[str, str], Interval] = {}
         self._errors: list[str] = []
         self._scrapes = 0
+        self._checked_at = 0.0  # when the server was last seen listening on the port
+        self._last_skipped = 0  # samples of models past MAX_MODELS in the last scrape
 
     def open(self, target: Target) -> ProbeStatus:
         """Look for the server now; a job that starts it later (PyTriton) is looked at again."""
@@ -246,11 +319,17 @@ class TritonProbe(Probe):
         if got is None:
             return
         pid, args = got
-        url = metrics_url(args)
-        if url is None:
+        try:
+            addr = metrics_address(args)
+        except ValueError as exc:
+            self._off = f"the Triton server's metrics address is not used: {exc}"
+            return
+        if addr is None:
             self._off = "the Triton server runs with --allow-metrics=false"
             return
-        self.endpoint = Endpoint(pid, url)
+        host, port = addr
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}{METRICS_PATH}"
+        self.endpoint = Endpoint(pid, url, host, port)
 
     def sample(self) -> list[Sample]:
         """Scrape once; the intervals that the scrape completes (one scrape late)."""
@@ -261,14 +340,21 @@ class TritonProbe(Probe):
             if self.endpoint is None:
                 return []
         t = now_ns()
+        ep = self.endpoint
+        if t / 1e9 - self._checked_at > FIND_EVERY_S:  # the port is still the server's own
+            if not listens_on(ep.pid, ep.host, ep.port):
+                self._problem(f"pid {ep.pid} does not listen on {ep.host}:{ep.port}: not scraped")
+                return []
+            self._checked_at = t / 1e9
         try:
-            with urllib.request.urlopen(self.endpoint.url, timeout=SCRAPE_TIMEOUT_S) as r:
-                text = r.read(8 << 20).decode("utf-8", "replace")
-            rows = parse_metrics(text)
-        except Exception as exc:  # the server stopping, a refused or slow scrape
-            if len(self._errors) < 5:
-                self._errors.append(f"scraping {self.endpoint.url}: {exc}")
+            skipped: list[int] = [0]
+            rows = parse_metrics(scrape(ep), set(self._prev), skipped=skipped)
+            self._last_skipped = skipped[0]
+        except Exception as exc:  # the server stopping, a refused, slow or too large scrape
+            self._problem(f"scraping {ep.url}: {exc}")
             return []
+        if self._last_skipped:
+            self._problem(f"over {MAX_MODELS} models: only the first {MAX_MODELS} are read")
         self._scrapes += 1
         out: list[Sample] = []
         for key, cur in rows.items():
@@ -299,6 +385,10 @@ class TritonProbe(Probe):
             held.values["steady_requests"] = held.values["requests"]
             held.values["steady_s"] = held.values["interval_s"]
         return out + [Sample(self.name, held.t_ns, held.labels, held.values)]
+
+    def _problem(self, text: str) -> None:
+        if len(self._errors) < 5 and text not in self._errors:
+            self._errors.append(text)
 
     def close(self) -> None:
         """Emit nothing more: an interval still held is the traffic's last, partial one."""

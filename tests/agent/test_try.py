@@ -3,6 +3,7 @@ command line, and small jobs end to end (a fix applied, a crash under a fix as a
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -276,3 +277,28 @@ def test_the_verdict_and_trial_line_say_what_try_measured_of_a_hypothesis():
     assert verdict_measured(v, [t])["statement"].endswith("measured x1.50 [1.30, 1.70] (missed)")
     assert verdict_measured(v, [dict(t, finding="SERVE001")]) == v
     assert "predicted x1.10-x1.19: missed" in summary_line(t)
+
+
+def test_try_keeps_its_diagnosis_in_memory_and_never_reads_the_report_back(tmp_path, monkeypatch):
+    """V26: another user swapped a report of theirs in at --out after the diagnosis (a shared
+    folder without the sticky bit), and root's try showed that verdict and tried its fix."""
+    from gpudiag.agent.commands import run, tryfix
+
+    computed = {"verdict": {"statement": "computed"}, "findings": []}
+    planted = {"verdict": {"statement": "PLANTED"}, "findings": []}
+    out = tmp_path / "diag.json"
+
+    def fake_run(opts, on_launch=None, on_report=None) -> int:
+        assert on_report is not None
+        on_report(computed)
+        out.write_text(json.dumps(planted))  # the swap, after the report was written
+        return 0
+
+    monkeypatch.setattr(run, "main", fake_run)
+    args = tryfix.TryOptions(diagnose_seconds=1.0, out=str(out))
+    assert tryfix.diagnose_first(["true"], args) == computed
+    # run --try: the run's own report, not the file at --out
+    seen: list = []
+    monkeypatch.setattr(tryfix, "main", lambda a: seen.append(tryfix._diagnosis(["x"], a)) or 0)
+    tryfix.run_then_try(str(out), ["x"], 0, computed)
+    assert seen == [computed]

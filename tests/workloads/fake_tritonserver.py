@@ -44,6 +44,12 @@ def render(a: argparse.Namespace, elapsed: float) -> str:
             f"{us * f:.0f}\n"
             for q, f in (("0.5", 1.0), ("0.95", 1.4), ("0.99", 1.8))
         )
+    if a.new_models:  # a hostile server: new model names on every scrape
+        a.scrapes = getattr(a, "scrapes", 0) + 1
+        text += "# TYPE nv_inference_request_success counter\n" + "".join(
+            f'nv_inference_request_success{{model="m{a.scrapes}_{i}",version="1"}} 1\n'
+            for i in range(a.new_models)
+        )
     return text
 
 
@@ -59,6 +65,7 @@ def main() -> None:
     p.add_argument("--pending", type=int, default=3)
     p.add_argument("--idle-first", type=float, default=0.0, help="seconds with no traffic first")
     p.add_argument("--summaries", action="store_true")
+    p.add_argument("--new-models", type=int, default=0, help="new model names per scrape")
     a = p.parse_args()
     t0 = time.monotonic()
 

@@ -21,9 +21,10 @@ def test_try_ends_the_job_it_launched_not_the_pid_a_report_names(tmp_path, monke
     doc = replay_report(str(FIXTURE), load_settings(None))
     doc["run"]["pid"] = victim.pid  # what a planted or rewritten report names
 
-    def fake_run(opts, on_launch):
+    def fake_run(opts, on_launch, on_report):
         on_launch(job.pid)
         write_report(doc, opts.out)
+        on_report(doc)  # run hands try the report as computed
         return 0
 
     monkeypatch.setattr(run, "main", fake_run)

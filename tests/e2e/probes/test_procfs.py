@@ -77,3 +77,55 @@ def test_process_probe_counts_workers_recreated_and_the_jobs_cores():
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_job_of_many_idle_threads_costs_one_budget_of_reads_per_tick(monkeypatch):
+    """N65: 1,500 idle threads cost 26 times the CPU budget (every thread's stat and
+    schedstat read every tick). Now at most MAX_THREADS_PER_TICK threads are read a tick:
+    the main thread and a busy one every tick, the idle rest in turn."""
+    from gpudiag.probes.host import process
+
+    code = (
+        "import threading, time\n"
+        "ev = threading.Event()\n"
+        "ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range(1200)]\n"
+        "[t.start() for t in ts]\n"
+        "def spin():\n"
+        "    while True: sum(range(1000))\n"
+        "threading.Thread(target=spin, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+        reads: list[int] = []
+        real = process.read_threads
+
+        def counted(pid, tids=None):
+            got = real(pid) if tids is None else real(pid, tids)
+            reads.append(len(got))
+            return got
+
+        monkeypatch.setattr(process, "read_threads", counted)
+        probe = process.ProcessProbe()
+        assert probe.open(Target(job.pid)).available
+        seen: set[str] = set()
+        per_tick = []
+        for _ in range(14):
+            time.sleep(0.05)
+            samples = probe.sample()
+            tids = [s.labels["tid"] for s in samples if s.labels.get("scope") == "thread"]
+            per_tick.append(tids)
+            seen.update(tids)
+        target = next(s for s in samples if s.labels.get("scope") == "target")
+    finally:
+        job.kill()
+        job.wait()
+    limit = process.MAX_THREADS_PER_TICK
+    assert max(reads) <= limit and all(len(t) <= limit for t in per_tick)
+    assert target.values["threads"] >= 1200  # all of them counted, a budget of them read
+    assert len(seen) >= 1200, "every thread is read every few ticks"
+    assert all(str(job.pid) in t for t in per_tick), "the main thread every tick"
+    busy = [tid for tid in seen if all(tid in t for t in per_tick[-4:])]
+    assert len(busy) >= 2  # the main thread and the spinning one, once it was seen busy

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.servers.triton import TritonProbe
+from gpudiag.probes.servers.triton import MAX_MODELS, TritonProbe, metrics_url
 
 WORKLOADS = Path(__file__).parents[2] / "workloads"
 
@@ -178,3 +178,92 @@ def test_attach_to_a_tritonserver_profiles_its_python_backend(tmp_path: Path) ->
             p.kill()
         shell.kill()
         shell.wait()
+
+
+# ---- round 6 (issue 53): what the server's command line names is its owner's word --------
+def test_only_an_ip_address_and_a_port_number_are_taken_from_the_command_line() -> None:
+    """V03: `--metrics-port '19604/internal/admin?token=x&q='` made root GET that path."""
+    with pytest.raises(ValueError, match="not a port number"):
+        metrics_url(["x", "--metrics-port", "19604/internal/admin?token=x&q="])
+    for port in ("0", "65536", "99999999999", "８００２", "-1"):
+        with pytest.raises(ValueError):
+            metrics_url(["x", "--metrics-port", port])
+    with pytest.raises(ValueError, match="not an IP address"):
+        metrics_url(["x", "--metrics-address", "evil.example/x?"])
+    assert metrics_url(["x", "--metrics-address", "::1"]) == "http://[::1]:8002/metrics"
+
+
+def _listener(port: int, got: list[bytes]) -> socket.socket:
+    """Another process's service on `port` (here: a thread of this test), recording what it
+    is sent."""
+    import threading
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(1)
+                try:
+                    got.append(conn.recv(4096))
+                    conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nsecret_admin_value 1\n")
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_a_port_the_server_does_not_listen_on_is_never_scraped(tmp_path: Path) -> None:
+    """V03: the server's owner named another service's port; root's gpudiag fetched it."""
+    port = _free_port()
+    got: list[bytes] = []
+    srv = _listener(port, got)
+    exe = tmp_path / "tritonserver"  # a "server" that listens on nothing, naming that port
+    exe.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
+    exe.chmod(0o755)
+    proc = subprocess.Popen([str(exe), "--metrics-port", str(port)])
+    try:
+        deadline = time.monotonic() + 10
+        probe = TritonProbe()
+        while probe.endpoint is None and time.monotonic() < deadline:
+            probe = TritonProbe()
+            probe.open(Target(os.getpid()))
+            time.sleep(0.1)
+        assert probe.endpoint is not None
+        assert _scrape(probe, 1.0) == []
+    finally:
+        proc.kill()
+        proc.wait()
+        srv.close()
+    assert got == [], "nothing is sent to a port the server does not hold"
+    assert any("does not listen on" in p for p in probe.problems())
+    st = probe.final_status()
+    assert st is not None and not st.available
+
+
+def test_models_past_the_budget_are_not_followed(tmp_path: Path) -> None:
+    """V02: 40,000 new model names a scrape grew root's watch by 30 MB/s."""
+
+    port = _free_port()
+    proc = _fake(tmp_path, "--metrics-port", str(port), "--new-models", str(3 * MAX_MODELS))
+    try:
+        _wait_listening(port)
+        probe = TritonProbe(interval_s=0.2)
+        probe.open(Target(os.getpid()))
+        samples = _scrape(probe, 2.0)
+    finally:
+        proc.kill()
+        proc.wait()
+    models = {s.labels["model"] for s in samples}
+    assert probe._scrapes >= 3
+    assert len(probe._prev) <= MAX_MODELS and len(probe._held) <= MAX_MODELS
+    assert "classifier" in models and len(models) <= MAX_MODELS
+    assert any(f"over {MAX_MODELS} models" in p for p in probe.problems())

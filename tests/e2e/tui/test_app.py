@@ -176,3 +176,20 @@ def test_the_diagnosis_screen_shows_what_the_apps_one_reactive_holds():
         assert "DATA001" in str(app.screen.query_one(FindingsTable).get_row_at(0))
 
     run(app, steps)
+
+
+def test_two_findings_with_one_id_are_both_listed():
+    """N05: a crafted report with a duplicated finding made `report --tui` exit on
+    DuplicateKey."""
+    doc = starved_doc()
+    doc["findings"] = [doc["findings"][0], dict(doc["findings"][0])]
+    app = DiagnosisApp(static_feed(doc, "report"))
+
+    async def steps(pilot):
+        table = app.screen.query_one(FindingsTable)
+        assert table.row_count == 2
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, FindingScreen)
+
+    run(app, steps)
