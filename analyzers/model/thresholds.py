@@ -30,6 +30,7 @@ UNITS: dict[str, str] = {
     "pad_min_forwards": "count",
     "bound_max": "factor",
     "comp_ops_min": "count",
+    "comp_recompute_ratio": "factor",
 }
 RANGES = {
     "share": "a share from 0 to 1",

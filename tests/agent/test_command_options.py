@@ -76,7 +76,8 @@ def test_every_commands_options_are_one_frozen_object(name):
 def test_every_parsed_argument_lands_in_the_options(name):
     """The parser's arguments and the options' fields are the same names: none is dropped
     on the way, none is read from a Namespace further down."""
-    dests = {a.dest for a in subparser(name)._actions if a.dest != "help"}
+    parser = subparser(name)
+    dests = {a.dest for a in parser._actions if a.dest != "help"} | set(parser._defaults)
     if name == "gate":
         dests.add("cmd")  # what follows `--`, set by parse_args()
     fields = {f.name for f in dataclasses.fields(BY_NAME[name].options)}
@@ -98,13 +99,13 @@ def test_try_diagnoses_through_the_run_options_run_would_parse(tmp_path, monkeyp
 
     seen = []
 
-    def fake_main(opts, on_launch=None):
+    def fake_main(opts, on_launch=None, on_report=None):
         seen.append(opts)
         return 0
 
     monkeypatch.setattr(run, "main", fake_main)
     out = str(tmp_path / "d.json")
-    with pytest.raises(Exception, match="wrote no report"):
+    with pytest.raises(Exception, match="made no report"):
         tryfix.diagnose_first(["python", "x.py"], tryfix.TryOptions(out=out, diagnose_seconds=7))
     argv = ["run", "-q", "--until-sure", "--duration", "7", "--out", out, "--", "python", "x.py"]
     (given,) = seen
@@ -115,12 +116,19 @@ def test_run_try_hands_try_typed_options(monkeypatch, tmp_path):
     from gpudiag.agent.commands import run, tryfix
 
     tried = []
-    monkeypatch.setattr(run, "run_job", lambda opts, command, settings: 5)
+    computed = {"findings": [], "verdict": {"finding": None}}
+
+    def fake_run_job(opts, command, settings, on_report=None):
+        assert on_report is not None
+        on_report(computed)  # the report as run computed it: try never reads the file back
+        return 5
+
+    monkeypatch.setattr(run, "run_job", fake_run_job)
     monkeypatch.setattr(tryfix, "main", lambda opts: tried.append(opts) or 0)
     out = str(tmp_path / "r.json")
     assert main(["run", "--try", "--out", out, "--", "python", "x.py"]) == 5  # the job's code
     (opts,) = tried
-    assert opts == tryfix.TryOptions(cmd=("python", "x.py"), from_report=out, out=out)
+    assert opts == tryfix.TryOptions(cmd=("python", "x.py"), out=out, diagnosis=computed)
 
 
 @pytest.mark.parametrize("name", ["run", "attach", "watch"])

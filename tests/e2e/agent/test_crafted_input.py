@@ -1,5 +1,5 @@
-"""Review adversarial-6's small attacks (issue 53, section 3): each one line and exit 2, or
-the output it should be, never an internal error."""
+"""Crafted input and bad option values (review adversarial-6, section 3): each is one line and
+exit 2, or the output it should be; never an internal error."""
 
 from __future__ import annotations
 
