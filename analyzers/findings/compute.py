@@ -155,12 +155,16 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
     return out
 
 
-def _candidates(t: ComputeTable, th: Thresholds) -> list[tuple[float, Row, float, float]]:
+def _candidates(
+    t: ComputeTable, th: Thresholds, outside: bool = True
+) -> list[tuple[float, Row, float, float]]:
     """(impact, row, its efficiency, the reference) of each row far below the reference or
     whose work shows a reason it costs more than it needs (its impact: the larger of the two
-    models)."""
+    models); `outside`: whether the step's ops outside the model may be one."""
     out = []
     for row in t.rows:
+        if row.kind == "outside" and not outside:
+            continue
         eff = row.efficiency
         if eff is None or row.share < th.comp_share_warn:
             continue
@@ -215,7 +219,11 @@ def find(c: Context) -> list[Finding]:
     t, th = c.compute, c.th
     if t is None or t.counted_steps == 0:
         return []
-    found = _candidates(t, th)
+    # the step outside the model holds the input pipeline where the loop loads its own
+    # batches (num_workers=0, or waits for them): its ops are the loading's, which the data
+    # findings name (a planted DataLoader wait read COMP001 "1,574 ops outside the model")
+    loading = c.profile.share("data_wait") + c.profile.share("storage_io")
+    found = _candidates(t, th, outside=loading < th.comp_share_warn)
     if not found:
         return []
     impact, row, eff, ref = found[0]

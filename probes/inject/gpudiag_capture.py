@@ -366,6 +366,10 @@ class Watcher:
         self.next_poll = 0.0
         self.captures: list[dict] = []
 
+    def capturing(self) -> bool:
+        """Whether a capture is asked for or running (other step hooks keep out of it)."""
+        return self.capture is not None and not self.capture.done
+
     def on_step(self) -> None:
         """Called after every optimizer step; a few hundred ns when nothing is asked for."""
         cap = self.capture

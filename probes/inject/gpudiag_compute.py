@@ -488,6 +488,7 @@ class Sampler:
         self.steps = 0
         self.next_at = 0.0
         self.count_at = 0.0
+        self.paused: Any = lambda: False  # a profiler capture at work: arm no step
         self.armed: Armed | None = None
         self.records: list[dict] = []
         self.disabled: str | None = None
@@ -513,7 +514,7 @@ class Sampler:
         self.steps += 1
         if self.armed is not None:
             self._finish()
-        if self.disabled or self.steps < WARMUP_STEPS:
+        if self.disabled or self.steps < WARMUP_STEPS or self.paused():
             return
         now = time.monotonic()
         if now < self.next_at:

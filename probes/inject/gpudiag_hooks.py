@@ -498,6 +498,8 @@ def _install_capture(torch, st: _State) -> None:
     except ImportError:  # loaded as a top-level module by sitecustomize
         import gpudiag_capture
     watcher = gpudiag_capture.Watcher(torch, st.channel.path or attach_path(os.getpid()))
+    if st.compute is not None:  # the compute sampler's hooks stay out of a profiled step
+        st.compute.paused = watcher.capturing
 
     def on_step() -> None:
         if not st.quiet:

@@ -131,8 +131,11 @@ def test_comp001_names_the_float64_block_and_not_a_healthy_model(monkeypatch):
 
     from gpudiag.analyzers.model.thresholds import Thresholds
 
-    class C:  # the finder reads only the table and the thresholds
-        pass
+    class C:  # the finder reads the table, the thresholds and the loop's loading share
+        class profile:  # noqa: N801 (the context's field)
+            @staticmethod
+            def share(category: str) -> float:
+                return 0.0
 
     th = replace(Thresholds(), comp_share_warn=0.0)
     for model, named in ((Net(double_block=True), "blocks.1"), (Net(), None)):
@@ -174,8 +177,11 @@ def test_comp001_with_no_reason_read_is_a_note_and_a_reason_ranks_first():
         att = Attainable(1e9, 1e9, "float32", "calibration")
         return ComputeTable(tuple(rows), 1.0, 5, 1, "Net", "float32", att, "cpu")
 
-    class C:  # the finder reads only the table and the thresholds
-        pass
+    class C:  # the finder reads the table, the thresholds and the loop's loading share
+        class profile:  # noqa: N801 (the context's field)
+            @staticmethod
+            def share(category: str) -> float:
+                return 0.0
 
     c = C()
     c.th = Thresholds()

@@ -9,7 +9,8 @@ def test_markup_in_an_argv_does_not_crash_top():
     import asyncio
 
     from gpudiag.tui.top import TopApp
-    from tests.tui.test_top import NO_GPU, procs
+    from tests.e2e.tui.test_top import procs
+    from tests.tui.test_top import NO_GPU
 
     row = dict(procs([1])[0], command="python [/x] [bold]x --api-key abcdefghij \x1b[2J")
     app = TopApp(lambda: dict(NO_GPU, processes=[row]))
