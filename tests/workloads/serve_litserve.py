@@ -92,6 +92,12 @@ def main() -> None:
         instrument()
     batch = {"max_batch_size": 8, "batch_timeout": 0.01} if args.batching else {}
     api = ClassifierAPI(**batch)
+    # LitServe 0.2.19 wires its MCP endpoint whenever the `mcp` package is installed but only
+    # imports it with `fastmcp` too: beside mcp 2 (gpudiag's [mcp] extra) it fails to start
+    # (NameError: MCPServer). This server has no MCP tools: leave that path out.
+    import litserve.server
+
+    litserve.server._MCP_AVAILABLE = False
     server = ls.LitServer(api, accelerator="cpu")
     port = _free_port()
     threading.Thread(target=_announce_when_up, args=(port, args.port_file), daemon=True).start()
