@@ -436,7 +436,7 @@ def _install(torch) -> None:
 
 def _install_compute(torch, st: _State) -> None:
     """The sampled steps' split of compute by module (gpudiag_compute, beside this file)."""
-    if os.environ.get("GPUDIAG_CAPTURE_STEPS"):
+    if os.environ.get(_channel.CAPTURE_ENV):
         return  # a profiler capture from the start: its steps are the profiler's alone
     compute = _sibling("gpudiag_compute")
     st.compute = compute.Sampler(torch, st.serve.models, cuda=torch.cuda.is_available())
