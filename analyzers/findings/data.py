@@ -351,22 +351,16 @@ def _loader_evidence(ld: Loading, th: Thresholds) -> list[Evidence]:
     return ev
 
 
-def data_findings(
-    profile: LoopProfile,
-    metrics: dict,
-    th: Thresholds,
-    gpu_idle_caused: float | None = None,
-    gpu_idle: float | None = None,
-) -> list[Finding]:
-    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline.
-
-    `gpu_idle_caused` is the GPU idle the critical path attributes to the wait (None without
-    a GPU signal: the impact is then the loop's wait share).
-    """
+def _loader_bound(c: Context) -> list[Finding]:
+    """DATA001 or DATA002 when the loop waits on CPU work in the input pipeline; its impact
+    is the GPU idle the critical path puts on the wait (the loop's wait share without a GPU
+    signal)."""
+    profile, metrics, th = c.profile, c.metrics, c.th
+    gpu_idle_caused = c.caused("data_wait")
     w = measured_wait(profile, metrics, th, gpu_idle_caused)
     if w is None:
         return []
-    ld = loading_of(profile, metrics, w.share, gpu_idle)
+    ld = loading_of(profile, metrics, w.share, c.idle)
     ev = _evidence(w, ld, th, gpu_idle_caused)
     loc = location_of(profile.stacks_by_category.get("data_wait", ()))
     waits = (
@@ -541,9 +535,7 @@ def behind_own_threads(f: Finding) -> Finding:
 def find(c: Context) -> list[Finding]:
     """DATA003 when the wait is for workers started again every epoch, else DATA001 or
     DATA002, from the analysis context (a note beside HOST003)."""
-    found = churn_findings(c.view, c.profile, c.metrics, c.th) or data_findings(
-        c.profile, c.metrics, c.th, c.caused("data_wait"), c.idle
-    )
+    found = churn_findings(c) or _loader_bound(c)
     if c.claimed("own_threads"):
         return [behind_own_threads(f) for f in found]
     return found

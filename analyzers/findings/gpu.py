@@ -1,6 +1,6 @@
 """GPU findings from NVML samples: idle GPU, launch-bound, no tensor cores, uneven GPUs;
-and `gpu_findings`, which runs them with those of gpu_transfer (PCIe-bound), gpu_memory
-(VRAM headroom or pressure) and gpu_throttle (clocks held back).
+`find` runs them with those of gpu_transfer (PCIe-bound), gpu_memory (VRAM headroom or
+pressure) and gpu_throttle (clocks held back).
 
 Each finding says which signal it rests on. NVML "utilisation" only says that some kernel
 was running; findings resting on it alone get a lower confidence than those that GPM SM
@@ -118,25 +118,6 @@ GPU004 = register(
         ),
     )
 )
-
-
-def gpu_findings(
-    stats: list[GpuStats],
-    host: list[Finding],
-    th: Thresholds,
-    cp: CriticalPath,
-    metrics: dict,
-    sizing: str | None = None,
-) -> list[Finding]:
-    """GPU findings over the loop window's per-GPU statistics (`sizing`: the right-size line
-    MEM001 points at)."""
-    out: list[Finding] = []
-    for st in stats:
-        own = transfer_findings(st, th, cp, metrics) + _launch(st, th)
-        out += own + _tensor(st, th) + memory_findings(st, th, sizing) + throttle_findings(st, th)
-        out += _idle(st, host + own, th, cp)
-    out += _imbalance(stats, th)
-    return out
 
 
 def _idle(st: GpuStats, found: list[Finding], th: Thresholds, cp: CriticalPath) -> list[Finding]:
@@ -387,12 +368,17 @@ def _imbalance(stats: list[GpuStats], th: Thresholds) -> list[Finding]:
 
 
 def find(c: Context) -> list[Finding]:
-    """The GPU findings, from the analysis context; GPU idle the host-side findings made
-    before it (`c.found`) leave unexplained is its own finding."""
-    sizing = right_size_line(c.right_size)
-    out = gpu_findings(list(c.stats), list(c.found), c.th, c.cp, c.metrics, sizing)
+    """The GPU findings over the loop window's per-GPU statistics, with those of gpu_transfer,
+    gpu_memory (MEM001 points at the right-size line) and gpu_throttle; GPU idle the
+    host-side findings made before it (`c.found`) leave unexplained is its own finding."""
+    th, sizing = c.th, right_size_line(c.right_size)
     samples = int(c.profile.samples) if c.profile is not None else None
-    return [blind(f, samples, c.th) if f.id == GPU001.id else f for f in out]
+    out: list[Finding] = []
+    for st in c.stats:
+        own = transfer_findings(st, th, c.cp, c.metrics) + _launch(st, th)
+        out += own + _tensor(st, th) + memory_findings(st, th, sizing) + throttle_findings(st, th)
+        out += [blind(f, samples, th) for f in _idle(st, [*c.found, *own], th, c.cp)]
+    return out + _imbalance(list(c.stats), th)
 
 
 BLIND_CONFIDENCE = 0.5  # GPU001 with too few loop stacks to rule the host out: not sure

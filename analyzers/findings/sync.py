@@ -17,7 +17,6 @@ from gpudiag.analyzers.model.results import (
     Recommendation,
     speedup_from_impact,
 )
-from gpudiag.analyzers.model.thresholds import Thresholds
 
 SYNC001 = register(
     Spec(
@@ -49,21 +48,23 @@ SYNC001 = register(
 )
 
 
-def sync_findings(
-    metrics: dict, sites: list[tuple[str, float]], th: Thresholds, cp: CriticalPath | None = None
-) -> list[Finding]:
-    """SYNC001 with syncs per step, the GPU idle they cause and their call sites.
+def find(c: Context) -> list[Finding]:
+    """SYNC001 with syncs per step, the GPU idle they cause and their call sites; the syncs
+    an evaluation pass makes are left to EVAL001 (one cause, one id: nanoGPT's estimate_loss
+    calls .item() 400 times a pass).
 
     Time the host spends blocked in a sync while the GPU computes is the GPU's own work. What
     a sync costs is the bubble after it: the GPU's queue is empty and it idles while the host
     prepares the next launches. The critical path measures that bubble; without a GPU signal
     the finding is not made (it cannot tell work from stall).
     """
+    metrics, th = c.metrics, c.th
+    sites, cp = _own_syncs(c)
     ratio = metrics.get("sync_time_ratio")
     per_step = metrics.get("syncs_per_step")
     if ratio is None or per_step is None or per_step <= 0:
         return []
-    if cp is None or cp.gpu_idle is None:
+    if cp.gpu_idle is None:
         return []
     impact = cp.sync_bubbles
     if impact < th.sync_warn:
@@ -80,19 +81,8 @@ def sync_findings(
         Evidence("sync_time_ratio", round(ratio, 4), "ratio", source="in-process hooks"),
         Evidence("syncs_per_step", round(per_step, 2), "count", source="in-process hooks"),
     ]
-    loc = None
-    where = ""
-    if sites:
-        file, line, func, call = (sites[0][0].rsplit(":", 3) + ["", "", ""])[:4]
-        if line.isdigit():
-            loc = Location(file, int(line), func)
-        where = " Most at " + "; ".join(s for s, _ in sites[:3]) + "."
-        for site, n in sites[:3]:
-            ev.append(
-                Evidence(
-                    f"sync_site[{site}]", n, "count (1 in 16 sampled)", source="in-process hooks"
-                )
-            )
+    loc, where, at = _at_sites(sites)
+    ev += at
     msg = (
         f"The loop blocks on the GPU {per_step:.1f} times per step (.item(), .cpu(), "
         f".tolist(), synchronize): each sync empties the GPU's queue, and the GPU then "
@@ -127,19 +117,32 @@ def sync_findings(
     ]
 
 
-def find(c: Context) -> list[Finding]:
-    """SYNC001, from the analysis context; the syncs an evaluation pass makes are left to
-    EVAL001 (one cause, one id: nanoGPT's estimate_loss calls .item() 400 times a pass)."""
+def _at_sites(sites: list[tuple[str, float]]) -> tuple[Location | None, str, list[Evidence]]:
+    """The top sync site as a location, the sentence naming the top three, their evidence."""
+    if not sites:
+        return None, "", []
+    file, line, func, _call = (sites[0][0].rsplit(":", 3) + ["", "", ""])[:4]
+    loc = Location(file, int(line), func) if line.isdigit() else None
+    where = " Most at " + "; ".join(s for s, _ in sites[:3]) + "."
+    ev = [
+        Evidence(f"sync_site[{site}]", n, "count (1 in 16 sampled)", source="in-process hooks")
+        for site, n in sites[:3]
+    ]
+    return loc, where, ev
+
+
+def _own_syncs(c: Context) -> tuple[list[tuple[str, float]], CriticalPath]:
+    """The loop's sync sites and critical path, less the syncs of an evaluation pass that
+    EVAL001 claims (its sites dropped, its share of the sync bubbles taken out)."""
     sites = sync_sites(c.view)
     if not c.claimed("eval_pass") or not sites:
-        return sync_findings(c.metrics, sites, c.th, c.cp)
+        return sites, c.cp
     et = eval_time(c.view, c.profile, c.clf)
     if et is None:
-        return sync_findings(c.metrics, sites, c.th, c.cp)
+        return sites, c.cp
     own = [(site, n) for site, n in sites if _function(site) != et.function]
     kept = sum(n for _, n in own) / sum(n for _, n in sites)
-    cp = replace(c.cp, sync_bubbles=c.cp.sync_bubbles * kept)
-    return sync_findings(c.metrics, own, c.th, cp)
+    return own, replace(c.cp, sync_bubbles=c.cp.sync_bubbles * kept)
 
 
 def _function(site: str) -> str:

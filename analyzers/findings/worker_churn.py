@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.steps import long_steps
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
 from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
-from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
 DATA003 = register(
@@ -80,14 +80,14 @@ def _wait(profile: LoopProfile, metrics: dict) -> tuple[float, float, str]:
     return profile.share("data_wait"), profile.samples, "stacks"
 
 
-def churn_findings(
-    tl: Aggregate, profile: LoopProfile, metrics: dict, th: Thresholds
-) -> list[Finding]:
-    """DATA003 when workers are re-created during the loop and the loop waits for batches."""
+def churn_findings(c: Context) -> list[Finding]:
+    """DATA003 when workers are re-created during the loop and the loop waits for batches
+    (data.py's finder asks it first)."""
+    tl, profile, th = c.view, c.profile, c.th
     churn = worker_churn(tl)
     if churn is None or churn.respawns < th.worker_respawn_min:
         return []
-    wait, n, source = _wait(profile, metrics)
+    wait, n, source = _wait(profile, c.metrics)
     if n < th.min_loop_samples and source == "stacks":
         return []
     ls = long_steps(tl)

@@ -3,9 +3,17 @@ loader that waits (off-CPU) is told to add workers, one that computes to get che
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpudiag.analyzers import analyze
+from gpudiag.analyzers.context.context import Context, build_context
+from gpudiag.analyzers.findings import data
+from gpudiag.analyzers.measures.rules import Classifier
+from gpudiag.analyzers.measures.window import find_loop_window
+from gpudiag.analyzers.model.thresholds import Thresholds
+from gpudiag.analyzers.timeline.timeline import Timeline
 from tests.analyzers.scenario import Scenario
 
 SHARES = {"data_wait": 0.4, "forward": 0.25, "backward": 0.3, "optimizer": 0.05}
@@ -25,6 +33,14 @@ def test_inline_loader_keeps_data001_whatever_the_idle_cores(host):
     """The same job read on a box idling 1.3 or 0.02 cores: DATA001 every time."""
     fs = run(host, loop_cpu=0.97)
     assert [f.id for f in fs] == ["DATA001"]
+
+
+def loop_context(tl: Timeline, th: Thresholds) -> Context:
+    """The analysis context of the loop window, as `analyze` builds it (no user rules)."""
+    clf = Classifier(())
+    win = find_loop_window(tl, clf)
+    view = tl.window(win.start_ns, win.end_ns) if win.found else tl.whole()
+    return build_context(tl, view, win, th, clf)
 
 
 INLINE = {"forward": 0.25, "backward": 0.3, "optimizer": 0.05}
@@ -83,17 +99,14 @@ def test_hook_timed_steps_make_a_modest_data_wait_sure():
     timed exactly over 200 steps, pre-tokenising measured x1.28. Each timed step is an exact
     measurement, not a correlated stack sample: the verdict is sure, as it is not from 448
     stack samples alone."""
-    from gpudiag.analyzers.findings.data import data_findings
-    from gpudiag.analyzers.model.thresholds import Thresholds
-
     sc = Scenario(cpu_count=2)
     for _ in range(2):
         sc.window({**INLINE, "data_compute": 0.11}, ticks=224)  # 15% of the samples
     sc.host(0.93).process(0.9)
     a = analyze(sc.tl)
     th = Thresholds()
-    metrics = {**a.metrics, "data_wait_ratio": 0.146, "steps": 200.0}
-    timed = data_findings(a.profile, metrics, th)
+    c = loop_context(sc.tl, th)
+    timed = data.find(replace(c, metrics={**c.metrics, "data_wait_ratio": 0.146, "steps": 200.0}))
     assert [f.id for f in timed] == ["DATA001"]
     assert timed[0].confidence >= th.sure_confidence
     sampled = [f for f in a.findings if f.id == "DATA001"]
