@@ -24,6 +24,8 @@ import os
 import sys
 import time
 import types
+from collections.abc import Callable
+from typing import Any
 
 RETRY_S = 0.25  # between attribute look-ups while the target is missing
 SCAN_S = 2.0  # between scans of the heap's functions (a nested function, a method)
@@ -192,7 +194,7 @@ class CallSite:
     """The thin/skip fix of one named function: its calls counted, every `every`-th run
     (0: none run)."""
 
-    def __init__(self, target: str, every: int, note) -> None:
+    def __init__(self, target: str, every: int, note: Callable[[str], None]) -> None:
         self.target, self.every, self.note = target, every, note
         self.calls = self.ran = 0
         self.last: object = None
@@ -203,7 +205,7 @@ class CallSite:
         self.said: str | None = None  # the last "# ..." state written to the step log
         self.patched_at: float | None = None
 
-    def call(self, fn, args: tuple, kwargs: dict):
+    def call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """One call of the target: run it, or return what the skipped call stands for."""
         self.calls += 1
         if self.every and (self.calls - 1) % self.every == 0:
@@ -304,7 +306,7 @@ class CallSite:
             self.note(line)
 
 
-def install(torch, target: str, every: int, note) -> CallSite:
+def install(torch: Any, target: str, every: int, note: Callable[[str], None]) -> CallSite:
     """Patch `target` now or, once the job defines it, on a forward or an optimizer step."""
     from torch.nn.modules import module as nn_module
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -313,7 +315,7 @@ def install(torch, target: str, every: int, note) -> CallSite:
     site.look()
     last = [0.0]
 
-    def tick(*_args) -> None:
+    def tick(*_args: object) -> None:
         now = time.monotonic()
         if now - last[0] >= RETRY_S:
             last[0] = now

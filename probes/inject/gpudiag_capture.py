@@ -251,7 +251,9 @@ def _events(kept: list[dict], t0: float) -> list[dict]:
 class Capture:
     """Switches the profiler on after `after` steps, off after `steps` more, then sends."""
 
-    def __init__(self, torch, channel: str | None, steps: int, after: int = DEFAULT_AFTER) -> None:
+    def __init__(
+        self, torch: Any, channel: str | None, steps: int, after: int = DEFAULT_AFTER
+    ) -> None:
         self.torch = torch
         self.channel = channel
         self.steps = steps
@@ -358,7 +360,7 @@ class Watcher:
     later, by the agent writing a step count to `<socket>.capture` (`gpudiag attach`, the TUI's
     `c` key); one capture at a time."""
 
-    def __init__(self, torch, channel: str | None) -> None:
+    def __init__(self, torch: Any, channel: str | None) -> None:
         self.torch = torch
         self.channel = channel
         self.request = (channel + REQUEST_SUFFIX) if channel else None
@@ -395,7 +397,7 @@ class Watcher:
             self.capture = Capture(self.torch, self.channel, n, after=1)
 
 
-def from_env(torch, channel: str | None) -> Capture | None:
+def from_env(torch: Any, channel: str | None) -> Capture | None:
     """A Capture when GPUDIAG_CAPTURE_STEPS asks for one, else None."""
     try:
         steps = int(os.environ.get(CAPTURE_ENV, "0") or 0)

@@ -26,6 +26,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 try:
     from . import gpudiag_channel as _channel
@@ -165,8 +167,13 @@ class _Dist:
 _dist: _Dist | None = None
 
 
-def _wrap(dist: _Dist, name: str, orig, compiling=lambda: False):
-    def collective(*args, **kwargs):
+def _wrap(
+    dist: _Dist,
+    name: str,
+    orig: Callable[..., Any],
+    compiling: Callable[[], bool] = lambda: False,
+) -> Callable[..., Any]:
+    def collective(*args: Any, **kwargs: Any) -> Any:
         if compiling() or getattr(dist.local, "hook", False):
             return orig(*args, **kwargs)  # traced by torch.compile, or inside a timed DDP hook
         seq = dist.enter(name)
@@ -182,7 +189,7 @@ def _wrap(dist: _Dist, name: str, orig, compiling=lambda: False):
     return collective
 
 
-def install(torch, channel: str | None = None) -> bool:
+def install(torch: Any, channel: str | None = None) -> bool:
     """Wrap torch.distributed's collectives and count optimizer steps; False when the job's
     torch has no torch.distributed."""
     global _dist
@@ -201,7 +208,7 @@ def install(torch, channel: str | None = None) -> bool:
         if orig is None or hasattr(orig, "__gpudiag__"):
             continue
         wrapped = _wrap(_dist, name, orig, compiling)
-        wrapped.__gpudiag__ = True
+        wrapped.__gpudiag__ = True  # type: ignore[attr-defined]  # our mark on the wrapper
         setattr(tdist, name, wrapped)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -219,7 +226,7 @@ def install(torch, channel: str | None = None) -> bool:
 DDP_OP = "ddp_allreduce"
 
 
-def timed_hook(st: _Dist, hook, name: str = DDP_OP):
+def timed_hook(st: _Dist, hook: Callable[..., Any], name: str = DDP_OP) -> Callable[..., Any]:
     """A DDP communication hook that times `hook`: entered when DDP hands it a bucket,
     left when the future it returns completes (or fails)."""
     import functools

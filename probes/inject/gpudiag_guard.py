@@ -16,6 +16,8 @@ from __future__ import annotations
 import builtins
 import io
 import os
+from collections.abc import Callable
+from typing import Any
 
 GUARD_ENV = "GPUDIAG_TRY_GUARD"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC
@@ -28,7 +30,7 @@ def _writes(mode: object) -> bool:
 class Guard:
     """The job's folders and the trial's start; `note` writes a line to the step log."""
 
-    def __init__(self, since: float, folders: list[str], note) -> None:
+    def __init__(self, since: float, folders: list[str], note: Callable[[str], None]) -> None:
         self.since = since
         self.folders = [os.path.realpath(f) for f in folders if f and f != os.sep]
         self.note = note
@@ -66,7 +68,7 @@ class Guard:
         raise PermissionError(13, f"gpudiag try: refused to write over {full}")
 
 
-def install(torch, since: float, folders: list[str], note) -> Guard:
+def install(torch: Any, since: float, folders: list[str], note: Callable[[str], None]) -> Guard:
     """Patch the calls that write files so they ask the guard first."""
     guard = Guard(since, folders, note)
     orig_open = builtins.open

@@ -8,16 +8,17 @@ there before (the job's own, or Python's default)."""
 import os
 import sys
 import threading
+from types import TracebackType
 
 OWN_FILES = frozenset({"gpudiag_hooks.py", "gpudiag_dist.py", "gpudiag_capture.py"})
 
 
-def is_own(tb) -> bool:
+def is_own(tb: TracebackType) -> bool:
     """Whether a traceback entry is a frame of gpudiag's injected modules."""
     return os.path.basename(tb.tb_frame.f_code.co_filename) in OWN_FILES
 
 
-def trim(tb):
+def trim(tb: TracebackType | None) -> TracebackType | None:
     """The traceback `tb` with gpudiag's frames unlinked (the frames themselves are kept)."""
     while tb is not None and is_own(tb):
         tb = tb.tb_next
