@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 FLUSH_S = 0.1
@@ -127,7 +128,7 @@ class _State:
         self.attached = attached  # loaded by attach --hooks: quiet once the agent is gone
         self.partial = attached  # loaded mid-run: the first step seen is only partly seen
         self.last_step: float | None = None
-        self.loop_start = None
+        self.loop_start: float | None = None
         self.data_wait = 0.0
         self.batch = 0
         self.h2d = 0.0
@@ -212,7 +213,7 @@ class _State:
         self.last_flush = time.perf_counter()
         self.serve.after_fork()
 
-    def after_step(self, opt, args, kwargs) -> None:
+    def after_step(self, opt: Any, args: object, kwargs: object) -> None:
         """Our one global optimizer post hook: the step's timing, then `step_calls`."""
         self.on_step()
         if self.compute is not None and not self.quiet:
@@ -337,7 +338,7 @@ def current() -> _State | None:
     return _state
 
 
-def _cuda_memory(torch) -> dict:
+def _cuda_memory(torch: Any) -> dict:
     try:
         stats = torch.cuda.memory_stats()
         return {
@@ -364,7 +365,7 @@ SETTINGS = (
 )
 
 
-def _switches(torch) -> dict:
+def _switches(torch: Any) -> dict:
     """torch's global settings (SETTINGS) as 1 or 0, each read on its own (an older torch
     without one leaves it out); anomaly detection's NaN check only while it is on."""
     out = {}
@@ -378,7 +379,7 @@ def _switches(torch) -> dict:
     return out
 
 
-def _batch_size(batch) -> int:
+def _batch_size(batch: Any) -> int:
     for _ in range(3):
         if isinstance(batch, (list, tuple)) and batch:
             batch = batch[0]
@@ -393,7 +394,7 @@ def _batch_size(batch) -> int:
         return 0
 
 
-def _install(torch) -> None:
+def _install(torch: Any) -> None:
     """Patch DataLoader iteration and register the optimizer hook (and CUDA hooks)."""
     st = _state
     if st is None or st.torch is not None:
@@ -434,7 +435,7 @@ def _install(torch) -> None:
     atexit.register(st.flush)
 
 
-def _install_compute(torch, st: _State) -> None:
+def _install_compute(torch: Any, st: _State) -> None:
     """The sampled steps' split of compute by module (gpudiag_compute, beside this file)."""
     if os.environ.get(_channel.CAPTURE_ENV):
         return  # a profiler capture from the start: its steps are the profiler's alone
@@ -442,7 +443,7 @@ def _install_compute(torch, st: _State) -> None:
     st.compute = compute.Sampler(torch, st.serve.models, cuda=torch.cuda.is_available())
 
 
-def _guarded(what: str, install) -> bool:
+def _guarded(what: str, install: Callable[[], object]) -> bool:
     """`install()` run so that it never breaks the job: an exception is one line on stderr
     (the step timing works without it); whether it ran to its end."""
     try:
@@ -453,7 +454,7 @@ def _guarded(what: str, install) -> bool:
         return False
 
 
-def _sibling(name: str):
+def _sibling(name: str) -> Any:
     """A module beside this file, whether loaded as a package or by sitecustomize."""
     import importlib
 
@@ -472,7 +473,7 @@ def _install_trim() -> None:
         pass
 
 
-def _dist_initialized(torch) -> bool:
+def _dist_initialized(torch: Any) -> bool:
     """Whether the job runs torch.distributed's process group (a rank of a multi-rank job)."""
     try:
         return bool(torch.distributed.is_available() and torch.distributed.is_initialized())
@@ -480,7 +481,7 @@ def _dist_initialized(torch) -> bool:
         return False
 
 
-def _install_dist(torch, st: _State) -> None:
+def _install_dist(torch: Any, st: _State) -> None:
     """Collective counters per rank (gpudiag_dist, beside this file)."""
     try:
         try:
@@ -492,7 +493,7 @@ def _install_dist(torch, st: _State) -> None:
         print(f"gpudiag: collective hooks not installed: {exc}", file=sys.stderr)
 
 
-def _install_capture(torch, st: _State) -> None:
+def _install_capture(torch: Any, st: _State) -> None:
     """The bounded profiler capture (gpudiag_capture.py): at start with `--capture-steps N`,
     or when the agent asks for one later."""
     try:
@@ -515,7 +516,7 @@ def _install_capture(torch, st: _State) -> None:
     register_optimizer_step_post_hook(lambda opt, args, kwargs: on_step())
 
 
-def _install_cuda(torch, st: _State) -> None:
+def _install_cuda(torch: Any, st: _State) -> None:
     tensor = torch.Tensor
     orig_to, orig_cuda = tensor.to, tensor.cuda
 
@@ -539,7 +540,7 @@ def _install_cuda(torch, st: _State) -> None:
 
     def counted(orig, name):
         def wrapper(*args, **kwargs):
-            first = args[0] if args else None
+            first: Any = args[0] if args else None
             if (
                 name != "synchronize"
                 and getattr(first, "device", None) is not None
