@@ -48,6 +48,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 try:
     from . import gpudiag_callsite as _callsite
@@ -83,7 +85,7 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
-def dataloader(torch, values: dict) -> None:
+def dataloader(torch: Any, values: dict) -> None:
     """Patch DataLoader.__init__ so every loader gets the fix's values."""
     from torch.utils.data import DataLoader
 
@@ -110,7 +112,7 @@ def dataloader(torch, values: dict) -> None:
     _say(f"DataLoader({', '.join(f'{k}={v}' for k, v in values.items())})")
 
 
-def optimizer(torch, values: dict) -> None:
+def optimizer(torch: Any, values: dict) -> None:
     """Give foreach/fused to every optimizer class whose constructor takes them."""
     wanted = {k: bool(v) for k, v in values.items() if k in ("foreach", "fused")}
     for name in dir(torch.optim):
@@ -135,13 +137,13 @@ def optimizer(torch, values: dict) -> None:
     _say(f"optimizers: {wanted}")
 
 
-def cudnn_benchmark(torch, values: dict) -> None:
+def cudnn_benchmark(torch: Any, values: dict) -> None:
     """Let cuDNN pick the fastest algorithm per input shape."""
     torch.backends.cudnn.benchmark = True
     _say("torch.backends.cudnn.benchmark = True")
 
 
-def tf32(torch, values: dict) -> None:
+def tf32(torch: Any, values: dict) -> None:
     """TF32 matmul and convolutions (changes numerics)."""
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -149,7 +151,7 @@ def tf32(torch, values: dict) -> None:
     _say("TF32 on (torch.set_float32_matmul_precision('high'))")
 
 
-def compile_module(torch, values: dict) -> None:
+def compile_module(torch: Any, values: dict) -> None:
     """torch.compile the first top-level module called (its forward replaced in place)."""
     done: list[object] = []
     orig_call = torch.nn.Module.__call__
@@ -185,7 +187,9 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def atomic_save(orig, obj, path: str, args: tuple, kwargs: dict) -> None:
+def atomic_save(
+    orig: Callable[..., Any], obj: object, path: str, args: tuple, kwargs: dict
+) -> None:
     """torch.save to `path` through a temporary file in its folder, fsync'd, then renamed
     over it: a job killed mid-save leaves the old checkpoint or the new one, never a torn one.
     The file gets the mode a plain torch.save would give it."""
@@ -212,7 +216,7 @@ class _Saves:
     complete checkpoint this process wrote there is skipped (the code after a save may move or
     read its file: timm's save-then-rename crashed on a skipped save's missing file)."""
 
-    def __init__(self, orig, every: int) -> None:
+    def __init__(self, orig: Callable[..., Any], every: int) -> None:
         self.orig, self.every = orig, every
         self.n = self.skips = 0
         self.told = False
@@ -226,7 +230,7 @@ class _Saves:
             return False
         return self.written.get(path) == (st.st_dev, st.st_ino)
 
-    def write(self, obj, f, args: tuple, kwargs: dict) -> None:
+    def write(self, obj: object, f: Any, args: tuple, kwargs: dict) -> None:
         if not isinstance(f, (str, os.PathLike)):
             self.orig(obj, f, *args, **kwargs)  # a buffer or a handle: the caller's to close
             return
@@ -287,7 +291,7 @@ def _on_sigterm() -> None:
         pass
 
 
-def checkpoint(torch, values: dict) -> None:
+def checkpoint(torch: Any, values: dict) -> None:
     """Only every k-th torch.save runs (save-then-rename); a skipped last save runs at exit."""
     saves = _Saves(torch.save, max(1, int(values.get("every", 2))))
     torch.save = saves.save
@@ -296,7 +300,7 @@ def checkpoint(torch, values: dict) -> None:
     _say(f"torch.save runs every {saves.every}th time, atomically (the last one always)")
 
 
-def inference_mode(torch, values: dict) -> None:
+def inference_mode(torch: Any, values: dict) -> None:
     """Run each thread's outermost module call under torch.inference_mode() when autograd is
     on there (nested calls and calls already without autograd are left as they are)."""
     import threading
@@ -318,7 +322,7 @@ def inference_mode(torch, values: dict) -> None:
     _say("the model's outermost forwards under torch.inference_mode()")
 
 
-def anomaly_off(torch, values: dict) -> None:
+def anomaly_off(torch: Any, values: dict) -> None:
     """Keep autograd's anomaly detection off: every call that sets it (set_detect_anomaly,
     detect_anomaly, Lightning's Trainer) sets it off instead."""
     orig = torch.set_anomaly_enabled
@@ -331,7 +335,7 @@ def anomaly_off(torch, values: dict) -> None:
     _say("autograd anomaly detection kept off")
 
 
-def settings(torch, values: dict) -> None:
+def settings(torch: Any, values: dict) -> None:
     """torch's global settings held at the fix's values (anomaly, deterministic,
     cudnn_deterministic off; cudnn_benchmark on or off): set now, their setters made to keep
     them, and set again at each optimizer step (a flag the job assigns after the hooks load)."""
@@ -345,7 +349,7 @@ def settings(torch, values: dict) -> None:
             want["deterministic"], *a, **k
         )
 
-    def hold(*_args) -> None:
+    def hold(*_args: object) -> None:
         if "anomaly" in want and torch.is_anomaly_enabled() != want["anomaly"]:
             orig_anomaly(want["anomaly"])
         if "deterministic" in want:
@@ -363,7 +367,7 @@ def settings(torch, values: dict) -> None:
     _say(f"torch settings held: {', '.join(f'{k}={v}' for k, v in want.items())}")
 
 
-def batch(torch, values: dict) -> None:
+def batch(torch: Any, values: dict) -> None:
     """Every DataLoader built with a batch size (no batch_sampler) gets `factor` times it; a
     Hugging Face pipeline's call its `batch_size` times it (its loader's collate takes one
     item at batch 1: the pipeline picks its padding collate for the larger batch)."""
@@ -394,7 +398,7 @@ def batch(torch, values: dict) -> None:
 _IN_PIPELINE = threading.local()  # inside a pipeline's get_iterator (its loader is its own)
 
 
-def _batch_pipelines(module, factor: int) -> None:
+def _batch_pipelines(module: Any, factor: int) -> None:
     """A Hugging Face pipeline's iterator over many inputs at `factor` times its batch_size
     (its DataLoader built inside it is left as the pipeline asks): `Pipeline`'s and
     `ChunkPipeline`'s (question answering, zero-shot, long audio: its own iterator)."""
@@ -405,7 +409,7 @@ def _batch_pipelines(module, factor: int) -> None:
             cls.get_iterator = _batched_iterator(orig, factor)
 
 
-def _batched_iterator(orig, factor: int):
+def _batched_iterator(orig: Callable[..., Any], factor: int) -> Callable[..., Any]:
     def get_iterator(self, inputs, num_workers, batch_size, *args, **kwargs):
         _IN_PIPELINE.on = True
         try:
@@ -416,7 +420,7 @@ def _batched_iterator(orig, factor: int):
     return get_iterator
 
 
-def _max_length(padding) -> bool:
+def _max_length(padding: object) -> bool:
     """Whether a tokenizer's `padding` argument asks for every row at max_length."""
     return padding == "max_length" or getattr(padding, "value", None) == "max_length"
 
@@ -452,7 +456,7 @@ class _Padding:
             )
 
 
-def _patch_once_loaded(patch) -> None:
+def _patch_once_loaded(patch: Callable[[], bool]) -> None:
     """Run `patch()` now, else before each model forward until it succeeds (it returns True
     once the library it wraps is loaded: transformers loads after torch)."""
     from torch.nn.modules import module as nn_module
@@ -468,7 +472,7 @@ def _patch_once_loaded(patch) -> None:
     handle.append(nn_module.register_module_forward_pre_hook(pre))
 
 
-def padding(torch, values: dict) -> None:
+def padding(torch: Any, values: dict) -> None:
     """Tokenizers' padding="max_length" calls pad to each call's longest row (patched at the
     first model forward: transformers loads after torch)."""
     fix = _Padding()
@@ -481,7 +485,7 @@ def padding(torch, values: dict) -> None:
 LOADS_KEPT = 8
 
 
-def _load_key(owner, args: tuple, kwargs: dict) -> str | None:
+def _load_key(owner: object, args: tuple, kwargs: dict) -> str | None:
     """The cache key of a load: its class and its arguments' reprs (None when a repr fails
     or holds an object's address: nothing cached)."""
     try:
@@ -507,7 +511,7 @@ class _Loads:
         self.kept: dict[str, object] = {}
         self.reused = 0
 
-    def get(self, owner, args: tuple, kwargs: dict, load):
+    def get(self, owner: object, args: tuple, kwargs: dict, load: Callable[[], Any]) -> Any:
         """The load's result, loaded once per class and arguments."""
         key = _load_key(owner, args, kwargs)
         if key is None:
@@ -520,7 +524,7 @@ class _Loads:
             self.kept[key] = got
         return got
 
-    def classmethod_(self, owner, name: str) -> None:
+    def classmethod_(self, owner: type, name: str) -> None:
         """Wrap a from_pretrained classmethod defined on `owner`."""
         orig = owner.__dict__.get(name)
         if not isinstance(orig, classmethod):
@@ -532,7 +536,7 @@ class _Loads:
 
         setattr(owner, name, classmethod(from_pretrained))
 
-    def constructor(self, cls) -> None:
+    def constructor(self, cls: Any) -> None:
         """Wrap a class's __init__: a second instance with the same arguments takes the first
         one's state (its modules, weights and settings), not a load of its own."""
         orig = cls.__init__
@@ -572,7 +576,7 @@ class _Loads:
             )
 
 
-def load_once(torch, values: dict) -> None:
+def load_once(torch: Any, values: dict) -> None:
     """A model loaded again with the same arguments (from_pretrained, SentenceTransformer) is
     the one loaded the first time (patched once transformers is loaded, at the latest at the
     first model forward; the loads before it run as they are)."""
@@ -597,14 +601,14 @@ def _log_line(line: str) -> None:
 _OPEN = open  # the open() the job had: the guard's patch never sees the log's own writes
 
 
-def thin(torch, values: dict) -> None:
+def thin(torch: Any, values: dict) -> None:
     """The function `target` runs every `every`-th call (the calls between return its last
     result)."""
     site = _callsite.install(torch, str(values["target"]), int(values.get("every", 2)), _log_line)
     _say(site.describe())
 
 
-def skip(torch, values: dict) -> None:
+def skip(torch: Any, values: dict) -> None:
     """The function `target` never runs (its calls return None)."""
     site = _callsite.install(torch, str(values["target"]), 0, _log_line)
     _say(site.describe())
@@ -670,7 +674,7 @@ def under_try() -> bool:
     return _channel.private_path(path)
 
 
-def install(torch) -> None:
+def install(torch: Any) -> None:
     """Apply GPUDIAG_FIX and start the step log, under `gpudiag try` only."""
     if not under_try():
         return
@@ -701,7 +705,7 @@ def install(torch) -> None:
     atexit.register(_end)
 
 
-def _install_guard(torch) -> None:
+def _install_guard(torch: Any) -> None:
     """Every arm: refuse a write over the job's outputs (GPUDIAG_TRY_GUARD, set by try)."""
     spec = os.environ.get(_guard.GUARD_ENV)
     if not spec:
@@ -724,7 +728,7 @@ class _Clock:
             self.handles.pop().remove()
 
 
-def _forward_clock(torch, steps: _Steps) -> _Clock:
+def _forward_clock(torch: Any, steps: _Steps) -> _Clock:
     """Time each thread's outermost forward (and its batch size) on the step file, counted
     as the serve hooks count them: a module without parameters (a torchvision transform) is
     not a model's forward, and a dict or BatchEncoding input's batch is its tensors' first
