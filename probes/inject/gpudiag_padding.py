@@ -31,7 +31,7 @@ SUMMARY_EVERY_S = 2.0
 _POSITIONS: dict[type, int | None] = {}  # a module class: where its forward takes the mask
 
 
-def mask_position(module) -> int | None:
+def mask_position(module: Any) -> int | None:
     """The position of `attention_mask` among the module's forward's arguments (Hugging
     Face's models take it second), looked up once a class."""
     cls = type(module)
@@ -48,7 +48,7 @@ def mask_position(module) -> int | None:
     return _POSITIONS[cls]
 
 
-def attention_mask(args: tuple, kwargs: dict | None, module=None) -> Any:
+def attention_mask(args: tuple, kwargs: dict | None, module: Any = None) -> Any:
     """The 2-D attention mask among a forward's inputs: a keyword argument, an entry of a
     dict among them, or the argument in its place (`model(ids, mask)`); None without one."""
     kwargs = kwargs or {}
@@ -96,7 +96,7 @@ class Padding:
         self.fresh = False  # rows kept since the last summary
         self.max_rows = max_rows
 
-    def count(self, torch, mask, end: float) -> None:
+    def count(self, torch: Any, mask: Any, end: float) -> None:
         """Count one forward's mask, which ended at `end` (Unix s)."""
         width = int(mask.shape[1])
         kind = mask.device.type
@@ -105,7 +105,7 @@ class Padding:
         elif kind == "cuda":
             self._count_on_gpu(torch, mask, end, width)
 
-    def _count_on_gpu(self, torch, mask, end: float, width: int) -> None:
+    def _count_on_gpu(self, torch: Any, mask: Any, end: float, width: int) -> None:
         self.read_done()
         with self.gpu_lock:  # request threads forward at once: one counter, one queue
             self.seen += 1
