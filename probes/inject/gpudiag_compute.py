@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 SAMPLE_EVERY_S = 2.0  # a timed step at most this often
@@ -38,7 +39,7 @@ OUTSIDE = "(outside the model)"  # ops of the step outside the model's forward a
 OPT = "(optimizer)"
 
 
-def find_units(root) -> list[tuple[str, Any]]:
+def find_units(root: Any) -> list[tuple[str, Any]]:
     """The model's units: (dotted name, module), a container's items in its place, a wrapper of
     one child looked through; at most MAX_UNITS."""
     from torch import nn
@@ -65,7 +66,7 @@ def find_units(root) -> list[tuple[str, Any]]:
     return units[:MAX_UNITS]
 
 
-def _tensors(value, depth: int = 0) -> list:
+def _tensors(value: object, depth: int = 0) -> list:
     """The tensors of a module's output (a tuple's, a dict's or a ModelOutput's items)."""
     import torch
 
@@ -88,7 +89,7 @@ def _tensors(value, depth: int = 0) -> list:
 class Clock:
     """Wall time on a CPU; CUDA events on a GPU (read once the step's work is done)."""
 
-    def __init__(self, torch, cuda: bool) -> None:
+    def __init__(self, torch: Any, cuda: bool) -> None:
         self.torch = torch
         self.cuda = cuda
         self.t0 = time.perf_counter()
@@ -104,7 +105,7 @@ class Clock:
         ev.record()
         return ev
 
-    def seconds(self, mark) -> float:
+    def seconds(self, mark: Any) -> float:
         if not self.cuda:
             return mark
         base: Any = self.base
@@ -134,14 +135,14 @@ class Work:
             d[dtype] = d.get(dtype, 0.0) + flops
 
 
-def _nbytes(v) -> float:
+def _nbytes(v: Any) -> float:
     try:
         return float(v.numel() * v.element_size())
     except Exception:
         return 0.0
 
 
-def make_mode(torch, arm: Armed):
+def make_mode(torch: Any, arm: Armed) -> Any:
     """A dispatch mode counting each op's FLOPs (torch.utils.flop_counter's registry), its
     tensors' bytes and its dtype, to the place `arm` says is running."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -165,7 +166,7 @@ def make_mode(torch, arm: Armed):
 class Armed:
     """One armed step: its hooks, its marks and, when counting, its work."""
 
-    def __init__(self, sampler: Sampler, root, units, counting: bool) -> None:
+    def __init__(self, sampler: Sampler, root: Any, units: Any, counting: bool) -> None:
         torch = sampler.torch
         self.sampler = sampler
         self.counting = counting
@@ -189,7 +190,7 @@ class Armed:
         self._orig_backward = None
         self._install(torch)
 
-    def _install(self, torch) -> None:
+    def _install(self, torch: Any) -> None:
         """Global module hooks (none on the model itself: a deepcopy of it, an EMA's, must not
         copy them), the optimizer pre-hook, torch.autograd.backward timed, the counting mode."""
         from torch.nn.modules import module as nn_module
@@ -249,7 +250,7 @@ class Armed:
         self.place = OUTSIDE
         return None
 
-    def _unit_pre(self, name: str):
+    def _unit_pre(self, name: str) -> Callable[..., None]:
         def pre(mod, args):
             if not self.stack:  # the unit called outside the model's forward
                 return None
@@ -261,7 +262,7 @@ class Armed:
 
         return pre
 
-    def _unit_post(self, name: str):
+    def _unit_post(self, name: str) -> Callable[..., None]:
         def post(mod, args, out):
             if not self.stack or self.stack[-1] != name:
                 return None
@@ -276,7 +277,7 @@ class Armed:
 
         return post
 
-    def _bwd_start(self, name: str):
+    def _bwd_start(self, name: str) -> Callable[..., None]:
         def hook(grad):
             self.bwd_marks.append((self.clock.mark(), name))
             self.place = name
@@ -296,7 +297,7 @@ class Armed:
                 self.phase = "fwd"
                 self.place = OUTSIDE
 
-        backward._gpudiag = 1
+        backward._gpudiag = 1  # type: ignore[attr-defined]  # our mark on the wrapper
         return backward
 
     def _opt_pre(self, opt, args, kwargs):
@@ -307,7 +308,9 @@ class Armed:
         return None
 
     # --- counting --------------------------------------------------------------------
-    def count(self, func, args, kwargs, out, registry, Tensor) -> None:
+    def count(
+        self, func: Any, args: tuple, kwargs: dict, out: Any, registry: dict, Tensor: Any
+    ) -> None:
         work = self.work
         if work is None:
             return
@@ -335,7 +338,7 @@ class Armed:
         if flops and packet in self.sampler.gemm_ops:
             self._note_gemm(flops, dtype, args, out, packet is self.sampler.conv)
 
-    def _note_gemm(self, flops: float, dtype: str, args, out, conv: bool) -> None:
+    def _note_gemm(self, flops: float, dtype: str, args: tuple, out: Any, conv: bool) -> None:
         """The largest matrix product's (m, k, n); a convolution's as the GEMM it lowers to
         (m: batch x output positions, k: input channels x kernel, n: output channels)."""
         work = self.work
@@ -353,7 +356,7 @@ class Armed:
         work.gemm = (flops, dtype, mnk)
 
     # --- the record ------------------------------------------------------------------
-    def record(self, end, optimizer) -> dict:
+    def record(self, end: Any, optimizer: Any) -> dict:
         """What the step measured, as the datagram carries it."""
         sec = self.clock.seconds
         t0 = sec(self.start)
@@ -434,7 +437,7 @@ class Armed:
             return 0.0
 
 
-def optimizer_groups(torch, opt) -> list:
+def optimizer_groups(torch: Any, opt: Any) -> list:
     """Per parameter group: tensors, elements, bytes of the params and of their optimizer state,
     whether the update runs foreach or fused, and the params' dtype."""
     rows: list[list] = []
@@ -470,7 +473,7 @@ def optimizer_groups(torch, opt) -> list:
     return rows
 
 
-def _overloads(packet) -> list:
+def _overloads(packet: Any) -> list:
     """Every overload of an op packet (aten.detach: aten.detach.default...)."""
     try:
         return [getattr(packet, o) for o in packet.overloads()]
@@ -481,7 +484,7 @@ def _overloads(packet) -> list:
 class Sampler:
     """Arms a step now and then (see the module's docstring) and keeps its records."""
 
-    def __init__(self, torch, models, cuda: bool = False) -> None:
+    def __init__(self, torch: Any, models: Any, cuda: bool = False) -> None:
         self.torch = torch
         self.models = models  # weak set of the top modules seen forwarding
         self.cuda = cuda
@@ -503,7 +506,7 @@ class Sampler:
             except Exception:
                 pass
 
-    def note_optimizer(self, opt) -> None:
+    def note_optimizer(self, opt: Any) -> None:
         try:
             self.last_opt = weakref.ref(opt)
         except TypeError:
