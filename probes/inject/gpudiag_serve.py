@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
@@ -55,7 +55,7 @@ PROBE_RPC_RE = re.compile(
 )
 
 
-def is_probe_rpc(method) -> bool:
+def is_probe_rpc(method: object) -> bool:
     """Whether a gRPC method ('/package.Service/Method') is a health check or a server's own
     control-plane call, not the model's traffic."""
     if isinstance(method, bytes):
@@ -63,21 +63,21 @@ def is_probe_rpc(method) -> bool:
     return isinstance(method, str) and bool(PROBE_RPC_RE.match(method))
 
 
-def is_probe(path) -> bool:
+def is_probe(path: object) -> bool:
     """Whether a request's path (its query left out) is a health check or a metrics scrape."""
     if isinstance(path, bytes):
         path = path.decode("latin-1")
     return isinstance(path, str) and bool(PROBE_PATH_RE.match(path.split("?", 1)[0]))
 
 
-def stamp_arrivals(sock) -> None:
+def stamp_arrivals(sock: Any) -> None:
     """Ask the kernel to stamp `sock`'s received data (a listener passes it on to the
     connections it accepts; a listener keeping it on keeps the stamps taken between
     connections)."""
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
 
-def _peek_stamp(sock) -> float | None:
+def _peek_stamp(sock: Any) -> float | None:
     """The Unix time the first unread byte of `sock` reached the kernel, peeked without
     reading it or waiting for it (None: no data yet, or no stamp)."""
     fd = sock.fileno()
@@ -99,7 +99,7 @@ def _peek_stamp(sock) -> float | None:
     return None
 
 
-def arrived_at(sock, fallback: float) -> float:
+def arrived_at(sock: Any, fallback: float) -> float:
     """When (perf_counter) the request waiting on the just-accepted `sock` reached the
     kernel: the client's send, on loopback or a LAN, before the server's listener got the
     GIL (or its event loop a turn) to accept it; `fallback` when not known or later."""
@@ -119,7 +119,7 @@ def arrived_at(sock, fallback: float) -> float:
 SOURCE_MODULES = 64  # submodules looked through for where a model was loaded from
 
 
-def model_source(module) -> str | None:
+def model_source(module: Any) -> str | None:
     """Where a model was loaded from: its class and the `name_or_path` of it or of a module
     inside it (Hugging Face's models; sentence-transformers' holds one); None when no module
     says (a model built in code, or from torch.load)."""
@@ -138,7 +138,7 @@ def model_source(module) -> str | None:
 class Recorder:
     """Forwards and requests since the last flush; `due()` is called after each one."""
 
-    def __init__(self, due) -> None:
+    def __init__(self, due: Callable[[], object]) -> None:
         self.lock = threading.Lock()
         self.forwards: list[list[float]] = []  # [end (Unix s), seconds, batch, grad on]
         self.requests: list[list[float]] = []  # [end (Unix s), seconds, in flight at start]
@@ -181,7 +181,7 @@ class Recorder:
             mdl, self.new_models = self.new_models, []
         return {"pad": pad, "pads": summary, "mdl": mdl}
 
-    def note_model(self, module) -> None:
+    def note_model(self, module: Any) -> None:
         """A top module's forward: a row when it is one never seen before (a model built per
         request shows one a request; a server's one model, one in all), with whether where it
         was loaded from is known and was seen before (the same model loaded again, or a sweep
@@ -200,7 +200,7 @@ class Recorder:
             if len(self.new_models) < MAX_ROWS:
                 self.new_models.append([time.time(), 1.0, float(source is not None), float(again)])
 
-    def count_padding(self, module, args: tuple, kwargs: dict | None, end: float) -> None:
+    def count_padding(self, module: Any, args: tuple, kwargs: dict | None, end: float) -> None:
         """Count the padding of a forward's attention mask, if it was given one."""
         if self.quiet:
             return
@@ -216,7 +216,7 @@ class Recorder:
                 rows.append(row)
         self.due()
 
-    def start_request(self, conn) -> tuple[float, float]:
+    def start_request(self, conn: Any) -> tuple[float, float]:
         """(start, in flight): a connection's first request starts when it was accepted."""
         now = time.perf_counter()
         with self.lock:
@@ -227,7 +227,7 @@ class Recorder:
                 t0 = now
             return t0, float(self.in_flight)
 
-    def accept(self, conn, t: float) -> None:
+    def accept(self, conn: Any, t: float) -> None:
         """`conn` was waiting to be accepted at `t` (perf_counter)."""
         with self.lock:
             if len(self.accepted) < 4096:
@@ -259,7 +259,7 @@ class Recorder:
         self.accepted = weakref.WeakKeyDictionary()
 
 
-def _items(v) -> tuple:
+def _items(v: Any) -> tuple:
     """The values to look into for a tensor: a list's or tuple's items, a mapping's values
     (Hugging Face models take a dict or a BatchEncoding of tensors), else the value itself."""
     if isinstance(v, (list, tuple)):
@@ -289,7 +289,7 @@ def first_parameter(module):
         return None
 
 
-def _forward_hooks(torch, rec: Recorder):
+def _forward_hooks(torch: Any, rec: Recorder) -> Any:
     compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
     def pre(module, args):
@@ -332,7 +332,7 @@ def _forward_hooks(torch, rec: Recorder):
     return pre, post
 
 
-def install_forwards(torch, rec: Recorder) -> None:
+def install_forwards(torch: Any, rec: Recorder) -> None:
     """Global forward hooks on every nn.Module, counting the outermost call of each thread;
     taken out at the first optimizer step (`take_out_forwards`)."""
     from torch.nn.modules import module as nn_module
@@ -419,7 +419,7 @@ class SentClock:
     switch interval on a busy server) while its client already has the answer. A large
     answer to a slow client is timed to its last write's start."""
 
-    def __init__(self, raw) -> None:
+    def __init__(self, raw: Any) -> None:
         self._gpudiag_raw = raw
         self.gpudiag_sent: float | None = None
 
@@ -427,11 +427,11 @@ class SentClock:
         self.gpudiag_sent = time.perf_counter()
         return self._gpudiag_raw.write(data)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._gpudiag_raw, name)
 
 
-def _clock_writes(handler) -> None:
+def _clock_writes(handler: Any) -> None:
     """Put a SentClock around the handler's wfile once a connection; its last write forgotten."""
     wfile = getattr(handler, "wfile", None)
     if wfile is None:
@@ -441,12 +441,12 @@ def _clock_writes(handler) -> None:
     wfile.gpudiag_sent = None
 
 
-def _sent(handler) -> float | None:
+def _sent(handler: Any) -> float | None:
     wfile = getattr(handler, "wfile", None)
     return wfile.gpudiag_sent if isinstance(wfile, SentClock) else None
 
 
-def patch_handler(cls, rec: Recorder) -> None:
+def patch_handler(cls: Any, rec: Recorder) -> None:
     """Time each request of an http.server-style handler class: from its connection accepted
     (a connection's first request; later ones from parse_request) to its answer's last write
     (else the end of handle_one_request)."""
@@ -472,7 +472,7 @@ def patch_handler(cls, rec: Recorder) -> None:
             return orig_one(self)
         finally:
             try:
-                started = getattr(self, "_gpudiag_t0", None)
+                started: tuple[float, float] | None = getattr(self, "_gpudiag_t0", None)
                 if started is not None:
                     self._gpudiag_t0 = None
                     rec.end_request(*started, _sent(self), getattr(self, "path", None))
@@ -483,7 +483,7 @@ def patch_handler(cls, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _patch_socketserver(module, rec: Recorder) -> None:
+def _patch_socketserver(module: Any, rec: Recorder) -> None:
     """The time each connection waits to be accepted from: its request's arrival in the
     kernel (`arrived_at`), else TCPServer.get_request's call, in the listener, once its
     select said one was pending (accept()'s return waits for the GIL again: up to a switch
@@ -508,7 +508,7 @@ def _patch_socketserver(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _stamp_listener(sock) -> None:
+def _stamp_listener(sock: Any) -> None:
     """Stamp a listening socket's arrivals (a no-op in the kernel once on)."""
     if sock is not None:
         try:
@@ -517,11 +517,11 @@ def _stamp_listener(sock) -> None:
             pass
 
 
-def _patch_http(module, rec: Recorder) -> None:
+def _patch_http(module: Any, rec: Recorder) -> None:
     patch_handler(module.BaseHTTPRequestHandler, rec)
 
 
-def _patch_werkzeug(module, rec: Recorder) -> None:
+def _patch_werkzeug(module: Any, rec: Recorder) -> None:
     patch_handler(module.WSGIRequestHandler, rec)
 
 
@@ -551,11 +551,13 @@ class Answer:
         return sending
 
 
-def _path(scope) -> Any:
+def _path(scope: Any) -> Any:
     return scope.get("path") if isinstance(scope, dict) else None
 
 
-async def _timed(rec: Recorder, call, conn=None, answer: Answer | None = None, path: Any = None):
+async def _timed(
+    rec: Recorder, call: Any, conn: Any = None, answer: Answer | None = None, path: Any = None
+) -> Any:
     """Await `call()` as one request (the outermost ASGI level only) to its answer sent
     (`answer`, else its return); a connection's first request from when it was made (`conn`:
     its transport)."""
@@ -578,7 +580,7 @@ async def _timed(rec: Recorder, call, conn=None, answer: Answer | None = None, p
             pass
 
 
-def _patch_uvicorn_cycle(module, rec: Recorder) -> None:
+def _patch_uvicorn_cycle(module: Any, rec: Recorder) -> None:
     """uvicorn (h11 or httptools): a request from its cycle's start (headers parsed) to the
     app's return (the answer sent); a connection's first one from the connection made (the
     event loop's accept: parsing the request and starting its task is the server's time too;
@@ -589,9 +591,10 @@ def _patch_uvicorn_cycle(module, rec: Recorder) -> None:
     orig = cls.run_asgi
 
     async def run_asgi(self, app):
-        answer = Answer()
+        made = Answer()
+        answer: Answer | None = made
         try:
-            self.send = answer.wrap(self.send)  # the instance's: what run_asgi hands the app
+            self.send = made.wrap(self.send)  # the instance's: what run_asgi hands the app
         except Exception:
             answer = None
         conn = getattr(self, "transport", None)
@@ -605,7 +608,7 @@ def _patch_uvicorn_cycle(module, rec: Recorder) -> None:
             _patch_connection_made(proto, rec)
 
 
-def _patch_connection_made(proto, rec: Recorder) -> None:
+def _patch_connection_made(proto: Any, rec: Recorder) -> None:
     """Note when each connection of an asyncio protocol class was made (keyed by transport)."""
     orig = proto.connection_made
 
@@ -624,7 +627,7 @@ def _patch_connection_made(proto, rec: Recorder) -> None:
     proto._gpudiag_patched = True
 
 
-def _patch_starlette(module, rec: Recorder) -> None:
+def _patch_starlette(module: Any, rec: Recorder) -> None:
     """Starlette and FastAPI under any ASGI server: an HTTP request is the app's call."""
     cls = module.Starlette
     if cls.__dict__.get("_gpudiag_patched"):
@@ -643,7 +646,7 @@ def _patch_starlette(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _patch_aiohttp(module, rec: Recorder) -> None:
+def _patch_aiohttp(module: Any, rec: Recorder) -> None:
     """aiohttp's web server (`web.run_app`, `AppRunner`): a request from its message parsed
     (a connection's first from the connection made, its arrival where stamped) to
     `_handle_request`'s return, its answer written (`finish_response`'s `write_eof`).
@@ -658,7 +661,7 @@ def _patch_aiohttp(module, rec: Recorder) -> None:
     _time_protocol_requests(cls, "_handle_request", rec)
 
 
-def _time_protocol_requests(cls, name: str, rec: Recorder) -> None:
+def _time_protocol_requests(cls: Any, name: str, rec: Recorder) -> None:
     """Time an asyncio protocol class's `name(request, ...)` coroutine as one request each (a
     connection's first from the connection made), its `request.path` told from the traffic."""
     orig = getattr(cls, name)
@@ -677,7 +680,7 @@ def _time_protocol_requests(cls, name: str, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _patch_tornado_server(module, rec: Recorder) -> None:
+def _patch_tornado_server(module: Any, rec: Recorder) -> None:
     """tornado's HTTPServer: note when each connection's first request reached the kernel
     (its listening sockets stamped at the first connection), keyed by its IOStream."""
     cls = getattr(module, "HTTPServer", None)
@@ -704,7 +707,7 @@ def _patch_tornado_server(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _patch_tornado_web(module, rec: Recorder) -> None:
+def _patch_tornado_web(module: Any, rec: Recorder) -> None:
     """tornado's RequestHandler: a request from its arrival (a connection's first: the kernel's
     stamp or the connection's accept; a later one: its headers parsed, the request made) to
     `finish()` (the answer handed to the connection), whatever the handler's style (`def`,
@@ -729,7 +732,7 @@ def _patch_tornado_web(module, rec: Recorder) -> None:
             return finish(self, *args, **kwargs)
         finally:
             try:
-                started = self.__dict__.pop("_gpudiag_started", None)
+                started: tuple[float, float] | None = self.__dict__.pop("_gpudiag_started", None)
                 if started is not None:
                     rec.end_request(*started, None, getattr(self.request, "path", None))
             except Exception:
@@ -739,7 +742,7 @@ def _patch_tornado_web(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _tornado_start(rec: Recorder, request) -> tuple[float, float]:
+def _tornado_start(rec: Recorder, request: Any) -> tuple[float, float]:
     """(start, in flight) of a tornado request: its connection's arrival when it is the
     connection's first, else when tornado made the request (its headers parsed)."""
     stream = getattr(getattr(request, "connection", None), "stream", None)
@@ -755,7 +758,7 @@ def _tornado_start(rec: Recorder, request) -> tuple[float, float]:
 _GRPC_EVENT = threading.local()
 
 
-def _patch_grpc_server(module, rec: Recorder) -> None:
+def _patch_grpc_server(module: Any, rec: Recorder) -> None:
     """grpcio's sync server (`grpc.server(ThreadPoolExecutor(...))`): an RPC from its arrival
     (the poller thread's `_process_event_and_continue` for the call's event, before the
     server's lock and the handler lookup) to its behavior's return in the thread pool (the
@@ -791,7 +794,7 @@ def _patch_grpc_server(module, rec: Recorder) -> None:
     module._gpudiag_patched = True
 
 
-def _rpc_method(args: tuple):
+def _rpc_method(args: tuple) -> Any:
     """The method of the call `_handle_call(rpc_event, ...)` was given (None: not known)."""
     try:
         return args[0].call_details.method
@@ -799,7 +802,7 @@ def _rpc_method(args: tuple):
         return None
 
 
-def _time_rpc(rec: Recorder, got, t0: float) -> None:
+def _time_rpc(rec: Recorder, got: Any, t0: float) -> None:
     """Time the RPC `_handle_call` handed to the thread pool, `got` its (state, future), from
     `t0` to the future done."""
     fut = got[1] if isinstance(got, tuple) and len(got) == 2 else None
@@ -807,7 +810,7 @@ def _time_rpc(rec: Recorder, got, t0: float) -> None:
         return
     _, in_flight = rec.start_request(None)
 
-    def done(f) -> None:
+    def done(f: Any) -> None:
         try:
             if f.cancelled():  # the server stopped before a worker ran it: no answer
                 with rec.lock:
@@ -820,7 +823,7 @@ def _time_rpc(rec: Recorder, got, t0: float) -> None:
     fut.add_done_callback(done)
 
 
-def _patch_grpc_aio(module, rec: Recorder) -> None:
+def _patch_grpc_aio(module: Any, rec: Recorder) -> None:
     """grpc.aio's server (its core is compiled: no arrival to hook in Python): an RPC with one
     answer (unary-unary, stream-unary) from its method's lookup (a generic handler's
     `service()`, on the event loop as the call starts; a registered method's: its behavior's
@@ -834,7 +837,7 @@ def _patch_grpc_aio(module, rec: Recorder) -> None:
     orig_add, orig_reg = cls.add_generic_rpc_handlers, cls.add_registered_method_handlers
 
     class Timed:  # a GenericRpcHandler: grpc only calls its service()
-        def __init__(self, inner) -> None:
+        def __init__(self, inner: Any) -> None:
             self.inner = inner
 
         def service(self, handler_call_details):
@@ -870,7 +873,7 @@ def _patch_grpc_aio(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _aio_timed(handler, rec: Recorder, t0: float | None):
+def _aio_timed(handler: Any, rec: Recorder, t0: float | None) -> Any:
     """`handler` (an RpcMethodHandler) with its one-answer behavior timed from `t0` (None:
     from the behavior's start); as it was for a streamed answer or an unknown shape. The
     wrapper keeps the behavior's kind (coroutine function or plain), which grpc.aio reads to
@@ -894,7 +897,7 @@ def _aio_timed(handler, rec: Recorder, t0: float | None):
         except Exception:
             return None
 
-    def end(started) -> None:
+    def end(started: Any) -> None:
         try:
             if started is not None:
                 rec.end_request(*started)
@@ -919,7 +922,7 @@ def _aio_timed(handler, rec: Recorder, t0: float | None):
     return handler._replace(**{name: behavior})
 
 
-def _timed_call(rec: Recorder, conn, call, path: Any = None):
+def _timed_call(rec: Recorder, conn: Any, call: Any, path: Any = None) -> Any:
     """`call()` as one request on connection `conn` (started as `Recorder.start_request`
     says: when it was accepted, for its first request), ended once `call` returns or raises;
     a health check or metrics scrape (`path`) not kept."""
@@ -938,7 +941,7 @@ def _timed_call(rec: Recorder, conn, call, path: Any = None):
             pass
 
 
-def _note_accept_call(cls) -> None:
+def _note_accept_call(cls: Any) -> None:
     """Wrap a gunicorn worker's `accept(listener)` to keep the time of its call on the worker
     (`_gpudiag_t`, for as long as the call runs): the listener's call to accept, before
     `accept()` returns (as socketserver's get_request is timed); the listener asked to stamp
@@ -962,7 +965,7 @@ def _note_accept_call(cls) -> None:
     cls.accept = accept
 
 
-def _accepted_at(worker, sock) -> float:
+def _accepted_at(worker: Any, sock: Any) -> float:
     """When the request waiting on `sock` arrived in the kernel (`arrived_at`: a sync
     worker's connections wait in the listen queue while the worker answers another), else
     when the worker's running `accept` was called, else now."""
@@ -970,7 +973,7 @@ def _accepted_at(worker, sock) -> float:
     return arrived_at(sock, time.perf_counter() if not isinstance(t, float) else t)
 
 
-def _patch_gunicorn_handle(cls, rec: Recorder) -> bool:
+def _patch_gunicorn_handle(cls: Any, rec: Recorder) -> bool:
     """A gunicorn worker class whose `handle(listener, client, addr)` takes one connection and
     whose `handle_request(listener_name, req, client, addr)` answers each of its requests: the
     connection's arrival noted at `handle` (`_accepted_at`; the listener asked to stamp its
@@ -1000,7 +1003,7 @@ def _patch_gunicorn_handle(cls, rec: Recorder) -> bool:
     return True
 
 
-def _patch_gunicorn_sync(module, rec: Recorder) -> None:
+def _patch_gunicorn_sync(module: Any, rec: Recorder) -> None:
     """gunicorn's sync worker (one request a connection, one at a time a process): a request
     from its arrival in the kernel (waiting in the listen queue while the worker answers
     another), else its worker's call to accept the connection, to the answer sent
@@ -1010,7 +1013,7 @@ def _patch_gunicorn_sync(module, rec: Recorder) -> None:
         _note_accept_call(module.SyncWorker)
 
 
-def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
+def _patch_gunicorn_gthread(module: Any, rec: Recorder) -> None:
     """gunicorn's gthread worker: the main thread accepts and hands each connection with a
     request to read to its thread pool (`enqueue_req`), a pool thread reads and answers it. A
     request from its arrival in the kernel where stamped, else (a connection's first) the main
@@ -1041,7 +1044,7 @@ def _patch_gunicorn_gthread(module, rec: Recorder) -> None:
     cls._gpudiag_patched = True
 
 
-def _patch_gunicorn_async(module, rec: Recorder) -> None:
+def _patch_gunicorn_async(module: Any, rec: Recorder) -> None:
     """gunicorn's async workers (`-k gevent`, `-k eventlet`: AsyncWorker, a greenlet a
     connection): a request from its arrival in the kernel (the listener asked to stamp its
     connections as the first is handled: that one is timed from its handling's start), a
@@ -1051,7 +1054,7 @@ def _patch_gunicorn_async(module, rec: Recorder) -> None:
     _patch_gunicorn_handle(module.AsyncWorker, rec)
 
 
-def _patch_gunicorn_asgi(module, rec: Recorder) -> None:
+def _patch_gunicorn_asgi(module: Any, rec: Recorder) -> None:
     """gunicorn's own ASGI worker (`-k asgi`): an HTTP/1 request from its serving's start
     (its headers parsed; a connection's first request from the connection made, its arrival
     where stamped) to its answer complete (`_serve_http_request`'s return: the app may run on
@@ -1117,14 +1120,14 @@ class _ImportWatcher:
         return spec
 
 
-def _guarded(patch, module, rec: Recorder | None) -> None:
+def _guarded(patch: Callable[[Any, Any], None], module: Any, rec: Recorder | None) -> None:
     try:
         patch(module, rec)
     except Exception as exc:  # never break the job
         print(f"gpudiag: request hooks not installed: {exc}", file=sys.stderr)
 
 
-def when_imported(name: str, patch) -> None:
+def when_imported(name: str, patch: Callable[[Any, Any], None]) -> None:
     """Run `patch(module, None)` on module `name` once it is imported (now, if it is)."""
     if name in sys.modules:
         _guarded(patch, sys.modules[name], None)
