@@ -4,8 +4,8 @@ the specs of the findings it makes (`context/finder.py`). The order they run in 
 those specs: a finder runs after every finder whose findings claim a part of the loop it
 reads (`Spec.claims`, `Spec.reads`), so a finder defers to another through `Context.claimed`,
 never by its id. `analyze` runs them all, then `finalize` ranks them, prices them and gives
-the verdict. A new finding goes in its unit's module (see CONTRIBUTING.md); a new unit's
-module is added to `UNITS` here, in any place.
+the verdict. A new finding goes in its unit's module (see CONTRIBUTING.md); a new unit is a
+module of analyzers/findings/ with a FINDER, found there (`UNITS`).
 
 The findings decided after the analysis, over more than one context, come from the second
 passes registered here too (`SECOND_PASSES`): each a function over its one typed input that
@@ -14,10 +14,14 @@ in with `finalize.with_more`; a pass over report documents returns them ranked."
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from importlib import import_module
+from types import ModuleType
 from typing import Generic, TypeVar
 
+import gpudiag.analyzers.findings as findings
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder, in_order
 from gpudiag.analyzers.distributed.passes import (
@@ -26,49 +30,19 @@ from gpudiag.analyzers.distributed.passes import (
     merged_findings,
     rank_findings,
 )
-from gpudiag.analyzers.findings import (
-    checkpoint,
-    compute,
-    data,
-    debug_switches,
-    evaluation,
-    gil,
-    gpu,
-    host_bound,
-    host_contention,
-    idle_spend,
-    model_load,
-    oversubscription,
-    padding,
-    serving,
-    startup,
-    storage,
-    sync,
-    unexplained,
-)
 from gpudiag.analyzers.measures.capture import CaptureSeen, capture_findings
 from gpudiag.analyzers.model.results import F, Finding, Passed
 
-UNITS = (
-    checkpoint,
-    compute,
-    data,
-    debug_switches,
-    evaluation,
-    gil,
-    gpu,
-    host_bound,
-    host_contention,
-    idle_spend,
-    model_load,
-    oversubscription,
-    padding,
-    serving,
-    startup,
-    storage,
-    sync,
-    unexplained,
-)
+
+def _units() -> tuple[ModuleType, ...]:
+    """The finding units: every module of the findings package that declares a FINDER, by
+    name (a module without one is a part another unit imports)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(findings.__path__))
+    modules = (import_module(f"{findings.__name__}.{name}") for name in names)
+    return tuple(m for m in modules if hasattr(m, "FINDER"))
+
+
+UNITS = _units()
 FINDERS: tuple[Finder, ...] = in_order(unit.FINDER for unit in UNITS)
 
 
