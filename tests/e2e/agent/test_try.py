@@ -4,11 +4,9 @@ the command line, and small jobs end to end (a fix applied, a crash under a fix 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -17,31 +15,15 @@ from gpudiag.agent.session.trial import (
     read_clock,
     read_steps,
 )
-from gpudiag.probes.inprocess.channel import INJECT_DIR
 from tests.conftest import gpudiag
+from tests.e2e.agent.trials import arm_env, hooked, in_job, steps_log, try_job
 from tests.job_findings import job_ids
 
 
 def _in_job(fix: dict, body: str, tmp_path) -> subprocess.CompletedProcess:
     """Run `body` in a fresh interpreter with the fix installed as the hooks would (under
     `try`: its step log in a private folder)."""
-    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
-    folder = tmp_path.parent / f"{tmp_path.name}-try"  # beside the job's folder, not in it
-    folder.mkdir(mode=0o700, exist_ok=True)
-    env = dict(
-        os.environ,
-        GPUDIAG_FIX=json.dumps(fix),
-        GPUDIAG_TRY_STEPS=str(folder / "steps"),
-        PYTHONPATH=INJECT_DIR,
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    return in_job(fix, body, tmp_path)[0]
 
 
 def test_dataloader_fix_sets_the_values(tmp_path):
@@ -270,11 +252,7 @@ def test_try_times_an_inference_job_over_the_same_items(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(DRIFT)
     out = tmp_path / "trials.json"
-    r = gpudiag(
-        "try", "--fix", "inference_mode", "--rounds", "1", "--seconds", "1.5",
-        "--warmup", "0.5", "--out", str(out), "--", sys.executable, str(job),
-        timeout=300,
-    )  # fmt: skip
+    r = try_job(out, sys.executable, str(job), fix="inference_mode")
     assert r.returncode == 0, r.stderr
     trial = json.loads(out.read_text())["trials"][0]
     assert 1.3 < trial["measured"] < 2.6, trial
@@ -341,7 +319,7 @@ def torch_load(path):
 
 
 def _steps_text(tmp_path) -> str:
-    return (tmp_path.parent / f"{tmp_path.name}-try" / "steps").read_text()
+    return steps_log(tmp_path).read_text()
 
 
 def test_a_skipped_save_never_breaks_save_then_rename(tmp_path):
@@ -363,7 +341,7 @@ def test_a_skipped_save_never_breaks_save_then_rename(tmp_path):
     assert torch_load(tmp_path / "last.pt")["i"] == 5
     lines = _steps_text(tmp_path).splitlines()
     assert [ln for ln in lines if ln.startswith("# ")][-1].startswith("# not applied:")
-    times, applied, why = read_steps(str(tmp_path.parent / f"{tmp_path.name}-try" / "steps"))
+    times, applied, why = read_steps(str(steps_log(tmp_path)))
     assert len(times) == 5 and applied is None and "new file" in (why or "")
 
 
@@ -377,15 +355,8 @@ def test_a_job_killed_mid_save_never_leaves_a_torn_checkpoint(tmp_path):
             torch.save({"i": i, "w": big}, "ck.pt")
             print(i, flush=True)
     """
-    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
-    folder = tmp_path.parent / f"{tmp_path.name}-try"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    env = dict(
-        os.environ,
-        GPUDIAG_FIX=json.dumps({"kind": "checkpoint", "values": {"every": 1}}),
-        GPUDIAG_TRY_STEPS=str(folder / "steps"),
-        PYTHONPATH=INJECT_DIR,
-    )
+    code = hooked(body)
+    env = arm_env({"kind": "checkpoint", "values": {"every": 1}}, steps_log(tmp_path))
     for delay in (0.013, 0.037, 0.071):
         proc = subprocess.Popen(
             [sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE
@@ -408,15 +379,8 @@ def test_the_last_skipped_save_runs_on_sigterm(tmp_path):
         print("saved", flush=True)
         time.sleep(60)
     """
-    code = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n" + textwrap.dedent(body)
-    folder = tmp_path.parent / f"{tmp_path.name}-try"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    env = dict(
-        os.environ,
-        GPUDIAG_FIX=json.dumps({"kind": "checkpoint", "values": {"every": 3}}),
-        GPUDIAG_TRY_STEPS=str(folder / "steps"),
-        PYTHONPATH=INJECT_DIR,
-    )
+    code = hooked(body)
+    env = arm_env({"kind": "checkpoint", "values": {"every": 3}}, steps_log(tmp_path))
     proc = subprocess.Popen(
         [sys.executable, "-c", code], env=env, cwd=tmp_path, stdout=subprocess.PIPE
     )
@@ -431,23 +395,17 @@ def test_the_last_skipped_save_runs_on_sigterm(tmp_path):
 
 def test_a_fix_that_fails_to_apply_leaves_the_step_log(tmp_path):
     """A bad fix value is said, not raised: the job's other hooks and the step log go on."""
-    steps = tmp_path / "steps"
-    code = (
-        "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n"
-        "m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-        "for _ in range(3):\n    m(torch.zeros(1, 2)).sum().backward(); o.step()\n"
-    )
-    env = dict(
-        os.environ,
-        GPUDIAG_FIX='{"kind": "nope"}',
-        GPUDIAG_TRY_STEPS=str(steps),
-        PYTHONPATH=INJECT_DIR,
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    r, steps = in_job(
+        {"kind": "nope"},
+        """
+        m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            m(torch.zeros(1, 2)).sum().backward(); o.step()
+    """,
+        tmp_path,
     )
     assert r.returncode == 0 and "fix not applied" in r.stderr
-    lines = steps.read_text().splitlines()
+    lines = steps.splitlines()
     assert not any(ln.startswith("# applied") for ln in lines)
     # three steps; the one forward before the first step is on the forward clock, which
     # the first step stops
@@ -483,22 +441,7 @@ def test_try_end_to_end_on_a_small_job(tmp_path, crash):
     job.write_text(JOB)
     out = tmp_path / "trials.json"
     args = [sys.executable, str(job)] + (["--crash-with-workers"] if crash else [])
-    r = gpudiag(
-        "try",
-        "--fix",
-        "dataloader:num_workers=1",
-        "--rounds",
-        "1",
-        "--seconds",
-        "1.5",
-        "--warmup",
-        "0.5",
-        "--out",
-        str(out),
-        "--",
-        *args,
-        timeout=300,
-    )
+    r = try_job(out, *args, fix="dataloader:num_workers=1")
     trial = json.loads(out.read_text())["trials"][0]
     assert "round 1/1" in r.stderr
     if crash:
@@ -542,23 +485,7 @@ def test_try_without_a_fix_diagnoses_first_then_tries_the_top_fix(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(JOB)
     out = tmp_path / "r.json"
-    r = gpudiag(
-        "try",
-        "--diagnose-seconds",
-        "30",
-        "--rounds",
-        "1",
-        "--seconds",
-        "1.5",
-        "--warmup",
-        "0.5",
-        "--out",
-        str(out),
-        "--",
-        sys.executable,
-        str(job),
-        timeout=400,
-    )
+    r = try_job(out, sys.executable, str(job), first=("--diagnose-seconds", "30"), timeout=400)
     # (its verdict may name HOST002, the burner's finding, first: check() holds DATA001)
     assert "diagnosing the job first" in r.stderr and "diagnosis: " in r.stderr, r.stderr
     doc = json.loads(out.read_text())
@@ -592,11 +519,11 @@ def test_try_measures_the_workers_fix_on_a_busy_box(tmp_path, busy_core):
     from tests.e2e.agent.test_e2e_workloads import check
 
     out = tmp_path / "r.json"
-    r = gpudiag(
-        "try",
-        *("--diagnose-seconds", "70", "--rounds", "1", "--seconds", "2", "--warmup", "1"),
-        *("--out", str(out), "--", sys.executable, str(WORKLOADS / "starved_loader.py")),
-        *("--seconds", "120"),
+    r = try_job(
+        out,
+        *(sys.executable, str(WORKLOADS / "starved_loader.py"), "--seconds", "120"),
+        first=("--diagnose-seconds", "70"),
+        arms=("--rounds", "1", "--seconds", "2", "--warmup", "1"),
         timeout=400,
     )
     assert "no finding in the report carries a fix" not in r.stderr, r.stderr

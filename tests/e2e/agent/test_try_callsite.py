@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -19,8 +18,7 @@ from gpudiag.agent.session.trial import check_fix, job_folders, read_refused
 from gpudiag.analyzers.measures.accounting import Site, call_target
 from gpudiag.analyzers.model.results import Location
 from gpudiag.probes.inject import gpudiag_callsite
-from gpudiag.probes.inprocess.channel import INJECT_DIR
-from tests.conftest import gpudiag
+from tests.e2e.agent.trials import in_job, try_job
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
@@ -61,35 +59,6 @@ def test_bad_call_site_fixes_are_one_line_and_exit_2(cli, text, words):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
 
 
-def _in_job(fix: dict | None, body: str, tmp_path, guard: dict | None = None, script=None):
-    """Run `body` (or `script` by runpy, as its own file) with the try hooks installed as an
-    arm would have them; (the completed process, the step log's text)."""
-    folder = tmp_path.parent / f"{tmp_path.name}-try"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    steps = folder / "steps"
-    env = dict(os.environ, GPUDIAG_TRY_STEPS=str(steps), PYTHONPATH=INJECT_DIR)
-    env.pop("GPUDIAG_FIX", None)
-    if fix is not None:
-        env["GPUDIAG_FIX"] = json.dumps(fix)
-    if guard is not None:
-        env["GPUDIAG_TRY_GUARD"] = json.dumps(guard)
-    head = "import torch, gpudiag_fixes\ngpudiag_fixes.install(torch)\n"
-    if script is not None:
-        (tmp_path / "job.py").write_text(textwrap.dedent(script))
-        code = head + "import runpy\nrunpy.run_path('job.py', run_name='__main__')\n"
-    else:
-        code = head + textwrap.dedent(body)
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    return out, steps.read_text() if steps.exists() else ""
-
-
 LOOP = """
 m = torch.nn.Linear(2, 2); o = torch.optim.SGD(m.parameters(), lr=0.1)
 def run(cb, n=12):
@@ -105,7 +74,7 @@ def test_thin_runs_a_callback_every_nth_call_though_the_loop_held_it_before_the_
     """The script's function is defined after the hooks load and handed to the loop as a
     callback: patched in place at the first forward, every reference takes the trial's path;
     the calls between return the last result."""
-    out, steps = _in_job(
+    out, steps = in_job(
         {"kind": "thin", "target": "__main__.push", "values": {"every": 3}},
         LOOP
         + """
@@ -131,7 +100,7 @@ print(run(push), ran)
 def test_skip_never_runs_a_nested_function_found_by_its_file_and_qualified_name(tmp_path):
     """`job.main.<locals>.push`: no attribute reaches it; the heap scan finds it by its file's
     stem and qualified name. Its calls return None."""
-    out, _ = _in_job(
+    out, _ = in_job(
         {"kind": "skip", "target": "job.main.<locals>.push", "values": {}},
         "",
         tmp_path,
@@ -152,7 +121,7 @@ main()
 
 
 def test_thin_a_builtin_replaces_it_on_its_module(tmp_path):
-    out, steps = _in_job(
+    out, steps = in_job(
         {"kind": "thin", "target": "builtins.print", "values": {"every": 4}},
         LOOP + "run(lambda i: print(i))\n",
         tmp_path,
@@ -205,7 +174,7 @@ for what, call in (
     except PermissionError:
         print(what, "refused")
 """
-    out, steps = _in_job(None, body, tmp_path, {"since": since, "folders": [str(tmp_path)]})
+    out, steps = in_job(None, body, tmp_path, {"since": since, "folders": [str(tmp_path)]})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:5] == [
         f"{w} refused" for w in ("open", "append", "os.open", "save", "replace")
@@ -223,7 +192,7 @@ def test_the_guard_leaves_files_outside_the_jobs_folders_and_dot_folders(tmp_pat
     (tmp_path / ".cache").mkdir()
     _old(tmp_path / ".cache" / "x.lock", "", since)
     _old(tmp_path / ".cache" / "data", "", since)
-    out, steps = _in_job(
+    out, steps = in_job(
         None,
         'open(".cache/data", "w").write("ok"); print("ok")\n',
         tmp_path,
@@ -288,24 +257,10 @@ def test_try_thins_a_planted_per_step_metric_end_to_end(tmp_path):
     """The window_metric job's rolling AUC run every 50th time in the fixed arm: applied, and
     both arms timed (the figure itself is benchmarks/callsite_trial.py's)."""
     out = tmp_path / "trials.json"
-    r = gpudiag(
-        "try",
-        "--fix",
-        "thin:window_metric.rolling_auc:every=50",
-        "--rounds",
-        "1",
-        "--seconds",
-        "1.5",
-        "--warmup",
-        "0.5",
-        "--out",
-        str(out),
-        "--",
-        sys.executable,
-        str(WORKLOADS / "window_metric.py"),
-        "--seconds",
-        "60",
-        timeout=300,
+    r = try_job(
+        out,
+        *(sys.executable, str(WORKLOADS / "window_metric.py"), "--seconds", "60"),
+        fix="thin:window_metric.rolling_auc:every=50",
     )
     assert r.returncode == 0, r.stderr
     trial = json.loads(out.read_text())["trials"][0]
@@ -333,23 +288,11 @@ def test_try_refuses_a_job_that_would_write_over_its_outputs(tmp_path):
     results = tmp_path / "results.json"
     _old(results, "precious", time.time())
     out = tmp_path / "trials.json"
-    r = gpudiag(
-        "try",
-        "--fix",
-        "skip:job.nothing",
-        "--rounds",
-        "2",
-        "--seconds",
-        "1",
-        "--warmup",
-        "0.5",
-        "--out",
-        str(out),
-        "--",
-        sys.executable,
-        str(job),
-        str(results),
-        timeout=300,
+    r = try_job(
+        out,
+        *(sys.executable, str(job), str(results)),
+        fix="skip:job.nothing",
+        arms=("--rounds", "2", "--seconds", "1", "--warmup", "0.5"),
         cwd=str(tmp_path),
     )
     trial = json.loads(out.read_text())["trials"][0]
@@ -362,7 +305,7 @@ def test_try_refuses_a_job_that_would_write_over_its_outputs(tmp_path):
 def test_the_settings_fix_holds_the_switches_off_though_the_job_turns_them_on(tmp_path):
     """DEBUG001's trial: deterministic algorithms and anomaly detection kept off, cuDNN's
     deterministic flag set back at each optimizer step."""
-    out, steps = _in_job(
+    out, steps = in_job(
         {
             "kind": "settings",
             "values": {"deterministic": False, "anomaly": False, "cudnn_deterministic": False},
