@@ -15,11 +15,11 @@ from gpudiag.analyzers.findings.loaders import (
     loader_on_cpu,
     waiting_loaders_finding,
 )
-from gpudiag.analyzers.findings.worker_churn import DATA003, churn_findings
+from gpudiag.analyzers.findings.worker_churn import DATA003, churn_findings, data_wait_spec
 from gpudiag.analyzers.measures.loop import LoopProfile, location_of
 from gpudiag.analyzers.measures.rules import user_location
 from gpudiag.analyzers.measures.summary import SAMPLE_CORRELATION, confidence_above
-from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
+from gpudiag.analyzers.model.catalogue import Doc, Measured, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
     Finding,
@@ -29,16 +29,10 @@ from gpudiag.analyzers.model.results import (
 from gpudiag.analyzers.model.thresholds import Thresholds
 
 DATA001 = register(
-    Spec(
+    data_wait_spec(
         "DATA001",
         "Loop waits on the input pipeline (the DataLoader)",
-        "host",
-        True,
-        "data_wait_error",
-        time_in="data_wait",
-        claims=("loop_time",),
-        reads=("own_threads",),
-        doc=Doc(
+        Doc(
             means=(
                 "the loop waits on the DataLoader (one id for the cause, whatever the box's idle "
                 "cores)"
@@ -84,16 +78,10 @@ DATA001 = register(
 )
 
 DATA002 = register(
-    Spec(
+    data_wait_spec(
         "DATA002",
         "Input pipeline is CPU-bound and the cores are already busy",
-        "host",
-        True,
-        "data_wait_error",
-        time_in="data_wait",
-        claims=("loop_time",),
-        reads=("own_threads",),
-        doc=Doc(
+        Doc(
             means=(
                 "the loop waits on the DataLoader and the job's own workers already fill the "
                 "physical cores with CPU work (a fact of the job, not of the box)"

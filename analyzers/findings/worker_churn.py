@@ -18,17 +18,29 @@ from gpudiag.analyzers.model.catalogue import Doc, Spec, new_finding, register
 from gpudiag.analyzers.model.results import Evidence, Finding, Recommendation, speedup_from_impact
 from gpudiag.analyzers.timeline.timeline import Aggregate
 
-DATA003 = register(
-    Spec(
-        "DATA003",
-        "DataLoader workers re-created every epoch",
+
+def data_wait_spec(fid: str, title: str, doc: Doc) -> Spec:
+    """The spec of a cause of the loop's wait for batches (DATA001-003): a host cause of GPU
+    idle, an error from `data_wait_error`, its time in data_wait; it claims the loop's time
+    and reads the job's own threads' claim (HOST003)."""
+    return Spec(
+        fid,
+        title,
         "host",
         True,
         "data_wait_error",
         time_in="data_wait",
         claims=("loop_time",),
         reads=("own_threads",),
-        doc=Doc(
+        doc=doc,
+    )
+
+
+DATA003 = register(
+    data_wait_spec(
+        "DATA003",
+        "DataLoader workers re-created every epoch",
+        Doc(
             means=(
                 "the DataLoader's workers are re-created every epoch (`persistent_workers=False`)"
                 " with a costly dataset or worker initialisation: the process probe sees worker "
