@@ -120,10 +120,23 @@ def test_ddp_straggler_is_found_though_its_wait_hides_under_backward(tmp_path):
     assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
 
 
-@pytest.mark.long
-def test_attach_to_one_rank_profiles_every_rank(tmp_path):
+def two_ranks(pid: int) -> list:
+    """The two ranks under the launcher `pid` once both run (waited for up to a minute), past
+    their imports."""
     from gpudiag.probes.dist.ranks import find_ranks
 
+    ranks: list = []
+    deadline = time.monotonic() + 60
+    while len(ranks) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        ranks = find_ranks(pid)
+    assert len(ranks) == 2
+    time.sleep(3)  # past the imports
+    return ranks
+
+
+@pytest.mark.long
+def test_attach_to_one_rank_profiles_every_rank(tmp_path):
     job = subprocess.Popen(
         [*JOB, "--seconds", "40"],
         stdout=subprocess.DEVNULL,
@@ -131,13 +144,7 @@ def test_attach_to_one_rank_profiles_every_rank(tmp_path):
         start_new_session=True,
     )
     try:
-        ranks: list = []
-        deadline = time.monotonic() + 60
-        while len(ranks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            ranks = find_ranks(job.pid)
-        assert len(ranks) == 2
-        time.sleep(3)  # past the imports
+        ranks = two_ranks(job.pid)
         out = tmp_path / "a.json"
         res = gpudiag(
             "attach", str(ranks[1].pid), *SAMPLING, "--duration", "5", "--out", str(out),
@@ -267,19 +274,11 @@ def test_an_evaluation_longer_than_dist_hang_s_is_not_a_hang(tmp_path):
 def attach_ddp(tmp_path: Path, plant: str) -> dict:
     """`gpudiag attach` to rank 1 of the DDP job with `plant` on rank 1 (no hooks: the
     collectives' waits are not measured)."""
-    from gpudiag.probes.dist.ranks import find_ranks
-
     env = {**os.environ, "GPUDIAG_TEST_PLANT": plant}
     job = subprocess.Popen([*DDP_JOB, "--seconds", "45"], env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
-        ranks: list = []
-        deadline = time.monotonic() + 60
-        while len(ranks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-            ranks = find_ranks(job.pid)
-        assert len(ranks) == 2
-        time.sleep(3)  # past the imports
+        ranks = two_ranks(job.pid)
         out = tmp_path / "a.json"
         pid = next(r.pid for r in ranks if r.rank == 1)
         res = gpudiag("attach", str(pid), *SAMPLING, "--duration", "10", "--out", str(out),
