@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -110,26 +111,21 @@ def check(doc: dict, expected: str | None) -> None:
 RECORDED = {"sync_checkpoint"}
 
 
+def run_look(name: str, out: Path, tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`gpudiag run -q --until-sure` (with `flags`) of the planted workload `name`, its report
+    written to `out`."""
+    return gpudiag_until_sure(
+        *("run", "-q", "--until-sure", "--duration", RUN_PROFILE_S, *flags, "--out", str(out)),
+        *("--", sys.executable, str(WORKLOADS / f"{name}.py"), "--seconds", RUN_JOB_S),
+        tmp=tmp_path,
+    )
+
+
 @pytest.mark.parametrize("name,expected", _in(RUN_NORMAL))
 def test_run_mode(name, expected, tmp_path, busy_core):
     out, rec = tmp_path / "report.json", tmp_path / "run.jsonl.gz"
     record = ("--record", str(rec)) if name in RECORDED else ()
-    res = gpudiag_until_sure(
-        "run",
-        "-q",
-        "--until-sure",
-        "--duration",
-        RUN_PROFILE_S,
-        *record,
-        "--out",
-        str(out),
-        "--",
-        sys.executable,
-        str(WORKLOADS / f"{name}.py"),
-        "--seconds",
-        RUN_JOB_S,
-        tmp=tmp_path,
-    )
+    res = run_look(name, out, tmp_path, *record)
     assert res.returncode == 0, res.stderr
     assert f"Report written to {out}" in res.stdout
     doc = load_report(str(out))
@@ -251,21 +247,7 @@ MORE_CASES = [
 @pytest.mark.parametrize("name,expected", MORE_CASES, ids=[n for n, _ in MORE_CASES])
 def test_run_names_the_later_planted_causes(name, expected, tmp_path, busy_core):
     out = tmp_path / "report.json"
-    res = gpudiag_until_sure(
-        "run",
-        "-q",
-        "--until-sure",
-        "--duration",
-        RUN_PROFILE_S,
-        "--out",
-        str(out),
-        "--",
-        sys.executable,
-        str(WORKLOADS / f"{name}.py"),
-        "--seconds",
-        RUN_JOB_S,
-        tmp=tmp_path,
-    )
+    res = run_look(name, out, tmp_path)
     assert res.returncode == 0, res.stderr
     doc = load_report(str(out))
     assert doc["verdict"]["sure"], doc["verdict"]
