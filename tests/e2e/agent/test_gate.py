@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -15,48 +16,16 @@ def test_real_runs_baseline_pass_and_planted_slowdown(tmp_path):
     pytest.importorskip("torch")
     base = str(tmp_path / "baseline.json")
     job = [sys.executable, str(WORKLOADS / "healthy.py"), "--seconds", "5"]
-    res = gpudiag(
-        "gate",
-        "--baseline",
-        base,
-        "--update-baseline",
-        "--runs",
-        "3",
-        "-q",
-        "--",
-        *job,
-        timeout=300,
-    )
+    report = ("--out", str(tmp_path / "g.json"))
+
+    def gate(*args: str) -> subprocess.CompletedProcess:
+        return gpudiag("gate", "--baseline", base, "--runs", "3", "-q", *args, timeout=300)
+
+    res = gate("--update-baseline", "--", *job)
     assert res.returncode == 0, res.stderr
     assert len(json.loads(open(base).read())["runs"]) == 3
-    res = gpudiag(
-        "gate",
-        "--baseline",
-        base,
-        "--runs",
-        "3",
-        "-q",
-        "--out",
-        str(tmp_path / "g.json"),
-        "--",
-        *job,
-        timeout=300,
-    )
+    res = gate(*report, "--", *job)
     assert res.returncode in (0, 3), res.stdout + res.stderr  # never a regression
-    res = gpudiag(
-        "gate",
-        "--baseline",
-        base,
-        "--runs",
-        "3",
-        "-q",
-        "--out",
-        str(tmp_path / "g.json"),
-        "--",
-        *job,
-        "--data-delay",
-        "0.15",
-        timeout=300,
-    )
+    res = gate(*report, "--", *job, "--data-delay", "0.15")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "REGRESSION steps_per_second" in res.stdout
