@@ -59,11 +59,11 @@ def find(c: Context) -> list[Finding]:
     the finding is not made (it cannot tell work from stall).
     """
     metrics, th = c.metrics, c.th
-    sites, cp = _own_syncs(c)
     ratio = metrics.get("sync_time_ratio")
     per_step = metrics.get("syncs_per_step")
     if ratio is None or per_step is None or per_step <= 0:
         return []
+    sites, cp = _own_syncs(c)
     if cp.gpu_idle is None:
         return []
     impact = cp.sync_bubbles
