@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudiag.analyzers.distributed.compare import straggler
+from gpudiag.analyzers.distributed.hang import DIST002  # noqa: F401  (the pass's hang: its spec registered)
 from gpudiag.analyzers.distributed.ranks import RankStats
 from gpudiag.analyzers.model.catalogue import compares_ranks, ranked
 from gpudiag.analyzers.model.results import Finding, Passed

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import gpudiag.analyzers.engine.analysis  # noqa: F401  (the roof: every unit registers its spec)
 from gpudiag.analyzers.model.catalogue import CATALOGUE, about_time_in, new_finding, severity
 from gpudiag.analyzers.model.results import Finding, Recommendation
 from gpudiag.analyzers.model.thresholds import Thresholds
