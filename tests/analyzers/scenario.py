@@ -32,6 +32,8 @@ STACKS = {
     f";Tensor.__repr__ ({SITE}/torch/_tensor.py:431)"
     f";_str ({SITE}/torch/_tensor_str.py:697)",
     "gc": (f"{LOOP}", "gc.collect()"),
+    # a sample py-spy could not read: no frame at all (a busy box's loop thread)
+    "unreadable": "",
     # LitServe's front end waiting on its shutdown event (a Manager's proxy) while its
     # workers serve; a main thread joined on its worker threads
     "front_wait": "<module> (/work/serve.py:101);main (/work/serve.py:99)"

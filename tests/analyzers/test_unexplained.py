@@ -58,6 +58,14 @@ def test_library_work_no_rule_knows_is_loop001_with_its_call_site():
     assert ev["unplaced_loop_share"].threshold == Thresholds().unexplained_warn
 
 
+def test_samples_with_no_frame_on_a_python_loop_thread_are_no_native_work():
+    """At a load of 8 on 2 cores, 23% of a loop thread's samples came back with no frame while
+    the thread ran 15% of the time: unreadable samples, never LOOP001's "native code"."""
+    a = run({"unreadable": 0.35})
+    assert "LOOP001" not in ids(a)
+    assert "LOOP001" in ids(run({"json": 0.35}))  # the same share of real work is named
+
+
 def test_the_jobs_own_python_stays_host001_and_is_not_counted_twice():
     a = run({"other": 0.5})
     assert ids(a) == ["HOST001"]
