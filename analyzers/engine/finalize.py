@@ -122,9 +122,19 @@ def compute_left(  # noqa: PLR0913 (the verdict, and what it is held against)
     for a CPU (`runqueue`, a share of its time) is the box's, not the model's. A GPU's
     datasheet peak is not an attainable rate for small shapes: not held against it here.
     A note that claims the step's compute (a part far below the rest of the model, no reason
-    read) makes it not sure too, named."""
+    read) makes it not sure too, named; so does a table with no counted step (its work, so
+    COMP001, not judged)."""
     if verdict.get("finding") is not None:
         return verdict
+    if compute and compute.get("counted_steps") == 0:
+        return {
+            **verdict,
+            "sure": False,
+            "statement": verdict["statement"]
+            + "; not judged: the step's compute against its work (COMP001): the hooks timed "
+            "the step by module but counted no step's work in this look (they count the first "
+            "sampled steps, then one every few seconds): look again for 10 s or more",
+        }
     noted = next((f for f in findings if "compute" in spec(f.id).claims and f.impact > 0), None)
     if noted is not None:
         return {

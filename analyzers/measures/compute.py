@@ -214,6 +214,12 @@ def _job_dtype(work: dict[str, dict]) -> str:
     return max(flops, key=lambda k: flops[k]) if flops else "float32"
 
 
+def _counted(view: Aggregate) -> int:
+    """The counted steps (their work read; their time not) a view holds."""
+    rows = view.matching("hooks", "cmp_step_s", kind="compute_step", counted="1")
+    return int(sum(r.count for _, r in rows))
+
+
 # the job's GPU's datasheet rates for a dtype (None: a GPU the table does not know)
 Datasheet = Callable[[str], "Attainable | None"]
 
@@ -231,9 +237,11 @@ def compute_table(
     step_s = sum(r.total for _, r in steps) / n
     if step_s <= 0:
         return None
-    counted = sum(
-        r.count for _, r in view.matching("hooks", "cmp_step_s", kind="compute_step", counted="1")
-    )
+    counted, src = _counted(view), view
+    if not counted and whole is not None and _counted(whole):
+        # the look's counted steps fell before its window (start-up): a model's work per step
+        # is the same all run long, so the run's counts stand for the window's
+        counted, src = _counted(whole), whole
     model = steps[0][0].get("model", "model")
     step = {
         k: (lambda rs: sum(r.total for _, r in rs) / max(1, sum(r.count for _, r in rs)))(
@@ -244,14 +252,14 @@ def compute_table(
     fwd = _mean(view, "module_fwd_s", kind="module", counted="0")
     bwd = _mean(view, "module_bwd_s", kind="module", counted="0")
     calls = _mean(view, "module_calls", kind="module", counted="0")
-    work = _work(view)
+    work = _work(src)
     dtype = _job_dtype(work)
     device = "cpu" if datasheet is None else "cuda"
     rows = _rows(step, step_s, fwd, bwd, calls, work)
     rows += _groups(view, step.get("cmp_opt_s") or 0.0, step_s, work.get(OPT, {}))
     att = _attainable(whole or view, datasheet, dtype, rows)
     rows = [_with_roofline(r, att) for r in rows]
-    return ComputeTable(tuple(rows), step_s, n, int(counted), model, dtype, att, device)
+    return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device)
 
 
 def _rows(step: dict, step_s: float, fwd: dict, bwd: dict, calls: dict, work: dict) -> list[Row]:

@@ -10,8 +10,12 @@ At most once every SAMPLE_EVERY_S, the step after an optimizer step is armed: fo
 hooks on the model and its units, a tensor hook on each unit's output (the gradient reaching it
 starts the unit's backward; the backward's wall time is cut at those starts), torch.autograd's
 backward timed, and a global optimizer pre-hook. Everything is taken out at the armed step's
-own optimizer post-hook. One armed step in COUNT_EVERY_S instead counts the work each unit does
-under a dispatch mode (its time is not used: the mode slows it): the FLOPs as
+own optimizer post-hook. Some armed steps instead count the work each unit does under a
+dispatch mode (its time is not used: the mode slows it): the first COUNT_FIRST armed steps
+after warm-up (and after a new agent wakes the hooks), so a look of 10 s or more holds two
+counts, then one every COUNT_MIN_S or more, spaced so that what counting adds to the job
+stays under COUNT_BUDGET of its time (the counted step's extra time, measured in the job,
+over the budget). It counts the FLOPs as
 torch.utils.flop_counter counts them, the bytes of each op's tensors in and out, the ops, the
 FLOPs' dtypes, and the largest matrix product's shape (the agent calibrates the CPU on it).
 On a GPU the times are CUDA events read once the step's work is done.
@@ -29,7 +33,9 @@ from collections.abc import Callable
 from typing import Any
 
 SAMPLE_EVERY_S = 2.0  # a timed step at most this often
-COUNT_EVERY_S = 30.0  # a counted step at most this often (the first after warm-up)
+COUNT_FIRST = 2  # the first armed steps of a look are counted (a short look holds counts)
+COUNT_MIN_S = 4.0  # then a counted step at most this often...
+COUNT_BUDGET = 0.004  # ...and at most this share of the job's time added by counting
 WARMUP_STEPS = 3  # steps before the first armed one (allocator, autotuning, lazy init)
 MAX_UNITS = 48  # units timed; the rest of the model counts as its own code
 MAX_RECORDS = 16
@@ -491,6 +497,9 @@ class Sampler:
         self.steps = 0
         self.next_at = 0.0
         self.count_at = 0.0
+        self.counts_left = COUNT_FIRST  # counted steps owed to the look's start
+        self.plain_s: float | None = None  # the last timed (uncounted) step's wall time
+        self.counted = 0  # counted steps armed
         self.paused: Any = lambda: False  # a profiler capture at work: arm no step
         self.armed: Armed | None = None
         self.records: list[dict] = []
@@ -523,10 +532,30 @@ class Sampler:
         if now < self.next_at:
             return
         self.next_at = now + SAMPLE_EVERY_S
-        counting = now >= self.count_at
-        if counting:
-            self.count_at = now + COUNT_EVERY_S
+        counting = self.counts_left > 0 or now >= self.count_at
+        if counting:  # owed counts and spacing taken now: a step that fails is not retried
+            self.counts_left = max(0, self.counts_left - 1)
+            self.count_at = now + COUNT_MIN_S
+            self.counted += 1
         self._arm(counting)
+
+    def restart(self) -> None:
+        """A new look (a new agent woke the hooks): its first armed steps are counted."""
+        self.counts_left = COUNT_FIRST
+        self.next_at = 0.0
+
+    def _spaced(self, rec: dict) -> None:
+        """After a counted step, the next count no sooner than COUNT_MIN_S and than its extra
+        time (over the last timed step's; the whole step before one is timed) over
+        COUNT_BUDGET; after a timed one, its wall time kept for that."""
+        step = rec.get("step")
+        if not isinstance(step, float) or not step >= 0:
+            return
+        if not rec.get("count"):
+            self.plain_s = step
+            return
+        extra = step - self.plain_s if self.plain_s is not None else step
+        self.count_at = time.monotonic() + max(COUNT_MIN_S, max(0.0, extra) / COUNT_BUDGET)
 
     def _root(self):
         try:
@@ -558,8 +587,10 @@ class Sampler:
             if self.cuda:
                 end.synchronize()
             opt = self.last_opt() if self.last_opt is not None else None
+            rec = arm.record(end, opt)
+            self._spaced(rec)
             if len(self.records) < MAX_RECORDS:
-                self.records.append(arm.record(end, opt))
+                self.records.append(rec)
         except Exception:
             if DEBUG:
                 raise

@@ -202,6 +202,11 @@ class _State:
         self.channel.gone_since = None
         self.partial = True
         self.quiet = False
+        if self.compute is not None:  # the new look's first sampled steps are counted
+            try:
+                self.compute.restart()
+            except Exception:  # never break the job
+                pass
 
     def after_fork(self) -> None:
         """In a forked child: a lock held by another thread of the parent at the fork is

@@ -20,9 +20,10 @@ HEALTHY = {"forward": 0.35, "backward": 0.45, "optimizer": 0.15, "data_wait": 0.
 SURE = {"finding": None, "sure": True, "confidence": None, "statement": "no bottleneck"}
 
 
-def table(eff: float | None, source: str = "calibration") -> dict:
+def table(eff: float | None, source: str = "calibration", counted: int = 1) -> dict:
     """The report's compute table, as much of it as the verdict reads."""
     return {
+        "counted_steps": counted,
         "model_efficiency": eff,
         "attainable": {"flops_s": 1e11, "bytes_s": 1e10, "dtype": "float32", "source": source},
         "rows": [
@@ -46,7 +47,7 @@ def test_compute_far_below_the_device_makes_no_bottleneck_not_sure():
         (table(0.6), None),  # near what the CPU attains
         (table(0.12), 0.7),  # 40% of its time on the CPU: the rest it waited for one
         (table(0.05, "datasheet H100 SXM (bfloat16)"), None),  # a GPU: no rate for its shapes
-        (table(None), None),  # no work counted yet
+        (table(None), None),  # work counted, no attainable rate to hold it against
         (None, None),  # no hooks
     ],
 )
@@ -54,6 +55,17 @@ def test_a_sure_verdict_stays_sure_where_compute_is_near_the_device_or_not_measu
     compute, runqueue
 ):
     assert compute_left(SURE, compute, runqueue, Thresholds()) == SURE
+
+
+def test_a_look_with_no_counted_step_says_compute_was_not_judged():
+    """Timed steps but no counted one (a short look): COMP001 could not be judged, so "no
+    bottleneck" is not sure, and the statement says how to get it judged."""
+    v = compute_left(SURE, table(None, counted=0), None, Thresholds())
+    assert v["sure"] is False and v["finding"] is None
+    assert "not judged: the step's compute against its work (COMP001)" in v["statement"]
+    assert "10 s or more" in v["statement"]
+    found = {**SURE, "finding": "HOST002"}
+    assert compute_left(found, table(None, counted=0), None, Thresholds()) == found
 
 
 def test_a_finding_keeps_its_verdict_and_the_threshold_is_a_setting():

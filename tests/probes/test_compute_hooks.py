@@ -111,6 +111,46 @@ def _table(model, steps: int = 4):
     return compute_table(tl.whole())
 
 
+def test_a_looks_first_sampled_steps_are_counted_then_spaced(monkeypatch):
+    """The first COUNT_FIRST armed steps after warm-up count the work (a short look holds
+    counts); then a count waits COUNT_MIN_S or more; a new look (restart) owes counts again."""
+    monkeypatch.setattr(gc, "SAMPLE_EVERY_S", 0.0)
+    model = Net()
+    sampler = gc.Sampler(torch, [model])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    kinds = []
+    for _ in range(gc.WARMUP_STEPS + gc.COUNT_FIRST + 3):
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sampler.note_optimizer(opt)
+        sampler.on_step()
+        kinds += [r["count"] for r in sampler.take()]
+    assert kinds[: gc.COUNT_FIRST] == [1] * gc.COUNT_FIRST and set(kinds[gc.COUNT_FIRST :]) == {0}
+    assert sampler.count_at - __import__("time").monotonic() >= gc.COUNT_MIN_S - 1
+    sampler.restart()
+    sampler.on_step()
+    assert sampler.armed is not None and sampler.armed.counting
+    sampler.cancel()
+
+
+def test_a_window_without_counts_reads_the_runs_counted_work():
+    """The look's counted steps before its window (start-up): the work is the run's."""
+    model = Net()
+    recs = _train(model, 2, counting=True) + _train(model, 4, counting=False)
+    tl, late = Timeline(), Timeline()
+    for i, rec in enumerate(recs):
+        rec["t"] = 1.8e9 + i
+        tl.extend(compute_samples({"cmp": [rec]}))
+        if not rec["count"]:
+            late.extend(compute_samples({"cmp": [rec]}))
+    t = compute_table(late.whole(), whole=tl.whole())
+    assert t is not None and t.counted_steps == 1
+    assert {r.name: r for r in t.rows}["blocks.0"].flops == 3 * 2 * 8 * 32 * 32
+    alone = compute_table(late.whole())
+    assert alone is not None and alone.counted_steps == 0 and alone.flops == 0
+
+
 def test_the_table_reads_each_units_work_and_dtype():
     t = _table(Net(double_block=True))
     assert t is not None and t.counted_steps == 1
