@@ -60,7 +60,9 @@ COMP001 = register(
                         "its share of the step times the share of its time the change gives back"
                         ": half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
                         "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
-                        "its ops for a loop; summed over the places with the same change"
+                        "its ops for a loop, or its time over its twins' (same FLOPs and "
+                        "parameters, without the reason) where that is more; summed over every "
+                        "place that shows the same reason, whatever its share"
                     ),
                     speedup="a model: 1 / (1 - impact)",
                     variant="a reason read from its work",
@@ -156,6 +158,41 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
     return out
 
 
+def spread(action: str, t: ComputeTable, th: Thresholds) -> float:
+    """The share of the step a change gives back across every place whose work shows the
+    reason it names (a checkpoint on every block, not only the costliest): at each, the larger
+    of the reason's model and its time's excess over its twins that do the same work without
+    the reason (a float64 block against its float32 twins: the casts it forces inside it
+    counted)."""
+    total = 0.0
+    for row in t.rows:
+        saving = max((g for _, a, g in reasons(row, t, th) if a == action), default=None)
+        if saving is None or row.time_s <= 0:
+            continue
+        total += row.share * max(saving, _excess(row, action, t, th))
+    return total
+
+
+def _excess(row: Row, action: str, t: ComputeTable, th: Thresholds) -> float:
+    """The share of `row`'s time above the median time of its twins (units of the same FLOPs,
+    within 1%, and parameters) whose work does not show the reason; 0 without twins."""
+    if not row.flops or row.kind != "unit":
+        return 0.0
+    twins = [
+        r.time_s
+        for r in t.rows
+        if r is not row
+        and r.kind == "unit"
+        and r.flops
+        and abs(r.flops - row.flops) <= 0.01 * row.flops
+        and r.params == row.params
+        and action not in {a for _, a, _ in reasons(r, t, th)}
+    ]
+    if not twins:
+        return 0.0
+    return max(0.0, 1.0 - statistics.median(twins) / row.time_s)
+
+
 def _candidates(
     t: ComputeTable, th: Thresholds, outside: bool = True
 ) -> list[tuple[float, Row, float, float]]:
@@ -230,7 +267,8 @@ def find(c: Context) -> list[Finding]:
     impact, row, eff, ref = found[0]
     why = reasons(row, t, th)
     same = [x for x in found[1:] if why and why[0][1] in {a for _, a, _ in reasons(x[1], t, th)}]
-    impact = min(0.95, impact + sum(x[0] for x in same))  # one cause in several modules
+    if why:  # one cause across the step: every place that shows it, whatever its share
+        impact = min(0.95, max(impact, spread(why[0][1], t, th)))
     found = [found[0], *same, *[x for x in found[1:] if x not in same]]
     where = {
         "unit": f"module {row.name}",
