@@ -238,9 +238,10 @@ def compute_table(
     if step_s <= 0:
         return None
     counted, src = _counted(view), view
-    if not counted and whole is not None and _counted(whole):
-        # the look's counted steps fell before its window (start-up): a model's work per step
-        # is the same all run long, so the run's counts stand for the window's
+    if whole is not None and _counted(whole) > counted:
+        # the look's first counted steps fell before its window (start-up, the loop's first
+        # seconds): a model's work per step is the same all run long, so the run's counts
+        # stand for the window's
         counted, src = _counted(whole), whole
     model = steps[0][0].get("model", "model")
     step = {
