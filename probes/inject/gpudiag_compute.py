@@ -600,6 +600,10 @@ class Sampler:
         recs, self.records = self.records, []
         return recs
 
+    def put_back(self, recs: list[dict]) -> None:
+        """Records a full queue refused, sent with the next flush (at most MAX_RECORDS)."""
+        self.records = (recs + self.records)[:MAX_RECORDS]
+
     def cancel(self) -> None:
         """Quiet (the agent gone): an armed step's hooks out, nothing kept."""
         arm, self.armed = self.armed, None

@@ -293,16 +293,18 @@ class _State:
             switches = _switches(self.torch)
             if switches:
                 msg["switches"] = switches
-        if self.compute is not None:
-            recs = self.compute.take()
-            if recs:
-                msg["cmp"] = recs
+        recs = self.compute.take() if self.compute is not None else []
+        if recs:
+            msg["cmp"] = recs
         if self.pending or len(msg) > 3:
             # sent or not, the rows are gone (with no agent listening they are dropped),
             # unless the agent's queue was full: then they go with the next flush
-            if self.channel.send(msg, self.pending) or not self._keep_steps():
+            sent = self.channel.send(msg, self.pending)
+            if sent or not self._keep_steps():
                 self.pending = array("d")
                 self.sites = {}
+            if not sent and recs and self.channel.full and self.compute is not None:
+                self.compute.put_back(recs)  # a look's first counted steps: kept, not lost
         self._flush_serving()
         if self.attached and self.channel.gone_for() > QUIET_AFTER_S:
             self.go_quiet()

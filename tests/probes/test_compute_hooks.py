@@ -134,6 +134,15 @@ def test_a_looks_first_sampled_steps_are_counted_then_spaced(monkeypatch):
     sampler.cancel()
 
 
+def test_records_a_full_queue_refused_are_put_back_first():
+    sampler = gc.Sampler(torch, [Net()])
+    sampler.records = [{"t": 2.0}]
+    sampler.put_back([{"t": 1.0, "count": 1}])
+    assert [r["t"] for r in sampler.take()] == [1.0, 2.0]
+    sampler.put_back([{"t": float(i)} for i in range(gc.MAX_RECORDS + 5)])
+    assert len(sampler.take()) == gc.MAX_RECORDS
+
+
 def test_a_window_without_counts_reads_the_runs_counted_work():
     """The look's counted steps before its window (start-up): the work is the run's."""
     model = Net()
