@@ -9,6 +9,7 @@ attached without `--hooks`. `--how stacks`: `attach` without the hooks, the load
 the look (estimates only).
 
     python benchmarks/serve_look.py serve_tornado.py --how run [--look 14 --load 10] [-- ARGS]
+    python benchmarks/serve_look.py serve_bentoml.py --rows --how hooks --clients 6 --look 24
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads"
 CLI = [sys.executable, "-m", "gpudiag.agent.cli.main"]
+ROWS: list[str] = []  # ["--rows"] for a server whose API takes rows (serve_bentoml.py)
 
 
 def _wait(path: Path, what: str, timeout: float = 60.0) -> None:
@@ -38,11 +40,37 @@ def _wait(path: Path, what: str, timeout: float = 60.0) -> None:
 
 
 def _load(port: Path, out: Path, seconds: float, clients: int = 4) -> subprocess.Popen:
-    gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port)]
+    gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port), *ROWS]
     with open(out, "w") as f:
         return subprocess.Popen(
             [*gen, "--clients", str(clients), "--seconds", str(seconds), "--procs"], stdout=f
         )
+
+
+def stop_tree(job: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """The server stopped as Ctrl-C stops it, then its process group and every descendant
+    killed (BentoML's workers run in sessions of their own and outlive a killed arbiter)."""
+    import psutil
+
+    try:
+        kids = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
+    job.send_signal(signal.SIGINT)
+    try:
+        job.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.Error:
+            pass
+    job.wait()
 
 
 def look(
@@ -84,8 +112,7 @@ def look(
             time.sleep(0.1)
         _load(port, client, load_s, clients).wait()
         agent.wait()
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        stop_tree(job)
     doc = json.loads(report.read_text())
     return {"doc": doc, "client": client.read_text().strip().splitlines()[-1]}
 
@@ -97,9 +124,11 @@ def main() -> int:
     p.add_argument("--look", type=float, default=14.0, help="gpudiag's look, s (default 14)")
     p.add_argument("--load", type=float, default=10.0, help="the clients' seconds (default 10)")
     p.add_argument("--clients", type=int, default=4, help="client processes (default 4)")
+    p.add_argument("--rows", action="store_true", help="load_gen.py --rows (serve_bentoml.py)")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args, extra = p.parse_args(argv[:cut]), argv[cut + 1 :]  # after --: the server's flags
+    ROWS[:] = ["--rows"] if args.rows else []
     before = os.getloadavg()[0]
     got = look(args.script, args.how, args.look, args.load, extra, args.clients)
     m, doc = got["doc"]["metrics"], got["doc"]

@@ -26,6 +26,7 @@ from gpudiag.agent.session.launch import Job, launch
 from gpudiag.agent.session.session import Session, SessionParts, SessionResult, Subject
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.wiring import Wiring
+from gpudiag.agent.session.workers import roles_of
 from gpudiag.probes.inject.gpudiag_channel import CAPTURE_ENV
 from gpudiag.text.redact import redact_argv
 from gpudiag.text.sink import emit
@@ -165,6 +166,8 @@ def _profile_launched(opts: RunOptions, job: Job, settings: Settings, around: Ar
     try:
         result = _run_session(opts, session, subject, job, around, passed)
         failed = result.exit_code not in (None, 0)
+        if session.roles is not None:  # a server's work followed into a child: who does what
+            wiring.processes = roles_of(session.target.pid) or session.roles
         doc = wiring.finish(result, stderr_tail=around.tee.lines() if failed else None)
     finally:  # after the report: --otlp sends its verdict
         if around.server is not None:

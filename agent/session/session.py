@@ -27,6 +27,7 @@ from gpudiag.agent.session.setup import (
 )
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targetwatch import HangWatch, TargetWatch, running
+from gpudiag.agent.session.workers import roles_of
 from gpudiag.analyzers import Analysis, analyze
 from gpudiag.analyzers.engine.finalize import with_more
 from gpudiag.analyzers.measures.rules import Classifier
@@ -114,6 +115,9 @@ class Session:
         self.exit_code: int | None = None
         self.paused = False
         self.first_step_at: float | None = None  # wall time the hooks' first unit of work came
+        # a server whose work runs in a child the stacks followed: its processes' roles, read
+        # when followed (`workers.server_processes`; `run` reads them again at its end)
+        self.roles: list[dict] | None = None
         self.start_time = time.time()
         self.stop_signals = p.stop_signals
         self.capture_steps = opts.capture_steps  # asked once the job connects (autocapture)
@@ -197,6 +201,7 @@ class Session:
         if pid is None or not descends_from(pid, self.target.pid):
             return
         stacks.follow(pid)
+        self.roles = roles_of(self.target.pid) or self.roles
         self.log(
             f"the work runs in pid {pid}, a child of pid {self.target.pid} (which only "
             "supervises it, e.g. a reloader): its stacks are the loop's from now on"

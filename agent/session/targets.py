@@ -219,6 +219,7 @@ def worker_choice(pid: int, name: str) -> AttachChoice | None:
     # the hooks go where requests are answered: the processes sharing its listening socket,
     # else the front end itself (it serves, its engine in a worker: vLLM's API server)
     serving = (*(procs.http or (pid,)), *procs.model[1:])
+    serving = tuple(p for p in dict.fromkeys(serving) if p != worker)  # a worker that serves
     return AttachChoice(worker, [], pid, why, procs.roles, serving)
 
 

@@ -80,7 +80,7 @@ class Wiring:
         self.timeline = Timeline(skip_steps=opts.skip_steps)
         self.recorder = recorder_for(outs, mode, command, pid, self.timeline)
         self.session: Session | None = None  # the session built from this wiring
-        self.processes: list[dict] | None = None  # attach: a server's processes, their roles
+        self.processes: list[dict] | None = None  # a server's processes, their roles
         self.live = None
         if server is not None:
             from gpudiag.agent.session.live import live_doc

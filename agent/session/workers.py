@@ -76,9 +76,12 @@ def _addr(addrs: set[tuple[str, int]]) -> str:
 
 def server_processes(pid: int) -> ServerProcesses | None:
     """The roles of `pid`'s tree when it is a server whose model runs in worker processes: the
-    tree listens on a TCP port, and a Python descendant that holds torch does not share that
-    socket (it takes no request itself). None otherwise (a process that serves and runs its
-    model itself, a supervisor's workers that each serve, a job that is not a server)."""
+    tree listens on a TCP port, and a Python descendant holds torch: one that does not share
+    that socket (it takes no request itself: LitServe's inference worker), else one that
+    takes the requests on the socket it inherited (BentoML's service worker under its
+    arbiter). None otherwise (a process that serves and runs its model itself, with no
+    torch-holding descendant; a job that is not a server). The caller decides whether `pid`
+    only waits (a supervisor: the worker is the job) or does its own work."""
     try:
         front = psutil.Process(pid)
         kids = [k for k in front.children(recursive=True) if _python(k)]
@@ -90,17 +93,19 @@ def server_processes(pid: int) -> ServerProcesses | None:
     if not addrs or not kids:
         return None
     http = [k for k in kids if heard[k.pid] & addrs]
-    torch_kids = [k for k in kids if k not in http and has_torch(k.pid)]
+    torch_kids = [k for k in kids if has_torch(k.pid)]
+    # the model's own processes: those that take no request, else those that serve it too
+    torch_kids = [k for k in torch_kids if k not in http] or torch_kids
     if not torch_kids:
         return None
     spent = {k.pid: cpu_s(k) for k in kids}
     model = sorted(torch_kids, key=lambda k: -spent[k.pid])
     roles = [Role(pid, "front end", _front_words(mine, http))]
+    roles += [Role(k.pid, "model worker", _worker_words(k, heard, spent)) for k in model]
     roles += [
-        Role(k.pid, "model worker", f"holds torch, {spent[k.pid]:.1f} s of CPU") for k in model
-    ]
-    roles += [
-        Role(k.pid, "listener", f"shares the listening socket {_addr(heard[k.pid])}") for k in http
+        Role(k.pid, "listener", f"shares the listening socket {_addr(heard[k.pid])}")
+        for k in http
+        if k not in model
     ]
     roles += [
         Role(k.pid, "helper", f"neither listens nor holds torch ({_cmd(k)})")
@@ -110,6 +115,22 @@ def server_processes(pid: int) -> ServerProcesses | None:
     return ServerProcesses(
         pid, tuple(k.pid for k in model), tuple(k.pid for k in http), tuple(roles)
     )
+
+
+def roles_of(pid: int) -> list[dict] | None:
+    """The report's `run.processes` for `pid`'s server (its processes and their roles), None
+    where `pid` is no server whose model runs in worker processes or is gone."""
+    procs = server_processes(pid)
+    return [r.to_dict() for r in procs.roles] if procs is not None else None
+
+
+def _worker_words(
+    k: psutil.Process, heard: dict[int, set[tuple[str, int]]], spent: dict[int, float]
+) -> str:
+    took = (
+        f", takes the requests on the shared socket {_addr(heard[k.pid])}" if heard[k.pid] else ""
+    )
+    return f"holds torch{took}, {spent[k.pid]:.1f} s of CPU"
 
 
 def _front_words(mine: set[tuple[str, int]], http: list[psutil.Process]) -> str:

@@ -7,6 +7,7 @@ the server's event loop), from the stacks."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
@@ -428,8 +429,9 @@ def serve001(c: Context) -> list[Finding]:
     low = min(floor, speedup_from_impact(impact))
     msg = _serve001_message(seen, m, together)
     actions = _serve001_actions(seen.source, batch, wait_ms, seen.looped)
-    if _in_frames(c, "/litserve/"):  # the framework's own batcher first
-        actions = (_litserve_batching(batch, wait_ms, m.get("forward_time_p50_s")), *actions)
+    for folder, batcher in FRAMEWORK_BATCHERS:  # the framework's own batcher first
+        if _in_frames(c, folder):
+            actions = (batcher(batch, wait_ms, m), *actions)
     summary = f"Batch the requests in flight (max batch {batch}" + (
         f", max wait {wait_ms} ms)" if wait_ms else ")"
     )
@@ -461,15 +463,38 @@ def _in_frames(c: Context, folder: str) -> bool:
     return any(folder in stack for per in c.view.stacks.values() for stack, _code in per)
 
 
-def _litserve_batching(batch: int, wait_ms: float, fwd_s: float | None) -> str:
+def _litserve_batching(batch: int, wait_ms: float, m: dict) -> str:
     """LitServe's own batcher with the values: its LitAPI's max_batch_size and batch_timeout
     (seconds), and batch()/unbatch() to stack the decoded inputs and split the output."""
+    fwd_s = m.get("forward_time_p50_s")
     wait_s = wait_ms / 1e3 if wait_ms else max(0.001, round(fwd_s or 0.01, 3))
     return (
         f"LitServe: LitAPI(max_batch_size={batch}, batch_timeout={wait_s:g}) (passed to your "
         "LitAPI subclass), with batch(inputs) stacking the decoded requests (torch.stack) and "
         "unbatch(output) splitting the answer; predict() then gets the batch"
     )
+
+
+def _bentoml_batching(batch: int, wait_ms: float, m: dict) -> str:
+    """BentoML's adaptive batching (1.2+ services): batchable=True with max_batch_size, and
+    max_latency_ms, which is not a wait but BentoML's cap on a request's queueing plus its
+    batch's run (requests past it are refused with 503): well above the p99 seen."""
+    p99 = m.get("request_latency_p99_s") or m.get("request_latency_p95_s") or 0.1
+    cap_ms = max(1000, math.ceil(p99 * 10 * 10) * 100)  # ten times the p99, in 100 ms steps
+    return (
+        f"BentoML: @bentoml.api(batchable=True, max_batch_size={batch}, "
+        f"max_latency_ms={cap_ms}) on the service's API method, which then takes a batch "
+        "(a list, or an array or tensor along batch_dim=0) and returns one answer per input; "
+        "BentoML's dispatcher picks the wait itself, and refuses (503) a request whose queueing "
+        f"and run would pass max_latency_ms: keep it well above the p99 ({p99 * 1e3:.0f} ms here)"
+    )
+
+
+# a library's folder in the job's frames, and its own batcher's advice with the values
+FRAMEWORK_BATCHERS: tuple[tuple[str, Callable[[int, float, dict], str]], ...] = (
+    ("/litserve/", _litserve_batching),
+    ("/_bentoml_impl/", _bentoml_batching),
+)
 
 
 def execution_overhead(m: dict) -> tuple[float, float] | None:

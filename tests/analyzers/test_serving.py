@@ -11,6 +11,7 @@ from gpudiag.analyzers.measures.workload import is_handling
 from tests.analyzers.scenario import (
     SITE,
     Scenario,
+    add_thread_stacks,
     hook_serving,
     server_windows,
 )
@@ -40,6 +41,29 @@ def test_batch_one_under_concurrency_is_serve001_with_batching_values():
     # 5 in flight at the peak -> max batch 8; 7 more requests take 35 ms at 200/s, capped
     # by one forward's 10 ms
     assert "max batch 8, max wait 10.0 ms" in f.recommendation.summary
+
+
+@pytest.mark.parametrize(
+    ("frame", "advice"),
+    [
+        ("LitServer.run (SITE/litserve/server.py:1519)", "LitServe: LitAPI(max_batch_size=8"),
+        (
+            "main (SITE/_bentoml_impl/worker/service.py:208)",
+            "BentoML: @bentoml.api(batchable=True, max_batch_size=8, max_latency_ms=1000)",
+        ),
+    ],
+)
+def test_serve001_names_the_frameworks_own_batcher_first(frame, advice):
+    """A server whose stacks pass through LitServe's or BentoML's (1.2+) own code: its
+    batcher's settings first, with SERVE001's values; BentoML's max_latency_ms a cap well
+    above the p99 (requests past it are refused), not a batching wait."""
+    sc = Scenario()
+    add_thread_stacks(sc, 7, "MainThread", {frame.replace("SITE", SITE): 50})
+    sc = hook_serving(server_windows(sc), rate=200.0, latency_s=0.02, forward_s=0.01, grad=0.0)
+    f = next(f for f in analyze(sc.tl).findings if f.id == "SERVE001")
+    assert f.recommendation.actions[0].startswith(advice)
+    plain = analyze(server(rate=200.0, latency_s=0.02, forward_s=0.01, grad=0.0).tl)
+    assert not any(a.startswith(advice[:8]) for a in plain.findings[0].recommendation.actions)
 
 
 def test_a_batched_server_with_autograd_off_has_no_finding():

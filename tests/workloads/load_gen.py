@@ -29,9 +29,14 @@ def wait_port(path: str, timeout: float = 60.0) -> int:
     raise SystemExit(f"no port in {path} after {timeout:.0f} s")
 
 
+ROWS = False  # --rows: the tokens as one row of a batch (BentoML's batchable input)
+
+
 def body(rng: random.Random) -> str:
     """One request's JSON: 24 random token ids and the same as text (for --tokenize)."""
     tokens = [rng.randrange(1000) for _ in range(24)]
+    if ROWS:
+        return json.dumps({"tokens": [tokens]})
     text = " ".join(f"W{t}." for t in tokens)
     return json.dumps({"tokens": tokens, "text": text})
 
@@ -133,7 +138,10 @@ def main() -> None:
     p.add_argument("--delay", type=float, default=0.0, help="seconds before the load starts")
     p.add_argument("--procs", action="store_true", help="one process per client, not a thread")
     p.add_argument("--grpc", action="store_true", help="unary RPCs to serve_grpc.py")
+    p.add_argument("--rows", action="store_true", help="tokens as one row (serve_bentoml.py)")
     args = p.parse_args()
+    global ROWS
+    ROWS = args.rows
     run = grpc_client if args.grpc else client
     port = args.port or wait_port(args.port_file)
     time.sleep(args.delay)

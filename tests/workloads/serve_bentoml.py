@@ -1,0 +1,109 @@
+"""BentoML's quick-start service as its docs write it (a `@bentoml.service` class whose
+`__init__` loads the model, one `@bentoml.api` method, served as `bentoml serve
+serve_bentoml:Classifier` does), the model a small text classifier built from its config (no
+download), one request a forward, on the CPU. The process started is BentoML's arbiter: it
+binds the port and spawns the service worker that takes the HTTP requests on the inherited
+socket and runs the model; the model never runs in the arbiter.
+
+    python serve_bentoml.py --seconds 20 --port-file /tmp/port   # then: load_gen.py --rows
+
+The API takes `tokens` as rows (a batch of one a request), as a batchable API's input is:
+load_gen.py --rows sends them so. --batching is BentoML's adaptive batching
+(`@bentoml.api(batchable=True, max_batch_size=8, max_latency_ms=1000)`: SERVE001's batch, and
+BentoML's latency cap well above the p99; the SERVE001 fix).
+Binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+
+os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage report (no network here)
+
+import bentoml  # noqa: E402
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from serve_http import TinyTransformer  # noqa: E402
+
+BATCHING = os.environ.get("SERVE_BENTOML_BATCHING") == "1"  # read again in every worker
+API = (
+    {"batchable": True, "max_batch_size": 8, "max_latency_ms": 1000, "batch_dim": 0}
+    if BATCHING
+    else {}
+)
+
+
+@bentoml.service
+class Classifier:
+    """The quick start's service: the model built once per worker, one forward per call."""
+
+    def __init__(self) -> None:
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        self.model = TinyTransformer().eval()
+
+    @bentoml.api(route="/predict", **API)
+    def predict(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Rows of token ids in, a label per row out."""
+        with torch.inference_mode():
+            return self.model(tokens[:, :32].long()).argmax(dim=-1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _announce_when_up(port: int, port_file: str) -> None:
+    """The port to the port file once the worker is ready (BentoML's /readyz)."""
+    import http.client
+    import time
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(port_file + ".tmp", port_file)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--port-file", required=True)
+    p.add_argument("--batching", action="store_true", help="batchable, max_batch_size=8")
+    args = p.parse_args()
+    if args.batching:
+        os.environ["SERVE_BENTOML_BATCHING"] = "1"
+    # what `bentoml serve serve_bentoml:Classifier` does (bentoml>=1.2): load, configure, serve
+    from _bentoml_impl.server import serve_http
+    from bentoml._internal.service.loader import load
+
+    svc = load("serve_bentoml:Classifier", working_dir=HERE)
+    svc.inject_config()
+
+    port = _free_port()
+    threading.Thread(target=_announce_when_up, args=(port, args.port_file), daemon=True).start()
+    stop = threading.Timer(args.seconds, os.kill, (os.getpid(), signal.SIGINT))
+    stop.daemon = True
+    stop.start()
+    serve_http(svc, host="127.0.0.1", port=port)
+
+
+if __name__ == "__main__":
+    main()
