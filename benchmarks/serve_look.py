@@ -114,7 +114,7 @@ def look(
         agent.wait()
         stop_tree(job)
     doc = json.loads(report.read_text())
-    return {"doc": doc, "client": client.read_text().strip().splitlines()[-1]}
+    return {"doc": doc, "client": " | ".join(client.read_text().strip().splitlines())}
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ import threading
 os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")  # no usage report (no network here)
 
 import bentoml  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,10 +51,12 @@ class Classifier:
         self.model = TinyTransformer().eval()
 
     @bentoml.api(route="/predict", **API)
-    def predict(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Rows of token ids in, a label per row out."""
+    def predict(self, tokens: np.ndarray) -> np.ndarray:
+        """Rows of token ids in, a label per row out (NumPy arrays, as BentoML's batching
+        examples take them: its batcher concatenates them along batch_dim 0)."""
         with torch.inference_mode():
-            return self.model(tokens[:, :32].long()).argmax(dim=-1)
+            rows = torch.from_numpy(np.asarray(tokens, dtype=np.int64)[:, :32])
+            return self.model(rows).argmax(dim=-1).numpy()
 
 
 def _free_port() -> int:

@@ -20,7 +20,7 @@ import pytest
 
 from gpudiag.agent.session.targets import choose_target
 from tests.conftest import WORKLOADS, hooks_cannot_load
-from tests.e2e.agent.test_serving_e2e import CLI, client_said
+from tests.e2e.agent.test_serving_e2e import CLI, client_said, load_procs, p50_as_said
 
 pytest.importorskip("torch")
 pytest.importorskip("bentoml", reason="BentoML is not installed (pip install bentoml)")
@@ -65,14 +65,9 @@ def stop(server: subprocess.Popen) -> None:
             pass
 
 
-def load(port: Path, out: Path, seconds: float = 8.0) -> subprocess.Popen:
-    """4 client processes back to back, the tokens as one row a request (the API's input)."""
-    gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port), "--rows"]
-    with open(out, "w") as f:
-        return subprocess.Popen(
-            [*gen, "--clients", "4", "--seconds", str(seconds), "--procs", "--delay", "1"],
-            stdout=f,
-        )
+def load(port: Path, out: Path) -> subprocess.Popen:
+    """4 client processes for 8 s, the tokens as one row a request (the API's input)."""
+    return load_procs(port, out, 8, "--rows")
 
 
 def test_attach_profiles_bentomls_service_worker_not_its_arbiter(tmp_path):
@@ -93,12 +88,13 @@ def test_attach_profiles_bentomls_service_worker_not_its_arbiter(tmp_path):
 
 
 def _as_said(doc: dict, client: Path) -> None:
-    """The kind, the rate within 10% of the client's (issue 54) and its p50 within 25% (a
-    busy box), SERVE001 with BentoML's own batching, no bound from a process that waits."""
+    """The kind, the rate and p50 within 10% of the client's (issue 54; the p50 allowing for
+    the client's own wait for a CPU), SERVE001 with BentoML's own batching, no bound from a
+    process that waits, and which process does what."""
     said, m = client_said(client), doc["metrics"]
     assert doc["workload"]["kind"] == "server"
     assert m["requests_per_second"] == pytest.approx(said.rate, rel=0.10)
-    assert m["request_latency_p50_s"] == pytest.approx(said.p50_s, rel=0.25)
+    p50_as_said(m["request_latency_p50_s"], said)
     serve001 = next(f for f in doc["findings"] if f["id"] == "SERVE001")
     assert serve001["recommendation"]["actions"][0].startswith(
         "BentoML: @bentoml.api(batchable=True, max_batch_size="

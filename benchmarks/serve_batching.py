@@ -1,9 +1,11 @@
-"""LitServe's own batching timed bare (no gpudiag): tests/workloads/serve_litserve.py at batch
-1 and with `--batching` (its docs' max_batch_size=8, batch_timeout=0.01), interleaved rounds,
-the same load client on 127.0.0.1 (--clients processes for --load seconds); the client's rate
-and p50 of each, the ratio of the rates per round, and the box's load beside each.
+"""A model server's own batching timed bare (no gpudiag): tests/workloads/serve_litserve.py
+(or --script serve_bentoml.py) at batch 1 and with `--batching` (LitServe's docs'
+max_batch_size=8, batch_timeout=0.01; BentoML's batchable=True, max_batch_size=8), interleaved
+rounds, the same load client on 127.0.0.1 (--clients processes for --load seconds); the
+client's rate and p50 of each, the ratio of the rates per round, and the box's load beside each.
 
-    python benchmarks/litserve_batching.py [--rounds 3 --clients 6 --load 10]
+    python benchmarks/serve_batching.py [--rounds 3 --clients 6 --load 10]
+    python benchmarks/serve_batching.py --script serve_bentoml.py
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -21,22 +22,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "tests" / "workloads"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from serve_look import stop_tree  # noqa: E402
 
 
-def one(batching: bool, clients: int, load_s: float) -> tuple[float, float]:
+def one(
+    batching: bool, clients: int, load_s: float, script: str = "serve_litserve.py"
+) -> tuple[float, float]:
     """(requests/s, p50 ms) the client read of one server's run."""
     tmp = Path(tempfile.mkdtemp(prefix="litserve-bare-"))
     port = tmp / "port"
     flags = ["--batching"] if batching else []
+    rows = ["--rows"] if script == "serve_bentoml.py" else []  # its API takes rows
     server = subprocess.Popen(
-        [sys.executable, str(WORKLOADS / "serve_litserve.py"), "--port-file", str(port)]
+        [sys.executable, str(WORKLOADS / script), "--port-file", str(port)]
         + ["--seconds", str(load_s + 60), *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     try:
-        gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port)]
+        gen = [sys.executable, str(WORKLOADS / "load_gen.py"), "--port-file", str(port), *rows]
         out = subprocess.run(
             [*gen, "--clients", str(clients), "--seconds", str(load_s), "--procs"],
             capture_output=True,
@@ -44,8 +50,7 @@ def one(batching: bool, clients: int, load_s: float) -> tuple[float, float]:
             timeout=load_s + 180,
         ).stdout
     finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        stop_tree(server)
     m = re.search(r"([\d.]+) req/s, p50 ([\d.]+) ms", out)
     if not m:
         raise SystemExit(f"no client summary: {out!r}")
@@ -57,13 +62,14 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--load", type=float, default=10.0)
+    p.add_argument("--script", default="serve_litserve.py", help="or serve_bentoml.py")
     args = p.parse_args()
     ratios = []
     for r in range(args.rounds):
         got = {}
         for batching in (False, True):
             before = os.getloadavg()[0]
-            got[batching] = one(batching, args.clients, args.load)
+            got[batching] = one(batching, args.clients, args.load, args.script)
             rate, p50 = got[batching]
             print(
                 f"round {r + 1} {'batching' if batching else 'batch 1 '}: {rate:.1f} req/s, "
