@@ -4,11 +4,14 @@ what. The process named takes the HTTP requests or only waits for its workers; t
 in a descendant that holds torch and does not listen.
 
 Read from procfs only: the tree's Python processes, the TCP sockets they listen on (a forked
-HTTP process shares its front end's listening socket), and whether each has libtorch mapped.
+HTTP process shares its front end's listening socket), whether each has libtorch mapped, and
+the NVIDIA devices each holds open (its GPU).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 import psutil
@@ -100,7 +103,7 @@ def server_processes(pid: int) -> ServerProcesses | None:
         return None
     spent = {k.pid: cpu_s(k) for k in kids}
     model = sorted(torch_kids, key=lambda k: -spent[k.pid])
-    roles = [Role(pid, "front end", _front_words(mine, http))]
+    roles = [Role(pid, "front end", _front_words(mine, http) + _gpu_words(pid))]
     roles += [Role(k.pid, "model worker", _worker_words(k, heard, spent)) for k in model]
     roles += [
         Role(k.pid, "listener", f"shares the listening socket {_addr(heard[k.pid])}")
@@ -124,13 +127,43 @@ def roles_of(pid: int) -> list[dict] | None:
     return [r.to_dict() for r in procs.roles] if procs is not None else None
 
 
+NVIDIA_DEV_RE = re.compile(r"^/dev/nvidia(\d+)$")
+
+
+def gpu_devices(pid: int, proc: str = "/proc") -> tuple[int, ...]:
+    """The NVIDIA devices `pid` holds open (/dev/nvidiaN among its file descriptors: a CUDA
+    context opens the device of each GPU it uses), by device minor number; () where none or
+    unreadable."""
+    fds = f"{proc}/{pid}/fd"
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return ()
+    found: set[int] = set()
+    for name in names:
+        try:
+            m = NVIDIA_DEV_RE.match(os.readlink(f"{fds}/{name}"))
+        except OSError:
+            continue
+        if m:
+            found.add(int(m.group(1)))
+    return tuple(sorted(found))
+
+
+def _gpu_words(pid: int) -> str:
+    devs = gpu_devices(pid)
+    if not devs:
+        return ""
+    return ", on GPU " + ", ".join(f"{d} (/dev/nvidia{d})" for d in devs)
+
+
 def _worker_words(
     k: psutil.Process, heard: dict[int, set[tuple[str, int]]], spent: dict[int, float]
 ) -> str:
     took = (
         f", takes the requests on the shared socket {_addr(heard[k.pid])}" if heard[k.pid] else ""
     )
-    return f"holds torch{took}, {spent[k.pid]:.1f} s of CPU"
+    return f"holds torch{_gpu_words(k.pid)}{took}, {spent[k.pid]:.1f} s of CPU"
 
 
 def _front_words(mine: set[tuple[str, int]], http: list[psutil.Process]) -> str:
