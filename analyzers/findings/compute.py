@@ -235,6 +235,21 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
     return out
 
 
+def trial(row: Row) -> dict | None:
+    """The `gpudiag try` fix that measures a reason `waste` read, where one applies from
+    outside the code: freeze the module whose gradients nobody takes (or that holds a group's
+    zero gradients), reuse the output of a module called again on the same input."""
+    w, g = row.why, row.group
+    if row.kind == "unit" and (w.get("orphan") or 0.0) >= 1:
+        return {"kind": "freeze", "target": row.name, "values": {}}
+    if row.kind == "unit" and ((w.get("repeat") or 0.0) >= 0.5 or (w.get("constant") or 0) >= 0.5):
+        return {"kind": "reuse", "target": row.name, "values": {}}
+    param = str(g.get("zero_param") or "")
+    if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
+        return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
+    return None
+
+
 def _candidates(
     t: ComputeTable, th: Thresholds, outside: bool = True
 ) -> list[tuple[float, Row, float | None, float | None]]:
@@ -364,6 +379,11 @@ def find(c: Context) -> list[Finding]:
     actions = tuple(a for _, a, _ in why) or (
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
+    fix = trial(row) if why else None
+    if fix is not None:
+        actions += (
+            f"measure it first: gpudiag try --fix {fix['kind']}:{fix['target']} -- <the job>",
+        )
     return [
         new_finding(
             "COMP001",
@@ -380,6 +400,7 @@ def find(c: Context) -> list[Finding]:
                 f"Make {row.name} do its work at the model's rate", actions
             ),
             expected_speedup=speedup_from_impact(impact),
+            fix=fix,
             signals=("hooks",),
             speedup_basis=(
                 f"a model: {impact:.0%} of the step given back by the change named"
