@@ -61,17 +61,27 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+HELD = [0]  # locked() depth in this process (a job's parts run under its one hold)
+
+
 @contextlib.contextmanager
 def locked() -> Iterator[None]:
-    """The box-wide measurement lock around one timed part (none when --lock is empty)."""
-    if not LOCK:
-        yield
-        return
-    with open(LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """The box-wide measurement lock around one job's timed parts, released between jobs
+    (none when --lock is empty); nested calls hold it once."""
+    if not LOCK or HELD[0]:
+        HELD[0] += 1
         try:
             yield
         finally:
+            HELD[0] -= 1
+        return
+    with open(LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        HELD[0] += 1
+        try:
+            yield
+        finally:
+            HELD[0] -= 1
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
@@ -191,8 +201,9 @@ def summarise(doc: dict, how: str, path: str, before: str) -> dict:
         "verdict": v.get("finding"),
         "sure": bool(v.get("sure")),
         "statement": v.get("statement", ""),
-        "fix": None if top is None else top.get("fix"),
-        "fix_finding": None if top is None else top["id"],
+        # the trial the top finding carries, else COMP001's
+        "fix": (top or {}).get("fix") or (comp or {}).get("fix"),
+        "fix_finding": (top or {}).get("id") if (top or {}).get("fix") else (comp or {}).get("id"),
     }
 
 
@@ -308,28 +319,34 @@ def main() -> None:
         tmp = Path(os.environ.get("OPEN_WORLD_KEEP", d))
         tmp.mkdir(parents=True, exist_ok=True)
         for cause in a.jobs:
-            row: dict = {"job": cause, "looks": []}
-            if "bare" in a.parts and cause in CAUSES:
-                row["bare"] = bare(cause, a.bare_seconds, a.rounds)
-                print(f"{cause} bare: {row['bare']}", flush=True)
-            if "looks" in a.parts:
-                for _ in range(a.looks):
-                    for how, extra in LOOKS:
-                        lk = look(cause, how, extra, a.look_seconds, tmp)
-                        row["looks"].append(lk)
-                        print(f"{cause} {how}: {cell(lk)}", flush=True)
-            first = next((lk for lk in row["looks"] if lk["how"] == "run" and "top" in lk), None)
-            if "try" in a.parts and first and first["fix"]:
-                row["try"] = trial(
-                    cause, first["report"], first["fix_finding"], a.try_seconds, a.rounds, tmp
-                )
-                print(f"{cause} try: {row['try']}", flush=True)
-            rows.append(row)
-            if a.json:
-                with open(a.json, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
+            with locked():
+                rows.append(one_job(cause, a, tmp))
     if rows:
         print(table(rows))
+
+
+def one_job(cause: str, a: argparse.Namespace, tmp: Path) -> dict:
+    """One job's parts (bare, looks, try), as asked."""
+    row: dict = {"job": cause, "looks": []}
+    if "bare" in a.parts and cause in CAUSES:
+        row["bare"] = bare(cause, a.bare_seconds, a.rounds)
+        print(f"{cause} bare: {row['bare']}", flush=True)
+    if "looks" in a.parts:
+        for _ in range(a.looks):
+            for how, extra in LOOKS:
+                lk = look(cause, how, extra, a.look_seconds, tmp)
+                row["looks"].append(lk)
+                print(f"{cause} {how}: {cell(lk)}", flush=True)
+    first = next((lk for lk in row["looks"] if lk["how"] == "run" and "top" in lk), None)
+    if "try" in a.parts and first and first["fix"]:
+        row["try"] = trial(
+            cause, first["report"], first["fix_finding"], a.try_seconds, a.rounds, tmp
+        )
+        print(f"{cause} try: {row['try']}", flush=True)
+    if a.json:
+        with open(a.json, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+    return row
 
 
 if __name__ == "__main__":
