@@ -309,7 +309,7 @@ class Armed:
 
         return hook
 
-    def _bwd_end(self, grad):
+    def _bwd_end(self, grad: Any) -> None:
         """A unit's backward reached its input: the model's own code's backward (the ops
         between units: a loop over positions, a pooling) runs until the next unit's begins."""
         if self.phase == "bwd":
@@ -431,7 +431,7 @@ class Armed:
                 rec["gzero"] = group_zeros(self.sampler.torch, optimizer, self.root)
         return rec
 
-    def _why(self, optimizer) -> list:
+    def _why(self, optimizer: Any) -> list:
         """Per unit, what its tensors show of work nobody needs or work repeated: the share of
         its outputs whose gradient is zero (or that reach no loss), the elements of its
         parameters given a gradient that no optimizer updates, its calls on an input it already
@@ -518,7 +518,7 @@ class Armed:
 ZERO_SAMPLE = 65536  # gradient elements looked at per tensor (strided) for their zero share
 
 
-def input_key(args) -> tuple | None:
+def input_key(args: Any) -> tuple | None:
     """What identifies a call's first tensor input as unchanged: its storage, offset, shape,
     strides and in-place version (a new batch, or the same buffer written again, differs)."""
     import torch
@@ -532,7 +532,7 @@ def input_key(args) -> tuple | None:
     return None
 
 
-def zero_share(grad) -> float | None:
+def zero_share(grad: Any) -> float | None:
     """The share of a gradient's elements that are exactly zero (a strided sample of at most
     ZERO_SAMPLE elements: a few microseconds)."""
     try:
@@ -562,7 +562,7 @@ def optimizer_params(opts: list) -> set[int] | None:
     return held if seen else None
 
 
-def group_zeros(torch, opt, root) -> list:
+def group_zeros(torch: Any, opt: Any, root: Any) -> list:
     """Per parameter group: the share of its gradients' elements that are zero (a strided
     sample of each tensor, weighted by its elements), and the name of the parameter with the
     most zero elements (rows of an embedding nobody looked up: an update over nothing)."""

@@ -623,13 +623,13 @@ def skip(torch: Any, values: dict) -> None:
 MAX_LOOKS = 200  # model forwards looked at for a unit's path before saying it is missing
 
 
-def _on_model(torch, target: str, act) -> None:
+def _on_model(torch: Any, target: str, act: Any) -> None:
     """Call act(module) once, with the module at `target` under the first module to forward
     that has it (the model; a wrapper's `module.` prefix is part of the path)."""
     from torch.nn.modules import module as nn_module
 
     first = target.split(".", 1)[0]
-    state = {"looks": 0, "handle": None}
+    state: dict[str, Any] = {"looks": 0, "handle": None}
 
     def pre(mod, args):
         if state["handle"] is None:
@@ -651,11 +651,11 @@ def _on_model(torch, target: str, act) -> None:
     state["handle"] = nn_module.register_module_forward_pre_hook(pre)
 
 
-def freeze(torch, values: dict) -> None:
+def freeze(torch: Any, values: dict) -> None:
     """The module at `target` stops training: no gradient for its parameters, no update."""
     target = str(values["target"])
 
-    def act(sub) -> None:
+    def act(sub: Any) -> None:
         for p in sub.parameters():
             p.requires_grad_(False)
             p.grad = None
@@ -664,7 +664,7 @@ def freeze(torch, values: dict) -> None:
     _say(f"{target}'s parameters frozen (requires_grad_(False)) at the model's first forward")
 
 
-def _input_key(args) -> tuple | None:
+def _input_key(args: Any) -> tuple | None:
     import torch
 
     for a in args[:4]:
@@ -673,7 +673,7 @@ def _input_key(args) -> tuple | None:
     return None
 
 
-def reuse(torch, values: dict) -> None:
+def reuse(torch: Any, values: dict) -> None:
     """The module at `target` returns its last output for the same unchanged input: within an
     optimizer step always, across steps where the output needs no gradient."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -684,7 +684,7 @@ def reuse(torch, values: dict) -> None:
         lambda opt, a, k: state.__setitem__("step", state["step"] + 1)
     )
 
-    def act(sub) -> None:
+    def act(sub: Any) -> None:
         orig = sub.forward
 
         def forward(*args, **kwargs):
@@ -704,7 +704,7 @@ def reuse(torch, values: dict) -> None:
     _say(f"{target} returns its last output for the same unchanged input")
 
 
-def _tensors(value) -> list:
+def _tensors(value: Any) -> list:
     import torch
 
     if isinstance(value, torch.Tensor):
