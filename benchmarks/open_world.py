@@ -177,7 +177,7 @@ def look(cause: str, how: str, extra: tuple[str, ...], seconds: float, tmp: Path
 
 def place(f: dict) -> str:
     """The place a finding names: its title's detail in brackets, else its location."""
-    m = re.search(r"\(([^()]*)\)\s*$", f.get("title", ""))
+    m = re.search(r" \((.+)\)\s*$", f.get("title", ""))  # "... ((optimizer) group 0)"
     if m:
         return m.group(1)
     return (f.get("location") or "").rsplit("/", 1)[-1]
@@ -272,6 +272,14 @@ def table(rows: list[dict]) -> str:
 LOOKS_ORDER = {h: i for i, (h, _) in enumerate(LOOKS)}
 
 
+def again(lk: dict) -> dict:
+    """A look's summary read again from its report where it is still there."""
+    path = lk.get("report")
+    if not path or not Path(path).exists():
+        return lk
+    return summarise(json.loads(Path(path).read_text()), lk["how"], path, lk["load"])
+
+
 def merged(paths: list[str]) -> list[dict]:
     """Rows of earlier runs by job, in file order: a later row's parts (bare, looks, try)
     replace an earlier one's."""
@@ -284,7 +292,7 @@ def merged(paths: list[str]) -> list[dict]:
                 if part in row:
                     old[part] = row[part]
             if row.get("looks"):
-                old["looks"] = row["looks"]
+                old["looks"] = [again(lk) for lk in row["looks"]]
     return list(rows.values())
 
 
