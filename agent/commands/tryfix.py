@@ -42,7 +42,9 @@ def add_parser(sub: Any) -> None:
         "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
         "inference_mode, batch, anomaly_off, padding, load_once); any call site: "
         "thin:MODULE.FUNCTION:every=N (run it every N-th call), skip:MODULE.FUNCTION "
-        "(MODULE: a module or the script's stem, e.g. thin:train.compute_metrics:every=50)",
+        "(MODULE: a module or the script's stem, e.g. thin:train.compute_metrics:every=50); any "
+        "module of the model by its dotted path: freeze:UNIT (requires_grad_(False) on it), "
+        "reuse:UNIT (its last output for the same unchanged input)",
     )
     p.add_argument(
         "--from",

@@ -35,7 +35,10 @@ from gpudiag.text.redact import printable, shown
 from gpudiag.text.sink import say
 
 NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
-TARGETED = ("thin", "skip")  # kinds that name a call site: KIND:MODULE.FUNCTION[:VALUES]
+TARGETED = ("thin", "skip", "freeze", "reuse")  # kinds that name a call site or a module:
+# KIND:MODULE.FUNCTION[:VALUES] (thin, skip); KIND:UNIT, the model's module by its dotted path
+UNITS = ("freeze", "reuse")
+UNIT_RE = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 # a call site: dotted names (a nested function's `<locals>` too), module then function
 TARGET_RE = re.compile(r"[A-Za-z_]\w*(\.([A-Za-z_]\w*|<locals>))+")
 REFUSED = "# refused:"  # an arm's step log: the job would have written over its outputs
@@ -349,6 +352,10 @@ def change_line(fix: dict, location: str | None) -> str:
         ),
         "skip": f"take {fix.get('target')} off the loop's path (remove it, or run it in the "
         "background)",
+        "freeze": f"{fix.get('target')}.requires_grad_(False) (what is meant to stay fixed "
+        "computes no gradient and takes no update)",
+        "reuse": f"compute {fix.get('target')}'s output once and reuse it (once a step for a "
+        "second call on the same batch; once before the loop for a constant input)",
     }.get(fix.get("kind", ""), values)
     if location:
         file, _, rest = location.partition(":")
@@ -502,6 +509,13 @@ def check_target(fix: dict) -> str | None:
     kind, target = fix.get("kind"), fix.get("target")
     if kind not in TARGETED:
         return f"fix {kind}: takes no function" if target is not None else None
+    if kind in UNITS:
+        if not isinstance(target, str) or not UNIT_RE.fullmatch(target):
+            return (
+                f"fix {kind}: expected {kind}:MODULE (the model's module by its dotted path, "
+                f"e.g. {kind}:encoder or {kind}:layers.0), got {str(target)[:60]!r}"
+            )
+        return None
     usage = f"{kind}:MODULE.FUNCTION" + (":every=N" if kind == "thin" else "")
     if not isinstance(target, str) or not TARGET_RE.fullmatch(target):
         return (

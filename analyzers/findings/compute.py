@@ -43,14 +43,21 @@ COMP001 = register(
                 "costs more than it needs: float64 FLOPs in a float32 model, a backward of "
                 "`comp_recompute_ratio` (2.6) times its forward's FLOPs or more (recomputation),"
                 " `comp_ops_min` (200) ops a step or more at 10x the median unit's (a Python "
-                "loop over items), on a GPU a per-tensor optimizer over 20 tensors or more; under "
+                "loop over items), on a GPU a per-tensor optimizer over 20 tensors or more; or, "
+                "read on the timed steps from its tensors: 0.75 or more of its outputs at a zero "
+                "gradient (computed, never read), parameters given a gradient that no optimizer "
+                "updates, a second call on an input it already had in the step, the same "
+                "unchanged input every step with no gradient (a constant recomputed), an "
+                "optimizer group whose gradient elements are 0.75 or more zero; under "
                 "`gpudiag run`, `instrument()` or `attach --hooks`, in a training loop. With no "
                 "reason read it is a note, and a verdict of no bottleneck beside it is not sure"
             ),
             fix=(
                 "names the module or group and the change its work calls for: compute it in "
                 "the model's dtype; drop activation checkpointing where the activations fit; "
-                "one batched op in place of a loop of small ones (torch.vmap); foreach=True "
+                "one batched op in place of a loop of small ones (torch.vmap); only the outputs "
+                "that are read; requires_grad_(False) on what does not train; the first output "
+                "reused; a constant computed once; foreach=True "
                 "(fused=True on a GPU) in the optimizer; with no reason read, a profiler "
                 "capture of the step (`--capture-steps`) shows its ops"
             ),
@@ -60,9 +67,11 @@ COMP001 = register(
                         "its share of the step times the share of its time the change gives back"
                         ": half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
                         "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
-                        "its ops for a loop, or its time over its twins' (same FLOPs and "
-                        "parameters, without the reason) where that is more; summed over every "
-                        "place that shows the same reason, whatever its share"
+                        "its ops for a loop, the unread share for unread outputs or zero "
+                        "gradients, its backward for gradients no optimizer takes, the repeated "
+                        "calls' share, all of it for a constant, or its time over its twins' "
+                        "(same FLOPs and parameters, without the reason) where that is more; "
+                        "summed over every place that shows the same reason, whatever its share"
                     ),
                     speedup="a model: 1 / (1 - impact)",
                     variant="a reason read from its work",
@@ -96,6 +105,75 @@ def reference(t: ComputeTable, row: Row) -> float | None:
 # What a reason's fix gives back, as a share of its place's time (a model, stated with it):
 FP64_SAVING = 0.5  # float64 GEMMs at half the float32 rate (a CPU's vector width; GPUs less)
 FOREACH_SAVING = 0.5  # one kernel per tensor and step against a few for the whole group
+# A unit's outputs (or an optimizer group's gradient elements) read as unused from this share
+# at zero gradient: a ReLU after a unit zeroes about half, dropout its rate; a head over every
+# position with the loss at the last, or a layer sliced to a sixteenth, 0.99 and 0.94.
+UNUSED_SHARE = 0.75
+
+
+def waste(row: Row) -> list[tuple[str, str, float]]:
+    """Reasons read from a unit's tensors and parameters (work nobody needs, work repeated)
+    and from an optimizer group's gradients; see `reasons`."""
+    out: list[tuple[str, str, float]] = []
+    w, g = row.why, row.group
+    unused = w.get("unused")
+    if unused is not None and unused >= UNUSED_SHARE:
+        out.append(
+            (
+                f"{unused:.0%} of its outputs get a zero gradient or reach no loss: it computes "
+                "what nobody reads",
+                "compute only the outputs that are read: select them before this module (e.g. "
+                "head(x[:, -1]) in place of head(x)[:, -1]), narrow it to the part read, or "
+                "drop an output no loss uses",
+                unused,
+            )
+        )
+    orphan = w.get("orphan") or 0.0
+    if orphan >= 1 and row.bwd_s > 0 and row.time_s > 0:
+        out.append(
+            (
+                f"its backward computes gradients for {orphan:,.0f} parameter elements that no "
+                "optimizer updates",
+                "freeze them: requires_grad_(False) on its parameters (or run it under "
+                "torch.no_grad() where nothing before it trains)",
+                row.bwd_s / row.time_s,
+            )
+        )
+    repeat = w.get("repeat") or 0.0
+    if repeat >= 0.5 and row.calls:
+        out.append(
+            (
+                f"{repeat:.0f} of its {row.calls:.0f} calls a step run on an input it already "
+                "had in the same step: it computes the same output again",
+                "keep its first output and reuse it (a second forward of the same batch for an "
+                "auxiliary loss or a metric repeats the work)",
+                min(1.0, repeat / row.calls),
+            )
+        )
+    if (w.get("constant") or 0.0) >= 0.5:
+        out.append(
+            (
+                "it runs on the same unchanged input on every sampled step with no gradient: "
+                "its output is the same each step",
+                "compute it once before the loop and reuse the result (again only when its "
+                "input changes)",
+                1.0,
+            )
+        )
+    zero = g.get("zero_grad") if row.kind == "optimizer" else None
+    if zero is not None and zero >= UNUSED_SHARE:
+        out.append(
+            (
+                f"{zero:.0%} of the gradient elements it updates are zero (most in "
+                f"{g.get('zero_param') or 'its largest tensor'}): parameters no loss reached "
+                "this step, updated anyway",
+                "freeze what is meant to stay fixed (requires_grad_(False): no gradient, no "
+                "update), or give an embedding sparse gradients (nn.Embedding(sparse=True) "
+                "with torch.optim.SparseAdam)",
+                zero,
+            )
+        )
+    return out
 
 
 def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, float]]:
@@ -141,6 +219,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                 1.0 - max(typical, 1.0) / row.ops,
             )
         )
+    out += waste(row)
     g = row.group
     # on a GPU only: a launch per tensor is what foreach saves; on a CPU foreach Adam ran at
     # half the for-loop's speed (20 tensors of 512x512 and less, one thread, 2026-11-28)
@@ -193,23 +272,40 @@ def _excess(row: Row, action: str, t: ComputeTable, th: Thresholds) -> float:
     return max(0.0, 1.0 - statistics.median(twins) / row.time_s)
 
 
+def trial(row: Row) -> dict | None:
+    """The `gpudiag try` fix that measures a reason `waste` read, where one applies from
+    outside the code: freeze the module whose gradients nobody takes (or that holds a group's
+    zero gradients), reuse the output of a module called again on the same input."""
+    w, g = row.why, row.group
+    if row.kind == "unit" and (w.get("orphan") or 0.0) >= 1:
+        return {"kind": "freeze", "target": row.name, "values": {}}
+    if row.kind == "unit" and ((w.get("repeat") or 0.0) >= 0.5 or (w.get("constant") or 0) >= 0.5):
+        return {"kind": "reuse", "target": row.name, "values": {}}
+    param = str(g.get("zero_param") or "")
+    if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
+        return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
+    return None
+
+
 def _candidates(
     t: ComputeTable, th: Thresholds, outside: bool = True
-) -> list[tuple[float, Row, float, float]]:
+) -> list[tuple[float, Row, float | None, float | None]]:
     """(impact, row, its efficiency, the reference) of each row far below the reference or
     whose work shows a reason it costs more than it needs (its impact: the larger of the two
     models); `outside`: whether the step's ops outside the model may be one."""
-    out = []
+    out: list[tuple[float, Row, float | None, float | None]] = []
     for row in t.rows:
         if row.kind == "outside" and not outside:
             continue
         eff = row.efficiency
-        if eff is None or row.share < th.comp_share_warn:
+        if row.share < th.comp_share_warn:
             continue
         ref = reference(t, row)
-        if ref is None or ref <= 0:
-            continue
         saving = max((r[2] for r in reasons(row, t, th)), default=0.0)
+        if eff is None or ref is None or ref <= 0:  # no counted work: a reason read alone
+            if saving > 0:
+                out.append((row.share * saving, row, None, None))
+            continue
         far = eff <= th.comp_efficiency_ratio * ref
         if row.kind == "outside" and (row.ops or 0) < th.comp_ops_min:
             far = False  # the loop's own Python and data wait: the stacks' findings say where
@@ -221,12 +317,17 @@ def _candidates(
     return sorted(out, key=lambda x: (not reasons(x[1], t, th), -x[0]))
 
 
-def _evidence(row: Row, eff: float, ref: float, t: ComputeTable, th: Thresholds) -> tuple:
+def _evidence(
+    row: Row, eff: float | None, ref: float | None, t: ComputeTable, th: Thresholds
+) -> tuple:
+    share = th.evidence(
+        "comp_share_warn", "compute_share", round(row.share, 4), "ratio", ">=", "hooks"
+    )
+    if eff is None or ref is None:  # a reason read from its tensors, no counted work
+        return (share, *_why_evidence(row))
     vs = round(eff / ref, 4)
     ev = [
-        th.evidence(
-            "comp_share_warn", "compute_share", round(row.share, 4), "ratio", ">=", "hooks"
-        ),
+        share,
         th.evidence(
             "comp_efficiency_ratio", "compute_efficiency_vs_model", vs, "ratio", "<=", "hooks"
         )
@@ -248,14 +349,27 @@ def _evidence(row: Row, eff: float, ref: float, t: ComputeTable, th: Thresholds)
                 source=t.attainable.source or "hooks",
             )
         )
-    return tuple(ev)
+    return (*ev, *_why_evidence(row))
+
+
+def _why_evidence(row: Row) -> tuple[Evidence, ...]:
+    """What a unit's tensors or a group's gradients showed, where `waste` read a reason."""
+    if not waste(row):
+        return ()
+    vals = {**row.why, **{k: v for k, v in row.group.items() if k == "zero_grad"}}
+    unit = {"unused": "ratio", "orphan": "count", "repeat": "count", "constant": "ratio"}
+    return tuple(
+        Evidence(f"compute_{k}", round(v, 4), unit.get(k, "ratio"), source="hooks")
+        for k, v in sorted(vals.items())
+        if v
+    )
 
 
 def find(c: Context) -> list[Finding]:
     """COMP001 over the hooks' sampled steps (one finding: the costliest place, the others
     named in its message)."""
     t, th = c.compute, c.th
-    if t is None or t.counted_steps == 0:
+    if t is None:
         return []
     # the step outside the model holds the input pipeline where the loop loads its own
     # batches (num_workers=0, or waits for them): its ops are the loading's, which the data
@@ -285,18 +399,29 @@ def find(c: Context) -> list[Finding]:
         )
     )
     more = "".join(
-        f"; also {r.name} ({r.share:.0%} of the step, {e / f:.0%} of the model's efficiency)"
+        f"; also {r.name} ({r.share:.0%} of the step"
+        + (f", {e / f:.0%} of the model's efficiency)" if e is not None and f else ")")
         for _, r, e, f in found[1:3]
     )
+    rate = ""
+    if eff is not None and ref and not (waste(row) and eff > th.comp_efficiency_ratio * ref):
+        rate = (
+            f" and runs at {eff / ref:.1%} of the efficiency the rest of {t.model} attains on "
+            f"this device ({eff:.2%} against {ref:.2%} of the "
+            f"{t.attainable.source.removeprefix('the ') or 'attainable'} rates)"
+        )
     message = (
         f"{where} takes {row.share:.0%} of the training step ({row.time_s * 1e3:.1f} ms of "
-        f"{t.step_s * 1e3:.1f} ms) and runs at {eff / ref:.1%} of the efficiency the rest of "
-        f"{t.model} attains on this device ({eff:.2%} against {ref:.2%} of the "
-        f"{t.attainable.source.removeprefix('the ') or 'attainable'} rates): {shown}{more}."
+        f"{t.step_s * 1e3:.1f} ms){rate}: {shown}{more}."
     )
     actions = tuple(a for _, a, _ in why) or (
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
+    fix = trial(row) if why else None
+    if fix is not None:
+        actions += (
+            f"measure it first: gpudiag try --fix {fix['kind']}:{fix['target']} -- <the job>",
+        )
     return [
         new_finding(
             "COMP001",
@@ -313,12 +438,13 @@ def find(c: Context) -> list[Finding]:
                 f"Make {row.name} do its work at the model's rate", actions
             ),
             expected_speedup=speedup_from_impact(impact),
+            fix=fix,
             signals=("hooks",),
             speedup_basis=(
                 f"a model: {impact:.0%} of the step given back by the change named"
                 if why
                 else f"a bound: {row.name} at the rest of the model's efficiency "
-                f"({row.share:.0%} of the step down to {row.share * eff / ref:.1%})"
+                f"({row.share:.0%} of the step down to {row.share * (eff or 0) / (ref or 1):.1%})"
             ),
             speedup_kind="model" if why else "bound",
         )

@@ -44,6 +44,10 @@ class Row:
     roofline_s: float | None = None  # its work at the attainable rates
     top_ops: str = ""  # the ops it ran most, "name:count" (counted step)
     group: dict = field(default_factory=dict)  # an optimizer group's tensors, bytes, mode
+    why: dict = field(default_factory=dict)  # what its tensors show (timed steps' means):
+    # unused (share of its outputs whose gradient is zero), orphan (its parameters' elements
+    # given a gradient no optimizer updates), repeat (calls a step on an input it already had),
+    # constant (share of timed steps on the last one's unchanged input, no grad)
 
     @property
     def time_s(self) -> float:
@@ -83,6 +87,8 @@ class Row:
             r["top_ops"] = self.top_ops
         if self.group:
             r["group"] = self.group
+        if self.why:
+            r["why"] = {k: round(v, 4) for k, v in self.why.items()}
         return r
 
 
@@ -248,7 +254,7 @@ def compute_table(
         k: (lambda rs: sum(r.total for _, r in rs) / max(1, sum(r.count for _, r in rs)))(
             view.matching("hooks", k, kind="compute_step", counted="0")
         )
-        for k in ("cmp_fwd_s", "cmp_bwd_s", "cmp_opt_s", "cmp_own_s")
+        for k in ("cmp_fwd_s", "cmp_bwd_s", "cmp_opt_s", "cmp_own_s", "cmp_own_bwd_s")
     }
     fwd = _mean(view, "module_fwd_s", kind="module", counted="0")
     bwd = _mean(view, "module_bwd_s", kind="module", counted="0")
@@ -258,6 +264,7 @@ def compute_table(
     device = "cpu" if datasheet is None else "cuda"
     rows = _rows(step, step_s, fwd, bwd, calls, work)
     rows += _groups(view, step.get("cmp_opt_s") or 0.0, step_s, work.get(OPT, {}))
+    rows = _with_why(view, rows)
     att = _attainable(whole or view, datasheet, dtype, rows)
     rows = [_with_roofline(r, att) for r in rows]
     return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device)
@@ -270,7 +277,9 @@ def _rows(step: dict, step_s: float, fwd: dict, bwd: dict, calls: dict, work: di
         rows.append(_row(name, "unit", fwd[name], bwd.get(name, 0.0), step_s, w, calls.get(name)))
     unit_bwd = sum(bwd.get(n, 0.0) for n in fwd)
     own_fwd = step.get("cmp_own_s") or 0.0
-    rows.append(_row(OWN, "own", own_fwd, 0.0, step_s, work.get(OWN, {})))
+    own_bwd = step.get("cmp_own_bwd_s") or 0.0
+    unit_bwd += own_bwd
+    rows.append(_row(OWN, "own", own_fwd, own_bwd, step_s, work.get(OWN, {})))
     model_s = sum(r.time_s for r in rows) + (step.get("cmp_opt_s") or 0.0)
     loss_bwd = max(0.0, (step.get("cmp_bwd_s") or 0.0) - unit_bwd)
     rest = max(0.0, step_s - model_s - loss_bwd)
@@ -351,6 +360,41 @@ def _groups(view: Aggregate, opt_s: float, step_s: float, opt_work: dict) -> lis
             )
         )
     return rows
+
+
+WHY = ("unit_unused", "unit_orphan", "unit_repeat", "unit_constant")
+
+
+def _with_why(view: Aggregate, rows: list[Row]) -> list[Row]:
+    """Each unit's readings of work nobody needs or repeated, and each optimizer group's share
+    of zero gradient elements (with the parameter holding most of them), as the timed steps'
+    means."""
+    units: dict[str, dict[str, float]] = {}
+    for name in WHY:
+        for lab, r in view.matching("hooks", name, kind="module_why"):
+            if r.count:
+                units.setdefault(lab.get("module", ""), {})[name.removeprefix("unit_")] = (
+                    r.total / r.count
+                )
+    zeros: dict[str, tuple[float, int, str]] = {}
+    for lab, r in view.matching("hooks", "group_zero_grad", kind="param_group_grad"):
+        if r.count:
+            g = lab.get("group", "0")
+            tot, n, _ = zeros.get(g, (0.0, 0, ""))
+            zeros[g] = (tot + r.total, n + r.count, lab.get("param", ""))
+    out = []
+    for row in rows:
+        if row.kind == "unit" and row.name in units:
+            row = replace(row, why=units[row.name])
+        elif row.kind == "optimizer" and row.group:
+            g = row.name.rsplit(" ", 1)[-1]
+            if g in zeros:
+                tot, n, param = zeros[g]
+                row = replace(row, group={**row.group, "zero_grad": round(tot / n, 4)})
+                if param:
+                    row = replace(row, group={**row.group, "zero_param": param})
+        out.append(row)
+    return out
 
 
 def _attainable(

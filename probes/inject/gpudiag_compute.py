@@ -187,6 +187,12 @@ class Armed:
         self.fwd: list = []  # (start, end) of the model's forwards
         self.unit_fwd: dict[str, list] = {}
         self.calls: dict[str, int] = {}
+        self.inputs: dict[str, set] = {}  # unit -> its calls' input keys this step
+        self.repeat: dict[str, int] = {}  # unit -> calls on an input it already had this step
+        self.first_input: dict[str, tuple] = {}  # unit -> its first call's input key
+        self.grad_out: dict[str, int] = {}  # unit -> calls whose output requires grad
+        self.zeros: dict[str, list[float]] = {}  # unit -> its output gradients' zero shares
+        self.outputs: set[int] = set()  # ids of the units' outputs hooked this step
         self.bwd: list = []  # (start, end) of backward calls
         self.bwd_marks: list = []  # (mark, unit) a unit's backward begins
         self.opt_start = None
@@ -263,6 +269,18 @@ class Armed:
             self.stack.append(name)
             self.place = name
             self.calls[name] = self.calls.get(name, 0) + 1
+            for t in _tensors(args)[:1]:
+                # its input's gradient: its backward is done (where the input is another
+                # unit's output, that unit's backward begins there instead)
+                if t.requires_grad and id(t) not in self.outputs:
+                    t.register_hook(self._bwd_end)
+            key = input_key(args)
+            if key is not None:
+                seen = self.inputs.setdefault(name, set())
+                if key in seen:
+                    self.repeat[name] = self.repeat.get(name, 0) + 1
+                seen.add(key)
+                self.first_input.setdefault(name, key)
             self.unit_fwd.setdefault(name, []).append([self.clock.mark(), None])
             return None
 
@@ -277,6 +295,8 @@ class Armed:
             self.unit_fwd[name][-1][1] = self.clock.mark()
             for t in _tensors(out):
                 if t.requires_grad:
+                    self.grad_out[name] = self.grad_out.get(name, 0) + 1
+                    self.outputs.add(id(t))
                     t.register_hook(self._bwd_start(name))
                     break
             return None
@@ -287,9 +307,21 @@ class Armed:
         def hook(grad):
             self.bwd_marks.append((self.clock.mark(), name))
             self.place = name
+            if not self.counting:  # (the counting mode would count the look as its work)
+                share = zero_share(grad)
+                if share is not None:
+                    self.zeros.setdefault(name, []).append(share)
             return None
 
         return hook
+
+    def _bwd_end(self, grad: Any) -> None:
+        """A unit's backward reached its input: the model's own code's backward (the ops
+        between units: a loop over positions, a pooling) runs until the next unit's begins."""
+        if self.phase == "bwd":
+            self.bwd_marks.append((self.clock.mark(), OWN))
+            self.place = OWN
+        return None
 
     def _timed_backward(self, orig):
         def backward(*args, **kwargs):
@@ -373,8 +405,12 @@ class Armed:
         units: dict[str, list[float]] = {}
         for name, spans in self.unit_fwd.items():
             units[name] = [sum(sec(b) - sec(a) for a, b in spans if b is not None), 0.0]
+        own_bwd = 0.0
         for (a, b), name in self._bwd_spans():
-            units.setdefault(name, [0.0, 0.0])[1] += b - a
+            if name == OWN:
+                own_bwd += b - a
+            else:
+                units.setdefault(name, [0.0, 0.0])[1] += b - a
         own = fwd - sum(v[0] for v in units.values())
         rec: dict = {
             "t": time.time(),
@@ -384,6 +420,7 @@ class Armed:
             "bwd": bwd,
             "opt": opt,
             "own": max(0.0, own),
+            "own_bwd": own_bwd,
             "units": [[n, v[0], v[1], self.calls.get(n, 0)] for n, v in units.items()],
             "model": type(self.root).__name__,
             "device": self._device(),
@@ -394,7 +431,48 @@ class Armed:
                 rec["gemm"] = [self.work.gemm[1], *self.work.gemm[2]]
         if optimizer is not None:
             rec["groups"] = optimizer_groups(self.sampler.torch, optimizer)
+        if not self.counting:
+            rec["why"] = self._why(optimizer)
+            if optimizer is not None:
+                rec["gzero"] = group_zeros(self.sampler.torch, optimizer, self.root)
         return rec
+
+    def _why(self, optimizer: Any) -> list:
+        """Per unit, what its tensors show of work nobody needs or work repeated: the share of
+        its outputs whose gradient is zero (or that reach no loss), the elements of its
+        parameters given a gradient that no optimizer updates, its calls on an input it already
+        had this step, and whether it ran on the same unchanged input as on the last sampled
+        step with no output requiring grad (the same result again)."""
+        held = optimizer_params([*list(self.sampler.optimizers), optimizer])
+        last = self.sampler.last_inputs
+        rows = []
+        for name, mod in self.units:
+            calls = self.calls.get(name, 0)
+            if not calls:
+                continue
+            hooked = self.grad_out.get(name, 0)
+            zeros = self.zeros.get(name, [])
+            unused = None
+            if hooked:  # an output no gradient reached counts as all unused
+                unused = (sum(zeros[:hooked]) + max(0, hooked - len(zeros))) / hooked
+            orphan = 0.0
+            if held is not None:
+                try:
+                    orphan = float(
+                        sum(
+                            p.numel()
+                            for p in mod.parameters()
+                            if p.grad is not None and id(p) not in held
+                        )
+                    )
+                except Exception:
+                    orphan = 0.0
+            key = self.first_input.get(name)
+            constant = float(key is not None and not hooked and last.get(name) == key)
+            if key is not None:
+                last[name] = key
+            rows.append([name, unused, orphan, float(self.repeat.get(name, 0)), constant])
+        return rows
 
     def _device(self) -> str:
         try:
@@ -443,6 +521,83 @@ class Armed:
             return 0.0
 
 
+ZERO_SAMPLE = 65536  # gradient elements looked at per tensor (strided) for their zero share
+
+
+def input_key(args: Any) -> tuple | None:
+    """What identifies a call's first tensor input as unchanged: its storage, offset, shape,
+    strides and in-place version (a new batch, or the same buffer written again, differs)."""
+    import torch
+
+    for a in args[:4]:
+        if isinstance(a, torch.Tensor):
+            try:
+                return (a.data_ptr(), tuple(a.shape), a.stride(), a._version)
+            except Exception:
+                return None
+    return None
+
+
+def zero_share(grad: Any) -> float | None:
+    """The share of a gradient's elements that are exactly zero (a strided sample of at most
+    ZERO_SAMPLE elements: a few microseconds)."""
+    try:
+        flat = grad.detach().reshape(-1)
+        n = flat.numel()
+        if n == 0:
+            return None
+        step = max(1, n // ZERO_SAMPLE)
+        part = flat[::step]
+        return float((part == 0).sum()) / part.numel()
+    except Exception:
+        return None
+
+
+def optimizer_params(opts: list) -> set[int] | None:
+    """The ids of the tensors the job's optimizers update (None: no optimizer seen)."""
+    held: set[int] = set()
+    seen = False
+    for opt in opts:
+        if opt is None:
+            continue
+        try:
+            held |= {id(p) for g in opt.param_groups for p in g.get("params", ())}
+            seen = True
+        except Exception:
+            continue
+    return held if seen else None
+
+
+def group_zeros(torch: Any, opt: Any, root: Any) -> list:
+    """Per parameter group: the share of its gradients' elements that are zero (a strided
+    sample of each tensor, weighted by its elements), and the name of the parameter with the
+    most zero elements (rows of an embedding nobody looked up: an update over nothing)."""
+    names = {}
+    try:
+        names = {id(p): n for n, p in root.named_parameters()}
+    except Exception:
+        pass
+    rows: list[list] = []
+    try:
+        groups = opt.param_groups
+    except Exception:
+        return rows
+    for i, g in enumerate(groups[:16]):
+        zero, total, worst, worst_zero = 0.0, 0.0, "", 0.0
+        for p in [p for p in g.get("params", ()) if getattr(p, "grad", None) is not None][:4096]:
+            share = zero_share(p.grad)
+            if share is None:
+                continue
+            n = float(p.numel())
+            zero += share * n
+            total += n
+            if share * n > worst_zero:
+                worst, worst_zero = names.get(id(p), ""), share * n
+        if total:
+            rows.append([str(i), zero / total, worst[:120]])
+    return rows
+
+
 def optimizer_groups(torch: Any, opt: Any) -> list:
     """Per parameter group: tensors, elements, bytes of the params and of their optimizer state,
     whether the update runs foreach or fused, and the params' dtype."""
@@ -487,6 +642,52 @@ def _overloads(packet: Any) -> list:
         return []
 
 
+class Discovery:
+    """One step's global forward hooks that find the model: the outermost module with
+    parameters, in training mode, that forwards in the step (the largest when several do).
+    Under `attach --hooks` the hooks load mid-step, so the first forwards they see can be a
+    model's inner modules; a whole step seen from its start shows the model itself."""
+
+    def __init__(self) -> None:
+        from torch.nn.modules import module as nn_module
+
+        self.depth = 0
+        self.best: Any = None
+        self.best_n = -1
+        self.handles = [
+            nn_module.register_module_forward_pre_hook(self._pre),
+            nn_module.register_module_forward_hook(self._post),
+        ]
+
+    def _pre(self, mod, args):
+        try:
+            if self.depth == 0 and mod.training:
+                n = sum(p.numel() for p in mod.parameters())
+                if n > self.best_n and n > 0:
+                    self.best, self.best_n = mod, n
+        except Exception:
+            pass
+        self.depth += 1
+        return None
+
+    def _post(self, mod, args, out):
+        self.depth = max(0, self.depth - 1)
+        return None
+
+    def finish(self) -> Any:
+        """The hooks out; the model found (None: no module forwarded in the step)."""
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.handles = []
+        try:
+            return None if self.best is None else weakref.ref(self.best)
+        except TypeError:
+            return None
+
+
 class Sampler:
     """Arms a step now and then (see the module's docstring) and keeps its records."""
 
@@ -505,6 +706,11 @@ class Sampler:
         self.records: list[dict] = []
         self.disabled: str | None = None
         self.last_opt: Any = None
+        self.optimizers: weakref.WeakSet = weakref.WeakSet()
+        self.last_inputs: dict[str, tuple] = {}  # unit -> its input key on the last timed step
+        self.root_ref: Any = None  # the model, as a step's outermost forward showed it
+        self.finding: Discovery | None = None
+        self.discovered = False
         aten = torch.ops.aten
         self.gemm_ops = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution}
         self.conv = aten.convolution
@@ -518,6 +724,8 @@ class Sampler:
     def note_optimizer(self, opt: Any) -> None:
         try:
             self.last_opt = weakref.ref(opt)
+            if len(self.optimizers) < 16:
+                self.optimizers.add(opt)  # (a GAN's two: a parameter either one updates is held)
         except TypeError:
             self.last_opt = None
 
@@ -526,11 +734,23 @@ class Sampler:
         self.steps += 1
         if self.armed is not None:
             self._finish()
+        if self.finding is not None:
+            found, self.finding = self.finding, None
+            self.root_ref = found.finish()
         if self.disabled or self.steps < WARMUP_STEPS or self.paused():
             return
         now = time.monotonic()
         if now < self.next_at:
             return
+        if self.root_ref is not None and self.root_ref() is None:
+            self.discovered = False  # the model found is gone: look again
+        if not self.discovered:
+            self.discovered = True
+            try:  # the next step shows the model (see Discovery); armed on the one after
+                self.finding = Discovery()
+                return
+            except Exception:
+                self.finding = None
         self.next_at = now + SAMPLE_EVERY_S
         counting = self.counts_left > 0 or now >= self.count_at
         if counting:  # owed counts and spacing taken now: a step that fails is not retried
@@ -558,6 +778,9 @@ class Sampler:
         self.count_at = time.monotonic() + max(COUNT_MIN_S, max(0.0, extra) / COUNT_BUDGET)
 
     def _root(self):
+        found = self.root_ref() if self.root_ref is not None else None
+        if found is not None and getattr(found, "training", False):
+            return found
         try:
             roots = [m for m in list(self.models) if m.training]
         except Exception:
@@ -609,4 +832,7 @@ class Sampler:
         arm, self.armed = self.armed, None
         if arm is not None:
             arm.remove()
+        found, self.finding = self.finding, None
+        if found is not None:
+            found.finish()
         self.records = []

@@ -25,6 +25,12 @@ is a patch of this process only. Kinds:
   once transformers is loaded (a dataset tokenized by `map()`, no tensors, is left alone);
 - settings: torch's global settings held at the values given (anomaly, deterministic,
   cudnn_deterministic, cudnn_benchmark: true/false): DEBUG001's switches off;
+- freeze: the model's module at the dotted path `target` (`backbone`, `layers.0`) stops
+  training: requires_grad_(False) on its parameters at the model's first forward (no gradient
+  computed for it, no update): COMP001's parameters given a gradient nobody takes;
+- reuse: the model's module at `target` returns its last output when called again on the same
+  unchanged input (in the same step; across steps too where its output needs no gradient):
+  COMP001's second call on the same input, or a constant recomputed every step;
 - thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
   the calls between return its last result; skip: it never runs (its calls return None): a
   trial for any call site (gpudiag_callsite).
@@ -614,7 +620,105 @@ def skip(torch: Any, values: dict) -> None:
     _say(site.describe())
 
 
+MAX_LOOKS = 200  # model forwards looked at for a unit's path before saying it is missing
+
+
+def _on_model(torch: Any, target: str, act: Any) -> None:
+    """Call act(module) once, with the module at `target` under the first module to forward
+    that has it (the model; a wrapper's `module.` prefix is part of the path)."""
+    from torch.nn.modules import module as nn_module
+
+    first = target.split(".", 1)[0]
+    state: dict[str, Any] = {"looks": 0, "handle": None}
+
+    def pre(mod, args):
+        if state["handle"] is None:
+            return None
+        if first not in getattr(mod, "_modules", {}):
+            state["looks"] += 1
+            if state["looks"] == MAX_LOOKS:
+                _log_line(f"# not applied: no module {target} in the model's forwards")
+            return None
+        try:
+            sub = mod.get_submodule(target)
+        except Exception:
+            return None
+        state["handle"].remove()
+        state["handle"] = None
+        act(sub)
+        return None
+
+    state["handle"] = nn_module.register_module_forward_pre_hook(pre)
+
+
+def freeze(torch: Any, values: dict) -> None:
+    """The module at `target` stops training: no gradient for its parameters, no update."""
+    target = str(values["target"])
+
+    def act(sub: Any) -> None:
+        for p in sub.parameters():
+            p.requires_grad_(False)
+            p.grad = None
+
+    _on_model(torch, target, act)
+    _say(f"{target}'s parameters frozen (requires_grad_(False)) at the model's first forward")
+
+
+def _input_key(args: Any) -> tuple | None:
+    import torch
+
+    for a in args[:4]:
+        if isinstance(a, torch.Tensor):
+            return (a.data_ptr(), tuple(a.shape), a.stride(), a._version)
+    return None
+
+
+def reuse(torch: Any, values: dict) -> None:
+    """The module at `target` returns its last output for the same unchanged input: within an
+    optimizer step always, across steps where the output needs no gradient."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    target = str(values["target"])
+    state: dict = {"step": 0, "key": None, "out": None, "at": -1}
+    register_optimizer_step_post_hook(
+        lambda opt, a, k: state.__setitem__("step", state["step"] + 1)
+    )
+
+    def act(sub: Any) -> None:
+        orig = sub.forward
+
+        def forward(*args, **kwargs):
+            key = None if kwargs else _input_key(args)
+            out = state["out"]
+            if key is not None and key == state["key"] and out is not None:
+                grads = [t for t in _tensors(out) if t.requires_grad]
+                if state["at"] == state["step"] or not grads:
+                    return out
+            out = orig(*args, **kwargs)
+            state.update(key=key, out=out, at=state["step"])
+            return out
+
+        sub.forward = forward
+
+    _on_model(torch, target, act)
+    _say(f"{target} returns its last output for the same unchanged input")
+
+
+def _tensors(value: Any) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    if isinstance(value, dict):
+        return [v for v in value.values() if isinstance(v, torch.Tensor)]
+    return []
+
+
 KINDS = {
+    "freeze": freeze,
+    "reuse": reuse,
     "dataloader": dataloader,
     "optimizer": optimizer,
     "cudnn_benchmark": cudnn_benchmark,

@@ -22,6 +22,7 @@ FIELDS = (
     Field("cmp_bwd_s", "s", "gauge", "the sampled step's backward calls"),
     Field("cmp_opt_s", "s", "gauge", "the sampled step's optimizer step"),
     Field("cmp_own_s", "s", "gauge", "forward time in the model outside its units"),
+    Field("cmp_own_bwd_s", "s", "gauge", "backward time of the model's code between units"),
     Field("module_fwd_s", "s", "gauge", "a unit's forward time in a sampled step"),
     Field("module_bwd_s", "s", "gauge", "a unit's share of the backward in a sampled step"),
     Field("module_calls", "count", "gauge", "a unit's forward calls in a sampled step"),
@@ -42,6 +43,11 @@ FIELDS = (
     Field("group_state_bytes", "bytes", "gauge", "their optimizer state's bytes"),
     Field("group_foreach", "ratio", "gauge", "1 when the group's update is foreach"),
     Field("group_fused", "ratio", "gauge", "1 when the group's update is fused"),
+    Field("unit_unused", "ratio", "gauge", "share of a unit's outputs whose gradient is zero"),
+    Field("unit_orphan", "count", "gauge", "its parameters' elements no optimizer updates"),
+    Field("unit_repeat", "count", "gauge", "its calls on an input it already had in the step"),
+    Field("unit_constant", "ratio", "gauge", "1: the same input as last sampled step, no grad"),
+    Field("group_zero_grad", "ratio", "gauge", "share of a group's gradient elements at zero"),
     Field("calib_rate", "1/s", "gauge", "the agent's calibration: FLOP/s (gemm) or B/s (copy)"),
 )
 MAX_RECORDS = 64
@@ -102,6 +108,8 @@ def _record(rec: dict) -> list[Sample]:
     if values["cmp_step_s"] is None:
         return []
     values["cmp_own_s"] = _num(rec.get("own"))
+    if "own_bwd" in rec:  # (hooks before the own code's backward was cut out send none)
+        values["cmp_own_bwd_s"] = _num(rec.get("own_bwd"))
     out = [
         Sample("hooks", t_ns, {"kind": "compute_step", "model": model, "counted": counted}, values)
     ]
@@ -118,6 +126,43 @@ def _record(rec: dict) -> list[Sample]:
                 }
                 out.append(Sample("hooks", t_ns, labels, vals))
     out += _work(rec, t_ns) + _groups(rec, t_ns) + _gemm(rec, t_ns)
+    return out + _why(rec, t_ns) + _group_zeros(rec, t_ns)
+
+
+def _why(rec: dict, t_ns: int) -> list[Sample]:
+    """A timed step's per-unit readings of work nobody needs or repeated (kind module_why)."""
+    rows = rec.get("why")
+    out = []
+    for row in rows[:MAX_UNITS] if isinstance(rows, list) else ():
+        if not isinstance(row, list) or len(row) != 5 or not _label(row[0]):
+            continue
+        unused, orphan, repeat, constant = (_num(v) for v in row[1:])
+        if unused is not None and unused > 1:
+            unused = None
+        if orphan is None or repeat is None or constant is None:
+            continue
+        vals: dict[str, float | None] = {
+            "unit_unused": unused,
+            "unit_orphan": orphan,
+            "unit_repeat": repeat,
+            "unit_constant": min(1.0, constant),
+        }
+        out.append(Sample("hooks", t_ns, {"kind": "module_why", "module": row[0][:120]}, vals))
+    return out
+
+
+def _group_zeros(rec: dict, t_ns: int) -> list[Sample]:
+    """A timed step's share of each optimizer group's gradient elements at zero."""
+    rows = rec.get("gzero")
+    out = []
+    for row in rows[:16] if isinstance(rows, list) else ():
+        if not isinstance(row, list) or len(row) != 3 or not _label(row[0], 8):
+            continue
+        share = _num(row[1])
+        if share is None or share > 1:
+            continue
+        labels = {"kind": "param_group_grad", "group": row[0][:8], "param": _label(row[2]) or ""}
+        out.append(Sample("hooks", t_ns, labels, {"group_zero_grad": share}))
     return out
 
 

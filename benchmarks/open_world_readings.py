@@ -1,0 +1,67 @@
+"""What the in-job compute sampler reads on each open-world job (tests/workloads/
+compute_open_world.py), without the agent: the job's model stepped in this process with a step
+armed whenever it may, its records read back as the compute table, and COMP001's first place and
+reason printed. No timing is reported (a check of the readings, not of speed).
+
+    python benchmarks/open_world_readings.py [CAUSE ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "workloads"))
+import compute_open_world as w  # noqa: E402
+
+from gpudiag.analyzers.findings.compute import _candidates, reasons, trial  # noqa: E402
+from gpudiag.analyzers.measures.compute import compute_table  # noqa: E402
+from gpudiag.analyzers.model.thresholds import Thresholds  # noqa: E402
+from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
+from gpudiag.probes.inject import gpudiag_compute as gc  # noqa: E402
+from gpudiag.probes.inprocess.compute_rows import compute_samples  # noqa: E402
+
+
+def readings(cause: str, steps: int = 14) -> str:
+    """One markdown row: the job, COMP001's first place, its reason and its trial."""
+    torch.manual_seed(0)
+    job = w.Step(cause, False)
+    sampler = gc.Sampler(torch, [])
+    sampler.note_optimizer(job.opt)
+    hook = job.opt.register_step_post_hook(lambda o, a, k: sampler.on_step())
+    for _ in range(steps):
+        job.step()
+    hook.remove()
+    recs = sampler.take()
+    sampler.cancel()
+    tl = Timeline()
+    for i, rec in enumerate(recs):
+        rec["t"] = 1.8e9 + i
+        tl.extend(compute_samples({"cmp": [rec]}))
+    t = compute_table(tl.whole())
+    if t is None:
+        return f"| {cause} | no timed step | | |"
+    found = _candidates(t, Thresholds())
+    if not found:
+        return f"| {cause} | none ({t.model}) | | |"
+    _, row, _, _ = found[0]
+    why = "; ".join(r[0] for r in reasons(row, t, Thresholds()))[:150] or "no reason read"
+    fix = trial(row)
+    tried = f"`{fix['kind']}:{fix['target']}`" if fix else "-"
+    return f"| {cause} | {row.name} ({row.share:.0%} of the step) | {why} | {tried} |"
+
+
+def main() -> None:
+    gc.SAMPLE_EVERY_S = 0.0
+    torch.set_num_threads(1)
+    causes = sys.argv[1:] or [*w.CAUSES, *w.CONTROLS]
+    print("| job | COMP001's place | reason read | trial carried |\n|---|---|---|---|")
+    for cause in causes:
+        print(readings(cause), flush=True)
+
+
+if __name__ == "__main__":
+    main()

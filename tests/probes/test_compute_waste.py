@@ -1,0 +1,188 @@
+"""What the in-job compute sampler reads from a step's tensors (issue 55's open world): outputs
+nobody reads, gradients no optimizer takes, a second call on the same input, a constant
+recomputed, an optimizer group updating zero gradients; the model found from a whole step; the
+model's own code's backward apart from its units'. COMP001 names each at its module or group."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from gpudiag.analyzers.findings.compute import find  # noqa: E402
+from gpudiag.analyzers.measures.compute import compute_table  # noqa: E402
+from gpudiag.analyzers.model.thresholds import Thresholds  # noqa: E402
+from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
+from gpudiag.probes.inject import gpudiag_compute as gc  # noqa: E402
+from gpudiag.probes.inprocess.compute_rows import compute_samples  # noqa: E402
+
+
+def mlp(w: int = 32) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))
+
+
+class Frozen(nn.Module):  # a backbone meant frozen, its parameters left requiring grad
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone, self.head = mlp(), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+class LastOnly(nn.Module):  # a head over every position; the loss reads the last
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))[:, -1]
+
+
+class Twice(nn.Module):  # the encoder run again on the same batch
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder, self.head, self.aux = mlp(), nn.Linear(32, 4), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.encoder(x)) + self.aux(self.encoder(x))
+
+
+class Constant(nn.Module):  # a frozen encoder of constant prompts, every step
+    def __init__(self) -> None:
+        super().__init__()
+        self.text, self.image = mlp(), nn.Linear(32, 32)
+        self.text.requires_grad_(False)
+        self.prompts = torch.randn(4, 32)
+
+    def forward(self, x):
+        with torch.no_grad():
+            t = self.text(self.prompts)
+        return self.image(x) @ t.T
+
+
+class Embed(nn.Module):  # a large table, few rows looked up a step
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(5000, 32), nn.Linear(32, 4)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens).mean(dim=1))
+
+
+class OwnLoop(nn.Module):  # a loop over positions in the model's own code between units
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.head = nn.Linear(32, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        pooled = torch.stack([h[:, : i + 1].mean(dim=1) for i in range(h.shape[1])], dim=1)
+        return self.head(pooled.mean(dim=1))
+
+
+def _x(model: nn.Module) -> torch.Tensor:
+    if isinstance(model, Embed):
+        return torch.randint(0, 5000, (8, 6))
+    if isinstance(model, (LastOnly, OwnLoop)):
+        return torch.randn(8, 80 if isinstance(model, OwnLoop) else 16, 32)
+    return torch.randn(8, 32)
+
+
+def _table(model: nn.Module, monkeypatch, steps: int = 10):
+    """The model trained `steps` steps with the sampler arming a step whenever it may (a step
+    to find the model, one counted, then timed ones), its records read back as the table."""
+    monkeypatch.setattr(gc, "SAMPLE_EVERY_S", 0.0)
+    params = model.head.parameters() if isinstance(model, Frozen) else model.parameters()
+    opt = torch.optim.Adam([p for p in params if p.requires_grad], lr=1e-3)
+    sampler = gc.Sampler(torch, [])  # no model seen forwarding: the step shows it
+    sampler.note_optimizer(opt)
+    hook = opt.register_step_post_hook(lambda o, a, k: sampler.on_step())
+    x, y = _x(model), torch.randint(0, 4, (8,))
+    try:
+        for _ in range(steps):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        hook.remove()
+    recs = sampler.take()
+    sampler.cancel()  # the step armed after the last one: its global hooks out
+    tl = Timeline()
+    for i, rec in enumerate(recs):
+        rec["t"] = 1.8e9 + i
+        tl.extend(compute_samples({"cmp": [rec]}))
+    return compute_table(tl.whole())
+
+
+def _comp001(t):
+    class C:
+        class profile:  # noqa: N801 (the context's field)
+            @staticmethod
+            def share(category: str) -> float:
+                return 0.0
+
+    c = C()
+    c.compute, c.th = t, replace(Thresholds(), comp_share_warn=0.0)
+    return find(c)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("model", "named", "said"),
+    [
+        (Frozen, "backbone", "no optimizer updates"),
+        (LastOnly, "head|body", "zero gradient"),  # both compute unread rows: 0.1 ms each
+        (Twice, "encoder", "already had in the same step"),
+        (Constant, "text", "same unchanged input"),
+        (Embed, "(optimizer) group 0", "embed.weight"),
+        (OwnLoop, "(model's own code)", "ops a step"),
+    ],
+)
+def test_the_cause_is_read_from_the_steps_tensors_and_named(model, named, said, monkeypatch):
+    t = _table(model(), monkeypatch)
+    assert t is not None and t.model == model.__name__  # found from a whole step
+    (f,) = _comp001(t)
+    assert f.severity == "warning" and any(f"({n})" in f.title for n in named.split("|")), f.title
+    assert said in f.message, f.message
+
+
+def test_a_healthy_model_shows_none_of_it(monkeypatch):
+    t = _table(nn.Sequential(mlp(), nn.Linear(32, 4)), monkeypatch)
+    for row in t.rows:
+        assert not (row.why.get("orphan") or row.why.get("repeat") or row.why.get("constant"))
+        assert (row.why.get("unused") or 0.0) < 0.75
+        assert (row.group.get("zero_grad") or 0.0) < 0.75
+    assert all(f.severity == "note" for f in _comp001(t))
+
+
+def test_the_own_codes_backward_is_its_own_not_the_last_units(monkeypatch):
+    rows = {r.name: r for r in _table(OwnLoop(), monkeypatch).rows}
+    assert rows["(model's own code)"].bwd_s > 0  # (no wall-clock comparison: a busy box)
+    assert (rows["(model's own code)"].ops or 0) > 10 * (rows["head"].ops or 1)
+
+
+def test_a_gan_s_two_optimizers_leave_no_gradient_orphaned(monkeypatch):
+    model = Frozen()
+    other = torch.optim.SGD(model.backbone.parameters(), lr=0.1)  # the backbone's own optimizer
+    monkeypatch.setattr(gc, "SAMPLE_EVERY_S", 0.0)
+    opt = torch.optim.Adam(model.head.parameters())
+    sampler = gc.Sampler(torch, [model])
+    for o in (other, opt):
+        sampler.note_optimizer(o)
+    hook = opt.register_step_post_hook(lambda o, a, k: sampler.on_step())
+    x, y = torch.randn(8, 32), torch.randint(0, 4, (8,))
+    for _ in range(8):
+        F.cross_entropy(model(x), y).backward()
+        other.step()
+        opt.step()
+        other.zero_grad()
+        opt.zero_grad()
+    hook.remove()
+    why = [w for rec in sampler.take() for w in rec.get("why", [])]
+    sampler.cancel()
+    assert why and all(w[2] == 0 for w in why)
