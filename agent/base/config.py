@@ -24,6 +24,7 @@ class Settings:
     price: Price | None = None
     price_table: dict[str, float] | None = None
     otlp_endpoint: str | None = None  # [otlp] endpoint: where run/attach/watch export
+    otlp_protocol: str | None = None  # [otlp] protocol: grpc or http/protobuf
 
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a settings file is a few KiB; refuse a runaway file
@@ -142,7 +143,16 @@ def load_settings(
         if not 0 <= price < 1e9:  # also refuses nan and inf
             raise UsageError("--price must be a finite non-negative number (USD per GPU-hour)")
         explicit = Price(price, "--price")
-    otlp = _table(section, "otlp", source).get("endpoint")
-    if otlp is not None and not isinstance(otlp, str):
+    otlp, protocol = _otlp(section, source)
+    return Settings(thresholds, rules, source, explicit, table, otlp, protocol)
+
+
+def _otlp(section: dict, source: str | None) -> tuple[str | None, str | None]:
+    """[otlp] endpoint and protocol (checked as strings; the protocol's value by fleet/otlp)."""
+    table = _table(section, "otlp", source)
+    endpoint, protocol = table.get("endpoint"), table.get("protocol")
+    if endpoint is not None and not isinstance(endpoint, str):
         raise UsageError(f"{source}: [otlp] endpoint must be a URL string")
-    return Settings(thresholds, rules, source, explicit, table, otlp)
+    if protocol is not None and protocol not in ("grpc", "http/protobuf"):
+        raise UsageError(f'{source}: [otlp] protocol must be "grpc" or "http/protobuf"')
+    return endpoint, protocol

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
@@ -26,9 +26,11 @@ from gpudiag.agent.output.render.text import render_text
 from gpudiag.agent.output.report import check_writable, report_of, write_report
 from gpudiag.agent.session.launch import launch
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
-from gpudiag.analyzers import Analysis
 from gpudiag.text.formatting import speedup_text
 from gpudiag.text.sink import emit
+
+if TYPE_CHECKING:
+    from gpudiag.analyzers import Analysis
 
 FIRST_STEP_WAIT_S = 180.0  # start-up allowed before the first step (imports on a busy box)
 CHECK_EVERY_S = 2.0  # how often the verdict so far is looked at

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from gpudiag.agent.base.config import Settings
+from gpudiag.agent.fleet.otlp import PROTOCOLS, Otlp, choose_protocol
 from gpudiag.agent.fleet.server import DEFAULT_ADDR, MetricsServer, open_metrics
 
 
@@ -39,9 +40,17 @@ def metrics_options(p: argparse._ActionsContainer, default_port: int | None = No
     p.add_argument(
         "--otlp",
         metavar="ENDPOINT",
-        help="also export the metrics and the verdict over OTLP/HTTP to ENDPOINT (e.g. "
-        "http://127.0.0.1:4318; [tool.gpudiag.otlp] endpoint in the config; needs pip "
+        help="also export the metrics and the verdict over OpenTelemetry's OTLP to ENDPOINT "
+        "(e.g. http://127.0.0.1:4318; [tool.gpudiag.otlp] endpoint in the config; needs pip "
         "install 'gpudiag[otlp]')",
+    )
+    p.add_argument(
+        "--otlp-protocol",
+        choices=PROTOCOLS,
+        metavar="{grpc,http/protobuf}",
+        help="the OTLP protocol (default: [tool.gpudiag.otlp] protocol, else "
+        "$OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf); grpc sends to http://HOST:4317 "
+        "and needs pip install 'gpudiag[otlp-grpc]'",
     )
 
 
@@ -52,12 +61,17 @@ class MetricsArgs:
     metrics_port: int | None = None
     metrics_addr: str = DEFAULT_ADDR
     otlp: str | None = None
+    otlp_protocol: str | None = None
 
-    def otlp_endpoint(self, settings: Settings | None = None) -> str | None:
-        """--otlp, else the config's [otlp] endpoint."""
-        return self.otlp or (settings.otlp_endpoint if settings is not None else None)
+    def otlp_target(self, settings: Settings | None = None) -> Otlp | None:
+        """--otlp, else the config's [otlp] endpoint, with its protocol; None without either."""
+        endpoint = self.otlp or (settings.otlp_endpoint if settings is not None else None)
+        if not endpoint:
+            return None
+        config = settings.otlp_protocol if settings is not None else None
+        return Otlp(endpoint, choose_protocol(self.otlp_protocol, config))
 
     def open_metrics(self, settings: Settings | None = None) -> MetricsServer | None:
         """The endpoint listening and the OTLP export started (before the job starts: a port
         in use is a usage error first), or None without --metrics-port or --otlp."""
-        return open_metrics(self.metrics_port, self.metrics_addr, self.otlp_endpoint(settings))
+        return open_metrics(self.metrics_port, self.metrics_addr, self.otlp_target(settings))

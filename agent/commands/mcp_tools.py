@@ -18,7 +18,7 @@ from gpudiag.agent.base.config import load_settings
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
 from gpudiag.agent.output.report import load_report
-from gpudiag.analyzers.model.catalogue import CATALOGUE, Spec
+from gpudiag.analyzers.model.catalogue import Spec
 from gpudiag.text.redact import redact_argv, shown
 
 MAX_SECONDS = 600.0  # the longest diagnosis one call may ask for
@@ -260,18 +260,22 @@ def saved_reports(cfg: McpConfig) -> list[dict]:
 # ---- explain -----------------------------------------------------------------------------
 def catalogue() -> list[dict]:
     """Every finding id the catalogue holds: id, title, category."""
+    from gpudiag.analyzers.engine.catalogue_doc import catalogue as specs  # every unit
+
     return [
         {"id": s.id, "title": s.title, "category": s.category}
-        for s in sorted(CATALOGUE.values(), key=lambda s: s.id)
+        for s in sorted(specs().values(), key=lambda s: s.id)
     ]
 
 
 def finding_spec(finding: str) -> Spec:
     """The spec of a finding id (case-insensitive); UsageError for an unknown one."""
+    from gpudiag.analyzers.engine.catalogue_doc import catalogue as specs  # every unit
+
     fid = finding.strip().upper()
-    if fid not in CATALOGUE:
+    if fid not in specs():
         raise UsageError(f"no finding {finding[:40]!r} in the catalogue (e.g. DATA001)")
-    return CATALOGUE[fid]
+    return specs()[fid]
 
 
 def explain(cfg: McpConfig, finding: str, report: str | None = None) -> dict:

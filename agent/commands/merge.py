@@ -29,8 +29,6 @@ from gpudiag.agent.output.report import (
 from gpudiag.agent.session.wiring import print_summary
 from gpudiag.analyzers.distributed.compare import RankStats
 from gpudiag.analyzers.distributed.passes import RanksSeen, ReportsMerged
-from gpudiag.analyzers.engine.finalize import merged_verdict
-from gpudiag.analyzers.engine.registry import MERGE
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.text.sink import emit
 
@@ -107,6 +105,9 @@ def _rank_stats(r: dict) -> RankStats:
 
 def merge_reports(paths: list[str], th: Thresholds | None = None) -> dict:
     """The job report of several per-host reports; UsageError for unusable input."""
+    from gpudiag.analyzers.engine.finalize import merged_verdict
+    from gpudiag.analyzers.engine.registry import MERGE  # the engine loads when it is used
+
     th = th or Thresholds()
     if len(paths) < 2:
         raise UsageError("merge needs at least two reports")

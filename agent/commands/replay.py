@@ -7,8 +7,6 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-import jsonschema
-
 from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.commands.evidence_options import export_options
@@ -20,12 +18,15 @@ from gpudiag.agent.output.render.formats import FORMATS
 from gpudiag.agent.output.report import check_outputs, report_of, validate, write_report
 from gpudiag.agent.session.session import SessionResult
 from gpudiag.agent.session.wiring import print_summary
-from gpudiag.analyzers import analyze
 from gpudiag.text.sink import emit
 
 
 def replay_report(path: str, settings: Settings) -> dict:
     """The report of the recording at `path`, analysed with `settings`."""
+    import jsonschema
+
+    from gpudiag.analyzers import analyze
+
     rec = open_recording(path)
     tl = rec.timeline()  # a stream: the file is never held in memory
     analysis = analyze(

@@ -426,7 +426,7 @@ def watch_command(cfg: WatchOptions, settings: Settings) -> int:
         cfg.metrics_port,
         watcher.live_jobs,
         watcher.health,
-        otlp=cfg.otlp_endpoint(settings),
+        otlp=cfg.otlp_target(settings),
     )
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():

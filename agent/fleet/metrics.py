@@ -358,6 +358,10 @@ class _SeriesBudget:
 
 def _findings(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:
     """Each finding's impact, speed-up and money, and the top one."""
+    from gpudiag.analyzers.engine.catalogue_doc import catalogue
+
+    catalogue()  # every finding unit's spec registered (no analysis may have run here)
+
     top = None
     for f in doc.get("findings", []):
         fl = [*lv, f["id"], f["severity"], category(f["id"])]

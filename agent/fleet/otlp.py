@@ -3,7 +3,9 @@
 collector, agent/fleet/metrics.py, read at each export: no second path to a number) as OTLP
 metrics over HTTP, and each job's verdict as a log record, under the semantic conventions'
 resource attributes (service, host, process, container and Kubernetes pod from the
-environment, the GPUs' UUIDs) so a collector joins them with DCGM's."""
+environment, the GPUs' UUIDs) so a collector joins them with DCGM's. The protocol is OTLP/HTTP
+(protobuf) or, with `--otlp-protocol grpc` (the `gpudiag[otlp-grpc]` extra), OTLP/gRPC: the
+OpenTelemetry SDK's own exporters either way."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from gpudiag.agent.base.errors import UsageError
@@ -20,6 +23,13 @@ from gpudiag.agent.fleet.metrics import GpudiagCollector
 
 TIMEOUT_S = 3  # one export's time limit (retries included)
 NEEDS = "--otlp needs the OpenTelemetry SDK: pip install 'gpudiag[otlp]'"
+NEEDS_GRPC = (
+    "--otlp-protocol grpc needs the OpenTelemetry SDK's gRPC exporter: "
+    "pip install 'gpudiag[otlp-grpc]'"
+)
+HTTP, GRPC = "http/protobuf", "grpc"
+PROTOCOLS = (HTTP, GRPC)  # the values of OpenTelemetry's OTEL_EXPORTER_OTLP_PROTOCOL we send
+PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
 # the Prometheus name's ending -> the OTLP unit (UCUM, as the semantic conventions write them)
 UNITS = (
     ("_ratio", "1"),
@@ -64,11 +74,81 @@ def metrics_url(endpoint: str) -> tuple[str, str]:
     base = endpoint.rstrip("/")
     if not base.startswith(("http://", "https://")) or "://" == base[-3:]:
         raise UsageError(
-            f"--otlp takes an OTLP/HTTP URL such as http://127.0.0.1:4318, got {endpoint!r}"
+            f"--otlp takes an OTLP/HTTP URL such as http://127.0.0.1:4318, got {endpoint!r} "
+            "(OTLP/gRPC: --otlp-protocol grpc --otlp http://HOST:4317)"
         )
     for suffix in ("/v1/metrics", "/v1/logs"):
         base = base.removesuffix(suffix)
     return f"{base}/v1/metrics", f"{base}/v1/logs"
+
+
+@dataclass(frozen=True)
+class Otlp:
+    """Where the OTLP export goes, and over which protocol (grpc or http/protobuf)."""
+
+    endpoint: str
+    protocol: str = "http/protobuf"
+
+
+def check_protocol(value: str, where: str) -> str:
+    """An OTLP protocol as OTEL_EXPORTER_OTLP_PROTOCOL spells it, or UsageError."""
+    if value in PROTOCOLS:
+        return value
+    raise UsageError(f"{where} must be grpc or http/protobuf, got {value!r}")
+
+
+def choose_protocol(flag: str | None, config: str | None) -> str:
+    """--otlp-protocol, else the config's [otlp] protocol, else OTEL_EXPORTER_OTLP_PROTOCOL
+    (every OpenTelemetry SDK's variable), else http/protobuf."""
+    env = os.environ.get(PROTOCOL_ENV) or None
+    sources = ((flag, "--otlp-protocol"), (config, "[otlp] protocol"), (env, PROTOCOL_ENV))
+    for value, where in sources:
+        if value is not None:
+            return check_protocol(value.strip(), where)
+    return HTTP
+
+
+def grpc_target(endpoint: str) -> tuple[str, bool]:
+    """An OTLP/gRPC endpoint (http://host:4317, plaintext; https://host:4317, TLS) -> the
+    exporter's endpoint and whether it is insecure; UsageError for anything else."""
+    base = endpoint.rstrip("/")
+    scheme, sep, rest = base.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest or "/" in rest:
+        raise UsageError(
+            "--otlp with --otlp-protocol grpc takes http://HOST:PORT (plaintext) or "
+            f"https://HOST:PORT (TLS), such as http://127.0.0.1:4317, got {endpoint!r}"
+        )
+    return base, scheme == "http"
+
+
+def exporters(endpoint: str, protocol: str) -> tuple[Any, Any]:
+    """The SDK's metric and log exporters for `endpoint` over `protocol` (UsageError with the
+    extra to install when its exporter is missing)."""
+    if protocol == GRPC:
+        target, insecure = grpc_target(endpoint)
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
+                OTLPLogExporter as GrpcLogs,
+            )
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetrics,
+            )
+        except ImportError:
+            raise UsageError(NEEDS_GRPC) from None
+        return (
+            GrpcMetrics(endpoint=target, insecure=insecure, timeout=TIMEOUT_S),
+            GrpcLogs(endpoint=target, insecure=insecure, timeout=TIMEOUT_S),
+        )
+    metrics, logs = metrics_url(endpoint)
+    try:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError:
+        raise UsageError(NEEDS) from None
+    return (
+        OTLPMetricExporter(endpoint=metrics, timeout=TIMEOUT_S),
+        OTLPLogExporter(endpoint=logs, timeout=TIMEOUT_S),
+    )
 
 
 def container_id() -> str | None:
@@ -118,31 +198,29 @@ class OtlpExport:
         collector: GpudiagCollector,
         interval_s: float = 10.0,
         gpu_uuids: Iterable[str] = (),
+        protocol: str = HTTP,
     ) -> None:
         try:
-            from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
             from opentelemetry.sdk._logs import LoggerProvider
             from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
             from opentelemetry.sdk.metrics import MeterProvider
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
             from opentelemetry.sdk.resources import Resource
         except ImportError:
-            raise UsageError(NEEDS) from None
-        metrics, logs = metrics_url(endpoint)
+            raise UsageError(NEEDS_GRPC if protocol == GRPC else NEEDS) from None
+        metric_exporter, log_exporter = exporters(endpoint, check_protocol(protocol, "protocol"))
         # the SDK's retry warnings stay off the job's terminal; a failed export is one line
         logging.getLogger("opentelemetry").setLevel(logging.ERROR)
-        self.endpoint = endpoint
+        self.endpoint = endpoint if protocol == HTTP else f"{endpoint} (gRPC)"
         self.collector = collector
         self.resource = Resource.create(resource_attributes(gpu_uuids))
         reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=metrics, timeout=TIMEOUT_S),
+            metric_exporter,
             export_interval_millis=interval_s * 1000,
         )
         self.meters = MeterProvider(resource=self.resource, metric_readers=[reader])
         self.logs = LoggerProvider(resource=self.resource)
-        exporter = OTLPLogExporter(endpoint=logs, timeout=TIMEOUT_S)
-        self.logs.add_log_record_processor(BatchLogRecordProcessor(exporter))
+        self.logs.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
         self._lock = threading.Lock()
         self._snap: dict[str, list[tuple[dict[str, str], float]]] = {}
         self._at = float("-inf")

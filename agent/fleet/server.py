@@ -15,7 +15,7 @@ from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import GpudiagCollector, LiveJob
 
 if TYPE_CHECKING:
-    from gpudiag.agent.fleet.otlp import OtlpExport
+    from gpudiag.agent.fleet.otlp import Otlp, OtlpExport
 
 DEFAULT_ADDR = "127.0.0.1"
 
@@ -41,7 +41,7 @@ class MetricsServer:
         port: int | None,
         jobs: Callable[[], list[LiveJob]],
         health: Callable[[], dict[str, Any]] | None = None,
-        otlp: str | None = None,
+        otlp: Otlp | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = GpudiagCollector(jobs, health)
@@ -64,7 +64,9 @@ class MetricsServer:
         if otlp:
             from gpudiag.agent.fleet.otlp import OtlpExport
 
-            self.otlp = OtlpExport(otlp, self.collector, gpu_uuids=gpu_uuids())
+            self.otlp = OtlpExport(
+                otlp.endpoint, self.collector, gpu_uuids=gpu_uuids(), protocol=otlp.protocol
+            )
 
     @property
     def url(self) -> str:
@@ -103,7 +105,7 @@ def gpu_uuids() -> list[str]:
 
 
 def open_metrics(
-    port: int | None, addr: str = DEFAULT_ADDR, otlp: str | None = None
+    port: int | None, addr: str = DEFAULT_ADDR, otlp: Otlp | None = None
 ) -> MetricsServer | None:
     """The endpoint of `--metrics-port` (and the `--otlp` export), listening before the job is
     launched or attached (so a port in use is a usage error before anything starts); None

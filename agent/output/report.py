@@ -13,8 +13,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import jsonschema
-
 from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.base.safeio import (
     atomic_write,
@@ -25,7 +23,6 @@ from gpudiag.agent.base.safeio import (
     read_bounded,
 )
 from gpudiag.agent.output.environment import describe_environment
-from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.measures.summary import metric_unit
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.probes.base import ProbeStatus
@@ -34,6 +31,7 @@ from gpudiag.text.redact import redact_argv
 if TYPE_CHECKING:
     from gpudiag.agent.base.config import Settings
     from gpudiag.agent.output.result import SessionResult
+    from gpudiag.analyzers import Analysis
 
 SCHEMA_VERSION = "1.0"
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # reports are kilobytes; refuse to load a runaway file
@@ -189,6 +187,8 @@ def report_of(
 @lru_cache(maxsize=1)
 def _validator():
     """The schema's validator, the schema itself checked once (not at every validation)."""
+    import jsonschema  # on first use: `gpudiag mcp` and --help start without it
+
     cls = jsonschema.validators.validator_for(schema())
     cls.check_schema(schema())
     return cls(schema())
@@ -197,6 +197,8 @@ def _validator():
 def validate(doc: dict) -> None:
     """Raise jsonschema.ValidationError when a document does not match the schema (the most
     relevant error, as jsonschema.validate raises)."""
+    import jsonschema
+
     error = jsonschema.exceptions.best_match(_validator().iter_errors(doc))
     if error is not None:
         raise error
@@ -271,6 +273,8 @@ def load_report(path: str) -> dict:
             f"{path} has report schema {doc.get('schema_version')!r}; this gpudiag "
             f"reads {SCHEMA_VERSION!r}"
         )
+    import jsonschema
+
     try:
         validate(doc)
     except RecursionError:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gpudiag.analyzers import Analysis
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import ProbeStatus
+
+if TYPE_CHECKING:
+    from gpudiag.analyzers import Analysis
 
 
 @dataclass

@@ -20,6 +20,10 @@ FIRST_CHECK_S = 20.0  # not before the loop has had time to show its verdict
 def nvml_only_verdict(analysis: Analysis) -> str | None:
     """The top warning or error finding's id when it is a GPU finding whose signals are all
     NVML's; None otherwise."""
+    from gpudiag.analyzers.engine.catalogue_doc import catalogue
+
+    catalogue()  # every finding unit's spec registered (no analysis may have run here)
+
     top = next((f for f in analysis.findings if f.severity in ("error", "warning")), None)
     if top is None or category(top.id) != "gpu" or not top.signals:
         return None

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from gpudiag.agent.base.config import Settings
 from gpudiag.agent.output.result import SessionResult
@@ -28,8 +29,6 @@ from gpudiag.agent.session.setup import (
 from gpudiag.agent.session.signals import StopSignals
 from gpudiag.agent.session.targetwatch import HangWatch, TargetWatch, running
 from gpudiag.agent.session.workers import roles_of
-from gpudiag.analyzers import Analysis, analyze
-from gpudiag.analyzers.engine.finalize import with_more
 from gpudiag.analyzers.measures.rules import Classifier
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target
@@ -38,6 +37,9 @@ from gpudiag.probes.inprocess.channel import WORK_KINDS, HookProbe
 from gpudiag.probes.inprocess.isolation import hooks_blocked
 from gpudiag.probes.stacks.probe import StackProbe
 from gpudiag.text.sink import say
+
+if TYPE_CHECKING:
+    from gpudiag.analyzers import Analysis
 
 __all__ = [
     "Session",
@@ -56,6 +58,14 @@ SURE_CHECK_S = 3.0  # --until-sure: how often the verdict so far is looked at
 STARTUP_WAIT_S = 600.0
 LOOP_KINDS = WORK_KINDS  # hooks' samples of the work the job repeats
 RankPlan = tuple[list[RankInfo], int]  # the ranks of a multi-rank job, and its root pid
+
+
+def analyze(*args: Any, **kw: Any) -> Analysis:
+    """`gpudiag.analyzers.analyze`, loaded on first use: the engine and every finding load
+    with the first analysis, not with this module (`gpudiag mcp` starts without them)."""
+    from gpudiag.analyzers import analyze as run
+
+    return run(*args, **kw)
 
 
 class _Interrupted(Exception):
@@ -438,6 +448,8 @@ class Session:
             found, section = self.ranks.section(
                 self.settings.thresholds, self.settings.rules, bool(gpu and gpu.available)
             )
+        from gpudiag.analyzers.engine.finalize import with_more
+
         # the verdict rests on the main rank's samples; a DIST finding may lead it
         merged, verdict = with_more(
             list(analysis.findings),

@@ -33,6 +33,16 @@ SETTINGS = frozenset(f.name for f in fields(Thresholds))
 SOURCE_LIMIT = 1 << 20  # a unit module is kilobytes
 
 
+@cache
+def catalogue() -> dict[str, Spec]:
+    """Every finding's spec, each finding unit imported (so registered) first: the way to read
+    the catalogue where no analysis has loaded the engine (`gpudiag mcp`, the metrics)."""
+    for pkg in (gpudiag.analyzers.findings, gpudiag.analyzers.distributed):
+        for info in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."):
+            importlib.import_module(info.name)
+    return CATALOGUE
+
+
 def owners() -> dict[str, ModuleType]:
     """Finding id -> the unit module that declares its spec (`ID = register(...)`)."""
     out: dict[str, ModuleType] = {}

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+from gpudiag.analyzers.engine.catalogue_doc import catalogue
 from gpudiag.analyzers.measures.capture import capture_checks, capture_of
 from gpudiag.analyzers.model.thresholds import Thresholds
 from gpudiag.analyzers.timeline.timeline import Timeline
 from gpudiag.probes.base import Sample
+
+catalogue()  # the finding units' specs, which capture_checks reads (the engine loads them)
 
 
 def cuda_capture(idle: float = 0.6, pageable: int = 512 << 20, tc: float = 0.02) -> dict:

@@ -13,7 +13,6 @@ from typing import Any
 from gpudiag.agent.session.ranks import hang as rank_hang
 from gpudiag.agent.session.ranks.gpus import gpu_stats, rank_device
 from gpudiag.agent.session.ranks.launch import flight_recorder_note, primary_of
-from gpudiag.analyzers import analyze
 from gpudiag.analyzers.distributed.compare import (
     RANK_PARTS,
     RankStats,
@@ -22,7 +21,6 @@ from gpudiag.analyzers.distributed.compare import (
 )
 from gpudiag.analyzers.distributed.hang import HangRank
 from gpudiag.analyzers.distributed.passes import RanksSeen
-from gpudiag.analyzers.engine.registry import RANKS
 from gpudiag.analyzers.measures.loop import location_of
 from gpudiag.analyzers.model.results import Finding
 from gpudiag.analyzers.model.thresholds import Thresholds
@@ -140,6 +138,8 @@ class RankSet:
     # ---- analysis -----------------------------------------------------------------------
     def stats(self, th: Thresholds, rules: Any = ()) -> list[RankStats]:
         """Each rank's summary from its own timeline."""
+        from gpudiag.analyzers import analyze  # the engine loads with the first analysis
+
         out = []
         devices = dict(getattr(self.gpu_probe, "pid_devices", {}) or {})
         main_tl = self.main_timeline()
@@ -185,6 +185,8 @@ class RankSet:
         if not gpus:
             stats = [replace(s, gpu=None, gpu_stats={}) for s in stats]
         rank_hang.recorder_hang(self, th)
+        from gpudiag.analyzers.engine.registry import RANKS
+
         compared = RANKS.run(RanksSeen(stats, th, self.hang_finding))
         ranks = []
         for s in stats:
