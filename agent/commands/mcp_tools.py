@@ -282,12 +282,12 @@ def explain(cfg: McpConfig, finding: str, report: str | None = None) -> dict:
     """A finding's generated documentation (docs/findings.md's section) and the thresholds
     its unit reads, with their defaults; with `report`, that report's finding and the
     values its thresholds had there."""
-    from gpudiag.analyzers.engine.catalogue_doc import finding_doc, owners, settings_read
+    from gpudiag.analyzers.engine.catalogue_doc import finding_doc, owners, spec_settings
     from gpudiag.analyzers.model.thresholds import Thresholds
 
     spec = finding_spec(finding)
     module = owners().get(spec.id)
-    names = settings_read(module.__file__ or "") if module is not None else ()
+    names = spec_settings(spec, module)
     th = Thresholds()
     out: dict = {
         "id": spec.id,

@@ -71,6 +71,15 @@ def settings_read(path: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def spec_settings(s: Spec, module: ModuleType | None) -> tuple[str, ...]:
+    """The thresholds a finding reads: its unit's source's, and its spec's own (the setting
+    its error impact is named by, wherever the spec was written)."""
+    read = set(settings_read(module.__file__ or "")) if module is not None else set()
+    if s.error_setting in SETTINGS:
+        read.add(s.error_setting)
+    return tuple(sorted(read))
+
+
 def _setting(name: str, th: Thresholds) -> str:
     return f"`{name}` ({getattr(th, name):g})"
 
@@ -100,7 +109,7 @@ def finding_doc(s: Spec, module: ModuleType | None = None) -> str:
             if m.checked:
                 text += f" Checked on an H100 (predicted / measured): {m.checked}."
             lines += ["", text]
-    if module is not None and (read := settings_read(module.__file__ or "")):
+    if read := spec_settings(s, module):
         lines += ["", "**Thresholds its unit reads.** " + ", ".join(_setting(n, th) for n in read)]
     return "\n".join(lines) + "\n"
 
