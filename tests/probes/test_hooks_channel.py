@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inject import gpudiag_channel, gpudiag_hooks
+from gpudiag.probes.inject import gpudiag_hooks
 from gpudiag.probes.inprocess.channel import HookProbe
 
 ROOT = Path(__file__).parents[2]
@@ -71,8 +71,7 @@ def test_attach_folder_of_ours_is_made_private(tmp_path):
         probe.close()
 
 
-def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
+def test_the_job_side_sends_only_into_a_private_folder(tmp_path):
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o777)
@@ -86,6 +85,38 @@ def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
         assert [s.values["step_time_s"] for s in probe.sample()] == [0.25]
     finally:
         probe.close()
+
+
+def test_a_channel_folder_remade_by_another_user_after_the_agent_left_gets_nothing():
+    """Issue 53 R1a: after `run --duration` ended, gpudiag removed its channel folder while
+    the job ran on; another user re-made the folder and bound a socket in it, and the job,
+    which had remembered the folder as private, sent its steps there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    path = probe.path
+    channel = gpudiag_hooks._Channel(path)
+    try:
+        assert channel.send({"v": 2, "width": 9}, array("d", [time.time(), 0.25] + [0] * 7))
+        assert len(probe.sample()) == 1
+    finally:
+        probe.close()
+    folder = os.path.dirname(path)
+    assert not os.path.exists(folder)
+    os.mkdir(folder)  # the attacker's: same name, their uid, open to all
+    os.chmod(folder, 0o777)
+    os.chown(folder, 65534, 65534)
+    spy = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        spy.bind(path)
+        spy.setblocking(False)
+        assert channel.send({"v": 2, "width": 9}) is False and channel.dropped == 1
+        assert _received(spy) == []
+    finally:
+        spy.close()
+        os.unlink(path)
+        os.rmdir(folder)
 
 
 # PyTorch writes NCCL flight-recorder dumps with pickle; their one reader refuses every class
@@ -136,12 +167,11 @@ def test_every_metrics_endpoint_defaults_to_localhost():
 
 
 @pytest.fixture
-def squatted(tmp_path, monkeypatch):
+def squatted(tmp_path):
     """A folder another local user pre-created (mode 777, uid 65534), with a socket there
     listening for whatever the job sends: the attack of issue 23 #1."""
     if os.geteuid() != 0:
         pytest.skip("needs root to make a folder owned by another user")
-    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
     folder = tmp_path / "gpudiag-0"
     folder.mkdir()
     folder.chmod(0o777)
@@ -180,11 +210,10 @@ def test_collective_and_capture_channels_refuse_another_users_folder(squatted):
     assert watcher.capture is None and request.exists()
 
 
-def test_the_same_channels_send_into_a_private_folder(tmp_path, monkeypatch):
+def test_the_same_channels_send_into_a_private_folder(tmp_path):
     """The check lets the job's own private folder through (so the test above can fail)."""
     from gpudiag.probes.inject import gpudiag_capture, gpudiag_dist
 
-    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
     folder = tmp_path / "mine"
     folder.mkdir(mode=0o700)
     path = folder / "agent.sock"
