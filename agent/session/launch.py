@@ -51,7 +51,9 @@ class Job:
         every rank (`found`: what find_target() said, else it is asked); `parts` gives the
         rest (sink, log, stop_signals...)."""
         target, ranks = found or self.find_target()
-        opened = {self.hooks.name: ProbeStatus(self.hooks.name, True)} if self.hooks else {}
+        opened = {}
+        if self.hooks is not None:  # not available: its socket could not be made (why)
+            opened[self.hooks.name] = self.hooks.refused or ProbeStatus(self.hooks.name, True)
         mine = replace(
             parts or SessionParts(), popen=self.popen, hooks=self.hooks, ranks=ranks, opened=opened
         )
@@ -66,15 +68,13 @@ def launch(
     extra_env: dict[str, str] | None = None,
 ) -> Job:
     """Start `command`; with `inject`, the in-process hooks (exact step timing) are added to
-    its environment when their socket can be made. UsageError when it cannot start."""
+    its environment when their socket can be made (else the job runs without them and the
+    hooks' status says why). UsageError when it cannot start."""
     hooks = HookProbe() if inject else None
     env = None
-    if hooks is not None:
-        if hooks.open(Target(0)).available:
-            env = injection_env(dict(os.environ), hooks.path or "")
-            env.update(extra_env or {})
-        else:
-            hooks = None
+    if hooks is not None and hooks.open(Target(0)).available:
+        env = injection_env(dict(os.environ), hooks.path or "")
+        env.update(extra_env or {})
     from gpudiag.agent.session.ranks.launch import flight_recorder_env, is_launcher
 
     if is_launcher(command):  # NCCL's flight recorder: collective sequence numbers per rank

@@ -237,3 +237,57 @@ def test_the_report_says_why_the_hooks_were_refused(squatted):
     probe.close()
     assert not first.available and not final.available
     assert "refused" in final.reason and "uid 65534" in final.reason, final.reason
+
+
+def test_a_second_agent_on_the_same_job_leaves_the_first_ones_steps(tmp_path):
+    """Issue 53 N59: a second attach replaced the first one's socket and took its steps (the
+    first reported 5 s of an 18 s look, its hooks status plain `available`)."""
+    folder = tmp_path / "gpudiag-me"
+    folder.mkdir(mode=0o700)
+    path = str(folder / "agent-1.sock")
+    first = HookProbe(path, optional=True)
+    assert first.open(Target(0)).available
+    second = HookProbe(path, optional=True)
+    try:
+        status = second.open(Target(0))
+        assert not status.available and "another gpudiag" in status.reason
+        assert second.final_status() == status
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender.sendto(datagram(0.25), path)
+        assert [s.values["step_time_s"] for s in first.sample()] == [0.25]
+    finally:
+        second.close()
+        first.close()
+    assert not os.path.exists(path)
+
+
+def test_a_socket_left_by_an_agent_that_died_is_replaced(tmp_path):
+    """The check above refuses only a live agent: a SIGKILLed one's socket is stale."""
+    folder = tmp_path / "gpudiag-me"
+    folder.mkdir(mode=0o700)
+    path = str(folder / "agent-1.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(path)
+    dead.close()  # the file stays, nobody bound
+    probe = HookProbe(path, optional=True)
+    try:
+        assert probe.open(Target(0)).available
+    finally:
+        probe.close()
+
+
+def test_a_channel_that_cannot_be_made_says_why_and_leaves_nothing(tmp_path, monkeypatch):
+    """Issue 53 N76: under a long TMPDIR the socket's path was too long; the hooks were
+    dropped from the report without a word and the gpudiag-XXXX folder was left behind."""
+    import tempfile
+
+    long = tmp_path / ("d" * 60) / ("e" * 60)
+    long.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    probe = HookProbe()
+    status = probe.open(Target(0))
+    assert not status.available and "cannot create the hooks' socket" in status.reason
+    assert "107 bytes" in (status.hint or "") and "TMPDIR" in (status.hint or "")
+    assert probe.final_status() == status
+    probe.close()
+    assert list(long.iterdir()) == []  # its folder removed
