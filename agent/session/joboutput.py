@@ -19,6 +19,7 @@ import time
 from collections import deque
 
 from gpudiag.agent.base.safeio import create_stream
+from gpudiag.probes.spawn import start_process
 from gpudiag.text.redact import printable, redact_text
 
 TAIL_BYTES = 8192
@@ -34,9 +35,10 @@ KEEPER = "cat <&2 >/dev/null 2>&1; exec cat 2>/dev/null"
 class StderrTee:
     """Copies a job's stderr pipe to fd 2 and remembers its tail. Under the terminal UI
     (`log_path`), the output goes to that file and to `take_lines()` (the UI's log panel)
-    instead: nothing the job prints lands on the UI's screen."""
+    instead: nothing the job prints lands on the UI's screen. `keeper`: start the keeper
+    (module note) that carries the pipe on if gpudiag dies."""
 
-    def __init__(self, pipe: int, log_path: str | None = None) -> None:
+    def __init__(self, pipe: int, log_path: str | None = None, keeper: bool = True) -> None:
         self.fd = pipe
         self._tail: deque[bytes] = deque()
         self._size = 0
@@ -46,7 +48,7 @@ class StderrTee:
         self._partial = b""
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._lifeline, self._keeper = start_keeper(pipe)
+        self._lifeline, self._keeper = start_keeper(pipe) if keeper else (-1, None)
         self._thread = threading.Thread(target=self._copy, name="gpudiag-job-stderr", daemon=True)
         self._thread.start()
 
@@ -130,7 +132,7 @@ class StderrTee:
             return
         if self._keeper is None:
             try:
-                subprocess.Popen(["cat"], stdin=self.fd, stdout=2, start_new_session=True)
+                start_process(["cat"], stdin=self.fd, stdout=2, start_new_session=True)
             except OSError:
                 pass
         os.close(self.fd)
@@ -150,7 +152,7 @@ def start_keeper(pipe: int) -> tuple[int, subprocess.Popen | None]:
     end, in its own session (a ^C at the terminal is the job's to take, not the keeper's)."""
     life_r, life_w = os.pipe()  # not inherited by anything gpudiag starts later
     try:
-        keeper = subprocess.Popen(
+        keeper = start_process(
             ["sh", "-c", KEEPER], stdin=pipe, stdout=2, stderr=life_r, start_new_session=True
         )
     except OSError:

@@ -14,6 +14,7 @@ from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.inprocess.channel import HookProbe, injection_env
+from gpudiag.probes.spawn import start_process
 
 
 @dataclass
@@ -80,13 +81,13 @@ def launch(
     if is_launcher(command):  # NCCL's flight recorder: collective sequence numbers per rank
         env = flight_recorder_env(env if env is not None else dict(os.environ))
     try:
-        popen = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)
+        popen = start_process(command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:
         if hooks is not None:
             hooks.close()
         why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
         raise UsageError(
-            f"cannot start {command[0]!r}: {why.get(type(exc), exc.strerror)}"
+            f"cannot start {command[0]!r}: {why.get(type(exc), exc.strerror or exc)}"
         ) from None
     return Job(command, popen, hooks)
 

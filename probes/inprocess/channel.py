@@ -39,6 +39,7 @@ from gpudiag.probes.inject.gpudiag_channel import (
 from gpudiag.probes.inprocess.calibrate import Calibrator
 from gpudiag.probes.inprocess.compute_rows import FIELDS as COMPUTE_FIELDS
 from gpudiag.probes.inprocess.compute_rows import compute_samples
+from gpudiag.probes.net import unix_bound
 from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
@@ -189,7 +190,7 @@ class HookProbe(Probe):
                         f"({os.path.basename(path)} goes in gpudiag-<uid> under it)",
                     )
                     return self.refused
-                if _in_use(self.path):  # another agent's: its steps are left to it
+                if unix_bound(self.path):  # another agent's: its steps are left to it
                     path, self.path = self.path, None
                     self.refused = ProbeStatus(
                         self.name,
@@ -393,24 +394,6 @@ class HookProbe(Probe):
                     (os.rmdir if os.path.isdir(path) else os.unlink)(path)
                 except OSError:
                     pass
-
-
-def _in_use(path: str) -> bool:
-    """Whether a socket at `path` is bound by a live process (a datagram connect succeeds);
-    False for no socket, or one whose agent is gone (ECONNREFUSED)."""
-    try:
-        if not stat.S_ISSOCK(os.lstat(path).st_mode):
-            return False
-    except OSError:
-        return False
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
 
 
 def decode_datagram(data: bytes) -> dict | None:

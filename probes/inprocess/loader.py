@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from gpudiag.probes.inject.gpudiag_channel import write_request
 from gpudiag.probes.inprocess import injector, pyversion
+from gpudiag.probes.spawn import start_process
 
 GDB_TIMEOUT_S = 60.0  # symbol loading on a busy 2-core box takes a few seconds
 VERSION_TIMEOUT_S = 10.0
@@ -303,7 +304,7 @@ def gdb_cannot_call(gdb: str) -> str | None:
     Python of our own (None: it can). Where the kernel refuses gdb's write of the CPU's
     extended state, a call made in the job would leave its registers wrong (a sleep there
     raised OSError 514): the job is not touched then."""
-    child = subprocess.Popen(
+    child = start_process(
         [sys.executable, "-I", "-S", "-c", "import time; time.sleep(60)"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -341,7 +342,7 @@ def _bounded(argv: list[str], timeout: float) -> subprocess.CompletedProcess | s
     """Run `argv` with no input and a time limit; past it, SIGTERM (gdb then detaches
     cleanly), then SIGKILL. A string says what went wrong."""
     try:
-        proc = subprocess.Popen(
+        proc = start_process(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
