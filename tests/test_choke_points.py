@@ -349,3 +349,69 @@ def test_every_connection_is_opened_by_the_network_module():
     stray = {k: v for k, v in _walk(connections).items() if k != NETWORK and k not in RAW_NET}
     assert stray == {}
     assert all(connections((ROOT / k).read_text()) for k in RAW_NET)  # no stale exception
+
+
+# ---- a job's process files of the size it chooses: read to a limit ---------------------------
+
+HEAD_READER = "probes/files.py"
+# the ones read around it, with the reason they may
+RAW_PROC = {
+    "probes/inprocess/ptrace_helper.py": "the hooks loader's helper process (run with -I, "
+    "imports nothing of gpudiag): the job's memory map line by line, once",
+}
+_JOB_SIZED = ("/environ", "/cmdline", "/maps", "/smaps", "/numa_maps", "/mountinfo")
+
+
+def _literal_text(node: ast.AST | None) -> str | None:
+    """The text of a literal path argument (an f-string's literal pieces joined), or None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path":
+        return _literal_text(node.args[0] if node.args else None)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def job_sized_reads(source: str, name: str = "<snippet>") -> list[int]:
+    """Lines where the code opens a job's environ, cmdline or memory map by a literal /proc
+    path itself (open, Path(...).read_*), instead of read_head's bounded read."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if (
+            isinstance(f, ast.Name)
+            and f.id == "open"
+            or isinstance(f, ast.Attribute)
+            and (f.attr == "open" and isinstance(f.value, ast.Name) and f.value.id in _OPENERS)
+        ):
+            text = _literal_text(node.args[0] if node.args else None)
+        elif isinstance(f, ast.Attribute) and f.attr in ("read_text", "read_bytes", "open"):
+            text = _literal_text(f.value)
+        else:
+            continue
+        if text and text.startswith("/proc/") and text.endswith(_JOB_SIZED):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_walker_sees_a_job_sized_read_that_went_around():
+    old = [
+        'env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")',
+        'raw = Path(f"/proc/{pid}/environ").read_bytes()',
+        'maps = open(f"/proc/{pid}/maps").read()',
+        'fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)',
+    ]
+    assert [job_sized_reads(s) for s in old] == [[1]] * len(old)
+    assert job_sized_reads('read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES)') == []
+    assert job_sized_reads('open(f"/proc/{pid}/stat")') == []  # one short line
+
+
+def test_every_job_sized_process_file_is_read_to_a_limit():
+    """A job's environ, cmdline and memory map are read only through probes/files.read_head
+    (issue 53: discovery read 1.8 MB command lines and 30,000-line maps in whole, each poll)."""
+    stray = {k: v for k, v in _walk(job_sized_reads).items() if k != HEAD_READER}
+    assert {k: v for k, v in stray.items() if k not in RAW_PROC} == {}
+    assert all(k in stray for k in RAW_PROC)  # no stale exception

@@ -34,6 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from gpudiag.probes.files import MAX_CMDLINE_BYTES, MAX_ENVIRON_BYTES, read_head
 from gpudiag.probes.inject.gpudiag_channel import write_request
 from gpudiag.probes.inprocess import injector, pyversion
 from gpudiag.probes.spawn import start_process
@@ -135,10 +136,8 @@ def _has_cap_ptrace() -> bool:
 def remote_debug_disabled(pid: int) -> bool:
     """Whether the job turned off PEP 768's remote debugging (environment or -X option)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
+        env = read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES).split(b"\0")
+        argv = read_head(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES).split(b"\0")
     except OSError:
         return False
     if any(e.startswith(b"PYTHON_DISABLE_REMOTE_DEBUG=") and e.split(b"=", 1)[1] for e in env):
