@@ -77,9 +77,12 @@ def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[sub
             subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s], **kw)
             for _ in range(args.fake)
         ),
-        subprocess.Popen([py, str(folder / "fake.py"), str(lib), "1500", s], **kw),
-        subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s, "a." * 24576], **kw),
     ]
+    if getattr(args, "extra", True):  # N65 and X03: with the fake jobs
+        procs.append(subprocess.Popen([py, str(folder / "fake.py"), str(lib), "1500", s], **kw))
+        procs.append(
+            subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s, "a." * 24576], **kw)
+        )
     return procs
 
 
@@ -112,7 +115,7 @@ def measure(hostile: bool, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "-q", "--match", str(folder)]
     cmd += ["--duration", str(args.seconds), "--metrics-port", "0"]
     watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    proc, peak, t0 = psutil.Process(watch.pid), 0, time.monotonic()
+    proc, peak, own, t0 = psutil.Process(watch.pid), 0, 0.0, time.monotonic()
     try:
         while True:
             pid, status, usage = os.wait4(watch.pid, os.WNOHANG)
@@ -120,6 +123,7 @@ def measure(hostile: bool, args: argparse.Namespace) -> dict:
                 break
             try:
                 peak = max(peak, _cpu_rss(proc)[1])
+                own = sum(proc.cpu_times()[:2])  # gpudiag itself (discovery, probes, scrape)
             except psutil.Error:
                 pass
             time.sleep(0.5)
@@ -136,6 +140,7 @@ def measure(hostile: bool, args: argparse.Namespace) -> dict:
         "processes": 1 + len(others),
         "seconds": round(wall, 1),
         "cpu_cores": round(cpu / wall, 4),
+        "own_cpu_cores": round(own / wall, 4),  # the rest: py-spy
         "peak_rss_mb": round(peak / 2**20, 1),
         "exit_status": os.waitstatus_to_exitcode(status),
         "stderr_tail": err.strip().splitlines()[-3:],
@@ -149,10 +154,22 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=30, help="X04: 1.8 MB command lines")
     ap.add_argument("--maps", type=int, default=20, help="X05: 30,000 mappings each")
     ap.add_argument("--fake", type=int, default=24, help="N27: idle 'jobs' with libtorch")
+    ap.add_argument(
+        "--parts",
+        nargs="*",
+        default=[],
+        choices=["big", "maps", "fake"],
+        help="also each hostile kind alone",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load = open("/proc/loadavg").read().split()[:3]
     rows = [measure(False, args), measure(True, args)]
+    for part in args.parts:  # one hostile kind at a time (the others at 0)
+        one = argparse.Namespace(**{**vars(args), "big": 0, "maps": 0, "fake": 0})
+        setattr(one, part, getattr(args, part))
+        one.extra = part == "fake"
+        rows.append({**measure(True, one), "arm": f"only {part}"})
     ratio = {
         "cpu": round(rows[1]["cpu_cores"] / rows[0]["cpu_cores"], 2)
         if rows[0]["cpu_cores"]
@@ -172,11 +189,11 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print(f"load before {' '.join(load)}, after {' '.join(out['load_after'])}")
-    print("arm      processes  seconds  CPU cores  peak RSS MB  exit")
+    print("arm         processes  seconds  CPU cores  own CPU  peak RSS MB  exit")
     for r in rows:
         print(
-            f"{r['arm']:<8} {r['processes']:>9}  {r['seconds']:>7}  {r['cpu_cores']:>9.4f}"
-            f"  {r['peak_rss_mb']:>11.1f}  {r['exit_status']}"
+            f"{r['arm']:<11} {r['processes']:>9}  {r['seconds']:>7}  {r['cpu_cores']:>9.4f}"
+            f"  {r['own_cpu_cores']:>7.4f}  {r['peak_rss_mb']:>11.1f}  {r['exit_status']}"
         )
     print(f"hostile/quiet: CPU x{ratio['cpu']}, RSS x{ratio['rss']} (budget 0.10 cores, 400 MB)")
 
