@@ -41,6 +41,11 @@ PSEUDO_FS = {
     0x6165676C: "pstorefs",
     0xDE5E81E4: "efivarfs",
 }
+# a job's process files whose size the job chooses (its environment and command line up to
+# ARG_MAX, a memory map of up to 65,530 lines): read only through read_head, to these limits
+MAX_ENVIRON_BYTES = 1 << 20
+MAX_CMDLINE_BYTES = 1 << 20
+MAX_MAPS_BYTES = 4 << 20
 _SETGROUPS = {"x86_64": 116, "aarch64": 159}  # the raw syscall: glibc's applies to all threads
 
 
@@ -226,3 +231,19 @@ def read_tail(path: str | os.PathLike, limit: int) -> bytes:
         if st.st_size > limit:
             f.seek(st.st_size - limit)
         return f.read(limit)
+
+
+def read_head(path: str | os.PathLike, limit: int) -> bytes:
+    """At most `limit` bytes from the start of a (procfs) file; OSError when unreadable. The
+    one reader of a job's process files whose size the job chooses (environ, cmdline, maps):
+    tests/test_choke_points.py fails on one read around it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -231,3 +231,187 @@ def test_every_outbound_text_goes_through_the_sink():
             if lines:
                 stray[rel] = lines
     assert stray == {}
+
+
+# ---- processes and connections: one place each (issue 53) ----------------------------------
+
+SPAWNER = "probes/spawn.py"
+NETWORK = "probes/net.py"
+# connections opened around probes/net.py, with the reason they may
+RAW_NET = {
+    "agent/fleet/otlp.py": "the OpenTelemetry SDK's exporters, to the endpoint the user gave "
+    "with --otlp (never one a job names)",
+}
+_SUBPROCESS = {"Popen", "run", "call", "check_call", "check_output", "getoutput"}
+_SUBPROCESS |= {"getstatusoutput"}
+_OS_SPAWN = {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp"}
+_NET_CALLS = {"urlopen", "urlretrieve", "HTTPConnection", "HTTPSConnection", "create_connection"}
+_NET_CALLS |= {"PoolManager", "ClientSession", "AsyncClient", "OTLPMetricExporter"}
+_NET_CALLS |= {"OTLPLogExporter", "OTLPSpanExporter"}
+_NET_MODULES = {"requests", "httpx", "urllib3", "aiohttp"}
+
+
+def _call_name(call: ast.Call) -> tuple[str, str]:
+    """(owner, name) of a call: ('subprocess', 'Popen'), ('', 'urlopen'), ('sock', 'connect')."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        return "", f.id
+    if isinstance(f, ast.Attribute):
+        v = f.value
+        owner = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else ""
+        return owner, f.attr
+    return "", ""
+
+
+def process_starts(source: str, name: str = "<snippet>") -> list[int]:
+    """Lines where the code starts a process itself (subprocess, os.exec*/spawn*/system,
+    pty.spawn, asyncio's subprocesses), or imports one of subprocess's starters by name."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.ImportFrom) and node.module == "subprocess":
+            if any(a.name in _SUBPROCESS for a in node.names):
+                found.append(node.lineno)
+        if not isinstance(node, ast.Call):
+            continue
+        owner, attr = _call_name(node)
+        if (
+            (owner == "subprocess" and attr in _SUBPROCESS)
+            or (owner == "os" and (attr in _OS_SPAWN or attr.startswith(("exec", "spawn"))))
+            or (owner == "pty" and attr == "spawn")
+            or attr in ("create_subprocess_exec", "create_subprocess_shell")
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def connections(source: str, name: str = "<snippet>") -> list[int]:
+    """Lines where the code opens a connection itself: an HTTP client of the standard
+    library or a known one, `socket.create_connection`, `.connect(...)`/`.connect_ex(...)`
+    on anything, an OTLP exporter."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Call):
+            owner, attr = _call_name(node)
+            if attr in _NET_CALLS or attr in ("connect", "connect_ex") or owner in _NET_MODULES:
+                found.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] in _NET_MODULES for a in node.names
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_walkers_see_processes_and_connections_that_went_around():
+    """The shapes of the old holes are found: the version probe that ran a job's binary as
+    root, the Triton scrape of a URL the job's command line named."""
+    procs = [
+        'subprocess.run([f"/proc/{pid}/exe", "-I", "-S", "-c", code], capture_output=True)',
+        'proc = subprocess.Popen(["cat"], stdin=fd)',
+        "from subprocess import check_output",
+        'os.execv("/bin/sh", ["sh"])',
+        'os.system("id")',
+        'await asyncio.create_subprocess_exec("py-spy")',
+    ]
+    assert [process_starts(s) for s in procs] == [[1]] * len(procs)
+    assert process_starts("try:\n    pass\nexcept subprocess.TimeoutExpired:\n    pass") == []
+    assert process_starts("proc: subprocess.Popen | None = None") == []
+    nets = [
+        "urllib.request.urlopen(url, timeout=0.5)",
+        "conn = http.client.HTTPConnection(host, port)",
+        "s = socket.create_connection((host, port))",
+        "sock.connect(path)",
+        "import requests",
+        "requests.get(url)",
+        "OTLPMetricExporter(endpoint=metrics)",
+    ]
+    assert [connections(s) for s in nets] == [[1]] * len(nets)
+    assert connections("sock.bind(path)") == []
+
+
+def _walk(find) -> dict[str, list[int]]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            lines = find(path.read_text(), rel)
+            if lines:
+                out[rel] = lines
+    return out
+
+
+def test_every_process_is_started_by_the_spawner():
+    """Only probes/spawn.py starts a process (argv lists, no shell, nothing under /proc)."""
+    assert {k: v for k, v in _walk(process_starts).items() if k != SPAWNER} == {}
+
+
+def test_every_connection_is_opened_by_the_network_module():
+    """Only probes/net.py opens a connection (and the OTLP SDK, to the user's endpoint)."""
+    stray = {k: v for k, v in _walk(connections).items() if k != NETWORK and k not in RAW_NET}
+    assert stray == {}
+    assert all(connections((ROOT / k).read_text()) for k in RAW_NET)  # no stale exception
+
+
+# ---- a job's process files of the size it chooses: read to a limit ---------------------------
+
+HEAD_READER = "probes/files.py"
+# the ones read around it, with the reason they may
+RAW_PROC = {
+    "probes/inprocess/ptrace_helper.py": "the hooks loader's helper process (run with -I, "
+    "imports nothing of gpudiag): the job's memory map line by line, once",
+}
+_JOB_SIZED = ("/environ", "/cmdline", "/maps", "/smaps", "/numa_maps", "/mountinfo")
+
+
+def _literal_text(node: ast.AST | None) -> str | None:
+    """The text of a literal path argument (an f-string's literal pieces joined), or None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Path":
+        return _literal_text(node.args[0] if node.args else None)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def job_sized_reads(source: str, name: str = "<snippet>") -> list[int]:
+    """Lines where the code opens a job's environ, cmdline or memory map by a literal /proc
+    path itself (open, Path(...).read_*), instead of read_head's bounded read."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if (
+            isinstance(f, ast.Name)
+            and f.id == "open"
+            or isinstance(f, ast.Attribute)
+            and (f.attr == "open" and isinstance(f.value, ast.Name) and f.value.id in _OPENERS)
+        ):
+            text = _literal_text(node.args[0] if node.args else None)
+        elif isinstance(f, ast.Attribute) and f.attr in ("read_text", "read_bytes", "open"):
+            text = _literal_text(f.value)
+        else:
+            continue
+        if text and text.startswith("/proc/") and text.endswith(_JOB_SIZED):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_walker_sees_a_job_sized_read_that_went_around():
+    old = [
+        'env = open(f"/proc/{pid}/environ", "rb").read().split(b"\\0")',
+        'raw = Path(f"/proc/{pid}/environ").read_bytes()',
+        'maps = open(f"/proc/{pid}/maps").read()',
+        'fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)',
+    ]
+    assert [job_sized_reads(s) for s in old] == [[1]] * len(old)
+    assert job_sized_reads('read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES)') == []
+    assert job_sized_reads('open(f"/proc/{pid}/stat")') == []  # one short line
+
+
+def test_every_job_sized_process_file_is_read_to_a_limit():
+    """A job's environ, cmdline and memory map are read only through probes/files.read_head
+    (issue 53: discovery read 1.8 MB command lines and 30,000-line maps in whole, each poll)."""
+    stray = {k: v for k, v in _walk(job_sized_reads).items() if k != HEAD_READER}
+    assert {k: v for k, v in stray.items() if k not in RAW_PROC} == {}
+    assert all(k in stray for k in RAW_PROC)  # no stale exception

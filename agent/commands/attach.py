@@ -7,7 +7,6 @@ import argparse
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from gpudiag.agent.base.config import Settings
 from gpudiag.agent.base.errors import UsageError
@@ -23,6 +22,7 @@ from gpudiag.agent.session.targets import choose_target
 from gpudiag.agent.session.targetwatch import running
 from gpudiag.agent.session.wiring import Outputs, Wiring
 from gpudiag.probes.base import Probe, ProbeStatus, Target
+from gpudiag.probes.files import MAX_CMDLINE_BYTES, read_head
 from gpudiag.probes.inject.gpudiag_hooks import attach_path
 from gpudiag.probes.inprocess.channel import HookProbe
 from gpudiag.probes.stacks.probe import StackProbe
@@ -98,7 +98,7 @@ def attach(
         hint = f" ({status.hint})" if status.hint else ""
         raise UsageError(f"cannot attach: {other_user(pid) or status.reason}{hint}")
     try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        command = read_head(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES).split(b"\0")
         cmdline = [c.decode(errors="replace") for c in command if c]
     except OSError:
         cmdline = []

@@ -19,6 +19,7 @@ from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.fleet.identity import other_user
 from gpudiag.agent.output.report import load_report
 from gpudiag.analyzers.model.catalogue import Spec
+from gpudiag.probes.spawn import start_process
 from gpudiag.text.redact import redact_argv, shown
 
 MAX_SECONDS = 600.0  # the longest diagnosis one call may ask for
@@ -379,7 +380,7 @@ def try_fix(cfg: McpConfig, req: TryRequest, progress: Progress | None = None) -
     """Run `gpudiag try` on a report's command, each of its progress lines passed to
     `progress`; the trials it measured."""
     argv, path, out = try_command(cfg, req)
-    proc = subprocess.Popen(
+    proc = start_process(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -224,7 +224,9 @@ class Watcher:
         more), said in the log; False when every watched job is active."""
         with self._lock:
             idle = [
-                (w.active_at, pid) for pid, w in self.jobs.items() if w.active_at < self._poll_at
+                (w.active_at, pid)
+                for pid, w in self.jobs.items()
+                if self._poll_at - w.active_at >= self.idle_s
             ]
             if not idle:
                 return False

@@ -13,6 +13,7 @@ import re
 import socket
 from pathlib import Path
 
+from gpudiag.probes.files import MAX_CMDLINE_BYTES, MAX_ENVIRON_BYTES, read_head
 from gpudiag.text.redact import printable, redact_argv
 
 COMMAND_MAX = 80  # characters of the command label
@@ -77,7 +78,7 @@ def redact_command(argv: list[str], limit: int = COMMAND_MAX) -> str:
 
 def _environ(pid: int) -> dict[str, str]:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        raw = read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES)
     except OSError:
         return {}
     out = {}
@@ -137,7 +138,7 @@ def job_identity(pid: int, argv: list[str] | None = None) -> dict[str, str]:
     """The labels of the job with root process `pid` (what cannot be read is empty)."""
     if argv is None:
         try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            raw = read_head(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES)
             argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
         except OSError:
             argv = []

@@ -9,6 +9,7 @@ from importlib import metadata
 
 import psutil
 
+from gpudiag.probes.files import MAX_MAPS_BYTES, read_head
 from gpudiag.probes.host.probe import cpu_count
 
 
@@ -16,7 +17,7 @@ def _target_torch_version(pid: int | None) -> str | None:
     """torch's version as the target sees it: from its interpreter's site-packages, else ours."""
     if pid is not None:
         try:
-            maps = open(f"/proc/{pid}/maps").read()
+            maps = read_head(f"/proc/{pid}/maps", MAX_MAPS_BYTES).decode(errors="replace")
         except OSError:
             maps = ""
         for line in maps.splitlines():

@@ -10,6 +10,7 @@ draw from is bounded in the report).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpudiag.agent.base.errors import UsageError
@@ -134,9 +135,19 @@ def _c(name: str, t_s: float, args: dict) -> dict:
     return {"name": name, "ph": "C", "ts": _us(t_s), "pid": RUN_PID, "tid": 0, "args": args}
 
 
+def _number(value: object) -> float | None:
+    """A finite number of a report's field, or None (a crafted report may hold anything in a
+    field its schema leaves open)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    out = float(value)
+    return out if math.isfinite(out) else None
+
+
 def _capture_events(cap: dict) -> list[dict]:
-    """The capture's steps and its bounded op events, placed at its start in the run."""
-    base = float(cap.get("start_s_run") or 0.0)
+    """The capture's steps and its bounded op events, placed at its start in the run (an
+    event without a number for its start is left out)."""
+    base = _number(cap.get("start_s_run")) or 0.0
     out = [
         _meta(CAPTURE_PID, None, "process_name", f"profiler capture ({cap.get('device', 'cpu')})"),
         _meta(CAPTURE_PID, 1, "thread_name", "steps"),
@@ -147,6 +158,9 @@ def _capture_events(cap: dict) -> list[dict]:
         out.append(_x(f"step {i + 1}", "capture", (CAPTURE_PID, 1), start, s["dur_s"], args))
     lanes: dict[str, int] = {}
     for e in cap.get("events", []):
+        ts = _number(e.get("ts"))
+        if ts is None:
+            continue
         lane = str(e.get("lane", "ops"))
         if lane not in lanes:
             lanes[lane] = 2 + len(lanes)
@@ -156,8 +170,8 @@ def _capture_events(cap: dict) -> list[dict]:
                 str(e.get("name", "?")),
                 lane,
                 (CAPTURE_PID, lanes[lane]),
-                base + float(e["ts"]),
-                float(e.get("dur") or 0.0),
+                base + ts,
+                _number(e.get("dur")) or 0.0,
             )
         )
     return out

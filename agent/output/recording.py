@@ -52,6 +52,12 @@ MAX_TABLE_ENTRIES = 2_000_000
 # few thousand), and the empty lines of a file (a writer leaves none: a flood is refused)
 MAX_LINE_ITEMS = 2_000_000
 MAX_BLANK_LINES = 10_000
+# and their number against the file's size: a gzip of items repeated is small, so a few KiB
+# of `{},{},...` lines cost seconds each to parse (issue 53 R6a: 31 KB replayed for 20 s).
+# What gpudiag writes holds at most about 17 items per gzip byte (a windows recording of a job
+# whose values never change; samples recordings 2-3): past MAX_LINE_ITEMS, a file may hold
+# MAX_ITEMS_PER_BYTE items per byte read so far, so replay's work grows with the file's size
+MAX_ITEMS_PER_BYTE = 64
 
 
 class Recorder:
@@ -288,21 +294,25 @@ def checked_footer(obj: dict, where: str) -> dict:
 def iter_lines(path: str) -> Iterator[dict]:
     """Decoded JSON objects of a recording, one per line; UsageError when it is not one, or
     past the bounds on line length and decompressed size (MAX_LINE_BYTES, MAX_UNZIPPED_BYTES),
-    items in a line (MAX_LINE_ITEMS) or empty lines (MAX_BLANK_LINES), checked before parsing.
+    items in a line (MAX_LINE_ITEMS), items per byte of the file (MAX_ITEMS_PER_BYTE) or empty
+    lines (MAX_BLANK_LINES), checked before parsing.
     """
     raw = open_regular(path, "recording")
     try:
         with raw, gzip.GzipFile(fileobj=raw, mode="rb") as f:
             lines = bounded_lines(f, MAX_LINE_BYTES, MAX_UNZIPPED_BYTES, path)
-            blank = 0
+            blank = items = 0
             for n, line in enumerate(lines, 1):
                 if not line.strip():
                     blank += 1
                     if blank > MAX_BLANK_LINES:
                         raise UsageError(f"{path}: more than {MAX_BLANK_LINES} empty lines")
                     continue
-                if line.count(b",") + line.count(b"{") + line.count(b"[") > MAX_LINE_ITEMS:
+                count = line.count(b",") + line.count(b"{") + line.count(b"[")
+                if count > MAX_LINE_ITEMS:
                     raise UsageError(f"{path}: line {n} holds more than {MAX_LINE_ITEMS} items")
+                items += count
+                _check_density(items, raw.tell(), f"{path}: line {n}")
                 try:
                     obj = parse_json(line, f"{path}: line {n}", allow_nonfinite=True)
                 except UsageError as exc:
@@ -318,6 +328,15 @@ def iter_lines(path: str) -> Iterator[dict]:
         if isinstance(exc, EOFError):
             return  # cut short while writing: keep what was complete
         raise UsageError(f"{path} is not a gpudiag recording (not gzip JSON Lines)") from None
+
+
+def _check_density(items: int, gzip_bytes: int, where: str) -> None:
+    """UsageError when the lines so far hold more items than their gzip bytes allow."""
+    if items > MAX_LINE_ITEMS + MAX_ITEMS_PER_BYTE * gzip_bytes:
+        raise UsageError(
+            f"{where}: {items} items in {gzip_bytes} bytes of gzip, more than "
+            f"{MAX_ITEMS_PER_BYTE} per byte: not a recording gpudiag wrote"
+        )
 
 
 def _header(path: str) -> dict:

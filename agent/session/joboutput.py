@@ -1,8 +1,12 @@
 """The launched job's stderr: shown as it comes, its last lines kept for a failure report.
 
 The job writes into a pipe; a thread copies each chunk to gpudiag's stderr at once and keeps
-the last few KiB. When gpudiag exits while the job keeps running (`--duration`), `cat` takes
-over the pipe, so the job never writes into a pipe nobody reads.
+the last few KiB. When gpudiag exits while the job keeps running (`--duration`), a keeper
+takes over the pipe, so the job never writes into a pipe nobody reads: a small `sh` started
+beside the job that holds the pipe's read end and waits on a lifeline only gpudiag holds. When
+gpudiag closes it, or dies (SIGKILL, the OOM killer: no `close()` runs), the keeper becomes
+`cat`, copying what the job writes to gpudiag's stderr (the job died of BrokenPipeError on its
+next write, issue 53 N61).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections import deque
 
 from gpudiag.agent.base.safeio import create_stream
+from gpudiag.probes.spawn import start_process
 from gpudiag.text.redact import printable, redact_text
 
 TAIL_BYTES = 8192
@@ -22,14 +27,18 @@ TAIL_LINES = 20
 LINE_CHARS = 300
 LOG_LINE_BYTES = 65536  # a job writing no newline (a progress bar) is cut into lines
 PANEL_LINES = 1000  # lines kept for the UI's log panel between two refreshes
+# the keeper: its stdin is the job's pipe, its stdout gpudiag's stderr, its stderr the
+# lifeline's read end; it reads the lifeline to its end (gpudiag gone), then copies the pipe
+KEEPER = "cat <&2 >/dev/null 2>&1; exec cat 2>/dev/null"
 
 
 class StderrTee:
     """Copies a job's stderr pipe to fd 2 and remembers its tail. Under the terminal UI
     (`log_path`), the output goes to that file and to `take_lines()` (the UI's log panel)
-    instead: nothing the job prints lands on the UI's screen."""
+    instead: nothing the job prints lands on the UI's screen. `keeper`: start the keeper
+    (module note) that carries the pipe on if gpudiag dies."""
 
-    def __init__(self, pipe: int, log_path: str | None = None) -> None:
+    def __init__(self, pipe: int, log_path: str | None = None, keeper: bool = True) -> None:
         self.fd = pipe
         self._tail: deque[bytes] = deque()
         self._size = 0
@@ -39,6 +48,7 @@ class StderrTee:
         self._partial = b""
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._lifeline, self._keeper = start_keeper(pipe) if keeper else (-1, None)
         self._thread = threading.Thread(target=self._copy, name="gpudiag-job-stderr", daemon=True)
         self._thread.start()
 
@@ -106,21 +116,51 @@ class StderrTee:
         return [ln[:LINE_CHARS] for ln in lines[-TAIL_LINES:]]
 
     def close(self) -> None:
-        """Stop copying; if the job (or a child of it) still holds the pipe, `cat` carries on."""
+        """Stop copying; if the job (or a child of it) still holds the pipe, the keeper (else
+        a `cat`) carries on."""
         self._stop.set()
         self._thread.join(timeout=1.0)
         if self._log is not None and not self._thread.is_alive():
             if self._partial:
                 self._write_log([redact_text(self._partial.decode(errors="replace"))])
             self._log.close()
+        if self._lifeline >= 0:
+            os.close(self._lifeline)  # the keeper takes over
+            self._lifeline = -1
         if self.fd < 0 or self._thread.is_alive():
+            self._reap()
             return
-        try:
-            subprocess.Popen(["cat"], stdin=self.fd, stdout=2, start_new_session=True)
-        except OSError:
-            pass
+        if self._keeper is None:
+            try:
+                start_process(["cat"], stdin=self.fd, stdout=2, start_new_session=True)
+            except OSError:
+                pass
         os.close(self.fd)
         self.fd = -1
+
+    def _reap(self) -> None:
+        """The job's pipe is at its end: the keeper copies nothing and exits; wait for it."""
+        if self._keeper is not None and self.fd < 0:
+            try:
+                self._keeper.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass  # a child of the job still holds the pipe: the keeper carries on
+
+
+def start_keeper(pipe: int) -> tuple[int, subprocess.Popen | None]:
+    """The lifeline's write end (-1 without a keeper) and the keeper holding `pipe`'s read
+    end, in its own session (a ^C at the terminal is the job's to take, not the keeper's)."""
+    life_r, life_w = os.pipe()  # not inherited by anything gpudiag starts later
+    try:
+        keeper = start_process(
+            ["sh", "-c", KEEPER], stdin=pipe, stdout=2, stderr=life_r, start_new_session=True
+        )
+    except OSError:
+        os.close(life_w)
+        return -1, None
+    finally:
+        os.close(life_r)
+    return life_w, keeper
 
 
 def job_log_path(report: str | None) -> str:

@@ -14,6 +14,7 @@ from gpudiag.agent.base.errors import UsageError
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
 from gpudiag.probes.base import ProbeStatus, Target
 from gpudiag.probes.inprocess.channel import HookProbe, injection_env
+from gpudiag.probes.spawn import start_process
 
 
 @dataclass
@@ -51,7 +52,9 @@ class Job:
         every rank (`found`: what find_target() said, else it is asked); `parts` gives the
         rest (sink, log, stop_signals...)."""
         target, ranks = found or self.find_target()
-        opened = {self.hooks.name: ProbeStatus(self.hooks.name, True)} if self.hooks else {}
+        opened = {}
+        if self.hooks is not None:  # not available: its socket could not be made (why)
+            opened[self.hooks.name] = self.hooks.refused or ProbeStatus(self.hooks.name, True)
         mine = replace(
             parts or SessionParts(), popen=self.popen, hooks=self.hooks, ranks=ranks, opened=opened
         )
@@ -66,27 +69,25 @@ def launch(
     extra_env: dict[str, str] | None = None,
 ) -> Job:
     """Start `command`; with `inject`, the in-process hooks (exact step timing) are added to
-    its environment when their socket can be made. UsageError when it cannot start."""
+    its environment when their socket can be made (else the job runs without them and the
+    hooks' status says why). UsageError when it cannot start."""
     hooks = HookProbe() if inject else None
     env = None
-    if hooks is not None:
-        if hooks.open(Target(0)).available:
-            env = injection_env(dict(os.environ), hooks.path or "")
-            env.update(extra_env or {})
-        else:
-            hooks = None
+    if hooks is not None and hooks.open(Target(0)).available:
+        env = injection_env(dict(os.environ), hooks.path or "")
+        env.update(extra_env or {})
     from gpudiag.agent.session.ranks.launch import flight_recorder_env, is_launcher
 
     if is_launcher(command):  # NCCL's flight recorder: collective sequence numbers per rank
         env = flight_recorder_env(env if env is not None else dict(os.environ))
     try:
-        popen = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)
+        popen = start_process(command, env=env, stdout=stdout, stderr=stderr)
     except OSError as exc:
         if hooks is not None:
             hooks.close()
         why = {FileNotFoundError: "command not found", PermissionError: "permission denied"}
         raise UsageError(
-            f"cannot start {command[0]!r}: {why.get(type(exc), exc.strerror)}"
+            f"cannot start {command[0]!r}: {why.get(type(exc), exc.strerror or exc)}"
         ) from None
     return Job(command, popen, hooks)
 

@@ -113,6 +113,8 @@ class Session:
         self.opts = opts
         n = len(p.ranks[0]) if p.ranks else 1
         self.probes = p.probes if p.probes is not None else make_probes(opts, p.hooks, n)
+        if p.hooks is not None:
+            p.hooks.profiled = target.pid  # its steps are the loop's, not a forked child's
         self.popen = p.popen
         self.sink = p.sink
         self.log = p.log or say

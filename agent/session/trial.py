@@ -31,6 +31,7 @@ from gpudiag.probes.inject.gpudiag_fixes import KINDS
 from gpudiag.probes.inject.gpudiag_guard import GUARD_ENV
 from gpudiag.probes.inprocess.channel import injection_env
 from gpudiag.probes.numbers import finite_number
+from gpudiag.probes.spawn import start_process
 from gpudiag.text.redact import printable, shown
 from gpudiag.text.sink import say
 
@@ -232,7 +233,7 @@ def run_arm(command: list[str], fix: dict | None, plan: TrialPlan, folder: str) 
         env[GUARD_ENV] = json.dumps({"since": plan.since, "folders": folders})
     errpath = steps + ".err"
     with create_stream(errpath, "stderr of the job") as err:
-        proc = subprocess.Popen(
+        proc = start_process(
             command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
     start = _wait_for_window(proc, steps, plan)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from gpudiag.probes.files import MAX_ENVIRON_BYTES, read_head
+
 # (rank, local rank, world size) variables, first found wins
 _RANK = ("RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 _LOCAL = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
@@ -49,8 +51,7 @@ class RankInfo:
 def read_environ(pid: int) -> dict[str, str] | None:
     """A process's environment at its start; None when it cannot be read."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
+        raw = read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES)
     except OSError:
         return None
     env: dict[str, str] = {}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from gpudiag.probes.files import MAX_ENVIRON_BYTES, read_head
+
 
 def has_nvidia_device_open(pids: set[int]) -> bool:
     """True when one of the processes holds /dev/nvidiaN open (it has a CUDA context)."""
@@ -26,7 +28,7 @@ def has_nvidia_device_open(pids: set[int]) -> bool:
 def visible_devices(pid: int) -> list[str] | None:
     """The job's CUDA_VISIBLE_DEVICES entries, or None when unset (all devices visible)."""
     try:
-        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        env = read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES).split(b"\0")
     except OSError:
         return None
     for item in env:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudiag.probes.files import read_head
+
 DCGM_NAMES = ("dcgm-exporter", "nv-hostengine")
 DCGM_NOTE = "NVML GPM conflicts with DCGM's profiling module: SM and tensor activity not sampled"
 DCGM_HINT = (
@@ -40,20 +42,6 @@ class ProcInfo:
     name: str
     cmdline: tuple[str, ...]
     start: int = 0  # its start time (clock ticks after boot): a pid's next process differs
-
-
-def read_head(path: Path | str, limit: int) -> bytes:
-    """At most `limit` bytes from the start of a (procfs) file; OSError when unreadable."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        chunks: list[bytes] = []
-        size = 0
-        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def read_proc(pid: int, root: Path = PROC) -> ProcInfo | None:

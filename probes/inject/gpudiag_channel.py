@@ -34,14 +34,11 @@ STEP_FIELDS = (
 )
 STEP_WIDTH = 1 + len(STEP_FIELDS)
 
-_PRIVATE: set[str] = set()
-
 
 def folder_problem(folder: str) -> str | None:
-    """Why `folder` is not private to this user, or None when it is (a good answer is
-    remembered: the check costs one lstat per folder)."""
-    if folder in _PRIVATE:
-        return None
+    """Why `folder` is not private to this user, or None when it is. Asked again at every
+    use (one lstat), never remembered: once the agent has left and removed its folder,
+    another user may make one of the same name, and the job must not send into it."""
     try:
         st = os.lstat(folder)
     except OSError as exc:
@@ -54,7 +51,6 @@ def folder_problem(folder: str) -> str | None:
         return f"{folder} was made by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
     if st.st_mode & 0o077:
         return f"{folder} is open to other users (mode {stat.S_IMODE(st.st_mode):o})"
-    _PRIVATE.add(folder)
     return None
 
 

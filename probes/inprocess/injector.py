@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from gpudiag.probes.inprocess import pendingso
+from gpudiag.probes.spawn import run_process
 
 HELPER = str(Path(__file__).with_name("ptrace_helper.py"))
 HELPER_TIMEOUT_S = 30.0  # dlopen of a 5 KB library takes milliseconds; the rest is start-up
@@ -42,7 +43,7 @@ def inject(pid: int, script: str) -> tuple[bool, str]:
     """Queue `script` on `pid`'s main thread: (done, how long it stopped the thread, or why
     not)."""
     try:
-        res = subprocess.run(
+        res = run_process(
             [sys.executable, "-I", HELPER, str(pid), str(TRIES), _site() or ""],
             input=pendingso.library(script),
             capture_output=True,

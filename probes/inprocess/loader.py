@@ -34,8 +34,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from gpudiag.probes.files import MAX_CMDLINE_BYTES, MAX_ENVIRON_BYTES, read_head
 from gpudiag.probes.inject.gpudiag_channel import write_request
 from gpudiag.probes.inprocess import injector, pyversion
+from gpudiag.probes.spawn import start_process
 
 GDB_TIMEOUT_S = 60.0  # symbol loading on a busy 2-core box takes a few seconds
 VERSION_TIMEOUT_S = 10.0
@@ -134,10 +136,8 @@ def _has_cap_ptrace() -> bool:
 def remote_debug_disabled(pid: int) -> bool:
     """Whether the job turned off PEP 768's remote debugging (environment or -X option)."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
+        env = read_head(f"/proc/{pid}/environ", MAX_ENVIRON_BYTES).split(b"\0")
+        argv = read_head(f"/proc/{pid}/cmdline", MAX_CMDLINE_BYTES).split(b"\0")
     except OSError:
         return False
     if any(e.startswith(b"PYTHON_DISABLE_REMOTE_DEBUG=") and e.split(b"=", 1)[1] for e in env):
@@ -303,7 +303,7 @@ def gdb_cannot_call(gdb: str) -> str | None:
     Python of our own (None: it can). Where the kernel refuses gdb's write of the CPU's
     extended state, a call made in the job would leave its registers wrong (a sleep there
     raised OSError 514): the job is not touched then."""
-    child = subprocess.Popen(
+    child = start_process(
         [sys.executable, "-I", "-S", "-c", "import time; time.sleep(60)"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -341,7 +341,7 @@ def _bounded(argv: list[str], timeout: float) -> subprocess.CompletedProcess | s
     """Run `argv` with no input and a time limit; past it, SIGTERM (gdb then detaches
     cleanly), then SIGKILL. A string says what went wrong."""
     try:
-        proc = subprocess.Popen(
+        proc = start_process(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

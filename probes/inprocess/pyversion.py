@@ -16,6 +16,8 @@ import re
 import struct
 from typing import BinaryIO
 
+from gpudiag.probes.files import MAX_MAPS_BYTES, read_head
+
 MAX_SECTIONS = 4096
 MAX_SYMBOLS = 1 << 20
 MAX_EXE = 1 << 31
@@ -29,8 +31,8 @@ OLDER = (3, 9)  # what an interpreter without 3.10's symbols is taken for
 def python_version(pid: int) -> tuple[int, int] | None:
     """The job's Python major.minor, or None when it cannot be read from here."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
-            m = re.search(r"libpython(\d)\.(\d+)", f.read())
+        maps = read_head(f"/proc/{pid}/maps", MAX_MAPS_BYTES).decode(errors="replace")
+        m = re.search(r"libpython(\d)\.(\d+)", maps)
         if m:
             return int(m.group(1)), int(m.group(2))
         with open(f"/proc/{pid}/exe", "rb") as exe:

@@ -15,7 +15,6 @@ process itself listens on (a socket in its own fd table), always for the fixed p
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.net import http_get, listens_on, unspecified
 
 SERVER_NAME = "tritonserver"
 STUB_NAME = "triton_python_backend_stub"  # a Python backend model's process
@@ -74,14 +74,6 @@ def _flag(args: list[str], name: str) -> str | None:
     return found
 
 
-def _unspecified(host: str) -> bool:
-    """Whether an address is empty or every interface's (IPv4's or IPv6's)."""
-    try:
-        return not host or ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return False  # a host name
-
-
 def metrics_url(args: list[str]) -> str | None:
     """The metrics endpoint of a `tritonserver` command line; None when it turns metrics off.
     ValueError when the port is not a number or the address not an IP address."""
@@ -101,7 +93,7 @@ def metrics_address(args: list[str]) -> tuple[str, int] | None:
     if not (raw_port.isascii() and raw_port.isdigit() and 0 < int(raw_port[:6]) < 65536):
         raise ValueError(f"--metrics-port {raw_port[:40]!r} is not a port number")
     host = (_flag(args, "--metrics-address") or "").strip("[]")
-    if _unspecified(host):  # every interface: this box's loopback is one of them
+    if unspecified(host):  # every interface: this box's loopback is one of them
         return "127.0.0.1", int(raw_port)
     try:
         return str(ipaddress.ip_address(host)), int(raw_port)
@@ -109,36 +101,10 @@ def metrics_address(args: list[str]) -> tuple[str, int] | None:
         raise ValueError(f"--metrics-address {host[:40]!r} is not an IP address") from None
 
 
-def listens_on(pid: int, host: str, port: int) -> bool:
-    """Whether process `pid` itself holds a socket listening on `port` at `host` (or on every
-    address): the sockets in its own fd table, not the box's."""
-    try:
-        conns = psutil.Process(pid).net_connections(kind="inet")
-    except (psutil.Error, OSError):
-        return False
-    for c in conns:
-        if c.status != psutil.CONN_LISTEN or not c.laddr or c.laddr.port != port:
-            continue
-        ip = c.laddr.ip.split("%", 1)[0]
-        if ip == host or _unspecified(ip):
-            return True
-    return False
-
-
 def scrape(endpoint: Endpoint) -> str:
     """The body of one GET of /metrics at the endpoint (no redirects followed, at most
     MAX_SCRAPE_BYTES): OSError or ValueError when there is none."""
-    conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=SCRAPE_TIMEOUT_S)
-    try:
-        conn.request("GET", METRICS_PATH, headers={"Accept-Encoding": "identity"})
-        r = conn.getresponse()
-        if r.status != 200:
-            raise ValueError(f"HTTP {r.status}")
-        body = r.read(MAX_SCRAPE_BYTES + 1)
-    finally:
-        conn.close()
-    if len(body) > MAX_SCRAPE_BYTES:
-        raise ValueError(f"the answer is over {MAX_SCRAPE_BYTES} bytes")
+    body = http_get(endpoint.host, endpoint.port, METRICS_PATH, SCRAPE_TIMEOUT_S, MAX_SCRAPE_BYTES)
     return body.decode("utf-8", "replace")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+from gpudiag.probes.spawn import run_process
 from gpudiag.probes.stacks.pyspy import find_py_spy
 
 
@@ -16,7 +17,7 @@ def dump_main_stack(pid: int, timeout_s: float = 20.0) -> tuple[tuple[str, ...],
     if exe is None:
         return (), "py-spy executable not found"
     try:
-        res = subprocess.run(
+        res = run_process(
             [exe, "dump", "--pid", str(pid), "--json"],
             capture_output=True,
             text=True,

@@ -32,6 +32,7 @@ import psutil
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.files import open_regular_fd
 from gpudiag.probes.servers.triton import model_process
+from gpudiag.probes.spawn import run_process, start_process
 from gpudiag.probes.stacks.pyspy import (
     SpyRun,
     crash_reason,
@@ -151,7 +152,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             if stub is not None:
                 self.followed = stub
             try:
-                res = subprocess.run(
+                res = run_process(
                     [self._exe, "dump", "--pid", str(self.loop_pid)],
                     capture_output=True,
                     text=True,
@@ -279,7 +280,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             started = time.monotonic()
             for run in runs:
                 try:
-                    run.proc = subprocess.Popen(
+                    run.proc = start_process(
                         self._cmd(run, window),
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE,

@@ -92,3 +92,46 @@ def test_an_older_segment_of_another_user_is_not_merged(tmp_path):
     assert recording.open_recording(str(rec)).previous == str(rec) + ".1"
     os.chown(str(rec) + ".1", NOBODY, NOBODY)
     assert recording.open_recording(str(rec)).previous is None
+
+
+def test_recording_items_are_bounded_by_the_files_size(tmp_path, monkeypatch):
+    """Issue 53 R6a: each line was bounded but not their number: 31 KB of gzip holding 10
+    valid samples with 990,000 `{}` each replayed for 20 s. Past one line's worth, a file
+    holds at most MAX_ITEMS_PER_BYTE items per byte: the rest is refused before parsing."""
+    monkeypatch.setattr(recording, "MAX_LINE_ITEMS", 100_000)
+    header = json.dumps({"format": "gpudiag-recording", "version": 1}).encode() + b"\n"
+    sample = {"probe": "process", "t_ns": 1, "labels": {}, "values": {"cpu": 0.5}}
+    junk = b',"junk":[' + b",".join([b"{}"] * 45_000) + b"]}\n"
+    line = json.dumps(sample).encode()[:-1] + junk
+    path = _gz(tmp_path / "many.jsonl.gz", [header] + [line] * 40)
+    assert os.path.getsize(path) < 40_000
+    parsed = []
+    real = recording.parse_json
+    monkeypatch.setattr(recording, "parse_json", lambda *a, **k: parsed.append(1) or real(*a, **k))
+    with pytest.raises(UsageError, match="per byte: not a recording gpudiag wrote"):
+        list(recording.iter_lines(path))
+    per_line = line.count(b",") + line.count(b"{") + line.count(b"[")
+    allowed = 100_000 + recording.MAX_ITEMS_PER_BYTE * os.path.getsize(path)
+    assert (len(parsed) - 1) * per_line <= allowed < 40 * per_line / 2  # not the 40 lines
+
+
+def test_what_gpudiag_writes_is_within_the_items_per_byte(tmp_path, monkeypatch):
+    """The densest recording gpudiag writes (windows of a job whose values never change)
+    reads back whole under the same bound, with almost no lines' worth free."""
+    from gpudiag.probes.base import Sample
+
+    monkeypatch.setattr(recording, "MAX_LINE_ITEMS", 5_000)
+    path = str(tmp_path / "steady.jsonl.gz")
+    rec = recording.Recorder(path, {}, layout="windows", width_ns=lambda: 1_000_000_000)
+    t = 10**18
+    for _ in range(20_000):
+        t += 100_000_000
+        rec.write(
+            [
+                Sample("gpu", t, {"gpu": "0"}, {"util": 0.0, "mem": 1.0, "power": 50.0}),
+                Sample("process", t, {}, {"cpu": 0.0, "rss": 1e9}),
+            ]
+        )
+    rec.close()
+    lines = list(recording.iter_lines(path))
+    assert len(lines) > 100

@@ -85,3 +85,26 @@ def test_speedscope_of_a_report_without_stacks_says_so():
     with pytest.raises(UsageError, match="no stacks"):
         speedscope_of(doc)
     jsonschema.validate(chrome_trace_of(doc), CHROME)  # an empty timeline is still a trace
+
+
+def test_capture_events_without_a_start_are_left_out(tmp_path, cli):
+    """Issue 53 N47: a schema-valid capture whose events lack `ts` (or hold a string there)
+    gave "internal error: KeyError" from report --trace."""
+    doc = json.loads((HERE / "fixtures" / "html" / "minimal.json").read_text())
+    doc["capture"] = {
+        "start_s_run": "soon",
+        "steps": [{"start_s": 0.0, "dur_s": 0.1}],
+        "events": [
+            {"name": "no start"},
+            {"name": "aten::mm", "ts": 0.01, "dur": 0.002},
+            {"name": "odd", "ts": "x", "dur": "y"},
+        ],
+    }
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    res = cli("report", str(path), "--trace", str(tmp_path / "t.json"))
+    assert res.returncode == 0, res.stderr
+    trace = json.loads((tmp_path / "t.json").read_text())
+    jsonschema.validate(trace, CHROME)
+    ops = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "ops"]
+    assert ops == ["aten::mm"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.probes.base import Target
-from gpudiag.probes.inject import gpudiag_channel, gpudiag_hooks
+from gpudiag.probes.inject import gpudiag_hooks
 from gpudiag.probes.inprocess.channel import HookProbe
 
 ROOT = Path(__file__).parents[2]
@@ -71,8 +71,7 @@ def test_attach_folder_of_ours_is_made_private(tmp_path):
         probe.close()
 
 
-def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
+def test_the_job_side_sends_only_into_a_private_folder(tmp_path):
     open_folder = tmp_path / "open"
     open_folder.mkdir()
     open_folder.chmod(0o777)
@@ -86,6 +85,38 @@ def test_the_job_side_sends_only_into_a_private_folder(tmp_path, monkeypatch):
         assert [s.values["step_time_s"] for s in probe.sample()] == [0.25]
     finally:
         probe.close()
+
+
+def test_a_channel_folder_remade_by_another_user_after_the_agent_left_gets_nothing():
+    """Issue 53 R1a: after `run --duration` ended, gpudiag removed its channel folder while
+    the job ran on; another user re-made the folder and bound a socket in it, and the job,
+    which had remembered the folder as private, sent its steps there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    path = probe.path
+    channel = gpudiag_hooks._Channel(path)
+    try:
+        assert channel.send({"v": 2, "width": 9}, array("d", [time.time(), 0.25] + [0] * 7))
+        assert len(probe.sample()) == 1
+    finally:
+        probe.close()
+    folder = os.path.dirname(path)
+    assert not os.path.exists(folder)
+    os.mkdir(folder)  # the attacker's: same name, their uid, open to all
+    os.chmod(folder, 0o777)
+    os.chown(folder, 65534, 65534)
+    spy = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        spy.bind(path)
+        spy.setblocking(False)
+        assert channel.send({"v": 2, "width": 9}) is False and channel.dropped == 1
+        assert _received(spy) == []
+    finally:
+        spy.close()
+        os.unlink(path)
+        os.rmdir(folder)
 
 
 # PyTorch writes NCCL flight-recorder dumps with pickle; their one reader refuses every class
@@ -136,12 +167,11 @@ def test_every_metrics_endpoint_defaults_to_localhost():
 
 
 @pytest.fixture
-def squatted(tmp_path, monkeypatch):
+def squatted(tmp_path):
     """A folder another local user pre-created (mode 777, uid 65534), with a socket there
     listening for whatever the job sends: the attack of issue 23 #1."""
     if os.geteuid() != 0:
         pytest.skip("needs root to make a folder owned by another user")
-    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
     folder = tmp_path / "gpudiag-0"
     folder.mkdir()
     folder.chmod(0o777)
@@ -180,11 +210,10 @@ def test_collective_and_capture_channels_refuse_another_users_folder(squatted):
     assert watcher.capture is None and request.exists()
 
 
-def test_the_same_channels_send_into_a_private_folder(tmp_path, monkeypatch):
+def test_the_same_channels_send_into_a_private_folder(tmp_path):
     """The check lets the job's own private folder through (so the test above can fail)."""
     from gpudiag.probes.inject import gpudiag_capture, gpudiag_dist
 
-    monkeypatch.setattr(gpudiag_channel, "_PRIVATE", set())
     folder = tmp_path / "mine"
     folder.mkdir(mode=0o700)
     path = folder / "agent.sock"
@@ -208,3 +237,57 @@ def test_the_report_says_why_the_hooks_were_refused(squatted):
     probe.close()
     assert not first.available and not final.available
     assert "refused" in final.reason and "uid 65534" in final.reason, final.reason
+
+
+def test_a_second_agent_on_the_same_job_leaves_the_first_ones_steps(tmp_path):
+    """Issue 53 N59: a second attach replaced the first one's socket and took its steps (the
+    first reported 5 s of an 18 s look, its hooks status plain `available`)."""
+    folder = tmp_path / "gpudiag-me"
+    folder.mkdir(mode=0o700)
+    path = str(folder / "agent-1.sock")
+    first = HookProbe(path, optional=True)
+    assert first.open(Target(0)).available
+    second = HookProbe(path, optional=True)
+    try:
+        status = second.open(Target(0))
+        assert not status.available and "another gpudiag" in status.reason
+        assert second.final_status() == status
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender.sendto(datagram(0.25), path)
+        assert [s.values["step_time_s"] for s in first.sample()] == [0.25]
+    finally:
+        second.close()
+        first.close()
+    assert not os.path.exists(path)
+
+
+def test_a_socket_left_by_an_agent_that_died_is_replaced(tmp_path):
+    """The check above refuses only a live agent: a SIGKILLed one's socket is stale."""
+    folder = tmp_path / "gpudiag-me"
+    folder.mkdir(mode=0o700)
+    path = str(folder / "agent-1.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dead.bind(path)
+    dead.close()  # the file stays, nobody bound
+    probe = HookProbe(path, optional=True)
+    try:
+        assert probe.open(Target(0)).available
+    finally:
+        probe.close()
+
+
+def test_a_channel_that_cannot_be_made_says_why_and_leaves_nothing(tmp_path, monkeypatch):
+    """Issue 53 N76: under a long TMPDIR the socket's path was too long; the hooks were
+    dropped from the report without a word and the gpudiag-XXXX folder was left behind."""
+    import tempfile
+
+    long = tmp_path / ("d" * 60) / ("e" * 60)
+    long.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    probe = HookProbe()
+    status = probe.open(Target(0))
+    assert not status.available and "cannot create the hooks' socket" in status.reason
+    assert "107 bytes" in (status.hint or "") and "TMPDIR" in (status.hint or "")
+    assert probe.final_status() == status
+    probe.close()
+    assert list(long.iterdir()) == []  # its folder removed

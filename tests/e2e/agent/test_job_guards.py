@@ -4,6 +4,7 @@ a stale try fix in the environment, a forked child's steps kept apart from its p
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from tests.conftest import gpudiag
@@ -109,3 +110,53 @@ def test_steps_of_a_forked_child_are_not_merged_with_the_parents(tmp_path):
         assert len(steps) == 3 and probe.other_steps == 5  # the child's, though it claims pid 1
     finally:
         probe.close()
+
+
+def test_the_profiled_process_steps_win_over_a_child_that_sent_first(tmp_path):
+    """Issue 53 N16: the first process that sent steps was kept: a forked child stepping
+    faster sent first, and the report showed its 87 steps/s for the profiled parent's 19."""
+    import subprocess
+    from array import array
+
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.inject.gpudiag_hooks import STEP_WIDTH, _Channel
+    from gpudiag.probes.inprocess.channel import HookProbe
+
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    probe.profiled = os.getpid()  # as the session sets it: the process it profiles
+    child = (
+        "import sys\nfrom array import array\n"
+        "from gpudiag.probes.inject.gpudiag_hooks import _Channel\n"
+        "row = lambda i: (2000.0 + i, 0.01, 0, 8, 0, 0, 0, 0, 0)\n"
+        "rows = array('d', [v for i in range(5) for v in row(i)])\n"
+        f"sys.exit(0 if _Channel({probe.path!r}).send({{'v': 2, 'width': 9}}, rows) else 1)\n"
+    )
+    try:
+        assert subprocess.run([sys.executable, "-c", child], timeout=60).returncode == 0
+        first = [s for s in probe.sample() if s.labels.get("kind") == "step"]
+        assert len(first) == 5  # none from the profiled process yet: the child's are the loop's
+        rows = array("d", [v for i in range(3) for v in (1000.0 + i, 0.05, 0, 8, 0, 0, 0, 0, 0)])
+        assert _Channel(probe.path).send({"v": 2, "width": STEP_WIDTH}, rows)
+        assert subprocess.run([sys.executable, "-c", child], timeout=60).returncode == 0
+        steps = [s for s in probe.sample() if s.labels.get("kind") == "step"]
+        assert [s.values["step_time_s"] for s in steps] == [0.05] * 3
+        assert probe.loop_pid == os.getpid() and probe.other_steps == 5
+    finally:
+        probe.close()
+
+
+def test_run_says_why_the_hooks_could_not_be_made_and_leaves_no_folder(tmp_path):
+    """Issue 53 N76: under a long TMPDIR `run` dropped the hooks without a status (no hooks
+    probe in the report, steps/s missing) and left its gpudiag-XXXX folder behind."""
+    long = tmp_path / ("d" * 60) / ("e" * 60)
+    long.mkdir(parents=True)
+    out = tmp_path / "r.json"
+    env = {**os.environ, "TMPDIR": str(long)}
+    cmd = [sys.executable, "-c", "import time; time.sleep(2)"]
+    res = gpudiag("run", "-q", "--out", str(out), "--", *cmd, env=env, cwd=tmp_path, timeout=180)
+    assert res.returncode == 0, res.stderr
+    hooks = [p for p in json.loads(out.read_text())["probes"] if p["name"] == "hooks"]
+    assert len(hooks) == 1 and not hooks[0]["available"], hooks
+    assert "cannot create the hooks' socket" in hooks[0]["reason"] and "TMPDIR" in hooks[0]["hint"]
+    assert not [p for p in long.iterdir() if p.name.startswith("gpudiag-")]

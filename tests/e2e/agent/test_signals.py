@@ -315,3 +315,60 @@ def test_run_tui_passes_sigterm_on_to_the_job(tmp_path):
     assert not raw, seen[-2000:]
     assert code == 7, seen[-2000:]  # the job's own exit status, passed through
     assert report(out)["run"]["end_reason"] in ("interrupted", "stopped", "target_exited")
+
+
+PRINTS_TO_STDERR = """\
+import os, sys, time
+open("pid", "w").write(str(os.getpid()))
+try:
+    for i in range(50):
+        print(f"job line {i}", file=sys.stderr, flush=True)
+        time.sleep(0.1)
+    open("end", "w").write("survived")
+except BaseException as exc:
+    open("end", "w").write(f"died: {exc!r}")
+"""
+
+
+def _poll_file(path, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.1)
+    return ""
+
+
+def test_a_sigkilled_gpudiag_leaves_the_job_writing_to_its_stderr(tmp_path):
+    """Issue 53 N61: the job's stderr was a pipe only gpudiag read and `cat` took over only
+    in close(): after gpudiag was SIGKILLed (the OOM killer) the job died of
+    BrokenPipeError on its next write."""
+    (tmp_path / "job.py").write_text(PRINTS_TO_STDERR)
+    err = tmp_path / "gpudiag.stderr"
+    with open(err, "w") as fe:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "gpudiag.agent.cli.main", "run", "-q", "--out", "r.json"]
+            + ["--", sys.executable, "job.py"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=fe,
+        )
+    job = 0
+    try:
+        assert _poll_file(tmp_path / "pid", 60), err.read_text()
+        job = int((tmp_path / "pid").read_text())
+        deadline = time.monotonic() + 30
+        while "job line 3" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        agent.kill()
+        agent.wait(timeout=10)
+        assert _poll_file(tmp_path / "end", 60) == "survived"
+        assert "job line 49" in err.read_text()  # what it wrote after, copied on
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        if job:
+            try:
+                os.kill(job, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -112,7 +112,7 @@ class _FakeSession:
         self.stopped.set()
 
 
-def _watcher(pids: list[int], max_jobs: int, log: list[str]):
+def _watcher(pids: list[int], max_jobs: int, log: list[str], idle_s: float = 0.3):
     from gpudiag.agent.base.config import Settings
     from gpudiag.agent.commands.watch import Watched, Watcher
     from gpudiag.agent.session.session import SessionOptions
@@ -132,7 +132,7 @@ def _watcher(pids: list[int], max_jobs: int, log: list[str]):
         discover=lambda: list(pids),
         log=log.append,
         max_jobs=max_jobs,
-        idle_s=0.3,
+        idle_s=idle_s,
     )
 
 
@@ -173,6 +173,31 @@ def test_jobs_past_the_budget_replace_the_oldest_idle_one_or_wait():
         assert any("not watched" in m and "--max-jobs" in m for m in log)
     finally:
         for j in (busy_job, *idle_jobs):
+            j.kill()
+            j.wait()
+
+
+def test_a_job_idle_for_less_than_idle_s_is_not_dropped_for_a_newcomer():
+    """Issue 53 section 2: a watched job idle at one poll was dropped for any newcomer (the
+    idle_s of 30 s was never read), so idle processes appearing one after another kept watch
+    starting and stopping sessions: 24 idle fake jobs cost 0.21 cores against a 0.10 budget
+    (benchmarks/watch_hostile.py). A job not yet idle for idle_s keeps its place."""
+    idle = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    jobs = [_ready(idle) for _ in range(3)]
+    log: list[str] = []
+    pids = [jobs[0].pid, jobs[1].pid]
+    w = _watcher(pids, 2, log, idle_s=60.0)
+    try:
+        w.poll()
+        time.sleep(0.5)
+        w.poll()
+        pids.append(jobs[2].pid)
+        time.sleep(0.5)
+        w.poll()
+        assert sorted(w.jobs) == sorted(pids[:2]) and w.dropped == 0, log
+        assert w.health()["jobs_not_watched"][0] == 1
+    finally:
+        for j in jobs:
             j.kill()
             j.wait()
 

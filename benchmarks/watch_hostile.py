@@ -1,0 +1,202 @@
+"""What `gpudiag watch` costs beside the hostile processes of review adversarial-6 (section 2
+of issue 53), against the same watch without them, in one run: its CPU (gpudiag and every
+py-spy it ran, in cores) and its peak resident memory, next to its budget (0.10 cores and
+400 MB for every job together).
+
+Both arms watch one light training job (benchmarks/light_job.py) with `--match` on a fresh
+folder. The hostile arm adds, as another user (uid 65534 when run as root) and each naming
+that folder on its command line so that `--match` sees them:
+
+- X04: BIG processes with 14 arguments of 131,000 bytes (1.8 MB of command line) each;
+- X05: MAPS Python processes with 30,000 memory mappings each (no libtorch: never watched);
+- N27: FAKE processes that map a file named libtorch (each a job to watch) and sleep;
+- N65: one such process with 1,500 idle threads;
+- X03: one with a 48 KB argument of `a.a.a…` (the redaction's worst case).
+
+    python benchmarks/watch_hostile.py --seconds 40
+
+Run it under the box's measurement lock, and give the load average beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+HOSTILE_PY = "/usr/bin/python3"  # another user must be able to run it (not root's pyenv)
+NOBODY = 65534
+FAKE = """
+import mmap, sys, threading, time
+f = open(sys.argv[1], "rb"); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+ev = threading.Event()
+for _ in range(int(sys.argv[2])):
+    threading.Thread(target=ev.wait, daemon=True).start()
+time.sleep(float(sys.argv[3]))
+"""
+MAPS = """
+import mmap, sys, time
+keep = [mmap.mmap(-1, 4096, prot=mmap.PROT_READ | (mmap.PROT_WRITE if i % 2 else 0))
+        for i in range(int(sys.argv[1]))]
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _as_other_user() -> dict:
+    return {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+
+
+def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[subprocess.Popen]:
+    """The hostile processes, each naming `folder` on its command line."""
+    lib = folder / "libtorch_fake.so"
+    lib.write_bytes(b"\0" * 4096)
+    (folder / "fake.py").write_text(FAKE)
+    (folder / "maps.py").write_text(MAPS)
+    kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **_as_other_user()}
+    py, tag, s = HOSTILE_PY, str(folder), str(seconds)
+    big = ["a" * 131_000] * 14
+    procs = [
+        *(
+            subprocess.Popen([py, "-c", f"import time; time.sleep({s})", tag, *big], **kw)
+            for _ in range(args.big)
+        ),
+        *(
+            subprocess.Popen([py, str(folder / "maps.py"), "30000", s, tag], **kw)
+            for _ in range(args.maps)
+        ),
+        *(
+            subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s], **kw)
+            for _ in range(args.fake)
+        ),
+    ]
+    if getattr(args, "extra", True):  # N65 and X03: with the fake jobs
+        procs.append(subprocess.Popen([py, str(folder / "fake.py"), str(lib), "1500", s], **kw))
+        procs.append(
+            subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s, "a." * 24576], **kw)
+        )
+    return procs
+
+
+def _cpu_rss(p: psutil.Process) -> tuple[float, int]:
+    """CPU seconds (with reaped and live children) and resident bytes (with live children)."""
+    t = p.cpu_times()
+    cpu, rss = t.user + t.system + t.children_user + t.children_system, p.memory_info().rss
+    for c in p.children(recursive=True):
+        try:
+            ct = c.cpu_times()
+            cpu, rss = cpu + ct.user + ct.system, rss + c.memory_info().rss
+        except psutil.Error:
+            pass
+    return cpu, rss
+
+
+def measure(hostile: bool, args: argparse.Namespace) -> dict:
+    """One watch of `args.seconds` over the light job, with or without the hostile set."""
+    folder = Path(tempfile.mkdtemp(prefix="gpudiag-hostile-bench-"))
+    folder.chmod(0o755)
+    shutil.copy(HERE / "light_job.py", folder / "watched_job.py")
+    life = args.seconds + 90
+    job = subprocess.Popen(
+        [sys.executable, str(folder / "watched_job.py"), "--seconds", str(life)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    others = _hostile(folder, args, life) if hostile else []
+    time.sleep(args.setup)  # imports done, mappings made
+    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "-q", "--match", str(folder)]
+    cmd += ["--duration", str(args.seconds), "--metrics-port", "0"]
+    watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc, peak, own, t0 = psutil.Process(watch.pid), 0, 0.0, time.monotonic()
+    try:
+        while True:
+            pid, status, usage = os.wait4(watch.pid, os.WNOHANG)
+            if pid:
+                break
+            try:
+                peak = max(peak, _cpu_rss(proc)[1])
+                own = sum(proc.cpu_times()[:2])  # gpudiag itself (discovery, probes, scrape)
+            except psutil.Error:
+                pass
+            time.sleep(0.5)
+        wall = time.monotonic() - t0
+        err = watch.stderr.read() if watch.stderr else ""
+    finally:
+        for p in [job, *others]:
+            p.kill()
+            p.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    cpu = usage.ru_utime + usage.ru_stime  # gpudiag and every child it reaped (py-spy)
+    return {
+        "arm": "hostile" if hostile else "quiet",
+        "processes": 1 + len(others),
+        "seconds": round(wall, 1),
+        "cpu_cores": round(cpu / wall, 4),
+        "own_cpu_cores": round(own / wall, 4),  # the rest: py-spy
+        "peak_rss_mb": round(peak / 2**20, 1),
+        "exit_status": os.waitstatus_to_exitcode(status),
+        "stderr_tail": err.strip().splitlines()[-3:],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=40.0, help="each watch this long")
+    ap.add_argument("--setup", type=float, default=15.0, help="seconds before watch starts")
+    ap.add_argument("--big", type=int, default=30, help="X04: 1.8 MB command lines")
+    ap.add_argument("--maps", type=int, default=20, help="X05: 30,000 mappings each")
+    ap.add_argument("--fake", type=int, default=24, help="N27: idle 'jobs' with libtorch")
+    ap.add_argument(
+        "--parts",
+        nargs="*",
+        default=[],
+        choices=["big", "maps", "fake"],
+        help="also each hostile kind alone",
+    )
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    load = open("/proc/loadavg").read().split()[:3]
+    rows = [measure(False, args), measure(True, args)]
+    for part in args.parts:  # one hostile kind at a time (the others at 0)
+        one = argparse.Namespace(**{**vars(args), "big": 0, "maps": 0, "fake": 0})
+        setattr(one, part, getattr(args, part))
+        one.extra = part == "fake"
+        rows.append({**measure(True, one), "arm": f"only {part}"})
+    ratio = {
+        "cpu": round(rows[1]["cpu_cores"] / rows[0]["cpu_cores"], 2)
+        if rows[0]["cpu_cores"]
+        else None,
+        "rss": round(rows[1]["peak_rss_mb"] / rows[0]["peak_rss_mb"], 2)
+        if rows[0]["peak_rss_mb"]
+        else None,
+    }
+    out = {
+        "load_before": load,
+        "load_after": open("/proc/loadavg").read().split()[:3],
+        "rows": rows,
+        "hostile_over_quiet": ratio,
+        "budget": {"cpu_cores": 0.10, "rss_mb": 400},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"load before {' '.join(load)}, after {' '.join(out['load_after'])}")
+    print("arm         processes  seconds  CPU cores  own CPU  peak RSS MB  exit")
+    for r in rows:
+        print(
+            f"{r['arm']:<11} {r['processes']:>9}  {r['seconds']:>7}  {r['cpu_cores']:>9.4f}"
+            f"  {r['own_cpu_cores']:>7.4f}  {r['peak_rss_mb']:>11.1f}  {r['exit_status']}"
+        )
+    print(f"hostile/quiet: CPU x{ratio['cpu']}, RSS x{ratio['rss']} (budget 0.10 cores, 400 MB)")
+
+
+if __name__ == "__main__":
+    main()
