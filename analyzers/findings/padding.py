@@ -29,7 +29,9 @@ INFER003 = register(
                 "or more of the tokens padded past each batch's longest row "
                 '(`padding="max_length"`), or `pad_share_warn` (0.50) or more padding at all '
                 "(rows of unlike lengths in one batch), over `pad_min_forwards` forwards, in an "
-                "inference loop or a server"
+                "inference loop or a server (every forward) or a training job (a forward every "
+                "50 ms at most, by a pre-hook on the model; the share it costs is the step's "
+                "forward and backward)"
             ),
             fix=(
                 "`padding=True` (each batch to its longest row) instead of "
