@@ -35,7 +35,7 @@ def main() -> int:
     p.add_argument("--train", action="store_true", help="Trainer.train(), as run_glue.py")
     p.add_argument("--warmup", type=int, default=3, help="--train: steps before the clock")
     p.add_argument(
-        "--group-by-length", action="store_true", help="--train: Trainer's group_by_length=True"
+        "--group-by-length", action="store_true", help="--train: group_by_length (sampler)"
     )
     args = p.parse_args()
     import datasets
@@ -122,7 +122,8 @@ def train(model, data, collator, args) -> int:
         logging_strategy="no",
         dataloader_num_workers=0,
         disable_tqdm=True,
-        group_by_length=args.group_by_length,
+        # transformers 5: group_by_length=True is this sampling strategy
+        train_sampling_strategy="group_by_length" if args.group_by_length else "random",
     )
     trainer = Trainer(
         model=model, args=targs, train_dataset=data, data_collator=collator, callbacks=[clock]
