@@ -38,7 +38,8 @@ INFER003 = register(
                 '`padding="max_length"`, `DataCollatorWithPadding` for a dataset tokenized once '
                 "(run_glue.py: `--pad_to_max_length False`); sort by length before batching "
                 "(sentence-transformers' `encode()` does; in training Trainer's "
-                "`group_by_length=True`)"
+                '`group_by_length=True`, in transformers 5 `train_sampling_strategy="group_by_'
+                'length"`)'
             ),
             measured=(
                 Measured(
@@ -221,8 +222,8 @@ def _actions(p: Padded, th: Thresholds, kind: str) -> tuple[str, ...]:
         to_longest = to_longest[::-1]
         by_length = (
             "batch rows of like lengths together: Trainer's group_by_length=True "
-            "(TrainingArguments; --group_by_length in the example scripts), or a sampler "
-            "that draws each batch from rows of like lengths",
+            "(--group_by_length in the example scripts; transformers 5: train_sampling_strategy="
+            '"group_by_length"), or a sampler that draws each batch from rows of like lengths',
         )
     return to_longest + by_length if p.to_longest(th) else by_length + to_longest
 
