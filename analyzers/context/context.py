@@ -22,6 +22,7 @@ from gpudiag.analyzers.measures.serving import (
     HandlerSplit,
     handler_split,
     model_metrics,
+    padding_metrics,
     pool_handlers,
     serving_metrics,
 )
@@ -166,6 +167,8 @@ def build_context(
     phases = phase_summary(tl, win, clf) if tl is not None else {}
     if workload.kind != "training":  # a training job's report keeps its metrics
         metrics.update(serving_metrics(whole))
+    else:  # its forwards' attention masks, sampled by the hooks (gpudiag_serve.watch_masks)
+        metrics.update(padding_metrics(whole))
     c = Context(view, win, th, clf, stats, profile, metrics, shares, cp, idle, loader_d, phases)
     given = prices or Prices()
     chosen = Prices(resolve_price(list(stats), given.current, given.table), given.table)

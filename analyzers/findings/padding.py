@@ -1,6 +1,6 @@
 """INFER003: most of the tokens a model's forwards compute are padding, from the attention
-masks the in-process hooks counted, in an inference loop or a server (a training job's
-forwards are not recorded)."""
+masks the in-process hooks counted: every forward of an inference loop or a server, a sampled
+forward of a training job (its forward and backward both scale with the padded length)."""
 
 from __future__ import annotations
 
@@ -29,13 +29,17 @@ INFER003 = register(
                 "or more of the tokens padded past each batch's longest row "
                 '(`padding="max_length"`), or `pad_share_warn` (0.50) or more padding at all '
                 "(rows of unlike lengths in one batch), over `pad_min_forwards` forwards, in an "
-                "inference loop or a server"
+                "inference loop or a server (every forward) or a training job (a forward every "
+                "50 ms at most, by a pre-hook on the model; the share it costs is the step's "
+                "forward and backward)"
             ),
             fix=(
                 "`padding=True` (each batch to its longest row) instead of "
                 '`padding="max_length"`, `DataCollatorWithPadding` for a dataset tokenized once '
                 "(run_glue.py: `--pad_to_max_length False`); sort by length before batching "
-                "(sentence-transformers' `encode()` does; `group_by_length=True`)"
+                "(sentence-transformers' `encode()` does; in training Trainer's "
+                '`group_by_length=True`, in transformers 5 `train_sampling_strategy="group_by_'
+                'length"`)'
             ),
             measured=(
                 Measured(
@@ -146,10 +150,27 @@ def _speedups(busy: tuple[float, float], p: Padded, th: Thresholds) -> tuple[flo
     return min(ends), max(ends)
 
 
+def training_shares(c: Context) -> tuple[float, float] | None:
+    """(lower, higher) of a training step's forward and backward share: as the stacks sample
+    the loop thread, and as the hooks time the model's units on their sampled steps (None
+    when neither gives one)."""
+    stacks = c.shares.get("forward", 0.0) + c.shares.get("backward", 0.0)
+    table = c.compute
+    rows = table.unit_rows() if table is not None and table.timed_steps > 0 else ()
+    hooks = sum(r.share for r in rows) if rows else stacks
+    if max(stacks, hooks) <= 0:
+        return None
+    stacks = stacks or hooks
+    return min(1.0, hooks, stacks), min(1.0, max(hooks, stacks))
+
+
 def forward_shares(c: Context, kind: str) -> tuple[float, float] | None:
     """(lower, higher) of the forwards' share of the work as the hooks time it (Little's
     law: wall time, inflated where requests share too few cores) and as the stacks sample
-    the loop or request threads (None when the hooks give none)."""
+    the loop or request threads (None when the hooks give none); a training step's forward
+    and backward (training_shares)."""
+    if kind == "training":
+        return training_shares(c)
     hooks = forward_busy_share(c.metrics, kind)
     if not hooks:
         return None
@@ -157,11 +178,12 @@ def forward_shares(c: Context, kind: str) -> tuple[float, float] | None:
     return min(1.0, hooks, stacks), min(1.0, max(hooks, stacks))
 
 
-def _message(p: Padded, th: Thresholds, forwards: float) -> str:
+def _message(p: Padded, th: Thresholds, forwards: float, sampled: bool = False) -> str:
     head = (
         f"{p.share:.0%} of the tokens the model's forwards compute are padding: rows padded to "
         f"{p.padded:.0f} tokens on average, each batch's longest row {p.longest:.0f}, a row's "
-        f"real tokens {p.real:.0f} (the attention masks of {forwards:.0f} forwards)."
+        f"real tokens {p.real:.0f} (the attention masks of {forwards:.0f} "
+        + ("training forwards, sampled)." if sampled else "forwards).")
     )
     sort = (
         f" Sorted by length and batched alike, the rows pad to {p.sorted_len:.0f}."
@@ -196,6 +218,13 @@ def _actions(p: Padded, th: Thresholds, kind: str) -> tuple[str, ...]:
             "a request of one row needs no padding; a batching server: batch requests of "
             "like lengths together",
         )
+    if kind == "training":  # a training set is mostly tokenized once, then collated
+        to_longest = to_longest[::-1]
+        by_length = (
+            "batch rows of like lengths together: Trainer's group_by_length=True "
+            "(--group_by_length in the example scripts; transformers 5: train_sampling_strategy="
+            '"group_by_length"), or a sampler that draws each batch from rows of like lengths',
+        )
     return to_longest + by_length if p.to_longest(th) else by_length + to_longest
 
 
@@ -224,17 +253,26 @@ def _evidence(p: Padded, th: Thresholds, m: dict, busy: float) -> tuple[Evidence
     )
 
 
+def counted(m: dict, kind: str) -> tuple[float, bool]:
+    """(the forwards whose masks were counted, whether they were sampled): a training job's
+    forwards are sampled, not recorded."""
+    if kind == "training":
+        return m.get("padded_forwards") or 0.0, True
+    return m.get("forwards") or 0.0, False
+
+
 def infer003(c: Context) -> list[Finding]:
     """INFER003: the forwards compute mostly padding: rows padded past each batch's longest
     (`padding="max_length"`), or rows of unlike lengths batched together."""
     m, th = c.metrics, c.th
-    if c.workload is None or c.workload.kind not in ("server", "inference"):
+    if c.workload is None or c.workload.kind not in ("server", "inference", "training"):
         return []
     p = padded(m, th)
     shares = forward_shares(c, c.workload.kind) if p is not None else None
     if p is None or shares is None:
         return []
     busy = shares[1]
+    work = "the forwards and backwards" if c.workload.kind == "training" else "the forwards"
     after = p.after(th)[0]
     low, high = _speedups(shares, p, th)
     fix = (
@@ -250,7 +288,7 @@ def infer003(c: Context) -> list[Finding]:
             th,
             confidence=0.9,
             impact=1.0 - 1.0 / high,
-            message=_message(p, th, m.get("forwards") or 0.0),
+            message=_message(p, th, *counted(m, c.workload.kind)),
             evidence=_evidence(p, th, m, busy),
             recommendation=Recommendation(
                 "Pad each batch to its longest row, not a fixed length"
@@ -261,7 +299,7 @@ def infer003(c: Context) -> list[Finding]:
             expected_speedup=round(high, 3),
             signals=(HK,),
             speedup_basis=f"a hypothesis, unverified: rows of {p.padded:.0f} tokens cut to "
-            f"{after:.0f} ({fix}), the forwards {shares[0]:.0%}-{busy:.0%} of the work (the "
+            f"{after:.0f} ({fix}), {work} {shares[0]:.0%}-{busy:.0%} of the work (the "
             f"stacks' share and the hooks' timing); x{low:.2f} to "
             f"x{high:.2f}: their time in proportion to the row length (the matrix products) "
             "or to its square (attention)"

@@ -22,7 +22,9 @@ is a patch of this process only. Kinds:
   `detect_anomaly()` and Lightning's `Trainer(detect_anomaly=True)` turn nothing on: DEBUG001);
 - padding: a Hugging Face tokenizer asked for `padding="max_length"` with tensors returned
   pads each call to its longest row instead (INFER003); patched at the first model forward,
-  once transformers is loaded (a dataset tokenized by `map()`, no tensors, is left alone);
+  once transformers is loaded; and a DataLoader's batch that is a dict with a 2-D
+  `attention_mask` has the columns no row uses cut from its [rows, length] tensors (a dataset
+  padded once by `map()`, collated as it is: what `DataCollatorWithPadding` gives);
 - settings: torch's global settings held at the values given (anomaly, deterministic,
   cudnn_deterministic, cudnn_benchmark: true/false): DEBUG001's switches off;
 - freeze: the model's module at the dotted path `target` (`backbone`, `layers.0`) stops
@@ -54,7 +56,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
@@ -436,6 +438,7 @@ class _Padding:
 
     def __init__(self) -> None:
         self.rewritten = 0
+        self.trimmed = 0  # DataLoader batches cut to their longest row
 
     def patch(self) -> bool:
         """Wrap the tokenizers' __call__ once transformers has loaded them."""
@@ -455,11 +458,52 @@ class _Padding:
         return True
 
     def at_end(self) -> None:
-        if not self.rewritten:
+        if not self.rewritten and not self.trimmed:
             NOTES.append(
                 '# not applied: no tokenizer call asked for padding="max_length" with tensors '
-                "returned (a dataset padded by map() is not rewritten)"
+                "returned, and no DataLoader batch (a dict with an attention_mask) was padded "
+                "past its longest row"
             )
+
+    def trim(self, batch):
+        """A batch dict with a 2-D attention mask: every [rows, length] tensor in it cut to
+        the columns some row uses (the mask's first to last one); anything else as it is."""
+        mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+        shape = getattr(mask, "shape", None)
+        if mask is None or shape is None or len(shape) != 2 or shape[1] < 2:
+            return batch
+        used = mask.ne(0).any(dim=0).nonzero()
+        if used.numel() == 0:
+            return batch
+        first, last = int(used[0]), int(used[-1]) + 1
+        if first == 0 and last == shape[1]:
+            return batch
+        self.trimmed += 1
+        out = dict(batch)
+        for k, v in batch.items():
+            s = getattr(v, "shape", None)
+            if s is not None and len(s) >= 2 and s[0] == shape[0] and s[1] == shape[1]:
+                out[k] = v[:, first:last]
+        try:
+            return type(batch)(out)  # a BatchEncoding or another dict type, if it takes one
+        except Exception:
+            return out
+
+    def patch_loader(self) -> None:
+        """DataLoader iterators hand out trimmed batches."""
+        from torch.utils.data import dataloader
+
+        orig = dataloader._BaseDataLoaderIter.__next__
+        fix = self
+
+        def __next__(it):
+            batch = orig(it)
+            try:
+                return fix.trim(batch)
+            except Exception:
+                return batch
+
+        dataloader._BaseDataLoaderIter.__next__ = __next__
 
 
 def _patch_once_loaded(patch: Callable[[], bool]) -> None:
@@ -483,8 +527,12 @@ def padding(torch: Any, values: dict) -> None:
     first model forward: transformers loads after torch)."""
     fix = _Padding()
     _patch_once_loaded(fix.patch)
+    fix.patch_loader()
     END.append(fix.at_end)
-    _say("tokenizers' padding=\"max_length\" (with tensors) pads to each call's longest row")
+    _say(
+        "tokenizers' padding=\"max_length\" (with tensors) pads to each call's longest row; "
+        "DataLoader batches with an attention_mask are cut to their longest row"
+    )
 
 
 # a model loaded with arguments seen before is the one loaded then, up to this many kept

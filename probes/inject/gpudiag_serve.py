@@ -117,6 +117,9 @@ def arrived_at(sock: Any, fallback: float) -> float:
 
 
 SOURCE_MODULES = 64  # submodules looked through for where a model was loaded from
+# a training job's forwards: one attention mask counted this often at most (a CPU mask's sum
+# takes microseconds; a GPU mask's is read without a sync, one in gpudiag_padding.GPU_EVERY)
+TRAIN_MASK_EVERY_S = 0.05
 
 
 def model_source(module: Any) -> str | None:
@@ -154,6 +157,8 @@ class Recorder:
         self.forward_handles: tuple = ()  # the forward pre and post hooks, while registered
         self.training: Any = None  # the optimizer pre-hook: forwards out at the first step
         self.trained = False  # an optimizer step was seen: forwards are no longer recorded
+        self.mask_handles: list = []  # a training job's models' own pre-hooks (watch_masks)
+        self.last_mask = 0.0  # when a training forward's mask was last counted (monotonic)
         self.quiet = False  # the agent is gone (attach --hooks): nothing recorded
         self.torch: Any = None
         self.due = due
@@ -355,6 +360,7 @@ def install_forwards(torch: Any, rec: Recorder) -> None:
         try:
             rec.trained = True  # a training job: its forwards are not recorded any more
             take_out_forwards(rec)
+            watch_masks(torch, rec)
             h_train, hooks = rec.training, optimizer._global_optimizer_pre_hooks
             # torch is walking `hooks` (this call is in its loop): only the last one may
             # leave, the walk then ends as it would have (another would break its next turn)
@@ -367,6 +373,32 @@ def install_forwards(torch: Any, rec: Recorder) -> None:
 
     rec.training = optimizer.register_optimizer_step_pre_hook(training)
     rec.handles.append(rec.training)
+
+
+def watch_masks(torch: Any, rec: Recorder) -> None:
+    """A training job: the models seen forwarding keep a pre-hook of their own that counts an
+    attention mask every TRAIN_MASK_EVERY_S at most (padding costs a training step's forward
+    and backward alike); the global forward hooks are out, so nothing else is recorded."""
+    if rec.mask_handles:
+        return
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    def pre(module, args, kwargs):
+        try:
+            now = time.monotonic()
+            if rec.quiet or now - rec.last_mask < TRAIN_MASK_EVERY_S or compiling():
+                return None
+            rec.last_mask = now
+            rec.count_padding(module, args, kwargs, time.time())
+        except Exception:
+            pass
+        return None
+
+    for model in list(rec.models)[:8]:
+        try:
+            rec.mask_handles.append(model.register_forward_pre_hook(pre, with_kwargs=True))
+        except Exception:  # an older torch (no with_kwargs), or not a module after all
+            pass
 
 
 def take_out_forwards(rec: Recorder) -> bool:

@@ -113,6 +113,40 @@ def test_the_first_optimizer_step_removes_the_forward_hooks(rec):
     assert len(fwd) == 1 and rec.handles == []
 
 
+class Masked(torch.nn.Module):
+    """A model called as Hugging Face's are: `model(input_ids=..., attention_mask=...)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.emb(input_ids).sum()
+
+
+def test_a_training_models_masks_are_sampled_after_the_first_step(rec, monkeypatch):
+    """Once the job trains, the global forward hooks are out and no forward row is kept,
+    but the model seen forwarding keeps a pre-hook of its own that counts its masks, one
+    every TRAIN_MASK_EVERY_S at most."""
+    net = Masked()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    ids = torch.ones(2, 8, dtype=torch.long)
+    mask = torch.tensor([[1] * 3 + [0] * 5, [1] * 5 + [0] * 3])
+    net(input_ids=ids, attention_mask=mask).backward()
+    opt.step()
+    rec.take(), rec.take_extra()  # the forward before the step: recorded as any
+    monkeypatch.setattr(gpudiag_serve, "TRAIN_MASK_EVERY_S", 3600.0)
+    rec.last_mask = 0.0
+    for _ in range(3):  # one counted: the next ones fall inside the interval
+        net(input_ids=ids, attention_mask=mask)
+    fwd, _ = rec.take()
+    pad = rec.take_extra()["pad"]
+    assert fwd == [] and rec.forward_handles == () and len(rec.mask_handles) == 1
+    assert [row[1:5] for row in pad] == [[2.0, 16.0, 8.0, 10.0]]  # rows, tokens, real, longest
+    for h in rec.mask_handles:
+        h.remove()
+
+
 def _ours_in(rec) -> bool:
     """Whether any of the recorder's forward hooks is in torch's global dicts."""
     from torch.nn.modules import module as nn_module

@@ -94,6 +94,32 @@ def test_padding_fix_pads_tensor_calls_to_their_longest_row_from_the_first_forwa
     assert out.stdout.strip().endswith("[[1, 1, 1, 1], [1, 1, 1, 0]] 16")
 
 
+def test_padding_fix_cuts_a_loaders_batches_to_the_columns_some_row_uses(tmp_path):
+    """INFER003's fix in training: a dataset padded once by map() and collated as it is (no
+    tokenizer call to rewrite): each DataLoader batch with an attention mask has its [rows,
+    length] tensors cut to the mask's first to last used column (what DataCollatorWithPadding
+    gives); the labels and a batch without a mask are left as they are."""
+    out = _in_job(
+        {"kind": "padding", "values": {}},
+        """
+        from torch.utils.data import DataLoader
+        rows = [{"input_ids": torch.tensor([5] * n + [0] * (8 - n)),
+                 "attention_mask": torch.tensor([1] * n + [0] * (8 - n)),
+                 "labels": torch.tensor(n % 2)} for n in (2, 3, 5, 1)]
+        a, b = list(DataLoader(rows, batch_size=2))
+        plain = next(iter(DataLoader([torch.ones(8)] * 2, batch_size=2)))
+        print(tuple(a["input_ids"].shape), tuple(a["attention_mask"].shape),
+              tuple(b["input_ids"].shape), a["labels"].tolist(), tuple(plain.shape))
+        print(a["attention_mask"].tolist())
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    shapes, mask = out.stdout.strip().splitlines()
+    assert shapes == "(2, 3) (2, 3) (2, 5) [0, 1] (2, 8)"
+    assert mask == "[[1, 1, 0], [1, 1, 1]]"
+
+
 def test_load_once_fix_reuses_a_model_loaded_again_with_the_same_arguments(tmp_path):
     """INFER004's fix from outside: after the first model forward, from_pretrained with
     arguments seen before returns the model loaded then (other arguments load their own);
