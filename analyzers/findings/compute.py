@@ -43,9 +43,13 @@ COMP001 = register(
                 "costs more than it needs: float64 FLOPs in a float32 model, a backward of "
                 "`comp_recompute_ratio` (2.6) times its forward's FLOPs or more (recomputation),"
                 " `comp_ops_min` (200) ops a step or more at 10x the median unit's (a Python "
-                "loop over items), on a GPU a per-tensor optimizer over 20 tensors or more; or, "
+                "loop over items; in a module, ops of a quarter of the other units' size or "
+                "less, or 4 calls a step or more: a deep stack's full-size ops are depth; never "
+                "the optimizer's, whose ops follow its tensors), on a GPU a per-tensor optimizer "
+                "over 20 tensors or more; or, "
                 "read on the timed steps from its tensors: 0.75 or more of its outputs at a zero "
-                "gradient (computed, never read), parameters given a gradient that no optimizer "
+                "gradient (computed, never read; in a shallow module, under 100 ops a step), "
+                "parameters given a gradient that no optimizer "
                 "updates, a second call on an input it already had in the step, the same "
                 "unchanged input every step with no gradient (a constant recomputed), an "
                 "optimizer group whose gradient elements are 0.75 or more zero; under "
@@ -111,13 +115,21 @@ FOREACH_SAVING = 0.5  # one kernel per tensor and step against a few for the who
 UNUSED_SHARE = 0.75
 
 
+# ops a step above which a module is deep (a stack of layers): its unread outputs say little of
+# its cost (a Linear head runs 5-10 forward and backward, a 4-layer BERT encoder 339)
+SHALLOW_OPS = 100
+
+
 def waste(row: Row) -> list[tuple[str, str, float]]:
     """Reasons read from a unit's tensors and parameters (work nobody needs, work repeated)
     and from an optimizer group's gradients; see `reasons`."""
     out: list[tuple[str, str, float]] = []
     w, g = row.why, row.group
     unused = w.get("unused")
-    if unused is not None and unused >= UNUSED_SHARE:
+    # a deep module's unread outputs save its last stage only (BERT's encoder: the positions
+    # its pooler leaves; its earlier layers feed the one read): read in a shallow one only
+    shallow = row.ops is None or row.ops < SHALLOW_OPS
+    if unused is not None and unused >= UNUSED_SHARE and shallow:
         out.append(
             (
                 f"{unused:.0%} of its outputs get a zero gradient or reach no loss: it computes "
@@ -206,7 +218,8 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
             )
     others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
     typical = statistics.median(others) if others else 0.0
-    if row.ops is not None and row.ops >= th.comp_ops_min and row.ops >= 10 * typical:
+    many = row.ops is not None and row.ops >= th.comp_ops_min and row.ops >= 10 * typical
+    if many and row.ops is not None and _small_ops(row, t):
         per_op = (row.bytes or 0.0) / row.ops
         calls = f", called {row.calls:.0f} times a step" if row.calls and row.calls > 1 else ""
         out.append(
@@ -235,6 +248,30 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                 )
             )
     return out
+
+
+# calls of one module in one step that are a loop over items (a forward per sample)
+LOOP_CALLS = 4
+
+
+def _small_ops(row: Row, t: ComputeTable) -> bool:
+    """Whether `row`'s ops are small against the other units' (bytes an op at most a quarter
+    of their median) where `row` is a module: a loop over items in it runs many small ops, a
+    deep encoder many full-size ones (a Hugging Face *ForSequenceClassification's encoder
+    runs 200+ ops a step beside a dropout and a head of one or two: no loop). Unknown bytes:
+    the count alone decides."""
+    if row.kind == "optimizer":
+        return False  # its ops follow its tensors (a for-loop Adam: ~9 a tensor), no items
+    if (row.calls or 0.0) >= LOOP_CALLS:
+        return True  # called over and over in one step: a loop over items calls it
+    if row.kind != "unit" or not row.ops or not row.bytes:
+        return True  # the model's own code or the loop's: no module's structure to hold it to
+    sizes = [
+        r.bytes / r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops and r.bytes
+    ]
+    if not sizes:
+        return True
+    return row.bytes / row.ops <= 0.25 * statistics.median(sizes)
 
 
 def spread(action: str, t: ComputeTable, th: Thresholds) -> float:

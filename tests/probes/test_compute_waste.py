@@ -186,3 +186,25 @@ def test_a_gan_s_two_optimizers_leave_no_gradient_orphaned(monkeypatch):
     why = [w for rec in sampler.take() for w in rec.get("why", [])]
     sampler.cancel()
     assert why and all(w[2] == 0 for w in why)
+
+
+class DeepEncoder(
+    nn.Module
+):  # a deep stack beside a dropout and a head (a *ForSequenceClassification)
+    def __init__(self) -> None:
+        super().__init__()
+        layers = [m for _ in range(40) for m in (nn.Linear(32, 32), nn.ReLU())]
+        self.body, self.drop, self.head = nn.Sequential(*layers), nn.Dropout(0.1), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.drop(self.body(x)))
+
+
+def test_a_deep_encoder_beside_a_small_head_is_no_loop(monkeypatch):
+    """Hugging Face's classifiers read COMP001 'a Python loop over items' on their encoder:
+    its 200+ full-size ops against a dropout's and a head's one or two. Many ops of a module's
+    full size, called once a step, are depth, not a loop."""
+    t = _table(DeepEncoder(), monkeypatch)
+    body = next(r for r in t.rows if r.name == "body")
+    assert body.ops is not None and body.ops >= Thresholds().comp_ops_min  # the count alone fires
+    assert not any("loop" in f.message for f in _comp001(t) if f.severity == "warning")
