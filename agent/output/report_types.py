@@ -355,6 +355,7 @@ class ReportComputeRowsItem(TypedDict, total=False):
     calls: float
     top_ops: str
     group: dict[str, Any]
+    why: dict[str, float]
 
 
 class ReportCompute(TypedDict, total=False):

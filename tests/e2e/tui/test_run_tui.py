@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -58,13 +59,20 @@ def test_job_output_goes_to_the_log_panel_and_the_header_says_how_it_ended():
     assert state["stopped"] == 1
 
 
+def _sigint_default() -> None:
+    """SIGINT as a terminal's job has it: a suite started in the background by a
+    non-interactive shell (`.ci/run &`) ignores SIGINT, and its children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_job_view_interrupts_like_ctrl_c_and_says_how_the_job_ended():
     job = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n raise SystemExit(7)",
-        ]
+        ],
+        preexec_fn=_sigint_default,
     )
     view = JobView(job, lambda: [], None)
     time.sleep(1.0)
@@ -72,7 +80,7 @@ def test_job_view_interrupts_like_ctrl_c_and_says_how_the_job_ended():
     view.interrupt()
     assert job.wait(timeout=30) == 7
     assert view.ended().startswith("job exited 7 at ")
-    sleeper = subprocess.Popen(["sleep", "30"])
+    sleeper = subprocess.Popen(["sleep", "30"], preexec_fn=_sigint_default)
     view = JobView(sleeper, lambda: [], None)
     view.interrupt()  # sleep does not catch SIGINT
     sleeper.wait(timeout=10)
