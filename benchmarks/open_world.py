@@ -38,19 +38,9 @@ sys.path.insert(0, str(ROOT))
 from tests.job_findings import job_findings  # noqa: E402
 
 JOB = ROOT / "tests" / "workloads" / "compute_open_world.py"
-CAUSES = (
-    "frozen_grad",
-    "lm_head",
-    "over_wide",
-    "dense_embed",
-    "prefix_mean",
-    "sample_loop",
-    "manual_attention",
-    "pos_table",
-    "twice",
-    "const_encode",
-)
-CONTROLS = ("healthy", "transformer")
+sys.path.insert(0, str(JOB.parent))
+from compute_open_world import CAUSES, CONTROLS  # noqa: E402  (the jobs, one list)
+
 LOOKS = (("run", ()), ("attach", ()), ("attach --hooks", ("--hooks",)))
 STEPS = re.compile(r"steps: (\d+) in ([\d.]+) s")
 LEFT = re.compile(r"the job \(pid (\d+)\) keeps running")

@@ -72,6 +72,15 @@ def find_units(root: Any) -> list[tuple[str, Any]]:
     return units[:MAX_UNITS]
 
 
+def remove_all(handles: list) -> None:
+    """Take out hooks (a handle that fails to go is left: the job runs on)."""
+    for h in handles:
+        try:
+            h.remove()
+        except Exception:
+            pass
+
+
 def _tensors(value: object, depth: int = 0) -> list:
     """The tensors of a module's output (a tuple's, a dict's or a ModelOutput's items)."""
     import torch
@@ -241,11 +250,7 @@ class Armed:
         torch = self.sampler.torch
         if self._orig_backward is not None and getattr(torch.autograd.backward, "_gpudiag", 0):
             torch.autograd.backward = self._orig_backward
-        for h in self.handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
+        remove_all(self.handles)
         self.handles = []
 
     # --- the hooks -------------------------------------------------------------------
@@ -676,11 +681,7 @@ class Discovery:
 
     def finish(self) -> Any:
         """The hooks out; the model found (None: no module forwarded in the step)."""
-        for h in self.handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
+        remove_all(self.handles)
         self.handles = []
         try:
             return None if self.best is None else weakref.ref(self.best)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 
@@ -68,3 +70,46 @@ def train(
                 break
     print(f"steps: {steps} in {time.time() - t0:.1f} s", flush=True)
     return steps
+
+
+def timed_steps(step: Callable[[], None], seconds: float, steps: int = 0) -> int:
+    """Run `step` until `seconds` pass (or `steps` steps when given); print the count and the
+    rate as the benchmarks read them. With GPUDIAG_TEST_READY set, that file is created after
+    the first step."""
+    ready = os.environ.get("GPUDIAG_TEST_READY")
+    t0, done = time.perf_counter(), 0
+    while True:
+        step()
+        done += 1
+        if ready and done == 1:
+            open(ready, "w").close()
+        took = time.perf_counter() - t0
+        if (steps and done >= steps) or (not steps and took >= seconds):
+            break
+    print(f"steps: {done} in {took:.2f} s ({done / took:.2f} steps/s)", flush=True)
+    return done
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def announce_when_up(port: int, port_file: str, path: str) -> None:
+    """The port to the port file once the server answers `path` with 200 (its workers' set-up
+    done), or after 120 s."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(port_file + ".tmp", port_file)

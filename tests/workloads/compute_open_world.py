@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import time
 from collections.abc import Callable
 
 import torch
+from _common import timed_steps
 from torch import nn
 from torch.nn import functional as F
 
@@ -342,17 +341,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     job = Step(a.cause, a.fixed)
-    ready = os.environ.get("GPUDIAG_TEST_READY")
-    t0, steps = time.perf_counter(), 0
-    while True:
-        job.step()
-        steps += 1
-        if ready and steps == 1:
-            open(ready, "w").close()
-        took = time.perf_counter() - t0
-        if (a.steps and steps >= a.steps) or (not a.steps and took >= a.seconds):
-            break
-    print(f"steps: {steps} in {took:.2f} s ({steps / took:.2f} steps/s)", flush=True)
+    timed_steps(job.step, a.seconds, a.steps)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import time
 
 import torch
+from _common import timed_steps
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -114,18 +113,18 @@ def main() -> None:
     torch.manual_seed(0)
     model = CONTROLS[a.cause]() if a.cause in CONTROLS else Net(a.cause, a.fixed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    ema = copy.deepcopy(model) if a.cause == "ema_deepcopy" else None
     xs, ys = torch.randn(BATCH, 64), torch.randint(0, CLASSES, (BATCH,))
     if a.cause in CONTROLS:
         xs = torch.randint(0, 1000, (BATCH // 4 if a.cause == "transformer" else BATCH, 64))
         ys = ys[: xs.shape[0]]
-    ready = os.environ.get("GPUDIAG_TEST_READY")
-    t0, steps = time.perf_counter(), 0
-    while True:
+    ema_box = [copy.deepcopy(model) if a.cause == "ema_deepcopy" else None]
+
+    def step() -> None:
         loss = loss_of(model(xs), ys, a.cause == "loss_loop" and not a.fixed)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        ema = ema_box[0]
         if ema is not None:
             if a.fixed:
                 with torch.no_grad():
@@ -136,14 +135,9 @@ def main() -> None:
                 with torch.no_grad():
                     for pn, pe in zip(new.parameters(), ema.parameters(), strict=True):
                         pn.mul_(0.001).add_(pe, alpha=0.999)
-                ema = new
-        steps += 1
-        if ready and steps == 1:
-            open(ready, "w").close()
-        took = time.perf_counter() - t0
-        if (a.steps and steps >= a.steps) or (not a.steps and took >= a.seconds):
-            break
-    print(f"steps: {steps} in {took:.2f} s ({steps / took:.2f} steps/s)", flush=True)
+                ema_box[0] = new
+
+    timed_steps(step, a.seconds, a.steps)
 
 
 if __name__ == "__main__":

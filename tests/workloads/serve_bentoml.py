@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 import threading
 
@@ -31,7 +30,10 @@ import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from _common import announce_when_up, free_port  # noqa: E402
 from serve_http import TinyTransformer  # noqa: E402
+
+PATH = "/readyz"  # BentoML answers 200 here once its worker is ready
 
 BATCHING = os.environ.get("SERVE_BENTOML_BATCHING") == "1"  # read again in every worker
 API = (
@@ -59,32 +61,6 @@ class Classifier:
             return self.model(rows).argmax(dim=-1).numpy()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _announce_when_up(port: int, port_file: str) -> None:
-    """The port to the port file once the worker is ready (BentoML's /readyz)."""
-    import http.client
-    import time
-
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(port))
-    os.replace(port_file + ".tmp", port_file)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=20.0)
@@ -100,8 +76,10 @@ def main() -> None:
     svc = load("serve_bentoml:Classifier", working_dir=HERE)
     svc.inject_config()
 
-    port = _free_port()
-    threading.Thread(target=_announce_when_up, args=(port, args.port_file), daemon=True).start()
+    port = free_port()
+    threading.Thread(
+        target=announce_when_up, args=(port, args.port_file, PATH), daemon=True
+    ).start()
     stop = threading.Timer(args.seconds, os.kill, (os.getpid(), signal.SIGINT))
     stop.daemon = True
     stop.start()

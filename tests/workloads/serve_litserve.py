@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 import threading
 
@@ -24,7 +23,10 @@ import litserve as ls
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import announce_when_up, free_port  # noqa: E402
 from serve_http import TinyTransformer  # noqa: E402
+
+PATH = "/health"  # LitServe answers 200 here once its workers are set up
 
 
 class ClassifierAPI(ls.LitAPI):
@@ -53,32 +55,6 @@ class ClassifierAPI(ls.LitAPI):
         return {"label": int(output.reshape(-1)[0])}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _announce_when_up(port: int, port_file: str) -> None:
-    """The port to the port file once the server answers (the worker's set-up done)."""
-    import http.client
-    import time
-
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(port))
-    os.replace(port_file + ".tmp", port_file)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=20.0)
@@ -99,8 +75,10 @@ def main() -> None:
 
     litserve.server._MCP_AVAILABLE = False
     server = ls.LitServer(api, accelerator="cpu")
-    port = _free_port()
-    threading.Thread(target=_announce_when_up, args=(port, args.port_file), daemon=True).start()
+    port = free_port()
+    threading.Thread(
+        target=announce_when_up, args=(port, args.port_file, PATH), daemon=True
+    ).start()
     stop = threading.Timer(args.seconds, os.kill, (os.getpid(), signal.SIGINT))
     stop.daemon = True
     stop.start()
