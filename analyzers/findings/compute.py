@@ -46,7 +46,9 @@ COMP001 = register(
                 "loop over items; in a module, ops of a quarter of the other units' size or "
                 "less, or 4 calls a step or more: a deep stack's full-size ops are depth; never "
                 "the optimizer's, whose ops follow its tensors), on a GPU a per-tensor optimizer "
-                "over 20 tensors or more; or, "
+                "over 20 tensors or more, a layer (a module that calls no other) whose ops "
+                "move 16x or more the bytes its inputs, outputs and parameters need over a "
+                "forward and a backward (an intermediate far larger than its result); or, "
                 "read on the timed steps from its tensors: 0.75 or more of its outputs at a zero "
                 "gradient (computed, never read; in a shallow module, under 100 ops a step), "
                 "parameters given a gradient that no optimizer "
@@ -232,7 +234,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                 1.0 - max(typical, 1.0) / row.ops,
             )
         )
-    out += waste(row)
+    out += waste(row) + _intermediates(row)
     g = row.group
     # on a GPU only: a launch per tensor is what foreach saves; on a CPU foreach Adam ran at
     # half the for-loop's speed (20 tensors of 512x512 and less, one thread, 2026-11-28)
@@ -248,6 +250,35 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                 )
             )
     return out
+
+
+# a module's ops move this many times the bytes a direct form needs (IO_PASSES passes over its
+# inputs, outputs and parameters: a forward and a backward's two): intermediates far larger
+# than what it reads and writes (a Linear, a conv, a LayerNorm, an encoder: 0.6-3; a product by
+# broadcast and sum, 39)
+IO_AMPLIFY = 16.0
+IO_PASSES = 3.0
+
+
+def _intermediates(row: Row) -> list[tuple[str, str, float]]:
+    """A layer (a module that calls no other) whose ops move far more bytes than its inputs, outputs
+    and parameters hold: the same result through an intermediate far larger than the result."""
+    if row.kind != "unit" or not row.io_bytes or not row.bytes:
+        return []  # the sampler reads a layer's (a module that calls no other) alone
+    ratio = row.bytes / (IO_PASSES * row.io_bytes)
+    if ratio < IO_AMPLIFY:
+        return []
+    return [
+        (
+            f"its ops move {row.bytes / 2**20:,.1f} MiB a step, {ratio:.0f}x what its inputs, "
+            f"outputs and parameters need ({IO_PASSES * row.io_bytes / 2**20:,.2f} MiB over a "
+            "forward and a backward): it builds intermediates far larger than its result",
+            "compute it without the large intermediate: one matrix product or einsum in place "
+            "of a broadcast and a reduction (x @ W, not (x[:, :, None] * W).sum(1)), a fused "
+            "kernel (F.scaled_dot_product_attention) in place of written-out scores",
+            1.0 - 1.0 / ratio,
+        )
+    ]
 
 
 # calls of one module in one step that are a loop over items (a forward per sample)

@@ -43,6 +43,7 @@ class Row:
     calls: float | None = None
     roofline_s: float | None = None  # its work at the attainable rates
     top_ops: str = ""  # the ops it ran most, "name:count" (counted step)
+    io_bytes: float | None = None  # its calls' inputs, outputs and parameters (counted step)
     group: dict = field(default_factory=dict)  # an optimizer group's tensors, bytes, mode
     why: dict = field(default_factory=dict)  # what its tensors show (timed steps' means):
     # unused (share of its outputs whose gradient is zero), orphan (its parameters' elements
@@ -193,6 +194,7 @@ def _work(view: Aggregate) -> dict[str, dict]:
         "work_bytes_opt",
         "work_ops",
         "work_params",
+        "work_io_bytes",
     ):
         for lab, r in view.matching("hooks", name, kind="module_work"):
             if r.count:
@@ -305,6 +307,7 @@ def _row(  # noqa: PLR0913 (a row is its fields)
         w.get("dtype", ""),
         calls,
         top_ops=w.get("top_ops", ""),
+        io_bytes=w.get("work_io_bytes") if has else None,
     )
 
 

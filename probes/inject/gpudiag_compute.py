@@ -72,6 +72,14 @@ def find_units(root: Any) -> list[tuple[str, Any]]:
     return units[:MAX_UNITS]
 
 
+def _leaf(mod: Any) -> bool:
+    """A module that calls no other: its intermediates are its own ops' making."""
+    try:
+        return next(iter(mod.children()), None) is None
+    except Exception:
+        return False
+
+
 def remove_all(handles: list) -> None:
     """Take out hooks (a handle that fails to go is left: the job runs on)."""
     for h in handles:
@@ -202,6 +210,7 @@ class Armed:
         self.grad_out: dict[str, int] = {}  # unit -> calls whose output requires grad
         self.zeros: dict[str, list[float]] = {}  # unit -> its output gradients' zero shares
         self.outputs: set[int] = set()  # ids of the units' outputs hooked this step
+        self.io: dict[str, float] = {}  # leaf unit -> bytes of its inputs, outputs, parameters
         self.bwd: list = []  # (start, end) of backward calls
         self.bwd_marks: list = []  # (mark, unit) a unit's backward begins
         self.opt_start = None
@@ -286,10 +295,19 @@ class Armed:
                     self.repeat[name] = self.repeat.get(name, 0) + 1
                 seen.add(key)
                 self.first_input.setdefault(name, key)
+            if self.counting and _leaf(mod):  # what a layer takes in: inputs, parameters
+                took = sum(_nbytes(t) for t in _tensors(args)) + self._param_bytes(mod)
+                self.io[name] = self.io.get(name, 0.0) + took
             self.unit_fwd.setdefault(name, []).append([self.clock.mark(), None])
             return None
 
         return pre
+
+    def _param_bytes(self, mod: Any) -> float:
+        try:
+            return float(sum(_nbytes(p) for p in mod.parameters()))
+        except Exception:
+            return 0.0
 
     def _unit_post(self, name: str) -> Callable[..., None]:
         def post(mod, args, out):
@@ -298,6 +316,8 @@ class Armed:
             self.stack.pop()
             self.place = self.stack[-1] if self.stack else OUTSIDE
             self.unit_fwd[name][-1][1] = self.clock.mark()
+            if self.counting and name in self.io:
+                self.io[name] += sum(_nbytes(t) for t in _tensors(out))
             for t in _tensors(out):
                 if t.requires_grad:
                     self.grad_out[name] = self.grad_out.get(name, 0) + 1
@@ -513,7 +533,8 @@ class Armed:
             names = work.names.get(place, {})
             top = sorted(names, key=lambda k: -names[k])[:3]
             ops_text = ",".join(f"{k}:{names[k]}" for k in top)
-            rows.append([place, *f, *b, ops, dtype, self._params(place), ops_text])
+            io = self.io.get(place, 0.0)
+            rows.append([place, *f, *b, ops, dtype, self._params(place), ops_text, io])
         return rows
 
     def _params(self, place: str) -> float:

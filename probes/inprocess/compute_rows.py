@@ -34,6 +34,7 @@ FIELDS = (
     Field("work_bytes_opt", "bytes", "gauge", "bytes the optimizer's ops read and wrote"),
     Field("work_ops", "count", "gauge", "ops a place ran in the counted step"),
     Field("work_params", "count", "gauge", "parameters (elements) of a unit"),
+    Field("work_io_bytes", "bytes", "gauge", "a layer's inputs, outputs and parameters (bytes)"),
     Field("gemm_m", "count", "gauge", "the job's largest matrix product: rows"),
     Field("gemm_k", "count", "gauge", "the job's largest matrix product: inner size"),
     Field("gemm_n", "count", "gauge", "the job's largest matrix product: columns"),
@@ -170,7 +171,7 @@ def _work(rec: dict, t_ns: int) -> list[Sample]:
     rows = rec.get("work")
     out = []
     for row in rows[:MAX_UNITS] if isinstance(rows, list) else ():
-        if not isinstance(row, list) or len(row) != 11 or not _label(row[0]):
+        if not isinstance(row, list) or len(row) not in (11, 12) or not _label(row[0]):
             continue
         nums = [_num(v) for v in row[1:8]] + [_num(row[9])]
         if any(v is None for v in nums):
@@ -183,6 +184,8 @@ def _work(rec: dict, t_ns: int) -> list[Sample]:
         }
         vals: dict[str, float | None] = dict(zip(_WORK, nums[:7], strict=True))
         vals["work_params"] = nums[7]
+        if len(row) == 12:  # the unit's own inputs, outputs and parameters, in bytes
+            vals["work_io_bytes"] = _num(row[11])
         out.append(Sample("hooks", t_ns, labels, vals))
     return out
 
