@@ -87,7 +87,28 @@ def judged(  # noqa: PLR0913 (the verdict's inputs)
     )
     verdict = unbatched_on_cpu(blind_to_forwards(verdict, kind, metrics), kind, metrics, th)
     verdict = only_waits(verdict, waits, th)
+    verdict = compute_unread(verdict, kind, compute, profile)
     return compute_left(verdict, compute, profile.loop_runqueue, th, findings)
+
+
+def compute_unread(verdict: dict, kind: str | None, compute: dict | None, profile: Any) -> dict:
+    """A training loop whose step is the model's compute, looked at without the hooks (plain
+    `attach`, a recording without them): what that compute does against its work is not read,
+    so "no bottleneck" is not sure (five planted jobs whose fixes moved them x4.7 to x54 read
+    a sure "no bottleneck" under plain attach, every one named under attach --hooks)."""
+    if verdict.get("finding") is not None or kind != "training" or compute:
+        return verdict
+    model = sum(profile.share(c) for c in ("forward", "backward", "optimizer"))
+    if model <= 0.0:
+        return verdict
+    return {
+        **verdict,
+        "sure": False,
+        "statement": verdict["statement"]
+        + f"; not judged: the model's compute ({model:.0%} of the loop) against its work "
+        "(COMP001): this look read no module's work; `gpudiag run` or `gpudiag attach "
+        "--hooks PID` measures it",
+    }
 
 
 def only_waits(verdict: dict, waits: float, th: Thresholds) -> dict:

@@ -142,3 +142,21 @@ def test_analyze_holds_the_hooks_compute_table_against_the_calibration():
     assert verdicts[None]["sure"] is True, verdicts[None]
     assert verdicts[1e15]["sure"] is False
     assert "of what this CPU attains for its shapes" in verdicts[1e15]["statement"]
+
+
+def test_a_training_loop_seen_by_stacks_alone_never_gets_a_sure_no_bottleneck():
+    """Plain attach read a sure "no bottleneck" on five planted jobs whose fixes moved them x4.7
+    to x54 (lm_head, over_wide, dense_embed, sample_loop, const_encode); attach --hooks named
+    each. Without the hooks' compute table the verdict is not sure and says how to measure."""
+    from gpudiag.analyzers.engine.finalize import compute_unread
+
+    class Profile:
+        def share(self, cat: str) -> float:
+            return {"forward": 0.4, "backward": 0.5, "optimizer": 0.05}.get(cat, 0.0)
+
+    v = compute_unread(SURE, "training", None, Profile())
+    assert v["sure"] is False and "95% of the loop" in v["statement"]
+    assert compute_unread(SURE, "training", table(0.6), Profile()) == SURE  # measured
+    assert compute_unread(SURE, "inference", None, Profile()) == SURE  # no step to judge
+    found = {**SURE, "finding": "DATA001"}
+    assert compute_unread(found, "training", None, Profile()) == found

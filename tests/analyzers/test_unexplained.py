@@ -84,10 +84,14 @@ def test_unplaced_time_over_the_threshold_never_gets_a_sure_no_bottleneck(family
     assert a.verdict["finding"] in ("BLOCK001", "LOOP001")
 
 
-def test_a_healthy_loop_gets_no_warning_and_a_sure_verdict():
+def test_a_healthy_loop_gets_no_warning_and_only_its_unread_compute_left():
+    """Stacks alone: no warning, and nothing left but the model's compute, which no stack
+    reads (a sure "no bottleneck" needs the hooks' compute table: test_compute_verdict)."""
     a = run({"forward": 0.45, "backward": 0.45, "json": 0.05})
     assert [f for f in a.findings if f.severity != "note"] == []
-    assert a.verdict["sure"]
+    assert not a.verdict["sure"] and a.verdict["finding"] is None
+    assert "not judged: the model's compute" in a.verdict["statement"]
+    assert "attach --hooks" in a.verdict["statement"]
 
 
 def test_a_small_blocking_share_is_not_a_finding():

@@ -164,7 +164,11 @@ def test_attach_mode(name, expected, tmp_path, busy_core):
         )
         assert res.returncode == 0, res.stderr
         doc = load_report(str(out))
-        assert doc["run"]["mode"] == "attach" and doc["run"]["end_reason"] == "verdict_sure"
+        assert doc["run"]["mode"] == "attach"
+        if expected is None:  # the stacks read no module's work: never sure of "no bottleneck"
+            assert not doc["verdict"]["sure"] and "attach --hooks" in doc["verdict"]["statement"]
+        else:
+            assert doc["run"]["end_reason"] == "verdict_sure"
         check(doc, expected)
         assert job.poll() is None  # the job was not disturbed
     finally:
