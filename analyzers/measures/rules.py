@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpudiag.analyzers.measures.safe_regex import check_pattern, subject
-from gpudiag.probes.stacks.pyspy_output import OWN_FILES
+from gpudiag.probes.stacks.pyspy_output import INJECTED_FILES
 
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 # gpudiag's own code that runs inside the job (the in-process hooks) is never the user's:
 # the injected modules (one list, the stack probe's) and the installed package
 _OWN_RE = re.compile(
-    "|".join(rf"(^|/){re.escape(name)}$" for name in OWN_FILES)
+    "|".join(rf"(^|/){re.escape(name)}$" for name in INJECTED_FILES)
     + r"|/gpudiag/(probes|agent|analyzers)/"
 )
 

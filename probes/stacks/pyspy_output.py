@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import gpudiag.probes.inject as inject
 from gpudiag.probes.files import Reader, read_regular, reader_of
 
 _PROCESS_RE = re.compile(r'^process (\d+):"(.*?)"$')
@@ -21,7 +23,13 @@ OWN_FILES = (
     "gpudiag_trim.py",
     "gpudiag_serve.py",
     "gpudiag_padding.py",
+    "gpudiag_compute.py",  # the compute sampler's hooks and its op-counting dispatch mode
+    "gpudiag_callsite.py",  # try's thin:/skip: wrappers around a call site
+    "gpudiag_fixes.py",  # try's fixes applied inside the job
 )
+# every module gpudiag injects (its own threads too: the channel, the attach loader): never
+# the job's own code, though only OWN_FILES' frames are dropped from a stack
+INJECTED_FILES = tuple(sorted(p.name for p in Path(inject.__file__).parent.glob("gpudiag_*.py")))
 _LIB_RE = re.compile(r"/lib/python\d+(\.\d+)?/|/site-packages/|/dist-packages/|^<")
 _THREAD_RE = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?::\s*(.*))?$")
 # a stack label joins its frames with ';' (as py-spy's collapsed format does): a ';' inside a

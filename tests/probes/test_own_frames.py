@@ -4,7 +4,11 @@ item 5)."""
 
 from __future__ import annotations
 
-from gpudiag.probes.stacks.pyspy_output import parse_raw, parse_speedscope
+from pathlib import Path
+
+import gpudiag.probes.inject
+from gpudiag.analyzers.measures.rules import parse_frame, user_location
+from gpudiag.probes.stacks.pyspy_output import INJECTED_FILES, parse_raw, parse_speedscope
 
 USER = "train (/home/u/train.py:40)"
 
@@ -34,3 +38,28 @@ def test_speedscope_stacks_drop_gpudiag_frames():
     }
     rows, _ = parse_speedscope(doc, 7)
     assert [r.frames for r in rows] == [(USER, TORCH)]
+
+
+# the compute sampler's op-counting mode runs under every op of a counted step, the loaders'
+# too (num_workers=0): a busy CI run named it as the loader's hot function (load 7)
+COUNTING = (
+    "make_mode.<locals>.Counting.__torch_dispatch__ (/tmp/ci/probes/inject/gpudiag_compute.py:179)"
+)
+OP = "__call__ (/opt/venv/lib/python3.11/site-packages/torch/_ops.py:829)"
+
+
+def test_the_compute_samplers_dispatch_frame_is_dropped():
+    line = f'process 7:"python t.py";thread (0x1): MainThread;{USER};{GETITEM};{OP};{COUNTING} 3'
+    (row,) = parse_raw([line], 7)
+    assert row.frames == (USER, GETITEM, OP)
+
+
+def test_every_injected_module_is_gpudiags_own_code():
+    """A frame in any module gpudiag injects is never the job's code, dropped or not."""
+    inject = Path(gpudiag.probes.inject.__file__).parent
+    names = {p.name for p in inject.glob("gpudiag_*.py")}
+    assert names and set(INJECTED_FILES) == names
+    for name in names:
+        fr = parse_frame(f"f (/srv/x/probes/inject/{name}:3)")
+        assert fr.is_own and not fr.is_user, name
+    assert user_location(f"{USER};{GETITEM};{COUNTING}") == parse_frame(GETITEM)

@@ -114,7 +114,9 @@ def test_a_sync_worker_counts_the_wait_for_the_request_after_its_accept():
         worker.tmp.close()
     assert got and got[0].startswith(b"HTTP/1.1 200") and got[0].endswith(b"/late")
     _, req = rec.take()
-    assert len(req) == 1 and 0.4 <= req[0][1] < 5
+    # the client's 0.3 s before its request line and the app's 0.1 s, less the moments between
+    # its connect and the worker's call to accept (0.398 s at load 7); without the wait: 0.1 s
+    assert len(req) == 1 and 0.35 <= req[0][1] < 5
 
 
 def test_a_sync_worker_times_a_request_queued_in_the_kernel_from_its_arrival():
