@@ -255,6 +255,7 @@ def metrics_text(doc: dict) -> Wrapped:
                 f"at ${cost['price']['usd_per_gpu_hour']:.2f}/GPU-h",
             ],
         )
+    split_rows(doc, t)
     periods = doc.get("periods") or []
     if periods:
         t.blank().para("Over time (from the loop's start)", style="bold")
@@ -267,6 +268,20 @@ def metrics_text(doc: dict) -> Wrapped:
 
 
 MAX_PERIODS = 12  # the newest periods shown in the numbers panel
+MAX_SPLIT = 6  # the model's top call sites shown (the report's compute_stacks)
+
+
+def split_rows(doc: dict, t: Wrapped) -> None:
+    """The model's time by call site, estimated from the stacks (plain attach): its top rows,
+    each with its share of the loop and its samples."""
+    cs = doc.get("compute_stacks") or {}
+    rows = [r for r in cs.get("rows") or [] if r.get("share", 0.0) >= 0.005]
+    if not rows:
+        return
+    what = "launch time" if cs.get("time") == "launch" else "CPU time"
+    t.blank().para(f"Model time by call site (stacks, % of the loop, {what})", style="bold")
+    for r in rows[:MAX_SPLIT]:
+        t.row(f"{r['share']:.0%}", [f"{r['samples']:.0f} samples", r.get("label", "")])
 
 
 def rank_rows(doc: dict, line: Callable[..., object]) -> None:

@@ -139,6 +139,8 @@ def build_report(
         doc["right_size"] = analysis.right_size
     if analysis.compute:
         doc["compute"] = analysis.compute
+    if analysis.compute_stacks:
+        doc["compute_stacks"] = analysis.compute_stacks
     return doc
 
 

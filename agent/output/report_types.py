@@ -374,6 +374,46 @@ class ReportCompute(TypedDict, total=False):
     rows: list[ReportComputeRowsItem]
 
 
+class ReportComputeStacksRowsItemSite(TypedDict, total=False):
+    """The report's `ReportComputeStacksRowsItemSite` object."""
+
+    file: str
+    line: int
+    function: str
+
+
+class ReportComputeStacksRowsItemCallee(TypedDict, total=False):
+    """The report's `ReportComputeStacksRowsItemCallee` object."""
+
+    file: str
+    line: int
+    function: str
+
+
+class ReportComputeStacksRowsItem(TypedDict, total=False):
+    """The report's `ReportComputeStacksRowsItem` object."""
+
+    kind: Literal["call", "own", "backward", "optimizer"]
+    share: float
+    samples: float
+    module: str
+    label: str
+    site: ReportComputeStacksRowsItemSite | None
+    callee: ReportComputeStacksRowsItemCallee | None
+    code: str
+
+
+class ReportComputeStacks(TypedDict, total=False):
+    """The report's `ReportComputeStacks` object."""
+
+    source: Literal["stacks"]
+    time: Literal["cpu", "launch"]
+    loop_samples: float
+    model_share: float
+    note: str
+    rows: list[ReportComputeStacksRowsItem]
+
+
 class ReportRightSizeRowsItem(TypedDict, total=False):
     """The report's `ReportRightSizeRowsItem` object."""
 
@@ -488,6 +528,7 @@ class Report(TypedDict, total=False):
     capture: ReportCapture
     cost: ReportCost
     compute: ReportCompute
+    compute_stacks: ReportComputeStacks
     right_size: ReportRightSize
     gate: ReportGate
     ranks: list[ReportRanksItem]

@@ -16,6 +16,7 @@ from gpudiag.analyzers.measures.compute import (
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
+from gpudiag.analyzers.measures.module_split import ComputeSplit, compute_split
 from gpudiag.analyzers.measures.rules import NO_TRAINING_RULES, Classifier
 from gpudiag.analyzers.measures.serving import (
     POOLED_TID,
@@ -58,6 +59,8 @@ class Context:
     price: Price | None = None  # the GPU-hour price this run is priced at (None: not known)
     handlers: HandlerSplit | None = None  # a server's request path split once (SERVE002/005)
     compute: ComputeTable | None = None  # the hooks' sampled steps by module (COMP001)
+    split: ComputeSplit | None = None  # the model's time by call site from the stacks, when
+    # no hook timed the modules (plain attach)
 
     def caused(self, category: str) -> float | None:
         """The GPU idle the critical path puts on one breakdown category (None without a
@@ -177,7 +180,14 @@ def build_context(
     names = tuple(s.name for s in stats if s.job_uses_gpu)
     sheet = datasheet(names) if names else None
     table = compute_table(view, sheet, whole) if workload.kind == "training" else None
-    return replace(c, workload=workload, right_size=right, handlers=handlers, compute=table)
+    split = (
+        compute_split(view, profile, clf, on_gpu=bool(names))
+        if workload.kind == "training" and table is None
+        else None
+    )
+    return replace(
+        c, workload=workload, right_size=right, handlers=handlers, compute=table, split=split
+    )
 
 
 def datasheet(gpu_names: tuple[str, ...]) -> Datasheet:

@@ -51,6 +51,7 @@ class Analysis:
     workload: Workload | None = None
     right_size: dict = field(default_factory=dict)
     compute: dict = field(default_factory=dict)  # the sampled steps' table by module
+    compute_stacks: dict = field(default_factory=dict)  # the model's time by call site (stacks)
 
 
 def analyze(
@@ -152,4 +153,5 @@ def _analyze_view(
         workload=c.workload,
         right_size=c.right_size,
         compute=c.compute.to_dict() if c.compute is not None else {},
+        compute_stacks=c.split.to_dict() if c.split is not None else {},
     )

@@ -55,10 +55,11 @@ def finalize(
     kind = c.workload.kind if c.workload else None
     waits = waiting_share(c.view, c.profile, c.clf) if c.profile.samples else 0.0
     table = c.compute.to_dict() if c.compute is not None else None
+    split = c.split.to_dict() if c.split is not None else None
     return Finished(
         tuple(findings),
         cost,
-        judged(findings, c.profile, c.metrics, c.th, kind, waits, table),
+        judged(findings, c.profile, c.metrics, c.th, kind, waits, table, split),
     )
 
 
@@ -70,11 +71,13 @@ def judged(  # noqa: PLR0913 (the verdict's inputs)
     kind: str | None = None,
     waits: float = 0.0,
     compute: dict | None = None,
+    split: dict | None = None,
 ) -> dict:
     """The verdict on ranked findings, from the loop's samples (counted at the share py-spy
     recorded when the box starved it) and the timed steps; `kind`: the workload's; `waits`:
     the loop's share waiting on another thread or process (`only_waits`); `compute`: the
-    hooks' compute table (the report's `compute`), when they measured one."""
+    hooks' compute table (the report's `compute`), when they measured one; `split`: the
+    model's time by call site from the stacks (the report's `compute_stacks`) when not."""
     rate = starved_rate(metrics, th)
     samples = profile.samples * (rate if rate is not None else 1.0)
     verdict = verdict_of(
@@ -87,15 +90,22 @@ def judged(  # noqa: PLR0913 (the verdict's inputs)
     )
     verdict = unbatched_on_cpu(blind_to_forwards(verdict, kind, metrics), kind, metrics, th)
     verdict = only_waits(verdict, waits, th)
-    verdict = compute_unread(verdict, kind, compute, profile)
+    verdict = compute_unread(verdict, kind, compute, profile, split)
     return compute_left(verdict, compute, profile.loop_runqueue, th, findings)
 
 
-def compute_unread(verdict: dict, kind: str | None, compute: dict | None, profile: Any) -> dict:
+def compute_unread(
+    verdict: dict,
+    kind: str | None,
+    compute: dict | None,
+    profile: Any,
+    split: dict | None = None,
+) -> dict:
     """A training loop whose step is the model's compute, looked at without the hooks (plain
     `attach`, a recording without them): what that compute does against its work is not read,
     so "no bottleneck" is not sure (five planted jobs whose fixes moved them x4.7 to x54 read
-    a sure "no bottleneck" under plain attach, every one named under attach --hooks)."""
+    a sure "no bottleneck" under plain attach, every one named under attach --hooks). `split`:
+    the stacks' estimate of where that compute goes; the statement names its top call sites."""
     if verdict.get("finding") is not None or kind != "training" or compute:
         return verdict
     model = sum(profile.share(c) for c in ("forward", "backward", "optimizer"))
@@ -106,9 +116,31 @@ def compute_unread(verdict: dict, kind: str | None, compute: dict | None, profil
         "sure": False,
         "statement": verdict["statement"]
         + f"; not judged: the model's compute ({model:.0%} of the loop) against its work "
-        "(COMP001): this look read no module's work; `gpudiag run` or `gpudiag attach "
-        "--hooks PID` measures it",
+        "(COMP001): this look read no module's work"
+        + split_words(split)
+        + "; `gpudiag run` or `gpudiag attach --hooks PID` measures it",
     }
+
+
+def split_words(split: dict | None, top: int = 2) -> str:
+    """The stacks' estimate of the model's time in words: the forward's top call sites, the
+    backward's and the optimizer's shares ("" without one)."""
+    rows = (split or {}).get("rows") or []
+    if not split or not rows:
+        return ""
+    share = {k: sum(r["share"] for r in rows if r["kind"] in ks) for k, ks in _PHASES.items()}
+    fwd = [r for r in rows if r["kind"] in ("call", "own") and r["share"] >= 0.005]
+    named = ", ".join(f"{r['share']:.0%} in {r['label']}" for r in fwd[:top])
+    what = "launch time" if split.get("time") == "launch" else "CPU time"
+    return (
+        f"; the stacks put the loop's {what} in the model at: the forward {share['forward']:.0%}"
+        + (f" (top: {named})" if named else "")
+        + f", the backward {share['backward']:.0%}, the optimizer {share['optimizer']:.0%}"
+        + " (table: compute_stacks)"
+    )
+
+
+_PHASES = {"forward": ("call", "own"), "backward": ("backward",), "optimizer": ("optimizer",)}
 
 
 def only_waits(verdict: dict, waits: float, th: Thresholds) -> dict:

@@ -8,6 +8,10 @@ from gpudiag.probes.base import Sample
 SITE = "/venv/lib/python3.11/site-packages"
 STD = "/usr/lib/python3.11"
 LOOP = "<module> (/work/train.py:80);train (/work/train.py:40)"
+CALL = (
+    f"Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py:1775)"
+    f";Module._call_impl ({SITE}/torch/nn/modules/module.py:1786)"
+)
 STACKS = {
     "data_wait": f"{LOOP};_BaseDataLoaderIter.__next__ ({SITE}/torch/utils/data/dataloader.py:631)"
     f";_MultiProcessingDataLoaderIter._next_data "
@@ -32,6 +36,25 @@ STACKS = {
     f";Tensor.__repr__ ({SITE}/torch/_tensor.py:431)"
     f";_str ({SITE}/torch/_tensor_str.py:697)",
     "gc": (f"{LOOP}", "gc.collect()"),
+    # a GPT's forward as py-spy 0.4 names its frames (issue 55, plain attach): the loop's
+    # model(x) at train.py:40, the head called at model.py:88, an attention layer's projection
+    # at model.py:30 in every block, the model's own code at model.py:85; a layer of a
+    # Sequential; the model under DistributedDataParallel
+    "lm_head": f"{LOOP};{CALL};GPT.forward (/work/model.py:88);{CALL}"
+    f";Linear.forward ({SITE}/torch/nn/modules/linear.py:125)",
+    "c_attn": f"{LOOP};{CALL};GPT.forward (/work/model.py:80);{CALL}"
+    f";Block.forward (/work/model.py:50);{CALL};CausalSelfAttention.forward (/work/model.py:30)"
+    f";{CALL};Linear.forward ({SITE}/torch/nn/modules/linear.py:125)",
+    "gpt_own": (f"{LOOP};{CALL};GPT.forward (/work/model.py:85)", "x = tok + pos"),
+    "seq_linear": f"{LOOP};{CALL};Sequential.forward ({SITE}/torch/nn/modules/container.py:250)"
+    f";{CALL};Linear.forward ({SITE}/torch/nn/modules/linear.py:125)",
+    "ddp_head": f"{LOOP};{CALL}"
+    f";DistributedDataParallel.forward ({SITE}/torch/nn/parallel/distributed.py:1640)"
+    f";DistributedDataParallel._run_ddp_forward ({SITE}/torch/nn/parallel/distributed.py:1460)"
+    f";{CALL};GPT.forward (/work/model.py:88);{CALL}"
+    f";Linear.forward ({SITE}/torch/nn/modules/linear.py:125)",
+    "adam_step": f"{LOOP};Optimizer.profile_hook_step.<locals>.wrapper ({SITE}/torch/optim"
+    f"/optimizer.py:485);Adam.step ({SITE}/torch/optim/adam.py:220)",
     # a sample py-spy could not read: no frame at all (a busy box's loop thread)
     "unreadable": "",
     # LitServe's front end waiting on its shutdown event (a Manager's proxy) while its

@@ -19,6 +19,7 @@ from gpudiag.agent.output.render.charts import (
     gpu_legend,
     timeline_svg,
 )
+from gpudiag.agent.output.render.compute import compute_stacks_html
 from gpudiag.agent.output.render.plain import job_dir, plain_basis, shorten_paths, split_evidence
 from gpudiag.agent.output.render.right_size import right_size_lines, right_size_table_html
 from gpudiag.agent.output.render.text import cost_lines, phase_lines
@@ -319,6 +320,7 @@ def render_html(doc: Report) -> str:
         breakdown_svg(shares),
         _legend([c for c, v in shares.items() if v > 0]),
         "<pre>" + _e("\n".join(phase_lines(doc))) + "</pre>",
+        compute_stacks_html(doc, _e),
         f"<h2>Findings ({len(findings)})</h2>",
         "".join(_finding(f, job_dir(doc)) for f in findings) or _no_findings(doc),
         ("<h2>Fix trials</h2><pre>" + _e("\n".join(trial_lines(doc)[1:])) + "</pre>")

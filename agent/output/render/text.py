@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpudiag.agent.output.render.compute import compute_stacks_lines
 from gpudiag.agent.output.render.plain import (
     bullets,
     job_dir,
@@ -242,6 +243,8 @@ def render_text(doc: Report, verbose: bool = True) -> str:
     out += stderr_tail_lines(doc)
     out += period_lines(doc)
     out += trial_lines(doc)
+    split = compute_stacks_lines(doc)
+    out += split + ([""] if split else [])
     verdict = doc.get("verdict") or {}
     if verdict.get("statement") and (
         verdict.get("sure") or verdict.get("finding") or "not judged" in verdict["statement"]
@@ -352,6 +355,9 @@ def render_markdown(doc: Report) -> str:
         for i, ln in enumerate(cost_lines(doc))
     ]
     out.append("")
+    split = compute_stacks_lines(doc)
+    if split:
+        out += ["#### Model time by call site", "", "```", *split, "```", ""]
     sizing = right_size_lines(doc)
     if sizing:
         out += ["#### Right-size (model)", "", md_escape(sizing[0]), "", "```", *sizing[1:]]

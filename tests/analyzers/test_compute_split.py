@@ -1,0 +1,103 @@
+"""Plain attach's estimate of where a training step's compute goes (issue 55): the loop
+thread's stack samples in the model, by module call site from torch's module-call frames,
+with the backward and the optimizer step as rows of their own; the verdict names the top."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudiag.analyzers import analyze
+from gpudiag.analyzers.measures.module_split import class_of, module_calls
+from gpudiag.analyzers.measures.rules import parse_stack
+from tests.analyzers.scenario import STACKS, Scenario
+from tests.analyzers.test_findings import windows
+from tests.analyzers.test_gpu_findings import ME, timeline
+from tests.probes.fake_nvml import FakeGpu
+
+GPT = {
+    "lm_head": 0.40,
+    "c_attn": 0.10,
+    "gpt_own": 0.05,
+    "backward": 0.30,
+    "adam_step": 0.10,
+    "data_wait": 0.03,
+    "other": 0.02,
+}
+
+
+def split_of(shares: dict[str, float]):
+    sc = windows(Scenario(cpu_count=8), n=5, shares=shares).host(0.3).process(0.9)
+    return analyze(sc.tl)
+
+
+def test_the_leaf_module_is_named_at_the_parents_line_that_called_it():
+    a = split_of(GPT)
+    rows = a.compute_stacks["rows"]
+    top = rows[0]
+    assert (top["kind"], top["module"]) == ("call", "Linear")
+    assert (top["site"]["file"], top["site"]["line"]) == ("/work/model.py", 88)
+    assert top["site"]["function"] == "GPT.forward"
+    assert top["share"] == pytest.approx(0.40, abs=0.01)
+    assert top["label"] == "Linear called at model.py:88 (GPT.forward)"
+    by = {(r["kind"], (r["site"] or {}).get("line")): r for r in rows}
+    # a projection inside every block is named at its attention's line, not the block's
+    assert by[("call", 30)]["module"] == "Linear"
+    assert by[("call", 30)]["share"] == pytest.approx(0.10, abs=0.01)
+    # the model's own code at its line, with the line's text
+    own = by[("own", 85)]
+    assert own["module"] == "GPT" and own["code"] == "x = tok + pos"
+    # the backward and the optimizer at the loop's line that ran them
+    assert by[("backward", 40)]["share"] == pytest.approx(0.30, abs=0.01)
+    opt = by[("optimizer", 40)]
+    assert opt["module"] == "Adam.step" and opt["share"] == pytest.approx(0.10, abs=0.01)
+    assert a.compute_stacks["model_share"] == pytest.approx(0.95, abs=0.01)
+    assert a.compute_stacks["time"] == "cpu" and "CPU time" in a.compute_stacks["note"]
+
+
+def test_the_verdict_names_the_top_call_site_and_how_to_measure_it():
+    a = split_of(GPT)
+    v = a.verdict
+    assert v["finding"] is None and not v["sure"]
+    s = v["statement"]
+    assert "not judged: the model's compute" in s  # never a sure "no bottleneck"
+    assert "the forward 55% (top: 40% in Linear called at model.py:88 (GPT.forward)" in s
+    assert "the backward 30%" in s and "the optimizer 10%" in s
+    assert "gpudiag attach --hooks PID" in s
+    # a big share is not a cause by itself: no warning on it
+    assert not [f for f in a.findings if f.severity in ("warning", "error")]
+
+
+def test_a_layer_of_a_sequential_is_named_at_the_line_that_called_the_container():
+    a = split_of({"seq_linear": 0.5, "backward": 0.4, "optimizer": 0.1})
+    top = a.compute_stacks["rows"][0]
+    assert top["module"] == "Linear in Sequential"
+    assert (top["site"]["file"], top["site"]["line"]) == ("/work/train.py", 40)
+
+
+def test_a_wrapper_hands_the_call_on():
+    """Under DistributedDataParallel the model's head is still the head, not the model's own
+    code at DDP's line."""
+    a = split_of({"ddp_head": 0.5, "backward": 0.4, "optimizer": 0.1})
+    top = a.compute_stacks["rows"][0]
+    assert top["label"] == "Linear called at model.py:88 (GPT.forward)"
+
+
+def test_on_a_gpu_the_shares_are_launch_time():
+    a = analyze(timeline(FakeGpu(job_pids=[ME]), shares=GPT).tl)
+    cs = a.compute_stacks
+    assert cs["time"] == "launch" and "not the GPU's time" in cs["note"]
+
+
+def test_module_calls_and_classes_from_py_spy_frames():
+    frames = parse_stack(STACKS["c_attn"])
+    calls = module_calls(frames)
+    assert [frames[c].function for _, c in calls] == [
+        "GPT.forward",
+        "Block.forward",
+        "CausalSelfAttention.forward",
+        "Linear.forward",
+    ]
+    assert [frames[p].function for p, _ in calls][-1] == "CausalSelfAttention.forward"
+    assert class_of(frames[calls[-1][1]]) == "Linear"
+    assert class_of(parse_stack("make.<locals>.Net.forward (/w/m.py:3)")[0]) == "Net"
+    assert class_of(parse_stack("forward (/w/m.py:3)")[0]) == ""
