@@ -401,6 +401,7 @@ class ReportComputeStacksRowsItem(TypedDict, total=False):
     site: ReportComputeStacksRowsItemSite | None
     callee: ReportComputeStacksRowsItemCallee | None
     code: str
+    call: str
 
 
 class ReportComputeStacks(TypedDict, total=False):

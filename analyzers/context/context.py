@@ -16,7 +16,7 @@ from gpudiag.analyzers.measures.compute import (
 from gpudiag.analyzers.measures.critical_path import CriticalPath, critical_path, refine_with_hooks
 from gpudiag.analyzers.measures.gpu_stats import GpuStats, gpu_stats, job_gpu_idle, link_bound
 from gpudiag.analyzers.measures.loop import LoopProfile, profile_loop, thread_series_mean
-from gpudiag.analyzers.measures.module_split import ComputeSplit, compute_split
+from gpudiag.analyzers.measures.module_split import ComputeSplit, call_sources, compute_split
 from gpudiag.analyzers.measures.rules import NO_TRAINING_RULES, Classifier
 from gpudiag.analyzers.measures.serving import (
     POOLED_TID,
@@ -181,7 +181,7 @@ def build_context(
     sheet = datasheet(names) if names else None
     table = compute_table(view, sheet, whole) if workload.kind == "training" else None
     split = (
-        compute_split(view, profile, clf, on_gpu=bool(names))
+        compute_split(view, profile, clf, bool(names), call_sources(whole))
         if workload.kind == "training" and table is None
         else None
     )

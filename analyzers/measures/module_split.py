@@ -48,6 +48,7 @@ class SplitRow:
     samples: float
     share: float  # of the loop's stack samples
     code: str = ""  # the most sampled executing line of the job's own code in it
+    call: str = ""  # the text of the calling line (a call row's site), when the probe read it
 
     def to_dict(self) -> dict:
         d = self.fields()
@@ -62,6 +63,7 @@ class SplitRow:
             "site": _loc(self.site),
             "callee": _loc(self.callee),
             "code": self.code,
+            "call": self.call,
         }
 
 
@@ -77,6 +79,9 @@ def row_label(row: dict) -> str:
     module = row.get("module") or ""
     kind = row.get("kind")
     if kind == "call":
+        call = row.get("call") or ""
+        if call:
+            return f"`{call}` ({module or 'a module'}) at {at}"
         return f"{module or 'a module'} called at {at}"
     if kind == "own":
         return f"the model's own code ({module or 'its forward'}) at {at}"
@@ -216,14 +221,36 @@ def _phase_key(frames: tuple[Frame, ...], phase: str) -> tuple[str, Location | N
     return phase, _caller_of(frames, first), module
 
 
+def _call_text(key: tuple, sources: dict[tuple[str, int], str]) -> str:
+    site = key[1]
+    if key[0] != "call" or site is None:
+        return ""
+    return sources.get((site.file, site.line), "")
+
+
 def _most(counts: dict[str, float]) -> str:
     return max(counts, key=lambda c: (counts[c], c)) if counts else ""
 
 
+def call_sources(view: Aggregate) -> dict[tuple[str, int], str]:
+    """(file, line) -> the text of a line the stack probe saw calling a torch module."""
+    out = {}
+    for lab, _r in view.matching("stacks", "seen", kind="source"):
+        line = lab.get("line", "")
+        if line.isdigit() and lab.get("code"):
+            out[(lab.get("file", ""), int(line))] = lab["code"]
+    return out
+
+
 def compute_split(
-    view: Aggregate, profile: LoopProfile, clf: Classifier, on_gpu: bool = False
+    view: Aggregate,
+    profile: LoopProfile,
+    clf: Classifier,
+    on_gpu: bool = False,
+    sources: dict[tuple[str, int], str] | None = None,
 ) -> ComputeSplit | None:
-    """The loop's forward, backward and optimizer samples by call site; None without any."""
+    """The loop's forward, backward and optimizer samples by call site; None without any.
+    `sources`: the calling lines' text (call_sources, read over the whole run)."""
     n = profile.samples
     if n <= 0 or profile.thread is None:
         return None
@@ -252,7 +279,16 @@ def compute_split(
         return None
     out = sorted(
         (
-            SplitRow(k[0], k[1], k[2] or _most(v[2]), k[3], v[0], v[0] / n, _most(v[1]))
+            SplitRow(
+                k[0],
+                k[1],
+                k[2] or _most(v[2]),
+                k[3],
+                v[0],
+                v[0] / n,
+                _most(v[1]),
+                _call_text(k, sources or {}),
+            )
             for k, v in rows.items()
         ),
         key=lambda r: (-r.samples, row_label(r.fields())),

@@ -246,7 +246,7 @@ class Timeline:
         seg = self._segment(t)
         seg._span(t)
         lab = sample.labels
-        if sample.probe == "stacks":
+        if sample.probe == "stacks" and lab.get("kind") != "source":  # a line's text: a series
             self._add_stack(seg, lab, sample.values)
             return
         if self.skip_steps and sample.probe == "hooks" and lab.get("kind") == "step":

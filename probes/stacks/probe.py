@@ -55,10 +55,14 @@ from gpudiag.probes.stacks.samples import (
     Tally,
     WorkersTurn,
     episode_sample,
+    module_call_sites,
+    source_sample,
     stack_sample,
     window_sample,
     workers_window_sample,
 )
+
+MAX_CALL_SOURCES = 2000  # module-call lines whose text is sent, per probe
 
 STARVED_BELOW = 0.5  # the analyzers' stack_rate_min default: py-spy starved below this share
 STARVED_MIN_ASKED = 200  # ticks asked before falling behind is judged (2 s at 100 Hz): a job
@@ -133,6 +137,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         self.windows_read = self.windows_failed = 0  # windows whose loop recording was read
         self.ticks = self.ticks_asked = 0.0  # loop recordings' ticks, and what was asked for
         self._sources = SourceLines()
+        self._call_lines: set[tuple[int, str]] = set()  # module-call lines already sent
 
     # ---- lifecycle ----------------------------------------------------------------------
     def open(self, target: Target) -> ProbeStatus:
@@ -368,6 +373,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             loop_ok = loop_ok or run.mode == "all"
             samples += [episode_sample(self.name, t, run.mode, e) for e in episodes]
             if run.mode == "all":
+                samples += self._call_sources(t, rows)
                 per_thread: dict[int, int] = {}
                 for r in rows:
                     per_thread[r.tid] = per_thread.get(r.tid, 0) + r.count
@@ -390,6 +396,21 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         with self._lock:
             self._pending.extend(samples)
         return loop_ok
+
+    def _call_sources(self, t: int, rows: list[StackRow]) -> list[Sample]:
+        """The text of each line seen calling a torch module, once per process and line (at
+        most MAX_CALL_SOURCES): the stacks' split of the model's time names calls by it."""
+        out = []
+        for r in rows:
+            for frame in module_call_sites(r.frames):
+                key = (r.pid, frame)
+                if key in self._call_lines or len(self._call_lines) >= MAX_CALL_SOURCES:
+                    continue
+                self._call_lines.add(key)
+                code = self._sources.line(r.pid, frame)
+                if code:
+                    out.append(source_sample(self.name, t, frame, code))
+        return out
 
     def _stack_sample(self, t: int, mode: str, r: StackRow, tally: Tally) -> Sample:
         code = self._sources.line(r.pid, r.frames[-1]) if r.frames else ""

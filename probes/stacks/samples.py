@@ -32,6 +32,12 @@ STACK_FIELDS = (
     Field("episodes", "count", "counter", "separate runs of samples inside one library call"),
     Field("workers", "count", "gauge", "child processes alive when a worker window started"),
     Field("recorded", "count", "gauge", "child processes recorded in a worker window"),
+    Field(
+        "seen",
+        "count",
+        "gauge",
+        "a line of the job that calls a torch module (kind=source: its file, line and text)",
+    ),
 )
 
 
@@ -110,3 +116,29 @@ def workers_window_sample(probe: str, t: int, duration: float, turn: WorkersTurn
         "weight": turn.weight,
     }
     return Sample(probe, t, {"mode": "workers", "kind": "window"}, values)
+
+
+# torch's module-call frames ("Module._call_impl (.../torch/nn/modules/module.py:1786)")
+_MODULE_CALL = re.compile(r"(^|\.)_(wrapped_)?call_impl \(.*torch/nn/modules/module\.py:\d+\)$")
+
+
+def module_call_sites(frames: tuple[str, ...]) -> list[str]:
+    """The frames that call a torch module in a root-first stack: the frame just before each
+    run of module-call frames (the parent's line, `self.head(x)`)."""
+    out = []
+    for i in range(1, len(frames)):
+        if _MODULE_CALL.search(frames[i]) and not _MODULE_CALL.search(frames[i - 1]):
+            out.append(frames[i - 1])
+    return out
+
+
+def source_sample(probe: str, t: int, frame: str, code: str) -> Sample:
+    """The text of a line that calls a module (the report names the call by it)."""
+    lpar, colon = frame.rfind(" ("), frame.rfind(":")
+    labels = {
+        "kind": "source",
+        "file": frame[lpar + 2 : colon],
+        "line": frame[colon + 1 : -1],
+        "code": code,
+    }
+    return Sample(probe, t, labels, {"seen": 1.0})

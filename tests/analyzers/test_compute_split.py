@@ -9,6 +9,7 @@ import pytest
 from gpudiag.analyzers import analyze
 from gpudiag.analyzers.measures.module_split import class_of, module_calls
 from gpudiag.analyzers.measures.rules import parse_stack
+from gpudiag.probes.stacks.samples import module_call_sites, source_sample
 from tests.analyzers.scenario import STACKS, Scenario
 from tests.analyzers.test_findings import windows
 from tests.analyzers.test_gpu_findings import ME, timeline
@@ -101,3 +102,38 @@ def test_module_calls_and_classes_from_py_spy_frames():
     assert class_of(frames[calls[-1][1]]) == "Linear"
     assert class_of(parse_stack("make.<locals>.Net.forward (/w/m.py:3)")[0]) == "Net"
     assert class_of(parse_stack("forward (/w/m.py:3)")[0]) == ""
+
+
+def test_the_calling_lines_text_names_the_call_when_the_probe_read_it():
+    """The stack probe sends the text of each line it saw calling a module once (kind=source);
+    the row names the call by it, and the line's text is no stack of the loop."""
+    sc = Scenario(cpu_count=8)
+    sc._add(
+        "stacks",
+        {"kind": "source", "file": "/work/model.py", "line": "88", "code": "return self.head(x)"},
+        {"seen": 1.0},
+    )
+    a = analyze(windows(sc, n=5, shares=GPT).host(0.3).process(0.9).tl)
+    top = a.compute_stacks["rows"][0]
+    assert top["call"] == "return self.head(x)"
+    assert top["label"] == "`return self.head(x)` (Linear) at model.py:88 (GPT.forward)"
+    assert "40% in `return self.head(x)` (Linear) at model.py:88" in a.verdict["statement"]
+    assert a.profile.samples == pytest.approx(split_of(GPT).profile.samples)
+
+
+def test_the_probe_sends_the_lines_that_call_a_module():
+    frames = tuple(STACKS["c_attn"].split(";"))
+    sites = module_call_sites(frames)
+    assert [s.split(" (")[0] for s in sites] == [
+        "train",
+        "GPT.forward",
+        "Block.forward",
+        "CausalSelfAttention.forward",
+    ]
+    s = source_sample("stacks", 1, sites[-1], "qkv = self.c_attn(x)")
+    assert s.labels == {
+        "kind": "source",
+        "file": "/work/model.py",
+        "line": "30",
+        "code": "qkv = self.c_attn(x)",
+    }
