@@ -1,7 +1,7 @@
 """Issue 55, plain attach: does `gpudiag attach PID` (py-spy stacks only, no hooks) name the
 planted module's call site at the top of its compute_stacks split? One look a job, one job at
-a time, each under the box-wide measurement lock; prints the job, the load average, the split's
-top rows (share of the loop, label) and the verdict's sureness.
+a time, all under one hold of the box-wide measurement lock; prints the job, the load average,
+the split's top rows (share of the loop, label) and the verdict's sureness.
 
     python benchmarks/compute_stacks_looks.py [--jobs lm_head over_wide ...] [--seconds 15]
 
@@ -59,13 +59,12 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=3)
     ap.add_argument("--lock", default="/work/measure.lock")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, open(args.lock, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # all the looks in one hold (about 45 s a job)
         for job in args.jobs:
-            with open(args.lock, "a+") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                load = open("/proc/loadavg").read().split()[0]
-                doc = look(job, args.seconds, Path(d))
-                after = open("/proc/loadavg").read().split()[0]
+            load = open("/proc/loadavg").read().split()[0]
+            doc = look(job, args.seconds, Path(d))
+            after = open("/proc/loadavg").read().split()[0]
             cs = doc.get("compute_stacks") or {}
             v = doc.get("verdict") or {}
             print(
