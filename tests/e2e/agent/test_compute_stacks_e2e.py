@@ -4,12 +4,15 @@ site leads the forward's rows; the verdict names it and is never a sure "no bott
 
 from __future__ import annotations
 
+import pytest
+
 from gpudiag.agent.output.report import load_report
 from tests.conftest import WORKLOADS, gpudiag, start_training
 
 JOB = str(WORKLOADS / "compute_open_world.py")
 
 
+@pytest.mark.long
 def test_plain_attach_names_the_planted_heads_call_site(tmp_path):
     """lm_head: a head of 8,000 outputs over every position, called at LastTokenLM.forward's
     `return self.head(x)[:, -1]`: the split's top forward row is that call (not exact
