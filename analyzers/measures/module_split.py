@@ -26,6 +26,7 @@ from gpudiag.analyzers.timeline.timeline import Aggregate
 MODEL_PHASES = ("forward", "backward", "optimizer")
 MAX_ROWS = 30  # rows kept, largest first
 _MODULE_FILE = re.compile(r"torch/nn/modules/module\.py$")
+_COMMENT = re.compile(r"\s+#[^'\"]*$")
 _CONTAINER_FILE = re.compile(r"torch/nn/modules/container\.py$")
 _CALL_FUNCS = frozenset({"_call_impl", "_wrapped_call_impl"})
 _OPTIM_FILE = re.compile(r"torch/optim/")
@@ -79,7 +80,7 @@ def row_label(row: dict) -> str:
     module = row.get("module") or ""
     kind = row.get("kind")
     if kind == "call":
-        call = row.get("call") or ""
+        call = _COMMENT.sub("", row.get("call") or "")  # its trailing comment left out
         if call:
             return f"`{call}` ({module or 'a module'}) at {at}"
         return f"{module or 'a module'} called at {at}"

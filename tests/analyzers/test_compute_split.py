@@ -110,12 +110,17 @@ def test_the_calling_lines_text_names_the_call_when_the_probe_read_it():
     sc = Scenario(cpu_count=8)
     sc._add(
         "stacks",
-        {"kind": "source", "file": "/work/model.py", "line": "88", "code": "return self.head(x)"},
+        {
+            "kind": "source",
+            "file": "/work/model.py",
+            "line": "88",
+            "code": "return self.head(x)  # logits",
+        },
         {"seen": 1.0},
     )
     a = analyze(windows(sc, n=5, shares=GPT).host(0.3).process(0.9).tl)
     top = a.compute_stacks["rows"][0]
-    assert top["call"] == "return self.head(x)"
+    assert top["call"] == "return self.head(x)  # logits"
     assert top["label"] == "`return self.head(x)` (Linear) at model.py:88 (GPT.forward)"
     assert "40% in `return self.head(x)` (Linear) at model.py:88" in a.verdict["statement"]
     assert a.profile.samples == pytest.approx(split_of(GPT).profile.samples)
