@@ -236,6 +236,26 @@ def test_otlp_grpc_exports_the_findings_units_and_resource(grpc_receiver, docs, 
     assert grpc_receiver.peers and all("127.0.0.1" in p for p in grpc_receiver.peers)
 
 
+def test_the_last_export_carries_the_settled_report(receiver, docs):
+    """run and attach settle the job with its report before closing: the export at close
+    carries the report's numbers (not a live analysis of the ended session)."""
+    calls: list[int] = []
+
+    def live_report() -> dict:
+        calls.append(1)
+        return docs["starved"]
+
+    job = LiveJob({"pid": "9", "command": "train", "user": "u"}, live_report)
+    server = MetricsServer("127.0.0.1", None, lambda: [job], otlp=Otlp(receiver.url))
+    final = docs["starved_fixed"]
+    job.settle(final)
+    server.finished(final, job.labels)
+    server.close()
+    (_, attrs, sps) = points(receiver)["gpudiag_steps_per_second"][-1]
+    assert attrs["job"] == job.labels["job"]
+    assert sps == pytest.approx(final["metrics"]["steps_per_second"]) and not calls
+
+
 def test_otlp_exports_one_series_per_job(receiver, docs):
     """watch's case: every job the collector lists gets its own series (its `job` label)."""
     jobs = [live("a", docs["starved"]), live("b", docs["starved_fixed"])]
