@@ -32,6 +32,7 @@ from gpudiag.agent.fleet.metrics import LiveJob  # noqa: E402
 from gpudiag.agent.fleet.otlp import (  # noqa: E402
     Otlp,
     choose_protocol,
+    export_interval_ms,
     grpc_target,
     metrics_url,
     unit_of,
@@ -254,6 +255,38 @@ def test_the_last_export_carries_the_settled_report(receiver, docs):
     (_, attrs, sps) = points(receiver)["gpudiag_steps_per_second"][-1]
     assert attrs["job"] == job.labels["job"]
     assert sps == pytest.approx(final["metrics"]["steps_per_second"]) and not calls
+
+
+def test_the_export_interval_is_opentelemetrys(monkeypatch, cli):
+    """Every OpenTelemetry SDK's OTEL_METRIC_EXPORT_INTERVAL (ms), else the SDK's 60 s; a bad
+    value is one line before anything starts."""
+    monkeypatch.delenv("OTEL_METRIC_EXPORT_INTERVAL", raising=False)
+    assert export_interval_ms() is None  # the SDK's default
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", " 15000 ")
+    assert export_interval_ms() == 15000.0
+    for bad in ("abc", "0", "-5", "inf", "nan"):
+        monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", bad)
+        with pytest.raises(UsageError, match="OTEL_METRIC_EXPORT_INTERVAL must be a positive"):
+            export_interval_ms()
+    res = cli("attach", "1", "--otlp", "http://127.0.0.1:4318")
+    assert res.returncode == 2 and "OTEL_METRIC_EXPORT_INTERVAL must be" in res.stderr
+
+
+def test_exports_come_at_the_interval_the_environment_sets(receiver, docs, monkeypatch):
+    """OTEL_METRIC_EXPORT_INTERVAL=200: the SDK's reader exports on its own before close."""
+    import time
+
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")
+    job = live("train", docs["starved"])
+    server = MetricsServer("127.0.0.1", None, lambda: [job], otlp=Otlp(receiver.url))
+    try:
+        deadline = time.monotonic() + 8  # well under the SDK's default (and the old 10 s)
+        while len(receiver.metrics) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(receiver.metrics) >= 2  # two periodic exports, before any close
+    finally:
+        server.close()
+    assert "gpudiag_steps_per_second" in points(receiver)
 
 
 def test_otlp_exports_one_series_per_job(receiver, docs):
