@@ -10,11 +10,13 @@ said when an arm's median ratio lies within the `without` arm's own run-to-run s
 run ((max - min) / median of its rounds).
 
     python benchmarks/otlp_cost.py --seconds 60 --rounds 2
+    python benchmarks/otlp_cost.py --seconds 60 --rounds 2 --no-grpc --every-10s   # before/after
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -27,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_cost import _attach, _start_job  # noqa: E402  # the same attach and job
 
+INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
 Receiver = tuple[list[str], str, Callable[[], None]]  # what it got, its URL, its stop
 
 
@@ -99,6 +102,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--no-grpc", action="store_true", help="leave the gRPC arm out")
+    ap.add_argument(
+        "--every-10s",
+        action="store_true",
+        help="add an OTLP/HTTP arm exporting every 10 s (OTEL_METRIC_EXPORT_INTERVAL=10000, "
+        "gpudiag's interval before it took the SDK's 60 s)",
+    )
     args = ap.parse_args()
     posts, url, stop = receiver()
     arms = {"without": [], "http": ["--otlp", url, "--otlp-protocol", "http/protobuf"]}
@@ -108,6 +117,8 @@ def main() -> None:
         gposts, gurl, gstop = grpc_receiver()
         arms["grpc"] = ["--otlp", gurl, "--otlp-protocol", "grpc"]
         stops.append(gstop)
+    if args.every_10s:
+        arms["http-10s"] = arms["http"]
     cpu: dict[str, list[float]] = {a: [] for a in arms}
     with open("/proc/loadavg") as f:
         print(f"load average at start: {f.read().split()[:3]}", flush=True)
@@ -118,7 +129,11 @@ def main() -> None:
             for r in range(args.rounds):
                 order = list(arms)[r % len(arms) :] + list(arms)[: r % len(arms)]
                 for arm in order if r % 2 == 0 else order[::-1]:
+                    os.environ.pop(INTERVAL, None)
+                    if arm == "http-10s":
+                        os.environ[INTERVAL] = "10000"
                     res = _attach(job.pid, args.seconds, f"{tmp}/{r}-{arm}.json", arms[arm])
+                    os.environ.pop(INTERVAL, None)
                     cpu[arm].append(res["cpu_s"])
                     print(
                         f"round {r + 1} {arm:8s} cpu {res['cpu_s']:.2f} s "
