@@ -426,3 +426,29 @@ def test_the_collector_example_receives_otlp_on_loopback():
         x for p in pipes.values() for k in ("receivers", "processors", "exporters") for x in p[k]
     }
     assert used <= set(cfg["receivers"]) | set(cfg["processors"]) | set(cfg["exporters"])
+
+
+def test_attach_otlp_ends_with_the_reports_own_numbers(receiver, tmp_path):
+    """`attach --otlp`: the export at the end carries the job's series from the report itself
+    (its profiled seconds are the report's), and the verdict record follows."""
+    import json
+    import subprocess
+
+    from tests.conftest import gpudiag
+
+    loop = "import time\nt = time.time()\nwhile time.time() - t < 60: sum(range(10000))"
+    job = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        out = tmp_path / "a.json"
+        res = gpudiag(
+            "attach", str(job.pid), "-q", "--duration", "3", "--otlp", receiver.url,
+            "--out", str(out),
+        )  # fmt: skip
+    finally:
+        job.kill()
+        job.wait()
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    (_, attrs, seconds) = points(receiver)["gpudiag_job_profiled_seconds"][-1]
+    assert attrs["job"] and seconds == pytest.approx(doc["run"]["duration_s"])
+    assert [r.body.string_value for r in records(receiver)] == [doc["verdict"]["statement"]]
