@@ -158,10 +158,11 @@ def _attach_profile(
             result = run_with_tui(session, subject, att.opened())
         else:
             result = session.run()
-    finally:
-        if server is not None:
+    except BaseException:
+        if server is not None:  # no report to settle the job with: its series end here
             server.collector.jobs = lambda: []
-    wiring.finish(result)
+        raise
+    wiring.finish(result)  # settles the job: the last export carries the report's numbers
     return EXIT_OK
 
 

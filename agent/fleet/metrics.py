@@ -94,6 +94,7 @@ class LiveJob:
         self._clock = clock
         self._doc: dict | None = None
         self._at = float("-inf")
+        self._settled = False
         self._lock = threading.Lock()
         self.gpus: dict[str, Sample] = {}
 
@@ -104,13 +105,23 @@ class LiveJob:
                 self.gpus[s.labels["gpu"]] = s
 
     def doc(self) -> dict:
-        """The job's report so far; analysed again when the last one is `refresh_s` old."""
+        """The job's report so far; analysed again when the last one is `refresh_s` old (once
+        settled, its final report)."""
         with self._lock:
             now = self._clock()
+            if self._settled:
+                assert self._doc is not None
+                return self._doc
             if self._doc is None or now - self._at >= self.refresh_s:
                 self._doc = self._report()
                 self._at = now
             return self._doc
+
+    def settle(self, doc: dict) -> None:
+        """The job's final report: every later read gives it (the last export carries the
+        report's numbers, and nothing is analysed again once the session has ended)."""
+        with self._lock:
+            self._doc, self._at, self._settled = doc, self._clock(), True
 
     @property
     def last_doc(self) -> dict | None:

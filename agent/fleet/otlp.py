@@ -27,6 +27,7 @@ NEEDS_GRPC = (
     "--otlp-protocol grpc needs the OpenTelemetry SDK's gRPC exporter: "
     "pip install 'gpudiag[otlp-grpc]'"
 )
+INTERVAL_ENV = "OTEL_METRIC_EXPORT_INTERVAL"  # OpenTelemetry's own, in ms (its default: 60 s)
 HTTP, GRPC = "http/protobuf", "grpc"
 PROTOCOLS = (HTTP, GRPC)  # the values of OpenTelemetry's OTEL_EXPORTER_OTLP_PROTOCOL we send
 PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_PROTOCOL"
@@ -106,6 +107,21 @@ def choose_protocol(flag: str | None, config: str | None) -> str:
         if value is not None:
             return check_protocol(value.strip(), where)
     return HTTP
+
+
+def export_interval_ms() -> float | None:
+    """OTEL_METRIC_EXPORT_INTERVAL (ms between two exports) when set, checked; None leaves
+    the SDK's default (60 s). UsageError for anything but a positive number."""
+    raw = os.environ.get(INTERVAL_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = float("nan")
+    if not 0 < ms < float("inf"):
+        raise UsageError(f"{INTERVAL_ENV} must be a positive number of milliseconds, got {raw!r}")
+    return ms
 
 
 def grpc_target(endpoint: str) -> tuple[str, bool]:
@@ -189,14 +205,17 @@ def resource_attributes(gpu_uuids: Iterable[str] = ()) -> dict[str, Any]:
 
 
 class OtlpExport:
-    """Exports the collector's metric families every `interval_s` and the verdicts as log
-    records; `close()` sends what is left and stops."""
+    """Exports the collector's metric families every `interval_s` (by default as every
+    OpenTelemetry SDK does: OTEL_METRIC_EXPORT_INTERVAL, else 60 s) from the SDK's periodic
+    reader thread, and the verdicts as log records; `close()` sends what is left and stops.
+    Each export reads the collector once (a live analysis of each job): its cost is one
+    analysis per interval, whatever the sampling rate."""
 
     def __init__(
         self,
         endpoint: str,
         collector: GpudiagCollector,
-        interval_s: float = 10.0,
+        interval_s: float | None = None,
         gpu_uuids: Iterable[str] = (),
         protocol: str = HTTP,
     ) -> None:
@@ -208,6 +227,7 @@ class OtlpExport:
             from opentelemetry.sdk.resources import Resource
         except ImportError:
             raise UsageError(NEEDS_GRPC if protocol == GRPC else NEEDS) from None
+        interval_ms = export_interval_ms() if interval_s is None else interval_s * 1000
         metric_exporter, log_exporter = exporters(endpoint, check_protocol(protocol, "protocol"))
         # the SDK's retry warnings stay off the job's terminal; a failed export is one line
         logging.getLogger("opentelemetry").setLevel(logging.ERROR)
@@ -216,7 +236,7 @@ class OtlpExport:
         self.resource = Resource.create(resource_attributes(gpu_uuids))
         reader = PeriodicExportingMetricReader(
             metric_exporter,
-            export_interval_millis=interval_s * 1000,
+            export_interval_millis=interval_ms,  # None: the SDK's default, 60 s
         )
         self.meters = MeterProvider(resource=self.resource, metric_readers=[reader])
         self.logs = LoggerProvider(resource=self.resource)

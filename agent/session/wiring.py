@@ -166,6 +166,7 @@ class Wiring:
                 }
             )
         if self.server is not None and self.live is not None:
+            self.live.settle(doc)  # the last export: the report's numbers, no analysis again
             self.server.finished(doc, self.live.labels)  # --otlp: the verdict as a log record
         try:
             path, failed = write_report(doc, out), None

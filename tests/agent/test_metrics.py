@@ -247,3 +247,23 @@ def test_category_values_are_explained_in_help():
         assert f"{cat} (" in helps["gpudiag_finding_impact_ratio"], cat
     for cat in ("data_wait", "storage_io", "forward", "gil_wait", "other"):
         assert f"{cat} (" in helps["gpudiag_loop_share_ratio"], cat
+
+
+def test_a_settled_job_gives_its_report_and_is_not_analysed_again():
+    """Once the report is written (Wiring.finish settles the job), every read gives it: the
+    last export carries the report's numbers and the ended session is not analysed again."""
+    now = [0.0]
+    calls: list[float] = []
+
+    def report() -> dict:
+        calls.append(now[0])
+        return {"live": len(calls)}
+
+    job = LiveJob({"pid": "9", "command": "t"}, report, refresh_s=5.0, clock=lambda: now[0])
+    assert job.doc() == {"live": 1} and job.doc() == {"live": 1}  # within refresh_s
+    now[0] = 6.0
+    assert job.doc() == {"live": 2}
+    job.settle({"final": True})
+    now[0] = 60.0
+    assert job.doc() == {"final": True} and job.last_doc == {"final": True}
+    assert calls == [0.0, 6.0]

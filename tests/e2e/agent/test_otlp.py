@@ -32,6 +32,7 @@ from gpudiag.agent.fleet.metrics import LiveJob  # noqa: E402
 from gpudiag.agent.fleet.otlp import (  # noqa: E402
     Otlp,
     choose_protocol,
+    export_interval_ms,
     grpc_target,
     metrics_url,
     unit_of,
@@ -236,6 +237,58 @@ def test_otlp_grpc_exports_the_findings_units_and_resource(grpc_receiver, docs, 
     assert grpc_receiver.peers and all("127.0.0.1" in p for p in grpc_receiver.peers)
 
 
+def test_the_last_export_carries_the_settled_report(receiver, docs):
+    """run and attach settle the job with its report before closing: the export at close
+    carries the report's numbers (not a live analysis of the ended session)."""
+    calls: list[int] = []
+
+    def live_report() -> dict:
+        calls.append(1)
+        return docs["starved"]
+
+    job = LiveJob({"pid": "9", "command": "train", "user": "u"}, live_report)
+    server = MetricsServer("127.0.0.1", None, lambda: [job], otlp=Otlp(receiver.url))
+    final = docs["starved_fixed"]
+    job.settle(final)
+    server.finished(final, job.labels)
+    server.close()
+    (_, attrs, sps) = points(receiver)["gpudiag_steps_per_second"][-1]
+    assert attrs["job"] == job.labels["job"]
+    assert sps == pytest.approx(final["metrics"]["steps_per_second"]) and not calls
+
+
+def test_the_export_interval_is_opentelemetrys(monkeypatch, cli):
+    """Every OpenTelemetry SDK's OTEL_METRIC_EXPORT_INTERVAL (ms), else the SDK's 60 s; a bad
+    value is one line before anything starts."""
+    monkeypatch.delenv("OTEL_METRIC_EXPORT_INTERVAL", raising=False)
+    assert export_interval_ms() is None  # the SDK's default
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", " 15000 ")
+    assert export_interval_ms() == 15000.0
+    for bad in ("abc", "0", "-5", "inf", "nan"):
+        monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", bad)
+        with pytest.raises(UsageError, match="OTEL_METRIC_EXPORT_INTERVAL must be a positive"):
+            export_interval_ms()
+    res = cli("attach", "1", "--otlp", "http://127.0.0.1:4318")
+    assert res.returncode == 2 and "OTEL_METRIC_EXPORT_INTERVAL must be" in res.stderr
+
+
+def test_exports_come_at_the_interval_the_environment_sets(receiver, docs, monkeypatch):
+    """OTEL_METRIC_EXPORT_INTERVAL=200: the SDK's reader exports on its own before close."""
+    import time
+
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")
+    job = live("train", docs["starved"])
+    server = MetricsServer("127.0.0.1", None, lambda: [job], otlp=Otlp(receiver.url))
+    try:
+        deadline = time.monotonic() + 8  # well under the SDK's default (and the old 10 s)
+        while len(receiver.metrics) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(receiver.metrics) >= 2  # two periodic exports, before any close
+    finally:
+        server.close()
+    assert "gpudiag_steps_per_second" in points(receiver)
+
+
 def test_otlp_exports_one_series_per_job(receiver, docs):
     """watch's case: every job the collector lists gets its own series (its `job` label)."""
     jobs = [live("a", docs["starved"]), live("b", docs["starved_fixed"])]
@@ -373,3 +426,29 @@ def test_the_collector_example_receives_otlp_on_loopback():
         x for p in pipes.values() for k in ("receivers", "processors", "exporters") for x in p[k]
     }
     assert used <= set(cfg["receivers"]) | set(cfg["processors"]) | set(cfg["exporters"])
+
+
+def test_attach_otlp_ends_with_the_reports_own_numbers(receiver, tmp_path):
+    """`attach --otlp`: the export at the end carries the job's series from the report itself
+    (its profiled seconds are the report's), and the verdict record follows."""
+    import json
+    import subprocess
+
+    from tests.conftest import gpudiag
+
+    loop = "import time\nt = time.time()\nwhile time.time() - t < 60: sum(range(10000))"
+    job = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        out = tmp_path / "a.json"
+        res = gpudiag(
+            "attach", str(job.pid), "-q", "--duration", "3", "--otlp", receiver.url,
+            "--out", str(out),
+        )  # fmt: skip
+    finally:
+        job.kill()
+        job.wait()
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    (_, attrs, seconds) = points(receiver)["gpudiag_job_profiled_seconds"][-1]
+    assert attrs["job"] and seconds == pytest.approx(doc["run"]["duration_s"])
+    assert [r.body.string_value for r in records(receiver)] == [doc["verdict"]["statement"]]
