@@ -294,7 +294,7 @@ def main() -> None:
     global LOCK
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--jobs", nargs="+", default=[*CAUSES, *CONTROLS], choices=[*CAUSES, *OWN, *CONTROLS]
+        "--jobs", nargs="+", default=[*CAUSES, *OWN, *CONTROLS], choices=[*CAUSES, *OWN, *CONTROLS]
     )
     p.add_argument("--parts", nargs="+", default=["bare", "looks", "try"])
     p.add_argument("--rounds", type=int, default=3)
