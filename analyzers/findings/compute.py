@@ -77,7 +77,11 @@ COMP001 = register(
                         "gradients, its backward for gradients no optimizer takes, the repeated "
                         "calls' share, all of it for a constant, or its time over its twins' "
                         "(same FLOPs and parameters, without the reason) where that is more; "
-                        "summed over every place that shows the same reason, whatever its share"
+                        "summed over every place that shows the same reason, whatever its share; "
+                        "with what the change gives back outside the place: half the "
+                        "optimizer's update of a float64 module's parameters, the update of "
+                        "the zero-gradient parameters of a module whose outputs nobody reads, "
+                        "the weight gradients of a module frozen for a group's zero gradients"
                     ),
                     speedup="a model: 1 / (1 - impact)",
                     variant="a reason read from its work",
@@ -96,6 +100,11 @@ COMP001 = register(
 )
 
 LOW = ("bfloat16", "float16")
+
+# (what the job shows, the change that follows, the share of its place's time the change gives
+# back, the reason's kind: float64, recompute, loop, unused, orphan, repeat, constant,
+# zero_grad, intermediates, foreach)
+Reason = tuple[str, str, float, str]
 
 
 def reference(t: ComputeTable, row: Row) -> float | None:
@@ -122,10 +131,10 @@ UNUSED_SHARE = 0.75
 SHALLOW_OPS = 100
 
 
-def waste(row: Row) -> list[tuple[str, str, float]]:
+def waste(row: Row) -> list[Reason]:
     """Reasons read from a unit's tensors and parameters (work nobody needs, work repeated)
     and from an optimizer group's gradients; see `reasons`."""
-    out: list[tuple[str, str, float]] = []
+    out: list[Reason] = []
     w, g = row.why, row.group
     unused = w.get("unused")
     # a deep module's unread outputs save its last stage only (BERT's encoder: the positions
@@ -140,6 +149,7 @@ def waste(row: Row) -> list[tuple[str, str, float]]:
                 "head(x[:, -1]) in place of head(x)[:, -1]), narrow it to the part read, or "
                 "drop an output no loss uses",
                 unused,
+                "unused",
             )
         )
     orphan = w.get("orphan") or 0.0
@@ -151,6 +161,7 @@ def waste(row: Row) -> list[tuple[str, str, float]]:
                 "freeze them: requires_grad_(False) on its parameters (or run it under "
                 "torch.no_grad() where nothing before it trains)",
                 row.bwd_s / row.time_s,
+                "orphan",
             )
         )
     repeat = w.get("repeat") or 0.0
@@ -162,6 +173,7 @@ def waste(row: Row) -> list[tuple[str, str, float]]:
                 "keep its first output and reuse it (a second forward of the same batch for an "
                 "auxiliary loss or a metric repeats the work)",
                 min(1.0, repeat / row.calls),
+                "repeat",
             )
         )
     if (w.get("constant") or 0.0) >= 0.5:
@@ -172,6 +184,7 @@ def waste(row: Row) -> list[tuple[str, str, float]]:
                 "compute it once before the loop and reuse the result (again only when its "
                 "input changes)",
                 1.0,
+                "constant",
             )
         )
     zero = g.get("zero_grad") if row.kind == "optimizer" else None
@@ -185,15 +198,16 @@ def waste(row: Row) -> list[tuple[str, str, float]]:
                 "update), or give an embedding sparse gradients (nn.Embedding(sparse=True) "
                 "with torch.optim.SparseAdam)",
                 zero,
+                "zero_grad",
             )
         )
     return out
 
 
-def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, float]]:
+def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[Reason]:
     """(what the job shows, the change that follows, the share of the place's time it gives
     back) for a row, each read from its work."""
-    out: list[tuple[str, str, float]] = []
+    out: list[Reason] = []
     if row.dtype == "float64" and t.dtype != "float64" and row.flops:
         out.append(
             (
@@ -203,6 +217,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                 "parameters and inputs (float64 matrix products run at half the float32 rate "
                 "on a CPU and at 1/2-1/30 of it on a GPU)",
                 FP64_SAVING,
+                "float64",
             )
         )
     if row.kind == "unit" and row.flops_fwd and row.flops_bwd is not None:
@@ -216,6 +231,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                     "drop torch.utils.checkpoint (or gradient_checkpointing) where the "
                     "activations fit in memory: it trades a forward's compute for memory",
                     (ratio - 2.0) / (ratio + 1.0),
+                    "recompute",
                 )
             )
     others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
@@ -232,6 +248,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                 "vectorise it: one batched op over the whole batch in place of a loop of small "
                 "ones (torch's batched forms, torch.vmap)",
                 1.0 - max(typical, 1.0) / row.ops,
+                "loop",
             )
         )
     out += waste(row) + _intermediates(row)
@@ -247,6 +264,7 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
                     "one at a time (foreach and fused off)",
                     "foreach=True (or fused=True on a GPU) in the optimizer's constructor",
                     FOREACH_SAVING,
+                    "foreach",
                 )
             )
     return out
@@ -260,7 +278,7 @@ IO_AMPLIFY = 16.0
 IO_PASSES = 3.0
 
 
-def _intermediates(row: Row) -> list[tuple[str, str, float]]:
+def _intermediates(row: Row) -> list[Reason]:
     """A layer (a module that calls no other) whose ops move far more bytes than its inputs, outputs
     and parameters hold: the same result through an intermediate far larger than the result."""
     if row.kind != "unit" or not row.io_bytes or not row.bytes:
@@ -277,6 +295,7 @@ def _intermediates(row: Row) -> list[tuple[str, str, float]]:
             "of a broadcast and a reduction (x @ W, not (x[:, :, None] * W).sum(1)), a fused "
             "kernel (F.scaled_dot_product_attention) in place of written-out scores",
             1.0 - 1.0 / ratio,
+            "intermediates",
         )
     ]
 
@@ -310,14 +329,74 @@ def spread(action: str, t: ComputeTable, th: Thresholds) -> float:
     reason it names (a checkpoint on every block, not only the costliest): at each, the larger
     of the reason's model and its time's excess over its twins that do the same work without
     the reason (a float64 block against its float32 twins: the casts it forces inside it
-    counted)."""
-    total = 0.0
+    counted), and what the change gives back beyond the place (`beyond`)."""
+    total, extra = 0.0, dict[str, float]()
     for row in t.rows:
-        saving = max((g for _, a, g in reasons(row, t, th) if a == action), default=None)
-        if saving is None or row.time_s <= 0:
+        found = [(r[2], r[3]) for r in reasons(row, t, th) if r[1] == action]
+        if not found or row.time_s <= 0:
             continue
+        saving, kind = max(found)
         total += row.share * max(saving, _excess(row, action, t, th))
-    return total
+        key, share = beyond(row, kind, t)
+        extra[key] = max(extra.get(key, 0.0), share)  # one module's backward counted once
+    return total + sum(extra.values())
+
+
+# bytes an element of a dtype (a unit's "float32,float64": its widest)
+ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+# a backward of at most this many times its forward's FLOPs computes no input gradient (a
+# first layer's: its weight gradient alone, 1x; with the input's, 2x)
+WEIGHT_ONLY_BWD = 1.5
+
+
+def beyond(row: Row, kind: str, t: ComputeTable) -> tuple[str, float]:
+    """(what it is, its share of the step): what a change to a place's parameters gives back
+    outside the place. The optimizer updates those parameters too: half their update for
+    float64 (its bytes halve), the update of the parameter elements at zero gradient for a
+    module whose outputs nobody reads (narrowed to the part read, they go); and a module frozen
+    for an optimizer group's zero gradients no longer computes its weight gradients (its
+    backward, all of it where its input takes none)."""
+    if kind == "float64":
+        return f"{row.name} update", FP64_SAVING * _update_share(row, t)
+    if kind == "unused":
+        return f"{row.name} update", _update_share(row, t) * _zero_params(row, t)
+    if kind == "zero_grad":
+        unit = _frozen_unit(row, t)
+        if unit is None or unit.time_s <= 0:
+            return row.name, 0.0
+        fwd, bwd = unit.flops_fwd or 0.0, unit.flops_bwd or 0.0
+        weights = 1.0 if bwd <= WEIGHT_ONLY_BWD * fwd else 0.5
+        return f"{unit.name} backward", unit.share * unit.bwd_s / unit.time_s * weights
+    return row.name, 0.0
+
+
+def _update_share(row: Row, t: ComputeTable) -> float:
+    """The share of the step the optimizer spends on a unit's parameters: their bytes over the
+    bytes of every group's parameters (the state follows them), of the optimizer's share."""
+    groups = [r for r in t.rows if r.kind == "optimizer"]
+    held = sum(r.param_bytes or 0.0 for r in groups)
+    if row.kind != "unit" or not row.params or held <= 0:
+        return 0.0
+    size = max((ITEMSIZE[d] for d in row.dtype.split(",") if d in ITEMSIZE), default=4)
+    return sum(r.share for r in groups) * min(1.0, row.params * size / held)
+
+
+def _zero_params(row: Row, t: ComputeTable) -> float:
+    """The share of a unit's parameter elements at zero gradient: the zero elements of each
+    optimizer group whose most zeros lie in the unit."""
+    zero = sum(
+        (r.group.get("zero_grad") or 0.0) * (r.params or 0.0)
+        for r in t.rows
+        if r.kind == "optimizer" and str(r.group.get("zero_param") or "").startswith(row.name + ".")
+    )
+    return min(1.0, zero / row.params) if row.params else 0.0
+
+
+def _frozen_unit(row: Row, t: ComputeTable) -> Row | None:
+    """The unit a freeze of an optimizer group's zero gradients names (its trial's target)."""
+    fix = trial(row)
+    target = fix["target"] if fix and fix["kind"] == "freeze" else None
+    return next((r for r in t.rows if r.kind == "unit" and r.name == target), None)
 
 
 def _excess(row: Row, action: str, t: ComputeTable, th: Thresholds) -> float:
@@ -333,7 +412,7 @@ def _excess(row: Row, action: str, t: ComputeTable, th: Thresholds) -> float:
         and r.flops
         and abs(r.flops - row.flops) <= 0.01 * row.flops
         and r.params == row.params
-        and action not in {a for _, a, _ in reasons(r, t, th)}
+        and action not in {x[1] for x in reasons(r, t, th)}
     ]
     if not twins:
         return 0.0
@@ -448,7 +527,7 @@ def find(c: Context) -> list[Finding]:
         return []
     impact, row, eff, ref = found[0]
     why = reasons(row, t, th)
-    same = [x for x in found[1:] if why and why[0][1] in {a for _, a, _ in reasons(x[1], t, th)}]
+    same = [x for x in found[1:] if why and why[0][1] in {r[1] for r in reasons(x[1], t, th)}]
     if why:  # one cause across the step: every place that shows it, whatever its share
         impact = min(0.95, max(impact, spread(why[0][1], t, th)))
     found = [found[0], *same, *[x for x in found[1:] if x not in same]]
@@ -459,7 +538,7 @@ def find(c: Context) -> list[Finding]:
         "optimizer": row.name,
     }[row.kind]
     shown = (
-        "; ".join(w for w, _, _ in why)
+        "; ".join(r[0] for r in why)
         if why
         else (
             "its FLOPs, bytes, dtype and ops look ordinary: what it does that its work does not "
@@ -482,7 +561,7 @@ def find(c: Context) -> list[Finding]:
         f"{where} takes {row.share:.0%} of the training step ({row.time_s * 1e3:.1f} ms of "
         f"{t.step_s * 1e3:.1f} ms){rate}: {shown}{more}."
     )
-    actions = tuple(a for _, a, _ in why) or (
+    actions = tuple(r[1] for r in why) or (
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     fix = trial(row) if why else None

@@ -49,6 +49,7 @@ class Row:
     # unused (share of its outputs whose gradient is zero), orphan (its parameters' elements
     # given a gradient no optimizer updates), repeat (calls a step on an input it already had),
     # constant (share of timed steps on the last one's unchanged input, no grad)
+    param_bytes: float | None = None  # an optimizer group's parameters' bytes (not reported)
 
     @property
     def time_s(self) -> float:
@@ -360,6 +361,7 @@ def _groups(view: Aggregate, opt_s: float, step_s: float, opt_work: dict) -> lis
                     "foreach": bool(g.get("group_foreach")),
                     "fused": bool(g.get("group_fused")),
                 },
+                param_bytes=g.get("group_param_bytes"),
             )
         )
     return rows

@@ -5,6 +5,8 @@ gives back its time over theirs, the casts it forces inside it counted."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpudiag.analyzers.findings.compute import find, reasons, spread
 from gpudiag.analyzers.measures.compute import Attainable, ComputeTable, Row
 from gpudiag.analyzers.model.thresholds import Thresholds
@@ -55,3 +57,64 @@ def test_without_twins_the_reasons_model_stands():
     other = unit("head", 0.1, 5e5, 1e6)
     (f,) = find(Ctx(table(slow, other)))  # type: ignore[arg-type]
     assert abs(f.impact - 0.4 * 0.5) < 1e-9
+
+
+def group(t: float, elems: float, param_bytes: float, **g: object) -> Row:
+    """An optimizer group of `t` seconds of the 1 s step."""
+    return Row(
+        f"(optimizer) group {g.pop('i', 0)}",
+        "optimizer",
+        0.0,
+        t,
+        t,
+        0.0,
+        0.0,
+        None,
+        None,
+        elems,
+        "float32",
+        group={"optimizer": "Adam", "tensors": 8, **g},
+        param_bytes=param_bytes,
+    )
+
+
+def test_a_float64_block_gives_back_half_the_update_of_its_parameters():
+    # blocks.1's 100 float64 elements are 800 of the group's 1,600 bytes (1,000 float32 and
+    # it): its update is half the optimizer's 0.2, and float64 halves it
+    slow = unit("blocks.1", 0.4, 1e6, 2e6, dtype="float64")
+    t = table(slow, unit("head", 0.1, 5e5, 1e6), group(0.2, 1100, 1600))
+    (f,) = find(Ctx(t))  # type: ignore[arg-type]
+    assert abs(f.impact - (0.4 * 0.5 + 0.2 * 0.5 * 0.5)) < 1e-9
+
+
+def test_unread_outputs_give_back_the_update_of_their_zero_gradient_parameters():
+    wide = Row("inp", "unit", 0.1, 0.3, 0.4, 1e6, 2e6, 0.0, 3, 1000, "float32", 1, 0.2)
+    wide = replace(wide, why={"unused": 0.9})
+    other = unit("head", 0.1, 5e5, 1e6)
+    # 900 of the group's 1,100 elements at zero gradient, most in inp.weight: inp's 1,000
+    # elements hold 4,000 of its 4,400 bytes
+    zeros = group(0.3, 1100, 4400, zero_grad=900 / 1100, zero_param="inp.weight")
+    t = table(wide, other, zeros)
+    action = reasons(wide, t, Thresholds())[0][1]
+    assert abs(spread(action, t, Thresholds()) - (0.4 * 0.9 + 0.3 * (4000 / 4400) * 0.9)) < 1e-9
+    # a head over every position (its outputs unread, its weights' gradients not zero): its
+    # update stays
+    read = group(0.3, 1100, 4400, zero_grad=0.01, zero_param="head.weight")
+    assert abs(spread(action, table(wide, other, read), Thresholds()) - 0.4 * 0.9) < 1e-9
+
+
+def test_freezing_an_embedding_for_its_zero_gradients_gives_back_its_backward_once():
+    # the embedding's backward is its weight gradient (no FLOPs counted: an index, no input
+    # gradient); two groups (decay and none) both hold most of their zeros in it
+    embed = Row("embed", "unit", 0.01, 0.19, 0.2, 0.0, 0.0, 0.0, 2, 1e6, "float32", 1, 0.01)
+    zeros = [
+        group(0.5, 1e6, 4e6, zero_grad=0.95, zero_param="embed.weight"),
+        group(0.1, 2e5, 8e5, zero_grad=0.9, zero_param="embed.weight", i=1),
+    ]
+    t = table(embed, unit("mlp", 0.1, 5e5, 1e6), *zeros)
+    action = reasons(zeros[0], t, Thresholds())[0][1]
+    assert abs(spread(action, t, Thresholds()) - (0.5 * 0.95 + 0.1 * 0.9 + 0.19)) < 1e-9
+    # a Linear frozen for its zeros computes its input's gradient still: half its backward
+    lin = Row("embed", "unit", 0.01, 0.19, 0.2, 1e6, 2e6, 0.0, 3, 1e6, "float32", 1, 0.01)
+    t = table(lin, unit("mlp", 0.1, 5e5, 1e6), zeros[0])
+    assert abs(spread(action, t, Thresholds()) - (0.5 * 0.95 + 0.19 * 0.5)) < 1e-9
