@@ -10,6 +10,8 @@ measurement lock (/work/measure.lock where it exists; --lock), released between 
 
     python benchmarks/open_world.py [--jobs frozen_grad lm_head ...] [--parts bare looks try]
 
+--jobs also takes compute_planted.py's float64, loss_loop and checkpoint (not by default).
+
 Prints a markdown table (job, bare x, each look's top finding and named place and whether the
 verdict was sure, the trial's x and whether it is within +-25% of the bare x), the load average
 beside each part, and writes the rows as JSON (--json).
@@ -41,8 +43,12 @@ JOB = ROOT / "tests" / "workloads" / "compute_open_world.py"
 sys.path.insert(0, str(JOB.parent))
 from compute_open_world import CAUSES, CONTROLS  # noqa: E402  (the jobs, one list)
 
-# planted jobs in a script of their own (no cause argument): name -> script
-OWN = {"broadcast_matmul": JOB.parent / "broadcast_matmul.py"}
+# planted jobs of other scripts: name -> the script and its arguments (compute_planted.py's
+# earlier causes, with --jobs only)
+OWN = {"broadcast_matmul": (JOB.parent / "broadcast_matmul.py",)}
+EARLIER = {
+    c: (JOB.parent / "compute_planted.py", c) for c in ("float64", "loss_loop", "checkpoint")
+}
 
 LOOKS = (("run", ()), ("attach", ()), ("attach --hooks", ("--hooks",)))
 STEPS = re.compile(r"steps: (\d+) in ([\d.]+) s")
@@ -79,8 +85,8 @@ def locked() -> Iterator[None]:
 
 
 def job_cmd(cause: str, fixed: bool, seconds: float) -> list[str]:
-    own = OWN.get(cause)
-    cmd = [sys.executable, *((str(own),) if own else (str(JOB), cause)), "--seconds", str(seconds)]
+    script = OWN.get(cause) or EARLIER.get(cause) or (JOB, cause)
+    cmd = [sys.executable, *map(str, script), "--seconds", str(seconds)]
     return cmd + (["--fixed"] if fixed else [])
 
 
@@ -294,7 +300,10 @@ def main() -> None:
     global LOCK
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--jobs", nargs="+", default=[*CAUSES, *OWN, *CONTROLS], choices=[*CAUSES, *OWN, *CONTROLS]
+        "--jobs",
+        nargs="+",
+        default=[*CAUSES, *OWN, *CONTROLS],
+        choices=[*CAUSES, *OWN, *EARLIER, *CONTROLS],
     )
     p.add_argument("--parts", nargs="+", default=["bare", "looks", "try"])
     p.add_argument("--rounds", type=int, default=3)
