@@ -197,6 +197,7 @@ def summarise(doc: dict, how: str, path: str, before: str) -> dict:
         "top_severity": None if top is None else top["severity"],
         "top_speedup": None if top is None else top["expected_speedup"],
         "comp001": None if comp is None else f"{place(comp)} ({comp['severity']})",
+        "comp_x": None if comp is None else comp.get("expected_speedup"),
         "serious": [f["id"] for f in serious],
         "verdict": v.get("finding"),
         "sure": bool(v.get("sure")),
@@ -245,6 +246,8 @@ def cell(lk: dict) -> str:
     top = lk["top"] or "none"
     sure = "sure" if lk["sure"] else "not sure"
     comp = f"; COMP001 {lk['comp001']}" if lk["comp001"] and not top.startswith("COMP001") else ""
+    x = lk.get("comp_x")
+    comp += f" x{x:.2f}" if isinstance(x, (int, float)) and lk["comp001"] else ""
     return f"{top}{comp}; {lk['verdict'] or 'no bottleneck'}, {sure} (load {lk['load'].split()[0]})"
 
 
