@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "workloads"))
 import compute_open_world as w  # noqa: E402
 
-from gpudiag.analyzers.findings.compute import _candidates, reasons, trial  # noqa: E402
+from gpudiag.analyzers.findings.compute import _candidates, find, reasons, trial  # noqa: E402
 from gpudiag.analyzers.measures.compute import compute_table  # noqa: E402
 from gpudiag.analyzers.model.thresholds import Thresholds  # noqa: E402
 from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
@@ -25,8 +25,21 @@ from gpudiag.probes.inject import gpudiag_compute as gc  # noqa: E402
 from gpudiag.probes.inprocess.compute_rows import compute_samples  # noqa: E402
 
 
+class _Context:
+    """What COMP001's finder reads: the table, the thresholds, no loading share."""
+
+    class profile:  # noqa: N801 (the context's field)
+        @staticmethod
+        def share(category: str) -> float:
+            return 0.0
+
+    def __init__(self, t: object) -> None:
+        self.compute, self.th = t, Thresholds()
+
+
 def readings(cause: str, steps: int = 14) -> str:
-    """One markdown row: the job, COMP001's first place, its reason and its trial."""
+    """One markdown row: the job, COMP001's first place, its reason, its trial and its modelled
+    speed-up (from this process's step times: a rough figure, not a measurement)."""
     torch.manual_seed(0)
     job = w.Step(cause, False)
     sampler = gc.Sampler(torch, [])
@@ -43,22 +56,26 @@ def readings(cause: str, steps: int = 14) -> str:
         tl.extend(compute_samples({"cmp": [rec]}))
     t = compute_table(tl.whole())
     if t is None:
-        return f"| {cause} | no timed step | | |"
+        return f"| {cause} | no timed step | | | |"
     found = _candidates(t, Thresholds())
     if not found:
-        return f"| {cause} | none ({t.model}) | | |"
+        return f"| {cause} | none ({t.model}) | | | |"
     _, row, _, _ = found[0]
     why = "; ".join(r[0] for r in reasons(row, t, Thresholds()))[:150] or "no reason read"
     fix = trial(row)
     tried = f"`{fix['kind']}:{fix['target']}`" if fix else "-"
-    return f"| {cause} | {row.name} ({row.share:.0%} of the step) | {why} | {tried} |"
+    (f,) = find(_Context(t))  # type: ignore[arg-type]
+    x = f"x{f.expected_speedup:.2f}" if f.expected_speedup else "-"
+    return f"| {cause} | {row.name} ({row.share:.0%} of the step) | {why} | {tried} | {x} |"
 
 
 def main() -> None:
     gc.SAMPLE_EVERY_S = 0.0
     torch.set_num_threads(1)
     causes = sys.argv[1:] or [*w.CAUSES, *w.CONTROLS]
-    print("| job | COMP001's place | reason read | trial carried |\n|---|---|---|---|")
+    print(
+        "| job | COMP001's place | reason read | trial carried | modelled |\n|---|---|---|---|---|"
+    )
     for cause in causes:
         print(readings(cause), flush=True)
 
