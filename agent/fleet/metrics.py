@@ -438,9 +438,9 @@ def gpu_idle(doc: dict) -> float | None:
     return None
 
 
-def own_cost(host: str) -> list[Metric]:
-    """gpudiag's CPU seconds and resident memory, its py-spy recorders included (the process
-    collector's `gpudiag_process_*` count gpudiag's process alone and carry no Hostname)."""
+def tree_cost() -> tuple[float, int]:
+    """gpudiag's CPU seconds, with every child it ran (live, and ended and reaped: each py-spy
+    recorder and dump), and its resident bytes with its live children's."""
     me = psutil.Process()
     t = me.cpu_times()
     cpu = t.user + t.system + t.children_user + t.children_system
@@ -452,6 +452,18 @@ def own_cost(host: str) -> list[Metric]:
             rss += child.memory_info().rss
         except psutil.Error:
             pass
+    return cpu, rss
+
+
+def tree_cpu_s() -> float:
+    """gpudiag's CPU seconds with every child it ran, live or ended (as /metrics counts)."""
+    return tree_cost()[0]
+
+
+def own_cost(host: str) -> list[Metric]:
+    """gpudiag's CPU seconds and resident memory, its py-spy recorders included (the process
+    collector's `gpudiag_process_*` count gpudiag's process alone and carry no Hostname)."""
+    cpu, rss = tree_cost()
     c = CounterMetricFamily(
         f"{PREFIX}_cpu_seconds", "CPU of gpudiag and its py-spy recorders", labels=["Hostname"]
     )

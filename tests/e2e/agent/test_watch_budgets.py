@@ -270,3 +270,17 @@ def test_two_processes_of_one_slurm_job_give_distinct_series():
     assert len(series) == len(set(series)), "no series twice"
     labels = {m for ln in lines for m in re.findall(r'job="([^"]*)"', ln)}
     assert "slurm/4242" in labels and len(labels) == 3
+
+
+def test_the_allowance_counts_the_cpu_of_children_that_ended():
+    """A session's start runs py-spy dump, which ends before any governor reads it: watch's
+    allowance reads its process and every child, reaped ones too (RUSAGE_CHILDREN)."""
+    from gpudiag.agent.fleet.metrics import tree_cpu_s
+    from gpudiag.agent.session.budget import CpuAllowance
+
+    a = CpuAllowance(0.10, tree_cpu_s, hold_s=30.0)
+    before = tree_cpu_s()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=120)
+    assert tree_cpu_s() - before >= 0.6
+    assert a.update() < a.cap_s - 0.5  # the ended child's CPU came out of the allowance
