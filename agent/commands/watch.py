@@ -7,7 +7,6 @@ its share of gpudiag's own process."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import threading
 import time
@@ -39,6 +38,7 @@ from gpudiag.probes.base import Target
 from gpudiag.probes.dist.ranks import sibling_ranks
 from gpudiag.probes.host.discovery import (
     TorchCheck,
+    cpu_s,
     dcgm_process,
     find_jobs,
     list_processes,
@@ -246,7 +246,7 @@ class Watcher:
         with self._lock:
             watched = list(self.jobs.items())
         for pid, w in watched:
-            cpu = _cpu_s(pid)
+            cpu = cpu_s(pid)
             if cpu - w.cpu_s > IDLE_CPU_S or w.cpu_s < 0:  # (first look: counted from now)
                 w.active_at = now
             w.cpu_s = cpu
@@ -409,16 +409,6 @@ class Watcher:
 def _pids(pids: set[int]) -> str:
     """The first five pids, for a log line."""
     return ", ".join(map(str, sorted(pids)[:5]))
-
-
-def _cpu_s(pid: int) -> float:
-    """A process's user and system CPU seconds (-1 when it cannot be read)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read(4096).rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return -1.0
 
 
 def wait_for(stop: threading.Event, duration_s: float | None) -> None:

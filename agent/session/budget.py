@@ -355,7 +355,7 @@ class CpuAllowance:
         gained = self.cores * max(0.0, now - self._t)
         spent = max(0.0, cpu - self._cpu)
         self.balance_s = max(-self.cap_s, min(self.cap_s, self.balance_s + gained) - spent)
-        self._t, self._cpu = now, cpu
+        self._t, self._cpu = now, max(self._cpu, cpu)  # a child reaped mid-read dips it
         old = [i for i, (t, _) in enumerate(self._history) if now - t > self.hold_s]
         self._history = self._history[old[-1] if old else 0 :]  # one look before the span
         self._history.append((now, cpu))
