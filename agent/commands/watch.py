@@ -202,10 +202,7 @@ class Watcher:
         new = sorted(pids - set(self.jobs) - self.skipped)
         self.waiting, deferred = set(), set()
         for pid in new:
-            ranks = sibling_ranks(pid)
-            info = read_proc(pid)
-            if not ranks and info is not None and is_launcher(list(info.cmdline)):
-                continue  # a launcher (torchrun) before its ranks start: look again next time
+            # a job that cannot start now costs no more (a look for its ranks scans the box)
             full = len(self.jobs) >= self.max_jobs
             if full and self._idle_job() is None:
                 self.waiting.add(pid)
@@ -213,6 +210,10 @@ class Watcher:
             if self.allowance is not None and not self.allowance.allows_start():
                 deferred.add(pid)  # looked at again next poll; no watched job is stopped
                 continue
+            ranks = sibling_ranks(pid)
+            info = read_proc(pid)
+            if not ranks and info is not None and is_launcher(list(info.cmdline)):
+                continue  # a launcher (torchrun) before its ranks start: look again next time
             self._admit(pid, full, min(self.max_jobs, len(self.jobs) + len(new)), ranks)
         if self.waiting:
             self.log(

@@ -31,7 +31,8 @@ from gpudiag.agent.fleet.identity import LABELS as IDENTITY
 from gpudiag.agent.fleet.identity import hostname
 from gpudiag.analyzers.model.catalogue import category
 from gpudiag.probes.base import Sample
-from gpudiag.probes.host.discovery import cpu_s, descendants
+from gpudiag.probes.files import descendants
+from gpudiag.probes.host.discovery import cpu_s
 from gpudiag.probes.inprocess.channel import LOADED
 from gpudiag.text.formatting import LABELS as CATEGORY_WORDS
 from gpudiag.text.formatting import is_bound
@@ -446,8 +447,7 @@ def tree_cost(rss: bool = True) -> tuple[float, int]:
     t = me.cpu_times()
     cpu = t.user + t.system + t.children_user + t.children_system
     mem = me.memory_info().rss if rss else 0
-    pids = descendants(me.pid)
-    for pid in [c.pid for c in me.children(recursive=True)] if pids is None else pids:
+    for pid in descendants(me.pid):
         cpu += max(0.0, cpu_s(pid))  # -1: it ended meanwhile (then reaped: counted above)
         if rss:
             try:

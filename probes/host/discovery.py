@@ -80,38 +80,6 @@ def cpu_s(pid: int, root: Path = PROC) -> float:
         return -1.0
 
 
-MAX_DESCENDANTS = 4096  # processes descendants() lists at most
-MAX_CHILDREN_BYTES = 64 * 1024  # of one thread's list of children
-
-
-def descendants(pid: int, root: Path = PROC) -> list[int] | None:
-    """The processes `pid` started, and theirs, from each of their threads'
-    /proc/PID/task/TID/children (no scan of every process on the box, as psutil's children()
-    makes: gpudiag's own cost must not grow with the box's processes); None where the kernel
-    has no such file."""
-    out: list[int] = []
-    todo = [pid]
-    while todo and len(out) < MAX_DESCENDANTS:
-        p = todo.pop()
-        try:
-            tids = [t.name for t in (root / str(p) / "task").iterdir()]
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                raw = read_head(root / str(p) / "task" / tid / "children", MAX_CHILDREN_BYTES)
-            except FileNotFoundError:
-                if p == pid and tid == str(pid) and (root / str(pid)).exists():
-                    return None  # the kernel lists no children (CONFIG_PROC_CHILDREN)
-                continue
-            except OSError:
-                continue
-            kids = [int(x) for x in raw.split() if x.isdigit()]
-            out += kids
-            todo += kids
-    return out[:MAX_DESCENDANTS]
-
-
 def has_torch(pid: int, root: Path = PROC) -> bool:
     """Whether the process has libtorch mapped (PyTorch imported), in the first
     MAX_MAPS_BYTES of its memory map."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.files import descendants
 
 PSI_ROOT = Path("/proc/pressure")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -179,13 +180,10 @@ class HostProbe(Probe):
         tree (`Target.server`), gpudiag's own."""
         mine = {os.getpid()}
         for root in (self._target_pid, self._server_pid, os.getpid()):
-            try:
-                p = psutil.Process(root) if root else None
-                if p is not None:
-                    mine.add(p.pid)
-                    mine.update(k.pid for k in p.children(recursive=True))
-            except psutil.Error:
-                pass
+            if not root:
+                continue
+            mine.add(root)
+            mine.update(descendants(root))  # each thread's children: no scan of the box
         return mine
 
     def _others(self, t: int, top: int = 5) -> list[Sample]:

@@ -293,7 +293,7 @@ def test_gpudiag_counts_its_children_without_scanning_every_process(monkeypatch)
     import psutil
 
     from gpudiag.agent.fleet.metrics import tree_cost
-    from gpudiag.probes.host.discovery import descendants
+    from gpudiag.probes.files import descendants
 
     kid = subprocess.Popen(["sh", "-c", "sleep 20 & sleep 20"])
     want: set[int] = set()
@@ -303,7 +303,7 @@ def test_gpudiag_counts_its_children_without_scanning_every_process(monkeypatch)
             assert time.monotonic() < deadline
             time.sleep(0.05)
         want = {c.pid for c in psutil.Process().children(recursive=True)}
-        assert want <= set(descendants(os.getpid()) or [])
+        assert want <= set(descendants(os.getpid()))
 
         def scan(*a, **k):
             raise AssertionError("a scan of every process")
