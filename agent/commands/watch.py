@@ -149,6 +149,7 @@ class Watcher:
     skipped: set[int] = field(default_factory=set)
     waiting: set[int] = field(default_factory=set)  # jobs left out: the budget was full
     deferred: set[int] = field(default_factory=set)  # jobs not started: the CPU was spent
+    _cpu_seen: dict[int, float] = field(default_factory=dict)  # deferred jobs' CPU seconds
     dropped: int = 0  # idle jobs dropped for newer ones
     # the CPU budget over watch's whole cost (its process, every py-spy and dump, live or
     # ended): session starts and the stops they replace are paid from it, and wait when it
@@ -201,6 +202,7 @@ class Watcher:
         self._note_activity()
         new = sorted(pids - set(self.jobs) - self.skipped)
         self.waiting, deferred = set(), set()
+        swapped = False
         for pid in new:
             # a job that cannot start now costs no more (a look for its ranks scans the box)
             full = len(self.jobs) >= self.max_jobs
@@ -208,8 +210,10 @@ class Watcher:
                 self.waiting.add(pid)
                 continue
             if self.allowance is not None and not self.allowance.allows_start():
-                deferred.add(pid)  # looked at again next poll; no watched job is stopped
-                continue
+                if swapped or not full or not self._newcomer_active(pid):
+                    deferred.add(pid)  # looked at again next poll; no watched job stopped
+                    continue
+                swapped = True  # an active job for an idle one: as many sessions as before
             ranks = sibling_ranks(pid)
             info = read_proc(pid)
             if not ranks and info is not None and is_launcher(list(info.cmdline)):
@@ -226,7 +230,16 @@ class Watcher:
                 f"when it allows, and the watched jobs keep theirs (pids {_pids(deferred)})"
             )
         self.deferred = deferred
+        self._cpu_seen = {p: c for p, c in self._cpu_seen.items() if p in deferred}
         self._rebalance()
+
+    def _newcomer_active(self, pid: int) -> bool:
+        """Whether a job not started used the CPU since the last poll looked at it (an
+        active job may take an idle one's place while the budget is spent: the sessions, and
+        so their cost, stay as many; an idle one's place is not worth a start then)."""
+        cpu, before = cpu_s(pid), self._cpu_seen.get(pid)
+        self._cpu_seen[pid] = cpu
+        return before is not None and before >= 0 and cpu - before > IDLE_CPU_S
 
     def _admit(self, pid: int, full: bool, jobs: int, ranks: list) -> None:
         """Start watching `pid`, first stopping the job idle the longest when `full`; what

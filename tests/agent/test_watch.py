@@ -246,3 +246,34 @@ def test_the_allowance_holds_at_most_its_span_and_owes_at_most_as_much():
     clock.t += 40.0
     a.update()
     assert a.recent_cores() == pytest.approx(0.0)  # nothing spent over the last 40 s
+
+
+def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatch):
+    """An attacker whose idle 'jobs' keep watch over its budget must not blind it to a real
+    job that comes later: while the budget is spent, a newcomer that used the CPU since the
+    last poll takes the place of a job idle for idle_s (as many sessions as before), one a
+    poll; an idle newcomer waits."""
+    from gpudiag.agent.commands import watch
+
+    clock = _Clock()
+    idle_old, idle_new, busy_a, busy_b = _no_such_pids(4)
+    cpu = {idle_old: 1.0, idle_new: 1.0, busy_a: 1.0, busy_b: 1.0}
+    monkeypatch.setattr(watch, "cpu_s", lambda pid: cpu.get(pid, -1.0))
+    pids = [idle_old]
+    w, log = _budgeted_watcher(pids, clock, start_cost_s=1.0, max_jobs=1, idle_s=0.0)
+    try:
+        w.poll()
+        clock.cpu += 10.0  # the budget is spent from here on
+        clock.t += 5.0
+        pids += [idle_new, busy_a, busy_b]
+        w.poll()  # first look at the newcomers: none known active yet
+        assert list(w.jobs) == [idle_old] and w.deferred == {idle_new, busy_a, busy_b}
+        cpu[busy_a] += 1.0
+        cpu[busy_b] += 1.0
+        clock.t += 5.0
+        w.poll()
+        assert list(w.jobs) == [busy_a] and w.dropped == 1  # one swap a poll
+        assert w.deferred == {idle_new} and w.waiting == {busy_b}  # busy_a just started
+        assert w.allowance is not None and not w.allowance.allows_start()
+    finally:
+        w.close()
