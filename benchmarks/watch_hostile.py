@@ -13,7 +13,13 @@ that folder on its command line so that `--match` sees them:
 - N65: one such process with 1,500 idle threads;
 - X03: one with a 48 KB argument of `a.a.a…` (the redaction's worst case).
 
+With `--short S` each fake job lives S seconds and a new one (a new pid) takes its place as it
+ends: an attacker who keeps starting short-lived jobs, each a session start for watch.
+`--before PYTHON` adds the hostile arm once more with that interpreter's gpudiag (another
+checkout's venv: the code before a change), in the same run.
+
     python benchmarks/watch_hostile.py --seconds 40
+    python benchmarks/watch_hostile.py --seconds 90 --short 8 --before ../base/.venv/bin/python
 
 Run it under the box's measurement lock, and give the load average beside the figures.
 """
@@ -55,6 +61,14 @@ def _as_other_user() -> dict:
     return {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
 
 
+def _fake(folder: Path, seconds: float) -> subprocess.Popen:
+    """One idle fake job (it maps a file named libtorch) living `seconds`."""
+    kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **_as_other_user()}
+    lib = folder / "libtorch_fake.so"
+    cmd = [HOSTILE_PY, str(folder / "fake.py"), str(lib), "0", str(seconds)]
+    return subprocess.Popen(cmd, **kw)
+
+
 def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[subprocess.Popen]:
     """The hostile processes, each naming `folder` on its command line."""
     lib = folder / "libtorch_fake.so"
@@ -62,6 +76,7 @@ def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[sub
     (folder / "fake.py").write_text(FAKE)
     (folder / "maps.py").write_text(MAPS)
     kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **_as_other_user()}
+    fake_s = args.short or seconds
     py, tag, s = HOSTILE_PY, str(folder), str(seconds)
     big = ["a" * 131_000] * 14
     procs = [
@@ -73,10 +88,7 @@ def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[sub
             subprocess.Popen([py, str(folder / "maps.py"), "30000", s, tag], **kw)
             for _ in range(args.maps)
         ),
-        *(
-            subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s], **kw)
-            for _ in range(args.fake)
-        ),
+        *(_fake(folder, fake_s) for _ in range(args.fake)),
     ]
     if getattr(args, "extra", True):  # N65 and X03: with the fake jobs
         procs.append(subprocess.Popen([py, str(folder / "fake.py"), str(lib), "1500", s], **kw))
@@ -99,8 +111,20 @@ def _cpu_rss(p: psutil.Process) -> tuple[float, int]:
     return cpu, rss
 
 
-def measure(hostile: bool, args: argparse.Namespace) -> dict:
-    """One watch of `args.seconds` over the light job, with or without the hostile set."""
+def _respawn(folder: Path, procs: list[subprocess.Popen], seconds: float) -> int:
+    """Replace each ended fake job by a new one; how many were started."""
+    fake = str(folder / "fake.py")
+    started = 0
+    for i, p in enumerate(procs):
+        if isinstance(p.args, list) and fake in p.args and p.poll() is not None:
+            procs[i] = _fake(folder, seconds)
+            started += 1
+    return started
+
+
+def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executable) -> dict:
+    """One watch of `args.seconds` over the light job, with or without the hostile set, by
+    `python`'s gpudiag."""
     folder = Path(tempfile.mkdtemp(prefix="gpudiag-hostile-bench-"))
     folder.chmod(0o755)
     shutil.copy(HERE / "light_job.py", folder / "watched_job.py")
@@ -112,15 +136,19 @@ def measure(hostile: bool, args: argparse.Namespace) -> dict:
     )
     others = _hostile(folder, args, life) if hostile else []
     time.sleep(args.setup)  # imports done, mappings made
-    cmd = [sys.executable, "-m", "gpudiag.agent.cli.main", "watch", "-q", "--match", str(folder)]
+    cmd = [python, "-m", "gpudiag.agent.cli.main", "watch", "--match", str(folder)]
     cmd += ["--duration", str(args.seconds), "--metrics-port", "0"]
-    watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would stop watch
+    watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     proc, peak, own, t0 = psutil.Process(watch.pid), 0, 0.0, time.monotonic()
+    respawned = 0
     try:
         while True:
             pid, status, usage = os.wait4(watch.pid, os.WNOHANG)
             if pid:
                 break
+            if args.short and others:
+                respawned += _respawn(folder, others, args.short)
             try:
                 peak = max(peak, _cpu_rss(proc)[1])
                 own = sum(proc.cpu_times()[:2])  # gpudiag itself (discovery, probes, scrape)
@@ -128,22 +156,26 @@ def measure(hostile: bool, args: argparse.Namespace) -> dict:
                 pass
             time.sleep(0.5)
         wall = time.monotonic() - t0
-        err = watch.stderr.read() if watch.stderr else ""
+        log.seek(0)
+        err = log.read()
     finally:
         for p in [job, *others]:
             p.kill()
             p.wait()
         shutil.rmtree(folder, ignore_errors=True)
     cpu = usage.ru_utime + usage.ru_stime  # gpudiag and every child it reaped (py-spy)
+    lines = err.splitlines()
     return {
         "arm": "hostile" if hostile else "quiet",
-        "processes": 1 + len(others),
+        "processes": 1 + len(others) + respawned,
+        "sessions_started": sum(1 for ln in lines if "watching pid" in ln),
+        "deferred_lines": [ln for ln in lines if "deferred" in ln][-2:],
         "seconds": round(wall, 1),
         "cpu_cores": round(cpu / wall, 4),
         "own_cpu_cores": round(own / wall, 4),  # the rest: py-spy
         "peak_rss_mb": round(peak / 2**20, 1),
         "exit_status": os.waitstatus_to_exitcode(status),
-        "stderr_tail": err.strip().splitlines()[-3:],
+        "stderr_tail": [ln for ln in lines if "Traceback" in ln or "rror" in ln][-3:],
     }
 
 
@@ -161,10 +193,16 @@ def main() -> None:
         choices=["big", "maps", "fake"],
         help="also each hostile kind alone",
     )
+    ap.add_argument(
+        "--short", type=float, default=0.0, help="each fake job lives this long, then a new one"
+    )
+    ap.add_argument("--before", metavar="PYTHON", help="also the hostile arm by its gpudiag")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load = open("/proc/loadavg").read().split()[:3]
     rows = [measure(False, args), measure(True, args)]
+    if args.before:
+        rows.append({**measure(True, args, args.before), "arm": "before"})
     for part in args.parts:  # one hostile kind at a time (the others at 0)
         one = argparse.Namespace(**{**vars(args), "big": 0, "maps": 0, "fake": 0})
         setattr(one, part, getattr(args, part))
@@ -178,9 +216,10 @@ def main() -> None:
         if rows[0]["peak_rss_mb"]
         else None,
     }
+    load_after = open("/proc/loadavg").read().split()[:3]
     out = {
         "load_before": load,
-        "load_after": open("/proc/loadavg").read().split()[:3],
+        "load_after": load_after,
         "rows": rows,
         "hostile_over_quiet": ratio,
         "budget": {"cpu_cores": 0.10, "rss_mb": 400},
@@ -188,13 +227,16 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"load before {' '.join(load)}, after {' '.join(out['load_after'])}")
-    print("arm         processes  seconds  CPU cores  own CPU  peak RSS MB  exit")
+    print(f"load before {' '.join(load)}, after {' '.join(load_after)}")
+    print("arm         processes  seconds  CPU cores  own CPU  peak RSS MB  sessions  exit")
     for r in rows:
         print(
             f"{r['arm']:<11} {r['processes']:>9}  {r['seconds']:>7}  {r['cpu_cores']:>9.4f}"
-            f"  {r['own_cpu_cores']:>7.4f}  {r['peak_rss_mb']:>11.1f}  {r['exit_status']}"
+            f"  {r['own_cpu_cores']:>7.4f}  {r['peak_rss_mb']:>11.1f}  {r['sessions_started']:>8}"
+            f"  {r['exit_status']}"
         )
+        for line in r["deferred_lines"] + r["stderr_tail"]:
+            print(f"    {line[:200]}")
     print(f"hostile/quiet: CPU x{ratio['cpu']}, RSS x{ratio['rss']} (budget 0.10 cores, 400 MB)")
 
 

@@ -23,6 +23,7 @@ import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -247,3 +248,44 @@ def read_head(path: str | os.PathLike, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+MAX_DESCENDANTS = 4096  # processes descendants() lists at most
+MAX_CHILDREN_BYTES = 64 * 1024  # of one thread's list of children
+
+
+def descendants(pid: int, root: Path = Path("/proc")) -> list[int]:
+    """The processes `pid` started, and theirs, from each of their threads'
+    /proc/PID/task/TID/children: no scan of every process on the box, as psutil's
+    children() makes (gpudiag's cost must not grow with the box's processes); psutil's
+    where the kernel lists no children (CONFIG_PROC_CHILDREN), [] when `pid` is gone."""
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < MAX_DESCENDANTS:
+        p = todo.pop()
+        try:
+            tids = [t.name for t in (root / str(p) / "task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                raw = read_head(root / str(p) / "task" / tid / "children", MAX_CHILDREN_BYTES)
+            except FileNotFoundError:
+                if p == pid and tid == str(pid) and (root / str(pid)).exists():
+                    return _psutil_descendants(pid)
+                continue
+            except OSError:
+                continue
+            kids = [int(x) for x in raw.split() if x.isdigit()]
+            out += kids
+            todo += kids
+    return out[:MAX_DESCENDANTS]
+
+
+def _psutil_descendants(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [k.pid for k in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []

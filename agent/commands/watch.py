@@ -7,7 +7,6 @@ its share of gpudiag's own process."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import threading
 import time
@@ -30,8 +29,8 @@ from gpudiag.agent.commands.options import (
     settings_options,
 )
 from gpudiag.agent.fleet.identity import job_identity
-from gpudiag.agent.fleet.metrics import LiveJob
-from gpudiag.agent.session.budget import SPY_SHARE, Budget, Governor
+from gpudiag.agent.fleet.metrics import LiveJob, tree_cpu_s
+from gpudiag.agent.session.budget import SPY_SHARE, Budget, CpuAllowance, Governor
 from gpudiag.agent.session.live import live_doc
 from gpudiag.agent.session.ranks.launch import is_launcher, primary_of
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
@@ -39,6 +38,7 @@ from gpudiag.probes.base import Target
 from gpudiag.probes.dist.ranks import sibling_ranks
 from gpudiag.probes.host.discovery import (
     TorchCheck,
+    cpu_s,
     dcgm_process,
     find_jobs,
     list_processes,
@@ -148,12 +148,22 @@ class Watcher:
     jobs: dict[int, Watched] = field(default_factory=dict)
     skipped: set[int] = field(default_factory=set)
     waiting: set[int] = field(default_factory=set)  # jobs left out: the budget was full
+    deferred: set[int] = field(default_factory=set)  # jobs not started: the CPU was spent
+    _cpu_seen: dict[int, float] = field(default_factory=dict)  # deferred jobs' CPU seconds
     dropped: int = 0  # idle jobs dropped for newer ones
+    # the CPU budget over watch's whole cost (its process, every py-spy and dump, live or
+    # ended): session starts and the stops they replace are paid from it, and wait when it
+    # is spent; None: made from cpu_budget (no limit: none)
+    allowance: CpuAllowance | None = None
     _poll_at: float = 0.0
     shared: SharedCpu = field(default_factory=SharedCpu)
     torch_check: TorchCheck = field(default_factory=TorchCheck)
     _gpu: GpuProbe | Literal[False] | None = None  # False: no GPU to ask
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.allowance is None and self.cpu_budget is not None:
+            self.allowance = CpuAllowance(self.cpu_budget, tree_cpu_s)
 
     # ---- discovery ------------------------------------------------------------------------
     def _gpu_pids(self) -> list[int]:
@@ -191,22 +201,58 @@ class Watcher:
         self.skipped &= pids  # a pid that comes back later is another process
         self._note_activity()
         new = sorted(pids - set(self.jobs) - self.skipped)
-        self.waiting = set()
+        self.waiting, deferred = set(), set()
+        swapped = False
         for pid in new:
+            # a job that cannot start now costs no more (a look for its ranks scans the box)
+            full = len(self.jobs) >= self.max_jobs
+            if full and self._idle_job() is None:
+                self.waiting.add(pid)
+                continue
+            if self.allowance is not None and not self.allowance.allows_start():
+                if swapped or not full or not self._newcomer_active(pid):
+                    deferred.add(pid)  # looked at again next poll; no watched job stopped
+                    continue
+                swapped = True  # an active job for an idle one: as many sessions as before
             ranks = sibling_ranks(pid)
             info = read_proc(pid)
             if not ranks and info is not None and is_launcher(list(info.cmdline)):
                 continue  # a launcher (torchrun) before its ranks start: look again next time
-            if len(self.jobs) >= self.max_jobs and not self._drop_idle(pid):
-                self.waiting.add(pid)
-                continue
-            self._start(pid, min(self.max_jobs, len(self.jobs) + len(new)), ranks)
+            self._admit(pid, full, min(self.max_jobs, len(self.jobs) + len(new)), ranks)
         if self.waiting:
             self.log(
                 f"{len(self.waiting)} job(s) not watched: {self.max_jobs} already, none idle "
-                f"(--max-jobs; pids {', '.join(map(str, sorted(self.waiting)[:5]))})"
+                f"(--max-jobs; pids {_pids(self.waiting)})"
             )
+        if deferred and deferred != self.deferred and self.allowance is not None:
+            self.log(
+                f"{len(deferred)} job(s) deferred: {self.allowance.spent_line()}; they start "
+                f"when it allows, and the watched jobs keep theirs (pids {_pids(deferred)})"
+            )
+        self.deferred = deferred
+        self._cpu_seen = {p: c for p, c in self._cpu_seen.items() if p in deferred}
         self._rebalance()
+
+    def _newcomer_active(self, pid: int) -> bool:
+        """Whether a job not started used the CPU since the last poll looked at it (an
+        active job may take an idle one's place while the budget is spent: the sessions, and
+        so their cost, stay as many; an idle one's place is not worth a start then)."""
+        cpu, before = cpu_s(pid), self._cpu_seen.get(pid)
+        self._cpu_seen[pid] = cpu
+        return before is not None and before >= 0 and cpu - before > IDLE_CPU_S
+
+    def _admit(self, pid: int, full: bool, jobs: int, ranks: list) -> None:
+        """Start watching `pid`, first stopping the job idle the longest when `full`; what
+        the stop and the start cost is measured and paid from the allowance."""
+
+        def work() -> None:
+            if not full or self._drop_idle(pid):
+                self._start(pid, jobs, ranks)
+
+        if self.allowance is None:
+            work()
+        else:
+            self.allowance.charge(work)
 
     def _note_activity(self) -> None:
         """Each watched job's CPU time now; a job whose CPU grew is active now."""
@@ -214,23 +260,28 @@ class Watcher:
         with self._lock:
             watched = list(self.jobs.items())
         for pid, w in watched:
-            cpu = _cpu_s(pid)
+            cpu = cpu_s(pid)
             if cpu - w.cpu_s > IDLE_CPU_S or w.cpu_s < 0:  # (first look: counted from now)
                 w.active_at = now
             w.cpu_s = cpu
 
-    def _drop_idle(self, newcomer: int) -> bool:
-        """Make room for `newcomer`: stop the job idle the longest (no CPU for `idle_s` or
-        more), said in the log; False when every watched job is active."""
+    def _idle_job(self) -> int | None:
+        """The watched job idle the longest (no CPU for `idle_s` or more); None: none is."""
         with self._lock:
             idle = [
                 (w.active_at, pid)
                 for pid, w in self.jobs.items()
                 if self._poll_at - w.active_at >= self.idle_s
             ]
-            if not idle:
-                return False
-            _, pid = min(idle)
+        return min(idle)[1] if idle else None
+
+    def _drop_idle(self, newcomer: int) -> bool:
+        """Make room for `newcomer`: stop the job idle the longest (no CPU for `idle_s` or
+        more), said in the log; False when every watched job is active."""
+        pid = self._idle_job()
+        if pid is None:
+            return False
+        with self._lock:
             w = self.jobs.pop(pid)
         w.session.stop()
         self.skipped.add(pid)
@@ -350,17 +401,28 @@ class Watcher:
         if self.cpu_budget is not None:
             out["watch_cpu_budget_cores"] = (self.cpu_budget, "CPU budget across every job")
             out["watch_rss_budget_bytes"] = (self.rss_budget_bytes, "memory budget, every job")
+        if self.allowance is not None:
+            out["jobs_deferred"] = (
+                len(self.deferred),
+                "jobs found but not started: watch's CPU budget was spent (they start when "
+                "it allows)",
+            )
+            out["watch_cpu_allowance_seconds"] = (
+                self.allowance.balance_s,
+                "CPU seconds of budget watch has left for session starts (negative: owed); "
+                "its process and every child it ran, measured",
+            )
+            out["watch_session_start_cpu_seconds"] = (
+                self.allowance.start_cpu_s,
+                "CPU seconds watch spent starting sessions (and stopping the idle ones they "
+                "replaced), measured around each",
+            )
         return out
 
 
-def _cpu_s(pid: int) -> float:
-    """A process's user and system CPU seconds (-1 when it cannot be read)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read(4096).rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return -1.0
+def _pids(pids: set[int]) -> str:
+    """The first five pids, for a log line."""
+    return ", ".join(map(str, sorted(pids)[:5]))
 
 
 def wait_for(stop: threading.Event, duration_s: float | None) -> None:

@@ -31,6 +31,8 @@ from gpudiag.agent.fleet.identity import LABELS as IDENTITY
 from gpudiag.agent.fleet.identity import hostname
 from gpudiag.analyzers.model.catalogue import category
 from gpudiag.probes.base import Sample
+from gpudiag.probes.files import descendants
+from gpudiag.probes.host.discovery import cpu_s
 from gpudiag.probes.inprocess.channel import LOADED
 from gpudiag.text.formatting import LABELS as CATEGORY_WORDS
 from gpudiag.text.formatting import is_bound
@@ -438,20 +440,32 @@ def gpu_idle(doc: dict) -> float | None:
     return None
 
 
-def own_cost(host: str) -> list[Metric]:
-    """gpudiag's CPU seconds and resident memory, its py-spy recorders included (the process
-    collector's `gpudiag_process_*` count gpudiag's process alone and carry no Hostname)."""
+def tree_cost(rss: bool = True) -> tuple[float, int]:
+    """gpudiag's CPU seconds, with every child it ran (live, and ended and reaped: each py-spy
+    recorder and dump), and its resident bytes with its live children's (0 without `rss`)."""
     me = psutil.Process()
     t = me.cpu_times()
     cpu = t.user + t.system + t.children_user + t.children_system
-    rss = me.memory_info().rss
-    for child in me.children(recursive=True):
-        try:
-            ct = child.cpu_times()
-            cpu += ct.user + ct.system
-            rss += child.memory_info().rss
-        except psutil.Error:
-            pass
+    mem = me.memory_info().rss if rss else 0
+    for pid in descendants(me.pid):
+        cpu += max(0.0, cpu_s(pid))  # -1: it ended meanwhile (then reaped: counted above)
+        if rss:
+            try:
+                mem += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                pass
+    return cpu, mem
+
+
+def tree_cpu_s() -> float:
+    """gpudiag's CPU seconds with every child it ran, live or ended (as /metrics counts)."""
+    return tree_cost(rss=False)[0]
+
+
+def own_cost(host: str) -> list[Metric]:
+    """gpudiag's CPU seconds and resident memory, its py-spy recorders included (the process
+    collector's `gpudiag_process_*` count gpudiag's process alone and carry no Hostname)."""
+    cpu, rss = tree_cost()
     c = CounterMetricFamily(
         f"{PREFIX}_cpu_seconds", "CPU of gpudiag and its py-spy recorders", labels=["Hostname"]
     )

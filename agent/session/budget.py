@@ -314,3 +314,82 @@ def loop_window_samples(timeline: Timeline, classifier: Classifier) -> float:
         return profile_loop(timeline.whole(), classifier).samples
     agg = timeline.window(win.start_ns, win.end_ns)
     return max((sum(agg.stacks[k].values()) for k in agg.threads("all", "target")), default=0.0)
+
+
+ALLOWANCE_S = 30.0  # seconds of budget an allowance holds at most: the burst a quiet spell buys
+
+
+@dataclass
+class CpuAllowance:
+    """A CPU budget held against a measured counter (a token bucket in CPU seconds): it fills
+    at `cores` CPU seconds a second, up to `cores * hold_s`, and empties by what `reader`
+    measures (`watch`: its process and every child it ran, live or reaped), whatever spent
+    it. It owes at most `hold_s` of budget. A start is allowed while the allowance holds what
+    the starts so far cost on average (measured around each), so one overdraws it by one
+    start at most."""
+
+    cores: float
+    reader: Callable[[], float]
+    clock: Callable[[], float] = time.monotonic
+    hold_s: float = ALLOWANCE_S
+    balance_s: float = 0.0  # CPU seconds left (negative: owed)
+    starts: int = 0
+    start_cpu_s: float = 0.0  # measured around every start (and the stop it replaced)
+    _t: float = 0.0
+    _cpu: float = 0.0
+    _history: list[tuple[float, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._t, self._cpu = self.clock(), self.reader()
+        self.balance_s = self.cap_s
+        self._history = [(self._t, self._cpu)]
+
+    @property
+    def cap_s(self) -> float:
+        """The most it holds, in CPU seconds."""
+        return self.cores * self.hold_s
+
+    def update(self) -> float:
+        """Measure: add the budget since the last look, take what was spent; the balance."""
+        now, cpu = self.clock(), self.reader()
+        gained = self.cores * max(0.0, now - self._t)
+        spent = max(0.0, cpu - self._cpu)
+        self.balance_s = max(-self.cap_s, min(self.cap_s, self.balance_s + gained) - spent)
+        self._t, self._cpu = now, max(self._cpu, cpu)  # a child reaped mid-read dips it
+        old = [i for i, (t, _) in enumerate(self._history) if now - t > self.hold_s]
+        self._history = self._history[old[-1] if old else 0 :]  # one look before the span
+        self._history.append((now, cpu))
+        return self.balance_s
+
+    def recent_cores(self) -> float | None:
+        """CPU in cores from the last look before the last `hold_s` (None before two)."""
+        (t0, c0), (t1, c1) = self._history[0], self._history[-1]
+        return (c1 - c0) / (t1 - t0) if t1 > t0 else None
+
+    def mean_start_s(self) -> float:
+        """What a start has cost on average (0 before the first)."""
+        return self.start_cpu_s / self.starts if self.starts else 0.0
+
+    def allows_start(self) -> bool:
+        """True while the allowance holds one more start's measured cost."""
+        return self.update() >= self.mean_start_s() and self.balance_s >= 0.0
+
+    def charge(self, work: Callable[[], object]) -> float:
+        """Run `work` (a start) and measure what it cost; the CPU seconds."""
+        before = self.reader()
+        work()
+        cost = max(0.0, self.reader() - before)
+        self.starts += 1
+        self.start_cpu_s += cost
+        self.update()
+        return cost
+
+    def spent_line(self) -> str:
+        """Why starts wait, with units."""
+        recent = self.recent_cores()
+        used = f"{recent:.3f} cores over the last {self.hold_s:.0f} s, " if recent else ""
+        return (
+            f"watch's CPU budget is spent ({used}budget {self.cores:.3f} cores; "
+            f"allowance {self.balance_s:+.2f} CPU s, a session start costs "
+            f"{self.mean_start_s():.2f} CPU s)"
+        )

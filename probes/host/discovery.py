@@ -70,6 +70,16 @@ def list_processes(root: Path = PROC) -> list[ProcInfo]:
     return out
 
 
+def cpu_s(pid: int, root: Path = PROC) -> float:
+    """A process's user and system CPU seconds (-1 when it cannot be read)."""
+    try:
+        stat = read_head(root / str(pid) / "stat", MAX_STAT_BYTES).decode(errors="replace")
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
 def has_torch(pid: int, root: Path = PROC) -> bool:
     """Whether the process has libtorch mapped (PyTorch imported), in the first
     MAX_MAPS_BYTES of its memory map."""

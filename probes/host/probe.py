@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.files import descendants
 
 PSI_ROOT = Path("/proc/pressure")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -39,6 +41,33 @@ def cgroup_dir(pid: int, root: Path = CGROUP_ROOT) -> Path | None:
             path = root / rel if rel else root
             return path if path.is_dir() else None
     return None
+
+
+class BoxScan:
+    """Every process's name and CPU seconds at one time, shared by the sessions of one
+    gpudiag (`watch` runs one host probe per job): a scan younger than the age asked for is
+    reused, so watch's cost of looking at the other processes does not grow with its jobs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[int, dict[int, tuple[str, float]]] | None = None
+
+    def get(self, max_age_s: float) -> tuple[int, dict[int, tuple[str, float]]]:
+        """(when, {pid: (name, CPU seconds)}), scanned now unless one is young enough."""
+        with self._lock:
+            t = now_ns()
+            if self._last is not None and 0 <= (t - self._last[0]) / 1e9 < max_age_s:
+                return self._last
+            cur: dict[int, tuple[str, float]] = {}
+            for p in psutil.process_iter(["pid", "name", "cpu_times"]):
+                ct = p.info.get("cpu_times")
+                if ct is not None:
+                    cur[p.info["pid"]] = (p.info.get("name") or "?", ct.user + ct.system)
+            self._last = (t, cur)
+            return self._last
+
+
+BOX_SCAN = BoxScan()
 
 
 class HostProbe(Probe):
@@ -179,13 +208,10 @@ class HostProbe(Probe):
         tree (`Target.server`), gpudiag's own."""
         mine = {os.getpid()}
         for root in (self._target_pid, self._server_pid, os.getpid()):
-            try:
-                p = psutil.Process(root) if root else None
-                if p is not None:
-                    mine.add(p.pid)
-                    mine.update(k.pid for k in p.children(recursive=True))
-            except psutil.Error:
-                pass
+            if not root:
+                continue
+            mine.add(root)
+            mine.update(descendants(root))  # each thread's children: no scan of the box
         return mine
 
     def _others(self, t: int, top: int = 5) -> list[Sample]:
@@ -196,17 +222,12 @@ class HostProbe(Probe):
         ):
             return []
         mine = self.mine()
-        cur: dict[int, tuple[str, float]] = {}
-        for p in psutil.process_iter(["pid", "name", "cpu_times"]):
-            info = p.info
-            ct = info.get("cpu_times")
-            if info["pid"] in mine or ct is None:
-                continue
-            cur[info["pid"]] = (info.get("name") or "?", ct.user + ct.system)
-        prev, self._prev_others = self._prev_others, (t, cur)
-        if prev is None or t <= prev[0]:
+        scan_t, box = BOX_SCAN.get(self.others_interval_s / 2)  # another session's, if young
+        cur = {pid: v for pid, v in box.items() if pid not in mine}
+        prev, self._prev_others = self._prev_others, (scan_t, cur)
+        if prev is None or scan_t <= prev[0]:
             return []
-        dt = (t - prev[0]) / 1e9
+        dt = (scan_t - prev[0]) / 1e9
         used = [
             (pid, name, max(0.0, (cpu - prev[1][pid][1]) / dt))
             for pid, (name, cpu) in cur.items()

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.files import descendants
 from gpudiag.probes.host.probe import CGROUP_ROOT, cgroup_dir
 
 
@@ -233,16 +234,15 @@ class ProcessProbe(Probe):
         return ProbeStatus(self.name, True)
 
     def _refresh_children(self) -> list[psutil.Process]:
-        """Re-list the target's children (a scan of every process: done at the workers' pace)."""
+        """Re-list the target's children (each thread's children file: no scan of the box)."""
         assert self._root is not None
-        try:
-            kids = self._root.children(recursive=True)
-        except psutil.Error:
-            kids = []
         alive = {}
-        for k in kids:
-            known = self._children.get(k.pid)
-            alive[k.pid] = known if known is not None else k
+        for pid in descendants(self._root.pid):
+            known = self._children.get(pid)
+            try:
+                alive[pid] = known if known is not None else psutil.Process(pid)
+            except psutil.Error:
+                continue
         self._churn = (
             len(alive.keys() - self._children.keys()),
             len(self._children.keys() - alive.keys()),

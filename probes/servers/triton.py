@@ -22,6 +22,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.files import descendants
 from gpudiag.probes.net import http_get, listens_on, unspecified
 
 SERVER_NAME = "tritonserver"
@@ -113,7 +114,7 @@ def find_server(pid: int) -> tuple[int, list[str]] | None:
     ancestors (a Python backend's stub runs under one): (its pid, command line)."""
     try:
         root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True) + root.parents()
+        procs = [root, *_processes(descendants(pid)), *root.parents()]
     except psutil.Error:
         return None
     for p in procs:
@@ -123,6 +124,17 @@ def find_server(pid: int) -> tuple[int, list[str]] | None:
         except psutil.Error:
             continue
     return None
+
+
+def _processes(pids: list[int]) -> list[psutil.Process]:
+    """The processes of `pids` still running."""
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out
 
 
 def _cpu_s(p: psutil.Process) -> float:

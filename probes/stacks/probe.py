@@ -27,10 +27,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-import psutil
-
 from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
-from gpudiag.probes.files import open_regular_fd
+from gpudiag.probes.files import descendants, open_regular_fd
 from gpudiag.probes.servers.triton import model_process
 from gpudiag.probes.spawn import run_process, start_process
 from gpudiag.probes.stacks.pyspy import (
@@ -229,12 +227,8 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         """The target's child processes (DataLoader workers), oldest first; not the one
         followed as the loop's."""
         assert self.target is not None
-        try:
-            kids = psutil.Process(self.target.pid).children(recursive=True)
-        except Exception:
-            return []
         skip = self._unreadable | {self.loop_pid}
-        return sorted(k.pid for k in kids if k.pid not in skip)
+        return sorted(k for k in descendants(self.target.pid) if k not in skip)
 
     def _plan(self, n: int) -> tuple[list[SpyRun], int]:
         """The recorders of window n, and how many workers were alive."""

@@ -114,3 +114,166 @@ def test_recent_findings_follow_a_job_that_changed():
     whole = [f.id for f in session.snapshot().findings]
     recent = [f.id for f in session.snapshot(recent_s=60).findings]
     assert "DATA001" in whole and "DATA001" not in recent
+
+
+class _Clock:
+    """A fake clock and a fake CPU counter: watch's CPU grows only when a test spends it."""
+
+    def __init__(self) -> None:
+        self.t, self.cpu = 1000.0, 50.0
+
+    def now(self) -> float:
+        return self.t
+
+    def cpu_s(self) -> float:
+        return self.cpu
+
+
+def _budgeted_watcher(pids: list[int], clock: _Clock, start_cost_s: float, **kw):
+    """A watcher whose session starts are fakes that each cost `start_cost_s` CPU seconds,
+    and whose stops cost as much again, measured on the fake counter."""
+    import threading
+
+    from gpudiag.agent.base.config import Settings
+    from gpudiag.agent.commands.watch import Watched, Watcher
+    from gpudiag.agent.session.budget import CpuAllowance
+    from gpudiag.agent.session.session import SessionOptions
+    from gpudiag.analyzers.model.thresholds import Thresholds
+
+    class FakeSession:
+        governor = None
+
+        def __init__(self) -> None:
+            self.stopped = threading.Event()
+
+        def stop(self) -> None:
+            clock.cpu += start_cost_s
+            self.stopped.set()
+
+    class Fake(Watcher):
+        def _start(self, pid, jobs=1, ranks=None):
+            clock.cpu += start_cost_s  # py-spy's dump, the probes' opening...
+            s = FakeSession()
+            th = threading.Thread(target=s.stopped.wait, daemon=True)
+            th.start()
+            self.jobs[pid] = Watched(s, None, th)  # type: ignore[arg-type]
+
+    log: list[str] = []
+    w = Fake(
+        Settings(Thresholds(), (), None),
+        SessionOptions(),
+        cpu_budget=0.10,
+        discover=lambda: list(pids),
+        log=log.append,
+        allowance=CpuAllowance(0.10, clock.cpu_s, clock=clock.now, hold_s=30.0),
+        **kw,
+    )
+    return w, log
+
+
+def _no_such_pids(n: int) -> list[int]:
+    """Pids past the kernel's pid_max: no process has them."""
+    top = int(open("/proc/sys/kernel/pid_max").read())
+    return [top + 1000 + i for i in range(n)]
+
+
+def test_session_starts_are_paid_from_the_cpu_budget_and_wait_when_it_is_spent():
+    """Issue 53: starting a session (py-spy, /proc) cost CPU no budget counted, so many new
+    idle 'jobs' kept watch over its budget. Starts are measured and paid from the budget
+    (0.10 cores, holding 30 s of it: 3 CPU s); when it is spent the rest wait, said with
+    units, and start as the budget refills."""
+    clock = _Clock()
+    pids = _no_such_pids(6)
+    w, log = _budgeted_watcher(pids, clock, start_cost_s=1.0)
+    try:
+        w.poll()
+        assert sorted(w.jobs) == pids[:3]  # 3 CPU s held, 1 CPU s a start
+        assert w.deferred == set(pids[3:]) and w.health()["jobs_deferred"][0] == 3
+        line = next(m for m in log if "deferred" in m)
+        assert "cores" in line and "CPU s" in line and str(pids[3]) in line, line
+        assert w.health()["watch_session_start_cpu_seconds"][0] == 3.0
+        clock.t += 5.0  # 0.5 CPU s more budget: less than a start costs
+        w.poll()
+        assert len(w.jobs) == 3
+        clock.t += 5.0  # 1 CPU s
+        w.poll()
+        assert len(w.jobs) == 4 and w.deferred == set(pids[4:])
+        clock.t += 3600.0  # a quiet hour buys 30 s of budget, not an hour's: 3 starts
+        w.poll()
+        assert sorted(w.jobs) == pids and not w.deferred
+        assert w.health()["jobs_deferred"][0] == 0
+    finally:
+        w.close()
+
+
+def test_a_spent_budget_stops_no_watched_job_for_a_newcomer():
+    """With the budget spent, an idle watched job is not dropped for a new one (a stop and a
+    start both cost CPU, and the dropped job's data would be lost): the newcomer waits."""
+    clock = _Clock()
+    old, new = _no_such_pids(2)
+    pids = [old]
+    w, log = _budgeted_watcher(pids, clock, start_cost_s=1.0, max_jobs=1, idle_s=0.0)
+    try:
+        w.poll()
+        assert list(w.jobs) == [old]
+        clock.cpu += 10.0  # the watched sessions spent the budget
+        clock.t += 1.0
+        pids.append(new)
+        w.poll()
+        assert list(w.jobs) == [old] and w.dropped == 0 and w.deferred == {new}
+        assert not w.jobs[old].session.stopped.is_set()
+        clock.t += 3600.0  # the budget refilled: the idle job gives way, stop and start paid
+        w.poll()
+        assert list(w.jobs) == [new] and w.dropped == 1
+        assert w.allowance is not None and w.allowance.start_cpu_s == 3.0
+    finally:
+        w.close()
+
+
+def test_the_allowance_holds_at_most_its_span_and_owes_at_most_as_much():
+    from gpudiag.agent.session.budget import CpuAllowance
+
+    clock = _Clock()
+    a = CpuAllowance(0.10, clock.cpu_s, clock=clock.now, hold_s=30.0)
+    assert a.update() == pytest.approx(3.0)
+    clock.t += 1000.0
+    assert a.update() == pytest.approx(3.0)  # a quiet spell is not saved up
+    clock.cpu += 100.0
+    assert a.update() == pytest.approx(-3.0)  # a spike owes at most 30 s of budget
+    assert not a.allows_start()
+    clock.t += 60.0
+    assert a.allows_start()
+    clock.t += 40.0
+    a.update()
+    assert a.recent_cores() == pytest.approx(0.0)  # nothing spent over the last 40 s
+
+
+def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatch):
+    """An attacker whose idle 'jobs' keep watch over its budget must not blind it to a real
+    job that comes later: while the budget is spent, a newcomer that used the CPU since the
+    last poll takes the place of a job idle for idle_s (as many sessions as before), one a
+    poll; an idle newcomer waits."""
+    from gpudiag.agent.commands import watch
+
+    clock = _Clock()
+    idle_old, idle_new, busy_a, busy_b = _no_such_pids(4)
+    cpu = {idle_old: 1.0, idle_new: 1.0, busy_a: 1.0, busy_b: 1.0}
+    monkeypatch.setattr(watch, "cpu_s", lambda pid: cpu.get(pid, -1.0))
+    pids = [idle_old]
+    w, log = _budgeted_watcher(pids, clock, start_cost_s=1.0, max_jobs=1, idle_s=0.0)
+    try:
+        w.poll()
+        clock.cpu += 10.0  # the budget is spent from here on
+        clock.t += 5.0
+        pids += [idle_new, busy_a, busy_b]
+        w.poll()  # first look at the newcomers: none known active yet
+        assert list(w.jobs) == [idle_old] and w.deferred == {idle_new, busy_a, busy_b}
+        cpu[busy_a] += 1.0
+        cpu[busy_b] += 1.0
+        clock.t += 5.0
+        w.poll()
+        assert list(w.jobs) == [busy_a] and w.dropped == 1  # one swap a poll
+        assert w.deferred == {idle_new} and w.waiting == {busy_b}  # busy_a just started
+        assert w.allowance is not None and not w.allowance.allows_start()
+    finally:
+        w.close()

@@ -56,3 +56,31 @@ def test_cpu_max_parsing():
     assert parse_cpu_max("max 100000\n") is None
     assert parse_cpu_max("150000 100000\n") == 1.5
     assert parse_cpu_max("garbage") is None
+
+
+def test_host_probes_of_one_gpudiag_share_their_scan_of_the_box(monkeypatch):
+    """watch runs a host probe per job, and each read every process's CPU every 5 s (eight
+    jobs beside 77 processes: eight scans of the box each time): a scan younger than half
+    the interval is shared."""
+    from gpudiag.probes.host import probe as host
+
+    clock = [10**12]
+    scans = []
+    real = host.psutil.process_iter
+
+    def counted(*a, **k):
+        scans.append(clock[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(host, "now_ns", lambda: clock[0])
+    monkeypatch.setattr(host.psutil, "process_iter", counted)
+    monkeypatch.setattr(host, "BOX_SCAN", host.BoxScan())
+    probes = [HostProbe(others_interval_s=2.0) for _ in range(3)]
+    for p in probes:
+        assert p.open(Target(os.getpid())).available
+    assert len(scans) == 1
+    clock[0] += int(2.1e9)
+    got = [p.sample() for p in probes]
+    assert len(scans) == 2
+    for samples in got:  # each still gets the other processes' CPU since its last look
+        assert any(s.labels.get("scope") == "others" for s in samples)

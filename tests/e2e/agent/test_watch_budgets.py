@@ -270,3 +270,52 @@ def test_two_processes_of_one_slurm_job_give_distinct_series():
     assert len(series) == len(set(series)), "no series twice"
     labels = {m for ln in lines for m in re.findall(r'job="([^"]*)"', ln)}
     assert "slurm/4242" in labels and len(labels) == 3
+
+
+def test_the_allowance_counts_the_cpu_of_children_that_ended():
+    """A session's start runs py-spy dump, which ends before any governor reads it: watch's
+    allowance reads its process and every child, reaped ones too (RUSAGE_CHILDREN)."""
+    from gpudiag.agent.fleet.metrics import tree_cpu_s
+    from gpudiag.agent.session.budget import CpuAllowance
+
+    a = CpuAllowance(0.10, tree_cpu_s, hold_s=30.0)
+    before = tree_cpu_s()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=120)
+    assert tree_cpu_s() - before >= 0.6
+    assert a.update() < a.cap_s - 0.5  # the ended child's CPU came out of the allowance
+
+
+def test_gpudiag_counts_its_children_without_scanning_every_process(monkeypatch):
+    """watch read its own children with psutil's children(), which reads the stat of every
+    process on the box (a third of watch's own CPU beside 77 hostile processes, py-spy'd):
+    each thread's /proc/self/task/TID/children lists them, grandchildren included."""
+    import psutil
+
+    from gpudiag.agent.fleet.metrics import tree_cost
+    from gpudiag.probes.files import descendants
+
+    kid = subprocess.Popen(["sh", "-c", "sleep 20 & sleep 20"])
+    want: set[int] = set()
+    try:
+        deadline = time.monotonic() + 10
+        while len(psutil.Process().children(recursive=True)) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        want = {c.pid for c in psutil.Process().children(recursive=True)}
+        assert want <= set(descendants(os.getpid()))
+
+        def scan(*a, **k):
+            raise AssertionError("a scan of every process")
+
+        monkeypatch.setattr(psutil.Process, "children", scan)
+        cpu, rss = tree_cost()
+        assert cpu > 0 and rss > psutil.Process().memory_info().rss
+    finally:
+        for pid in want - {kid.pid}:  # the grandchild (sleep), then sh
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        kid.kill()
+        kid.wait()
