@@ -43,7 +43,11 @@ SERVE001 = register(
                 "less) while `serve_in_flight_min` or more requests are in flight (the hooks' "
                 "forwards and requests, at least `serve_min_forwards`); without the hooks, "
                 "estimated from the stacks: the forwards run on the request threads themselves "
-                "while several are in flight (not sure: a request may carry several items); a "
+                "while several are in flight, or on a thread pool's threads apart from them "
+                "(one call a request: `run_in_executor`, `asyncio.to_thread`, Starlette's "
+                "`run_in_threadpool`, BentoML's sync APIs; no batcher's frames seen) while the "
+                "request threads or the pool's calls show several (not sure: a request may "
+                "carry several items; requests an event loop holds are on no stack); a "
                 "Triton server: its own counters, one request an execution "
                 "(`nv_inference_exec_count` against `nv_inference_request_success`) while several"
                 " are in flight, or several an execution that the model still runs one forward "
@@ -373,7 +377,11 @@ def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
     """Without the hooks: the model's forwards run on the request threads themselves (no
     batcher), each on its own request's input, while the stacks show several in flight."""
     inflight, share = m.get("requests_in_flight_est"), m.get("handler_forward_share")
-    if samples < th.min_loop_samples or not share or inflight is None:
+    if samples < th.min_loop_samples or inflight is None:
+        return None
+    if not share and m.get("pool_forward_est"):
+        return seen_off_thread(m, th, inflight, samples)
+    if not share:
         return None
     if inflight < th.serve_in_flight_min:
         return None
@@ -391,6 +399,39 @@ def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
     )
     # below sure: a request may carry several items (the stacks cannot tell)
     return Seen(inflight, share, "one request (on its own thread)", "stacks", 0.75, ev)
+
+
+def seen_off_thread(m: dict, th: Thresholds, handling: float, samples: float) -> Seen | None:
+    """Without the hooks: the model runs on pool threads apart from the requests' (a thread
+    pool's work item, one call a request: `run_in_executor`, `asyncio.to_thread`, Starlette's
+    `run_in_threadpool`, BentoML's sync APIs), no batcher seen. The requests in flight are at
+    least the request threads' samples per tick (those waiting on the pool included) and at
+    least the pool's calls in progress; a request's share in its forward is the forwards
+    running at once over them (Little's law). An event loop's requests awaiting the pool are
+    on no thread's stack: the count is a lower bound, and SERVE001 is not named below it."""
+    fwd, busy = m.get("pool_forward_est") or 0.0, m.get("pool_busy_est") or 0.0
+    inflight = max(handling, busy)
+    if inflight < th.serve_in_flight_min or fwd <= 0:
+        return None
+    share = min(1.0, fwd / inflight)
+    ev = (
+        th.evidence(
+            "serve_in_flight_min",
+            "requests_in_flight_est",
+            round(inflight, 3),
+            "requests",
+            ">=",
+            "stacks",
+        ),
+        Evidence("pool_forward_est", round(fwd, 4), "count", source="stacks"),
+        Evidence("pool_busy_est", round(busy, 4), "count", source="stacks"),
+        Evidence("pool_threads", m.get("pool_threads"), "count", source="stacks"),
+        th.evidence("min_loop_samples", "stack_samples", samples, "samples", ">="),
+    )
+    what = "one request a call (on a pool thread apart from the request's)"
+    # below sure, and below the request threads' own reading: a pool call may carry a batch
+    # the handler gathered, and the stacks cannot tell
+    return Seen(inflight, share, what, "stacks", 0.6, ev)
 
 
 def batched_floor(c: Context, share: float, k: float) -> float:

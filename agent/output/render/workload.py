@@ -52,6 +52,12 @@ def request_lines(m: Mapping[str, Any]) -> list[str]:
             "(estimated from the stacks: request-handler samples per tick; the hooks give "
             "requests/s and latency)"
         )
+        if m.get("pool_forward_est") is not None and m.get("forwards_per_second") is None:
+            out.append(
+                f"  the model on {m.get('pool_threads') or 0:.0f} pool thread(s) apart from the "
+                f"requests': {m['pool_forward_est']:.2f} forwards at once, "
+                f"{m.get('pool_busy_est') or 0:.2f} calls in progress (estimated from the stacks)"
+            )
     if m.get("forwards_per_second") is not None:
         out.append(
             f"  model forwards: {m['forwards_per_second']:.1f}/s"
