@@ -41,6 +41,11 @@ SERVING_UNITS = {
     "pool_forward_est": "count",
     "pool_busy_est": "count",
     "pool_threads": "count",
+    "connections_open": "count",
+    "connections_in_flight": "count",
+    "connections_in_flight_max": "count",
+    "connections_busy_share": "ratio",
+    "connection_samples": "count",
     "padded_forwards": "count",
     "padding_share": "ratio",
     "padding_beyond_longest_share": "ratio",
@@ -273,6 +278,36 @@ def pool_metrics(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
+def connection_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """From the kernel's socket table (the conns probe): the connections open on the job's
+    listening ports, those awaiting an answer (requests in flight, the server's whole: those
+    an event loop holds on no thread's stack included) on average, and the share of the
+    readings with at least one."""
+    inflight = tl.rollup("conns", "in_flight")
+    if inflight is None or not inflight.count:
+        return {}
+    opened, busy = tl.rollup("conns", "open"), tl.rollup("conns", "busy")
+    return {
+        "connections_open": opened.mean if opened else None,
+        "connections_in_flight": inflight.mean,
+        "connections_in_flight_max": inflight.maximum,
+        "connections_busy_share": busy.mean if busy else None,
+        "connection_samples": float(inflight.count),
+    }
+
+
+MIN_CONN_SAMPLES = 20  # readings of the connections before their requests in flight count
+
+
+def in_flight_by_kernel(m: dict) -> tuple[float, float] | None:
+    """(requests in flight on average over the look, and while any was) from the kernel's
+    connections; None on too few readings or none in flight."""
+    mean, busy = m.get("connections_in_flight"), m.get("connections_busy_share")
+    if mean is None or not busy or (m.get("connection_samples") or 0) < MIN_CONN_SAMPLES:
+        return None
+    return mean, mean / busy
+
+
 def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Every serving metric there is signal for (empty for a job with none); a Triton
     server's requests are its own counters' (its queue is in C++, before any hook)."""
@@ -283,6 +318,7 @@ def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
         | request_metrics(tl)
         | handler_metrics(tl)
         | pool_metrics(tl)
+        | connection_metrics(tl)
         | triton_metrics(tl)
     )
 

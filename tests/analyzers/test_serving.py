@@ -628,13 +628,20 @@ ON_LOOP = (
 )
 
 
-def _pool_server(threaded: bool, forward: float, batcher: bool = False, windows: int = 5):
+def _pool_server(
+    threaded: bool,
+    forward: float,
+    batcher: bool = False,
+    windows: int = 5,
+    in_flight: float | None = None,
+):
     """A server whose model runs on a thread pool apart from the requests' threads, one call a
     request: a threaded server's 4 request threads waiting on the pool's futures
     (`threaded`), or an event loop (uvloop) whose requests await an anyio worker thread (as
     BentoML's sync API and FastAPI's def endpoints run); the pool's thread in the forward
     `forward` of its samples, waiting for work the rest. `batcher`: BentoML's dispatcher on
-    the loop gathers the requests into one call."""
+    the loop gathers the requests into one call. `in_flight`: the kernel's connections
+    (the conns probe) read that many requests received and not answered, twice a second."""
     from tests.analyzers.scenario import HANDLER, SERVE_MAIN, add_thread_stacks
 
     sc = Scenario()
@@ -665,6 +672,11 @@ def _pool_server(threaded: bool, forward: float, batcher: bool = False, windows:
                 ] = 10
             add_thread_stacks(sc, 100, "MainThread", main)
         add_thread_stacks(sc, 90, "worker", {pool + MODEL_CALL: fwd, idle: ticks - fwd})
+        for _ in range(6 if in_flight is not None else 0):
+            sc.t += 500_000_000
+            busy = float(bool(in_flight))
+            sc._add("conns", {}, {"open": 6.0, "in_flight": in_flight, "busy": busy})
+        sc.t -= 3_000_000_000 if in_flight is not None else 0
         sc._add(
             "stacks",
             {"mode": "all", "kind": "window"},
@@ -723,3 +735,27 @@ def test_a_batcher_with_a_pool_is_not_serve001_from_the_stacks():
     add_thread_stacks(sc, 7, "dispatcher", {disp: 30})
     a = analyze(sc.tl)
     assert "SERVE001" not in ids(a) and "pool_forward_est" not in a.metrics
+
+
+def test_the_kernels_connections_count_the_requests_an_event_loop_holds():
+    """BentoML's sync API under plain attach, with the conns probe: six requests received
+    and not answered at every reading, the pool's one thread in the forward a fifth of the
+    time: SERVE001 named, not sure, its share from the forwards at once over the kernel's
+    requests in flight, BentoML's own batching first with the peak's max batch. One request
+    at a time read so is judged: no SERVE001, and nothing left unjudged."""
+    a = analyze(_pool_server(threaded=False, forward=0.2, in_flight=6.0).tl)
+    f = next(f for f in a.findings if f.id == "SERVE001")
+    assert f.confidence == pytest.approx(0.6) and a.verdict["sure"] is False
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["requests_in_flight_conn"].value == pytest.approx(6.0)
+    assert ev["requests_in_flight_conn"].setting == "serve_in_flight_min"
+    assert ev["connections_in_flight"].source == "conns"
+    # 0.2 forwards at once over 6 in flight, 6 sharing one forward
+    assert f.impact == pytest.approx(0.2 / 6 * (1 - 1 / 6), rel=0.02)
+    assert "kernel's connections" in f.message
+    assert "max batch 8" in f.recommendation.summary
+    assert f.recommendation.actions[0].startswith("BentoML: @bentoml.api(batchable=True")
+    one = analyze(_pool_server(threaded=False, forward=0.2, in_flight=1.0).tl)
+    assert "SERVE001" not in ids(one)
+    assert "SERVE001" not in one.verdict["statement"]
+    assert one.metrics["connections_in_flight"] == pytest.approx(1.0)
