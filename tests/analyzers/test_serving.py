@@ -543,6 +543,19 @@ UVICORN_LOOP = (
             + ";predict (/work/serve.py:30)",
             True,
         ),
+        # uvloop: the loop runs in C below asyncio's runner, idle or in its own I/O (BentoML's
+        # worker read 1.0 request in flight from it, always)
+        (
+            "main (/x/_bentoml_impl/worker/service.py:208);Server.run (/x/uvicorn/server.py:67)"
+            ";Runner.run (/usr/lib/python3.11/asyncio/runners.py:118)",
+            False,
+        ),
+        (
+            "main (/x/_bentoml_impl/worker/service.py:208);Server.run (/x/uvicorn/server.py:67)"
+            ";Runner.run (/usr/lib/python3.11/asyncio/runners.py:118)"
+            ";Route.handle (/x/starlette/routing.py:288)",
+            True,
+        ),
     ],
 )
 def test_a_request_handled_inside_the_listeners_frame_is_handled(stack, handling):
