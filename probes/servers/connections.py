@@ -15,7 +15,9 @@ import psutil
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.net import tcp_established
 
-FIND_EVERY_S = 2.0  # how often to look again for listening ports (a server binds late)
+FIND_EVERY_S = 2.0  # how often to look again for listening ports (a server binds late)...
+FIND_FOR_S = 60.0  # ...for this long after the look starts, while none is found (each look
+# reads every process's socket table: a job that serves nothing stops paying for it)
 MAX_PORTS = 64  # listening ports followed: more are not read
 
 
@@ -57,12 +59,14 @@ class ConnectionsProbe(Probe):
         self._roots: tuple[int, ...] = ()
         self.ports: frozenset[int] = frozenset()
         self._next_find = 0.0
+        self._give_up = 0.0
         self._off: str | None = None
         self._errors: list[str] = []
 
     def open(self, target: Target) -> ProbeStatus:
         """Find the job's listening ports now; a server that binds later is looked for again."""
         self._roots = (target.pid,) + ((target.server,) if target.server is not None else ())
+        self._give_up = now_ns() / 1e9 + FIND_FOR_S
         self._find()
         return ProbeStatus(self.name, True)
 
@@ -84,7 +88,8 @@ class ConnectionsProbe(Probe):
         """One reading of the connections on the job's listening ports."""
         if self._off is not None:
             return []
-        if now_ns() / 1e9 >= self._next_find:
+        now = now_ns() / 1e9
+        if not self.ports and self._next_find <= now < self._give_up:
             self._find()
         if not self.ports:
             return []
