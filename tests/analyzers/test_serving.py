@@ -772,3 +772,28 @@ def test_the_kernels_connections_count_the_requests_an_event_loop_holds():
     assert "SERVE001" not in ids(one)
     assert "SERVE001" not in one.verdict["statement"]
     assert one.metrics["connections_in_flight"] == pytest.approx(1.0)
+
+
+def test_an_idle_uvloop_server_waits_in_its_runner_and_gets_no_warning():
+    """An idle BentoML worker: its main thread's innermost frame is asyncio's runner (uvloop's
+    loop in C, in its epoll wait), its pool's thread waits for work. Neither a request in
+    flight nor the loop's work: it read LOOP001, an error, 100% 'library code:
+    _run_module_as_main' once the runner stopped counting as a request handled."""
+    from tests.analyzers.scenario import add_thread_stacks
+
+    sc = Scenario()
+    idle = f"{ANYIO_THREAD};Queue.get ({STD}/queue.py:171);Condition.wait ({STD}/threading.py:327)"
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        add_thread_stacks(
+            sc, 100, "MainThread", {UVLOOP: 300}, "return self._loop.run_until_complete(task)"
+        )
+        add_thread_stacks(sc, 90, "AnyIO worker thread", {idle: 300})
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": 300, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    a = analyze(sc.tl)
+    assert [f.id for f in a.findings if f.severity != "note"] == []
+    assert a.metrics.get("requests_in_flight_est") is None
