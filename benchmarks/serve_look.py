@@ -141,6 +141,13 @@ def main() -> int:
         f"{'-' if rate is None else f'{rate:.1f}'} req/s, p50 / p95 {lat}, "
         f"findings {[f['id'] for f in doc['findings'] if f['severity'] != 'note']}"
     )
+    if args.how == "stacks":  # what the stacks alone read: their estimates and the verdict
+        est = ("requests_in_flight_est", "handler_forward_share", "pool_forward_est")
+        print("stacks:", ", ".join(f"{k} {m[k]:.3f}" for k in est if m.get(k) is not None))
+        for f in doc["findings"]:
+            if f["severity"] != "note":
+                print(f"  {f['id']} {f['confidence']:.0%}: {f['speedup_basis']}"[:400])
+        print("verdict:", doc["verdict"]["statement"][:600])
     return 0
 
 

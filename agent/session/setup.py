@@ -12,6 +12,7 @@ from gpudiag.probes.gpu.probe import GpuProbe
 from gpudiag.probes.host.probe import HostProbe
 from gpudiag.probes.host.process import ProcessProbe
 from gpudiag.probes.inprocess.channel import HookProbe
+from gpudiag.probes.servers.connections import ConnectionsProbe
 from gpudiag.probes.servers.triton import TritonProbe
 from gpudiag.probes.stacks.probe import StackConfig, StackProbe
 
@@ -70,7 +71,14 @@ def make_probes(
     if ranks > 1:
         stacks.rate_hz = max(5, stacks.rate_hz // ranks)
         stacks.gil_rate_hz = max(2, stacks.gil_rate_hz // ranks) if stacks.gil_rate_hz else 0
-    probes: list[Probe] = [HostProbe(), ProcessProbe(), stacks, GpuProbe(), TritonProbe()]
+    probes: list[Probe] = [
+        HostProbe(),
+        ProcessProbe(),
+        stacks,
+        GpuProbe(),
+        TritonProbe(),
+        ConnectionsProbe(),
+    ]
     return probes + ([hooks] if hooks is not None else [])
 
 

@@ -17,6 +17,7 @@ from gpudiag.analyzers.cost.projection import resolve_price
 from gpudiag.analyzers.findings.gil import gil_judged
 from gpudiag.analyzers.measures.accounting import waiting_share
 from gpudiag.analyzers.measures.critical_path import CriticalPath
+from gpudiag.analyzers.measures.serving import in_flight_by_kernel
 from gpudiag.analyzers.measures.summary import straddles
 from gpudiag.analyzers.model.catalogue import category, explains_gpu_idle, ranked, spec
 from gpudiag.analyzers.model.results import Evidence, Finding
@@ -243,8 +244,27 @@ def blind_to_forwards(verdict: dict, kind: str | None, metrics: dict) -> dict:
         "sure": False,
         "statement": verdict["statement"]
         + f"; not judged: the model's batch size per forward, autograd mode and padding "
-        f"(INFER001, INFER002, INFER003): {why}",
+        f"(INFER001, INFER002, INFER003): {why}" + off_thread_unjudged(kind, metrics),
     }
+
+
+def off_thread_unjudged(kind: str | None, metrics: dict) -> str:
+    """A server whose model runs on pool threads apart from the requests' (the stacks'
+    `pool_forward_est`), with too few requests in flight on any stack for SERVE001: those
+    an event loop holds while they wait for the pool are on none, so batching is not judged
+    (BentoML's sync API under plain attach), unless the kernel's connections counted them."""
+    fwd = metrics.get("pool_forward_est")
+    if kind != "server" or not fwd:
+        return ""
+    if in_flight_by_kernel(metrics) is not None:
+        return ""  # the kernel's connections counted them: SERVE001 was judged on them
+    seen = max(metrics.get("requests_in_flight_est") or 0.0, metrics.get("pool_busy_est") or 0.0)
+    return (
+        f"; nor batching (SERVE001): the model runs on a thread pool apart from the requests' "
+        f"threads ({fwd:.2f} forwards at once, {seen:.1f} requests in flight on the stacks), "
+        "and requests waiting for it on an event loop are on no thread's stack: the hooks "
+        "count them"
+    )
 
 
 def unbatched_on_cpu(verdict: dict, kind: str | None, metrics: dict, th: Thresholds) -> dict:

@@ -17,6 +17,7 @@ from gpudiag.analyzers.measures.serving import (
     LoopSplit,
     event_loop_split,
     forward_busy_share,
+    in_flight_by_kernel,
     request_forward_share,
 )
 from gpudiag.analyzers.measures.summary import confidence_above
@@ -43,7 +44,11 @@ SERVE001 = register(
                 "less) while `serve_in_flight_min` or more requests are in flight (the hooks' "
                 "forwards and requests, at least `serve_min_forwards`); without the hooks, "
                 "estimated from the stacks: the forwards run on the request threads themselves "
-                "while several are in flight (not sure: a request may carry several items); a "
+                "while several are in flight, or on a thread pool's threads apart from them "
+                "(one call a request: `run_in_executor`, `asyncio.to_thread`, Starlette's "
+                "`run_in_threadpool`, BentoML's sync APIs; no batcher's frames seen) while the "
+                "request threads or the pool's calls show several (not sure: a request may "
+                "carry several items; requests an event loop holds are on no stack); a "
                 "Triton server: its own counters, one request an execution "
                 "(`nv_inference_exec_count` against `nv_inference_request_success`) while several"
                 " are in flight, or several an execution that the model still runs one forward "
@@ -253,6 +258,7 @@ def batching_values(m: dict) -> tuple[int, float]:
     peak = max(
         2.0,
         m.get("requests_in_flight_max")
+        or m.get("connections_in_flight_max")  # the kernel's, without the hooks
         or m.get("requests_in_flight_mean")
         or m.get("requests_in_flight_est")
         or 2.0,
@@ -276,6 +282,7 @@ class Seen:
     confidence: float
     evidence: tuple[Evidence, ...]
     looped: bool = False  # Triton batched the requests, the model ran one forward each
+    basis: str = ""  # how the requests in flight were read, where not the source's usual way
 
 
 def seen_by_hooks(m: dict, th: Thresholds) -> Seen | None:
@@ -373,7 +380,11 @@ def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
     """Without the hooks: the model's forwards run on the request threads themselves (no
     batcher), each on its own request's input, while the stacks show several in flight."""
     inflight, share = m.get("requests_in_flight_est"), m.get("handler_forward_share")
-    if samples < th.min_loop_samples or not share or inflight is None:
+    if samples < th.min_loop_samples or inflight is None:
+        return None
+    if not share and m.get("pool_forward_est"):
+        return seen_off_thread(m, th, inflight, samples)
+    if not share:
         return None
     if inflight < th.serve_in_flight_min:
         return None
@@ -391,6 +402,58 @@ def seen_in_stacks(m: dict, th: Thresholds, samples: float) -> Seen | None:
     )
     # below sure: a request may carry several items (the stacks cannot tell)
     return Seen(inflight, share, "one request (on its own thread)", "stacks", 0.75, ev)
+
+
+def seen_off_thread(m: dict, th: Thresholds, handling: float, samples: float) -> Seen | None:
+    """Without the hooks: the model runs on pool threads apart from the requests' (a thread
+    pool's work item, one call a request: `run_in_executor`, `asyncio.to_thread`, Starlette's
+    `run_in_threadpool`, BentoML's sync APIs), no batcher seen. The requests in flight are at
+    least the request threads' samples per tick (those waiting on the pool included) and at
+    least the pool's calls in progress; a request's share in its forward is the forwards
+    running at once over them (Little's law). An event loop's requests awaiting the pool are
+    on no thread's stack: the count is a lower bound, and SERVE001 is not named below it."""
+    fwd, busy = m.get("pool_forward_est") or 0.0, m.get("pool_busy_est") or 0.0
+    floor = max(handling, busy)  # on the stacks: each a lower bound
+    mean, serving, basis = floor, floor, ""
+    kernel = in_flight_by_kernel(m)
+    if kernel is not None and kernel[0] > floor:
+        mean, serving = kernel  # over the look, and while any request was in flight
+        basis = (
+            "the requests in flight read from the kernel's connections (received, not yet "
+            "answered), the forwards from the stacks"
+        )
+    if serving < th.serve_in_flight_min or fwd <= 0:
+        return None
+    share = min(1.0, fwd / mean)  # Little's law: forwards at once over requests in flight
+    ev: tuple[Evidence, ...] = (
+        th.evidence(
+            "serve_in_flight_min",
+            "requests_in_flight_conn" if basis else "requests_in_flight_est",
+            round(serving, 3),
+            "requests",
+            ">=",
+            "stacks",
+        ),
+        Evidence("requests_in_flight_est", round(floor, 3), "requests", source="stacks"),
+        Evidence("pool_forward_est", round(fwd, 4), "count", source="stacks"),
+        Evidence("pool_busy_est", round(busy, 4), "count", source="stacks"),
+        Evidence("pool_threads", m.get("pool_threads"), "count", source="stacks"),
+        th.evidence("min_loop_samples", "stack_samples", samples, "samples", ">="),
+    )
+    if basis:
+        ev += (
+            Evidence("connections_in_flight", round(mean, 3), "requests", source="conns"),
+            Evidence(
+                "connections_busy_share",
+                round(m.get("connections_busy_share") or 0.0, 4),
+                "ratio",
+                source="conns",
+            ),
+        )
+    what = "one request a call (on a pool thread apart from the request's)"
+    # below sure, and below the request threads' own reading: a pool call may carry a batch
+    # the handler gathered, and the stacks cannot tell
+    return Seen(serving, share, what, "stacks", 0.6, ev, basis=basis)
 
 
 def batched_floor(c: Context, share: float, k: float) -> float:
@@ -568,7 +631,9 @@ def _serve001_message(seen: Seen, m: dict, together: float) -> str:
         if fwd
         else ""
     )
-    how = "measured by the hooks" if seen.source == HK else "estimated from the stacks"
+    how = seen.basis or (
+        "measured by the hooks" if seen.source == HK else "estimated from the stacks"
+    )
     return (
         f"Each forward of the model runs {seen.batch} while {seen.inflight:.1f} are in flight "
         f"on average ({how}); {seen.share:.0%} of a request's time is its forward{timing}. "

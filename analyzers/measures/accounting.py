@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from gpudiag.analyzers.measures.loop import LoopProfile
 from gpudiag.analyzers.measures.rules import Classifier, Frame, parse_stack
-from gpudiag.analyzers.measures.workload import is_supervising
+from gpudiag.analyzers.measures.workload import LOOP_IN_C_RE, is_supervising
 from gpudiag.analyzers.model.results import Location
 from gpudiag.analyzers.timeline.timeline import Aggregate
 from gpudiag.probes.stacks.pyspy_output import eval_frame_index
@@ -123,6 +123,10 @@ def _family(frames: tuple[Frame, ...], user_idx: int, code: str) -> tuple[str, s
         # gunicorn's master: waiting for signals, sleeping between its workers' spawns and
         # stops; a server's process that serves no request, idle as a lock wait is
         return "lock", "gunicorn"
+    if below and LOOP_IN_C_RE.search(below[-1].file):
+        # asyncio's runner innermost: a uvloop event loop running in C, in its epoll wait
+        # (BentoML's idle worker read LOOP001 100% on it); a busy loop shows its callbacks
+        return "lock", "asyncio"
     for fr in below:
         for fam, lib, rx in _FAMILIES:
             if rx.search(fr.file):

@@ -235,9 +235,10 @@ IO_RULES: tuple[Rule, ...] = (
 WAIT_RULES: tuple[Rule, ...] = (
     Rule(
         "wait",
+        # asyncio's runner innermost: an event loop running in C (uvloop), in its epoll wait
         file=r"(multiprocessing/(queues|connection|synchronize|resource_sharer)\.py|"
-        r"/queue\.py|/threading\.py|/selectors\.py|/socket\.py)$",
-        description="waiting on a queue, lock, condition or select",
+        r"/queue\.py|/threading\.py|/selectors\.py|/socket\.py|/asyncio/runners\.py)$",
+        description="waiting on a queue, lock, condition, select or a C event loop",
     ),
 )
 

@@ -38,6 +38,14 @@ SERVING_UNITS = {
     "requests_in_flight_max": "count",
     "requests_in_flight_est": "count",
     "handler_forward_share": "ratio",
+    "pool_forward_est": "count",
+    "pool_busy_est": "count",
+    "pool_threads": "count",
+    "connections_open": "count",
+    "connections_in_flight": "count",
+    "connections_in_flight_max": "count",
+    "connections_busy_share": "ratio",
+    "connection_samples": "count",
     "padded_forwards": "count",
     "padding_share": "ratio",
     "padding_beyond_longest_share": "ratio",
@@ -211,6 +219,95 @@ def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
     }
 
 
+# A thread pool's work item: the model run off the request's thread, one call a request (the
+# pool runs the handler's function per request): concurrent.futures' workers
+# (`loop.run_in_executor`, `asyncio.to_thread`, a `ThreadPoolExecutor`'s `submit`) and
+# anyio's (Starlette's `run_in_threadpool`: FastAPI's `def` endpoints, BentoML's sync APIs)
+POOL_WORK_RE = re.compile(r"/concurrent/futures/thread\.py$|/anyio/_backends/_asyncio\.py$")
+# A batcher's own frames on any thread: a call then carries the requests it gathered
+# (BentoML's adaptive batching dispatcher, Ray Serve's @serve.batch, LitServe's batched loop)
+BATCHER_RE = re.compile(r"/bentoml/_internal/marshal/|/ray/serve/batching\.py$")
+BATCHER_FUNC_RE = re.compile(r"(^|\.)run_batched_loop$")
+
+
+def _pool_forward(frames: tuple) -> bool:
+    """A pool thread's sample in the model's forward, under the pool's work item."""
+    return any(POOL_WORK_RE.search(fr.file) for fr in frames) and any(
+        FORWARD_FILE_RE.search(fr.file) for fr in frames
+    )
+
+
+def batcher_seen(tl: Aggregate) -> bool:
+    """Whether any thread's stacks pass through a known batcher."""
+    return any(
+        BATCHER_RE.search(fr.file) or BATCHER_FUNC_RE.search(fr.function)
+        for key in tl.threads("all", "target")
+        for (stack, _code) in tl.stacks[key]
+        for fr in parse_stack(stack)
+    )
+
+
+def pool_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """From the stacks: the model run on pool threads apart from the request's (no request
+    frames on them), one call a request. Forwards running at once on them (forward samples
+    per tick) and calls in progress (their samples not waiting for work, per tick): each is
+    one request in flight. Empty where no pool thread runs the model, or a batcher is seen."""
+    w = tl.windows.get("all")
+    if w is None or w.ticks <= 0:
+        return {}
+    forward = busy = 0.0
+    threads = 0
+    for key in tl.threads("all", "target"):
+        rows = [(parse_stack(s), s, code, n) for (s, code), n in tl.stacks[key].items()]
+        if not any(_pool_forward(frames) for frames, *_ in rows):
+            continue
+        if any(is_handling(s) for _f, s, _c, _n in rows):
+            continue  # the request's own thread: handler_metrics counts it
+        threads += 1
+        for frames, s, code, n in rows:
+            forward += n * _pool_forward(frames)
+            # the pool's own frame innermost: waiting for work (a SimpleQueue's get, in C)
+            idle = Classifier.is_waiting(s, code) or bool(POOL_WORK_RE.search(frames[-1].file))
+            busy += n * (not idle)
+    if threads == 0 or forward <= 0 or batcher_seen(tl):
+        return {}
+    return {
+        "pool_forward_est": forward / w.ticks,
+        "pool_busy_est": busy / w.ticks,
+        "pool_threads": float(threads),
+    }
+
+
+def connection_metrics(tl: Aggregate) -> dict[str, float | None]:
+    """From the kernel's socket table (the conns probe): the connections open on the job's
+    listening ports, those awaiting an answer (requests in flight, the server's whole: those
+    an event loop holds on no thread's stack included) on average, and the share of the
+    readings with at least one."""
+    inflight = tl.rollup("conns", "in_flight")
+    if inflight is None or not inflight.count:
+        return {}
+    opened, busy = tl.rollup("conns", "open"), tl.rollup("conns", "busy")
+    return {
+        "connections_open": opened.mean if opened else None,
+        "connections_in_flight": inflight.mean,
+        "connections_in_flight_max": inflight.maximum,
+        "connections_busy_share": busy.mean if busy else None,
+        "connection_samples": float(inflight.count),
+    }
+
+
+MIN_CONN_SAMPLES = 20  # readings of the connections before their requests in flight count
+
+
+def in_flight_by_kernel(m: dict) -> tuple[float, float] | None:
+    """(requests in flight on average over the look, and while any was) from the kernel's
+    connections; None on too few readings or none in flight."""
+    mean, busy = m.get("connections_in_flight"), m.get("connections_busy_share")
+    if mean is None or not busy or (m.get("connection_samples") or 0) < MIN_CONN_SAMPLES:
+        return None
+    return mean, mean / busy
+
+
 def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
     """Every serving metric there is signal for (empty for a job with none); a Triton
     server's requests are its own counters' (its queue is in C++, before any hook)."""
@@ -220,6 +317,8 @@ def serving_metrics(tl: Aggregate) -> dict[str, float | None]:
         | model_metrics(tl)
         | request_metrics(tl)
         | handler_metrics(tl)
+        | pool_metrics(tl)
+        | connection_metrics(tl)
         | triton_metrics(tl)
     )
 

@@ -107,10 +107,17 @@ def _is_training(fr: Frame) -> bool:
     return bool(TRAIN_FUNC_RE.search(fr.dotted))
 
 
+# asyncio's runner innermost: the event loop runs in C (uvloop), waiting or in its own I/O;
+# a request's coroutine would show its frames above it
+LOOP_IN_C_RE = re.compile(r"/asyncio/runners\.py$")
+
+
 def is_listener(frames: tuple[Frame, ...]) -> bool:
     """A server's listener or event loop waiting for connections, or its master supervising
     worker processes: not handling a request (one handled inside the listener's frame, below
     it, is: a gunicorn sync worker's, an asyncio server's)."""
+    if frames and LOOP_IN_C_RE.search(frames[-1].file):
+        return True
     last = max(
         (i for i, fr in enumerate(frames) if LISTENER_FUNC_RE.search(fr.function)), default=-1
     )

@@ -31,7 +31,8 @@ def test_the_probe_list_is_made_in_one_place_with_the_options():
     opts = SessionOptions(attached=True, stacks_min_rate_hz=1, rate_hz=50, capture_steps=4)
     hooks = HookProbe()
     probes = make_probes(opts, hooks)
-    assert [p.name for p in probes] == ["host", "process", "stacks", "gpu", "triton", "hooks"]
+    names = ["host", "process", "stacks", "gpu", "triton", "conns", "hooks"]
+    assert [p.name for p in probes] == names
     stacks = probes[2]
     assert stacks.startup_timeout_s == 0.0 and stacks.min_rate_hz == 1
     s = Session(Target(1), load_settings(None), opts, SessionParts(hooks=hooks))

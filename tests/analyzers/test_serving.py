@@ -10,6 +10,7 @@ from gpudiag.analyzers.findings.serving import batching_values
 from gpudiag.analyzers.measures.workload import is_handling
 from tests.analyzers.scenario import (
     SITE,
+    STD,
     Scenario,
     add_thread_stacks,
     hook_serving,
@@ -542,6 +543,19 @@ UVICORN_LOOP = (
             + ";predict (/work/serve.py:30)",
             True,
         ),
+        # uvloop: the loop runs in C below asyncio's runner, idle or in its own I/O (BentoML's
+        # worker read 1.0 request in flight from it, always)
+        (
+            "main (/x/_bentoml_impl/worker/service.py:208);Server.run (/x/uvicorn/server.py:67)"
+            ";Runner.run (/usr/lib/python3.11/asyncio/runners.py:118)",
+            False,
+        ),
+        (
+            "main (/x/_bentoml_impl/worker/service.py:208);Server.run (/x/uvicorn/server.py:67)"
+            ";Runner.run (/usr/lib/python3.11/asyncio/runners.py:118)"
+            ";Route.handle (/x/starlette/routing.py:288)",
+            True,
+        ),
     ],
 )
 def test_a_request_handled_inside_the_listeners_frame_is_handled(stack, handling):
@@ -602,3 +616,184 @@ def test_infer002_on_generate_says_to_pass_more_prompts_a_call():
     assert "padding_side = 'left'" in f.recommendation.actions[0]
     plain = next(f for f in analyze(_loop_on_gpu(util=20).tl).findings if f.id == "INFER002")
     assert plain.recommendation.actions[0].startswith("DataLoader(")
+
+
+POOL_THREAD = (
+    f"Thread._bootstrap ({STD}/threading.py:1002);Thread.run ({STD}/threading.py:982)"
+    f";_worker ({STD}/concurrent/futures/thread.py:83)"
+)
+ANYIO_THREAD = (
+    f"Thread._bootstrap ({STD}/threading.py:1002);Thread._bootstrap_inner "
+    f"({STD}/threading.py:1045);WorkerThread.run ({SITE}/anyio/_backends/_asyncio.py:976)"
+)
+MODEL_CALL = (
+    f";predict (/work/serve.py:50);Module._wrapped_call_impl ({SITE}/torch/nn/modules/module.py"
+    ":1511);Net.forward (/work/model.py:20)"
+)
+# uvicorn's event loop in C (uvloop) under BentoML's worker, and a request on it
+UVLOOP = (
+    f"main ({SITE}/_bentoml_impl/worker/service.py:208);Server.run ({SITE}/uvicorn/server.py:67)"
+    f";Runner.run ({STD}/asyncio/runners.py:118)"
+)
+ON_LOOP = (
+    f"{UVLOOP};Route.handle ({SITE}/starlette/routing.py:288)"
+    f";ServiceAppFactory.api_endpoint ({SITE}/_bentoml_impl/server/app.py:700)"
+)
+
+
+def _pool_server(
+    threaded: bool,
+    forward: float,
+    batcher: bool = False,
+    windows: int = 5,
+    in_flight: float | None = None,
+):
+    """A server whose model runs on a thread pool apart from the requests' threads, one call a
+    request: a threaded server's 4 request threads waiting on the pool's futures
+    (`threaded`), or an event loop (uvloop) whose requests await an anyio worker thread (as
+    BentoML's sync API and FastAPI's def endpoints run); the pool's thread in the forward
+    `forward` of its samples, waiting for work the rest. `batcher`: BentoML's dispatcher on
+    the loop gathers the requests into one call. `in_flight`: the kernel's connections
+    (the conns probe) read that many requests received and not answered, twice a second."""
+    from tests.analyzers.scenario import HANDLER, SERVE_MAIN, add_thread_stacks
+
+    sc = Scenario()
+    ticks = 300
+    fwd = round(forward * ticks)
+    for w in range(windows):
+        sc.t += 3_000_000_000
+        if threaded:
+            pool, idle = POOL_THREAD, f"{POOL_THREAD[:-3]}:81)"
+            add_thread_stacks(sc, 100, "MainThread", {SERVE_MAIN: ticks})
+            waiting = (
+                f"{HANDLER};predict (/work/serve.py:44);Future.result "
+                f"({STD}/concurrent/futures/_base.py:451);Condition.wait ({STD}/threading.py:327)"
+            )
+            for h in range(4):
+                add_thread_stacks(sc, 2000 + 4 * w + h, f"Thread-{h}", {waiting: ticks})
+        else:
+            pool = ANYIO_THREAD
+            idle = (
+                f"{ANYIO_THREAD};Queue.get ({STD}/queue.py:171)"
+                f";Condition.wait ({STD}/threading.py:327)"
+            )
+            main = {UVLOOP: ticks - 30, ON_LOOP: 30}
+            if batcher:
+                main[
+                    f"{UVLOOP};CorkDispatcher.controller "
+                    f"({SITE}/bentoml/_internal/marshal/dispatcher.py:310)"
+                ] = 10
+            add_thread_stacks(sc, 100, "MainThread", main)
+        add_thread_stacks(sc, 90, "worker", {pool + MODEL_CALL: fwd, idle: ticks - fwd})
+        for _ in range(6 if in_flight is not None else 0):
+            sc.t += 500_000_000
+            busy = float(bool(in_flight))
+            sc._add("conns", {}, {"open": 6.0, "in_flight": in_flight, "busy": busy})
+        sc.t -= 3_000_000_000 if in_flight is not None else 0
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": ticks, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    return sc
+
+
+def test_without_the_hooks_a_model_on_a_thread_pool_is_serve001_from_its_threads():
+    """Four request threads wait on the pool's futures while its thread runs the forward 80%
+    of the time, one call a request: SERVE001 read across the threads (the forwards at once
+    over the requests in flight), not sure. Before, the forward off the request threads gave
+    no share, and nothing was named."""
+    a = analyze(_pool_server(threaded=True, forward=0.8).tl)
+    assert a.workload.kind == "server"
+    f = next(f for f in a.findings if f.id == "SERVE001")
+    assert f.signals == ("stacks",) and f.confidence < 0.75  # under the on-thread reading
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["requests_in_flight_est"].value == pytest.approx(4.0, rel=0.01)
+    assert ev["pool_forward_est"].value == pytest.approx(0.8, rel=0.01)
+    # 0.8 forwards at once over 4 in flight: a fifth of a request in its forward, 4 share one
+    assert f.impact == pytest.approx(0.2 * 0.75, abs=0.01)
+    assert "pool thread" in f.message
+    assert a.verdict["sure"] is False
+
+
+def test_an_event_loop_awaiting_a_pool_thread_leaves_serve001_not_judged():
+    """BentoML's sync API under plain attach: the requests await the pool on the event loop
+    (on no thread's stack), the pool's one thread in the forward a fifth of the time: too
+    few requests in flight on any stack for SERVE001, and the verdict says it was not
+    judged, with what was seen; BentoML's batcher on the loop, and an idle pool, say
+    nothing of it."""
+    a = analyze(_pool_server(threaded=False, forward=0.2).tl)
+    assert a.workload.kind == "server" and "SERVE001" not in ids(a)
+    assert a.metrics["pool_forward_est"] == pytest.approx(0.2, rel=0.01)
+    assert a.metrics["pool_threads"] == 1.0
+    assert a.verdict["sure"] is False
+    assert "nor batching (SERVE001)" in a.verdict["statement"]
+    assert "0.20 forwards at once" in a.verdict["statement"]
+    batched = analyze(_pool_server(threaded=False, forward=0.2, batcher=True).tl)
+    assert "pool_forward_est" not in batched.metrics
+    assert "SERVE001" not in batched.verdict["statement"]
+    idle = analyze(_pool_server(threaded=False, forward=0.0).tl)
+    assert [f.id for f in idle.findings if f.severity != "note"] == []
+    assert "SERVE001" not in idle.verdict["statement"]
+
+
+def test_a_batcher_with_a_pool_is_not_serve001_from_the_stacks():
+    """A pool call that runs what a batcher gathered (BentoML's dispatcher seen on any
+    thread) carries several requests: the threaded pool server with that batcher's frames
+    gets no SERVE001 from the stacks."""
+    from tests.analyzers.scenario import add_thread_stacks
+
+    sc = _pool_server(threaded=True, forward=0.8)
+    disp = f"controller ({SITE}/bentoml/_internal/marshal/dispatcher.py:310)"
+    add_thread_stacks(sc, 7, "dispatcher", {disp: 30})
+    a = analyze(sc.tl)
+    assert "SERVE001" not in ids(a) and "pool_forward_est" not in a.metrics
+
+
+def test_the_kernels_connections_count_the_requests_an_event_loop_holds():
+    """BentoML's sync API under plain attach, with the conns probe: six requests received
+    and not answered at every reading, the pool's one thread in the forward a fifth of the
+    time: SERVE001 named, not sure, its share from the forwards at once over the kernel's
+    requests in flight, BentoML's own batching first with the peak's max batch. One request
+    at a time read so is judged: no SERVE001, and nothing left unjudged."""
+    a = analyze(_pool_server(threaded=False, forward=0.2, in_flight=6.0).tl)
+    f = next(f for f in a.findings if f.id == "SERVE001")
+    assert f.confidence == pytest.approx(0.6) and a.verdict["sure"] is False
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["requests_in_flight_conn"].value == pytest.approx(6.0)
+    assert ev["requests_in_flight_conn"].setting == "serve_in_flight_min"
+    assert ev["connections_in_flight"].source == "conns"
+    # 0.2 forwards at once over 6 in flight, 6 sharing one forward
+    assert f.impact == pytest.approx(0.2 / 6 * (1 - 1 / 6), rel=0.02)
+    assert "kernel's connections" in f.message
+    assert "max batch 8" in f.recommendation.summary
+    assert f.recommendation.actions[0].startswith("BentoML: @bentoml.api(batchable=True")
+    one = analyze(_pool_server(threaded=False, forward=0.2, in_flight=1.0).tl)
+    assert "SERVE001" not in ids(one)
+    assert "SERVE001" not in one.verdict["statement"]
+    assert one.metrics["connections_in_flight"] == pytest.approx(1.0)
+
+
+def test_an_idle_uvloop_server_waits_in_its_runner_and_gets_no_warning():
+    """An idle BentoML worker: its main thread's innermost frame is asyncio's runner (uvloop's
+    loop in C, in its epoll wait), its pool's thread waits for work. Neither a request in
+    flight nor the loop's work: it read LOOP001, an error, 100% 'library code:
+    _run_module_as_main' once the runner stopped counting as a request handled."""
+    from tests.analyzers.scenario import add_thread_stacks
+
+    sc = Scenario()
+    idle = f"{ANYIO_THREAD};Queue.get ({STD}/queue.py:171);Condition.wait ({STD}/threading.py:327)"
+    for _ in range(5):
+        sc.t += 3_000_000_000
+        add_thread_stacks(
+            sc, 100, "MainThread", {UVLOOP: 300}, "return self._loop.run_until_complete(task)"
+        )
+        add_thread_stacks(sc, 90, "AnyIO worker thread", {idle: 300})
+        sc._add(
+            "stacks",
+            {"mode": "all", "kind": "window"},
+            {"ticks": 300, "duration_s": 3.0, "rate_hz": 100.0, "errors": 0},
+        )
+    a = analyze(sc.tl)
+    assert [f.id for f in a.findings if f.severity != "note"] == []
+    assert a.metrics.get("requests_in_flight_est") is None

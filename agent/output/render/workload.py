@@ -52,6 +52,21 @@ def request_lines(m: Mapping[str, Any]) -> list[str]:
             "(estimated from the stacks: request-handler samples per tick; the hooks give "
             "requests/s and latency)"
         )
+        if m.get("connections_in_flight") is not None:
+            busy = m.get("connections_busy_share") or 0.0
+            serving = m["connections_in_flight"] / busy if busy else 0.0
+            out.append(
+                f"  connections: {m.get('connections_open') or 0:.1f} open, "
+                f"{m['connections_in_flight']:.1f} requests received and not yet answered on "
+                f"average, {serving:.1f} while any was ({busy:.0%} of the look; the kernel's "
+                "socket table)"
+            )
+        if m.get("pool_forward_est") is not None and m.get("forwards_per_second") is None:
+            out.append(
+                f"  the model on {m.get('pool_threads') or 0:.0f} pool thread(s) apart from the "
+                f"requests': {m['pool_forward_est']:.2f} forwards at once, "
+                f"{m.get('pool_busy_est') or 0:.2f} calls in progress (estimated from the stacks)"
+            )
     if m.get("forwards_per_second") is not None:
         out.append(
             f"  model forwards: {m['forwards_per_second']:.1f}/s"

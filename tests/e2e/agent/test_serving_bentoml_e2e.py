@@ -159,3 +159,32 @@ def test_an_idle_bentoml_server_gets_no_warning(tmp_path):
         stop(server)
     doc = json.loads(report.read_text())
     assert [f["id"] for f in doc["findings"] if f["severity"] != "note"] == []
+
+
+@pytest.mark.slow
+def test_plain_attach_names_bentomls_batching_from_the_kernels_connections(tmp_path):
+    """Plain attach (no hooks): BentoML's sync API runs the model on its pool thread while
+    the requests wait on the event loop, on no thread's stack; the kernel's connections count
+    them in flight, and SERVE001 is named, not sure, with BentoML's own batching first."""
+    server, port = start(tmp_path, seconds=90)
+    report, err = tmp_path / "r.json", tmp_path / "gpudiag.err"
+    try:
+        cmd = [*CLI, "attach", str(server.pid), "--duration", "18", "--out", str(report)]
+        with open(err, "w") as f:
+            agent = subprocess.Popen(cmd, stdout=f, stderr=f)
+        time.sleep(3)
+        client = load(port, tmp_path / "client.txt")
+        assert client.wait(timeout=60) == 0
+        assert agent.wait(timeout=120) == 0, err.read_text()
+    finally:
+        stop(server)
+    doc = json.loads(report.read_text())
+    m = doc["metrics"]
+    assert doc["workload"]["kind"] == "server" and m["pool_forward_est"] > 0
+    assert m["connections_in_flight"] > 0
+    serve001 = next(f for f in doc["findings"] if f["id"] == "SERVE001")
+    assert serve001["confidence"] < 0.9 and serve001["signals"] == ["stacks"]
+    assert serve001["recommendation"]["actions"][0].startswith(
+        "BentoML: @bentoml.api(batchable=True, max_batch_size="
+    )
+    assert doc["verdict"]["sure"] is False
