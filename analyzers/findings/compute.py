@@ -220,7 +220,10 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[tuple[str, str, f
             )
     others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
     typical = statistics.median(others) if others else 0.0
-    many = row.ops is not None and row.ops >= th.comp_ops_min and row.ops >= 10 * typical
+    # many ops against the other units' (none: a whole model's forward in one unit, TRL's
+    # Qwen2 read "1460 ops where the model's units run a median 0: a Python loop", x9.5)
+    many = bool(others) and row.ops is not None and row.ops >= th.comp_ops_min
+    many = many and row.ops is not None and row.ops >= 10 * typical
     if many and row.ops is not None and _small_ops(row, t):
         per_op = (row.bytes or 0.0) / row.ops
         calls = f", called {row.calls:.0f} times a step" if row.calls and row.calls > 1 else ""
@@ -293,16 +296,24 @@ def _small_ops(row: Row, t: ComputeTable) -> bool:
     the count alone decides."""
     if row.kind == "optimizer":
         return False  # its ops follow its tensors (a for-loop Adam: ~9 a tensor), no items
-    if (row.calls or 0.0) >= LOOP_CALLS:
-        return True  # called over and over in one step: a loop over items calls it
+    peers = [r for r in t.rows if r.kind == "unit" and r is not row and r.ops]
+    if (row.calls or 0.0) >= LOOP_CALLS * _median_calls(peers):
+        return True  # called over and over in one step, more than its peers: a loop calls it
     if row.kind != "unit" or not row.ops or not row.bytes:
         return True  # the model's own code or the loop's: no module's structure to hold it to
-    sizes = [
-        r.bytes / r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops and r.bytes
-    ]
+    sizes = [r.bytes / r.ops for r in peers if r.bytes and r.ops]
     if not sizes:
         return True
     return row.bytes / row.ops <= 0.25 * statistics.median(sizes)
+
+
+def _median_calls(peers: list[Row]) -> float:
+    """The calls a step of the other units (at least 1): a step of gradient accumulation calls
+    every module once per micro-batch (TRL's sft.py README: 8), a loop over items one module
+    once per item; with no other unit the count cannot tell them apart (infinite)."""
+    if not peers:
+        return float("inf")
+    return max(1.0, statistics.median([r.calls or 1.0 for r in peers]))
 
 
 def spread(action: str, t: ComputeTable, th: Thresholds) -> float:
