@@ -351,10 +351,11 @@ def _excess(row: Row, action: str, t: ComputeTable, th: Thresholds) -> float:
     return max(0.0, 1.0 - statistics.median(twins) / row.time_s)
 
 
-def trial(row: Row) -> dict | None:
+def trial(row: Row, th: Thresholds | None = None) -> dict | None:
     """The `gpudiag try` fix that measures a reason `waste` read, where one applies from
     outside the code: freeze the module whose gradients nobody takes (or that holds a group's
-    zero gradients), reuse the output of a module called again on the same input."""
+    zero gradients), reuse the output of a module called again on the same input; with the
+    thresholds, activation checkpointing off where a unit recomputes its forward."""
     w, g = row.why, row.group
     if row.kind == "unit" and (w.get("orphan") or 0.0) >= 1:
         return {"kind": "freeze", "target": row.name, "values": {}}
@@ -363,6 +364,9 @@ def trial(row: Row) -> dict | None:
     param = str(g.get("zero_param") or "")
     if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
         return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
+    if th is not None and row.kind == "unit" and row.flops_fwd and row.flops_bwd is not None:
+        if row.flops_bwd / row.flops_fwd >= th.comp_recompute_ratio:
+            return {"kind": "recompute_off", "values": {}}
     return None
 
 
@@ -496,11 +500,10 @@ def find(c: Context) -> list[Finding]:
     actions = tuple(a for _, a, _ in why) or (
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
-    fix = trial(row) if why else None
+    fix = trial(row, th) if why else None
     if fix is not None:
-        actions += (
-            f"measure it first: gpudiag try --fix {fix['kind']}:{fix['target']} -- <the job>",
-        )
+        arg = f"{fix['kind']}:{fix['target']}" if fix.get("target") else fix["kind"]
+        actions += (f"measure it first: gpudiag try --fix {arg} -- <the job>",)
     return [
         new_finding(
             "COMP001",

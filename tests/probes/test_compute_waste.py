@@ -261,6 +261,8 @@ def test_a_model_in_one_unit_is_held_to_no_peers(monkeypatch):
     assert "(model)" in f.title and "recomputes its forward" in f.message
     assert "loop" not in f.message and f.expected_speedup is not None
     assert f.expected_speedup < 1.6  # a forward recomputed in a step of 4: at most x1.33
+    assert f.fix == {"kind": "recompute_off", "values": {}}  # the trial that measures it
+    assert any("gpudiag try --fix recompute_off --" in a for a in f.recommendation.actions)
 
 
 class Broadcast(nn.Module):  # a product by broadcast and sum: a [batch, in, out] intermediate
