@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.findings.evaluation import nice_ceil, share_after
+from gpudiag.analyzers.findings.evaluation import EvalTime, nice_ceil, share_after, trial_fix
 from gpudiag.probes.base import Sample
 from gpudiag.probes.stacks.pyspy_output import episode_anchor, is_eval_frame
 from tests.analyzers.scenario import LOOP, SITE, STACKS, Scenario
@@ -54,6 +54,23 @@ def test_evaluation_every_10_steps_is_eval001_with_its_interval():
     assert ev["eval_share_after_fix"].value <= 0.10
     assert str(f.location) == "/work/train.py:40:train"
     assert f.expected_speedup == pytest.approx((1 - 0.082) / 0.36, rel=0.05)
+    # the trial that measures it: the evaluation function run every 20th call (200 / 10)
+    assert f.fix == {"kind": "thin", "target": "train.evaluate", "values": {"every": 20}}
+    assert "gpudiag try --fix thin:train.evaluate:every=20" in f.recommendation.actions[1]
+
+
+def test_a_librarys_evaluation_is_tried_by_its_modules_dotted_name():
+    """Hugging Face's Trainer.evaluate (sentence-transformers' training_stsbenchmark.py
+    evaluates every 100 steps): thin:transformers.trainer.evaluate, found in that file."""
+    lib = f"{SITE}/transformers/trainer.py"
+    et = EvalTime(10.0, 0.3, "evaluate", None, lib)
+    fix = trial_fix(et, 4.0)
+    assert fix == {
+        "kind": "thin",
+        "target": "transformers.trainer.evaluate",
+        "values": {"every": 4},
+    }
+    assert trial_fix(EvalTime(10.0, 0.3, "<lambda>", None, lib), 4.0) is None
 
 
 def test_evaluation_without_hooks_takes_its_interval_from_the_episodes():
