@@ -31,11 +31,14 @@ def steps(sc: Scenario, times: list[float], waits: list[float] | None = None) ->
     return sc
 
 
-def evaluating(eval_share: float, hooks: bool = True) -> Scenario:
+def evaluating(eval_share: float, hooks: bool = True, timed: float | None = None) -> Scenario:
+    """Stack samples `eval_share` under evaluate(); with hooks, every 10th step carries a pass
+    whose share of the timed steps is `timed` (default: the samples' share)."""
     shares = {k: v * (1 - eval_share) / sum(TRAIN.values()) for k, v in TRAIN.items()}
     sc = windows(Scenario(), shares=shares | {"eval": eval_share}).host(0.3).process(0.95)
     if hooks:  # every 10th step carries a pass: 9 steps of 0.1 s, then one of 0.1 + E
-        per_pass = eval_share / (1 - eval_share) * 1.0
+        t = eval_share if timed is None else timed
+        per_pass = t / (1 - t) * 1.0
         steps(sc, ([0.1] * 9 + [0.1 + per_pass]) * 15)
     return sc
 
@@ -96,6 +99,19 @@ def test_evaluation_without_hooks_takes_its_interval_from_the_episodes():
     ev = {e.metric: e.value for e in f.evidence}
     assert ev["evaluations_seen"] == 5 and ev["seconds_between_evaluations"] == 3.0
     assert "s of training instead of every 3 s" in f.recommendation.actions[0]
+
+
+def test_evaluation_is_judged_on_the_hooks_share_it_reports():
+    """training_stsbenchmark.py: 13% of the stack samples under Trainer.evaluate, 21% of the
+    timed steps' wall time in the long steps that carry its passes: judged on the 21% it
+    reports (the gate read the samples' 13% and said nothing)."""
+    f = next(f for f in analyze(evaluating(0.13, timed=0.21).tl).findings if f.id == "EVAL001")
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["eval_share"].value == pytest.approx(0.21, abs=0.01)
+    assert ev["eval_share"].source == "hooks"
+    # long steps far beyond the samples under evaluation hold something else (a save): the
+    # samples' share decides
+    assert "EVAL001" not in ids(analyze(evaluating(0.08, timed=0.30).tl))
 
 
 def test_a_little_evaluation_or_an_evaluation_job_is_not_eval001():
