@@ -79,6 +79,21 @@ SCRIPTS = (
         "DATA001",
         "transformers Trainer, on-the-fly tokenisation",
     ),
+    Script(
+        "trl_sft",
+        "trl_sft/main.py",
+        # the script's own flag: SFTConfig's default (True) that its README command keeps
+        ("--gradient_checkpointing", "False"),
+        "COMP001",
+        "TRL 1.16.0 trl/scripts/sft.py, its README command",
+    ),
+    Script(
+        "st_sts",
+        "st_sts/main.py",
+        ("--eval-steps", "0"),
+        "EVAL001",
+        "sentence-transformers training_stsbenchmark.py",
+    ),
 )
 BY_NAME = {s.name: s for s in SCRIPTS}
 STEPS = re.compile(r"steps: (\d+) in ([0-9.]+) s")

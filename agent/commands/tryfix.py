@@ -40,7 +40,8 @@ def add_parser(sub: Any) -> None:
         metavar="KIND:KEY=VALUE,...",
         help="a fix to try, e.g. dataloader:num_workers=2,persistent_workers=true "
         "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
-        "inference_mode, batch, anomaly_off, padding, load_once); any call site: "
+        "inference_mode, batch, anomaly_off, padding, load_once, recompute_off); any call "
+        "site: "
         "thin:MODULE.FUNCTION:every=N (run it every N-th call), skip:MODULE.FUNCTION "
         "(MODULE: a module or the script's stem, e.g. thin:train.compute_metrics:every=50); any "
         "module of the model by its dotted path: freeze:UNIT (requires_grad_(False) on it), "

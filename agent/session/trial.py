@@ -355,6 +355,9 @@ def change_line(fix: dict, location: str | None) -> str:
         "background)",
         "freeze": f"{fix.get('target')}.requires_grad_(False) (what is meant to stay fixed "
         "computes no gradient and takes no update)",
+        "recompute_off": "gradient checkpointing off where the activations fit: "
+        "gradient_checkpointing=False (Hugging Face TrainingArguments, TRL's SFTConfig), "
+        "or the block called directly in place of torch.utils.checkpoint.checkpoint",
         "reuse": f"compute {fix.get('target')}'s output once and reuse it (once a step for a "
         "second call on the same batch; once before the loop for a constant input)",
     }.get(fix.get("kind", ""), values)

@@ -236,7 +236,10 @@ def reasons(row: Row, t: ComputeTable, th: Thresholds) -> list[Reason]:
             )
     others = [r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops]
     typical = statistics.median(others) if others else 0.0
-    many = row.ops is not None and row.ops >= th.comp_ops_min and row.ops >= 10 * typical
+    # many ops against the other units' (none: a whole model's forward in one unit, TRL's
+    # Qwen2 read "1460 ops where the model's units run a median 0: a Python loop", x9.5)
+    many = bool(others) and row.ops is not None and row.ops >= th.comp_ops_min
+    many = many and row.ops is not None and row.ops >= 10 * typical
     if many and row.ops is not None and _small_ops(row, t):
         per_op = (row.bytes or 0.0) / row.ops
         calls = f", called {row.calls:.0f} times a step" if row.calls and row.calls > 1 else ""
@@ -312,16 +315,24 @@ def _small_ops(row: Row, t: ComputeTable) -> bool:
     the count alone decides."""
     if row.kind == "optimizer":
         return False  # its ops follow its tensors (a for-loop Adam: ~9 a tensor), no items
-    if (row.calls or 0.0) >= LOOP_CALLS:
-        return True  # called over and over in one step: a loop over items calls it
+    peers = [r for r in t.rows if r.kind == "unit" and r is not row and r.ops]
+    if (row.calls or 0.0) >= LOOP_CALLS * _median_calls(peers):
+        return True  # called over and over in one step, more than its peers: a loop calls it
     if row.kind != "unit" or not row.ops or not row.bytes:
         return True  # the model's own code or the loop's: no module's structure to hold it to
-    sizes = [
-        r.bytes / r.ops for r in t.rows if r.kind == "unit" and r is not row and r.ops and r.bytes
-    ]
+    sizes = [r.bytes / r.ops for r in peers if r.bytes and r.ops]
     if not sizes:
         return True
     return row.bytes / row.ops <= 0.25 * statistics.median(sizes)
+
+
+def _median_calls(peers: list[Row]) -> float:
+    """The calls a step of the other units (at least 1): a step of gradient accumulation calls
+    every module once per micro-batch (TRL's sft.py README: 8), a loop over items one module
+    once per item; with no other unit the count cannot tell them apart (infinite)."""
+    if not peers:
+        return float("inf")
+    return max(1.0, statistics.median([r.calls or 1.0 for r in peers]))
 
 
 def spread(action: str, t: ComputeTable, th: Thresholds) -> float:
@@ -419,10 +430,11 @@ def _excess(row: Row, action: str, t: ComputeTable, th: Thresholds) -> float:
     return max(0.0, 1.0 - statistics.median(twins) / row.time_s)
 
 
-def trial(row: Row) -> dict | None:
+def trial(row: Row, th: Thresholds | None = None) -> dict | None:
     """The `gpudiag try` fix that measures a reason `waste` read, where one applies from
     outside the code: freeze the module whose gradients nobody takes (or that holds a group's
-    zero gradients), reuse the output of a module called again on the same input."""
+    zero gradients), reuse the output of a module called again on the same input; with the
+    thresholds, activation checkpointing off where a unit recomputes its forward."""
     w, g = row.why, row.group
     if row.kind == "unit" and (w.get("orphan") or 0.0) >= 1:
         return {"kind": "freeze", "target": row.name, "values": {}}
@@ -431,6 +443,9 @@ def trial(row: Row) -> dict | None:
     param = str(g.get("zero_param") or "")
     if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
         return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
+    if th is not None and row.kind == "unit" and row.flops_fwd and row.flops_bwd is not None:
+        if row.flops_bwd / row.flops_fwd >= th.comp_recompute_ratio:
+            return {"kind": "recompute_off", "values": {}}
     return None
 
 
@@ -564,11 +579,10 @@ def find(c: Context) -> list[Finding]:
     actions = tuple(r[1] for r in why) or (
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
-    fix = trial(row) if why else None
+    fix = trial(row, th) if why else None
     if fix is not None:
-        actions += (
-            f"measure it first: gpudiag try --fix {fix['kind']}:{fix['target']} -- <the job>",
-        )
+        arg = f"{fix['kind']}:{fix['target']}" if fix.get("target") else fix["kind"]
+        actions += (f"measure it first: gpudiag try --fix {arg} -- <the job>",)
     return [
         new_finding(
             "COMP001",

@@ -10,6 +10,7 @@ timing (the long steps), else from the stack samples' evaluation episodes.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from gpudiag.analyzers.context.context import Context
@@ -71,6 +72,7 @@ class EvalTime:
     share: float  # of the loop's samples (start-up left out)
     function: str  # the evaluation function, e.g. "evaluate"
     location: Location | None  # the call site in the loop
+    file: str = ""  # the file that defines the evaluation function
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,27 @@ def eval_time(tl: Aggregate, profile: LoopProfile, clf: Classifier) -> EvalTime 
     fr = parse_frame(caller)
     loc = Location(fr.file, fr.line, fr.function) if fr.line > 0 else None
     top = max(per, key=lambda k: per[k])
-    return EvalTime(total, total / profile.samples, parse_frame(top).function, loc)
+    fn = parse_frame(top)
+    return EvalTime(total, total / profile.samples, fn.function, loc, fn.file)
+
+
+# a library's file: its module's dotted name follows the packages folder
+_PACKAGES = re.compile(r".*/(site-packages|dist-packages)/")
+
+
+def trial_fix(et: EvalTime, factor: float) -> dict | None:
+    """The `gpudiag try` trial of evaluating `factor` times less often: the evaluation
+    function run every N-th call (`thin:MODULE.FUNCTION:every=N`; a library's by its module's
+    dotted name, the job's own by its file's stem); None when no name reaches it."""
+    if not et.file.endswith(".py") or not re.fullmatch(r"[A-Za-z_]\w*", et.function):
+        return None
+    lib = _PACKAGES.match(et.file)
+    path = et.file[lib.end() :] if lib else et.file.rsplit("/", 1)[-1]
+    module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    if not all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in module.split(".")):
+        return None
+    every = max(2, round(factor))
+    return {"kind": "thin", "target": f"{module}.{et.function}", "values": {"every": every}}
 
 
 def cadence(tl: Aggregate, profile: LoopProfile, share: float) -> Cadence | None:
@@ -211,10 +233,10 @@ def plan(share: float, cad: Cadence | None, th: Thresholds) -> tuple[float, floa
 
 
 def _evidence(
-    share: float, train: float, after: float, cad: Cadence | None, th: Thresholds
+    share: float, train: float, after: float, cad: Cadence | None, th: Thresholds, src: str
 ) -> list[Evidence]:
     ev = [
-        th.evidence("eval_share_warn", "eval_share", round(share, 4), "ratio", ">=", "stacks"),
+        th.evidence("eval_share_warn", "eval_share", round(share, 4), "ratio", ">=", src),
         th.evidence("eval_train_min", "training_share", round(train, 4), "ratio", ">=", "stacks"),
         th.evidence(
             "eval_share_target", "eval_share_after_fix", round(after, 4), "ratio", "<=", "model"
@@ -239,8 +261,11 @@ def _wall_share(et: EvalTime, cad: Cadence | None) -> float:
     """Evaluation's share of wall time: the hooks' long steps where they carry it (exact
     wall time: nanoGPT at eval_interval=10 spent 94% of its timed steps in them where 74% of
     the stack samples fell under estimate_loss, and EVAL001 predicted x3.5 for a fix that
-    measured x15-17), else the stack samples'."""
-    if cad is not None and cad.timed_share is not None:
+    measured x15-17; sentence-transformers' training_stsbenchmark.py 21% where 13% of the
+    samples fell under Trainer.evaluate), else the stack samples'. The long steps carry it
+    when the samples under evaluation are at least half of them (more: other long pauses, a
+    checkpoint save, are in them)."""
+    if cad is not None and cad.timed_share is not None and et.share >= cad.timed_share / 2:
         return min(1.0, cad.timed_share)
     return et.share
 
@@ -256,16 +281,19 @@ def find(c: Context) -> list[Finding]:
     if profile.samples < th.stack_floor_samples:  # how sure: confidence_above, as LOOP001
         return []
     et = eval_time(tl, profile, clf)
-    if et is None or et.share < th.eval_share_warn:
+    if et is None:
+        return []
+    # judged on the share it reports: the hooks' exact one where they carry it
+    cad = cadence(tl, profile, et.share)
+    share = _wall_share(et, cad)
+    if share < th.eval_share_warn:
         return []
     train = sum(profile.share(c) for c in TRAINING)
     if train < th.eval_train_min and not metrics.get("steps"):
         return []  # an evaluation or inference job: evaluating is its work
-    conf = confidence_above(et.share, th.eval_share_warn, profile.samples)
+    conf = confidence_above(share, th.eval_share_warn, profile.samples)
     if conf < th.min_confidence:
         return []
-    cad = cadence(tl, profile, et.share)
-    share = _wall_share(et, cad)
     factor, after, action = plan(share, cad, th)
     how = ""
     if cad is not None:
@@ -281,8 +309,19 @@ def find(c: Context) -> list[Finding]:
         f"Evaluation ({et.function}{where}) takes {share:.0%} of the training loop's "
         f"wall time{timed}.{how}"
     )
+    fix = trial_fix(et, factor)
+    measure = (
+        (
+            f"measure it first: gpudiag try --fix thin:{fix['target']}:every="
+            f"{fix['values']['every']} -- <the job> (the fixed arm runs {et.function} every "
+            f"{fix['values']['every']}th time; timed against the job as it is)",
+        )
+        if fix
+        else ()
+    )
     actions = (
         action,
+        *measure,
         "evaluate on a fixed subset of the held-out set between full evaluations "
         "(e.g. the first N batches), and the full set at the end of an epoch",
         "run evaluation under torch.inference_mode() with model.eval(), with a larger batch "
@@ -296,11 +335,14 @@ def find(c: Context) -> list[Finding]:
             confidence=conf,
             impact=share,
             message=msg,
-            evidence=tuple(_evidence(share, train, after, cad, th)),
+            evidence=tuple(
+                _evidence(share, train, after, cad, th, "stacks" if share == et.share else "hooks")
+            ),
             recommendation=Recommendation(
                 f"Evaluate {factor:.3g}x less often, or on a subset", actions
             ),
             expected_speedup=speedup_from_step((1.0 - share) / (1.0 - after)),
+            fix=fix,
             location=et.location,
             signals=("stacks",) + (("hooks",) if cad and cad.unit == "steps" else ()),
             speedup_basis=f"training between evaluations {factor:.3g}x longer: evaluation "

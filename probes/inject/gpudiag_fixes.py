@@ -33,6 +33,11 @@ is a patch of this process only. Kinds:
 - reuse: the model's module at `target` returns its last output when called again on the same
   unchanged input (in the same step; across steps too where its output needs no gradient):
   COMP001's second call on the same input, or a constant recomputed every step;
+- recompute_off: activation checkpointing off: `torch.utils.checkpoint.checkpoint` calls its
+  function directly (the activations kept, no forward recomputed in the backward), for every
+  holder that looks it up after the hooks load (Hugging Face's gradient_checkpointing, timm,
+  checkpoint_sequential, the job's own `from torch.utils.checkpoint import checkpoint`):
+  COMP001's recompute;
 - thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
   the calls between return its last result; skip: it never runs (its calls return None): a
   trial for any call site (gpudiag_callsite).
@@ -712,6 +717,26 @@ def freeze(torch: Any, values: dict) -> None:
     _say(f"{target}'s parameters frozen (requires_grad_(False)) at the model's first forward")
 
 
+def recompute_off(torch: Any, values: dict) -> None:
+    """torch.utils.checkpoint.checkpoint calls its function directly: the forward's activations
+    are kept and none is recomputed in the backward (gradient checkpointing off)."""
+    import functools
+
+    import torch.utils.checkpoint as ckpt
+
+    orig = ckpt.checkpoint
+
+    @functools.wraps(orig)
+    def checkpoint(function: Any, *args: Any, **kwargs: Any) -> Any:
+        for k in ("use_reentrant", "context_fn", "determinism_check", "debug", "early_stop"):
+            kwargs.pop(k, None)
+        kwargs.pop("preserve_rng_state", None)  # torch's own, not the function's
+        return function(*args, **kwargs)
+
+    ckpt.checkpoint = checkpoint
+    _say("torch.utils.checkpoint.checkpoint calls its function directly (no recompute)")
+
+
 def _input_key(args: Any) -> tuple | None:
     import torch
 
@@ -781,6 +806,7 @@ KINDS = {
     "thin": thin,
     "skip": skip,
     "settings": settings,
+    "recompute_off": recompute_off,
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpudiag.analyzers import analyze
-from gpudiag.analyzers.findings.evaluation import nice_ceil, share_after
+from gpudiag.analyzers.findings.evaluation import EvalTime, nice_ceil, share_after, trial_fix
 from gpudiag.probes.base import Sample
 from gpudiag.probes.stacks.pyspy_output import episode_anchor, is_eval_frame
 from tests.analyzers.scenario import LOOP, SITE, STACKS, Scenario
@@ -31,11 +31,14 @@ def steps(sc: Scenario, times: list[float], waits: list[float] | None = None) ->
     return sc
 
 
-def evaluating(eval_share: float, hooks: bool = True) -> Scenario:
+def evaluating(eval_share: float, hooks: bool = True, timed: float | None = None) -> Scenario:
+    """Stack samples `eval_share` under evaluate(); with hooks, every 10th step carries a pass
+    whose share of the timed steps is `timed` (default: the samples' share)."""
     shares = {k: v * (1 - eval_share) / sum(TRAIN.values()) for k, v in TRAIN.items()}
     sc = windows(Scenario(), shares=shares | {"eval": eval_share}).host(0.3).process(0.95)
     if hooks:  # every 10th step carries a pass: 9 steps of 0.1 s, then one of 0.1 + E
-        per_pass = eval_share / (1 - eval_share) * 1.0
+        t = eval_share if timed is None else timed
+        per_pass = t / (1 - t) * 1.0
         steps(sc, ([0.1] * 9 + [0.1 + per_pass]) * 15)
     return sc
 
@@ -54,6 +57,23 @@ def test_evaluation_every_10_steps_is_eval001_with_its_interval():
     assert ev["eval_share_after_fix"].value <= 0.10
     assert str(f.location) == "/work/train.py:40:train"
     assert f.expected_speedup == pytest.approx((1 - 0.082) / 0.36, rel=0.05)
+    # the trial that measures it: the evaluation function run every 20th call (200 / 10)
+    assert f.fix == {"kind": "thin", "target": "train.evaluate", "values": {"every": 20}}
+    assert "gpudiag try --fix thin:train.evaluate:every=20" in f.recommendation.actions[1]
+
+
+def test_a_librarys_evaluation_is_tried_by_its_modules_dotted_name():
+    """Hugging Face's Trainer.evaluate (sentence-transformers' training_stsbenchmark.py
+    evaluates every 100 steps): thin:transformers.trainer.evaluate, found in that file."""
+    lib = f"{SITE}/transformers/trainer.py"
+    et = EvalTime(10.0, 0.3, "evaluate", None, lib)
+    fix = trial_fix(et, 4.0)
+    assert fix == {
+        "kind": "thin",
+        "target": "transformers.trainer.evaluate",
+        "values": {"every": 4},
+    }
+    assert trial_fix(EvalTime(10.0, 0.3, "<lambda>", None, lib), 4.0) is None
 
 
 def test_evaluation_without_hooks_takes_its_interval_from_the_episodes():
@@ -79,6 +99,19 @@ def test_evaluation_without_hooks_takes_its_interval_from_the_episodes():
     ev = {e.metric: e.value for e in f.evidence}
     assert ev["evaluations_seen"] == 5 and ev["seconds_between_evaluations"] == 3.0
     assert "s of training instead of every 3 s" in f.recommendation.actions[0]
+
+
+def test_evaluation_is_judged_on_the_hooks_share_it_reports():
+    """training_stsbenchmark.py: 13% of the stack samples under Trainer.evaluate, 21% of the
+    timed steps' wall time in the long steps that carry its passes: judged on the 21% it
+    reports (the gate read the samples' 13% and said nothing)."""
+    f = next(f for f in analyze(evaluating(0.13, timed=0.21).tl).findings if f.id == "EVAL001")
+    ev = {e.metric: e for e in f.evidence}
+    assert ev["eval_share"].value == pytest.approx(0.21, abs=0.01)
+    assert ev["eval_share"].source == "hooks"
+    # long steps far beyond the samples under evaluation hold something else (a save): the
+    # samples' share decides
+    assert "EVAL001" not in ids(analyze(evaluating(0.08, timed=0.30).tl))
 
 
 def test_a_little_evaluation_or_an_evaluation_job_is_not_eval001():

@@ -32,7 +32,15 @@ TRUTH = {
     "nanogpt": None,
     "lightning_ckpt": "CKPT001",
     "hf_trainer": "DATA001",
+    # issue 55's fine-tuning scripts (docs/evidence.md): their own fix flags timed bare
+    "trl_sft": "COMP001",
+    # --eval-steps 0 measured x0.40, x0.66, x0.77 (slower without evaluation; unexplained,
+    # the harness to be checked): no fix moves it, so no warning is the truth until then
+    "st_sts": None,
 }
+# looked at by tests/e2e/public/test_public_finetune.py (their start-up and the hooks' compute
+# table need longer looks than the table's 6 s attach)
+FINETUNE = ("trl_sft", "st_sts")
 
 
 def test_every_script_has_a_truth():

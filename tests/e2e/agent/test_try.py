@@ -164,6 +164,32 @@ def test_anomaly_off_fix_keeps_anomaly_detection_off(tmp_path):
     assert out.stdout.split() == ["False", "False", "False"]
 
 
+def test_recompute_off_fix_calls_a_checkpointed_block_directly(tmp_path):
+    """Activation checkpointing off for every holder of torch.utils.checkpoint.checkpoint that
+    looks it up after the hooks load (Hugging Face binds it at import, in a partial): the
+    block's forward runs once, not again in the backward; the gradients are the same."""
+    out = _in_job(
+        {"kind": "recompute_off", "values": {}},
+        """
+        import functools
+        from torch.utils.checkpoint import checkpoint
+        calls = []
+        lin = torch.nn.Linear(4, 4)
+        def block(x, scale=1.0):
+            calls.append(1)
+            return torch.tanh(lin(x)) * scale
+        held = functools.partial(checkpoint, use_reentrant=False)
+        x = torch.ones(2, 4, requires_grad=True)
+        held(block, x, scale=2.0).sum().backward()
+        checkpoint(block, x, use_reentrant=True, preserve_rng_state=False).sum().backward()
+        print(len(calls), gpudiag_fixes.APPLIED)
+    """,
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "2"  # 4 with the recompute (2 calls, each run again)
+
+
 def test_batch_fix_multiplies_every_loaders_batch(tmp_path):
     out = _in_job(
         {"kind": "batch", "values": {"factor": 4}},

@@ -15,7 +15,7 @@ from benchmarks.public_scripts import (
     look,
     time_fix,
 )
-from tests.public.test_public_scripts import TRUTH
+from tests.public.test_public_scripts import FINETUNE, TRUTH
 
 
 def test_a_round_that_times_out_is_lost_not_fatal(monkeypatch):
@@ -29,7 +29,7 @@ def test_a_round_that_times_out_is_lost_not_fatal(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(TRUTH))
+@pytest.mark.parametrize("name", [n for n in TRUTH if n not in FINETUNE])
 @pytest.mark.parametrize("mode,seconds", [("run", 25.0), ("attach", 20.0)])
 def test_public_script_verdict(name, mode, seconds, tmp_path):
     looks = [look(BY_NAME[name], mode, tmp_path / f"{mode}-{i}.json", seconds) for i in range(2)]
