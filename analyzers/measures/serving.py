@@ -226,7 +226,7 @@ def handler_metrics(tl: Aggregate) -> dict[str, float | None]:
 POOL_WORK_RE = re.compile(r"/concurrent/futures/thread\.py$|/anyio/_backends/_asyncio\.py$")
 # A batcher's own frames on any thread: a call then carries the requests it gathered
 # (BentoML's adaptive batching dispatcher, Ray Serve's @serve.batch, LitServe's batched loop)
-BATCHER_RE = re.compile(r"/bentoml/_internal/marshal/|/ray/serve/batching\.py$")
+BATCHER_RE = re.compile(r"/bentoml/_internal/[m]arshal/|/ray/serve/batching\.py$")
 BATCHER_FUNC_RE = re.compile(r"(^|\.)run_batched_loop$")
 
 
