@@ -63,6 +63,13 @@ def load_per_core() -> float:
     return os.getloadavg()[0] / (os.cpu_count() or 1)
 
 
+def busy_scaled(seconds: float, most: float = 3.0) -> str:
+    """A job's length for a test whose verdict needs enough of its loop sampled: `seconds` on a
+    quiet box, up to `most` times that where the box is busy (the 1-minute load per core, read
+    now): a starved sampler then still sees the loop long enough. As a command-line argument."""
+    return f"{seconds * min(most, max(1.0, load_per_core())):.0f}"
+
+
 def quiet_box_or_skip(max_per_core: float = 0.75) -> None:
     """Skip the calling test, with the measured load as the reason, unless the box is quiet
     (a 1-minute load average per core at most `max_per_core`): for a test that truly needs it."""

@@ -17,6 +17,7 @@ import pytest
 
 from gpudiag.agent.output.report import load_report
 from tests.conftest import WORKLOADS, gpudiag
+from tests.job_findings import busy_scaled
 
 pytest.importorskip("torch")
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -43,7 +44,8 @@ def why(doc: dict) -> str:
 def test_slow_loader_on_rank_1_is_named_the_straggler(tmp_path, cli):
     rec = str(tmp_path / "rec.jsonl.gz")
     env = {"GPUDIAG_TEST_SLOW_RANK": "1", "GPUDIAG_TEST_DATA_DELAY": "0.1"}
-    doc = run_job(tmp_path, env, "6", "--record", rec)  # 6 s of job: found in a shorter look
+    # 6 s of job on a quiet box (found in a shorter look), longer on a busy one
+    doc = run_job(tmp_path, env, busy_scaled(6), "--record", rec)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1], why(doc)
     # the recording holds every rank; its replay rebuilds the main rank's view exactly (the
     # replay and the report below read files: in this process, as `cli` runs them)
@@ -201,7 +203,7 @@ def run_ddp(tmp_path: Path, env: dict[str, str], seconds: str, *extra: str) -> d
 def test_ddp_straggler_is_named_from_the_measured_allreduce_wait(tmp_path, plant, cause, seconds):
     # the issue's held-out case: rank 1 slow outside forward/backward/optimizer, rank 0's
     # wait inside DDP's all-reduce under backward (timed by gpudiag's comm hook)
-    doc = run_ddp(tmp_path, {"GPUDIAG_TEST_PLANT": plant}, seconds)
+    doc = run_ddp(tmp_path, {"GPUDIAG_TEST_PLANT": plant}, busy_scaled(float(seconds)))
     assert doc["distributed"]["straggler"].get("straggler") == 1, why(doc)
     assert "measured" in doc["distributed"]["straggler"]["basis"]
     f = next(f for f in doc["findings"] if f["id"] == "DIST001")

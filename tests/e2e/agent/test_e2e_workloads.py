@@ -61,6 +61,15 @@ def loader_finding(doc: dict) -> str:
     return "DATA001"
 
 
+def saturated_finding(doc: dict) -> str:
+    """The saturated loader is DATA002, or HOST003 where the job's own threads crowd its
+    cores past `job_runqueue_warn` (a busy box makes every thread wait longer): DATA002 then
+    stays as a note that asks to size the thread pools first. Both read the planted
+    condition: 4 workers of 3 threads each on 2 cores."""
+    noted = "DATA002" in [f["id"] for f in doc["findings"]]
+    return "HOST003" if noted and job_ids(doc, serious=True)[:1] == ["HOST003"] else "DATA002"
+
+
 def same_as_replayed(a: dict, b: dict) -> None:
     """A live report `a` and the replay `b` of its recording: the same findings, breakdown,
     probes and sampling rates."""
@@ -73,6 +82,8 @@ def same_as_replayed(a: dict, b: dict) -> None:
 def check(doc: dict, expected: str | None) -> None:
     if expected == "DATA001":
         expected = loader_finding(doc)
+    if expected == "DATA002":
+        expected = saturated_finding(doc)
     # the job's own warnings and errors: a true HOST002 of the busy box (the busy_core fixture
     # burns a core; its evidence names the process) is not the planted workload's
     serious = job_ids(doc, serious=True)

@@ -4,6 +4,7 @@ after."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -134,7 +135,15 @@ def test_step_times_match_the_hooks_and_the_jobs_own(captured):
     got = [s["dur_s"] for s in cap["steps"]]
     # capture step j (0-based) is the hooks' row AFTER + j: optimizer step AFTER + j + 1
     hooks = [rows[AFTER + j][1] for j in range(N)]
-    assert got == pytest.approx(hooks, rel=0.05, abs=5e-4)
+    # the hooks' clock and the capture's are read one after the other at each step's end: the
+    # machine may preempt the job between the two, and that late boundary moves time from one
+    # step to the next. So the steps' ends are compared: all but one must agree.
+    ends = zip(itertools.accumulate(got), itertools.accumulate(hooks), strict=True)
+    late = [g != pytest.approx(h, rel=0.01, abs=5e-4) for g, h in ends]
+    assert sum(late) <= 1, (got, hooks)
+    # and they are the same steps: the job's planted sleep falls in the same one in both
+    slept = [j for j in range(N) if (AFTER + j) % 7 == 3]
+    assert slept and all(min(got[j], hooks[j]) >= 0.004 for j in slept), (got, hooks)
     # the job's own timing (opt.step() return to return) agrees except on the first and the
     # last captured step, which also carry switching the profiler on and off (cost_s)
     # (the job's list starts at its second step: step_times[k] is step k + 2, 1-based)
