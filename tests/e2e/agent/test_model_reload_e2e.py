@@ -20,6 +20,11 @@ def test_run_names_a_model_loaded_per_batch_and_not_one_loaded_once(tmp_path, re
     if not reload:
         assert "INFER004" not in job_ids(doc) and doc["metrics"]["models_new"] == 1.0
         return
+    m = doc["metrics"]
+    why = {k: m.get(k) for k in m if k.startswith(("models_", "stack_", "loop_"))}
+    why |= {"shares": doc["breakdown"]["shares"], "samples": doc["breakdown"]["samples"]}
+    why |= {"findings": [(f["id"], f["impact"], f["message"][:300]) for f in doc["findings"]]}
+    assert "INFER004" in job_ids(doc), why  # a failure says what the loop and the hooks read
     f = first_job_finding(doc, "INFER004")  # first among the job's causes
     assert f["location"].endswith(":main") and "embed_hf.py" in f["location"]
     assert doc["metrics"]["models_new_share"] >= 0.9
