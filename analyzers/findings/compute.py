@@ -11,6 +11,7 @@ import statistics
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.compute import ComputeTable, Row
+from gpudiag.analyzers.measures.module_split import own_call
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
@@ -434,12 +435,16 @@ def trial(row: Row, th: Thresholds | None = None) -> dict | None:
     """The `gpudiag try` fix that measures a reason `waste` read, where one applies from
     outside the code: freeze the module whose gradients nobody takes (or that holds a group's
     zero gradients), reuse the output of a module called again on the same input; with the
-    thresholds, activation checkpointing off where a unit recomputes its forward."""
+    thresholds, activation checkpointing off where a unit recomputes its forward; the unit
+    over only the span of its output the loss reads, where the hooks read one (select)."""
     w, g = row.why, row.group
     if row.kind == "unit" and (w.get("orphan") or 0.0) >= 1:
         return {"kind": "freeze", "target": row.name, "values": {}}
     if row.kind == "unit" and ((w.get("repeat") or 0.0) >= 0.5 or (w.get("constant") or 0) >= 0.5):
         return {"kind": "reuse", "target": row.name, "values": {}}
+    span = read_span(row)
+    if row.kind == "unit" and (w.get("unused") or 0.0) >= UNUSED_SHARE and span is not None:
+        return {"kind": "select", "target": row.name, "values": span}
     param = str(g.get("zero_param") or "")
     if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
         return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
@@ -447,6 +452,23 @@ def trial(row: Row, th: Thresholds | None = None) -> dict | None:
         if row.flops_bwd / row.flops_fwd >= th.comp_recompute_ratio:
             return {"kind": "recompute_off", "values": {}}
     return None
+
+
+def fix_arg(fix: dict) -> str:
+    """A trial as `gpudiag try --fix` takes it: KIND[:TARGET][:KEY=VALUE,...]."""
+    values = ",".join(f"{k}={v}" for k, v in (fix.get("values") or {}).items())
+    return ":".join(x for x in (fix["kind"], fix.get("target") or "", values) if x)
+
+
+def read_span(row: Row) -> dict | None:
+    """The span of a unit's output the loss reads, as the select trial takes it ({dim, start,
+    length}), where every timed step read the same one (its means are whole numbers); else
+    None."""
+    got = [row.why.get(k) for k in ("read_dim", "read_start", "read_len")]
+    if any(v is None or abs(v - round(v)) > 1e-6 for v in got):
+        return None
+    dim, start, length = (int(round(v or 0.0)) for v in got)
+    return {"dim": dim, "start": start, "length": length} if length >= 1 else None
 
 
 def _candidates(
@@ -523,7 +545,7 @@ def _why_evidence(row: Row) -> tuple[Evidence, ...]:
     return tuple(
         Evidence(f"compute_{k}", round(v, 4), unit.get(k, "ratio"), source="hooks")
         for k, v in sorted(vals.items())
-        if v
+        if v and not k.startswith("read_")  # the read span: the trial's values
     )
 
 
@@ -580,8 +602,18 @@ def find(c: Context) -> list[Finding]:
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     fix = trial(row, th) if why else None
-    if fix is not None:
-        arg = f"{fix['kind']}:{fix['target']}" if fix.get("target") else fix["kind"]
+    call = None
+    if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
+        call = own_call(c.view, c.profile, c.clf)  # the helper its own code's time is in
+        fix = {"kind": "cache", "target": call.target, "values": {}} if call else None
+    if call is not None and fix is not None:
+        actions += (
+            f"where {call.function} ({call.share:.0%} of the model's own code) is called with "
+            "the same arguments every step, compute it once; measure it first (its hit rate "
+            f"says whether they repeat): gpudiag try --fix {fix_arg(fix)} -- <the job>",
+        )
+    elif fix is not None:
+        arg = fix_arg(fix)
         actions += (f"measure it first: gpudiag try --fix {arg} -- <the job>",)
     return [
         new_finding(
