@@ -11,7 +11,7 @@ import statistics
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.compute import ComputeTable, Row
-from gpudiag.analyzers.measures.module_split import own_call
+from gpudiag.analyzers.measures.module_split import OwnCall, own_call
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
@@ -549,6 +549,15 @@ def _why_evidence(row: Row) -> tuple[Evidence, ...]:
     )
 
 
+def _own_call(c: Context) -> OwnCall | None:
+    """The helper of the job's own that most of the model's own code runs in, from the loop's
+    stacks (None without them: a context of the hooks' table alone)."""
+    view, profile, clf = (getattr(c, k, None) for k in ("view", "profile", "clf"))
+    if view is None or profile is None or clf is None:
+        return None
+    return own_call(view, profile, clf)
+
+
 def find(c: Context) -> list[Finding]:
     """COMP001 over the hooks' sampled steps (one finding: the costliest place, the others
     named in its message)."""
@@ -604,7 +613,7 @@ def find(c: Context) -> list[Finding]:
     fix = trial(row, th) if why else None
     call = None
     if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
-        call = own_call(c.view, c.profile, c.clf)  # the helper its own code's time is in
+        call = _own_call(c)  # the helper its own code's time is in
         fix = {"kind": "cache", "target": call.target, "values": {}} if call else None
     if call is not None and fix is not None:
         actions += (

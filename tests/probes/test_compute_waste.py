@@ -314,3 +314,46 @@ def test_layers_and_stacks_of_them_build_no_such_intermediate(monkeypatch):
     t = _table(Layers(), monkeypatch, x=torch.randn(8, 3, 12, 12))
     assert not any("intermediates" in f.message for f in _comp001(t))
     assert not next(r for r in t.rows if r.name == "stack").io_bytes  # not a layer
+
+
+@pytest.mark.parametrize(
+    ("shape", "read", "span"),
+    [
+        ((4, 16, 10), (slice(None), slice(15, 16)), (1, -1, 1)),  # the last position
+        ((8, 64), (slice(None), slice(0, 8)), (-1, 0, 8)),  # a Linear's first 8 features
+        ((8, 64), (slice(None), slice(None)), None),  # every output read
+        ((8, 64), (slice(None), [0, 5]), None),  # not one span
+    ],
+)
+def test_the_span_of_an_output_its_gradient_reaches_is_read(shape, read, span):
+    grad = torch.zeros(shape)
+    grad[read] = 1.0
+    assert gc.read_span(grad) == span
+
+
+def test_comp001_carries_the_select_trial_over_the_span_the_loss_reads(monkeypatch):
+    class Wide(nn.Module):  # a layer 8x wider than the part of it read
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp, self.head = nn.Linear(32, 256), nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.inp(x)[:, :32]))
+
+    t = _table(Wide(), monkeypatch)
+    rows = {r.name: r for r in t.rows}
+    assert rows["inp"].why["read_dim"] == -1 and rows["inp"].why["read_len"] == 32
+    (f,) = _comp001(t)
+    assert "(inp)" in f.title
+    assert f.fix == {
+        "kind": "select",
+        "target": "inp",
+        "values": {"dim": -1, "start": 0, "length": 32},
+    }
+    assert any(
+        "gpudiag try --fix select:inp:dim=-1,start=0,length=32" in a
+        for a in f.recommendation.actions
+    )
+    assert not [
+        e for e in f.evidence if e.metric.startswith("compute_read")
+    ]  # the trial's, not evidence
