@@ -66,7 +66,11 @@ COMP001 = register(
                 "that are read; requires_grad_(False) on what does not train; the first output "
                 "reused; a constant computed once; foreach=True "
                 "(fused=True on a GPU) in the optimizer; with no reason read, a profiler "
-                "capture of the step (`--capture-steps`) shows its ops"
+                "capture of the step (`--capture-steps`) shows its ops. Carries the `gpudiag "
+                "try` trial that measures the change where one acts from outside the code: "
+                "freeze:UNIT, reuse:UNIT, recompute_off, select:UNIT:dim=D,start=S,length=L "
+                "(the span of its output the loss reads), cache:MODULE.FUNCTION (the helper of "
+                "the model's own code with a loop, named from the stacks)"
             ),
             measured=(
                 Measured(
