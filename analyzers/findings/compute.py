@@ -82,10 +82,14 @@ COMP001 = register(
                         "gradients, its backward for gradients no optimizer takes, the repeated "
                         "calls' share, all of it for a constant, or its time over its twins' "
                         "(same FLOPs and parameters, without the reason) where that is more; "
-                        "summed over every place that shows the same reason, whatever its share; "
+                        "summed over every place that shows the same reason, whatever its share "
+                        "(outputs unread at the same span as the named place's, upstream of it, "
+                        "left out: its change leaves them); "
                         "with what the change gives back outside the place: half the "
                         "optimizer's update of a float64 module's parameters, the update of "
-                        "the zero-gradient parameters of a module whose outputs nobody reads, "
+                        "the zero-gradient parameters of a module whose outputs nobody reads "
+                        "and the zero gradient a selection after it writes over them (once, at "
+                        "the attainable copy rate), "
                         "the weight gradients of a module frozen for a group's zero gradients"
                     ),
                     speedup="a model: 1 / (1 - impact)",
@@ -340,16 +344,22 @@ def _median_calls(peers: list[Row]) -> float:
     return max(1.0, statistics.median([r.calls or 1.0 for r in peers]))
 
 
-def spread(action: str, t: ComputeTable, th: Thresholds) -> float:
+def spread(action: str, t: ComputeTable, th: Thresholds, named: Row | None = None) -> float:
     """The share of the step a change gives back across every place whose work shows the
     reason it names (a checkpoint on every block, not only the costliest): at each, the larger
     of the reason's model and its time's excess over its twins that do the same work without
     the reason (a float64 block against its float32 twins: the casts it forces inside it
-    counted), and what the change gives back beyond the place (`beyond`)."""
+    counted), and what the change gives back beyond the place (`beyond`). Outputs nobody
+    reads at the same span as the `named` place's (a norm and a layer before a head over every
+    position, their gradients zero where the head's are) are that place's unread outputs seen
+    upstream: the change there (a selection before it) leaves their work as it was."""
     total, extra = 0.0, dict[str, float]()
+    span = read_span(named) if named is not None else None
     for row in t.rows:
         found = [(r[2], r[3]) for r in reasons(row, t, th) if r[1] == action]
         if not found or row.time_s <= 0:
+            continue
+        if span is not None and row is not named and read_span(row) == span:
             continue
         saving, kind = max(found)
         total += row.share * max(saving, _excess(row, action, t, th))
@@ -375,7 +385,8 @@ def beyond(row: Row, kind: str, t: ComputeTable) -> tuple[str, float]:
     if kind == "float64":
         return f"{row.name} update", FP64_SAVING * _update_share(row, t)
     if kind == "unused":
-        return f"{row.name} update", _update_share(row, t) * _zero_params(row, t)
+        share = _update_share(row, t) * _zero_params(row, t) + _zero_fill(row, t)
+        return f"{row.name} update", share
     if kind == "zero_grad":
         unit = _frozen_unit(row, t)
         if unit is None or unit.time_s <= 0:
@@ -384,6 +395,20 @@ def beyond(row: Row, kind: str, t: ComputeTable) -> tuple[str, float]:
         weights = 1.0 if bwd <= WEIGHT_ONLY_BWD * fwd else 0.5
         return f"{unit.name} backward", unit.share * unit.bwd_s / unit.time_s * weights
     return row.name, 0.0
+
+
+def _zero_fill(row: Row, t: ComputeTable) -> float:
+    """The share of the step the selection after a unit spends writing its output's zero
+    gradient (autograd's backward of an index or a slice writes a gradient of the whole output,
+    zeros where it is unread): its unread share of its output's bytes (its inputs', outputs' and
+    parameters' bytes less its parameters') once at the attainable copy rate; only where the
+    hooks read the one span its gradient reaches (a selection), none without the rate."""
+    if read_span(row) is None or not row.io_bytes or not t.attainable.bytes_s or t.step_s <= 0:
+        return 0.0
+    size = max((ITEMSIZE[d] for d in row.dtype.split(",") if d in ITEMSIZE), default=4)
+    out = max(0.0, row.io_bytes / max(1.0, row.calls or 1.0) - (row.params or 0.0) * size)
+    unread = out * (row.why.get("unused") or 0.0) * max(1.0, row.calls or 1.0)
+    return min(1.0, unread / t.attainable.bytes_s / t.step_s)
 
 
 def _update_share(row: Row, t: ComputeTable) -> float:
@@ -579,7 +604,7 @@ def find(c: Context) -> list[Finding]:
     why = reasons(row, t, th)
     same = [x for x in found[1:] if why and why[0][1] in {r[1] for r in reasons(x[1], t, th)}]
     if why:  # one cause across the step: every place that shows it, whatever its share
-        impact = min(0.95, max(impact, spread(why[0][1], t, th)))
+        impact = min(0.95, max(impact, spread(why[0][1], t, th, row)))
     found = [found[0], *same, *[x for x in found[1:] if x not in same]]
     where = {
         "unit": f"module {row.name}",
