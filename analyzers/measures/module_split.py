@@ -332,7 +332,10 @@ def own_call(view: Aggregate, profile: LoopProfile, clf: Classifier) -> OwnCall 
         if len(calls) != 1:  # a layer's time, or the model's own code of no module
             continue
         total += count
-        below = [fr for fr in frames[calls[0][1] + 1 :] if fr.is_user]
+        start = calls[0][1]  # the model's forward (past torch's call frames: a hook's `inner`)
+        while start < len(frames) - 1 and _MODULE_FILE.search(frames[start].file):
+            start += 1
+        below = [fr for fr in frames[start + 1 :] if fr.is_user]
         named = [fr for fr in below if not _UNNAMED.search(fr.function)]
         if named:
             key = (named[-1].file, named[-1].function)

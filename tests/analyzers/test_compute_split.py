@@ -164,3 +164,6 @@ def test_the_helper_the_models_own_code_runs_in_is_named_for_its_cache_trial():
 def test_a_comprehension_inline_in_the_forward_names_no_helper():
     """A loop written in the forward itself has no function of its own to cache."""
     assert _own_call({"gpt_listcomp": 0.4, "lm_head": 0.2, "backward": 0.4}) is None
+    # under the hooks torch calls the forward through `_call_impl.<locals>.inner`: the forward
+    # is still the model's, not a helper below it
+    assert _own_call({"gpt_listcomp_hooked": 0.4, "lm_head": 0.2, "backward": 0.4}) is None
