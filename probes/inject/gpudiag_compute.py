@@ -589,8 +589,8 @@ READ_SPAN_ZEROS = 0.75  # a unit output gradient's zero share from which its rea
 
 
 def read_span(grad: Any) -> tuple[int, int, int] | None:
-    """(dim, start, length) of the one contiguous span of positions along one dim of a unit's
-    output that its gradient reaches (the others zero: nobody reads them), the dim where it is
+    """(dim, start, length) of the span of positions along one dim of a unit's output that its
+    gradient reaches, first to last (outside it zero: nobody reads them), the dim where it is
     the smallest share of the dim; the last dim as -1, a span that ends at the dim's end with a
     start counted from the end (the last position: -1). None: no such span. One pass over the
     gradient and one over its nonzero mask per dim, on a sampled step after it is timed."""
@@ -609,8 +609,8 @@ def read_span(grad: Any) -> tuple[int, int, int] | None:
             if idx.numel() == 0:
                 return None
             first, last = int(idx[0]), int(idx[-1])
-            length = last - first + 1
-            if length != idx.numel() or length >= size:
+            length = last - first + 1  # the hull: a position inside it may read zero this step
+            if length >= size:
                 continue
             if best is None or length / size < best[0]:
                 start = first - size if last == size - 1 and first > 0 else first
