@@ -17,7 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "workloads"))
 import compute_open_world as w  # noqa: E402
 
-from gpudiag.analyzers.findings.compute import _candidates, find, reasons, trial  # noqa: E402
+from gpudiag.analyzers.findings.compute import (  # noqa: E402
+    _candidates,
+    find,
+    fix_arg,
+    reasons,
+    trial,
+)
 from gpudiag.analyzers.measures.compute import compute_table  # noqa: E402
 from gpudiag.analyzers.model.thresholds import Thresholds  # noqa: E402
 from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
@@ -63,7 +69,7 @@ def readings(cause: str, steps: int = 14) -> str:
     _, row, _, _ = found[0]
     why = "; ".join(r[0] for r in reasons(row, t, Thresholds()))[:150] or "no reason read"
     fix = trial(row)
-    tried = f"`{fix['kind']}:{fix['target']}`" if fix else "-"
+    tried = f"`{fix_arg(fix)}`" if fix else "-"
     (f,) = find(_Context(t))  # type: ignore[arg-type]
     x = f"x{f.expected_speedup:.2f}" if f.expected_speedup else "-"
     return f"| {cause} | {row.name} ({row.share:.0%} of the step) | {why} | {tried} | {x} |"

@@ -42,10 +42,13 @@ def add_parser(sub: Any) -> None:
         "(kinds: dataloader, optimizer, cudnn_benchmark, tf32, compile, checkpoint, "
         "inference_mode, batch, anomaly_off, padding, load_once, recompute_off); any call "
         "site: "
-        "thin:MODULE.FUNCTION:every=N (run it every N-th call), skip:MODULE.FUNCTION "
+        "thin:MODULE.FUNCTION:every=N (run it every N-th call), skip:MODULE.FUNCTION, "
+        "cache:MODULE.FUNCTION (its result kept for arguments seen before; the hit rate said) "
         "(MODULE: a module or the script's stem, e.g. thin:train.compute_metrics:every=50); any "
         "module of the model by its dotted path: freeze:UNIT (requires_grad_(False) on it), "
-        "reuse:UNIT (its last output for the same unchanged input)",
+        "reuse:UNIT (its last output for the same unchanged input), "
+        "select:UNIT:dim=D,start=S,length=L (only the outputs the loss reads: L positions from S "
+        "along its output's dim D, checked as it runs)",
     )
     p.add_argument(
         "--from",

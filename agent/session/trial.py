@@ -36,9 +36,16 @@ from gpudiag.text.redact import printable, shown
 from gpudiag.text.sink import say
 
 NUMERICS = ("tf32",)  # kinds that change the job's numbers: only with --allow-numerics
-TARGETED = ("thin", "skip", "freeze", "reuse")  # kinds that name a call site or a module:
+TARGETED = (
+    "thin",
+    "skip",
+    "cache",
+    "freeze",
+    "reuse",
+    "select",
+)  # kinds that name a call site or a module:
 # KIND:MODULE.FUNCTION[:VALUES] (thin, skip); KIND:UNIT, the model's module by its dotted path
-UNITS = ("freeze", "reuse")
+UNITS = ("freeze", "reuse", "select")
 UNIT_RE = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 # a call site: dotted names (a nested function's `<locals>` too), module then function
 TARGET_RE = re.compile(r"[A-Za-z_]\w*(\.([A-Za-z_]\w*|<locals>))+")
@@ -351,6 +358,9 @@ def change_line(fix: dict, location: str | None) -> str:
             for k, v in (fix.get("values") or {}).items()
             if k in ("anomaly", "deterministic", "cudnn_deterministic", "cudnn_benchmark")
         ),
+        "cache": f"compute {fix.get('target')} once for each set of arguments it is called "
+        "with (before the loop, or functools.lru_cache / a dict keyed on them; a tensor "
+        "argument by its values, not its identity)",
         "skip": f"take {fix.get('target')} off the loop's path (remove it, or run it in the "
         "background)",
         "freeze": f"{fix.get('target')}.requires_grad_(False) (what is meant to stay fixed "
@@ -358,6 +368,8 @@ def change_line(fix: dict, location: str | None) -> str:
         "recompute_off": "gradient checkpointing off where the activations fit: "
         "gradient_checkpointing=False (Hugging Face TrainingArguments, TRL's SFTConfig), "
         "or the block called directly in place of torch.utils.checkpoint.checkpoint",
+        "select": "compute {0} over only what is read: select before it (e.g. {0}(x[:, -1]) in "
+        "place of {0}(x)[:, -1]), or narrow it to the outputs read".format(fix.get("target")),
         "reuse": f"compute {fix.get('target')}'s output once and reuse it (once a step for a "
         "second call on the same batch; once before the loop for a constant input)",
     }.get(fix.get("kind", ""), values)
@@ -474,6 +486,7 @@ VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
     "checkpoint": {"every": (1, 1_000_000)},
     "batch": {"factor": (2, 1024)},
     "thin": {"every": (2, 1_000_000)},
+    "select": {"dim": (-8, 7), "start": (-1_000_000, 1_000_000), "length": (1, 1_000_000)},
     "settings": {
         "anomaly": None,
         "deterministic": None,

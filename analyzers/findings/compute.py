@@ -11,6 +11,7 @@ import statistics
 from gpudiag.analyzers.context.context import Context
 from gpudiag.analyzers.context.finder import Finder
 from gpudiag.analyzers.measures.compute import ComputeTable, Row
+from gpudiag.analyzers.measures.module_split import OwnCall, own_call
 from gpudiag.analyzers.model.catalogue import Doc, Measured, Spec, new_finding, register
 from gpudiag.analyzers.model.results import (
     Evidence,
@@ -65,7 +66,11 @@ COMP001 = register(
                 "that are read; requires_grad_(False) on what does not train; the first output "
                 "reused; a constant computed once; foreach=True "
                 "(fused=True on a GPU) in the optimizer; with no reason read, a profiler "
-                "capture of the step (`--capture-steps`) shows its ops"
+                "capture of the step (`--capture-steps`) shows its ops. Carries the `gpudiag "
+                "try` trial that measures the change where one acts from outside the code: "
+                "freeze:UNIT, reuse:UNIT, recompute_off, select:UNIT:dim=D,start=S,length=L "
+                "(the span of its output the loss reads), cache:MODULE.FUNCTION (the helper of "
+                "the model's own code with a loop, named from the stacks)"
             ),
             measured=(
                 Measured(
@@ -77,10 +82,14 @@ COMP001 = register(
                         "gradients, its backward for gradients no optimizer takes, the repeated "
                         "calls' share, all of it for a constant, or its time over its twins' "
                         "(same FLOPs and parameters, without the reason) where that is more; "
-                        "summed over every place that shows the same reason, whatever its share; "
+                        "summed over every place that shows the same reason, whatever its share "
+                        "(outputs unread at the same span as the named place's, upstream of it, "
+                        "left out: its change leaves them); "
                         "with what the change gives back outside the place: half the "
                         "optimizer's update of a float64 module's parameters, the update of "
-                        "the zero-gradient parameters of a module whose outputs nobody reads, "
+                        "the zero-gradient parameters of a module whose outputs nobody reads "
+                        "and the zero gradient a selection after it writes over them (once, at "
+                        "the attainable copy rate), "
                         "the weight gradients of a module frozen for a group's zero gradients"
                     ),
                     speedup="a model: 1 / (1 - impact)",
@@ -335,16 +344,22 @@ def _median_calls(peers: list[Row]) -> float:
     return max(1.0, statistics.median([r.calls or 1.0 for r in peers]))
 
 
-def spread(action: str, t: ComputeTable, th: Thresholds) -> float:
+def spread(action: str, t: ComputeTable, th: Thresholds, named: Row | None = None) -> float:
     """The share of the step a change gives back across every place whose work shows the
     reason it names (a checkpoint on every block, not only the costliest): at each, the larger
     of the reason's model and its time's excess over its twins that do the same work without
     the reason (a float64 block against its float32 twins: the casts it forces inside it
-    counted), and what the change gives back beyond the place (`beyond`)."""
+    counted), and what the change gives back beyond the place (`beyond`). Outputs nobody
+    reads at the same span as the `named` place's (a norm and a layer before a head over every
+    position, their gradients zero where the head's are) are that place's unread outputs seen
+    upstream: the change there (a selection before it) leaves their work as it was."""
     total, extra = 0.0, dict[str, float]()
+    span = read_span(named) if named is not None else None
     for row in t.rows:
         found = [(r[2], r[3]) for r in reasons(row, t, th) if r[1] == action]
         if not found or row.time_s <= 0:
+            continue
+        if span is not None and row is not named and read_span(row) == span:
             continue
         saving, kind = max(found)
         total += row.share * max(saving, _excess(row, action, t, th))
@@ -370,7 +385,8 @@ def beyond(row: Row, kind: str, t: ComputeTable) -> tuple[str, float]:
     if kind == "float64":
         return f"{row.name} update", FP64_SAVING * _update_share(row, t)
     if kind == "unused":
-        return f"{row.name} update", _update_share(row, t) * _zero_params(row, t)
+        share = _update_share(row, t) * _zero_params(row, t) + _zero_fill(row, t)
+        return f"{row.name} update", share
     if kind == "zero_grad":
         unit = _frozen_unit(row, t)
         if unit is None or unit.time_s <= 0:
@@ -379,6 +395,20 @@ def beyond(row: Row, kind: str, t: ComputeTable) -> tuple[str, float]:
         weights = 1.0 if bwd <= WEIGHT_ONLY_BWD * fwd else 0.5
         return f"{unit.name} backward", unit.share * unit.bwd_s / unit.time_s * weights
     return row.name, 0.0
+
+
+def _zero_fill(row: Row, t: ComputeTable) -> float:
+    """The share of the step the selection after a unit spends writing its output's zero
+    gradient (autograd's backward of an index or a slice writes a gradient of the whole output,
+    zeros where it is unread): its unread share of its output's bytes (its inputs', outputs' and
+    parameters' bytes less its parameters') once at the attainable copy rate; only where the
+    hooks read the one span its gradient reaches (a selection), none without the rate."""
+    if read_span(row) is None or not row.io_bytes or not t.attainable.bytes_s or t.step_s <= 0:
+        return 0.0
+    size = max((ITEMSIZE[d] for d in row.dtype.split(",") if d in ITEMSIZE), default=4)
+    out = max(0.0, row.io_bytes / max(1.0, row.calls or 1.0) - (row.params or 0.0) * size)
+    unread = out * (row.why.get("unused") or 0.0) * max(1.0, row.calls or 1.0)
+    return min(1.0, unread / t.attainable.bytes_s / t.step_s)
 
 
 def _update_share(row: Row, t: ComputeTable) -> float:
@@ -434,12 +464,18 @@ def trial(row: Row, th: Thresholds | None = None) -> dict | None:
     """The `gpudiag try` fix that measures a reason `waste` read, where one applies from
     outside the code: freeze the module whose gradients nobody takes (or that holds a group's
     zero gradients), reuse the output of a module called again on the same input; with the
-    thresholds, activation checkpointing off where a unit recomputes its forward."""
+    thresholds, activation checkpointing off where a unit recomputes its forward; the unit
+    over only the span of its output the loss reads, where the hooks read one (select)."""
     w, g = row.why, row.group
     if row.kind == "unit" and (w.get("orphan") or 0.0) >= 1:
         return {"kind": "freeze", "target": row.name, "values": {}}
     if row.kind == "unit" and ((w.get("repeat") or 0.0) >= 0.5 or (w.get("constant") or 0) >= 0.5):
         return {"kind": "reuse", "target": row.name, "values": {}}
+    span = read_span(row)
+    # positions only: a layer's features narrowed from outside keep its weight in the optimizer
+    if row.kind == "unit" and (w.get("unused") or 0.0) >= UNUSED_SHARE and span is not None:
+        if span["dim"] != -1:
+            return {"kind": "select", "target": row.name, "values": span}
     param = str(g.get("zero_param") or "")
     if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
         return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
@@ -447,6 +483,23 @@ def trial(row: Row, th: Thresholds | None = None) -> dict | None:
         if row.flops_bwd / row.flops_fwd >= th.comp_recompute_ratio:
             return {"kind": "recompute_off", "values": {}}
     return None
+
+
+def fix_arg(fix: dict) -> str:
+    """A trial as `gpudiag try --fix` takes it: KIND[:TARGET][:KEY=VALUE,...]."""
+    values = ",".join(f"{k}={v}" for k, v in (fix.get("values") or {}).items())
+    return ":".join(x for x in (fix["kind"], fix.get("target") or "", values) if x)
+
+
+def read_span(row: Row) -> dict | None:
+    """The span of a unit's output the loss reads, as the select trial takes it ({dim, start,
+    length}), where every timed step read the same one (its means are whole numbers); else
+    None."""
+    got = [row.why.get(k) for k in ("read_dim", "read_start", "read_len")]
+    if any(v is None or abs(v - round(v)) > 1e-6 for v in got):
+        return None
+    dim, start, length = (int(round(v or 0.0)) for v in got)
+    return {"dim": dim, "start": start, "length": length} if length >= 1 else None
 
 
 def _candidates(
@@ -523,8 +576,17 @@ def _why_evidence(row: Row) -> tuple[Evidence, ...]:
     return tuple(
         Evidence(f"compute_{k}", round(v, 4), unit.get(k, "ratio"), source="hooks")
         for k, v in sorted(vals.items())
-        if v
+        if v and not k.startswith("read_")  # the read span: the trial's values
     )
+
+
+def _own_call(c: Context) -> OwnCall | None:
+    """The helper of the job's own that most of the model's own code runs in, from the loop's
+    stacks (None without them: a context of the hooks' table alone)."""
+    view, profile, clf = (getattr(c, k, None) for k in ("view", "profile", "clf"))
+    if view is None or profile is None or clf is None:
+        return None
+    return own_call(view, profile, clf)
 
 
 def find(c: Context) -> list[Finding]:
@@ -544,7 +606,7 @@ def find(c: Context) -> list[Finding]:
     why = reasons(row, t, th)
     same = [x for x in found[1:] if why and why[0][1] in {r[1] for r in reasons(x[1], t, th)}]
     if why:  # one cause across the step: every place that shows it, whatever its share
-        impact = min(0.95, max(impact, spread(why[0][1], t, th)))
+        impact = min(0.95, max(impact, spread(why[0][1], t, th, row)))
     found = [found[0], *same, *[x for x in found[1:] if x not in same]]
     where = {
         "unit": f"module {row.name}",
@@ -580,9 +642,25 @@ def find(c: Context) -> list[Finding]:
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     fix = trial(row, th) if why else None
-    if fix is not None:
-        arg = f"{fix['kind']}:{fix['target']}" if fix.get("target") else fix["kind"]
+    call = None
+    if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
+        call = _own_call(c)  # the helper its own code's time is in
+        fix = {"kind": "cache", "target": call.target, "values": {}} if call else None
+    if call is not None and fix is not None:
+        actions += (
+            f"where {call.function} ({call.share:.0%} of the model's own code) is called with "
+            "the same arguments every step, compute it once; measure it first (its hit rate "
+            f"says whether they repeat): gpudiag try --fix {fix_arg(fix)} -- <the job>",
+        )
+    elif fix is not None:
+        arg = fix_arg(fix)
         actions += (f"measure it first: gpudiag try --fix {arg} -- <the job>",)
+    elif any(r[3] == "unused" for r in why) and (read_span(row) or {}).get("dim") == -1:
+        actions += (
+            "no trial measures it from outside: its loss reads a span of its features, and a "
+            "layer narrowed in place keeps its whole weight in the optimizer (a narrower layer "
+            "does not): time the narrower layer bare",
+        )
     return [
         new_finding(
             "COMP001",

@@ -48,7 +48,8 @@ class Row:
     why: dict = field(default_factory=dict)  # what its tensors show (timed steps' means):
     # unused (share of its outputs whose gradient is zero), orphan (its parameters' elements
     # given a gradient no optimizer updates), repeat (calls a step on an input it already had),
-    # constant (share of timed steps on the last one's unchanged input, no grad)
+    # constant (share of timed steps on the last one's unchanged input, no grad); read_dim,
+    # read_start, read_len: the one span of its output its gradient reaches (the rest unread)
     param_bytes: float | None = None  # an optimizer group's parameters' bytes (not reported)
 
     @property
@@ -367,7 +368,15 @@ def _groups(view: Aggregate, opt_s: float, step_s: float, opt_work: dict) -> lis
     return rows
 
 
-WHY = ("unit_unused", "unit_orphan", "unit_repeat", "unit_constant")
+WHY = (
+    "unit_unused",
+    "unit_orphan",
+    "unit_repeat",
+    "unit_constant",
+    "unit_read_dim",
+    "unit_read_start",
+    "unit_read_len",
+)
 
 
 def _with_why(view: Aggregate, rows: list[Row]) -> list[Row]:

@@ -295,3 +295,55 @@ def compute_split(
         key=lambda r: (-r.samples, row_label(r.fields())),
     )
     return ComputeSplit(tuple(out[:MAX_ROWS]), n, on_gpu)
+
+
+# frames a trial cannot patch by name: a comprehension's, a lambda's, a module's body
+_UNNAMED = re.compile(r"<(listcomp|dictcomp|setcomp|genexpr|lambda|module)>")
+
+
+@dataclass(frozen=True)
+class OwnCall:
+    """The job's own function where most of the model's own code's forward samples are: called
+    from the model's forward, below it (a helper the forward calls, not the forward itself)."""
+
+    file: str
+    function: str  # its qualified name as py-spy reads it ("positional_table", "Net.build")
+    share: float  # of the forward's own-code samples
+
+    @property
+    def target(self) -> str:
+        """MODULE.FUNCTION as `gpudiag try` takes it (MODULE: the file's stem)."""
+        stem = self.file.rsplit("/", 1)[-1].removesuffix(".py")
+        return f"{stem}.{self.function}"
+
+
+def own_call(view: Aggregate, profile: LoopProfile, clf: Classifier) -> OwnCall | None:
+    """The innermost named function of the job's own, below the model's forward frame, that
+    holds most (`OWN_CALL_SHARE`) of the forward samples in the model's own code; None."""
+    if profile.thread is None:
+        return None
+    counts: dict[tuple[str, str], float] = {}
+    total = 0.0
+    for (stack, code), count in view.stacks.get(profile.thread, {}).items():
+        if profile.placed(clf, stack, code) != "forward":
+            continue
+        frames = tuple(fr for fr in parse_stack(stack) if fr.file and fr.line > 0 and not fr.is_own)
+        calls = module_calls(frames)
+        if len(calls) != 1:  # a layer's time, or the model's own code of no module
+            continue
+        total += count
+        start = calls[0][1]  # the model's forward (past torch's call frames: a hook's `inner`)
+        while start < len(frames) - 1 and _MODULE_FILE.search(frames[start].file):
+            start += 1
+        below = [fr for fr in frames[start + 1 :] if fr.is_user]
+        named = [fr for fr in below if not _UNNAMED.search(fr.function)]
+        if named:
+            key = (named[-1].file, named[-1].function)
+            counts[key] = counts.get(key, 0.0) + count
+    if not counts or total <= 0:
+        return None
+    (file, function), n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return OwnCall(file, function, n / total) if n / total >= OWN_CALL_SHARE else None
+
+
+OWN_CALL_SHARE = 0.5

@@ -289,7 +289,7 @@ class CallSite:
                 )
             return
         if self.calls:
-            self._say(f"# applied: {self.describe()}")
+            self._say(self.state())
         elif self.patched_at is not None and time.monotonic() - self.patched_at >= NOTE_AFTER_S:
             self._say(
                 f"# not applied: {', '.join(self.patched)} was never called since it was "
@@ -300,18 +300,25 @@ class CallSite:
         what = f"once every {self.every} calls" if self.every else "never"
         return f"{self.target} runs {what} ({', '.join(self.patched) or 'not found yet'})"
 
+    def state(self) -> str:
+        """The step log's line once the target has been called: whether the fix acts."""
+        return f"# applied: {self.describe()}"
+
     def _say(self, line: str) -> None:
         if line != self.said:
             self.said = line
             self.note(line)
 
 
-def install(torch: Any, target: str, every: int, note: Callable[[str], None]) -> CallSite:
-    """Patch `target` now or, once the job defines it, on a forward or an optimizer step."""
+def install(
+    torch: Any, target: str, every: int, note: Callable[[str], None], site: CallSite | None = None
+) -> CallSite:
+    """Patch `target` now or, once the job defines it, on a forward or an optimizer step
+    (`site`: the fix's own call site, a Memo; else thin or skip by `every`)."""
     from torch.nn.modules import module as nn_module
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    site = CallSite(target, every, note)
+    site = site or CallSite(target, every, note)
     site.look()
     last = [0.0]
 
@@ -324,3 +331,164 @@ def install(torch: Any, target: str, every: int, note: Callable[[str], None]) ->
     nn_module.register_module_forward_pre_hook(lambda module, args: tick())
     register_optimizer_step_post_hook(lambda opt, args, kwargs: tick())
     return site
+
+
+# The memo (`cache:MODULE.FUNCTION`): a call whose arguments match an earlier call's returns
+# that call's result. Arguments are compared as a cache of the function would have to: numbers,
+# strings, None and their tuples, lists and dicts by value; a tensor by identity and version
+# (the same tensor, not written since), else by value where it has at most VALUE_MAX elements
+# (a copy kept); any other object by identity (a method's `self`: a change of its state is not
+# seen). A result holding a tensor that needs a gradient is not kept (its graph is freed by the
+# backward), nor one written in place since it was returned (the caller changed it).
+MEMO_KEPT = 8  # argument sets kept, the oldest dropped
+VALUE_MAX = 1 << 16  # a tensor argument compared by value up to this many elements
+MEMO_CALLS = 10  # calls before the hit rate says whether the cache serves the job
+MEMO_HITS = 0.5  # the least share of calls served for the trial to time a cache
+DEPTH = 4  # nesting of containers read in arguments
+
+
+class _Uncacheable(Exception):
+    """An argument or a result a cache cannot hold honestly."""
+
+
+def _tensor_type() -> type | None:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+def _arg_key(value: object, tensor: type | None, depth: int = 0) -> object:
+    """What a cache compares of one argument: scalars by value, a tensor by identity and
+    version (and its value where small: `_Value`), other objects by identity."""
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return (type(value).__name__, value)
+    if tensor is not None and isinstance(value, tensor):
+        return _Value(value)
+    if depth >= DEPTH:
+        raise _Uncacheable("arguments nested too deep")
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_arg_key(v, tensor, depth + 1) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((repr(k), _arg_key(v, tensor, depth + 1)) for k, v in value.items()))
+    return ("id", id(value), type(value).__qualname__)
+
+
+class _Value:
+    """A tensor argument: equal to another when it is the same tensor unchanged (identity,
+    storage and version), or of the same dtype, shape and values (small tensors only)."""
+
+    def __init__(self, t: Any) -> None:
+        try:
+            self.ptr = t.data_ptr()
+        except Exception as exc:  # a tensor with no storage of its own (meta, sparse)
+            raise _Uncacheable(f"a tensor argument without storage ({exc})") from None
+        self.ref, self.id, self.version = t, id(t), t._version
+        self.shape, self.dtype = tuple(t.shape), t.dtype
+        self.copy: Any = None  # its values, taken once the key is kept (`keep`)
+
+    def keep(self) -> None:
+        """Take a copy of a small tensor's values (a later call's new tensor of the same
+        values then matches)."""
+        if self.ref.numel() <= VALUE_MAX:
+            self.copy = self.ref.detach().clone()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Value):
+            return False
+        if (self.id, self.ptr, self.version) == (other.id, other.ptr, other.version):
+            return other.ref is self.ref
+        if self.copy is None or (self.shape, self.dtype) != (other.shape, other.dtype):
+            return False
+        import torch
+
+        return bool(torch.equal(self.copy, other.ref.detach()))
+
+    def __hash__(self) -> int:
+        return hash((self.shape, str(self.dtype)))
+
+
+def _keep_values(key: object, depth: int = 0) -> None:
+    """`keep` every tensor argument of a key being stored."""
+    if isinstance(key, _Value):
+        key.keep()
+    elif isinstance(key, tuple) and depth <= 2 * DEPTH + 2:
+        for part in key:
+            _keep_values(part, depth + 1)
+
+
+def _result_tensors(value: object, tensor: type | None, depth: int = 0) -> list:
+    if tensor is not None and isinstance(value, tensor):
+        return [value]
+    if depth < DEPTH and isinstance(value, (tuple, list)):
+        return [t for v in value for t in _result_tensors(v, tensor, depth + 1)]
+    if depth < DEPTH and isinstance(value, dict):
+        return [t for v in value.values() for t in _result_tensors(v, tensor, depth + 1)]
+    return []
+
+
+class Memo(CallSite):
+    """The cache fix of one named function: each call's arguments compared with the earlier
+    calls' (see `_arg_key`); a match returns the result kept; hits, misses and calls it could
+    not keep counted, and the hit rate said in the step log."""
+
+    def __init__(self, target: str, note: Callable[[str], None]) -> None:
+        super().__init__(target, 0, note)
+        self.kept: list[tuple[object, object, list[tuple[Any, int]]]] = []  # key, result, versions
+        self.hits = self.misses = 0
+        self.unkept: dict[str, int] = {}  # why a call's result was not kept -> calls
+
+    def call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """One call: the kept result of an earlier call with the same arguments, else run it."""
+        self.calls += 1
+        tensor = _tensor_type()
+        try:
+            key = (_arg_key(args, tensor), _arg_key(sorted(kwargs.items()), tensor))
+        except _Uncacheable as exc:
+            return self._run(fn, args, kwargs, None, str(exc))
+        for i, (k, result, versions) in enumerate(self.kept):
+            if k == key:
+                if all(t._version == v for t, v in versions):
+                    self.hits += 1
+                    return result
+                del self.kept[i]  # the caller wrote into the result: run it again
+                return self._run(fn, args, kwargs, key, "its result was written in place")
+        return self._run(fn, args, kwargs, key, None)
+
+    def _run(
+        self, fn: Callable[..., Any], args: tuple, kwargs: dict, key: object, why: str | None
+    ) -> Any:
+        self.misses += 1
+        self.ran += 1
+        result = fn(*args, **kwargs)
+        tensors = _result_tensors(result, _tensor_type())
+        if why is None and any(getattr(t, "requires_grad", False) for t in tensors):
+            why = "its result needs a gradient"
+        if why is not None or key is None:
+            self.unkept[why or "uncacheable"] = self.unkept.get(why or "uncacheable", 0) + 1
+            return result
+        _keep_values(key)
+        self.kept.append((key, result, [(t, t._version) for t in tensors]))
+        del self.kept[:-MEMO_KEPT]
+        return result
+
+    def describe(self) -> str:
+        return (
+            f"{self.target} returns its kept result when called again with the same arguments "
+            f"({', '.join(self.patched) or 'not found yet'})"
+        )
+
+    def state(self) -> str:
+        """Applied with its hit rate; not applied once MEMO_CALLS calls show most calls miss."""
+        rate = self.hits / self.calls if self.calls else 0.0
+        counted = (
+            f"{self.hits} of {self.calls} calls served from the cache ({rate:.0%}), "
+            f"{len(self.kept)} argument set(s) kept"
+        )
+        if self.unkept:
+            why, n = max(self.unkept.items(), key=lambda kv: kv[1])
+            counted += f"; {n} result(s) not kept: {why}"
+        if self.calls >= MEMO_CALLS and rate < MEMO_HITS:
+            return (
+                f"# not applied: {self.target}'s arguments or results do not repeat: {counted}; "
+                "a cache of it would not serve this job, and timing it would time another job"
+            )
+        return f"# applied: {self.describe()}: {counted}"

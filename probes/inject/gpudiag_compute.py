@@ -209,6 +209,7 @@ class Armed:
         self.first_input: dict[str, tuple] = {}  # unit -> its first call's input key
         self.grad_out: dict[str, int] = {}  # unit -> calls whose output requires grad
         self.zeros: dict[str, list[float]] = {}  # unit -> its output gradients' zero shares
+        self.unread: dict[str, Any] = {}  # unit -> an output gradient mostly zero (read_span)
         self.outputs: set[int] = set()  # ids of the units' outputs hooked this step
         self.io: dict[str, float] = {}  # leaf unit -> bytes of its inputs, outputs, parameters
         self.bwd: list = []  # (start, end) of backward calls
@@ -336,6 +337,8 @@ class Armed:
                 share = zero_share(grad)
                 if share is not None:
                     self.zeros.setdefault(name, []).append(share)
+                if share is not None and share >= READ_SPAN_ZEROS:
+                    self.unread.setdefault(name, grad)  # read after the step (untimed)
             return None
 
         return hook
@@ -496,7 +499,10 @@ class Armed:
             constant = float(key is not None and not hooked and last.get(name) == key)
             if key is not None:
                 last[name] = key
-            rows.append([name, unused, orphan, float(self.repeat.get(name, 0)), constant])
+            row = [name, unused, orphan, float(self.repeat.get(name, 0)), constant]
+            span = read_span(self.unread[name]) if name in self.unread else None
+            rows.append(row + list(span) if span is not None else row)
+        self.unread.clear()
         return rows
 
     def _device(self) -> str:
@@ -575,6 +581,41 @@ def zero_share(grad: Any) -> float | None:
         step = max(1, n // ZERO_SAMPLE)
         part = flat[::step]
         return float((part == 0).sum()) / part.numel()
+    except Exception:
+        return None
+
+
+READ_SPAN_ZEROS = 0.75  # a unit output gradient's zero share from which its read span is read
+
+
+def read_span(grad: Any) -> tuple[int, int, int] | None:
+    """(dim, start, length) of the span of positions along one dim of a unit's output that its
+    gradient reaches, first to last (outside it zero: nobody reads them), the dim where it is
+    the smallest share of the dim; the last dim as -1, a span that ends at the dim's end with a
+    start counted from the end (the last position: -1). None: no such span. One pass over the
+    gradient and one over its nonzero mask per dim, on a sampled step after it is timed."""
+    try:
+        nz = grad.detach() != 0
+        shape = tuple(nz.shape)
+        best = None
+        for d, size in enumerate(shape):
+            if size <= 1:
+                continue
+            pre = 1
+            for n in shape[:d]:
+                pre *= n
+            along = nz.reshape(pre, size, -1).any(2).any(0)
+            idx = along.nonzero().flatten()
+            if idx.numel() == 0:
+                return None
+            first, last = int(idx[0]), int(idx[-1])
+            length = last - first + 1  # the hull: a position inside it may read zero this step
+            if length >= size:
+                continue
+            if best is None or length / size < best[0]:
+                start = first - size if last == size - 1 and first > 0 else first
+                best = (length / size, -1 if d == len(shape) - 1 else d, start, length)
+        return None if best is None else best[1:]
     except Exception:
         return None
 

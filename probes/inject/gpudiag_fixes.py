@@ -33,6 +33,12 @@ is a patch of this process only. Kinds:
 - reuse: the model's module at `target` returns its last output when called again on the same
   unchanged input (in the same step; across steps too where its output needs no gradient):
   COMP001's second call on the same input, or a constant recomputed every step;
+- select: the model's module at `target` computes only the outputs the loss reads, `length`
+  positions from `start` along its output's `dim` (by its input's positions; not its last dim,
+  a layer's features: NARROW_WHY), the others a broadcast of them or zeros;
+  checked as it runs (its full output equal at the selection on the first call, a zero
+  gradient at the positions left out on the first backwards), "# not applied" when either
+  fails: COMP001's outputs nobody reads;
 - recompute_off: activation checkpointing off: `torch.utils.checkpoint.checkpoint` calls its
   function directly (the activations kept, no forward recomputed in the backward), for every
   holder that looks it up after the hooks load (Hugging Face's gradient_checkpointing, timm,
@@ -40,7 +46,10 @@ is a patch of this process only. Kinds:
   COMP001's recompute;
 - thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
   the calls between return its last result; skip: it never runs (its calls return None): a
-  trial for any call site (gpudiag_callsite).
+  trial for any call site (gpudiag_callsite);
+- cache: the function named by `target` returns its kept result when called again with the
+  same arguments (compared as a cache would: gpudiag_callsite.Memo), its hit rate in the step
+  log; "# not applied" once most of its calls miss (a function whose arguments change);
 
 Every arm (as it is too) runs under gpudiag_guard when GPUDIAG_TRY_GUARD is set: a write over a
 file the job had under its folders before the trial is refused ("# refused: ..." in the log).
@@ -673,6 +682,20 @@ def skip(torch: Any, values: dict) -> None:
     _say(site.describe())
 
 
+def cache(torch: Any, values: dict) -> None:
+    """The function `target` returns its kept result when called again with the same
+    arguments; the step log says its hit rate, and "# not applied" once most calls miss."""
+    target = str(values["target"])
+    site = _callsite.install(torch, target, 0, _log_line, _callsite.Memo(target, _log_line))
+
+    def at_end() -> None:  # its hit rate at the end
+        if site.calls:
+            _log_line(site.state())
+
+    END.append(at_end)
+    _say(site.describe())
+
+
 MAX_LOOKS = 200  # model forwards looked at for a unit's path before saying it is missing
 
 
@@ -777,6 +800,171 @@ def reuse(torch: Any, values: dict) -> None:
     _say(f"{target} returns its last output for the same unchanged input")
 
 
+SELECT_CHECKS = 3  # backwards whose gradient is read for the positions left out
+# the last dim is a layer's features: narrowing them keeps the whole weight in the optimizer,
+# its unread rows' zero gradients written and updated each step (over_wide's trial so
+# timed x1.54 against x6.41 bare, 2026-11-28): not the narrower layer's job
+NARROW_WHY = (
+    "a selection along its output's last dim (its features) is not tried: a layer narrowed "
+    "from outside keeps its whole weight in the optimizer (its unread rows' zero gradients "
+    "written and updated every step), which the narrower layer does not"
+)
+
+
+class _Selection:
+    """The select fix's state on one module: its output computed over `length` positions from
+    `start` along `dim` (the only ones the loss reads), the rest a broadcast of them (length 1)
+    or zeros. Checked as it runs: on the first call the module's full output is computed too and
+    must equal the selection's at its positions (the module computes each position from that
+    position's input alone); on the first SELECT_CHECKS backwards the gradient at the positions
+    left out must be zero (nobody reads them). Failing either, the module runs whole again and
+    the step log says why ("# not applied")."""
+
+    def __init__(self, torch: Any, target: str, dim: int, start: int, length: int) -> None:
+        self.torch, self.target = torch, target
+        self.dim, self.start, self.length = dim, start, length
+        self.verified = False
+        self.off: str | None = None
+        self.checks = 0
+        self.dims = 0  # the dims of its input and output, read on the first call
+        self.at = (0, 0, 0)  # the selection's (dim, first index, the dim's size) in its output
+
+    def stop(self, why: str) -> None:
+        if self.off is None:
+            self.off = why
+            _log_line(f"# not applied: {self.target}: {why}")
+
+    def where(self, out: Any) -> tuple[int, int] | None:
+        """(dim, first index) of the selection in a tensor of `out`'s shape, or None."""
+        if out.dim() == 0:
+            return None
+        d = self.dim % out.dim()
+        size = out.shape[d]
+        first = self.start % size if self.start < 0 else self.start
+        if first + self.length > size or size <= self.length:
+            return None
+        return d, first
+
+    def part(self, orig: Any, x: Any, d: int, first: int, out_dims: int) -> Any:
+        """The module over the selection: its input's positions along the selection's dim."""
+        if x.dim() != out_dims or d >= x.dim():
+            raise ValueError("its input and output differ in their dims")
+        return orig(x.narrow(d, first, self.length))
+
+    def whole(self, part: Any, shape: Any, d: int, first: int) -> Any:
+        """The output at its full shape: the selection broadcast (length 1, no copy) or put
+        among zeros (the positions nobody reads)."""
+        if self.length == 1:
+            return part.expand(*shape)
+        after = shape[d] - first - self.length
+        pad = [0, 0] * (len(shape) - 1 - d) + [first, after]
+        return self.torch.nn.functional.pad(part, pad)
+
+    def check_grad(self, d: int, first: int) -> Any:
+        def hook(grad: Any) -> None:
+            self.checks += 1
+            left = grad.detach().clone()
+            left.narrow(d, first, self.length).zero_()
+            if bool(left.any()):
+                self.stop(
+                    f"positions outside {self.length} from {self.start} along dim {self.dim} "
+                    "get a nonzero gradient: the loss reads them, and the selection would "
+                    "change the job"
+                )
+
+        return hook
+
+    def forward(self, mod: Any, orig: Any, args: tuple, kwargs: dict) -> Any:
+        torch = self.torch
+        x = args[0] if len(args) == 1 and not kwargs else None
+        if self.off is not None:
+            return orig(*args, **kwargs)
+        if not isinstance(x, torch.Tensor):
+            self.stop("its forward takes other than one tensor")
+            return orig(*args, **kwargs)
+        if not torch.is_grad_enabled():
+            self.stop("it runs without a gradient: which of its outputs are read is not seen")
+            return orig(*args, **kwargs)
+        if not self.verified:
+            return self.verify(mod, orig, x)
+        d, _, size = self.at
+        if x.dim() != self.dims:
+            self.stop(f"its input's dims changed ({x.dim()}, first {self.dims})")
+            return orig(x)
+        size = x.shape[d]  # positions: this call's input's
+        first = self.start % size if self.start < 0 else self.start
+        if first + self.length > size:
+            self.stop(f"an input of {size} positions along dim {d} has no such selection")
+            return orig(x)
+        out = self.part(orig, x, d, first, self.dims)
+        shape = list(out.shape)
+        shape[d] = size
+        out = self.whole(out, shape, d, first)
+        if self.checks < SELECT_CHECKS and out.requires_grad:
+            out.register_hook(self.check_grad(d, first))
+        return out
+
+    def verify(self, mod: Any, orig: Any, x: Any) -> Any:
+        """The first call: the whole output, and the selection's equal to it at its positions."""
+        full = orig(x)
+        at = self.where(full) if isinstance(full, self.torch.Tensor) else None
+        if at is None:
+            self.stop("its output has no such selection")
+            return full
+        if at[0] == full.dim() - 1:
+            self.stop(NARROW_WHY)
+            return full
+        try:
+            with self.torch.no_grad():
+                part = self.part(orig, x, *at, full.dim())
+                same = part.shape == full.narrow(at[0], at[1], self.length).shape and bool(
+                    self.torch.allclose(
+                        part, full.narrow(at[0], at[1], self.length), rtol=1e-4, atol=1e-5
+                    )
+                )
+        except Exception as exc:
+            self.stop(f"it cannot be computed over the selection ({exc})"[:200])
+            return full
+        if not same:
+            self.stop(
+                "its output at the selected positions differs when computed over them alone: "
+                "it mixes positions along that dim"
+            )
+            return full
+        self.verified, self.dims = True, full.dim()
+        self.at = (at[0], at[1], full.shape[at[0]])
+        if full.requires_grad:
+            full.register_hook(self.check_grad(*at))
+        return full
+
+
+def select(torch: Any, values: dict) -> None:
+    """The module at `target` computes only the outputs the loss reads: `length` positions
+    from `start` (negative: from the end) along its output's `dim`, checked as it runs."""
+    target = str(values["target"])
+    sel = _Selection(
+        torch,
+        target,
+        int(values.get("dim", 1)),
+        int(values.get("start", -1)),
+        int(values.get("length", 1)),
+    )
+
+    def act(sub: Any) -> None:
+        orig = sub.forward
+
+        def forward(*args, **kwargs):
+            return sel.forward(sub, orig, args, kwargs)
+
+        sub.forward = forward
+
+    _on_model(torch, target, act)
+    _say(
+        f"{target} computes {sel.length} position(s) from {sel.start} along dim {sel.dim} of "
+        "its output, the rest unread (checked on its first calls)"
+    )
+
+
 def _tensors(value: Any) -> list:
     import torch
 
@@ -792,6 +980,7 @@ def _tensors(value: Any) -> list:
 KINDS = {
     "freeze": freeze,
     "reuse": reuse,
+    "select": select,
     "dataloader": dataloader,
     "optimizer": optimizer,
     "cudnn_benchmark": cudnn_benchmark,
@@ -805,6 +994,7 @@ KINDS = {
     "load_once": load_once,
     "thin": thin,
     "skip": skip,
+    "cache": cache,
     "settings": settings,
     "recompute_off": recompute_off,
 }

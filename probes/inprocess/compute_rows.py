@@ -48,6 +48,13 @@ FIELDS = (
     Field("unit_orphan", "count", "gauge", "its parameters' elements no optimizer updates"),
     Field("unit_repeat", "count", "gauge", "its calls on an input it already had in the step"),
     Field("unit_constant", "ratio", "gauge", "1: the same input as last sampled step, no grad"),
+    Field(
+        "unit_read_dim", "count", "gauge", "the dim of a unit's output along which one span is read"
+    ),
+    Field(
+        "unit_read_start", "count", "gauge", "that span's first position (negative: from the end)"
+    ),
+    Field("unit_read_len", "count", "gauge", "that span's positions"),
     Field("group_zero_grad", "ratio", "gauge", "share of a group's gradient elements at zero"),
     Field("calib_rate", "1/s", "gauge", "the agent's calibration: FLOP/s (gemm) or B/s (copy)"),
 )
@@ -71,6 +78,13 @@ _GROUP = (
     "group_foreach",
     "group_fused",
 )
+
+
+def _whole(v: object) -> float | None:
+    """A whole number of either sign under 1e9 (a dim or a position from the end), else None."""
+    if isinstance(v, bool) or not isinstance(v, int) or not -1e9 < v < 1e9:
+        return None
+    return float(v)
 
 
 def _num(v: object) -> float | None:
@@ -135,9 +149,9 @@ def _why(rec: dict, t_ns: int) -> list[Sample]:
     rows = rec.get("why")
     out = []
     for row in rows[:MAX_UNITS] if isinstance(rows, list) else ():
-        if not isinstance(row, list) or len(row) != 5 or not _label(row[0]):
+        if not isinstance(row, list) or len(row) not in (5, 8) or not _label(row[0]):
             continue
-        unused, orphan, repeat, constant = (_num(v) for v in row[1:])
+        unused, orphan, repeat, constant = (_num(v) for v in row[1:5])
         if unused is not None and unused > 1:
             unused = None
         if orphan is None or repeat is None or constant is None:
@@ -148,6 +162,11 @@ def _why(rec: dict, t_ns: int) -> list[Sample]:
             "unit_repeat": repeat,
             "unit_constant": min(1.0, constant),
         }
+        span = [_whole(v) for v in row[5:]]  # the span of its output the loss reads, if read
+        if len(span) == 3 and all(v is not None for v in span):
+            vals.update(
+                zip(("unit_read_dim", "unit_read_start", "unit_read_len"), span, strict=True)
+            )
         out.append(Sample("hooks", t_ns, {"kind": "module_why", "module": row[0][:120]}, vals))
     return out
 

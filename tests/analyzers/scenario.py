@@ -46,6 +46,14 @@ STACKS = {
     f";Block.forward (/work/model.py:50);{CALL};CausalSelfAttention.forward (/work/model.py:30)"
     f";{CALL};Linear.forward ({SITE}/torch/nn/modules/linear.py:125)",
     "gpt_own": (f"{LOOP};{CALL};GPT.forward (/work/model.py:85)", "x = tok + pos"),
+    # the model's own code in a helper its forward calls, and in a comprehension of its own
+    "gpt_helper": f"{LOOP};{CALL};GPT.forward (/work/model.py:84)"
+    ";positional_table (/work/model.py:12)",
+    "gpt_listcomp": f"{LOOP};{CALL};GPT.forward (/work/model.py:86);<listcomp> (/work/model.py:86)",
+    # the same under the hooks: torch calls the forward through its hooks' `inner`
+    "gpt_listcomp_hooked": f"{LOOP};{CALL}"
+    f";Module._call_impl.<locals>.inner ({SITE}/torch/nn/modules/module.py:1832)"
+    ";GPT.forward (/work/model.py:86);GPT.forward.<locals>.<listcomp> (/work/model.py:86)",
     "seq_linear": f"{LOOP};{CALL};Sequential.forward ({SITE}/torch/nn/modules/container.py:250)"
     f";{CALL};Linear.forward ({SITE}/torch/nn/modules/linear.py:125)",
     "ddp_head": f"{LOOP};{CALL}"

@@ -142,3 +142,28 @@ def test_the_probe_sends_the_lines_that_call_a_module():
         "line": "30",
         "code": "qkv = self.c_attn(x)",
     }
+
+
+def _own_call(shares: dict[str, float]):
+    from gpudiag.analyzers.measures.module_split import own_call
+    from gpudiag.analyzers.model.thresholds import Thresholds
+    from tests.analyzers.test_loader_verdicts import loop_context
+
+    sc = windows(Scenario(cpu_count=8), n=5, shares=shares).host(0.3).process(0.9)
+    c = loop_context(sc.tl, Thresholds())
+    return own_call(c.view, c.profile, c.clf)
+
+
+def test_the_helper_the_models_own_code_runs_in_is_named_for_its_cache_trial():
+    got = _own_call({"gpt_helper": 0.3, "gpt_own": 0.05, "lm_head": 0.2, "backward": 0.45})
+    assert got is not None and got.function == "positional_table"
+    assert got.target == "model.positional_table"  # as `try --fix cache:` takes it
+    assert got.share == pytest.approx(0.3 / 0.35, abs=0.02)  # of the own code's samples
+
+
+def test_a_comprehension_inline_in_the_forward_names_no_helper():
+    """A loop written in the forward itself has no function of its own to cache."""
+    assert _own_call({"gpt_listcomp": 0.4, "lm_head": 0.2, "backward": 0.4}) is None
+    # under the hooks torch calls the forward through `_call_impl.<locals>.inner`: the forward
+    # is still the model's, not a helper below it
+    assert _own_call({"gpt_listcomp_hooked": 0.4, "lm_head": 0.2, "backward": 0.4}) is None

@@ -118,3 +118,36 @@ def test_freezing_an_embedding_for_its_zero_gradients_gives_back_its_backward_on
     lin = Row("embed", "unit", 0.01, 0.19, 0.2, 1e6, 2e6, 0.0, 3, 1e6, "float32", 1, 0.01)
     t = table(lin, unit("mlp", 0.1, 5e5, 1e6), zeros[0])
     assert abs(spread(action, t, Thresholds()) - (0.5 * 0.95 + 0.19 * 0.5)) < 1e-9
+
+
+def test_unread_outputs_upstream_at_the_named_places_span_are_not_given_back_by_its_change():
+    """A head over every position with the loss at the last: the norm before it shows the same
+    unread share at the same span (its outputs feed only the head's unread positions); the
+    selection before the head leaves the norm's work, so the model counts the head alone. An
+    unread span of its own (another layer too wide) is a change of its own, counted."""
+    last = {"unused": 0.99, "read_dim": 1.0, "read_start": -1.0, "read_len": 1.0}
+    head = replace(Row("head", "unit", 0.2, 0.4, 0.6, 1e6, 2e6, 0.0, 3, 1000, "float32", 1, 0.2))
+    head = replace(head, why=last)
+    norm = replace(unit("norm", 0.2, 1e5, 2e5), why=last)
+    wide = replace(unit("wide", 0.1, 1e5, 2e5), why={**last, "read_dim": -1.0, "read_start": 0.0})
+    t = table(head, norm, unit("body", 0.05, 5e5, 1e6))
+    action = reasons(head, t, Thresholds())[0][1]
+    assert abs(spread(action, t, Thresholds(), head) - 0.6 * 0.99) < 1e-9
+    assert abs(spread(action, t, Thresholds()) - 0.8 * 0.99) < 1e-9  # no place named: both
+    t = table(head, norm, wide)
+    assert abs(spread(action, t, Thresholds(), head) - 0.7 * 0.99) < 1e-9
+
+
+def test_a_selection_after_a_unit_costs_the_zero_gradient_it_writes_over_the_unread_outputs():
+    """head(x)[:, -1]: the index's backward writes a gradient of the head's whole output, zeros
+    where it is unread; the selection before the head writes none. 100 MB of output (its 4 MB
+    of parameters aside) 99% unread, at 1 GB/s: 0.099 s of the 1 s step given back too; none
+    where no span was read (an output no loss uses gets no gradient written)."""
+    last = {"unused": 0.99, "read_dim": 1.0, "read_start": -1.0, "read_len": 1.0}
+    head = Row("head", "unit", 0.2, 0.4, 0.6, 1e6, 2e6, 0.0, 3, 1e6, "float32", 1, 0.2)
+    head = replace(head, why=last, io_bytes=104e6)
+    t = table(head, unit("body", 0.05, 5e5, 1e6))
+    action = reasons(head, t, Thresholds())[0][1]
+    assert abs(spread(action, t, Thresholds(), head) - (0.6 * 0.99 + 0.099)) < 1e-9
+    t = table(replace(head, why={"unused": 0.99}), unit("body", 0.05, 5e5, 1e6))
+    assert abs(spread(action, t, Thresholds()) - 0.6 * 0.99) < 1e-9

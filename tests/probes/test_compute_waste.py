@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from gpudiag.analyzers.findings.compute import find  # noqa: E402
+from gpudiag.analyzers.findings.compute import find, trial  # noqa: E402
 from gpudiag.analyzers.measures.compute import compute_table  # noqa: E402
 from gpudiag.analyzers.model.thresholds import Thresholds  # noqa: E402
 from gpudiag.analyzers.timeline.timeline import Timeline  # noqa: E402
@@ -314,3 +314,65 @@ def test_layers_and_stacks_of_them_build_no_such_intermediate(monkeypatch):
     t = _table(Layers(), monkeypatch, x=torch.randn(8, 3, 12, 12))
     assert not any("intermediates" in f.message for f in _comp001(t))
     assert not next(r for r in t.rows if r.name == "stack").io_bytes  # not a layer
+
+
+@pytest.mark.parametrize(
+    ("shape", "read", "span"),
+    [
+        ((4, 16, 10), (slice(None), slice(15, 16)), (1, -1, 1)),  # the last position
+        ((8, 64), (slice(None), slice(0, 8)), (-1, 0, 8)),  # a Linear's first 8 features
+        ((8, 64), (slice(None), slice(None)), None),  # every output read
+        ((8, 64), (slice(None), [0, 5]), (-1, 0, 6)),  # first to last (a dead unit inside)
+    ],
+)
+def test_the_span_of_an_output_its_gradient_reaches_is_read(shape, read, span):
+    grad = torch.zeros(shape)
+    grad[read] = 1.0
+    assert gc.read_span(grad) == span
+
+
+class _LastOf(nn.Module):  # a head over every position, the loss at the last
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head = nn.Linear(32, 32), nn.Linear(32, 2048)
+
+    def forward(self, x):
+        return self.head(self.body(x))[:, -1]
+
+
+class _Wide(nn.Module):  # a layer 32x wider than the part of it read
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.head = nn.Linear(32, 1024), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.inp(x)[:, :32]))
+
+
+def test_comp001_carries_the_select_trial_over_the_positions_the_loss_reads(monkeypatch):
+    t = _table(_LastOf(), monkeypatch, x=torch.randn(8, 16, 32))
+    rows = {r.name: r for r in t.rows}
+    assert rows["head"].why["read_dim"] == 1 and rows["head"].why["read_start"] == -1
+    (f,) = _comp001(t)
+    assert "(head)" in f.title
+    assert f.fix == {
+        "kind": "select",
+        "target": "head",
+        "values": {"dim": 1, "start": -1, "length": 1},
+    }
+    assert any(
+        "gpudiag try --fix select:head:dim=1,start=-1,length=1" in a
+        for a in f.recommendation.actions
+    )
+    assert not [e for e in f.evidence if e.metric.startswith("compute_read")]  # the trial's
+
+
+def test_a_span_of_a_layers_features_carries_no_trial_and_says_why(monkeypatch):
+    t = _table(_Wide(), monkeypatch)
+    rows = {r.name: r for r in t.rows}
+    assert rows["inp"].why["read_dim"] == -1 and rows["inp"].why["read_len"] == 32
+    assert trial(rows["inp"], Thresholds()) is None
+    # (its optimizer group's zero gradients may cost more: the layer alone here)
+    (f,) = _comp001(replace(t, rows=tuple(r for r in t.rows if r.kind != "optimizer")))
+    assert "(inp)" in f.title and f.fix is None
+    assert any("keeps its whole weight in the optimizer" in a for a in f.recommendation.actions)

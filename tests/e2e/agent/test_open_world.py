@@ -50,7 +50,13 @@ def test_a_bad_module_path_is_one_line_and_exit_2(cli, text):
     [
         ("frozen_grad", "backbone", "no optimizer updates", "freeze:backbone"),
         ("dense_embed", "(optimizer) group 0", "embed.weight", "freeze:embed"),
-        ("lm_head", "head", "zero gradient", None),
+        ("lm_head", "head", "zero gradient", "select:head"),
+        (
+            "pos_table",
+            "(model's own code)",
+            "a Python loop",
+            "cache:compute_open_world.positional_table",
+        ),
     ],
 )
 def test_run_names_the_cause_at_its_module(cause, named, said, fix, tmp_path):
@@ -66,6 +72,8 @@ def test_run_names_the_cause_at_its_module(cause, named, said, fix, tmp_path):
     assert f["severity"] == "warning" and f["speedup_kind"] == "model"
     got = f.get("fix")
     assert (None if got is None else f"{got['kind']}:{got['target']}") == fix
+    if fix == "select:head":  # the span its gradient reaches: the last position along dim 1
+        assert got["values"] == {"dim": 1, "start": -1, "length": 1}
 
 
 @pytest.mark.slow
