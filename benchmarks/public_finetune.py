@@ -2,7 +2,9 @@
 
 `time`: the script bare (A) and with its fix flag (B), in pairs A B, B A, A B ... (`--rounds`),
 each run `--seconds` of steps after its warm-up (tests/public/stepclock.py); per pair the
-ratio B/A of steps/s, and their median; the 1-minute load average before and after each run.
+ratio B/A of steps/s, and their median; per run its median step time (the step's own speed,
+apart from the long evaluation or checkpoint steps the rate holds: a fix that removes those
+should leave it as it is) and the 1-minute load average before and after.
 `look`: one `gpudiag run`, `gpudiag attach PID` or `gpudiag attach --hooks PID` of the bare
 script (attach `--warmup` seconds after the job starts: past its imports and data
 preparation); the report's verdict, top finding, its prediction and trial.
@@ -20,6 +22,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,17 +35,34 @@ def load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
+def step_p50(times: list[float], warmup: int = 3) -> float | None:
+    """The median time between consecutive steps after the warm-up: the step's own speed,
+    apart from the rare long ones (an evaluation pass, a checkpoint) that the rate holds."""
+    gaps = [b - a for a, b in zip(times[warmup - 1 :], times[warmup:], strict=False)]
+    return round(statistics.median(gaps), 4) if gaps else None
+
+
 def one_run(name: str, fixed: bool, seconds: float) -> dict:
-    """The script's steps/s over `seconds` after its warm-up, and the load around it."""
+    """The script's steps/s over `seconds` after its warm-up, its median step time (each
+    step's time logged by stepclock.py), and the load around it."""
     before = load()
-    res = subprocess.run(
-        job_cmd(BY_NAME[name], fixed),
-        env=job_env(seconds),
-        capture_output=True,
-        text=True,
-        timeout=seconds + 300,
-    )
-    return {"fixed": fixed, "rate": rate_of(res.stdout), "load": [before, load()]}
+    with tempfile.TemporaryDirectory(prefix="public-finetune-") as tmp:
+        log = Path(tmp) / "steps.json"
+        res = subprocess.run(
+            job_cmd(BY_NAME[name], fixed),
+            env={**job_env(seconds), "PUBLIC_STEP_LOG": str(log)},
+            capture_output=True,
+            text=True,
+            timeout=seconds + 300,
+        )
+        times = json.loads(log.read_text()) if log.exists() else []
+    return {
+        "fixed": fixed,
+        "rate": rate_of(res.stdout),
+        "step_p50_s": step_p50(times),
+        "steps": len(times),
+        "load": [before, load()],
+    }
 
 
 def time_fix(name: str, rounds: int, seconds: float) -> dict:

@@ -10,12 +10,14 @@ At most once every SAMPLE_EVERY_S, the step after an optimizer step is armed: fo
 hooks on the model and its units, a tensor hook on each unit's output (the gradient reaching it
 starts the unit's backward; the backward's wall time is cut at those starts), torch.autograd's
 backward timed, and a global optimizer pre-hook. Everything is taken out at the armed step's
-own optimizer post-hook. Some armed steps instead count the work each unit does under a
-dispatch mode (its time is not used: the mode slows it): the first COUNT_FIRST armed steps
-after warm-up (and after a new agent wakes the hooks), so a look of 10 s or more holds two
-counts, then one every COUNT_MIN_S or more, spaced so that what counting adds to the job
-stays under COUNT_BUDGET of its time (the counted step's extra time, measured in the job,
-over the budget). It counts the FLOPs as
+own optimizer post-hook. The model is found on the last warm-up step, so the first armed step
+is the one after WARMUP_STEPS. Some armed steps instead count the work each unit does under a
+dispatch mode (its time is not used: the mode slows it): the COUNT_FIRST armed steps after a
+look's first timed one (a look's first armed step is timed: the table needs a timed step, and
+a look of a few slow steps, 7 steps at 7 s, ended before the timed step that came after two
+counts), so a look of 10 s or more holds two counts, then one every COUNT_MIN_S or more, spaced
+so that what counting adds to the job stays under COUNT_BUDGET of its time (the counted step's
+extra time over the timed step's, measured in the job, over the budget). It counts the FLOPs as
 torch.utils.flop_counter counts them, the bytes of each op's tensors in and out, the ops, the
 FLOPs' dtypes, and the largest matrix product's shape (the agent calibrates the CPU on it).
 On a GPU the times are CUDA events read once the step's work is done.
@@ -764,6 +766,7 @@ class Sampler:
         self.counts_left = COUNT_FIRST  # counted steps owed to the look's start
         self.plain_s: float | None = None  # the last timed (uncounted) step's wall time
         self.counted = 0  # counted steps armed
+        self.timed = 0  # timed steps armed in this look (its first armed step is timed)
         self.paused: Any = lambda: False  # a profiler capture at work: arm no step
         self.armed: Armed | None = None
         self.records: list[dict] = []
@@ -800,10 +803,7 @@ class Sampler:
         if self.finding is not None:
             found, self.finding = self.finding, None
             self.root_ref = found.finish()
-        if self.disabled or self.steps < WARMUP_STEPS or self.paused():
-            return
-        now = time.monotonic()
-        if now < self.next_at:
+        if self.disabled or self.steps < WARMUP_STEPS - 1 or self.paused():
             return
         if self.root_ref is not None and self.root_ref() is None:
             self.discovered = False  # the model found is gone: look again
@@ -814,18 +814,26 @@ class Sampler:
                 return
             except Exception:
                 self.finding = None
+        now = time.monotonic()
+        if self.steps < WARMUP_STEPS or now < self.next_at:
+            return
         self.next_at = now + SAMPLE_EVERY_S
-        counting = self.counts_left > 0 or now >= self.count_at
+        # a look's first armed step is timed (the table's step); then the owed counts
+        counting = self.timed > 0 and (self.counts_left > 0 or now >= self.count_at)
         if counting:  # owed counts and spacing taken now: a step that fails is not retried
             self.counts_left = max(0, self.counts_left - 1)
             self.count_at = now + COUNT_MIN_S
             self.counted += 1
+        else:
+            self.timed += 1
         self._arm(counting)
 
     def restart(self) -> None:
-        """A new look (a new agent woke the hooks): its first armed steps are counted."""
+        """A new look (a new agent woke the hooks): its first armed step is timed, the next
+        ones counted."""
         self.counts_left = COUNT_FIRST
         self.next_at = 0.0
+        self.timed = 0
 
     def _spaced(self, rec: dict) -> None:
         """After a counted step, the next count no sooner than COUNT_MIN_S and than its extra

@@ -383,6 +383,14 @@ class HookProbe(Probe):
             "another way call gpudiag.probes.hooks.instrument() in the script",
         )
 
+    def cpu_s(self) -> float:
+        """CPU seconds of the agent's calibration children (the CPU's rate at the job's sizes)."""
+        return self.calibrator.cpu_s()
+
+    def child_rss_bytes(self) -> int:
+        """The peak memory of a calibration child since the governor's last period (0: none)."""
+        return self.calibrator.take_peak_rss()
+
     def close(self) -> None:
         """Remove the socket (a job still sending then just drops its events)."""
         if self._sock is not None:

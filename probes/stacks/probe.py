@@ -39,6 +39,7 @@ from gpudiag.probes.stacks.pyspy import (
     process_age_s,
     process_alive,
     wait_recorder,
+    watch_memory,
 )
 from gpudiag.probes.stacks.pyspy_output import (
     Episode,
@@ -290,6 +291,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                     return
             with self._lock:
                 self._procs = [r.proc for r in runs if r.proc is not None]
+            watch_memory(runs)
             for run in runs:
                 wait_recorder(run)
             with self._lock:

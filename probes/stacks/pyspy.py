@@ -84,8 +84,45 @@ SPY_SAMPLE_PER_THREAD_S = 0.06e-3
 SPY_START_S = 0.01  # CPU to start one py-spy recorder (reads the interpreter's symbols)
 
 
+MEMORY_POLL_S = 0.2  # how often a window's recorders' own peak memory is read
+
+
+def own_peak_rss(pid: int, proc: str = "/proc") -> int:
+    """A child's own peak resident memory since its exec (VmHWM), 0 when gone or unreadable.
+    Not wait4's ru_maxrss: a child forked (or vforked) from the agent carries the agent's peak
+    across its exec, so each py-spy read as the agent's whole size again (an agent of 242 MB
+    with two recorders reported 761 MB; py-spy itself held about 10 MB)."""
+    try:
+        with open(f"{proc}/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def watch_memory(runs: list[SpyRun], poll_s: float = MEMORY_POLL_S) -> None:
+    """Until every recorder has exited (left unreaped for wait_recorder): each one's own peak
+    resident memory, read every `poll_s`."""
+    live = [r for r in runs if r.proc is not None]
+    while live:
+        for r in list(live):
+            pid = r.proc.pid if r.proc is not None else 0
+            r.maxrss_bytes = max(r.maxrss_bytes, own_peak_rss(pid))
+            try:
+                done = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            except ChildProcessError:  # already reaped
+                done = True
+            if done:
+                live.remove(r)
+        if live:
+            time.sleep(poll_s)
+
+
 def wait_recorder(run: SpyRun) -> None:
-    """Wait for a recorder, keeping its stderr, exit code, CPU time and peak memory."""
+    """Wait for a recorder, keeping its stderr, exit code and CPU time (its own peak memory
+    is watch_memory's)."""
     p = run.proc
     if p is None:
         return
@@ -99,7 +136,6 @@ def wait_recorder(run: SpyRun) -> None:
         return
     p.returncode = os.waitstatus_to_exitcode(status)
     run.cpu_s = usage.ru_utime + usage.ru_stime
-    run.maxrss_bytes = usage.ru_maxrss * 1024
 
 
 def process_alive(pid: int) -> bool:

@@ -111,24 +111,36 @@ def _table(model, steps: int = 4):
     return compute_table(tl.whole())
 
 
-def test_a_looks_first_sampled_steps_are_counted_then_spaced(monkeypatch):
-    """The first COUNT_FIRST armed steps after warm-up count the work (a short look holds
-    counts); then a count waits COUNT_MIN_S or more; a new look (restart) owes counts again."""
+def test_a_looks_first_sampled_step_is_timed_then_counted_then_spaced(monkeypatch):
+    """The first armed step (the one after WARMUP_STEPS) is timed: the table needs a timed
+    step, and a look of a few slow steps (TRL's sft.py under `run`: 7 steps at 7 s) ended
+    before the timed step that came after two counts. The next COUNT_FIRST armed steps count
+    the work; then a count waits COUNT_MIN_S or more; a new look (restart) times its first
+    armed step again, then owes counts."""
     monkeypatch.setattr(gc, "SAMPLE_EVERY_S", 0.0)
     model = Net()
     sampler = gc.Sampler(torch, [model])
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-    kinds = []
-    for _ in range(gc.WARMUP_STEPS + gc.COUNT_FIRST + 3):
+    kinds, first = [], None
+    for i in range(gc.WARMUP_STEPS + gc.COUNT_FIRST + 3):
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         sampler.note_optimizer(opt)
         sampler.on_step()
-        kinds += [r["count"] for r in sampler.take()]
-    assert kinds[: gc.COUNT_FIRST] == [1] * gc.COUNT_FIRST and set(kinds[gc.COUNT_FIRST :]) == {0}
+        got = [r["count"] for r in sampler.take()]
+        if got and first is None:
+            first = i + 1  # the step whose end finished the first armed step
+        kinds += got
+    assert first == gc.WARMUP_STEPS + 1  # armed on the step right after the warm-up
+    assert kinds[: 1 + gc.COUNT_FIRST] == [0] + [1] * gc.COUNT_FIRST
+    assert set(kinds[1 + gc.COUNT_FIRST :]) == {0}
     assert sampler.count_at - __import__("time").monotonic() >= gc.COUNT_MIN_S - 1
     sampler.restart()
+    sampler.on_step()
+    assert sampler.armed is not None and not sampler.armed.counting
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
     sampler.on_step()
     assert sampler.armed is not None and sampler.armed.counting
     sampler.cancel()

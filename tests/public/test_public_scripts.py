@@ -125,3 +125,13 @@ def test_table_row_says_predicted_measured_and_right():
 def test_unreadable_table_from_exits_2(tmp_path, capsys):
     assert main(["--table-from", str(tmp_path / "missing.json")]) == 2
     assert "cannot read --table-from" in capsys.readouterr().err
+
+
+def test_a_runs_median_step_leaves_out_its_long_evaluation_steps():
+    """public_finetune's per-run step time: the median gap after the warm-up steps, so that a
+    fix that removes the long steps (an evaluation every N steps) shows whether it also moved
+    the step's own speed (the STSb script's bare timing read slower without evaluation)."""
+    from benchmarks.public_finetune import step_p50
+
+    assert step_p50([0.0, 5.0, 9.0, 10.0, 11.0, 31.0, 32.0, 33.0]) == 1.0
+    assert step_p50([0.0, 1.0, 2.0]) is None  # no step after the warm-up
