@@ -157,6 +157,8 @@ RAW_OUT = {
     "agent/session/signals.py": "a fixed line from a signal handler (os.write: no locks)",
     "probes/inprocess/ptrace_helper.py": "the hooks loader's one JSON line to the agent that "
     "ran it, on a pipe (a helper process, not gpudiag's UI)",
+    "probes/inprocess/calibrate.py": "the calibration child's one JSON line of rates to the "
+    "agent that ran it, on a pipe (a child process, not gpudiag's UI)",
 }
 _STD = {"stdout", "stderr", "__stdout__", "__stderr__"}
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudiag.probes.base import Sample, now_ns
+from gpudiag.probes.spawn import run_process
 
 BURST_S = 0.004  # one timed burst
 BURSTS = 3
@@ -171,7 +172,7 @@ class Calibrator:
         """One child for these shapes; its samples (none when it fails or takes too long)."""
         cmd = [self.python, "-m", "gpudiag.probes.inprocess.calibrate"]
         try:
-            res = subprocess.run(
+            res = run_process(
                 cmd,
                 input=json.dumps(shapes),
                 capture_output=True,

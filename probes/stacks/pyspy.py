@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from gpudiag.probes.files import read_head
+
 # never `setcap cap_sys_ptrace+ep` on py-spy: that lets every local user read every process,
 # root's included
 PTRACE_HINT = (
@@ -84,6 +86,7 @@ SPY_SAMPLE_PER_THREAD_S = 0.06e-3
 SPY_START_S = 0.01  # CPU to start one py-spy recorder (reads the interpreter's symbols)
 
 
+STATUS_BYTES = 16384  # /proc/PID/status: about 1.5 KB
 MEMORY_POLL_S = 0.2  # how often a window's recorders' own peak memory is read
 
 
@@ -93,10 +96,10 @@ def own_peak_rss(pid: int, proc: str = "/proc") -> int:
     across its exec, so each py-spy read as the agent's whole size again (an agent of 242 MB
     with two recorders reported 761 MB; py-spy itself held about 10 MB)."""
     try:
-        with open(f"{proc}/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
+        text = read_head(f"{proc}/{pid}/status", STATUS_BYTES).decode(errors="replace")
+        for line in text.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return 0
