@@ -302,6 +302,7 @@ class Watcher:
                 "progress": False,
                 "attached": True,
                 "stacks_min_rate_hz": WATCH_MIN_RATE_HZ,
+                "stacks_pace": True,
             }
         )
         ranks = ranks or []

@@ -240,6 +240,19 @@ class GpudiagCollector(Collector):
             ),
             "budget": _gauge("agent_cpu_budget_cores", "the job's share of the CPU budget", LABELS),
             "rss": _gauge("agent_peak_rss_bytes", "gpudiag's peak resident memory", LABELS),
+            "stacks_sampled_ratio": _gauge(
+                "stacks_sampled_ratio",
+                "share of the time the job's stacks are recorded: 1 at the probe's rates; below "
+                "1 when py-spy at its lowest rate costs more than the job's share of the CPU "
+                "budget and rests between windows; 0 when stopped (see the stacks probe status)",
+                LABELS,
+            ),
+            "stacks_threads": _gauge(
+                "stacks_threads",
+                "threads py-spy reads in the job's process at each tick (its cost per tick "
+                "grows with them)",
+                LABELS,
+            ),
             "gpu_info": _gauge(
                 "job_gpu_info", "1 for each GPU the job is sampled on (join on UUID)", GPU_LABELS
             ),
@@ -398,6 +411,11 @@ def _agent_cost(agent: dict, lv: list[str], fam: dict[str, Any]) -> None:
         fam["budget"].add_metric(lv, float(agent["cpu_budget_cores"]))
     if agent.get("peak_rss_bytes") is not None:
         fam["rss"].add_metric(lv, float(agent["peak_rss_bytes"]))
+    rates = agent.get("rates") or {}
+    for key in ("stacks_sampled_ratio", "stacks_threads"):  # watch: the stacks' pacing
+        last = (rates.get(key) or {}).get("last")
+        if isinstance(last, (int, float)):
+            fam[key].add_metric(lv, float(last))
 
 
 def _money(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:

@@ -254,7 +254,10 @@ class Governor:
         ratio = goal / max(self._cost, payback, 1e-6)
         # move only on a clear miss: rate changes are what the analyzers least like
         raise_at = 1.2 if early else 1.5  # the verdict's samples are worth a change
-        if ratio < 1.0 or (ratio > raise_at and self.level < 1.0):
+        # a paced probe rests between windows at its lowest rates: its cost over a rest
+        # says nothing of what a higher rate would cost, so the level is never raised then
+        paced = any(p.paced() for p in self._adaptive())
+        if ratio < 1.0 or (ratio > raise_at and self.level < 1.0 and not paced):
             new = self.level * min(2.0, max(0.25, ratio)) ** 0.8
             if abs(new - self.level) > 0.01:
                 self.adjustments += 1
