@@ -220,7 +220,7 @@ def _what(stack: str) -> str:
     for frame in reversed(frames):
         for key, name in OWN_PARTS:
             if key in frame:
-                return name
+                return f"{name} ({frame.split(' (')[0]})" if name == "session" else name
     return frames[1].split(" (")[0] if len(frames) > 1 else stack[:40]
 
 

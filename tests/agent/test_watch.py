@@ -286,8 +286,8 @@ def test_a_job_whose_stacks_cost_past_its_share_is_paced_said_in_the_log_report_
     about 0.15 cores against the job's share (0.0125 of 0.10 for 8 jobs). The stack probe
     now rests between windows for what each window's measured cost buys at its goal, and
     says so: a log line, the report's probe status (degraded, with the fix), and /metrics'
-    gpudiag_stacks_sampled_ratio and gpudiag_stacks_threads; stopped past the longest rest
-    (probe_up 0)."""
+    gpudiag_stacks_sampled_ratio and gpudiag_threads_read_per_tick; stopped past the longest
+    rest (probe_up 0)."""
     import os
 
     from gpudiag.agent.base.config import Settings
@@ -336,7 +336,8 @@ def test_a_job_whose_stacks_cost_past_its_share_is_paced_said_in_the_log_report_
     assert stacks["available"] and "paced" in stacks["reason"] and stacks["hint"]
     (ratio,) = fams["gpudiag_stacks_sampled_ratio"]
     assert 0.0 < ratio.value < 0.1
-    assert fams["gpudiag_stacks_threads"][0].value == 1500.0
+    read = {s.labels["probe"]: s.value for s in fams["gpudiag_threads_read_per_tick"]}
+    assert read == {"stacks": 1500.0}
     assert {s.labels["probe"]: s.value for s in fams["gpudiag_probe_up"]}["stacks"] == 1.0
 
     _window(probe, 100.0, monkeypatch)  # a window an hour's rest would pay for: stopped
