@@ -207,8 +207,8 @@ OWN_PARTS = (
     ("session/budget", "governor"),
     ("agent/commands/watch", "watch's poll"),
     ("fleet/metrics", "metrics/accounting"),
+    ("timeline/", "timeline (samples kept)"),
     ("analyzers/", "analysis"),
-    ("timeline/", "timeline"),
     ("session/", "session"),
 )
 

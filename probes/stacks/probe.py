@@ -349,6 +349,8 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             self._stop.wait(self.pace.recheck_s)
             self.pace.rested(time.monotonic() - t0)
             threads = thread_count(self.loop_pid)
+            if not threads:
+                return  # the job ended: the loop sees it
             if self.pace.may_resume(threads, self.cpu_goal):
                 self._note(f"stack sampling resumed: the job has {threads} threads now")
         if self.pace.rest_s > 0:
