@@ -187,14 +187,20 @@ class Where:
             lines = self.out.read_text().splitlines()
         except OSError:
             lines = []
+        inner: dict[str, int] = {}
         for ln in lines:
             stack, _, n = ln.rpartition(" ")
             own[_what(stack)] = own.get(_what(stack), 0) + int(n or 0)
+            top = _innermost(stack)
+            inner[top] = inner.get(top, 0) + int(n or 0)
         total = sum(own.values()) or 1
         return {
             "py_spy_cores": {k: round(v, 4) for k, v in sorted(spy.items(), key=lambda x: -x[1])},
             "own_busy_share": {
                 k: round(v / total, 3) for k, v in sorted(own.items(), key=lambda x: -x[1])[:12]
+            },
+            "own_busy_innermost": {
+                k: round(v / total, 3) for k, v in sorted(inner.items(), key=lambda x: -x[1])[:12]
             },
         }
 
@@ -204,6 +210,11 @@ OWN_PARTS = (
     ("probes/stacks/", "stack probe (parse, start py-spy)"),
     ("probes/host/discovery", "discovery"),
     ("probes/host/", "host probe"),
+    ("probes/servers/connections", "conns probe"),
+    ("probes/servers/triton", "triton probe"),
+    ("probes/inprocess/", "hooks probe"),
+    ("probes/gpu/", "gpu probe"),
+    ("probes/", "other probes"),
     ("session/budget", "governor"),
     ("agent/commands/watch", "watch's poll"),
     ("fleet/metrics", "metrics/accounting"),
@@ -211,6 +222,16 @@ OWN_PARTS = (
     ("analyzers/", "analysis"),
     ("session/", "session"),
 )
+
+
+def _innermost(stack: str) -> str:
+    """The innermost gpudiag frame of a busy stack, and the frame it called (by name)."""
+    frames = stack.split(";")
+    for i in range(len(frames) - 1, -1, -1):
+        if "gpudiag" in frames[i] or "/work/" in frames[i]:
+            callee = frames[i + 1].split(" (")[0] if i + 1 < len(frames) else ""
+            return f"{frames[i].split(':')[0][-60:]} -> {callee}"
+    return frames[-1][:60]
 
 
 def _what(stack: str) -> str:

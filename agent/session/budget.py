@@ -373,9 +373,12 @@ class CpuAllowance:
         """What a start has cost on average (0 before the first)."""
         return self.start_cpu_s / self.starts if self.starts else 0.0
 
-    def allows_start(self) -> bool:
-        """True while the allowance holds one more start's measured cost."""
-        return self.update() >= self.mean_start_s() and self.balance_s >= 0.0
+    def allows_start(self, look: bool = True) -> bool:
+        """True while the allowance holds one more start's measured cost; `look=False`: from
+        the balance of the last look (a poll's later jobs: each look reads the CPU of watch's
+        every thread and child)."""
+        balance = self.update() if look else self.balance_s
+        return balance >= self.mean_start_s() and balance >= 0.0
 
     def charge(self, work: Callable[[], object]) -> float:
         """Run `work` (a start) and measure what it cost; the CPU seconds."""

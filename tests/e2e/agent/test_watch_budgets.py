@@ -359,3 +359,33 @@ def test_stacks_of_a_job_with_many_threads_stop_past_their_share_and_say_so():
         assert probe._thread is None or not probe._thread.is_alive()
         job.kill()
         job.wait()
+
+
+def test_the_conns_probe_finds_a_childs_port_without_scanning_every_process(monkeypatch):
+    """Each watched job's conns probe looked for listening ports every 2 s for 60 s with
+    psutil's children(), which reads the stat of every process on the box: beside 77
+    hostile processes, a fifth of watch's own busy samples (watch_hostile.py --where). Its
+    tree now comes from each thread's children file."""
+    import psutil
+
+    from gpudiag.probes.servers.connections import listening_ports
+
+    code = (
+        "import socket, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print('ready', s.getsockname()[1], flush=True); time.sleep(30)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None
+        word, port = job.stdout.readline().split()
+        assert word == "ready"
+
+        def scan(*a, **k):
+            raise AssertionError("a scan of every process")
+
+        monkeypatch.setattr(psutil.Process, "children", scan)
+        assert int(port) in listening_ports(os.getpid())  # the child's, from its parent
+    finally:
+        job.kill()
+        job.wait()
