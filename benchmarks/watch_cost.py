@@ -153,6 +153,11 @@ def measure(n: int, seconds: float, settle: float, extra: list[str]) -> dict:
             round(sum(per_job) / len(per_job), 4) if per_job else None
         ),
         "exit_status": os.waitstatus_to_exitcode(status),
+        # each job's share of the time its stacks were recorded at the last scrape (1: never
+        # paced; docs/fleet.md "One job's share")
+        "stacks_sampled_ratio": sorted(
+            round(x.value, 3) for x in fams.get("gpudiag_stacks_sampled_ratio", [])
+        ),
     }
 
 

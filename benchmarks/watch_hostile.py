@@ -111,6 +111,151 @@ def _cpu_rss(p: psutil.Process) -> tuple[float, int]:
     return cpu, rss
 
 
+KINDS = ("light job", "1,500 threads", "dotted argv", "fake job")
+
+
+def _kind_of(job: subprocess.Popen, others: list[subprocess.Popen]) -> dict[int, str]:
+    """Each watched-looking process's kind, by pid (what py-spy's --pid names)."""
+    kinds = {job.pid: "light job"}
+    for p in others:
+        args = p.args if isinstance(p.args, list) else []
+        if len(args) > 3 and str(args[1]).endswith("fake.py"):
+            kinds[p.pid] = "1,500 threads" if args[3] == "1500" else "fake job"
+            if len(args) > 5:
+                kinds[p.pid] = "dotted argv"
+    return kinds
+
+
+class Where:
+    """Where watch's CPU goes (--where): each py-spy child's CPU by the kind of process it
+    reads (its last reading before it ended: up to one look late), and gpudiag's own
+    Python threads by what they run, from a py-spy of its own (not watch's child) at 20 Hz,
+    busy samples only."""
+
+    def __init__(self, watch_pid: int, seconds: float, out: Path) -> None:
+        self.watch_pid, self.kids, self.out = watch_pid, {}, out
+        spy = str(Path(sys.executable).parent / "py-spy")
+        self.spy = subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(watch_pid),
+                "--rate",
+                "20",
+                "--format",
+                "raw",
+                "--duration",
+                str(max(1, round(seconds))),
+                "--output",
+                str(out),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def look(self) -> None:
+        """Each live py-spy child's target, mode and CPU so far."""
+        try:
+            kids = psutil.Process(self.watch_pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for c in kids:
+            try:
+                args, t = c.cmdline(), c.cpu_times()
+            except psutil.Error:
+                continue
+            if "--pid" not in args:
+                continue
+            target = int(args[args.index("--pid") + 1])
+            mode = "gil" if "--gil" in args else "all" if "--idle" in args else args[1]
+            self.kids[c.pid] = (target, mode, t.user + t.system)
+
+    def split(self, kinds: dict[int, str], wall: float) -> dict:
+        """py-spy cores by kind and mode; gpudiag's own busy samples by what ran."""
+        spy: dict[str, float] = {}
+        for target, mode, cpu in self.kids.values():
+            key = f"{kinds.get(target, 'other')} {mode}"
+            spy[key] = spy.get(key, 0.0) + cpu / wall
+        try:
+            self.spy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.spy.kill()
+        own: dict[str, int] = {}
+        try:
+            lines = self.out.read_text().splitlines()
+        except OSError:
+            lines = []
+        inner: dict[str, int] = {}
+        for ln in lines:
+            stack, _, n = ln.rpartition(" ")
+            own[_what(stack)] = own.get(_what(stack), 0) + int(n or 0)
+            top = _innermost(stack)
+            inner[top] = inner.get(top, 0) + int(n or 0)
+        total = sum(own.values()) or 1
+        return {
+            "py_spy_cores": {k: round(v, 4) for k, v in sorted(spy.items(), key=lambda x: -x[1])},
+            "own_busy_share": {
+                k: round(v / total, 3) for k, v in sorted(own.items(), key=lambda x: -x[1])[:12]
+            },
+            "own_busy_innermost": {
+                k: round(v / total, 3) for k, v in sorted(inner.items(), key=lambda x: -x[1])[:12]
+            },
+        }
+
+
+OWN_PARTS = (
+    ("probes/host/process", "process probe"),
+    ("probes/stacks/", "stack probe (parse, start py-spy)"),
+    ("probes/host/discovery", "discovery"),
+    ("probes/host/", "host probe"),
+    ("probes/servers/connections", "conns probe"),
+    ("probes/servers/triton", "triton probe"),
+    ("probes/inprocess/", "hooks probe"),
+    ("probes/gpu/", "gpu probe"),
+    ("probes/", "other probes"),
+    ("session/budget", "governor"),
+    ("agent/commands/watch", "watch's poll"),
+    ("fleet/metrics", "metrics/accounting"),
+    ("timeline/", "timeline (samples kept)"),
+    ("analyzers/", "analysis"),
+    ("session/", "session"),
+)
+
+
+def _innermost(stack: str) -> str:
+    """The innermost gpudiag frame of a busy stack, and the frame it called (by name)."""
+    frames = stack.split(";")
+    for i in range(len(frames) - 1, -1, -1):
+        if "gpudiag" in frames[i] or "/work/" in frames[i]:
+            callee = frames[i + 1].split(" (")[0] if i + 1 < len(frames) else ""
+            return f"{frames[i].split(':')[0][-60:]} -> {callee}"
+    return frames[-1][:60]
+
+
+def _what(stack: str) -> str:
+    """The part of gpudiag a busy stack (outermost first) is in: its innermost gpudiag
+    part."""
+    frames = stack.split(";")
+    for frame in reversed(frames):
+        for key, name in OWN_PARTS:
+            if key in frame:
+                return f"{name} ({frame.split(' (')[0]})" if name == "session" else name
+    return frames[1].split(" (")[0] if len(frames) > 1 else stack[:40]
+
+
+def _watched(lines: list[str], kinds: dict[int, str]) -> dict[str, int]:
+    """How many sessions watch started on each kind of process."""
+    out: dict[str, int] = {}
+    for ln in lines:
+        if "watching pid" in ln:
+            pid = int(ln.split("watching pid ", 1)[1].split()[0])
+            kind = kinds.get(pid, "fake job")  # a respawned one that ended
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
 def _respawn(folder: Path, procs: list[subprocess.Popen], seconds: float) -> int:
     """Replace each ended fake job by a new one; how many were started."""
     fake = str(folder / "fake.py")
@@ -142,6 +287,7 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
     watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     proc, peak, own, t0 = psutil.Process(watch.pid), 0, 0.0, time.monotonic()
     respawned = 0
+    where = Where(watch.pid, args.seconds, folder.with_suffix(".where")) if args.where else None
     try:
         while True:
             pid, status, usage = os.wait4(watch.pid, os.WNOHANG)
@@ -154,15 +300,20 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
                 own = sum(proc.cpu_times()[:2])  # gpudiag itself (discovery, probes, scrape)
             except psutil.Error:
                 pass
-            time.sleep(0.5)
+            if where is not None:
+                where.look()
+            time.sleep(0.25 if where is not None else 0.5)
         wall = time.monotonic() - t0
         log.seek(0)
         err = log.read()
+        kinds = _kind_of(job, others)
+        split = where.split(kinds, wall) if where is not None else None
     finally:
         for p in [job, *others]:
             p.kill()
             p.wait()
         shutil.rmtree(folder, ignore_errors=True)
+        folder.with_suffix(".where").unlink(missing_ok=True)
     cpu = usage.ru_utime + usage.ru_stime  # gpudiag and every child it reaped (py-spy)
     lines = err.splitlines()
     return {
@@ -176,6 +327,8 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
         "peak_rss_mb": round(peak / 2**20, 1),
         "exit_status": os.waitstatus_to_exitcode(status),
         "stderr_tail": [ln for ln in lines if "Traceback" in ln or "rror" in ln][-3:],
+        **({"where": split} if split is not None else {}),
+        "watched": _watched(lines, kinds),
     }
 
 
@@ -197,6 +350,9 @@ def main() -> None:
         "--short", type=float, default=0.0, help="each fake job lives this long, then a new one"
     )
     ap.add_argument("--before", metavar="PYTHON", help="also the hostile arm by its gpudiag")
+    ap.add_argument(
+        "--where", action="store_true", help="split watch's CPU: py-spy by target, its own by part"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load = open("/proc/loadavg").read().split()[:3]
@@ -235,8 +391,12 @@ def main() -> None:
             f"  {r['own_cpu_cores']:>7.4f}  {r['peak_rss_mb']:>11.1f}  {r['sessions_started']:>8}"
             f"  {r['exit_status']}"
         )
+        print(f"    sessions by kind: {r['watched']}")
         for line in r["deferred_lines"] + r["stderr_tail"]:
             print(f"    {line[:200]}")
+        if "where" in r:
+            print(f"    py-spy cores by target: {r['where']['py_spy_cores']}")
+            print(f"    gpudiag's own busy samples: {r['where']['own_busy_share']}")
     print(f"hostile/quiet: CPU x{ratio['cpu']}, RSS x{ratio['rss']} (budget 0.10 cores, 400 MB)")
 
 

@@ -169,3 +169,19 @@ class Probe(Protocol):
     def request_capture(self, steps: int) -> bool:
         """Ask the job for a profiler capture of `steps` steps (probes that `captures`)."""
         return False
+
+    def paced(self) -> bool:
+        """True while an adaptive probe samples below its lowest rates to keep within its
+        `cpu_goal` (the stacks resting between windows, or stopped): the governor then never
+        raises its rates."""
+        return False
+
+    def notes(self) -> list[str]:
+        """Lines for the log since the last call: a change in how it samples (paced,
+        stopped, back to its rates); [] for none."""
+        return []
+
+    def live_status(self) -> ProbeStatus | None:
+        """Its status while it samples, where that changed what `open` said (the stacks
+        paced or stopped by their budget); None keeps the status `open` returned."""
+        return None

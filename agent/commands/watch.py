@@ -203,13 +203,16 @@ class Watcher:
         new = sorted(pids - set(self.jobs) - self.skipped)
         self.waiting, deferred = set(), set()
         swapped = False
+        looked = False  # the allowance is read once a poll (and after each start, charged)
         for pid in new:
             # a job that cannot start now costs no more (a look for its ranks scans the box)
             full = len(self.jobs) >= self.max_jobs
             if full and self._idle_job() is None:
                 self.waiting.add(pid)
                 continue
-            if self.allowance is not None and not self.allowance.allows_start():
+            ok = self.allowance is None or self.allowance.allows_start(look=not looked)
+            looked = True
+            if not ok:
                 if swapped or not full or not self._newcomer_active(pid):
                     deferred.add(pid)  # looked at again next poll; no watched job stopped
                     continue
@@ -302,6 +305,7 @@ class Watcher:
                 "progress": False,
                 "attached": True,
                 "stacks_min_rate_hz": WATCH_MIN_RATE_HZ,
+                "stacks_pace": True,
             }
         )
         ranks = ranks or []

@@ -240,6 +240,21 @@ class GpudiagCollector(Collector):
             ),
             "budget": _gauge("agent_cpu_budget_cores", "the job's share of the CPU budget", LABELS),
             "rss": _gauge("agent_peak_rss_bytes", "gpudiag's peak resident memory", LABELS),
+            "stacks_sampled_ratio": _gauge(
+                "stacks_sampled_ratio",
+                "share of the time the job's stacks are recorded: 1 at the probe's rates; below "
+                "1 when py-spy at its lowest rate costs more than the job's share of the CPU "
+                "budget and rests between windows; 0 when stopped (see the stacks probe status)",
+                LABELS,
+            ),
+            "threads_read": _gauge(
+                "threads_read_per_tick",
+                "threads of the job's process read at each tick: stacks, every one (py-spy; "
+                "its cost per tick grows with them); process, at most its budget (256 times "
+                "the square root of the job's rate level, 16 at least: past it the main "
+                "thread and the busy ones every tick, the idle rest in turn)",
+                (*LABELS, "probe"),
+            ),
             "gpu_info": _gauge(
                 "job_gpu_info", "1 for each GPU the job is sampled on (join on UUID)", GPU_LABELS
             ),
@@ -398,6 +413,14 @@ def _agent_cost(agent: dict, lv: list[str], fam: dict[str, Any]) -> None:
         fam["budget"].add_metric(lv, float(agent["cpu_budget_cores"]))
     if agent.get("peak_rss_bytes") is not None:
         fam["rss"].add_metric(lv, float(agent["peak_rss_bytes"]))
+    rates = agent.get("rates") or {}
+    sampled = (rates.get("stacks_sampled_ratio") or {}).get("last")  # watch: stacks paced
+    if isinstance(sampled, (int, float)):
+        fam["stacks_sampled_ratio"].add_metric(lv, float(sampled))
+    for probe, key in (("stacks", "stacks_threads"), ("process", "process_threads_per_tick")):
+        last = (rates.get(key) or {}).get("last")
+        if isinstance(last, (int, float)):
+            fam["threads_read"].add_metric([*lv, probe], float(last))
 
 
 def _money(doc: dict, lv: list[str], fam: dict[str, Any]) -> None:

@@ -254,7 +254,10 @@ class Governor:
         ratio = goal / max(self._cost, payback, 1e-6)
         # move only on a clear miss: rate changes are what the analyzers least like
         raise_at = 1.2 if early else 1.5  # the verdict's samples are worth a change
-        if ratio < 1.0 or (ratio > raise_at and self.level < 1.0):
+        # a paced probe rests between windows at its lowest rates: its cost over a rest
+        # says nothing of what a higher rate would cost, so the level is never raised then
+        paced = any(p.paced() for p in self._adaptive())
+        if ratio < 1.0 or (ratio > raise_at and self.level < 1.0 and not paced):
             new = self.level * min(2.0, max(0.25, ratio)) ** 0.8
             if abs(new - self.level) > 0.01:
                 self.adjustments += 1
@@ -370,9 +373,12 @@ class CpuAllowance:
         """What a start has cost on average (0 before the first)."""
         return self.start_cpu_s / self.starts if self.starts else 0.0
 
-    def allows_start(self) -> bool:
-        """True while the allowance holds one more start's measured cost."""
-        return self.update() >= self.mean_start_s() and self.balance_s >= 0.0
+    def allows_start(self, look: bool = True) -> bool:
+        """True while the allowance holds one more start's measured cost; `look=False`: from
+        the balance of the last look (a poll's later jobs: each look reads the CPU of watch's
+        every thread and child)."""
+        balance = self.update() if look else self.balance_s
+        return balance >= self.mean_start_s() and balance >= 0.0
 
     def charge(self, work: Callable[[], object]) -> float:
         """Run `work` (a start) and measure what it cost; the CPU seconds."""

@@ -232,6 +232,8 @@ class Session:
             if probe.name in self.hung:
                 return  # timed out meanwhile: what it returns late is dropped
             self._ingest(samples)
+            for line in probe.notes():  # how it samples changed (the stacks paced)
+                self.log(f"{probe.name}: {line}")
             self._stop.wait(max(0.0, probe.interval_s - (time.monotonic() - t0)))
 
     def start_probe(self, probe: Probe) -> None:
@@ -468,7 +470,9 @@ class Session:
         """What was collected so far, analysed (for live views; the session runs on); with
         `recent_s`, its last that many seconds only."""
         probes = [
-            self.statuses.get(p.name) or ProbeStatus(p.name, False, "starting")
+            (p.live_status() if p.name in self.statuses else None)
+            or self.statuses.get(p.name)
+            or ProbeStatus(p.name, False, "starting")
             for p in self.probes
             if p.applies()
         ]

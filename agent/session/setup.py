@@ -37,6 +37,7 @@ class SessionOptions:
     load_hooks: bool = False  # attach --hooks: load run's hooks into the running job
     attached: bool = False  # attach/watch: the job runs already (no start-up wait for py-spy)
     stacks_min_rate_hz: int | None = None  # the lowest py-spy rate the budget may set
+    stacks_pace: bool = False  # below it, rest between windows to keep the CPU goal (watch)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ def make_probes(
             window_s=opts.window_s,
             gil_rate_hz=opts.gil_rate_hz,
             nonblocking=opts.nonblocking,
+            pace=opts.stacks_pace,
         )
     )
     if opts.attached:

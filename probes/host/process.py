@@ -32,6 +32,8 @@ def parse_stat_line(text: str) -> tuple[str, str]:
 
 
 MAX_THREADS_PER_TICK = 256  # threads of one process read per tick (two small files each)
+MIN_THREADS_PER_TICK = 16  # ... at the budget's lowest level (it scales as its square root:
+# 26 at watch's 0.01, when many jobs share its budget)
 
 
 def list_tids(pid: int) -> list[int]:
@@ -192,22 +194,44 @@ class ProcessProbe(Probe):
         self._kids: set[int] | None = None
         self._kid_churn = [0, 0]
         self._n_threads = 0  # the target's threads at the last tick
+        self._said_over = False  # whether the log was told they are past the budget
 
     def set_level(self, level: float) -> None:
-        """Sample less often at a lower budget level: threads every 0.2 s up to 1 s, the
-        workers' aggregate (one read per worker process) every 1 s up to 5 s."""
+        """Sample less at a lower budget level: threads every 0.2 s up to 1 s, and fewer of a
+        process's threads read per tick (MAX_THREADS_PER_TICK times the level's square root,
+        MIN_THREADS_PER_TICK at least), the workers' aggregate (one read per worker process)
+        every 1 s up to 5 s."""
         level = max(0.01, min(1.0, level))
         self.interval_s = min(max(self.base_interval_s, 1.0), self.base_interval_s / level)
         self.workers_interval_s = min(
             max(self.base_workers_interval_s, 5.0), self.base_workers_interval_s / level
         )
+        self._budget.limit = max(MIN_THREADS_PER_TICK, round(MAX_THREADS_PER_TICK * level**0.5))
 
     def rates(self) -> dict[str, float]:
-        """Current sampling intervals."""
+        """Current sampling intervals, and the target's threads read per tick (all of them
+        up to the budget's limit)."""
+        n = self._n_threads or self._budget.limit
         return {
             "process_interval_s": self.interval_s,
             "process_workers_interval_s": self.workers_interval_s,
+            "process_threads_per_tick": float(min(n, self._budget.limit)),
         }
+
+    def notes(self) -> list[str]:
+        """A line when the target's threads go past what is read per tick (and back)."""
+        over = self._n_threads > self._budget.limit
+        if over == self._said_over:
+            return []
+        self._said_over = over
+        if not over:
+            return [f"{self._n_threads} threads: every one read per tick again"]
+        every = math.ceil(self._n_threads / max(1, self._budget.limit))
+        return [
+            f"{self._n_threads} threads, {self._budget.limit} read per tick (the budget's "
+            f"threads per tick at this level): the main thread and the busy ones every tick, "
+            f"the idle rest in turn (each about every {every} ticks)"
+        ]
 
     def open(self, target: Target) -> ProbeStatus:
         """Check the target exists and that its /proc entries can be read."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import psutil
 
 from gpudiag.probes.base import Field, Probe, ProbeStatus, Sample, Target, now_ns
+from gpudiag.probes.files import descendants
 from gpudiag.probes.net import tcp_established
 
 FIND_EVERY_S = 2.0  # how often to look again for listening ports (a server binds late)...
@@ -22,16 +23,13 @@ MAX_PORTS = 64  # listening ports followed: more are not read
 
 
 def listening_ports(root: int) -> frozenset[int]:
-    """The TCP ports `root` and its descendants listen on (their own fd tables)."""
-    try:
-        proc = psutil.Process(root)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return frozenset()
+    """The TCP ports `root` and its descendants listen on (their own fd tables; the
+    descendants from each thread's children file: psutil's children() reads the stat of every
+    process on the box, and each watched job's look ran it every 2 s)."""
     ports: set[int] = set()
-    for p in procs:
+    for pid in (root, *descendants(root)):
         try:
-            conns = p.net_connections(kind="tcp")
+            conns = psutil.Process(pid).net_connections(kind="tcp")
         except (psutil.Error, OSError):
             continue
         ports.update(c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr)

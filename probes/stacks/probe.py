@@ -31,6 +31,7 @@ from gpudiag.probes.base import Probe, ProbeStatus, Sample, Target, now_ns
 from gpudiag.probes.files import descendants, open_regular_fd
 from gpudiag.probes.servers.triton import model_process
 from gpudiag.probes.spawn import run_process, start_process
+from gpudiag.probes.stacks.pace import Pace
 from gpudiag.probes.stacks.pyspy import (
     SpyRun,
     crash_reason,
@@ -48,7 +49,7 @@ from gpudiag.probes.stacks.pyspy_output import (
     parse_raw,
     parse_speedscope,
 )
-from gpudiag.probes.stacks.rates import StackRates
+from gpudiag.probes.stacks.rates import StackRates, thread_count
 from gpudiag.probes.stacks.samples import (
     STACK_FIELDS,
     Tally,
@@ -63,6 +64,11 @@ from gpudiag.probes.stacks.samples import (
 
 MAX_CALL_SOURCES = 2000  # module-call lines whose text is sent, per probe
 
+PACE_HINT = (
+    "give watch a larger --cpu-budget, or fewer jobs to share it (--max-jobs, --match); "
+    "py-spy's cost per tick grows with the job's threads"
+)
+
 STARVED_BELOW = 0.5  # the analyzers' stack_rate_min default: py-spy starved below this share
 STARVED_MIN_ASKED = 200  # ticks asked before falling behind is judged (2 s at 100 Hz): a job
 # that crashed at once left py-spy a fraction of a window, and "profile longer" was its fix
@@ -73,8 +79,9 @@ class StackConfig:
     """The stack probe's rates and windows, as configured (the budget level scales the rates
     from there): the loop's rate, the window's length, the --gil recorder's rate (0: none),
     py-spy's --nonblocking, whether the job's children are recorded, how long py-spy waits for a
-    young interpreter, the workers' rate and how many are recorded per window, and the lowest
-    loop rate the budget may scale to."""
+    young interpreter, the workers' rate and how many are recorded per window, the lowest
+    loop rate the budget may scale to, and whether the probe rests between windows when even
+    that costs more than its CPU goal (probes/stacks/pace.py; `watch`)."""
 
     rate_hz: int = 100
     window_s: float = 3.0
@@ -85,6 +92,7 @@ class StackConfig:
     worker_rate_hz: int = 20
     workers_per_window: int = 1
     min_rate_hz: int = 5
+    pace: bool = False  # below the lowest rates, rest between windows to keep the CPU goal
 
 
 class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float here, Probe allows None
@@ -137,6 +145,8 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
         self.ticks = self.ticks_asked = 0.0  # loop recordings' ticks, and what was asked for
         self._sources = SourceLines()
         self._call_lines: set[tuple[int, str]] = set()  # module-call lines already sent
+        self.pace: Pace | None = Pace() if c.pace else None  # None: never rests (attach)
+        self._notes: list[str] = []
 
     # ---- lifecycle ----------------------------------------------------------------------
     def open(self, target: Target) -> ProbeStatus:
@@ -319,6 +329,58 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
                 self._stop.wait(1.0)
             else:
                 self.windows_read += 1
+                self._pace_after(runs, duration)
+
+    def _pace_after(self, runs: list[SpyRun], duration: float) -> None:
+        """After a window read: rest as long as its py-spy CPU buys at the goal, when even
+        the lowest rates cost more (or stop, past the longest rest), and say so."""
+        if self.pace is None:
+            return
+        line = self.pace.after_window(
+            sum(r.cpu_s for r in runs),
+            duration,
+            thread_count(self.loop_pid),
+            self.cpu_goal,
+            self.at_lowest(),
+        )
+        self._note(line)
+        while self.pace.stopped and not self._stop.is_set():
+            t0 = time.monotonic()
+            self._stop.wait(self.pace.recheck_s)
+            self.pace.rested(time.monotonic() - t0)
+            threads = thread_count(self.loop_pid)
+            if not threads:
+                return  # the job ended: the loop sees it
+            if self.pace.may_resume(threads, self.cpu_goal):
+                self._note(f"stack sampling resumed: the job has {threads} threads now")
+        if self.pace.rest_s > 0:
+            t0 = time.monotonic()
+            self._stop.wait(self.pace.rest_s)
+            self.pace.rested(time.monotonic() - t0)
+
+    def _note(self, line: str | None) -> None:
+        if line:
+            with self._lock:
+                self._notes = [*self._notes[-9:], line]
+
+    def notes(self) -> list[str]:
+        """Lines for the log: the stacks paced, stopped, back to their rates."""
+        with self._lock:
+            out, self._notes = self._notes, []
+        return out
+
+    def paced(self) -> bool:
+        """True while the stacks rest between windows or are stopped (probes/stacks/pace)."""
+        return self.pace is not None and self.pace.paced
+
+    def live_status(self) -> ProbeStatus | None:
+        """Degraded while paced, unavailable while stopped, with why and the fix."""
+        pace = self.pace
+        if pace is None or not pace.paced:
+            return None
+        if pace.stopped:
+            return ProbeStatus(self.name, False, pace.stop_line(), PACE_HINT)
+        return ProbeStatus(self.name, True, pace.rest_line(), PACE_HINT)
 
     def _read(self, run: SpyRun) -> tuple[list[StackRow], list[Episode]] | None:
         try:
@@ -438,7 +500,7 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
     def final_status(self) -> ProbeStatus | None:
         """Unavailable (py-spy failed in every window) or degraded, with why and the fix."""
         if not self.windows_failed or not self.last_error:
-            return self._starved()
+            return self.live_status() or self._paced_before() or self._starved()
         if not self.windows_read:
             return ProbeStatus(
                 self.name,
@@ -452,6 +514,19 @@ class StackProbe(StackRates, Probe):  # type: ignore[misc]  # level: a float her
             True,
             f"py-spy failed in {self.windows_failed} of {total} windows: {self.last_error}",
             self.last_hint,
+        )
+
+    def _paced_before(self) -> ProbeStatus | None:
+        """Degraded when it was paced at some time, and back to its rates since."""
+        pace = self.pace
+        if pace is None or pace.share() >= 1.0:
+            return None
+        return ProbeStatus(
+            self.name,
+            True,
+            f"stack sampling was paced by its share of the CPU budget: it recorded "
+            f"{pace.share():.0%} of the time",
+            PACE_HINT,
         )
 
     def sample(self) -> list[Sample]:

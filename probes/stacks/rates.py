@@ -14,8 +14,17 @@ import threading
 import psutil
 
 from gpudiag.probes.base import Target
+from gpudiag.probes.stacks.pace import Pace
 from gpudiag.probes.stacks.pyspy import SPY_SAMPLE_BASE_S, SPY_SAMPLE_PER_THREAD_S, SPY_START_S
 from gpudiag.probes.stacks.pyspy_output import SourceLines
+
+
+def thread_count(pid: int) -> int:
+    """Threads of a process now (0 when it is gone): what py-spy reads at each tick."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
 
 
 class StackRates:
@@ -33,6 +42,7 @@ class StackRates:
     lean: bool
     spy_cpu_s: float
     spy_window_rss: int
+    pace: Pace | None
     _lock: threading.Lock
     _procs: list[subprocess.Popen]
     _sources: SourceLines
@@ -46,7 +56,8 @@ class StackRates:
         self.level = max(0.0, min(1.0, level))
 
     def rates(self) -> dict[str, float]:
-        """The rates the next window will use."""
+        """The rates the next window will use; when paced (watch), the share of the time
+        it records (1: always; 0: stopped) and the threads py-spy read per tick."""
         loop = max(self.min_rate_hz, round(self.rate_hz * self.level))
         gil = max(2, round(self.gil_rate_hz * self.level)) if self.gil_rate_hz > 0 else 0
         worker = (
@@ -54,12 +65,20 @@ class StackRates:
             if self.subprocesses and self.worker_rate_hz > 0
             else 0
         )
-        return {
+        out = {
             "stacks_loop_hz": float(loop),
             "stacks_gil_hz": float(gil),
             "stacks_worker_hz": float(worker),
             "stacks_window_s": self.window_now(),
         }
+        if self.pace is not None:
+            out["stacks_sampled_ratio"] = self.pace.duty()
+            out["stacks_threads"] = float(self.pace.threads)
+        return out
+
+    def at_lowest(self) -> bool:
+        """Whether the loop is sampled at its lowest rate (the budget can lower no further)."""
+        return round(self.rate_hz * self.level) <= self.min_rate_hz
 
     def window_now(self) -> float:
         """The window length at the current level: starting py-spy costs about 10 ms of CPU,
@@ -71,10 +90,7 @@ class StackRates:
         """First guess of py-spy's CPU (cores) at a level, from the target's thread count."""
         if self.target is None:
             return 0.0
-        try:
-            threads = len(os.listdir(f"/proc/{self.target.pid}/task"))
-        except OSError:
-            threads = 1
+        threads = thread_count(self.target.pid) or 1
         per_sample = SPY_SAMPLE_BASE_S + SPY_SAMPLE_PER_THREAD_S * threads
         loop = max(self.min_rate_hz, self.rate_hz * level)
         has_workers = self.subprocesses and bool(self._workers())

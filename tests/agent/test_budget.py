@@ -212,3 +212,34 @@ def test_a_loop_mostly_in_user_code_counts_its_samples_for_the_verdict():
 def test_the_default_budget_is_a_share_of_the_box(cores, budget):
     # 3% of one core starved py-spy on a 16-core H100 box (47 stack samples in 22 s)
     assert default_cpu_budget(cores) == budget
+
+
+class PacedProbe(FakeProbe):
+    """A probe at its lowest rates that rests between windows (the stacks of a job with
+    1,500 threads under watch): what it costs during a rest says nothing of a higher rate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resting = True
+
+    def paced(self) -> bool:
+        return self.resting
+
+
+def test_the_level_is_never_raised_while_a_probe_is_paced():
+    probe = PacedProbe()
+    world = World(probe, per_hz=0.0)  # a rest costs nothing: the governor sees room
+    gov = Governor(
+        Budget(0.03, 150 * 2**20),
+        [probe],
+        clock=lambda: world.t,
+        cpu_reader=lambda: world.cpu,
+        rss_reader=lambda: world.rss,
+    )
+    gov._t0 = gov._prev_t = 0.0
+    gov.set_level(0.05)
+    run(gov, world, 60)
+    assert probe.level == pytest.approx(0.05) and gov.adjustments == 0
+    probe.resting = False  # back to its rates: the room is used again
+    run(gov, world, 60)
+    assert probe.level > 0.05 and gov.adjustments > 0

@@ -277,3 +277,73 @@ def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatc
         assert w.allowance is not None and not w.allowance.allows_start()
     finally:
         w.close()
+
+
+def test_a_job_whose_stacks_cost_past_its_share_is_paced_said_in_the_log_report_and_metrics(
+    monkeypatch,
+):
+    """Issue 53 N65: beside 1,500 idle threads, py-spy at watch's lowest rate (1 Hz) cost
+    about 0.15 cores against the job's share (0.0125 of 0.10 for 8 jobs). The stack probe
+    now rests between windows for what each window's measured cost buys at its goal, and
+    says so: a log line, the report's probe status (degraded, with the fix), and /metrics'
+    gpudiag_stacks_sampled_ratio and gpudiag_threads_read_per_tick; stopped past the longest
+    rest (probe_up 0)."""
+    import os
+
+    from gpudiag.agent.base.config import Settings
+    from gpudiag.agent.commands.watch import SharedGovernor
+    from gpudiag.agent.fleet.identity import identity_from
+    from gpudiag.agent.session.budget import Budget
+    from gpudiag.agent.session.live import live_doc
+    from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
+    from gpudiag.analyzers.model.thresholds import Thresholds
+    from gpudiag.probes.base import ProbeStatus, Target
+    from tests.agent.test_metrics import _families
+    from tests.probes.test_stacks_pace import _Burnt, _window
+
+    log: list[str] = []
+    session: Session | None = None
+
+    class OneTick(_Burnt):
+        def sample(self):  # one tick of the session's loop for this probe, then it stops
+            assert session is not None
+            session.stop()
+            return []
+
+    probe = OneTick()
+    gov = SharedGovernor(Budget(0.10 / 8, 50 << 20), [probe], shared=SharedCpu(lambda: 0.0))
+    session = Session(
+        Target(os.getpid()),
+        Settings(Thresholds(), (), None),
+        SessionOptions(cpu_budget=None, progress=False),
+        SessionParts(probes=[probe], log=log.append, governor=lambda probes: gov),
+    )
+    session.statuses["stacks"] = ProbeStatus("stacks", True)
+    probe.target = Target(os.getpid())
+    probe.set_level(0.01)
+    _window(probe, 1.2, monkeypatch)  # 1.2 CPU s in a 10 s window at 1 Hz: past its goal
+    session._run_probe(probe)
+    assert any(m.startswith("stacks: stack sampling paced") for m in log), log
+    gov.step()
+
+    def scrape() -> tuple[dict, dict]:
+        doc = live_doc(session, "attach", ["python", "t.py"], os.getpid())
+        ident = identity_from(os.getpid(), ["python", "t.py"], "", {}, "u", "node1")
+        return doc, _families(doc, ident)
+
+    doc, fams = scrape()
+    (stacks,) = [p for p in doc["probes"] if p["name"] == "stacks"]
+    assert stacks["available"] and "paced" in stacks["reason"] and stacks["hint"]
+    (ratio,) = fams["gpudiag_stacks_sampled_ratio"]
+    assert 0.0 < ratio.value < 0.1
+    read = {s.labels["probe"]: s.value for s in fams["gpudiag_threads_read_per_tick"]}
+    assert read == {"stacks": 1500.0}
+    assert {s.labels["probe"]: s.value for s in fams["gpudiag_probe_up"]}["stacks"] == 1.0
+
+    _window(probe, 100.0, monkeypatch)  # a window an hour's rest would pay for: stopped
+    gov.step()
+    doc, fams = scrape()
+    (stacks,) = [p for p in doc["probes"] if p["name"] == "stacks"]
+    assert not stacks["available"] and "stopped" in stacks["reason"]
+    assert fams["gpudiag_stacks_sampled_ratio"][0].value == 0.0
+    assert {s.labels["probe"]: s.value for s in fams["gpudiag_probe_up"]}["stacks"] == 0.0

@@ -95,12 +95,16 @@ class RankSet:
                 self.hooks.labels.ranks[info.pid] = info.rank
         return True
 
-    def stack_probe(
-        self, info: RankInfo, rate_hz: int, window_s: float, nonblocking: bool
-    ) -> RankStackProbe:
-        """A stack probe for a non-primary rank, at its share of the rates."""
+    def stack_probe(self, info: RankInfo, rate_hz: int, opts: Any) -> RankStackProbe:
+        """A stack probe for a non-primary rank, at its share of the rates (the session's
+        `opts`: window, blocking, the lowest rate and pacing as the primary's)."""
         config = StackConfig(
-            rate_hz=rate_hz, window_s=window_s, gil_rate_hz=0, nonblocking=nonblocking
+            rate_hz=rate_hz,
+            window_s=opts.window_s,
+            gil_rate_hz=0,
+            nonblocking=opts.nonblocking,
+            min_rate_hz=min(StackConfig.min_rate_hz, opts.stacks_min_rate_hz or 5),
+            pace=opts.stacks_pace,
         )
         return RankStackProbe(info.rank, info.pid, config)
 
@@ -284,9 +288,7 @@ def setup_ranks(session: Any, ranks: list[RankInfo], root_pid: int) -> RankSet:
     rs = RankSet(ranks, primary, hooks)
     for info in ranks:
         if info.pid != session.target.pid:
-            session.probes.append(
-                rs.stack_probe(info, max(5, opts.rate_hz // n), opts.window_s, opts.nonblocking)
-            )
+            session.probes.append(rs.stack_probe(info, max(5, opts.rate_hz // n), opts))
     rs.add_probe = add_rank_probe_fn(session, opts, n)
     rs.root_pid = root_pid
     rs.gpu_probe = next((p for p in session.probes if isinstance(p, GpuProbe)), None)
@@ -304,9 +306,7 @@ def add_rank_probe_fn(session: Any, opts: Any, n: int) -> Callable[[RankInfo], N
             session.ranks.gpu_probe.extra_pids.add(info.pid)
         if info.pid == session.target.pid:
             return
-        probe = session.ranks.stack_probe(
-            info, max(5, opts.rate_hz // max(1, n)), opts.window_s, opts.nonblocking
-        )
+        probe = session.ranks.stack_probe(info, max(5, opts.rate_hz // max(1, n)), opts)
         if session.governor is not None:  # its CPU goal and level, as the first probes got
             session.governor.adopt(probe)
         session.probes.append(probe)

@@ -319,3 +319,73 @@ def test_gpudiag_counts_its_children_without_scanning_every_process(monkeypatch)
                 pass
         kid.kill()
         kid.wait()
+
+
+def test_stacks_of_a_job_with_many_threads_stop_past_their_share_and_say_so():
+    """N65 under watch: py-spy reads every thread at every tick, so 1,500 idle threads cost
+    about 0.15 cores at watch's lowest rate against a share of 0.0125. The window py-spy
+    really recorded is measured; at a goal a window per 300 s cannot pay for, stack sampling
+    stops, says why and at how many threads it comes back, and close() does not wait out
+    the stop (200 threads here: one window on 1,500 took 17 s on the busy 2-core box)."""
+    from gpudiag.probes.base import Target
+    from gpudiag.probes.stacks.probe import StackConfig, StackProbe
+
+    code = (
+        "import threading, time\n"
+        "ev = threading.Event()\n"
+        "ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range(200)]\n"
+        "[t.start() for t in ts]\n"
+        "print('ready', flush=True); time.sleep(60)\n"
+    )
+    job = _ready(code)
+    probe = StackProbe(
+        StackConfig(rate_hz=1, min_rate_hz=1, window_s=1.0, gil_rate_hz=0, pace=True)
+    )
+    try:
+        probe.cpu_goal = 1e-5  # cores: one window per 300 s buys 3 ms of py-spy
+        assert probe.open(Target(job.pid)).available
+        deadline = time.monotonic() + 60
+        while not probe.paced() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert probe.pace is not None and probe.pace.stopped, probe.last_error
+        status = probe.live_status()
+        assert status is not None and not status.available
+        assert "201 threads per tick" in (status.reason or "")
+        assert 0 <= probe.pace.affordable_threads() < 201
+        assert any("stack sampling stopped" in n for n in probe.notes())
+        assert probe.rates()["stacks_sampled_ratio"] == 0.0
+    finally:
+        probe.close()
+        assert probe._thread is None or not probe._thread.is_alive()
+        job.kill()
+        job.wait()
+
+
+def test_the_conns_probe_finds_a_childs_port_without_scanning_every_process(monkeypatch):
+    """Each watched job's conns probe looked for listening ports every 2 s for 60 s with
+    psutil's children(), which reads the stat of every process on the box: beside 77
+    hostile processes, a fifth of watch's own busy samples (watch_hostile.py --where). Its
+    tree now comes from each thread's children file."""
+    import psutil
+
+    from gpudiag.probes.servers.connections import listening_ports
+
+    code = (
+        "import socket, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print('ready', s.getsockname()[1], flush=True); time.sleep(30)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None
+        word, port = job.stdout.readline().split()
+        assert word == "ready"
+
+        def scan(*a, **k):
+            raise AssertionError("a scan of every process")
+
+        monkeypatch.setattr(psutil.Process, "children", scan)
+        assert int(port) in listening_ports(os.getpid())  # the child's, from its parent
+    finally:
+        job.kill()
+        job.wait()

@@ -129,3 +129,43 @@ def test_a_job_of_many_idle_threads_costs_one_budget_of_reads_per_tick(monkeypat
     assert all(str(job.pid) in t for t in per_tick), "the main thread every tick"
     busy = [tid for tid in seen if all(tid in t for t in per_tick[-4:])]
     assert len(busy) >= 2  # the main thread and the spinning one, once it was seen busy
+
+
+def test_at_the_lowest_level_fewer_threads_are_read_per_tick_and_it_is_said():
+    """Under watch, with many jobs sharing its budget, a job's level falls to 0.01: the
+    threads read per tick fall with it (256 times the level's square root, 16 at least), said
+    in the log once and in the rates /metrics reads (gpudiag_threads_read_per_tick)."""
+    from gpudiag.probes.host import process
+
+    code = (
+        "import threading, time\n"
+        "ev = threading.Event()\n"
+        "ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range(200)]\n"
+        "[t.start() for t in ts]\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+        probe = process.ProcessProbe()
+        assert probe.open(Target(job.pid)).available
+        probe.sample()
+        assert probe.notes() == [] and probe.rates()["process_threads_per_tick"] == 201
+        probe.set_level(0.01)
+        per_tick = []
+        for _ in range(3):
+            samples = probe.sample()
+            per_tick.append(sum(1 for s in samples if s.labels.get("scope") == "thread"))
+        (note,) = probe.notes()
+        assert probe.notes() == []  # said once
+        assert probe.rates()["process_threads_per_tick"] == 26
+        probe.set_level(1.0)
+        probe.sample()
+        back = probe.notes()
+    finally:
+        job.kill()
+        job.wait()
+    assert max(per_tick) == 26, per_tick
+    assert "201 threads, 26 read per tick" in note and "every 8 ticks" in note
+    assert back == ["201 threads: every one read per tick again"]
