@@ -43,6 +43,9 @@ MAX_UNITS = 48  # units timed; the rest of the model counts as its own code
 MAX_INNER = 512  # modules inside the units read apart (their own ops' bytes and time)
 MAX_INNER_CALLS = 4096  # their calls timed in one step
 MAX_INNER_ROWS = 64  # their own times sent a step (the longest)
+# a part whose own ops moved this many times its io on a counted step is timed on the timed
+# steps after (its calls and those it makes): half the agent's bar (COMP001's IO_AMPLIFY)
+WIDE_MIN = 8.0
 MAX_RECORDS = 16
 DEBUG = False  # records buffered for the next flush
 OWN = "(model's own code)"  # forward time in the model outside its units
@@ -346,25 +349,31 @@ class Armed:
             return 0.0
 
     def _inner_pre(self, mod: Any, args: Any) -> None:
-        """A part of a unit begins its forward: its own ops are counted to it until a module
-        it calls begins; what it takes in (its inputs, its own parameters) is its io."""
+        """A part of a unit begins its forward. Counting: its own ops are counted to it until a
+        module it calls begins; what it takes in (its inputs, its own parameters) is its io.
+        Timed: a part a counted step found wide (WIDE_MIN), and what it calls, are timed
+        (nothing else: a step with none marks no time)."""
         if not self.stack or self.phase != "fwd" or len(self.icalls) >= MAX_INNER_CALLS:
             return
         name = self.inner[id(mod)][1]
+        if not self.counting and not self.istack and name not in self.sampler.wide:
+            return
         parent = self.istack[-1] if self.istack else -1
         self.istack.append(len(self.icalls))
-        self.icalls.append([name, self.clock.mark(), None, parent])
+        self.icalls.append([name, None if self.counting else self.clock.mark(), None, parent])
         if self.counting:
             took = sum(_nbytes(t) for t in _tensors(args)) + self._param_bytes(mod, False)
             self._iwork(name)[2] += took
 
     def _inner_post(self, mod: Any, out: Any) -> None:
         name = self.inner[id(mod)][1]
-        while self.istack and self.icalls[self.istack[-1]][0] != name:
+        if not any(self.icalls[i][0] == name for i in self.istack):
+            return  # a call not taken (not timed, or past MAX_INNER_CALLS)
+        while self.icalls[self.istack[-1]][0] != name:
             self.istack.pop()  # a forward that raised left its call open
-        if not self.istack:
-            return
-        self.icalls[self.istack.pop()][2] = self.clock.mark()
+        call = self.icalls[self.istack.pop()]
+        if not self.counting:
+            call[2] = self.clock.mark()
         if self.counting:
             self._iwork(name)[2] += sum(_nbytes(t) for t in _tensors(out))
 
@@ -525,6 +534,7 @@ class Armed:
         if self.counting and self.work is not None:
             rec["work"] = self._work_rows()
             rec["inner"] = self._inner_work()
+            self.sampler.wide = {r[1] for r in rec["inner"] if r[2] >= WIDE_MIN * r[3]}
             if self.work.gemm is not None:
                 rec["gemm"] = [self.work.gemm[1], *self.work.gemm[2]]
         elif self.icalls:
@@ -595,7 +605,10 @@ class Armed:
         """The units' parts' own forward time (their calls' time less the calls they made):
         [unit, part, seconds], the longest MAX_INNER_ROWS."""
         sec = self.clock.seconds
-        dur = [(sec(c[2]) - sec(c[1])) if c[2] is not None else 0.0 for c in self.icalls]
+        dur = [
+            (sec(c[2]) - sec(c[1])) if c[1] is not None and c[2] is not None else 0.0
+            for c in self.icalls
+        ]
         own = list(dur)
         for i, c in enumerate(self.icalls):
             if c[3] >= 0:
@@ -874,6 +887,7 @@ class Sampler:
         self.last_opt: Any = None
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
         self.last_inputs: dict[str, tuple] = {}  # unit -> its input key on the last timed step
+        self.wide: set[str] = set()  # units' parts the last counted step found wide (timed)
         self.root_ref: Any = None  # the model, as a step's outermost forward showed it
         self.finding: Discovery | None = None
         self.discovered = False

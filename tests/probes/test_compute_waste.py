@@ -435,4 +435,5 @@ def test_a_part_of_a_block_that_builds_an_intermediate_is_named_at_its_path(monk
     fused = _table(Blocks(False), monkeypatch, x=x)
     ratio = max(r.inner["bytes"] / r.inner["io"] for r in fused.rows if r.inner)
     assert ratio < 8, ratio  # the fused form's own ops: about its inputs and outputs
+    assert not any("own_s" in r.inner for r in fused.rows)  # no part wide: none timed
     assert not any("intermediates" in f.message for f in _comp001(fused))
