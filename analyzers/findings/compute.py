@@ -578,6 +578,28 @@ def _candidates(
     return sorted(out, key=lambda x: (not reasons(x[1], t, th), -x[0]))
 
 
+Candidate = tuple[float, Row, float | None, float | None]
+
+
+def _holder_first(found: list[Candidate], t: ComputeTable, th: Thresholds) -> list[Candidate]:
+    """An optimizer group first whose zero gradients lie mostly in a unit that computes
+    outputs nobody reads is that unit's cause seen from its update (a layer 16x wider than the
+    part read: its unread outputs' weight rows get zero gradients): the unit goes first, whose
+    change (narrowing it) also ends that update (`beyond`). Which of the two led turned on the
+    optimizer's timed share: `over_wide` read `(optimizer) group 0` in one look, `inp` in the
+    next."""
+    if not found or found[0][1].kind != "optimizer":
+        return found
+    if "zero_grad" not in {r[3] for r in reasons(found[0][1], t, th)}:
+        return found
+    param = str(found[0][1].group.get("zero_param") or "")
+    for i, x in enumerate(found[1:], 1):
+        holds = x[1].kind == "unit" and param.startswith(x[1].name + ".")
+        if holds and "unused" in {r[3] for r in reasons(x[1], t, th)}:
+            return [x, *found[:i], *found[i + 1 :]]
+    return found
+
+
 def _evidence(
     row: Row, eff: float | None, ref: float | None, t: ComputeTable, th: Thresholds
 ) -> tuple:
@@ -645,7 +667,7 @@ def find(c: Context) -> list[Finding]:
     # batches (num_workers=0, or waits for them): its ops are the loading's, which the data
     # findings name (a planted DataLoader wait read COMP001 "1,574 ops outside the model")
     loading = c.profile.share("data_wait") + c.profile.share("storage_io")
-    found = _candidates(t, th, outside=loading < th.comp_share_warn)
+    found = _holder_first(_candidates(t, th, outside=loading < th.comp_share_warn), t, th)
     if not found:
         return []
     impact, row, eff, ref = found[0]
