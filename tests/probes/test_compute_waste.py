@@ -424,7 +424,7 @@ def test_a_part_of_a_block_that_builds_an_intermediate_is_named_at_its_path(monk
     """Attention written out (scores, mask, softmax) inside a block: the block's part
     blocks.N.attn is read apart, its own ops (the projections' left to them) against what it
     takes in and gives out; torch's fused form in the same block is not named."""
-    x = torch.randn(8, 128, 32)
+    x = torch.randn(8, 256, 32)  # scores of 256 x 256 a head: the part's own time is theirs
     t = _table(Blocks(True), monkeypatch, x=x)
     block = next(r for r in t.rows if r.name == "blocks.0")
     assert block.inner["name"] == "blocks.0.attn" and block.inner.get("own_s", 0) > 0
