@@ -191,6 +191,8 @@ def summarise(doc: dict, how: str, path: str, before: str) -> dict:
     v = doc.get("verdict") or {}
     return {
         "how": how,
+        "hooks": hooks_status(doc),
+        "stacks_top": stacks_top(doc),
         "report": path,
         "load": before,
         "top": None if top is None else f"{top['id']} {place(top)}".strip(),
@@ -206,6 +208,32 @@ def summarise(doc: dict, how: str, path: str, before: str) -> dict:
         "fix": (top or {}).get("fix") or (comp or {}).get("fix"),
         "fix_finding": (top or {}).get("id") if (top or {}).get("fix") else (comp or {}).get("id"),
     }
+
+
+def hooks_status(doc: dict) -> str:
+    """How the hooks got in (`run`'s own, or the injector `attach --hooks` used), from the
+    hooks probe's status; "" when they were not there."""
+    hp = next((p for p in doc.get("probes") or [] if p.get("name") == "hooks"), {})
+    reason = hp.get("reason") or ""
+    m = re.search(r" by ([\w.]+(?: \(Python [\d.]+\))?)", reason)
+    if m:
+        return m.group(1)
+    return "" if "not connected" in reason else reason[:60]
+
+
+def stacks_top(doc: dict) -> str | None:
+    """Plain attach's named place: the top forward row of the report's compute_stacks (the
+    call site the verdict's statement names first), with its share of the loop."""
+    rows = (doc.get("compute_stacks") or {}).get("rows") or []
+    fwd = next((r for r in rows if r.get("kind") in ("call", "own")), None)
+    if fwd is None:
+        return None
+    site = fwd.get("site") or {}
+    at = f"{str(site.get('file', '')).rsplit('/', 1)[-1]}:{site.get('line')}"
+    what = fwd.get("module") or "own code"
+    if fwd.get("kind") == "own":
+        what = "model's own code"
+    return f"{what} at {at} {fwd['share']:.0%}"
 
 
 def trial(cause: str, report: str, finding: str, seconds: float, rounds: int, tmp: Path) -> dict:
@@ -248,7 +276,11 @@ def cell(lk: dict) -> str:
     comp = f"; COMP001 {lk['comp001']}" if lk["comp001"] and not top.startswith("COMP001") else ""
     x = lk.get("comp_x")
     comp += f" x{x:.2f}" if isinstance(x, (int, float)) and lk["comp001"] else ""
-    return f"{top}{comp}; {lk['verdict'] or 'no bottleneck'}, {sure} (load {lk['load'].split()[0]})"
+    st = f"; stacks: {lk['stacks_top']}" if lk.get("stacks_top") and not lk["comp001"] else ""
+    return (
+        f"{top}{comp}{st}; {lk['verdict'] or 'no bottleneck'}, {sure} "
+        f"(load {lk['load'].split()[0]})"
+    )
 
 
 def table(rows: list[dict]) -> str:

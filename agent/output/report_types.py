@@ -336,6 +336,16 @@ class ReportComputeAttainable(TypedDict, total=False):
     source: str
 
 
+class ReportComputeRowsItemInner(TypedDict, total=False):
+    """The report's `ReportComputeRowsItemInner` object."""
+
+    name: str
+    bytes: float
+    io: float
+    flops: float
+    own_s: float
+
+
 class ReportComputeRowsItem(TypedDict, total=False):
     """The report's `ReportComputeRowsItem` object."""
 
@@ -356,6 +366,7 @@ class ReportComputeRowsItem(TypedDict, total=False):
     top_ops: str
     group: dict[str, Any]
     why: dict[str, float]
+    inner: ReportComputeRowsItemInner
 
 
 class ReportCompute(TypedDict, total=False):

@@ -49,7 +49,9 @@ COMP001 = register(
                 "the optimizer's, whose ops follow its tensors), on a GPU a per-tensor optimizer "
                 "over 20 tensors or more, a layer (a module that calls no other) whose ops "
                 "move 16x or more the bytes its inputs, outputs and parameters need over a "
-                "forward and a backward (an intermediate far larger than its result); or, "
+                "forward and a backward (an intermediate far larger than its result), or a part"
+                " of a module that calls others (its attention, a product inside a block) whose"
+                " own forward ops move 16x or more what it takes in and gives out; or, "
                 "read on the timed steps from its tensors: 0.75 or more of its outputs at a zero "
                 "gradient (computed, never read; in a shallow module, under 100 ops a step), "
                 "parameters given a gradient that no optimizer "
@@ -80,7 +82,9 @@ COMP001 = register(
                         "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
                         "its ops for a loop, the unread share for unread outputs or zero "
                         "gradients, its backward for gradients no optimizer takes, the repeated "
-                        "calls' share, all of it for a constant, or its time over its twins' "
+                        "calls' share, all of it for a constant, a part's own forward time "
+                        "beyond its FLOPs at the rate of the rest of its module's forward for "
+                        "a part's intermediates, or its time over its twins' "
                         "(same FLOPs and parameters, without the reason) where that is more; "
                         "summed over every place that shows the same reason, whatever its share "
                         "(outputs unread at the same span as the named place's, upstream of it, "
@@ -290,11 +294,21 @@ IO_AMPLIFY = 16.0
 IO_PASSES = 3.0
 
 
+INTERMEDIATES_FIX = (
+    "compute it without the large intermediate: one matrix product or einsum in place "
+    "of a broadcast and a reduction (x @ W, not (x[:, :, None] * W).sum(1)), a fused "
+    "kernel (F.scaled_dot_product_attention) in place of written-out scores"
+)
+
+
 def _intermediates(row: Row) -> list[Reason]:
     """A layer (a module that calls no other) whose ops move far more bytes than its inputs, outputs
-    and parameters hold: the same result through an intermediate far larger than the result."""
-    if row.kind != "unit" or not row.io_bytes or not row.bytes:
-        return []  # the sampler reads a layer's (a module that calls no other) alone
+    and parameters hold: the same result through an intermediate far larger than the result.
+    In a unit that calls others, the same of its part read apart (`_inner_intermediates`)."""
+    if row.kind != "unit" or not row.bytes:
+        return []
+    if not row.io_bytes:  # the sampler reads a layer's (a module that calls no other) alone
+        return _inner_intermediates(row)
     ratio = row.bytes / (IO_PASSES * row.io_bytes)
     if ratio < IO_AMPLIFY:
         return []
@@ -303,10 +317,42 @@ def _intermediates(row: Row) -> list[Reason]:
             f"its ops move {row.bytes / 2**20:,.1f} MiB a step, {ratio:.0f}x what its inputs, "
             f"outputs and parameters need ({IO_PASSES * row.io_bytes / 2**20:,.2f} MiB over a "
             "forward and a backward): it builds intermediates far larger than its result",
-            "compute it without the large intermediate: one matrix product or einsum in place "
-            "of a broadcast and a reduction (x @ W, not (x[:, :, None] * W).sum(1)), a fused "
-            "kernel (F.scaled_dot_product_attention) in place of written-out scores",
+            INTERMEDIATES_FIX,
             1.0 - 1.0 / ratio,
+            "intermediates",
+        )
+    ]
+
+
+def _inner_intermediates(row: Row) -> list[Reason]:
+    """A part of a unit (its attention, a product inside a block) whose own forward ops (those
+    of the modules it calls left out) move IO_AMPLIFY times or more the bytes it takes in and
+    gives out (its inputs, outputs and own parameters, one pass: the forward's). What the change
+    gives back of the unit's time: the part's own forward time beyond what its FLOPs take at
+    the rate the rest of the unit's forward runs (the fused form still does the products),
+    over the unit's forward time (its backward taken to follow); none without its time."""
+    part = row.inner
+    if not part or part.get("io", 0.0) <= 0 or row.fwd_s <= 0:
+        return []
+    ratio = part["bytes"] / part["io"]
+    own = part.get("own_s")
+    if ratio < IO_AMPLIFY or own is None:
+        return []
+    rest_s = row.fwd_s - own
+    rest_flops = (row.flops_fwd or 0.0) - part.get("flops", 0.0)
+    needed = part.get("flops", 0.0) * rest_s / rest_flops if rest_s > 0 and rest_flops > 0 else 0.0
+    saving = min(0.9, max(0.0, own - needed) / row.fwd_s)
+    if saving <= 0:
+        return []
+    return [
+        (
+            f"its part {part['name']} runs ops that move {part['bytes'] / 2**20:,.1f} MiB a "
+            f"forward, {ratio:.0f}x what it takes in and gives out "
+            f"({part['io'] / 2**20:,.2f} MiB: its inputs, outputs and own parameters), "
+            f"{own * 1e3:.1f} ms of the unit's {row.fwd_s * 1e3:.1f} ms forward: it builds "
+            "intermediates far larger than its result",
+            INTERMEDIATES_FIX,
+            saving,
             "intermediates",
         )
     ]
@@ -532,6 +578,28 @@ def _candidates(
     return sorted(out, key=lambda x: (not reasons(x[1], t, th), -x[0]))
 
 
+Candidate = tuple[float, Row, float | None, float | None]
+
+
+def _holder_first(found: list[Candidate], t: ComputeTable, th: Thresholds) -> list[Candidate]:
+    """An optimizer group first whose zero gradients lie mostly in a unit that computes
+    outputs nobody reads is that unit's cause seen from its update (a layer 16x wider than the
+    part read: its unread outputs' weight rows get zero gradients): the unit goes first, whose
+    change (narrowing it) also ends that update (`beyond`). Which of the two led turned on the
+    optimizer's timed share: `over_wide` read `(optimizer) group 0` in one look, `inp` in the
+    next."""
+    if not found or found[0][1].kind != "optimizer":
+        return found
+    if "zero_grad" not in {r[3] for r in reasons(found[0][1], t, th)}:
+        return found
+    param = str(found[0][1].group.get("zero_param") or "")
+    for i, x in enumerate(found[1:], 1):
+        holds = x[1].kind == "unit" and param.startswith(x[1].name + ".")
+        if holds and "unused" in {r[3] for r in reasons(x[1], t, th)}:
+            return [x, *found[:i], *found[i + 1 :]]
+    return found
+
+
 def _evidence(
     row: Row, eff: float | None, ref: float | None, t: ComputeTable, th: Thresholds
 ) -> tuple:
@@ -599,7 +667,7 @@ def find(c: Context) -> list[Finding]:
     # batches (num_workers=0, or waits for them): its ops are the loading's, which the data
     # findings name (a planted DataLoader wait read COMP001 "1,574 ops outside the model")
     loading = c.profile.share("data_wait") + c.profile.share("storage_io")
-    found = _candidates(t, th, outside=loading < th.comp_share_warn)
+    found = _holder_first(_candidates(t, th, outside=loading < th.comp_share_warn), t, th)
     if not found:
         return []
     impact, row, eff, ref = found[0]

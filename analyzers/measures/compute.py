@@ -51,6 +51,10 @@ class Row:
     # constant (share of timed steps on the last one's unchanged input, no grad); read_dim,
     # read_start, read_len: the one span of its output its gradient reaches (the rest unread)
     param_bytes: float | None = None  # an optimizer group's parameters' bytes (not reported)
+    # a unit that calls others: its part whose own forward ops move the most bytes over what
+    # it takes in and gives out: name, bytes, io (bytes), flops (counted steps' means), own_s
+    # (its own forward seconds, the timed steps' mean; absent where none timed it)
+    inner: dict = field(default_factory=dict)
 
     @property
     def time_s(self) -> float:
@@ -92,7 +96,13 @@ class Row:
             r["group"] = self.group
         if self.why:
             r["why"] = {k: round(v, 4) for k, v in self.why.items()}
+        if self.inner:
+            r["inner"] = {k: v if isinstance(v, str) else _round(v) for k, v in self.inner.items()}
         return r
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.4g}")
 
 
 def _rate(work: float | None, t: float) -> float | None:
@@ -268,7 +278,7 @@ def compute_table(
     device = "cpu" if datasheet is None else "cuda"
     rows = _rows(step, step_s, fwd, bwd, calls, work)
     rows += _groups(view, step.get("cmp_opt_s") or 0.0, step_s, work.get(OPT, {}))
-    rows = _with_why(view, rows)
+    rows = _with_inner(src, view, _with_why(view, rows))
     att = _attainable(whole or view, datasheet, dtype, rows)
     rows = [_with_roofline(r, att) for r in rows]
     return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device)
@@ -377,6 +387,38 @@ WHY = (
     "unit_read_start",
     "unit_read_len",
 )
+_INNER = ("inner_bytes", "inner_io_bytes", "inner_flops")
+
+
+def _with_inner(counted: Aggregate, timed: Aggregate, rows: list[Row]) -> list[Row]:
+    """Each unit's part read apart (see Row.inner): its work from the counted steps (`counted`),
+    its own forward time from the timed ones (`timed`)."""
+    parts: dict[tuple[str, str], dict[str, float]] = {}
+    for name in _INNER:
+        for lab, r in counted.matching("hooks", name, kind="module_inner"):
+            if r.count:
+                key = (lab.get("module", ""), lab.get("inner", ""))
+                parts.setdefault(key, {})[name.removeprefix("inner_")] = r.total / r.count
+    own: dict[tuple[str, str], tuple[float, int]] = {}
+    for lab, r in timed.matching("hooks", "inner_s", kind="module_inner_time"):
+        key = (lab.get("module", ""), lab.get("inner", ""))
+        tot, n = own.get(key, (0.0, 0))
+        own[key] = (tot + r.total, n + r.count)
+    best: dict[str, dict] = {}
+    for (unit, name), w in parts.items():
+        if len(w) < len(_INNER) or w["io_bytes"] <= 0:
+            continue
+        nums = {"bytes": w["bytes"], "io": w["io_bytes"], "flops": w["flops"]}
+        tot, n = own.get((unit, name), (0.0, 0))
+        if n:
+            nums["own_s"] = tot / n
+        old = best.get(unit)
+        if old is None or nums["bytes"] / nums["io"] > old["bytes"] / old["io"]:
+            best[unit] = {"name": name, **nums}
+    return [
+        replace(row, inner=best[row.name]) if row.kind == "unit" and row.name in best else row
+        for row in rows
+    ]
 
 
 def _with_why(view: Aggregate, rows: list[Row]) -> list[Row]:

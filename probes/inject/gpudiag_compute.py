@@ -40,6 +40,12 @@ COUNT_MIN_S = 4.0  # then a counted step at most this often...
 COUNT_BUDGET = 0.004  # ...and at most this share of the job's time added by counting
 WARMUP_STEPS = 3  # steps before the first armed one (allocator, autotuning, lazy init)
 MAX_UNITS = 48  # units timed; the rest of the model counts as its own code
+MAX_INNER = 512  # modules inside the units read apart (their own ops' bytes and time)
+MAX_INNER_CALLS = 4096  # their calls timed in one step
+MAX_INNER_ROWS = 64  # their own times sent a step (the longest)
+# a part whose own ops moved this many times its io on a counted step is timed on the timed
+# steps after (its calls and those it makes): half the agent's bar (COMP001's IO_AMPLIFY)
+WIDE_MIN = 8.0
 MAX_RECORDS = 16
 DEBUG = False  # records buffered for the next flush
 OWN = "(model's own code)"  # forward time in the model outside its units
@@ -72,6 +78,25 @@ def find_units(root: Any) -> list[tuple[str, Any]]:
             seen.add(id(mod))
             units.append((name, mod))
     return units[:MAX_UNITS]
+
+
+def inner_modules(units: Any) -> dict[int, tuple[str, str]]:
+    """id -> (unit, dotted name) of each module inside a unit that calls others (the unit
+    included): a block's parts (its attention, a product written out inside it) are read
+    apart, each by its own ops (those of the modules it calls left to them); at most
+    MAX_INNER."""
+    out: dict[int, tuple[str, str]] = {}
+    for name, mod in units:
+        if _leaf(mod):
+            continue  # a layer: its own row holds its ops alone
+        try:
+            for sub, m in mod.named_modules():
+                if len(out) >= MAX_INNER:
+                    return out
+                out.setdefault(id(m), (name, f"{name}.{sub}" if sub else name))
+        except Exception:
+            continue
+    return out
 
 
 def _leaf(mod: Any) -> bool:
@@ -214,6 +239,10 @@ class Armed:
         self.unread: dict[str, Any] = {}  # unit -> an output gradient mostly zero (read_span)
         self.outputs: set[int] = set()  # ids of the units' outputs hooked this step
         self.io: dict[str, float] = {}  # leaf unit -> bytes of its inputs, outputs, parameters
+        self.inner = inner_modules(units)  # the units' parts, read apart (see inner_modules)
+        self.icalls: list[list] = []  # their forward calls: [name, start, end, parent call]
+        self.istack: list[int] = []  # the calls in progress (indices of icalls)
+        self.iwork: dict[str, list[float]] = {}  # part -> [own bytes, own FLOPs, io bytes]
         self.bwd: list = []  # (start, end) of backward calls
         self.bwd_marks: list = []  # (mark, unit) a unit's backward begins
         self.opt_start = None
@@ -233,11 +262,18 @@ class Armed:
         post = {id(m): self._unit_post(n) for n, m in self.units}
         pre[id(self.root)], post[id(self.root)] = self._root_pre, self._root_post
 
+        inner = self.inner
+
         def global_pre(mod, args):
             hook = pre.get(id(mod))
-            return None if hook is None else hook(mod, args)
+            res = None if hook is None else hook(mod, args)
+            if id(mod) in inner:
+                self._inner_pre(mod, args)
+            return res
 
         def global_post(mod, args, out):
+            if id(mod) in inner:
+                self._inner_post(mod, out)
             hook = post.get(id(mod))
             return None if hook is None else hook(mod, args, out)
 
@@ -306,11 +342,50 @@ class Armed:
 
         return pre
 
-    def _param_bytes(self, mod: Any) -> float:
+    def _param_bytes(self, mod: Any, recurse: bool = True) -> float:
         try:
-            return float(sum(_nbytes(p) for p in mod.parameters()))
+            return float(sum(_nbytes(p) for p in mod.parameters(recurse=recurse)))
         except Exception:
             return 0.0
+
+    def _inner_pre(self, mod: Any, args: Any) -> None:
+        """A part of a unit begins its forward. Counting: its own ops are counted to it until a
+        module it calls begins; what it takes in (its inputs, its own parameters) is its io.
+        Timed: a part a counted step found wide (WIDE_MIN), and what it calls, are timed
+        (nothing else: a step with none marks no time)."""
+        if not self.stack or self.phase != "fwd" or len(self.icalls) >= MAX_INNER_CALLS:
+            return
+        name = self.inner[id(mod)][1]
+        if not self.counting and not self.istack and name not in self.sampler.wide:
+            return
+        parent = self.istack[-1] if self.istack else -1
+        self.istack.append(len(self.icalls))
+        self.icalls.append([name, None if self.counting else self.clock.mark(), None, parent])
+        if self.counting:
+            took = sum(_nbytes(t) for t in _tensors(args)) + self._param_bytes(mod, False)
+            self._iwork(name)[2] += took
+
+    def _inner_post(self, mod: Any, out: Any) -> None:
+        name = self.inner[id(mod)][1]
+        if not any(self.icalls[i][0] == name for i in self.istack):
+            return  # a call not taken (not timed, or past MAX_INNER_CALLS)
+        while self.icalls[self.istack[-1]][0] != name:
+            self.istack.pop()  # a forward that raised left its call open
+        call = self.icalls[self.istack.pop()]
+        if not self.counting:
+            call[2] = self.clock.mark()
+        if self.counting:
+            self._iwork(name)[2] += sum(_nbytes(t) for t in _tensors(out))
+
+    def _inner_count(self, nbytes: float, flops: float) -> None:
+        """An op of the forward, counted to the innermost part running (its own op)."""
+        if self.istack and self.phase == "fwd":
+            w = self._iwork(self.icalls[self.istack[-1]][0])
+            w[0] += nbytes
+            w[1] += flops
+
+    def _iwork(self, name: str) -> list[float]:
+        return self.iwork.setdefault(name, [0.0, 0.0, 0.0])
 
     def _unit_post(self, name: str) -> Callable[..., None]:
         def post(mod, args, out):
@@ -403,6 +478,7 @@ class Armed:
             if isinstance(o, Tensor):
                 nbytes += _nbytes(o)
         work.add(self.place, self.phase, flops, nbytes, dtype, packet.__name__)
+        self._inner_count(nbytes, flops)
         if flops and packet in self.sampler.gemm_ops:
             self._note_gemm(flops, dtype, args, out, packet is self.sampler.conv)
 
@@ -457,8 +533,12 @@ class Armed:
         }
         if self.counting and self.work is not None:
             rec["work"] = self._work_rows()
+            rec["inner"] = self._inner_work()
+            self.sampler.wide = {r[1] for r in rec["inner"] if r[2] >= WIDE_MIN * r[3]}
             if self.work.gemm is not None:
                 rec["gemm"] = [self.work.gemm[1], *self.work.gemm[2]]
+        elif self.icalls:
+            rec["inner_s"] = self._inner_times()
         if optimizer is not None:
             rec["groups"] = optimizer_groups(self.sampler.torch, optimizer)
         if not self.counting:
@@ -506,6 +586,39 @@ class Armed:
             rows.append(row + list(span) if span is not None else row)
         self.unread.clear()
         return rows
+
+    def _inner_work(self) -> list:
+        """Per unit, its part whose own forward ops move the most bytes over what it takes
+        in and gives out: [unit, part, own bytes, io bytes, own FLOPs]."""
+        unit_of = {name: unit for unit, name in self.inner.values()}
+        best: dict[str, list] = {}
+        for name, (nbytes, flops, io) in self.iwork.items():
+            unit = unit_of.get(name)
+            if unit is None or io <= 0 or nbytes <= 0:
+                continue
+            old = best.get(unit)
+            if old is None or nbytes / io > old[2] / old[3]:
+                best[unit] = [unit, name, nbytes, io, flops]
+        return list(best.values())[:MAX_UNITS]
+
+    def _inner_times(self) -> list:
+        """The units' parts' own forward time (their calls' time less the calls they made):
+        [unit, part, seconds], the longest MAX_INNER_ROWS."""
+        sec = self.clock.seconds
+        dur = [
+            (sec(c[2]) - sec(c[1])) if c[1] is not None and c[2] is not None else 0.0
+            for c in self.icalls
+        ]
+        own = list(dur)
+        for i, c in enumerate(self.icalls):
+            if c[3] >= 0:
+                own[c[3]] -= dur[i]
+        unit_of = {name: unit for unit, name in self.inner.values()}
+        total: dict[str, float] = {}
+        for c, s in zip(self.icalls, own, strict=True):
+            total[c[0]] = total.get(c[0], 0.0) + max(0.0, s)
+        rows = sorted(total.items(), key=lambda kv: -kv[1])[:MAX_INNER_ROWS]
+        return [[unit_of.get(n, ""), n, s] for n, s in rows if unit_of.get(n)]
 
     def _device(self) -> str:
         try:
@@ -774,6 +887,7 @@ class Sampler:
         self.last_opt: Any = None
         self.optimizers: weakref.WeakSet = weakref.WeakSet()
         self.last_inputs: dict[str, tuple] = {}  # unit -> its input key on the last timed step
+        self.wide: set[str] = set()  # units' parts the last counted step found wide (timed)
         self.root_ref: Any = None  # the model, as a step's outermost forward showed it
         self.finding: Discovery | None = None
         self.discovered = False

@@ -35,6 +35,10 @@ FIELDS = (
     Field("work_ops", "count", "gauge", "ops a place ran in the counted step"),
     Field("work_params", "count", "gauge", "parameters (elements) of a unit"),
     Field("work_io_bytes", "bytes", "gauge", "a layer's inputs, outputs and parameters (bytes)"),
+    Field("inner_bytes", "bytes", "gauge", "a unit's part: its own forward ops' bytes"),
+    Field("inner_io_bytes", "bytes", "gauge", "its inputs, outputs and own parameters (bytes)"),
+    Field("inner_flops", "FLOP", "gauge", "its own forward ops' FLOPs"),
+    Field("inner_s", "s", "gauge", "a unit's part: its own forward time in a sampled step"),
     Field("gemm_m", "count", "gauge", "the job's largest matrix product: rows"),
     Field("gemm_k", "count", "gauge", "the job's largest matrix product: inner size"),
     Field("gemm_n", "count", "gauge", "the job's largest matrix product: columns"),
@@ -140,7 +144,7 @@ def _record(rec: dict) -> list[Sample]:
                     "module_calls": n,
                 }
                 out.append(Sample("hooks", t_ns, labels, vals))
-    out += _work(rec, t_ns) + _groups(rec, t_ns) + _gemm(rec, t_ns)
+    out += _work(rec, t_ns) + _groups(rec, t_ns) + _gemm(rec, t_ns) + _inner(rec, t_ns)
     return out + _why(rec, t_ns) + _group_zeros(rec, t_ns)
 
 
@@ -168,6 +172,33 @@ def _why(rec: dict, t_ns: int) -> list[Sample]:
                 zip(("unit_read_dim", "unit_read_start", "unit_read_len"), span, strict=True)
             )
         out.append(Sample("hooks", t_ns, {"kind": "module_why", "module": row[0][:120]}, vals))
+    return out
+
+
+def _inner(rec: dict, t_ns: int) -> list[Sample]:
+    """A unit's part read apart: on a counted step, the part whose own forward ops move the
+    most bytes over its inputs, outputs and own parameters (kind module_inner); on a timed
+    step, the parts' own forward times (kind module_inner_time)."""
+    out = []
+    work = rec.get("inner")
+    for row in work[:MAX_UNITS] if isinstance(work, list) else ():
+        if not isinstance(row, list) or len(row) != 5 or not (_label(row[0]) and _label(row[1])):
+            continue
+        nums = [_num(v) for v in row[2:]]
+        if any(v is None for v in nums):
+            continue
+        labels = {"kind": "module_inner", "module": row[0][:120], "inner": row[1][:160]}
+        vals = dict(zip(("inner_bytes", "inner_io_bytes", "inner_flops"), nums, strict=True))
+        out.append(Sample("hooks", t_ns, labels, vals))
+    times = rec.get("inner_s")
+    for row in times[:MAX_UNITS] if isinstance(times, list) else ():
+        if not isinstance(row, list) or len(row) != 3 or not (_label(row[0]) and _label(row[1])):
+            continue
+        own = _num(row[2])
+        if own is None:
+            continue
+        labels = {"kind": "module_inner_time", "module": row[0][:120], "inner": row[1][:160]}
+        out.append(Sample("hooks", t_ns, labels, {"inner_s": own}))
     return out
 
 

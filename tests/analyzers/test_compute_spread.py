@@ -151,3 +151,20 @@ def test_a_selection_after_a_unit_costs_the_zero_gradient_it_writes_over_the_unr
     assert abs(spread(action, t, Thresholds(), head) - (0.6 * 0.99 + 0.099)) < 1e-9
     t = table(replace(head, why={"unused": 0.99}), unit("body", 0.05, 5e5, 1e6))
     assert abs(spread(action, t, Thresholds()) - 0.6 * 0.99) < 1e-9
+
+
+def test_a_unit_whose_unread_outputs_hold_a_groups_zero_gradients_is_named_before_the_group():
+    # a layer 16x wider than the part read: 94% of its outputs unread, and the optimizer's
+    # group (its update the larger share here) zero in 90% of its elements, most in inp.weight
+    inp = replace(unit("inp", 0.3, 1e6, 2e6), why={"unused": 0.94}, params=4e6)
+    group = Row(
+        "(optimizer) group 0", "optimizer", 0.0, 0.5, 0.5, params=4.3e6, param_bytes=1.7e7,
+        group={"zero_grad": 0.9, "zero_param": "inp.weight"},
+    )  # fmt: skip
+    (f,) = find(Ctx(table(inp, unit("head", 0.1, 1e6, 2e6), group)))  # type: ignore[arg-type]
+    assert "(inp)" in f.title and "nobody reads" in f.message, f.title
+    assert "(optimizer) group 0" in f.message  # the group named beside it
+    # a group whose zeros lie in no such unit stays first
+    other = replace(group, group={"zero_grad": 0.9, "zero_param": "embed.weight"})
+    (g,) = find(Ctx(table(inp, unit("head", 0.1, 1e6, 2e6), other)))  # type: ignore[arg-type]
+    assert "(optimizer) group 0" in g.title

@@ -376,3 +376,64 @@ def test_a_span_of_a_layers_features_carries_no_trial_and_says_why(monkeypatch):
     (f,) = _comp001(replace(t, rows=tuple(r for r in t.rows if r.kind != "optimizer")))
     assert "(inp)" in f.title and f.fix is None
     assert any("keeps its whole weight in the optimizer" in a for a in f.recommendation.actions)
+
+
+class Attention(nn.Module):  # causal self-attention: written out (planted) or torch's fused form
+    def __init__(self, written_out: bool, dim: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.heads, self.written_out = heads, written_out
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        if self.written_out:
+            s = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+            mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+            y = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):  # a unit that calls others: its attention is a part read apart
+    def __init__(self, written_out: bool) -> None:
+        super().__init__()
+        self.attn = Attention(written_out)
+        self.ff = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        return x + self.ff(x)
+
+
+class Blocks(nn.Module):
+    def __init__(self, written_out: bool) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(written_out) for _ in range(2))
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x.mean(dim=1))  # every position read
+
+
+def test_a_part_of_a_block_that_builds_an_intermediate_is_named_at_its_path(monkeypatch):
+    """Attention written out (scores, mask, softmax) inside a block: the block's part
+    blocks.N.attn is read apart, its own ops (the projections' left to them) against what it
+    takes in and gives out; torch's fused form in the same block is not named."""
+    x = torch.randn(8, 256, 32)  # scores of 256 x 256 a head: the part's own time is theirs
+    t = _table(Blocks(True), monkeypatch, x=x)
+    block = next(r for r in t.rows if r.name == "blocks.0")
+    assert block.inner["name"] == "blocks.0.attn" and block.inner.get("own_s", 0) > 0
+    (f,) = [f for f in _comp001(t) if f.severity == "warning"]
+    assert "(blocks." in f.title and "its part blocks." in f.message, f.message
+    assert "intermediates far larger than its result" in f.message
+    assert "scaled_dot_product_attention" in " ".join(f.recommendation.actions)
+    fused = _table(Blocks(False), monkeypatch, x=x)
+    ratio = max(r.inner["bytes"] / r.inner["io"] for r in fused.rows if r.inner)
+    assert ratio < 8, ratio  # the fused form's own ops: about its inputs and outputs
+    assert not any("own_s" in r.inner for r in fused.rows)  # no part wide: none timed
+    assert not any("intermediates" in f.message for f in _comp001(fused))
