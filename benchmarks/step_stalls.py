@@ -145,7 +145,7 @@ def summary(
     def mean_over(kind: list[tuple[float, float]], col: int) -> float | None:
         vals = []
         for a, b in kind:
-            window = [r for r in rows if a < r[0] <= b + TICK_S]
+            window = [r for r in rows if a < r[0] < b + TICK_S]  # a row covers the TICK_S before it
             if window:
                 if col == 0:  # others: the box less the job and gpudiag
                     vals.append(statistics.mean(r[1] - r[2] - r[3] for r in window))
