@@ -226,11 +226,12 @@ class HookProbe(Probe):
     def sample(self) -> list[Sample]:
         """Drain what the hooks sent since the last tick."""
         out, self._held = self._held, []
-        if self._sock is None:
+        sock = self._sock  # close() may run meanwhile (the job ended): a closed socket raises
+        if sock is None:
             return out
         for _ in range(MAX_DATAGRAMS_PER_TICK):
             try:
-                data, anc, _, _ = self._sock.recvmsg(1 << 20, socket.CMSG_SPACE(12))
+                data, anc, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(12))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:

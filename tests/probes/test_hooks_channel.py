@@ -291,3 +291,24 @@ def test_a_channel_that_cannot_be_made_says_why_and_leaves_nothing(tmp_path, mon
     assert probe.final_status() == status
     probe.close()
     assert list(long.iterdir()) == []  # its folder removed
+
+
+def test_a_probe_closed_while_it_drains_ends_the_drain_without_an_error():
+    """The job ends and the session closes the probe while a tick drains it (a calibration
+    child can keep one datagram's handling for seconds): the drain stops, never raises
+    (it used to stop the probe with "'NoneType' object has no attribute 'recvmsg'")."""
+    probe = HookProbe()
+    assert probe.open(Target(0)).available
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    for _ in range(3):
+        sender.sendto(datagram(), probe.path)
+
+    class ClosingCalibrator:
+        def on_samples(self, got):
+            probe.close()  # as the session's thread would, mid-drain
+            return []
+
+    probe.calibrator = ClosingCalibrator()  # type: ignore[assignment]
+    samples = probe.sample()
+    assert [s.values["step_time_s"] for s in samples] == [0.5]
+    sender.close()
