@@ -85,20 +85,8 @@ def test_a_job_of_many_idle_threads_costs_one_budget_of_reads_per_tick(monkeypat
     the main thread and a busy one every tick, the idle rest in turn."""
     from gpudiag.probes.host import process
 
-    code = (
-        "import threading, time\n"
-        "ev = threading.Event()\n"
-        "ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range(1200)]\n"
-        "[t.start() for t in ts]\n"
-        "def spin():\n"
-        "    while True: sum(range(1000))\n"
-        "threading.Thread(target=spin, daemon=True).start()\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    job = _threads_job(1200, spin=True)
     try:
-        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
         reads: list[int] = []
         real = process.read_threads
 
@@ -137,17 +125,8 @@ def test_at_the_lowest_level_fewer_threads_are_read_per_tick_and_it_is_said():
     in the log once and in the rates /metrics reads (gpudiag_threads_read_per_tick)."""
     from gpudiag.probes.host import process
 
-    code = (
-        "import threading, time\n"
-        "ev = threading.Event()\n"
-        "ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range(200)]\n"
-        "[t.start() for t in ts]\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    job = _threads_job(200)
     try:
-        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
         probe = process.ProcessProbe()
         assert probe.open(Target(job.pid)).available
         probe.sample()
@@ -169,3 +148,21 @@ def test_at_the_lowest_level_fewer_threads_are_read_per_tick_and_it_is_said():
     assert max(per_tick) == 26, per_tick
     assert "201 threads, 26 read per tick" in note and "every 8 ticks" in note
     assert back == ["201 threads: every one read per tick again"]
+
+
+def _threads_job(idle: int, spin: bool = False) -> subprocess.Popen:
+    """A process with `idle` waiting threads (and one busy one with `spin`), once started."""
+    code = (
+        "import threading, time\n"
+        "ev = threading.Event()\n"
+        f"ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range({idle})]\n"
+        "[t.start() for t in ts]\n"
+        "def spin():\n"
+        "    while True: sum(range(1000))\n"
+        + ("threading.Thread(target=spin, daemon=True).start()\n" if spin else "")
+        + "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+    return job
