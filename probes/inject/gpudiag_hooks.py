@@ -37,6 +37,9 @@ MEM_EVERY_S = 2.0
 SITE_EVERY = 16  # record the call site of one sync in this many
 MAX_ROWS = 512  # steps per datagram (36 KiB), well under the socket's limits
 SERVE_ROWS = 1000  # forwards or requests per datagram (about 40 KiB)
+# at exit, rows the agent's full queue refused are offered again for at most this long: the
+# agent may be busy for a moment (a busy box), and what the job leaves unsent at exit is lost
+EXIT_WAIT_S = 3.0
 QUIET_AFTER_S = 3.0  # hooks loaded by attach --hooks go quiet once the agent is gone this long
 GONE = (errno.ENOENT, errno.ECONNREFUSED)  # no socket, or no agent bound to it any more
 # the agent's socket is there but its queue is full (a Unix datagram socket queues at most
@@ -271,6 +274,20 @@ class _State:
             else:
                 self.flush(now)
 
+    def exit_flush(self, wait_s: float = EXIT_WAIT_S) -> None:
+        """The last flush, at exit: while the agent's queue is full, offer what it refused
+        again every 20 ms for at most `wait_s` (never when no agent listens)."""
+        self.flush()
+        end = time.monotonic() + wait_s
+        while self._refused() and not self.quiet and time.monotonic() < end:
+            time.sleep(0.02)
+            self.flush()
+
+    def _refused(self) -> bool:
+        """Whether the last send found the agent's queue full with rows still kept."""
+        kept = self.pending or self.serve.forwards or self.serve.requests
+        return self.channel.full and bool(kept)
+
     def flush(self, now: float | None = None) -> None:
         if not self._flushing.acquire(blocking=False):
             return  # another thread is sending: its flush carries these rows or the next does
@@ -439,7 +456,7 @@ def _install(torch: Any) -> None:
     if torch.cuda.is_available() and _guarded("CUDA hooks", lambda: _install_cuda(torch, st)):
         st.cuda = True
     _guarded("settings", st.flush)  # torch's settings at start: the agent hears the hooks
-    atexit.register(st.flush)
+    atexit.register(st.exit_flush)
 
 
 def _install_compute(torch: Any, st: _State) -> None:

@@ -111,7 +111,9 @@ def test_each_rpc_is_timed_once_with_its_concurrency_and_answers_unchanged(grpc_
     assert sorted(answers) == sorted(2 * (i * 10 + k) for i in range(4) for k in range(5))
     # 20 answers and the failed one (answered with its error); the unknown method is not timed
     assert len(req) == 21
-    assert sum(r[1] >= 0.05 for r in req) == 20
+    # each of the 20 took its handler's 0.05 s at least; the failed one is quick on a quiet
+    # box, but at load 4 a 50 ms wait for the CPU reads as long too
+    assert sum(r[1] >= 0.05 for r in req) >= 20
     assert max(r[2] for r in req) >= 2  # parallel clients: several in flight at once
     assert grpc_rec.in_flight == 0
 

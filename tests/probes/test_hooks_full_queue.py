@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 from gpudiag.probes.base import Target
 from gpudiag.probes.inject import gpudiag_hooks
@@ -79,3 +80,35 @@ def test_kept_rows_are_bounded():
         assert len(st.serve.requests) == gpudiag_hooks._serve.MAX_ROWS
     finally:
         probe.close()
+
+
+def test_steps_refused_at_exit_wait_a_moment_for_a_busy_agent():
+    """At exit the job's last steps are offered again while the agent's queue is full: an
+    agent busy for a moment on a loaded box (a starved loader's run read 37 of 65 steps)
+    still gets every step."""
+    probe = HookProbe()
+    assert probe.open(Target(os.getpid())).available
+    try:
+        st = _state(probe.path)
+        _fill(probe.path)
+        st.pending.extend([1.0] * (gpudiag_hooks.STEP_WIDTH * 3))  # three steps kept
+        st.flush()
+        assert st.channel.full and len(st.pending) == 3 * gpudiag_hooks.STEP_WIDTH
+        threading.Timer(0.3, probe.sample).start()  # the agent reads again 0.3 s later
+        st.exit_flush(wait_s=5.0)
+        assert not st.channel.full and len(st.pending) == 0
+        steps = [s for s in probe.sample() if s.labels.get("kind") == "step"]
+        assert len(steps) == 3
+    finally:
+        probe.close()
+
+
+def test_exit_does_not_wait_with_nothing_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "gone"
+    folder.mkdir(mode=0o700)
+    st = _state(str(folder / "agent.sock"))
+    st.pending.extend([1.0] * gpudiag_hooks.STEP_WIDTH)
+    slept: list[float] = []
+    monkeypatch.setattr(gpudiag_hooks.time, "sleep", slept.append)
+    st.exit_flush(wait_s=5.0)
+    assert slept == [] and len(st.pending) == 0  # no agent: dropped at once, never waited on
