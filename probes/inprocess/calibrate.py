@@ -141,6 +141,9 @@ class Calibrator:
         self.runs = 0
         self._peak = 0  # the peak memory of a child since the governor last read it
         self._lock = threading.Lock()
+        self._queued: list[list] = []  # shapes due while a child runs: the next child's
+        self._ready: list[Sample] = []  # finished children's samples, not yet taken
+        self._thread: threading.Thread | None = None
 
     def due(self, got: list[Sample]) -> list[list]:
         """The shapes of these samples to calibrate now: [dtype, m, k, n, t] each."""
@@ -164,9 +167,48 @@ class Calibrator:
         return out
 
     def on_samples(self, got: list[Sample]) -> list[Sample]:
-        """The calibration samples for the shapes in `got` that are due (the child's run)."""
+        """Start a child for the shapes in `got` that are due, in a thread of its own (the
+        hooks probe keeps draining the job's datagrams meanwhile: at load 5 a child importing
+        torch took seconds, the job's queue filled and a starved loader's run read 17 steps of
+        its 40); the samples of the children finished since the last call."""
         shapes = self.due(got)
-        return self.run(shapes) if shapes else []
+        if shapes:
+            with self._lock:
+                self._queued += shapes
+            self._start()
+        return self.take()
+
+    def _start(self) -> None:
+        """A child for the queued shapes, unless one runs (it starts the next when done)."""
+        with self._lock:
+            if not self._queued or (self._thread is not None and self._thread.is_alive()):
+                return
+            shapes, self._queued = self._queued, []
+            self._thread = threading.Thread(
+                target=self._work, args=(shapes,), name="gpudiag-calibrate", daemon=True
+            )
+            self._thread.start()
+
+    def _work(self, shapes: list[list]) -> None:
+        got = self.run(shapes)
+        with self._lock:
+            self._ready += got
+            self._thread = None
+        self._start()
+
+    def take(self) -> list[Sample]:
+        """The samples of the children finished since the last call."""
+        with self._lock:
+            out, self._ready = self._ready, []
+        return out
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the child in flight (and the one it starts) to finish: tests, the end."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while (t := self._thread) is not None:
+            t.join(None if end is None else max(0.0, end - time.monotonic()))
+            if end is not None and time.monotonic() >= end:
+                return
 
     def run(self, shapes: list[list]) -> list[Sample]:
         """One child for these shapes; its samples (none when it fails or takes too long)."""

@@ -44,6 +44,7 @@ from gpudiag.probes.numbers import finite_number
 
 INJECT_DIR = str(Path(gpudiag_hooks.__file__).resolve().parent)
 MAX_DATAGRAMS_PER_TICK = 2000
+CALIB_CLOSE_WAIT_S = 15.0  # a calibration child in flight at the end: waited for this long
 WORK_KINDS = ("step", "forward", "request")  # the hooks' samples of the work a job repeats
 # A unit of the model's work (a step, a forward) weighs more than a request: where one process
 # takes the requests and another runs the model (Ray Serve's proxy and its replica), the
@@ -228,7 +229,7 @@ class HookProbe(Probe):
         out, self._held = self._held, []
         sock = self._sock  # close() may run meanwhile (the job ended): a closed socket raises
         if sock is None:
-            return out
+            return out + self.calibrator.take()  # a child that ended after the last datagram
         for _ in range(MAX_DATAGRAMS_PER_TICK):
             try:
                 data, anc, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(12))
@@ -393,7 +394,10 @@ class HookProbe(Probe):
         return self.calibrator.take_peak_rss()
 
     def close(self) -> None:
-        """Remove the socket (a job still sending then just drops its events)."""
+        """Remove the socket (a job still sending then just drops its events); a calibration
+        child still running is waited for (CALIB_CLOSE_WAIT_S at most): its samples are
+        the last drain's."""
+        self.calibrator.join(CALIB_CLOSE_WAIT_S)
         if self._sock is not None:
             self._sock.close()
             self._sock = None

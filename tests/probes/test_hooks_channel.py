@@ -308,6 +308,12 @@ def test_a_probe_closed_while_it_drains_ends_the_drain_without_an_error():
             probe.close()  # as the session's thread would, mid-drain
             return []
 
+        def join(self, timeout=None):
+            pass
+
+        def take(self):
+            return []
+
     probe.calibrator = ClosingCalibrator()  # type: ignore[assignment]
     samples = probe.sample()
     assert [s.values["step_time_s"] for s in samples] == [0.5]
