@@ -179,7 +179,8 @@ class TopApp(App):
             self.asking = p["pid"]
             self.notify(
                 f"attach to pid {p['pid']}: also load gpudiag's hooks into it (exact steps/s "
-                "and data wait; gdb or sys.remote_exec)? y: yes · n: only read it · esc: cancel",
+                "and data wait; pyinjector, gdb or sys.remote_exec)? y: yes · n: only read it "
+                "· esc: cancel",
                 timeout=30,
             )
 

@@ -217,6 +217,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--hooks",
         action="store_true",
         help="load run's in-process hooks into the running job (exact steps/s, data wait, "
-        "batch sizes; gdb on Python 3.10-3.13, sys.remote_exec on 3.14+; needs ptrace "
-        "permission). Without it attach only reads the job",
+        "batch sizes; on Python 3.10-3.13 by pyinjector where it is installed, else gdb; "
+        "sys.remote_exec on 3.14+; needs ptrace permission). Without it attach only reads "
+        "the job",
     )

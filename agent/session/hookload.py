@@ -58,10 +58,11 @@ def _status(
     if not bad:
         return ProbeStatus(name, True, f"{LOADED} ({'; '.join(ok)})", info=True)
     words = "; ".join(bad + ok)
+    where = "in every process " if len(loads) > 1 else ""
     return ProbeStatus(
         name,
         True,
-        f"--hooks: not loaded in every process ({words}); the stacks still give the estimates",
+        f"--hooks: not loaded {where}({words}); the stacks still give the estimates",
         "; ".join(hints) or None,
         info=True,
     )

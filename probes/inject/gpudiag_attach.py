@@ -1,7 +1,8 @@
 """`gpudiag attach --hooks`: the hooks `run` injects, loaded into a job that runs already.
 
-The agent queues one tiny script on the job's main thread (gdb calling Py_AddPendingCall on
-Python 3.10-3.13, sys.remote_exec on 3.14+): it appends this folder to sys.path and calls
+The agent queues one tiny script on the job's main thread (Py_AddPendingCall on Python
+3.10-3.13, called by a library pyinjector loads, or by gdb where pyinjector is not installed;
+sys.remote_exec on 3.14+): it appends this folder to sys.path and calls
 `install(channel, nonce)`, which installs gpudiag_hooks as `run`'s sitecustomize does (now if
 torch is imported, else at its import) and answers on the channel with a hello carrying the
 nonce, so the agent knows the hooks got in. Hooks already in the job (a second attach, an

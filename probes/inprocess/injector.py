@@ -1,7 +1,8 @@
 """`attach --hooks` without gdb: pyinjector makes the job's main thread load a library that
 queues the hooks' script (pendingso), driven by a one-shot helper process (ptrace_helper).
 
-pyinjector is optional (`pip install 'gpudiag[hooks]'`): without it gdb is used as before.
+pyinjector is optional (`pip install 'gpudiag[hooks]'`): where it is installed it is used (a
+failure is reported, gdb is not tried after it); without it, gdb.
 The helper is this interpreter running gpudiag's own file, never the job's executable; it
 gets the library on stdin and keeps it in an anonymous file, so nothing is written to disk.
 """

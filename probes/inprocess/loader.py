@@ -273,8 +273,8 @@ def _gdb(pid: int, version: tuple[int, int], script: str) -> Loaded:
     if gdb is None:
         return Loaded(
             pid,
-            reason=f"gdb is not installed and {injector.missing()} (one of them is needed on "
-            f"Python {version[0]}.{version[1]})",
+            reason=f"neither pyinjector nor gdb can load them ({injector.missing()}, gdb is "
+            f"not installed): one of them is needed on Python {version[0]}.{version[1]}",
             hint=f"{injector.INSTALL_HINT}, or install gdb (Debian/Ubuntu: apt-get install "
             "gdb), or use Python 3.14+",
         )
@@ -282,8 +282,8 @@ def _gdb(pid: int, version: tuple[int, int], script: str) -> Loaded:
     if cannot is not None:  # found on a throwaway process: the job is never touched
         return Loaded(
             pid,
-            reason=f"gdb cannot call a function in a process here: {cannot}; and "
-            f"{injector.missing()}",
+            reason=f"neither pyinjector nor gdb can load them ({injector.missing()}; gdb "
+            f"cannot call a function in a process here: {cannot})",
             hint=XSTATE_HINT if cannot.startswith(XSTATE_ERROR) else PTRACE_HINT,
         )
     res = _bounded([gdb, *gdb_command(pid, script)[1:]], GDB_TIMEOUT_S)

@@ -95,8 +95,25 @@ def test_gdb_and_pyinjector_missing_say_so_with_the_fix(monkeypatch):
     monkeypatch.setattr(loader.shutil, "which", lambda name: None)
     got = loader.load(42, "pass\n", "/unused")
     assert got.how is None and "gdb is not installed" in got.reason
-    assert "pyinjector is not installed" in got.reason
+    assert got.reason.startswith("neither pyinjector nor gdb can load them")
+    assert "pyinjector is not installed" in got.reason and "Python 3.11" in got.reason
     assert "apt-get install gdb" in got.hint and "pip install pyinjector" in got.hint
+    st = hookload._status("hooks", [got], {}, 10, ranks=False)
+    assert st.reason.startswith("--hooks: not loaded (pid 42: neither pyinjector nor gdb")
+    assert "\n" not in st.reason + (st.hint or "")  # one line, and its fix
+
+
+def test_pyinjector_missing_and_gdb_unable_to_call_say_both(monkeypatch):
+    _no_pyinjector(monkeypatch)
+    monkeypatch.setattr(loader, "ptrace_problem", lambda: None)
+    monkeypatch.setattr(loader, "python_version", lambda pid: (3, 11))
+    monkeypatch.setattr(loader.shutil, "which", lambda name: "/usr/bin/gdb")
+    said = loader.XSTATE_ERROR + ": Input/output error."
+    monkeypatch.setattr(loader, "gdb_cannot_call", lambda gdb: said)
+    got = loader.load(42, "pass\n", "/unused")
+    assert got.reason.startswith("neither pyinjector nor gdb can load them")
+    assert "pyinjector is not installed" in got.reason and said in got.reason
+    assert got.hint == loader.XSTATE_HINT and "pip install pyinjector" in got.hint
 
 
 def test_pyinjector_is_used_on_310_to_313_where_it_is_installed(monkeypatch):
@@ -217,6 +234,23 @@ def test_hooks_is_opt_in_on_attach_only():
     assert hooked.sampling().load_hooks and hooked.sampling().attached
     run = RunOptions.from_args(parser.parse_args(["run", "--", "python", "x.py"]))
     assert not run.session().load_hooks and not run.session().attached
+
+
+def test_the_hooks_help_and_hint_name_the_loaders_in_the_order_tried():
+    """pyinjector is tried before gdb on 3.10-3.13 (test_pyinjector_is_used_on_310_to_313...):
+    the --hooks help and the optional hooks status said gdb alone."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and "attach" in a.choices)
+    (hooks,) = [a for a in sub.choices["attach"]._actions if "--hooks" in a.option_strings]
+    probe = HookProbe(optional=True)
+    assert probe.open(Target(0)).available
+    try:
+        hint = probe.final_status().hint or ""
+    finally:
+        probe.close()
+    for text in (hooks.help or "", hint):
+        assert "pyinjector" in text and text.index("pyinjector") < text.index("gdb"), text
+        assert "sys.remote_exec on 3.14+" in text
 
 
 def test_a_job_in_the_middle_of_a_fork_is_refused(monkeypatch):

@@ -249,10 +249,10 @@ def _hook_step_span(recording: Path) -> tuple[float, float]:
 @pytest.mark.parametrize("minor", [10, 11, 12, 13])
 @pytest.mark.long
 def test_attach_hooks_gets_the_jobs_own_steps_per_second(tmp_path, minor):
-    """On each Python the job runs (3.10-3.13 through gdb); another version than the suite's
-    needs its interpreter with torch in GPUDIAG_TEST_PYTHONS. The job's own rate is taken over
-    the steps the hooks timed (the report's start and end are whole seconds, and the job's
-    rate drifts a few per cent over a look beside py-spy)."""
+    """On each Python the job runs (3.10-3.13 through pyinjector, or gdb without it); another
+    version than the suite's needs its interpreter with torch in GPUDIAG_TEST_PYTHONS. The
+    job's own rate is taken over the steps the hooks timed (the report's start and end are
+    whole seconds, and the job's rate drifts a few per cent over a look beside py-spy)."""
     python = _torch_python(minor)
     if python is None:
         pytest.skip(f"no Python 3.{minor} with torch (set GPUDIAG_TEST_PYTHONS to one)")
