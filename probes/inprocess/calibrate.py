@@ -10,7 +10,10 @@ It runs in a child process that exits when done (`python -m gpudiag.probes.inpro
 importing torch holds about 200 MB resident for the rest of the process (the agent's own memory
 went from 46 to 242 MB at its first calibration and stayed there, over its 150 MB budget), for a
 calibration of a few milliseconds. The child's CPU time (the import, about 1.5 s) and its peak
-memory are the agent's: the hooks probe reports them to the budget governor."""
+memory are the agent's: the hooks probe reports them to the budget governor. The child runs
+beside the hooks probe's drain, never inside it (`Calibrator.offer` and `poll`): its seconds of
+import held the probe's tick, and the job's datagrams waited unread meanwhile. It starts only
+on a counted step's shape, so never before the job's steps (WARMUP_STEPS, then a counted one)."""
 
 from __future__ import annotations
 

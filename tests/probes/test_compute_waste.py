@@ -445,3 +445,25 @@ def test_a_part_of_a_block_that_builds_an_intermediate_is_named_at_its_path(monk
     assert ratio < 8, ratio  # the fused form's own ops: about its inputs and outputs
     assert not any("own_s" in r.inner for r in fused.rows)  # no part wide: none timed
     assert not any("intermediates" in f.message for f in _comp001(fused))
+
+
+def test_a_groups_zero_share_reads_a_bounded_sample_of_its_gradients(monkeypatch):
+    """A timed step read every element of every gradient (up to ZERO_SAMPLE a tensor) for its
+    groups' zero shares: most of its extra time. Now GROUP_ZERO_SAMPLE elements a group, each
+    tensor its share of them, and the share and the worst parameter still right."""
+    table, bias = torch.zeros(20000, 64), torch.randn(64)
+    table[::10] = 1.0  # one row in 10 looked up: 90% of the table's gradient is zero
+    params = [nn.Parameter(torch.empty_like(t)) for t in (table, bias)]
+    for p, g in zip(params, (table, bias), strict=True):
+        p.grad = g
+    opt = torch.optim.SGD(params, lr=0.1)
+    root = nn.Module()
+    root.table, root.bias = params
+    read = []
+    share = gc.zero_share
+    monkeypatch.setattr(
+        gc, "zero_share", lambda g, stride=1: read.append(g.numel() // stride) or share(g, stride)
+    )
+    ((group, zero, worst),) = gc.group_zeros(torch, opt, root)
+    assert group == "0" and worst == "table" and zero == pytest.approx(0.9 * 20000 / 20001, 0.02)
+    assert sum(read) <= gc.GROUP_ZERO_SAMPLE + len(params), read
