@@ -360,8 +360,9 @@ class HookProbe(Probe):
                 "not connected (optional): the job's own step "
                 "timing would add exact steps/s, step-time percentiles, the "
                 "data wait per step and profiler captures",
-                "attach with `--hooks` to load them into the running job (gdb on Python "
-                "3.10-3.13, sys.remote_exec on 3.14+), add `from gpudiag.probes.hooks import "
+                "attach with `--hooks` to load them into the running job (on Python 3.10-3.13 "
+                "by pyinjector where it is installed, else gdb; sys.remote_exec on 3.14+), add "
+                "`from gpudiag.probes.hooks import "
                 "instrument; instrument()` at the top of the training script, or "
                 "start it with `gpudiag run -- CMD`",
                 info=True,
