@@ -10,14 +10,16 @@ It runs in a child process that exits when done (`python -m gpudiag.probes.inpro
 importing torch holds about 200 MB resident for the rest of the process (the agent's own memory
 went from 46 to 242 MB at its first calibration and stayed there, over its 150 MB budget), for a
 calibration of a few milliseconds. The child's CPU time (the import, about 1.5 s) and its peak
-memory are the agent's: the hooks probe reports them to the budget governor. The child runs
-beside the hooks probe's drain, never inside it (`Calibrator.offer` and `poll`): its seconds of
-import held the probe's tick, and the job's datagrams waited unread meanwhile. It starts only
-on a counted step's shape, so never before the job's steps (WARMUP_STEPS, then a counted one)."""
+memory are the agent's: the hooks probe reports them to the budget governor. It runs from a
+thread of its own, beside the hooks probe's drain (`Calibrator.on_samples`), starts only on a
+counted step's shape, so never before the job's steps (WARMUP_STEPS, then a counted one), and
+at niceness +NICE: its import yields to the job's threads."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import subprocess
 import sys
 import threading
@@ -35,6 +37,11 @@ MAX_RUNS = 4  # children a shape gets in a run: the best rate so far stands afte
 ROUNDS = 3  # rounds of bursts in one child, ROUND_GAP_S apart: the best kept
 ROUND_GAP_S = 0.3
 CHILD_TIMEOUT_S = 60.0
+# the child's niceness raised by this: beside a job of two torch threads on 2 cores (load
+# 1.4-2.2, benchmarks/calibrate_cost.py) a child at +0 cost the job x1.29 over 10 s (its
+# threads work in lockstep: one preempted holds the other up) and measured 92-95 GFLOP/s;
+# at +10, x1.07 and 99 GFLOP/s (the job idle: 99.5), in 11.5 s instead of 3.7
+NICE = 10
 MAX_ELEMS = 1 << 24  # a bigger product is calibrated on its first rows
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 
@@ -89,9 +96,16 @@ def _calibrate(torch: Any, dtype: str, rows: int, k: int, n: int, t: int | None)
     ]
 
 
-def _child_main() -> int:
+def _child_main(argv: list[str]) -> int:
     """The child: shapes [[dtype, m, k, n, t], ...] on stdin; on stdout {"samples": [[dtype, gemm
-    FLOP/s, copy B/s, t], ...], "cpu_s": its CPU time, "peak_rss": its own peak memory}."""
+    FLOP/s, copy B/s, t], ...], "cpu_s": its CPU time, "peak_rss": its own peak memory, "nice":
+    its niceness}. `--nice N`: its niceness raised by N first (its torch import yields to the
+    job)."""
+    if len(argv) == 2 and argv[0] == "--nice" and argv[1].isdigit() and int(argv[1]):
+        try:
+            os.nice(int(argv[1]))
+        except OSError:
+            pass
     out = []
     for dtype, m, k, n, t in json.loads(sys.stdin.read() or "[]"):
         best: dict[str, float] = {}
@@ -103,7 +117,13 @@ def _child_main() -> int:
                 best[op] = max(best.get(op, 0.0), smp.values.get("calib_rate") or 0.0)
         if best:
             out.append([dtype, best.get("gemm", 0.0), best.get("copy", 0.0), int(t)])
-    print(json.dumps({"samples": out, "cpu_s": time.process_time(), "peak_rss": _own_peak()}))
+    doc = {
+        "samples": out,
+        "cpu_s": time.process_time(),
+        "peak_rss": _own_peak(),
+        "nice": os.nice(0),
+    }
+    print(json.dumps(doc))
     return 0
 
 
@@ -137,8 +157,9 @@ class Calibrator:
     """Calibrates each new shape the hooks report (a gemm sample on a CPU), and again now and
     then, in a child process (see the module's docstring)."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, nice: int = NICE) -> None:
         self.python = python or sys.executable
+        self.nice = nice
         self.done: dict[tuple, tuple[float, int]] = {}  # shape -> (last run, runs)
         self.spent_s = 0.0  # CPU seconds of the children so far
         self.runs = 0
@@ -193,10 +214,13 @@ class Calibrator:
             self._thread.start()
 
     def _work(self, shapes: list[list]) -> None:
-        got = self.run(shapes)
-        with self._lock:
-            self._ready += got
-            self._thread = None
+        got: list[Sample] = []
+        try:
+            got = self.run(shapes)
+        finally:  # (a child's answer that raised left the thread set: join() spun to its end)
+            with self._lock:
+                self._ready += got
+                self._thread = None
         self._start()
 
     def take(self) -> list[Sample]:
@@ -215,7 +239,7 @@ class Calibrator:
 
     def run(self, shapes: list[list]) -> list[Sample]:
         """One child for these shapes; its samples (none when it fails or takes too long)."""
-        cmd = [self.python, "-m", "gpudiag.probes.inprocess.calibrate"]
+        cmd = [self.python, "-m", "gpudiag.probes.inprocess.calibrate", "--nice", str(self.nice)]
         try:
             res = run_process(
                 cmd,
@@ -229,10 +253,14 @@ class Calibrator:
             return []
         if not isinstance(doc, dict):
             return []
+        try:  # the child's answer is data: a bad number is dropped, never raised
+            cpu, peak = float(doc.get("cpu_s") or 0.0), int(doc.get("peak_rss") or 0)
+        except (TypeError, ValueError, OverflowError):
+            cpu, peak = 0.0, 0
         with self._lock:
             self.runs += 1
-            self.spent_s += max(0.0, float(doc.get("cpu_s") or 0.0))
-            self._peak = max(self._peak, int(doc.get("peak_rss") or 0))
+            self.spent_s += max(0.0, cpu) if math.isfinite(cpu) else 0.0
+            self._peak = max(self._peak, peak)
         return _samples(doc.get("samples"))
 
     def cpu_s(self) -> float:
@@ -247,4 +275,4 @@ class Calibrator:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_child_main())
+    raise SystemExit(_child_main(sys.argv[1:]))

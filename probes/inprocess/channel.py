@@ -75,6 +75,7 @@ class HookProbe(Probe):
 
     name = "hooks"
     interval_s = 0.5
+    buffered = True  # a calibration that ends while close() waits: the session's last drain
     captures = True
     fields = (
         Field("step_time_s", "s", "gauge", "wall time of one optimizer step to the next"),
