@@ -209,10 +209,11 @@ def main() -> None:
             f"per CPU second: off {off_cpu:.1f}, on {on_cpu:.1f}, cost x{off_cpu / on_cpu:.4f}"
             f" ({seen}; load {load()})"
         )
-    print(
-        f"median cost x{statistics.median(ratios):.4f} wall, x{statistics.median(cpu):.4f} "
-        f"CPU time (1.01 = 1%); load {load()}"
-    )
+    if ratios:
+        print(
+            f"median cost x{statistics.median(ratios):.4f} wall, x{statistics.median(cpu):.4f} "
+            f"CPU time (1.01 = 1%); load {load()}"
+        )
 
 
 if __name__ == "__main__":
