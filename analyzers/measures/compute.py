@@ -132,6 +132,17 @@ class ComputeTable:
     dtype: str  # the dtype most of the job's FLOPs run in
     attainable: Attainable
     device: str
+    # the mean wall time of the steps nothing timed, near the timed ones (None: hooks that
+    # do not send it): what a step costs without the hooks' marks and readings
+    bare_s: float | None = None
+
+    @property
+    def hooks_s(self) -> float:
+        """What the timed step's own hooks cost it: its wall time over the bare steps' (0
+        without them, and on a GPU, whose timed step is the device's time, not the host's)."""
+        if self.bare_s is None or self.device != "cpu":
+            return 0.0
+        return max(0.0, self.step_s - self.bare_s)
 
     def unit_rows(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.kind in ("unit", "own"))
@@ -171,6 +182,7 @@ class ComputeTable:
             "step_s": round(self.step_s, 6),
             "timed_steps": self.timed_steps,
             "counted_steps": self.counted_steps,
+            **({} if self.bare_s is None else {"bare_step_s": round(self.bare_s, 6)}),
             "flops_per_step": round(self.flops),
             "mfu": None if mfu is None else round(mfu, 4),
             "model_efficiency": None if eff is None else round(eff, 4),
@@ -281,7 +293,10 @@ def compute_table(
     rows = _with_inner(src, view, _with_why(view, rows))
     att = _attainable(whole or view, datasheet, dtype, rows)
     rows = [_with_roofline(r, att) for r in rows]
-    return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device)
+    bare = [r for _, r in view.matching("hooks", "cmp_bare_s", kind="compute_step", counted="0")]
+    nb = sum(r.count for r in bare)
+    bare_s = sum(r.total for r in bare) / nb if nb else None
+    return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device, bare_s)
 
 
 def _rows(step: dict, step_s: float, fwd: dict, bwd: dict, calls: dict, work: dict) -> list[Row]:

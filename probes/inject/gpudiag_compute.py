@@ -22,8 +22,12 @@ torch.utils.flop_counter counts them, the bytes of each op's tensors in and out,
 FLOPs' dtypes, and the largest matrix product's shape (the agent calibrates the CPU on it).
 On a GPU the times are CUDA events read once the step's work is done.
 
-Costs: nothing on unsampled steps (one comparison in the step hook); the armed step's hooks, a
-few microseconds a module call. A torch.compile'd model is not armed (hooks recompile it).
+Each timed record also carries `bare`: the mean wall time of the last steps that ran with
+nothing armed, so that the agent can tell what the timed step's own hooks cost (on a CPU they
+run on the job's thread: their marks and readings land in the places that stay after a change).
+
+Costs: on unsampled steps two clock reads and a comparison in the step hook; the armed step's
+hooks, a few microseconds a module call. A torch.compile'd model is not armed (hooks recompile it).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ MAX_INNER_ROWS = 64  # their own times sent a step (the longest)
 # steps after (its calls and those it makes): half the agent's bar (COMP001's IO_AMPLIFY)
 WIDE_MIN = 8.0
 MAX_RECORDS = 16
+BARE_KEPT = 9  # bare steps' times kept (their mean is each timed record's `bare`)
 DEBUG = False  # records buffered for the next flush
 OWN = "(model's own code)"  # forward time in the model outside its units
 OUTSIDE = "(outside the model)"  # ops of the step outside the model's forward and backward
@@ -543,6 +548,9 @@ class Armed:
             rec["groups"] = optimizer_groups(self.sampler.torch, optimizer)
         if not self.counting:
             rec["why"] = self._why(optimizer)
+            bare = self.sampler.bare_s()
+            if bare is not None:
+                rec["bare"] = bare
             if optimizer is not None:
                 rec["gzero"] = group_zeros(self.sampler.torch, optimizer, self.root)
         return rec
@@ -891,6 +899,8 @@ class Sampler:
         self.root_ref: Any = None  # the model, as a step's outermost forward showed it
         self.finding: Discovery | None = None
         self.discovered = False
+        self.plain_from: float | None = None  # when the step now running bare began
+        self.bare: list[float] = []  # the last BARE_KEPT bare steps' wall times
         aten = torch.ops.aten
         self.gemm_ops = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution}
         self.conv = aten.convolution
@@ -910,7 +920,28 @@ class Sampler:
             self.last_opt = None
 
     def on_step(self) -> None:
-        """The optimizer post-hook: finish an armed step, maybe arm the next."""
+        """The optimizer post-hook: finish an armed step, maybe arm the next; a step that ran
+        with nothing armed is kept as a bare step's time (see `bare_s`)."""
+        now = time.perf_counter()
+        if self.plain_from is not None:
+            self.bare = [*self.bare[1 - BARE_KEPT :], now - self.plain_from]
+        try:
+            self._on_step()
+        finally:
+            # the next step runs bare when nothing is armed for it (no step hooks, no discovery)
+            bare = self.armed is None and self.finding is None and self.steps >= WARMUP_STEPS
+            self.plain_from = time.perf_counter() if bare else None
+
+    def bare_s(self) -> float | None:
+        """The mean wall time of the last BARE_KEPT steps that ran with nothing armed (from
+        one optimizer post-hook to the next, as an armed step's time is taken; a mean, as the
+        timed steps' time is): what a step costs without the hooks' marks and readings, which a
+        timed step pays. None before 3."""
+        if len(self.bare) < 3:
+            return None
+        return sum(self.bare) / len(self.bare)
+
+    def _on_step(self) -> None:
         self.steps += 1
         if self.armed is not None:
             self._finish()

@@ -4,6 +4,7 @@ torch.utils.flop_counter's FlopCounterMode counts them), and what the agent read
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 
@@ -144,6 +145,42 @@ def test_a_looks_first_sampled_step_is_timed_then_counted_then_spaced(monkeypatc
     sampler.on_step()
     assert sampler.armed is not None and sampler.armed.counting
     sampler.cancel()
+
+
+def test_a_timed_record_carries_the_time_of_the_steps_nothing_timed(monkeypatch):
+    """A timed step pays its hooks; the steps between timed ones pay none. Each timed record
+    carries the mean wall time of the last bare steps (from one optimizer post-hook to the
+    next, as a timed step's is taken), and the table reads it as bare_step_s; a counted step's
+    record carries none (its time is not used), nor a timed one before 3 bare steps."""
+    monkeypatch.setattr(gc, "SAMPLE_EVERY_S", 0.0)
+    model = Net()
+    sampler = gc.Sampler(torch, [model])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    recs = []
+    for _ in range(gc.WARMUP_STEPS + 2 * (gc.COUNT_FIRST + 8)):
+        if sampler.armed is None:
+            time.sleep(0.01)  # a bare step's own work: at least 10 ms
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sampler.note_optimizer(opt)
+        sampler.next_at = 0.0 if sampler.armed is None else float("inf")  # bare, armed, ...
+        sampler.on_step()
+        recs += sampler.take()
+    sampler.cancel()
+    timed = [r for r in recs if not r["count"]]
+    assert [r for r in recs if r["count"]] and all("bare" not in r for r in recs if r["count"])
+    assert "bare" not in timed[0]  # the look's first timed step: no bare steps before it
+    with_bare = [r for r in timed if "bare" in r]
+    assert len(with_bare) >= 3 and all(r["bare"] >= 0.01 for r in with_bare)
+    tl = Timeline()
+    for i, rec in enumerate(recs):
+        rec["t"] = 1.8e9 + i
+        tl.extend(compute_samples({"cmp": [rec]}))
+    t = compute_table(tl.whole())
+    assert t is not None and t.bare_s is not None
+    assert abs(t.bare_s - sum(r["bare"] for r in with_bare) / len(with_bare)) < 1e-9
+    assert t.to_dict()["bare_step_s"] == round(t.bare_s, 6)
 
 
 def test_records_a_full_queue_refused_are_put_back_first():
