@@ -648,26 +648,27 @@ def _why_evidence(row: Row) -> tuple[Evidence, ...]:
     )
 
 
-def without_hooks(impact: float, t: ComputeTable) -> float:
-    """The share of a bare step that a change giving back `impact` of the timed step gives
-    back. The timed step pays its hooks' marks and readings (a tensor's zero share read at each
-    unit's backward, its inputs keyed), on a CPU on the job's own thread; they land in every
-    place, most of all in the places that stay after the change, where a bare step pays none of
-    them (broadcast_matmul.py's fixed step: 1.3-1.5 ms bare, 1.9-2.9 ms timed). The time given
-    back is held against the bare steps' time (`ComputeTable.hooks_s`, read in the job)."""
-    hooks = t.hooks_s
-    if hooks <= 0 or impact <= 0:
-        return impact
-    return min(0.95, impact * t.step_s / (t.step_s - hooks))
+def large_ops(row: Row, t: ComputeTable) -> bool:
+    """Whether a loop outside any module (the model's own code, the step's) runs ops as large
+    as the units' (bytes an op at their median or more). A loop of small ops spends its time on
+    their count, which one batched op gives back; a loop of large ones spends it on their
+    bytes, and what the batched form's own ops cost over the same data is not read here
+    (prefix_mean's running mean, 6 MiB an op against its units' 2.5 MiB: the loop given back
+    modelled x8-x9, its cumulative sum's 14 ops over (batch, time, width) timed bare x3.4-x4.8):
+    what the loop's time bounds is then a bound."""
+    if row.kind == "unit" or not row.ops or not row.bytes:
+        return False
+    peers = [r.bytes / r.ops for r in t.rows if r.kind == "unit" and r.bytes and r.ops]
+    return bool(peers) and row.bytes / row.ops >= statistics.median(peers)
 
 
-def _hooks_note(t: ComputeTable) -> str:
-    hooks = t.hooks_s
-    if hooks <= 0 or t.bare_s is None:
-        return ""
+def _large_note(row: Row, t: ComputeTable, impact: float) -> str:
+    peers = [r.bytes / r.ops for r in t.rows if r.kind == "unit" and r.bytes and r.ops]
     return (
-        f", a step without the hooks' timing ({t.bare_s * 1e3:.1f} ms against the timed "
-        f"{t.step_s * 1e3:.1f} ms)"
+        f"a bound: {impact:.0%} of the step, the loop given back but the median unit's ops; its "
+        f"ops are as large as the units' ({(row.bytes or 0) / (row.ops or 1) / 1024:,.0f} KiB an "
+        f"op against their median {statistics.median(peers) / 1024:,.0f} KiB): its time is "
+        "their bytes, and what one batched form's own ops cost over the same data is not read"
     )
 
 
@@ -698,7 +699,6 @@ def find(c: Context) -> list[Finding]:
     same = [x for x in found[1:] if why and why[0][1] in {r[1] for r in reasons(x[1], t, th)}]
     if why:  # one cause across the step: every place that shows it, whatever its share
         impact = min(0.95, max(impact, spread(why[0][1], t, th, row)))
-    impact = without_hooks(impact, t)
     found = [found[0], *same, *[x for x in found[1:] if x not in same]]
     where = {
         "unit": f"module {row.name}",
@@ -734,6 +734,7 @@ def find(c: Context) -> list[Finding]:
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     fix = trial(row, th) if why else None
+    large = bool(why) and why[0][3] == "loop" and large_ops(row, t)
     call = None
     if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
         call = _own_call(c)  # the helper its own code's time is in
@@ -772,12 +773,14 @@ def find(c: Context) -> list[Finding]:
             fix=fix,
             signals=("hooks",),
             speedup_basis=(
-                f"a model: {impact:.0%} of the step given back by the change named" + _hooks_note(t)
+                _large_note(row, t, impact)
+                if large
+                else f"a model: {impact:.0%} of the step given back by the change named"
                 if why
                 else f"a bound: {row.name} at the rest of the model's efficiency "
                 f"({row.share:.0%} of the step down to {row.share * (eff or 0) / (ref or 1):.1%})"
             ),
-            speedup_kind="model" if why else "bound",
+            speedup_kind="model" if why and not large else "bound",
         )
     ]
 

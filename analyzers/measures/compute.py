@@ -133,16 +133,9 @@ class ComputeTable:
     attainable: Attainable
     device: str
     # the mean wall time of the steps nothing timed, near the timed ones (None: hooks that
-    # do not send it): what a step costs without the hooks' marks and readings
+    # do not send it): a check that the timed steps, their hooks' own time taken out, stand
+    # for the job's steps
     bare_s: float | None = None
-
-    @property
-    def hooks_s(self) -> float:
-        """What the timed step's own hooks cost it: its wall time over the bare steps' (0
-        without them, and on a GPU, whose timed step is the device's time, not the host's)."""
-        if self.bare_s is None or self.device != "cpu":
-            return 0.0
-        return max(0.0, self.step_s - self.bare_s)
 
     def unit_rows(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.kind in ("unit", "own"))

@@ -226,7 +226,6 @@ class Armed:
         self.sampler = sampler
         self.counting = counting
         self.clock = Clock(torch, sampler.cuda)
-        self.start = self.clock.mark()
         self.root = root
         self.units = units
         self.names = {id(m): n for n, m in units}
@@ -255,7 +254,11 @@ class Armed:
         self.work = Work() if counting else None
         self.mode = None
         self._orig_backward = None
+        # the hooks' own time on a CPU (their bodies run on the job's thread, inside the step's
+        # places): (phase, place) -> seconds, taken out of those places in `record`
+        self.spent: dict[tuple[str, str], float] = {}
         self._install(torch)
+        self.start = self.clock.mark()  # the step's time begins once the hooks are in
 
     def _install(self, torch: Any) -> None:
         """Global module hooks (none on the model itself: a deepcopy of it, an EMA's, must not
@@ -320,10 +323,19 @@ class Armed:
         self.place = OUTSIDE
         return None
 
+    def _spend(self, phase: str, place: str, since: float) -> None:
+        """A hook's body from `since` on, spent inside `place`'s `phase` (on a CPU: a GPU's
+        marks are the device's time, which the host's hooks do not take)."""
+        if not self.clock.cuda:
+            key = (phase, place)
+            self.spent[key] = self.spent.get(key, 0.0) + time.perf_counter() - since
+
     def _unit_pre(self, name: str) -> Callable[..., None]:
         def pre(mod, args):
             if not self.stack:  # the unit called outside the model's forward
                 return None
+            since = time.perf_counter()
+            caller = self.stack[-1]
             self.stack.append(name)
             self.place = name
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -342,6 +354,7 @@ class Armed:
             if self.counting and _leaf(mod):  # what a layer takes in: inputs, parameters
                 took = sum(_nbytes(t) for t in _tensors(args)) + self._param_bytes(mod)
                 self.io[name] = self.io.get(name, 0.0) + took
+            self._spend("fwd", caller, since)
             self.unit_fwd.setdefault(name, []).append([self.clock.mark(), None])
             return None
 
@@ -399,6 +412,7 @@ class Armed:
             self.stack.pop()
             self.place = self.stack[-1] if self.stack else OUTSIDE
             self.unit_fwd[name][-1][1] = self.clock.mark()
+            since = time.perf_counter()
             if self.counting and name in self.io:
                 self.io[name] += sum(_nbytes(t) for t in _tensors(out))
             for t in _tensors(out):
@@ -407,6 +421,7 @@ class Armed:
                     self.outputs.add(id(t))
                     t.register_hook(self._bwd_start(name))
                     break
+            self._spend("fwd", self.stack[-1] if self.stack else OUTSIDE, since)
             return None
 
         return post
@@ -416,11 +431,13 @@ class Armed:
             self.bwd_marks.append((self.clock.mark(), name))
             self.place = name
             if not self.counting:  # (the counting mode would count the look as its work)
+                since = time.perf_counter()
                 share = zero_share(grad)
                 if share is not None:
                     self.zeros.setdefault(name, []).append(share)
                 if share is not None and share >= READ_SPAN_ZEROS:
                     self.unread.setdefault(name, grad)  # read after the step (untimed)
+                self._spend("bwd", name, since)
             return None
 
         return hook
@@ -513,16 +530,12 @@ class Armed:
         fwd = sum(sec(b) - sec(a) for a, b in self.fwd)
         bwd = sum(sec(b) - sec(a) for a, b in self.bwd)
         opt = sec(end) - sec(self.opt_start) if self.opt_start is not None else math.nan
-        units: dict[str, list[float]] = {}
-        for name, spans in self.unit_fwd.items():
-            units[name] = [sum(sec(b) - sec(a) for a, b in spans if b is not None), 0.0]
-        own_bwd = 0.0
-        for (a, b), name in self._bwd_spans():
-            if name == OWN:
-                own_bwd += b - a
-            else:
-                units.setdefault(name, [0.0, 0.0])[1] += b - a
+        units, own_bwd = self._unit_times()
+        spent = sum(self.spent.values())
+        fwd -= sum(v for (ph, _), v in self.spent.items() if ph == "fwd")
+        bwd -= sum(v for (ph, _), v in self.spent.items() if ph == "bwd")
         own = fwd - sum(v[0] for v in units.values())
+        step -= spent
         rec: dict = {
             "t": time.time(),
             "count": int(self.counting),
@@ -535,6 +548,7 @@ class Armed:
             "units": [[n, v[0], v[1], self.calls.get(n, 0)] for n, v in units.items()],
             "model": type(self.root).__name__,
             "device": self._device(),
+            "hooks": spent,  # the hooks' own time, taken out of the places above
         }
         if self.counting and self.work is not None:
             rec["work"] = self._work_rows()
@@ -554,6 +568,25 @@ class Armed:
             if optimizer is not None:
                 rec["gzero"] = group_zeros(self.sampler.torch, optimizer, self.root)
         return rec
+
+    def _unit_times(self) -> tuple[dict[str, list[float]], float]:
+        """Each unit's [forward, backward] seconds and the model's own code's backward, the
+        hooks' own time in a unit taken out (`spent`)."""
+        sec = self.clock.seconds
+        units: dict[str, list[float]] = {}
+        for name, spans in self.unit_fwd.items():
+            units[name] = [sum(sec(b) - sec(a) for a, b in spans if b is not None), 0.0]
+        own_bwd = 0.0
+        for (a, b), name in self._bwd_spans():
+            if name == OWN:
+                own_bwd += b - a
+            else:
+                units.setdefault(name, [0.0, 0.0])[1] += b - a
+        for (ph, place), v in self.spent.items():
+            if place in units:
+                i = 0 if ph == "fwd" else 1
+                units[place][i] = max(0.0, units[place][i] - v)
+        return units, own_bwd
 
     def _why(self, optimizer: Any) -> list:
         """Per unit, what its tensors show of work nobody needs or work repeated: the share of
