@@ -77,26 +77,31 @@ COMP001 = register(
             measured=(
                 Measured(
                     impact=(
-                        "its share of the step times the share of its time the change gives back"
-                        ": half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
+                        "its share of the step times the share of its time the change gives back: "
+                        "half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
                         "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
-                        "its ops for a loop, the unread share for unread outputs or zero "
-                        "gradients, its backward for gradients no optimizer takes, the repeated "
-                        "calls' share, all of it for a constant, a part's own forward time "
-                        "beyond its FLOPs at the rate of the rest of its module's forward for "
-                        "a part's intermediates, or its time over its twins' "
-                        "(same FLOPs and parameters, without the reason) where that is more; "
-                        "summed over every place that shows the same reason, whatever its share "
-                        "(outputs unread at the same span as the named place's, upstream of it, "
-                        "left out: its change leaves them); "
-                        "with what the change gives back outside the place: half the "
-                        "optimizer's update of a float64 module's parameters, the update of "
-                        "the zero-gradient parameters of a module whose outputs nobody reads "
-                        "and the zero gradient a selection after it writes over them (once, at "
-                        "the attainable copy rate), "
-                        "the weight gradients of a module frozen for a group's zero gradients"
+                        "its ops for a loop (a bound where the loop, outside any module, runs ops "
+                        "as large as the units': its time is their bytes, and what the batched "
+                        "form's own ops cost is not read), the unread share for unread outputs or "
+                        "zero gradients, its backward for gradients no optimizer takes, the "
+                        "repeated calls' share, all of it for a constant, a part's own forward time"
+                        " beyond its FLOPs at the rate of the rest of its module's forward for a "
+                        "part's intermediates, or its time over its twins' (same FLOPs and "
+                        "parameters, without the reason) where that is more; summed over every "
+                        "place that shows the same reason, whatever its share (outputs unread at "
+                        "the same span as the named place's, upstream of it, left out: its change "
+                        "leaves them); with what the change gives back outside the place: half the "
+                        "optimizer's update of a float64 module's parameters, the update of the "
+                        "zero-gradient parameters of a module whose outputs nobody reads and the "
+                        "zero gradient a selection after it writes over them (once, at the "
+                        "attainable copy rate), the weight gradients of a module frozen for a "
+                        "group's zero gradients"
                     ),
-                    speedup="a model: 1 / (1 - impact)",
+                    speedup=(
+                        "a model: 1 / (1 - impact); the places' times are the timed steps' "
+                        "with the hooks' own time (their bodies, on a CPU on the job's thread) "
+                        "taken out"
+                    ),
                     variant="a reason read from its work",
                 ),
                 Measured(
