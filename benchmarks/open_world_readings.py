@@ -97,6 +97,7 @@ def readings(cause: str, steps: int = 14) -> str:
     tried = f"`{fix_arg(fix)}`" if fix else "-"
     (f,) = find(_Context(t))  # type: ignore[arg-type]
     x = f"x{f.expected_speedup:.2f}" if f.expected_speedup else "-"
+    x = f"at most {x}" if f.speedup_kind == "bound" and f.expected_speedup else x
     return f"| {cause} | {row.name} ({row.share:.0%} of the step) | {why} | {tried} | {x} |"
 
 
