@@ -77,26 +77,31 @@ COMP001 = register(
             measured=(
                 Measured(
                     impact=(
-                        "its share of the step times the share of its time the change gives back"
-                        ": half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
+                        "its share of the step times the share of its time the change gives back: "
+                        "half for float64 and a per-tensor optimizer, (r - 2) / (r + 1) for a "
                         "backward at r times its forward's FLOPs, 1 - the median unit's ops over "
-                        "its ops for a loop, the unread share for unread outputs or zero "
-                        "gradients, its backward for gradients no optimizer takes, the repeated "
-                        "calls' share, all of it for a constant, a part's own forward time "
-                        "beyond its FLOPs at the rate of the rest of its module's forward for "
-                        "a part's intermediates, or its time over its twins' "
-                        "(same FLOPs and parameters, without the reason) where that is more; "
-                        "summed over every place that shows the same reason, whatever its share "
-                        "(outputs unread at the same span as the named place's, upstream of it, "
-                        "left out: its change leaves them); "
-                        "with what the change gives back outside the place: half the "
-                        "optimizer's update of a float64 module's parameters, the update of "
-                        "the zero-gradient parameters of a module whose outputs nobody reads "
-                        "and the zero gradient a selection after it writes over them (once, at "
-                        "the attainable copy rate), "
-                        "the weight gradients of a module frozen for a group's zero gradients"
+                        "its ops for a loop (a bound where the loop, outside any module, runs ops "
+                        "as large as the units': its time is their bytes, and what the batched "
+                        "form's own ops cost is not read), the unread share for unread outputs or "
+                        "zero gradients, its backward for gradients no optimizer takes, the "
+                        "repeated calls' share, all of it for a constant, a part's own forward time"
+                        " beyond its FLOPs at the rate of the rest of its module's forward for a "
+                        "part's intermediates, or its time over its twins' (same FLOPs and "
+                        "parameters, without the reason) where that is more; summed over every "
+                        "place that shows the same reason, whatever its share (outputs unread at "
+                        "the same span as the named place's, upstream of it, left out: its change "
+                        "leaves them); with what the change gives back outside the place: half the "
+                        "optimizer's update of a float64 module's parameters, the update of the "
+                        "zero-gradient parameters of a module whose outputs nobody reads and the "
+                        "zero gradient a selection after it writes over them (once, at the "
+                        "attainable copy rate), the weight gradients of a module frozen for a "
+                        "group's zero gradients"
                     ),
-                    speedup="a model: 1 / (1 - impact)",
+                    speedup=(
+                        "a model: 1 / (1 - impact); the places' times are the timed steps' "
+                        "with the hooks' own time (their bodies, on a CPU on the job's thread) "
+                        "taken out"
+                    ),
                     variant="a reason read from its work",
                 ),
                 Measured(
@@ -648,6 +653,30 @@ def _why_evidence(row: Row) -> tuple[Evidence, ...]:
     )
 
 
+def large_ops(row: Row, t: ComputeTable) -> bool:
+    """Whether a loop outside any module (the model's own code, the step's) runs ops as large
+    as the units' (bytes an op at their median or more). A loop of small ops spends its time on
+    their count, which one batched op gives back; a loop of large ones spends it on their
+    bytes, and what the batched form's own ops cost over the same data is not read here
+    (prefix_mean's running mean, 6 MiB an op against its units' 2.5 MiB: the loop given back
+    modelled x8-x9, its cumulative sum's 14 ops over (batch, time, width) timed bare x3.4-x4.8):
+    what the loop's time bounds is then a bound."""
+    if row.kind == "unit" or not row.ops or not row.bytes:
+        return False
+    peers = [r.bytes / r.ops for r in t.rows if r.kind == "unit" and r.bytes and r.ops]
+    return bool(peers) and row.bytes / row.ops >= statistics.median(peers)
+
+
+def _large_note(row: Row, t: ComputeTable, impact: float) -> str:
+    peers = [r.bytes / r.ops for r in t.rows if r.kind == "unit" and r.bytes and r.ops]
+    return (
+        f"a bound: {impact:.0%} of the step, the loop given back but the median unit's ops; its "
+        f"ops are as large as the units' ({(row.bytes or 0) / (row.ops or 1) / 1024:,.0f} KiB an "
+        f"op against their median {statistics.median(peers) / 1024:,.0f} KiB): its time is "
+        "their bytes, and what one batched form's own ops cost over the same data is not read"
+    )
+
+
 def _own_call(c: Context) -> OwnCall | None:
     """The helper of the job's own that most of the model's own code runs in, from the loop's
     stacks (None without them: a context of the hooks' table alone)."""
@@ -710,6 +739,7 @@ def find(c: Context) -> list[Finding]:
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     fix = trial(row, th) if why else None
+    large = bool(why) and why[0][3] == "loop" and large_ops(row, t)
     call = None
     if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
         call = _own_call(c)  # the helper its own code's time is in
@@ -748,12 +778,14 @@ def find(c: Context) -> list[Finding]:
             fix=fix,
             signals=("hooks",),
             speedup_basis=(
-                f"a model: {impact:.0%} of the step given back by the change named"
+                _large_note(row, t, impact)
+                if large
+                else f"a model: {impact:.0%} of the step given back by the change named"
                 if why
                 else f"a bound: {row.name} at the rest of the model's efficiency "
                 f"({row.share:.0%} of the step down to {row.share * (eff or 0) / (ref or 1):.1%})"
             ),
-            speedup_kind="model" if why else "bound",
+            speedup_kind="model" if why and not large else "bound",
         )
     ]
 

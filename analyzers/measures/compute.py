@@ -132,6 +132,10 @@ class ComputeTable:
     dtype: str  # the dtype most of the job's FLOPs run in
     attainable: Attainable
     device: str
+    # the mean wall time of the steps nothing timed, near the timed ones (None: hooks that
+    # do not send it): a check that the timed steps, their hooks' own time taken out, stand
+    # for the job's steps
+    bare_s: float | None = None
 
     def unit_rows(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.kind in ("unit", "own"))
@@ -171,6 +175,7 @@ class ComputeTable:
             "step_s": round(self.step_s, 6),
             "timed_steps": self.timed_steps,
             "counted_steps": self.counted_steps,
+            **({} if self.bare_s is None else {"bare_step_s": round(self.bare_s, 6)}),
             "flops_per_step": round(self.flops),
             "mfu": None if mfu is None else round(mfu, 4),
             "model_efficiency": None if eff is None else round(eff, 4),
@@ -281,7 +286,10 @@ def compute_table(
     rows = _with_inner(src, view, _with_why(view, rows))
     att = _attainable(whole or view, datasheet, dtype, rows)
     rows = [_with_roofline(r, att) for r in rows]
-    return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device)
+    bare = [r for _, r in view.matching("hooks", "cmp_bare_s", kind="compute_step", counted="0")]
+    nb = sum(r.count for r in bare)
+    bare_s = sum(r.total for r in bare) / nb if nb else None
+    return ComputeTable(tuple(rows), step_s, n, counted, model, dtype, att, device, bare_s)
 
 
 def _rows(step: dict, step_s: float, fwd: dict, bwd: dict, calls: dict, work: dict) -> list[Row]:

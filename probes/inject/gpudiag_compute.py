@@ -22,8 +22,12 @@ torch.utils.flop_counter counts them, the bytes of each op's tensors in and out,
 FLOPs' dtypes, and the largest matrix product's shape (the agent calibrates the CPU on it).
 On a GPU the times are CUDA events read once the step's work is done.
 
-Costs: nothing on unsampled steps (one comparison in the step hook); the armed step's hooks, a
-few microseconds a module call. A torch.compile'd model is not armed (hooks recompile it).
+Each timed record also carries `bare`: the mean wall time of the last steps that ran with
+nothing armed, so that the agent can tell what the timed step's own hooks cost (on a CPU they
+run on the job's thread: their marks and readings land in the places that stay after a change).
+
+Costs: on unsampled steps two clock reads and a comparison in the step hook; the armed step's
+hooks, a few microseconds a module call. A torch.compile'd model is not armed (hooks recompile it).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ MAX_INNER_ROWS = 64  # their own times sent a step (the longest)
 # steps after (its calls and those it makes): half the agent's bar (COMP001's IO_AMPLIFY)
 WIDE_MIN = 8.0
 MAX_RECORDS = 16
+BARE_KEPT = 9  # bare steps' times kept (their mean is each timed record's `bare`)
 DEBUG = False  # records buffered for the next flush
 OWN = "(model's own code)"  # forward time in the model outside its units
 OUTSIDE = "(outside the model)"  # ops of the step outside the model's forward and backward
@@ -221,7 +226,6 @@ class Armed:
         self.sampler = sampler
         self.counting = counting
         self.clock = Clock(torch, sampler.cuda)
-        self.start = self.clock.mark()
         self.root = root
         self.units = units
         self.names = {id(m): n for n, m in units}
@@ -250,7 +254,11 @@ class Armed:
         self.work = Work() if counting else None
         self.mode = None
         self._orig_backward = None
+        # the hooks' own time on a CPU (their bodies run on the job's thread, inside the step's
+        # places): (phase, place) -> seconds, taken out of those places in `record`
+        self.spent: dict[tuple[str, str], float] = {}
         self._install(torch)
+        self.start = self.clock.mark()  # the step's time begins once the hooks are in
 
     def _install(self, torch: Any) -> None:
         """Global module hooks (none on the model itself: a deepcopy of it, an EMA's, must not
@@ -315,10 +323,19 @@ class Armed:
         self.place = OUTSIDE
         return None
 
+    def _spend(self, phase: str, place: str, since: float) -> None:
+        """A hook's body from `since` on, spent inside `place`'s `phase` (on a CPU: a GPU's
+        marks are the device's time, which the host's hooks do not take)."""
+        if not self.clock.cuda:
+            key = (phase, place)
+            self.spent[key] = self.spent.get(key, 0.0) + time.perf_counter() - since
+
     def _unit_pre(self, name: str) -> Callable[..., None]:
         def pre(mod, args):
             if not self.stack:  # the unit called outside the model's forward
                 return None
+            since = time.perf_counter()
+            caller = self.stack[-1]
             self.stack.append(name)
             self.place = name
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -337,6 +354,7 @@ class Armed:
             if self.counting and _leaf(mod):  # what a layer takes in: inputs, parameters
                 took = sum(_nbytes(t) for t in _tensors(args)) + self._param_bytes(mod)
                 self.io[name] = self.io.get(name, 0.0) + took
+            self._spend("fwd", caller, since)
             self.unit_fwd.setdefault(name, []).append([self.clock.mark(), None])
             return None
 
@@ -394,6 +412,7 @@ class Armed:
             self.stack.pop()
             self.place = self.stack[-1] if self.stack else OUTSIDE
             self.unit_fwd[name][-1][1] = self.clock.mark()
+            since = time.perf_counter()
             if self.counting and name in self.io:
                 self.io[name] += sum(_nbytes(t) for t in _tensors(out))
             for t in _tensors(out):
@@ -402,6 +421,7 @@ class Armed:
                     self.outputs.add(id(t))
                     t.register_hook(self._bwd_start(name))
                     break
+            self._spend("fwd", self.stack[-1] if self.stack else OUTSIDE, since)
             return None
 
         return post
@@ -411,11 +431,13 @@ class Armed:
             self.bwd_marks.append((self.clock.mark(), name))
             self.place = name
             if not self.counting:  # (the counting mode would count the look as its work)
+                since = time.perf_counter()
                 share = zero_share(grad)
                 if share is not None:
                     self.zeros.setdefault(name, []).append(share)
                 if share is not None and share >= READ_SPAN_ZEROS:
                     self.unread.setdefault(name, grad)  # read after the step (untimed)
+                self._spend("bwd", name, since)
             return None
 
         return hook
@@ -508,16 +530,12 @@ class Armed:
         fwd = sum(sec(b) - sec(a) for a, b in self.fwd)
         bwd = sum(sec(b) - sec(a) for a, b in self.bwd)
         opt = sec(end) - sec(self.opt_start) if self.opt_start is not None else math.nan
-        units: dict[str, list[float]] = {}
-        for name, spans in self.unit_fwd.items():
-            units[name] = [sum(sec(b) - sec(a) for a, b in spans if b is not None), 0.0]
-        own_bwd = 0.0
-        for (a, b), name in self._bwd_spans():
-            if name == OWN:
-                own_bwd += b - a
-            else:
-                units.setdefault(name, [0.0, 0.0])[1] += b - a
+        units, own_bwd = self._unit_times()
+        spent = sum(self.spent.values())
+        fwd -= sum(v for (ph, _), v in self.spent.items() if ph == "fwd")
+        bwd -= sum(v for (ph, _), v in self.spent.items() if ph == "bwd")
         own = fwd - sum(v[0] for v in units.values())
+        step -= spent
         rec: dict = {
             "t": time.time(),
             "count": int(self.counting),
@@ -530,6 +548,7 @@ class Armed:
             "units": [[n, v[0], v[1], self.calls.get(n, 0)] for n, v in units.items()],
             "model": type(self.root).__name__,
             "device": self._device(),
+            "hooks": spent,  # the hooks' own time, taken out of the places above
         }
         if self.counting and self.work is not None:
             rec["work"] = self._work_rows()
@@ -543,9 +562,31 @@ class Armed:
             rec["groups"] = optimizer_groups(self.sampler.torch, optimizer)
         if not self.counting:
             rec["why"] = self._why(optimizer)
+            bare = self.sampler.bare_s()
+            if bare is not None:
+                rec["bare"] = bare
             if optimizer is not None:
                 rec["gzero"] = group_zeros(self.sampler.torch, optimizer, self.root)
         return rec
+
+    def _unit_times(self) -> tuple[dict[str, list[float]], float]:
+        """Each unit's [forward, backward] seconds and the model's own code's backward, the
+        hooks' own time in a unit taken out (`spent`)."""
+        sec = self.clock.seconds
+        units: dict[str, list[float]] = {}
+        for name, spans in self.unit_fwd.items():
+            units[name] = [sum(sec(b) - sec(a) for a, b in spans if b is not None), 0.0]
+        own_bwd = 0.0
+        for (a, b), name in self._bwd_spans():
+            if name == OWN:
+                own_bwd += b - a
+            else:
+                units.setdefault(name, [0.0, 0.0])[1] += b - a
+        for (ph, place), v in self.spent.items():
+            if place in units:
+                i = 0 if ph == "fwd" else 1
+                units[place][i] = max(0.0, units[place][i] - v)
+        return units, own_bwd
 
     def _why(self, optimizer: Any) -> list:
         """Per unit, what its tensors show of work nobody needs or work repeated: the share of
@@ -900,6 +941,8 @@ class Sampler:
         self.root_ref: Any = None  # the model, as a step's outermost forward showed it
         self.finding: Discovery | None = None
         self.discovered = False
+        self.plain_from: float | None = None  # when the step now running bare began
+        self.bare: list[float] = []  # the last BARE_KEPT bare steps' wall times
         aten = torch.ops.aten
         self.gemm_ops = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution}
         self.conv = aten.convolution
@@ -919,7 +962,28 @@ class Sampler:
             self.last_opt = None
 
     def on_step(self) -> None:
-        """The optimizer post-hook: finish an armed step, maybe arm the next."""
+        """The optimizer post-hook: finish an armed step, maybe arm the next; a step that ran
+        with nothing armed is kept as a bare step's time (see `bare_s`)."""
+        now = time.perf_counter()
+        if self.plain_from is not None:
+            self.bare = [*self.bare[1 - BARE_KEPT :], now - self.plain_from]
+        try:
+            self._on_step()
+        finally:
+            # the next step runs bare when nothing is armed for it (no step hooks, no discovery)
+            bare = self.armed is None and self.finding is None and self.steps >= WARMUP_STEPS
+            self.plain_from = time.perf_counter() if bare else None
+
+    def bare_s(self) -> float | None:
+        """The mean wall time of the last BARE_KEPT steps that ran with nothing armed (from
+        one optimizer post-hook to the next, as an armed step's time is taken; a mean, as the
+        timed steps' time is): what a step costs without the hooks' marks and readings, which a
+        timed step pays. None before 3."""
+        if len(self.bare) < 3:
+            return None
+        return sum(self.bare) / len(self.bare)
+
+    def _on_step(self) -> None:
         self.steps += 1
         if self.armed is not None:
             self._finish()

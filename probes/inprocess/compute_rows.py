@@ -23,6 +23,7 @@ FIELDS = (
     Field("cmp_opt_s", "s", "gauge", "the sampled step's optimizer step"),
     Field("cmp_own_s", "s", "gauge", "forward time in the model outside its units"),
     Field("cmp_own_bwd_s", "s", "gauge", "backward time of the model's code between units"),
+    Field("cmp_bare_s", "s", "gauge", "the mean wall time of the recent steps nothing timed"),
     Field("module_fwd_s", "s", "gauge", "a unit's forward time in a sampled step"),
     Field("module_bwd_s", "s", "gauge", "a unit's share of the backward in a sampled step"),
     Field("module_calls", "count", "gauge", "a unit's forward calls in a sampled step"),
@@ -129,6 +130,8 @@ def _record(rec: dict) -> list[Sample]:
     values["cmp_own_s"] = _num(rec.get("own"))
     if "own_bwd" in rec:  # (hooks before the own code's backward was cut out send none)
         values["cmp_own_bwd_s"] = _num(rec.get("own_bwd"))
+    if "bare" in rec and not rec.get("count"):  # (hooks before bare steps were timed: none)
+        values["cmp_bare_s"] = _num(rec.get("bare"))
     out = [
         Sample("hooks", t_ns, {"kind": "compute_step", "model": model, "counted": counted}, values)
     ]

@@ -168,3 +168,23 @@ def test_a_unit_whose_unread_outputs_hold_a_groups_zero_gradients_is_named_befor
     other = replace(group, group={"zero_grad": 0.9, "zero_param": "embed.weight"})
     (g,) = find(Ctx(table(inp, unit("head", 0.1, 1e6, 2e6), other)))  # type: ignore[arg-type]
     assert "(optimizer) group 0" in g.title
+
+
+def test_a_loop_of_ops_as_large_as_the_units_is_a_bound_not_a_model():
+    """A loop in the model's own code of small ops (pos_table's table built position by
+    position, 0.9 KiB an op) spends its time on their count: one batched op gives it back, a
+    model. One of ops as large as the units' (prefix_mean's running mean, 6 MiB an op) spends it
+    on their bytes, and the batched form's own ops over the same data (a cumulative sum) cost
+    what nothing here reads: modelled x8-x9, its fix timed bare x3.4-x4.8. Its figure is a
+    bound."""
+    units = [replace(unit(n, 0.05, 1e6, 2e6), bytes=4e6, ops=4) for n in ("inp", "mlp")]
+
+    def own(nbytes: float) -> Row:
+        return Row("(model's own code)", "own", 0.3, 0.6, 0.9, 0.0, 0.0, nbytes, 600)
+
+    (small,) = find(Ctx(table(*units, own(600 * 1024.0))))  # type: ignore[arg-type]
+    (large,) = find(Ctx(table(*units, own(600 * 4e6))))  # type: ignore[arg-type]
+    assert "a Python loop" in small.message and "a Python loop" in large.message
+    assert small.speedup_kind == "model" and large.speedup_kind == "bound"
+    assert large.speedup_basis.startswith("a bound: ") and "3,906 KiB an op" in large.speedup_basis
+    assert large.impact == small.impact  # the same share: what it bounds, not a new model
