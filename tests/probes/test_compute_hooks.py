@@ -155,7 +155,7 @@ def test_a_timed_steps_places_leave_out_the_hooks_own_time(monkeypatch):
     1.3-1.5 ms bare: the places left after a change read twice their time."""
     slow = 0.2  # far above what a busy box's preemption adds to a tiny unit's backward
 
-    def zero_share(grad):  # a reading that takes a known time
+    def zero_share(grad, stride=1):  # a reading that takes a known time
         time.sleep(slow)
         return 0.0
 
@@ -164,8 +164,10 @@ def test_a_timed_steps_places_leave_out_the_hooks_own_time(monkeypatch):
     assert recs
     for rec in recs:
         assert rec["hooks"] >= 5 * slow  # five units' output gradients read
-        assert all(u[2] < slow for u in rec["units"]), rec["units"]
-        assert rec["bwd"] < slow and rec["step"] < rec["hooks"]
+        # left in, the reads would put 5 x slow in the backward; a busy box's preemption
+        # (load 5: up to 0.14 s seen) stays under 2 x slow
+        assert all(u[2] < 2 * slow for u in rec["units"]), rec["units"]
+        assert rec["bwd"] < 2 * slow and rec["step"] < rec["hooks"]
 
 
 def test_a_timed_record_carries_the_time_of_the_steps_nothing_timed(monkeypatch):
