@@ -154,6 +154,68 @@ def _kind_of(job: subprocess.Popen, others: list[subprocess.Popen]) -> dict[int,
     return kinds
 
 
+class ByThread:
+    """gpudiag's own CPU after the settle time by thread name (--by-thread): each thread's
+    CPU from /proc/PID/task/TID/stat at every look, named by a `py-spy dump --nonblocking`
+    of watch every 10 s (threads are named per probe: gpudiag-process, gpudiag-stacks...;
+    summed over the sessions). No sampler runs beside it, so the figures are CPU, not
+    shares of samples."""
+
+    def __init__(self, watch_pid: int, settle: float) -> None:
+        self.pid, self.settle, self.t0 = watch_pid, settle, time.monotonic()
+        self.base: dict[str, float] = {}  # tid -> CPU s at the settle time (0: born after)
+        self.now: dict[str, float] = {}
+        self.names: dict[str, str] = {}
+        self.next_dump, self.t_settled = self.t0 + settle, 0.0
+        self.spy = str(Path(sys.executable).parent / "py-spy")
+
+    def _cpu(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[tid] = (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
+    def look(self) -> None:
+        now = time.monotonic()
+        cpu = self._cpu()
+        if now - self.t0 < self.settle:
+            return
+        if not self.t_settled:
+            self.t_settled, self.base = now, dict(cpu)
+        self.now.update(cpu)
+        if now >= self.next_dump:
+            self.next_dump = now + 10
+            cmd = [self.spy, "dump", "--pid", str(self.pid), "--nonblocking"]
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            for ln in out.splitlines():
+                if ln.startswith("Thread ") and '"' in ln:
+                    self.names[ln.split()[1]] = ln.split('"')[1]
+
+    def split(self) -> dict[str, float]:
+        """Cores by thread name over the settled part, largest first."""
+        span = time.monotonic() - self.t_settled if self.t_settled else 0.0
+        by: dict[str, float] = {}
+        for tid, cpu in self.now.items():
+            name = self.names.get(tid, "unnamed (ended before a dump)")
+            by[name] = by.get(name, 0.0) + cpu - self.base.get(tid, 0.0)
+        if span <= 0:
+            return {}
+        return {k: round(v / span, 4) for k, v in sorted(by.items(), key=lambda x: -x[1])}
+
+
 class Where:
     """Where watch's CPU goes (--where): each py-spy child's CPU by the kind of process it
     reads (its last reading before it ended: up to one look late), and gpudiag's own
@@ -351,6 +413,7 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would stop watch
     watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     where = Where(watch.pid, args.seconds, folder.with_suffix(".where")) if args.where else None
+    by_thread = ByThread(watch.pid, args.settle) if args.by_thread else None
     follow = Follow(psutil.Process(watch.pid), port, args)
     try:
         while True:
@@ -362,6 +425,8 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
             follow.look()
             if where is not None:
                 where.look()
+            if by_thread is not None:
+                by_thread.look()
             time.sleep(0.25 if where is not None else 0.5)
         wall = time.monotonic() - follow.t0
         log.seek(0)
@@ -393,6 +458,7 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
         "exit_status": os.waitstatus_to_exitcode(status),
         "stderr_tail": [ln for ln in lines if "Traceback" in ln or "rror" in ln][-3:],
         **({"where": split} if split is not None else {}),
+        **({"own_steady_by_thread": by_thread.split()} if by_thread is not None else {}),
         "watched": _watched(lines, kinds),
     }
 
@@ -426,6 +492,9 @@ def main() -> None:
     ap.add_argument("--before", metavar="PYTHON", help="also the hostile arm by its gpudiag")
     ap.add_argument(
         "--where", action="store_true", help="split watch's CPU: py-spy by target, its own by part"
+    )
+    ap.add_argument(
+        "--by-thread", action="store_true", help="gpudiag's own steady CPU by thread name"
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -484,6 +553,9 @@ def main() -> None:
         if "where" in r:
             print(f"    py-spy cores by target: {r['where']['py_spy_cores']}")
             print(f"    gpudiag's own busy samples: {r['where']['own_busy_share']}")
+        if "own_steady_by_thread" in r:
+            top = list(r["own_steady_by_thread"].items())[:10]
+            print(f"    gpudiag's own steady cores by thread: {dict(top)}")
     print(
         f"hostile/quiet: CPU x{ratio['cpu']} (steady x{ratio['steady_cpu']}), RSS x{ratio['rss']}"
         " (budget 0.10 cores, 400 MB)"

@@ -279,6 +279,51 @@ def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatc
         w.close()
 
 
+def test_past_its_budget_watch_drops_the_idle_jobs_its_cpu_cannot_pay_for(monkeypatch):
+    """Issue 53 section 2: each watched job costs a floor however low its rates go (8 jobs,
+    7 of them idle fakes, beside the hostile processes: 0.14 cores steady against 0.10).
+    When watch's steady CPU (session starts left out) is over its budget for 30 s, the jobs
+    idle the longest are dropped, as many as their mean cost says go over it, said in the log
+    and /metrics, and no more start; under 80% of it for 30 s with a job waiting, one more
+    fits."""
+    from gpudiag.agent.commands import watch
+
+    clock = _Clock()
+    pids = _no_such_pids(9)
+    cpu = dict.fromkeys(pids, 1.0)
+    monkeypatch.setattr(watch, "cpu_s", lambda pid: cpu.get(pid, -1.0))
+    live = pids[:8]
+    w, log = _budgeted_watcher(live, clock, start_cost_s=0.1, idle_s=0.0)
+    try:
+        w.poll()
+        assert sorted(w.jobs) == pids[:8] and w.health()["jobs_fit"][0] == 8
+        for _ in range(7):  # 35 s at 0.16 cores: over 0.10
+            clock.t += 5.0
+            clock.cpu += 0.8
+            w.poll()
+        # 0.02 cores a job: 3 jobs pay for the 0.06 over
+        assert len(w.jobs) == 5 and w.dropped == 3, log
+        assert w.health()["jobs_fit"][0] == 5 and w.health()["jobs_max"][0] == 8
+        line = next(m for m in log if "job(s) at most now" in m)
+        assert "over its budget" in line and "0.1" in line and "3 idle one(s) dropped" in line
+        assert sum("no longer watched: idle" in m and "over its budget" in m for m in log) == 3
+        for _ in range(3):  # spending on at 0.16 cores: no second drop within 30 s
+            clock.t += 5.0
+            clock.cpu += 0.8
+            w.poll()
+        assert len(w.jobs) == 5
+        w.idle_s = 3600.0  # every job watched is in use now: a newcomer waits
+        live.append(pids[8])
+        for _ in range(8):  # 40 s at 0.05 cores: under 80% of the budget
+            clock.t += 5.0
+            clock.cpu += 0.25
+            w.poll()
+        assert pids[8] in w.jobs and w.health()["jobs_fit"][0] == 6, log
+        assert any("under its budget" in m and "6 job(s) at most now" in m for m in log)
+    finally:
+        w.close()
+
+
 def test_a_job_whose_stacks_cost_past_its_share_is_paced_said_in_the_log_report_and_metrics(
     monkeypatch,
 ):
