@@ -662,7 +662,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=MAX_JOBS,
         metavar="N",
         help=f"watch at most N jobs at once; a new one then replaces the one idle the "
-        f"longest, or waits (default: {MAX_JOBS})",
+        f"longest, or waits; fewer while watch's steady CPU is over --cpu-budget, the idle "
+        f"ones dropped first (default: {MAX_JOBS})",
     )
     sampling.add_argument(
         "--match",
