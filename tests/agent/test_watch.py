@@ -248,6 +248,30 @@ def test_the_allowance_holds_at_most_its_span_and_owes_at_most_as_much():
     assert a.recent_cores() == pytest.approx(0.0)  # nothing spent over the last 40 s
 
 
+def test_the_steady_cpu_leaves_out_the_session_starts_measured_in_its_span():
+    """What the jobs watched cost, for JobsFit: the starts (paid from the allowance) are not
+    a cost that dropping a job would save."""
+    from gpudiag.agent.session.budget import CpuAllowance
+
+    clock = _Clock()
+    a = CpuAllowance(0.10, clock.cpu_s, clock=clock.now, hold_s=30.0)
+    assert a.steady_cores() is None  # no span yet
+
+    def start() -> None:
+        clock.cpu += 2.0
+
+    a.charge(start)
+    clock.t += 30.0
+    clock.cpu += 1.5
+    a.update()
+    assert a.steady_cores() == pytest.approx(0.05)  # 1.5 CPU s in 30 s; the 2 s start left out
+    assert a.recent_cores() == pytest.approx(3.5 / 30.0)
+    clock.t += 40.0
+    clock.cpu += 4.0
+    a.update()
+    assert a.steady_cores() == pytest.approx(0.10)  # the start is out of the span
+
+
 def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatch):
     """An attacker whose idle 'jobs' keep watch over its budget must not blind it to a real
     job that comes later: while the budget is spent, a newcomer that used the CPU since the
