@@ -441,6 +441,9 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
         folder.with_suffix(".where").unlink(missing_ok=True)
     cpu = usage.ru_utime + usage.ru_stime  # gpudiag and every child it reaped (py-spy)
     lines = err.splitlines()
+    if args.log:
+        with open(args.log, "a") as f:
+            f.write(f"==== {'hostile' if hostile else 'quiet'} arm, {python}\n{err}")
     steady, own_steady = follow.steady()
     return {
         "arm": "hostile" if hostile else "quiet",
@@ -496,6 +499,7 @@ def main() -> None:
     ap.add_argument(
         "--by-thread", action="store_true", help="gpudiag's own steady CPU by thread name"
     )
+    ap.add_argument("--log", help="append each arm's watch log to this file")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load = open("/proc/loadavg").read().split()[:3]

@@ -45,6 +45,7 @@ from gpudiag.probes.dist.ranks import sibling_ranks
 from gpudiag.probes.host.discovery import (
     TorchCheck,
     cpu_s,
+    cpu_share,
     dcgm_process,
     find_jobs,
     list_processes,
@@ -123,6 +124,7 @@ class SharedGovernor(Governor):
 MAX_JOBS = 8  # jobs one daemon watches at once (--max-jobs); past it the oldest idle one goes
 IDLE_CPU_S = 0.05  # CPU seconds a job must use between two polls to count as active
 IDLE_S = 30.0  # a job without that for this long may be dropped for a new one
+BUSY_SHARE = 0.1  # cores over its lifetime for a new job to go before idle ones
 
 
 @dataclass
@@ -216,7 +218,11 @@ class Watcher:
         self.skipped &= pids  # a pid that comes back later is another process
         self._note_activity()
         self._fit_to_budget()
-        new = sorted(pids - set(self.jobs) - self.skipped)
+        # busy ones first (a tenth of a core or more over their lifetime), then by pid: when
+        # places are few, a real job does not wait behind idle ones with lower pids
+        new = sorted(
+            pids - set(self.jobs) - self.skipped, key=lambda p: (cpu_share(p) < BUSY_SHARE, p)
+        )
         self.waiting, deferred = set(), set()
         swapped = False
         looked = False  # the allowance is read once a poll (and after each start, charged)
