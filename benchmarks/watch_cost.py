@@ -86,7 +86,8 @@ def _start_jobs(folder: Path, n: int, seconds: float) -> list[subprocess.Popen]:
 def _shown(fams: dict[str, list]) -> tuple[int, list[float]]:
     """From the last scrape: how many jobs the endpoint showed, and the governor's CPU cores
     per job."""
-    shown = {s.labels["pid"] for s in fams.get("gpudiag_job_profiled_seconds", [])}
+    # the pid is only in gpudiag_job_info (issue 53 N23: one series per job, joined on `job`)
+    shown = {s.labels.get("pid") for s in fams.get("gpudiag_job_info", [])}
     return len(shown), [s.value for s in fams.get("gpudiag_agent_cpu_cores", [])]
 
 

@@ -20,6 +20,11 @@ checkout's venv: the code before a change), in the same run.
 
     python benchmarks/watch_hostile.py --seconds 40
     python benchmarks/watch_hostile.py --seconds 90 --short 8 --before ../base/.venv/bin/python
+    python benchmarks/watch_hostile.py --seconds 60 --settle 25 --threads-first
+
+CPU is given over the whole run (start-up and the first session starts included) and over
+the steady part after `--settle` seconds; /metrics is scraped every 15 s, as Prometheus
+would, and the last scrape's size is shown.
 
 Run it under the box's measurement lock, and give the load average beside the figures.
 """
@@ -30,10 +35,12 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -79,7 +86,14 @@ def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[sub
     fake_s = args.short or seconds
     py, tag, s = HOSTILE_PY, str(folder), str(seconds)
     big = ["a" * 131_000] * 14
+    extra: list[subprocess.Popen] = []
+    if getattr(args, "extra", True):  # N65 and X03: with the fake jobs
+        extra.append(subprocess.Popen([py, str(folder / "fake.py"), str(lib), "1500", s], **kw))
+        extra.append(
+            subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s, "a." * 24576], **kw)
+        )
     procs = [
+        *(extra if getattr(args, "threads_first", False) else []),
         *(
             subprocess.Popen([py, "-c", f"import time; time.sleep({s})", tag, *big], **kw)
             for _ in range(args.big)
@@ -90,12 +104,26 @@ def _hostile(folder: Path, args: argparse.Namespace, seconds: float) -> list[sub
         ),
         *(_fake(folder, fake_s) for _ in range(args.fake)),
     ]
-    if getattr(args, "extra", True):  # N65 and X03: with the fake jobs
-        procs.append(subprocess.Popen([py, str(folder / "fake.py"), str(lib), "1500", s], **kw))
-        procs.append(
-            subprocess.Popen([py, str(folder / "fake.py"), str(lib), "0", s, "a." * 24576], **kw)
-        )
-    return procs
+    # started last, they have the highest pids: watch takes new jobs by pid, so with
+    # --max-jobs 8 the 1,500-thread job is watched only when started first (--threads-first)
+    return procs if getattr(args, "threads_first", False) else procs + extra
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _scrape(port: int) -> dict:
+    """One /metrics scrape: its bytes, series and jobs shown; {} when it did not answer."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    except OSError:
+        return {}
+    lines = [ln for ln in text.decode(errors="replace").splitlines() if ln and ln[0] != "#"]
+    jobs = sum(1 for ln in lines if ln.startswith("gpudiag_job_info"))
+    return {"bytes": len(text), "series": len(lines), "jobs": jobs}
 
 
 def _cpu_rss(p: psutil.Process) -> tuple[float, int]:
@@ -126,6 +154,68 @@ def _kind_of(job: subprocess.Popen, others: list[subprocess.Popen]) -> dict[int,
     return kinds
 
 
+class ByThread:
+    """gpudiag's own CPU after the settle time by thread name (--by-thread): each thread's
+    CPU from /proc/PID/task/TID/stat at every look, named by a `py-spy dump --nonblocking`
+    of watch every 10 s (threads are named per probe: gpudiag-process, gpudiag-stacks...;
+    summed over the sessions). No sampler runs beside it, so the figures are CPU, not
+    shares of samples."""
+
+    def __init__(self, watch_pid: int, settle: float) -> None:
+        self.pid, self.settle, self.t0 = watch_pid, settle, time.monotonic()
+        self.base: dict[str, float] = {}  # tid -> CPU s at the settle time (0: born after)
+        self.now: dict[str, float] = {}
+        self.names: dict[str, str] = {}
+        self.next_dump, self.t_settled = self.t0 + settle, 0.0
+        self.spy = str(Path(sys.executable).parent / "py-spy")
+
+    def _cpu(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[tid] = (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
+
+    def look(self) -> None:
+        now = time.monotonic()
+        cpu = self._cpu()
+        if now - self.t0 < self.settle:
+            return
+        if not self.t_settled:
+            self.t_settled, self.base = now, dict(cpu)
+        self.now.update(cpu)
+        if now >= self.next_dump:
+            self.next_dump = now + 10
+            cmd = [self.spy, "dump", "--pid", str(self.pid), "--nonblocking"]
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            for ln in out.splitlines():
+                if ln.startswith("Thread ") and '"' in ln:
+                    self.names[ln.split()[1]] = ln.split('"')[1]
+
+    def split(self) -> dict[str, float]:
+        """Cores by thread name over the settled part, largest first."""
+        span = time.monotonic() - self.t_settled if self.t_settled else 0.0
+        by: dict[str, float] = {}
+        for tid, cpu in self.now.items():
+            name = self.names.get(tid, "unnamed (ended before a dump)")
+            by[name] = by.get(name, 0.0) + cpu - self.base.get(tid, 0.0)
+        if span <= 0:
+            return {}
+        return {k: round(v / span, 4) for k, v in sorted(by.items(), key=lambda x: -x[1])}
+
+
 class Where:
     """Where watch's CPU goes (--where): each py-spy child's CPU by the kind of process it
     reads (its last reading before it ended: up to one look late), and gpudiag's own
@@ -133,7 +223,8 @@ class Where:
     busy samples only."""
 
     def __init__(self, watch_pid: int, seconds: float, out: Path) -> None:
-        self.watch_pid, self.kids, self.out = watch_pid, {}, out
+        self.watch_pid, self.out = watch_pid, out
+        self.kids: dict[int, tuple[int, str, float]] = {}
         spy = str(Path(sys.executable).parent / "py-spy")
         self.spy = subprocess.Popen(
             [
@@ -267,6 +358,41 @@ def _respawn(folder: Path, procs: list[subprocess.Popen], seconds: float) -> int
     return started
 
 
+class Follow:
+    """What one watch costs as it runs: peak RSS, its CPU now and after the settle time, and
+    its /metrics scraped every 15 s."""
+
+    def __init__(self, proc: psutil.Process, port: int, args: argparse.Namespace) -> None:
+        self.proc, self.port, self.args = proc, port, args
+        self.t0 = time.monotonic()
+        self.peak, self.own, self.respawned = 0, 0.0, 0
+        self.settled: tuple[float, float, float] | None = None  # (time, CPU, own CPU)
+        self.last: tuple[float, float, float] | None = None
+        self.scrape: dict = {}
+        self.next_scrape = self.t0 + 15
+
+    def look(self) -> None:
+        now = time.monotonic()
+        try:
+            cpu, rss = _cpu_rss(self.proc)
+            self.own = sum(self.proc.cpu_times()[:2])  # gpudiag itself
+            self.peak, self.last = max(self.peak, rss), (now, cpu, self.own)
+            if self.settled is None and now - self.t0 >= self.args.settle:
+                self.settled = self.last
+        except psutil.Error:
+            pass
+        if now >= self.next_scrape and now - self.t0 < self.args.seconds - 2:
+            self.next_scrape += 15  # as Prometheus would
+            self.scrape = _scrape(self.port) or self.scrape
+
+    def steady(self) -> tuple[float | None, float | None]:
+        """CPU cores (with children, and gpudiag's own) from the settle time to the end."""
+        a, b = self.settled, self.last
+        if a is None or b is None or b[0] - a[0] <= 1.0:
+            return None, None
+        return (b[1] - a[1]) / (b[0] - a[0]), (b[2] - a[2]) / (b[0] - a[0])
+
+
 def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executable) -> dict:
     """One watch of `args.seconds` over the light job, with or without the hostile set, by
     `python`'s gpudiag."""
@@ -281,29 +407,28 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
     )
     others = _hostile(folder, args, life) if hostile else []
     time.sleep(args.setup)  # imports done, mappings made
+    port = _port()
     cmd = [python, "-m", "gpudiag.agent.cli.main", "watch", "--match", str(folder)]
-    cmd += ["--duration", str(args.seconds), "--metrics-port", "0"]
+    cmd += ["--duration", str(args.seconds), "--metrics-port", str(port)]
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a full pipe would stop watch
     watch = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
-    proc, peak, own, t0 = psutil.Process(watch.pid), 0, 0.0, time.monotonic()
-    respawned = 0
     where = Where(watch.pid, args.seconds, folder.with_suffix(".where")) if args.where else None
+    by_thread = ByThread(watch.pid, args.settle) if args.by_thread else None
+    follow = Follow(psutil.Process(watch.pid), port, args)
     try:
         while True:
             pid, status, usage = os.wait4(watch.pid, os.WNOHANG)
             if pid:
                 break
             if args.short and others:
-                respawned += _respawn(folder, others, args.short)
-            try:
-                peak = max(peak, _cpu_rss(proc)[1])
-                own = sum(proc.cpu_times()[:2])  # gpudiag itself (discovery, probes, scrape)
-            except psutil.Error:
-                pass
+                follow.respawned += _respawn(folder, others, args.short)
+            follow.look()
             if where is not None:
                 where.look()
+            if by_thread is not None:
+                by_thread.look()
             time.sleep(0.25 if where is not None else 0.5)
-        wall = time.monotonic() - t0
+        wall = time.monotonic() - follow.t0
         log.seek(0)
         err = log.read()
         kinds = _kind_of(job, others)
@@ -316,18 +441,27 @@ def measure(hostile: bool, args: argparse.Namespace, python: str = sys.executabl
         folder.with_suffix(".where").unlink(missing_ok=True)
     cpu = usage.ru_utime + usage.ru_stime  # gpudiag and every child it reaped (py-spy)
     lines = err.splitlines()
+    if args.log:
+        with open(args.log, "a") as f:
+            f.write(f"==== {'hostile' if hostile else 'quiet'} arm, {python}\n{err}")
+    steady, own_steady = follow.steady()
     return {
         "arm": "hostile" if hostile else "quiet",
-        "processes": 1 + len(others) + respawned,
+        "processes": 1 + len(others) + follow.respawned,
         "sessions_started": sum(1 for ln in lines if "watching pid" in ln),
         "deferred_lines": [ln for ln in lines if "deferred" in ln][-2:],
         "seconds": round(wall, 1),
         "cpu_cores": round(cpu / wall, 4),
-        "own_cpu_cores": round(own / wall, 4),  # the rest: py-spy
-        "peak_rss_mb": round(peak / 2**20, 1),
+        "own_cpu_cores": round(follow.own / wall, 4),  # the rest: py-spy
+        # after --settle seconds (start-up and the first sessions' starts left out)
+        "steady_cpu_cores": None if steady is None else round(steady, 4),
+        "steady_own_cpu_cores": None if own_steady is None else round(own_steady, 4),
+        "scrape": follow.scrape,
+        "peak_rss_mb": round(follow.peak / 2**20, 1),
         "exit_status": os.waitstatus_to_exitcode(status),
         "stderr_tail": [ln for ln in lines if "Traceback" in ln or "rror" in ln][-3:],
         **({"where": split} if split is not None else {}),
+        **({"own_steady_by_thread": by_thread.split()} if by_thread is not None else {}),
         "watched": _watched(lines, kinds),
     }
 
@@ -336,6 +470,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=40.0, help="each watch this long")
     ap.add_argument("--setup", type=float, default=15.0, help="seconds before watch starts")
+    ap.add_argument(
+        "--settle", type=float, default=20.0, help="steady CPU: from this many seconds on"
+    )
+    ap.add_argument(
+        "--threads-first",
+        action="store_true",
+        help="the hostile arms' 1,500-thread and dotted-argv jobs start first (lowest pids: "
+        "watched among the first 8; else they start last and are not watched)",
+    )
     ap.add_argument("--big", type=int, default=30, help="X04: 1.8 MB command lines")
     ap.add_argument("--maps", type=int, default=20, help="X05: 30,000 mappings each")
     ap.add_argument("--fake", type=int, default=24, help="N27: idle 'jobs' with libtorch")
@@ -353,6 +496,10 @@ def main() -> None:
     ap.add_argument(
         "--where", action="store_true", help="split watch's CPU: py-spy by target, its own by part"
     )
+    ap.add_argument(
+        "--by-thread", action="store_true", help="gpudiag's own steady CPU by thread name"
+    )
+    ap.add_argument("--log", help="append each arm's watch log to this file")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     load = open("/proc/loadavg").read().split()[:3]
@@ -367,6 +514,9 @@ def main() -> None:
     ratio = {
         "cpu": round(rows[1]["cpu_cores"] / rows[0]["cpu_cores"], 2)
         if rows[0]["cpu_cores"]
+        else None,
+        "steady_cpu": round(rows[1]["steady_cpu_cores"] / rows[0]["steady_cpu_cores"], 2)
+        if rows[0]["steady_cpu_cores"] and rows[1]["steady_cpu_cores"]
         else None,
         "rss": round(rows[1]["peak_rss_mb"] / rows[0]["peak_rss_mb"], 2)
         if rows[0]["peak_rss_mb"]
@@ -384,20 +534,31 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print(f"load before {' '.join(load)}, after {' '.join(load_after)}")
-    print("arm         processes  seconds  CPU cores  own CPU  peak RSS MB  sessions  exit")
+    print(
+        f"arm         processes  seconds  CPU cores  own CPU  steady (after {args.settle:.0f} s)"
+        "  steady own  peak RSS MB  sessions  exit"
+    )
+    nan = float("nan")
     for r in rows:
         print(
             f"{r['arm']:<11} {r['processes']:>9}  {r['seconds']:>7}  {r['cpu_cores']:>9.4f}"
-            f"  {r['own_cpu_cores']:>7.4f}  {r['peak_rss_mb']:>11.1f}  {r['sessions_started']:>8}"
-            f"  {r['exit_status']}"
+            f"  {r['own_cpu_cores']:>7.4f}  {r['steady_cpu_cores'] or nan:>19.4f}"
+            f"  {r['steady_own_cpu_cores'] or nan:>10.4f}  {r['peak_rss_mb']:>11.1f}"
+            f"  {r['sessions_started']:>8}  {r['exit_status']}"
         )
-        print(f"    sessions by kind: {r['watched']}")
+        print(f"    sessions by kind: {r['watched']}; last scrape: {r['scrape']}")
         for line in r["deferred_lines"] + r["stderr_tail"]:
             print(f"    {line[:200]}")
         if "where" in r:
             print(f"    py-spy cores by target: {r['where']['py_spy_cores']}")
             print(f"    gpudiag's own busy samples: {r['where']['own_busy_share']}")
-    print(f"hostile/quiet: CPU x{ratio['cpu']}, RSS x{ratio['rss']} (budget 0.10 cores, 400 MB)")
+        if "own_steady_by_thread" in r:
+            top = list(r["own_steady_by_thread"].items())[:10]
+            print(f"    gpudiag's own steady cores by thread: {dict(top)}")
+    print(
+        f"hostile/quiet: CPU x{ratio['cpu']} (steady x{ratio['steady_cpu']}), RSS x{ratio['rss']}"
+        " (budget 0.10 cores, 400 MB)"
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,13 @@ from gpudiag.agent.commands.options import (
 )
 from gpudiag.agent.fleet.identity import job_identity
 from gpudiag.agent.fleet.metrics import LiveJob, tree_cpu_s
-from gpudiag.agent.session.budget import SPY_SHARE, Budget, CpuAllowance, Governor
+from gpudiag.agent.session.budget import (
+    SPY_SHARE,
+    Budget,
+    CpuAllowance,
+    Governor,
+    JobsFit,
+)
 from gpudiag.agent.session.live import live_doc
 from gpudiag.agent.session.ranks.launch import is_launcher, primary_of
 from gpudiag.agent.session.session import Session, SessionOptions, SessionParts
@@ -39,6 +45,7 @@ from gpudiag.probes.dist.ranks import sibling_ranks
 from gpudiag.probes.host.discovery import (
     TorchCheck,
     cpu_s,
+    cpu_share,
     dcgm_process,
     find_jobs,
     list_processes,
@@ -117,6 +124,7 @@ class SharedGovernor(Governor):
 MAX_JOBS = 8  # jobs one daemon watches at once (--max-jobs); past it the oldest idle one goes
 IDLE_CPU_S = 0.05  # CPU seconds a job must use between two polls to count as active
 IDLE_S = 30.0  # a job without that for this long may be dropped for a new one
+BUSY_SHARE = 0.1  # cores over its lifetime for a new job to go before idle ones
 
 
 @dataclass
@@ -155,6 +163,8 @@ class Watcher:
     # ended): session starts and the stops they replace are paid from it, and wait when it
     # is spent; None: made from cpu_budget (no limit: none)
     allowance: CpuAllowance | None = None
+    # how many jobs that budget pays for (at most max_jobs); None: made with the allowance
+    fit: JobsFit | None = None
     _poll_at: float = 0.0
     shared: SharedCpu = field(default_factory=SharedCpu)
     torch_check: TorchCheck = field(default_factory=TorchCheck)
@@ -164,6 +174,13 @@ class Watcher:
     def __post_init__(self) -> None:
         if self.allowance is None and self.cpu_budget is not None:
             self.allowance = CpuAllowance(self.cpu_budget, tree_cpu_s)
+        if self.fit is None and self.allowance is not None:
+            self.fit = JobsFit(self.max_jobs, self.allowance.cores, self.allowance.hold_s)
+
+    def most_jobs(self) -> int:
+        """The jobs watched at most now: --max-jobs, or fewer when the CPU budget pays for
+        fewer (JobsFit)."""
+        return self.max_jobs if self.fit is None else min(self.max_jobs, self.fit.fit)
 
     # ---- discovery ------------------------------------------------------------------------
     def _gpu_pids(self) -> list[int]:
@@ -200,13 +217,18 @@ class Watcher:
                     self.log(f"pid {pid} ended; no longer watched")
         self.skipped &= pids  # a pid that comes back later is another process
         self._note_activity()
-        new = sorted(pids - set(self.jobs) - self.skipped)
+        self._fit_to_budget()
+        # busy ones first (a tenth of a core or more over their lifetime), then by pid: when
+        # places are few, a real job does not wait behind idle ones with lower pids
+        new = sorted(
+            pids - set(self.jobs) - self.skipped, key=lambda p: (cpu_share(p) < BUSY_SHARE, p)
+        )
         self.waiting, deferred = set(), set()
         swapped = False
         looked = False  # the allowance is read once a poll (and after each start, charged)
         for pid in new:
             # a job that cannot start now costs no more (a look for its ranks scans the box)
-            full = len(self.jobs) >= self.max_jobs
+            full = len(self.jobs) >= self.most_jobs()
             if full and self._idle_job() is None:
                 self.waiting.add(pid)
                 continue
@@ -221,11 +243,11 @@ class Watcher:
             info = read_proc(pid)
             if not ranks and info is not None and is_launcher(list(info.cmdline)):
                 continue  # a launcher (torchrun) before its ranks start: look again next time
-            self._admit(pid, full, min(self.max_jobs, len(self.jobs) + len(new)), ranks)
+            self._admit(pid, full, min(self.most_jobs(), len(self.jobs) + len(new)), ranks)
         if self.waiting:
             self.log(
-                f"{len(self.waiting)} job(s) not watched: {self.max_jobs} already, none idle "
-                f"(--max-jobs; pids {_pids(self.waiting)})"
+                f"{len(self.waiting)} job(s) not watched: {self.most_jobs()} already, none idle "
+                f"(--max-jobs {self.max_jobs}{self._fit_words()}; pids {_pids(self.waiting)})"
             )
         if deferred and deferred != self.deferred and self.allowance is not None:
             self.log(
@@ -281,6 +303,11 @@ class Watcher:
     def _drop_idle(self, newcomer: int) -> bool:
         """Make room for `newcomer`: stop the job idle the longest (no CPU for `idle_s` or
         more), said in the log; False when every watched job is active."""
+        why = f"and pid {newcomer} is new ({self.most_jobs()} jobs at most: --max-jobs"
+        return self._stop_idle(why + f" {self.max_jobs}{self._fit_words()})")
+
+    def _stop_idle(self, why: str) -> bool:
+        """Stop the job idle the longest, said in the log with `why`; False: none is idle."""
         pid = self._idle_job()
         if pid is None:
             return False
@@ -290,10 +317,50 @@ class Watcher:
         self.skipped.add(pid)
         self.dropped += 1
         self.log(
-            f"pid {pid} no longer watched: idle for {time.monotonic() - w.active_at:.0f} s, "
-            f"and pid {newcomer} is new ({self.max_jobs} jobs at most: --max-jobs)"
+            f"pid {pid} no longer watched: idle for {time.monotonic() - w.active_at:.0f} s, " + why
         )
         return True
+
+    def _fit_words(self) -> str:
+        if self.fit is None or self.fit.fit >= self.max_jobs:
+            return ""
+        return f"; the CPU budget pays for {self.fit.fit}"
+
+    def _fit_to_budget(self) -> None:
+        """Hold watch's steady CPU to its budget by the number of jobs (JobsFit): past it the
+        jobs idle the longest are dropped, said in the log and /metrics, and no more start;
+        under it, with jobs waiting, one more fits."""
+        if self.fit is None or self.allowance is None:
+            return
+        self.allowance.update()
+        now, steady = self.allowance.clock(), self.allowance.steady_cores()
+        with self._lock:
+            n = len(self.jobs)
+        drop = self.fit.over(now, steady, n)
+        if drop:
+            assert steady is not None
+            cost = (
+                f"watch's CPU is over its budget ({steady:.3f} cores over the last "
+                f"{self.allowance.hold_s:.0f} s with {n} jobs, session starts left out; budget "
+                f"{self.allowance.cores:.3f})"
+            )
+            gone = 0
+            while gone < drop and self._stop_idle(f"and {cost}"):
+                gone += 1
+            with self._lock:
+                stay = len(self.jobs)
+            was = self.fit.fit
+            self.fit.dropped(now, stay)
+            if gone or self.fit.fit != was:
+                self.log(
+                    f"{cost}: {self.fit.fit} job(s) at most now (--max-jobs {self.max_jobs}; "
+                    f"{gone} idle one(s) dropped{', none idle' if gone < drop else ''})"
+                )
+        elif self.fit.grow(now, steady, n, bool(self.waiting or self.deferred)):
+            self.log(
+                f"watch's CPU is under its budget ({steady or 0.0:.3f} cores, budget "
+                f"{self.allowance.cores:.3f}): {self.fit.fit} job(s) at most now"
+            )
 
     def _start(self, pid: int, jobs: int = 1, ranks: list | None = None) -> None:
         """Attach to `pid` (and to its `ranks` when it is a launcher, as attach does); its
@@ -392,11 +459,19 @@ class Watcher:
         out = {
             "jobs_watched": (n, "jobs gpudiag watch profiles now"),
             "jobs_max": (self.max_jobs, "jobs it watches at most (--max-jobs)"),
+            "jobs_fit": (
+                self.most_jobs(),
+                "jobs it watches at most now: --max-jobs, or fewer while its steady CPU is "
+                "over its budget (the idle ones dropped first)",
+            ),
             "jobs_not_watched": (
                 len(self.waiting),
                 "jobs found but not watched: the jobs budget was full and none idle",
             ),
-            "jobs_dropped": (self.dropped, "idle jobs dropped for newer ones since it started"),
+            "jobs_dropped": (
+                self.dropped,
+                "idle jobs dropped for newer ones or for the CPU budget since it started",
+            ),
             "dcgm_running": (
                 1.0 if dcgm_process() is not None else 0.0,
                 "1 when dcgm-exporter or nv-hostengine runs here (NVML GPM is then left off)",
@@ -593,7 +668,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=MAX_JOBS,
         metavar="N",
         help=f"watch at most N jobs at once; a new one then replaces the one idle the "
-        f"longest, or waits (default: {MAX_JOBS})",
+        f"longest, or waits; fewer while watch's steady CPU is over --cpu-budget, the idle "
+        f"ones dropped first (default: {MAX_JOBS})",
     )
     sampling.add_argument(
         "--match",

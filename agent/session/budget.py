@@ -19,6 +19,7 @@ back out of the loop.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -341,6 +342,8 @@ class CpuAllowance:
     _t: float = 0.0
     _cpu: float = 0.0
     _history: list[tuple[float, float]] = field(default_factory=list)
+    # each start's cost and the counter after it (a start after a window's first look: in it)
+    _starts: list[tuple[float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._t, self._cpu = self.clock(), self.reader()
@@ -369,6 +372,15 @@ class CpuAllowance:
         (t0, c0), (t1, c1) = self._history[0], self._history[-1]
         return (c1 - c0) / (t1 - t0) if t1 > t0 else None
 
+    def steady_cores(self) -> float | None:
+        """CPU in cores over the last `hold_s` or more, the session starts measured in it
+        left out: what the jobs watched cost (None until the looks span `hold_s`)."""
+        (t0, c0), (t1, c1) = self._history[0], self._history[-1]
+        if t1 - t0 < self.hold_s:
+            return None
+        self._starts = [(after, c) for after, c in self._starts if after > c0]
+        return max(0.0, c1 - c0 - sum(c for _, c in self._starts)) / (t1 - t0)
+
     def mean_start_s(self) -> float:
         """What a start has cost on average (0 before the first)."""
         return self.start_cpu_s / self.starts if self.starts else 0.0
@@ -388,6 +400,7 @@ class CpuAllowance:
         self.starts += 1
         self.start_cpu_s += cost
         self.update()
+        self._starts.append((self._cpu, cost))
         return cost
 
     def spent_line(self) -> str:
@@ -399,3 +412,50 @@ class CpuAllowance:
             f"allowance {self.balance_s:+.2f} CPU s, a session start costs "
             f"{self.mean_start_s():.2f} CPU s)"
         )
+
+
+FIT_MARGIN = 0.8  # one job more is let in only while the steady CPU is under this share
+
+
+@dataclass
+class JobsFit:
+    """How many jobs `watch`'s CPU budget pays for. Each watched job costs a floor however
+    low its rates go (its probes' ticks, its windows' analysis, py-spy's reads of its
+    threads): 8 idle jobs beside hostile processes cost 0.14 cores against 0.10. When the
+    steady CPU (session starts left out) is over `cores` for `hold_s`, as many jobs as
+    their mean cost says go over it are to be dropped (the idle ones: the caller), and
+    `fit` falls to what stays; when it is under FIT_MARGIN of `cores` for `hold_s` and jobs
+    wait, one more fits, up to `most` (--max-jobs). One change per `hold_s`, so that each
+    is measured before the next."""
+
+    most: int
+    cores: float
+    hold_s: float = ALLOWANCE_S
+    fit: int = 0
+    changed_at: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.fit = self.fit or self.most
+
+    def over(self, now: float, steady: float | None, jobs: int) -> int:
+        """How many of `jobs` to drop now for a steady CPU of `steady` cores (0: none)."""
+        if steady is None or now - self.changed_at < self.hold_s or jobs <= 1:
+            return 0
+        if steady <= self.cores:
+            return 0
+        per_job = steady / jobs
+        return min(jobs - 1, max(1, math.ceil((steady - self.cores) / per_job - 1e-9)))
+
+    def dropped(self, now: float, jobs: int) -> None:
+        """`jobs` stay after a drop: no more than them fit until the CPU says so."""
+        self.fit, self.changed_at = max(1, min(self.most, jobs)), now
+
+    def grow(self, now: float, steady: float | None, jobs: int, waiting: bool) -> bool:
+        """One more job fits (True) when jobs wait, every place is taken and the steady CPU
+        has been under FIT_MARGIN of the budget for `hold_s`."""
+        if steady is None or now - self.changed_at < self.hold_s or self.fit >= self.most:
+            return False
+        if waiting and jobs >= self.fit and steady < self.cores * FIT_MARGIN:
+            self.fit, self.changed_at = self.fit + 1, now
+            return True
+        return False

@@ -80,6 +80,20 @@ def cpu_s(pid: int, root: Path = PROC) -> float:
         return -1.0
 
 
+def cpu_share(pid: int, root: Path = PROC) -> float:
+    """The share of one core a process has used since it started (its CPU seconds over its
+    age; -1 when it cannot be read): one read of its stat, no second look needed."""
+    try:
+        stat = read_head(root / str(pid) / "stat", MAX_STAT_BYTES).decode(errors="replace")
+        fields = stat.rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        uptime = float(read_head(root / "uptime", 64).split()[0])
+        age = uptime - int(fields[19]) / tick
+        return (int(fields[11]) + int(fields[12])) / tick / age if age > 0 else 0.0
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
 def has_torch(pid: int, root: Path = PROC) -> bool:
     """Whether the process has libtorch mapped (PyTorch imported), in the first
     MAX_MAPS_BYTES of its memory map."""

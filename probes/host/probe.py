@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -68,6 +69,34 @@ class BoxScan:
 
 
 BOX_SCAN = BoxScan()
+
+
+class HostRead:
+    """The box's per-core CPU times, memory and swap at one time, shared as BoxScan is: each
+    of watch's sessions read the same box-wide figures every tick (8 jobs: 8 reads of
+    /proc/stat, /proc/meminfo and /proc/vmstat a second); one younger than the age asked
+    for is reused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[int, Any, Any, Any] | None = None
+
+    def get(self, max_age_s: float) -> tuple[int, Any, Any, Any]:
+        """(when, per-core CPU times, virtual memory, swap), read now unless young enough."""
+        with self._lock:
+            t = now_ns()
+            if self._last is not None and 0 <= (t - self._last[0]) / 1e9 < max_age_s:
+                return self._last
+            self._last = (
+                t,
+                psutil.cpu_times(percpu=True),
+                psutil.virtual_memory(),
+                psutil.swap_memory(),
+            )
+            return self._last
+
+
+HOST_READ = HostRead()
 
 
 class HostProbe(Probe):
@@ -160,7 +189,7 @@ class HostProbe(Probe):
         """One tick: host CPU and per-core shares, PSI shares since last tick, memory, swap."""
         t = now_ns()
         samples: list[Sample] = []
-        cpu = psutil.cpu_times(percpu=True)
+        read_t, cpu, vm, swap = HOST_READ.get(self.interval_s / 2)  # another session's, if young
         prev = self._prev_cpu or cpu
         self._prev_cpu = cpu
         busy_sum = iowait_sum = total_sum = 0.0
@@ -185,15 +214,13 @@ class HostProbe(Probe):
         if total_sum > 0:
             values["cpu_util"] = max(0.0, busy_sum / total_sum)
             values["cpu_iowait"] = max(0.0, iowait_sum / total_sum)
-        vm = psutil.virtual_memory()
         values["mem_available_bytes"] = float(vm.available)
         values["mem_total_bytes"] = float(vm.total)
-        swap = psutil.swap_memory()
-        if self._prev_swap is not None and t > self._prev_swap[0]:
-            dt = (t - self._prev_swap[0]) / 1e9
+        if self._prev_swap is not None and read_t > self._prev_swap[0]:
+            dt = (read_t - self._prev_swap[0]) / 1e9
             values["swap_in_bytes_per_s"] = max(0.0, (swap.sin - self._prev_swap[1]) / dt)
             values["swap_out_bytes_per_s"] = max(0.0, (swap.sout - self._prev_swap[2]) / dt)
-        self._prev_swap = (t, swap.sin, swap.sout)
+        self._prev_swap = (read_t, swap.sin, swap.sout)
         for (scope, _res), vals in self._read_psi(t).items():
             if scope == "host":
                 values.update(vals)

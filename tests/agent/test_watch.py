@@ -248,6 +248,30 @@ def test_the_allowance_holds_at_most_its_span_and_owes_at_most_as_much():
     assert a.recent_cores() == pytest.approx(0.0)  # nothing spent over the last 40 s
 
 
+def test_the_steady_cpu_leaves_out_the_session_starts_measured_in_its_span():
+    """What the jobs watched cost, for JobsFit: the starts (paid from the allowance) are not
+    a cost that dropping a job would save."""
+    from gpudiag.agent.session.budget import CpuAllowance
+
+    clock = _Clock()
+    a = CpuAllowance(0.10, clock.cpu_s, clock=clock.now, hold_s=30.0)
+    assert a.steady_cores() is None  # no span yet
+
+    def start() -> None:
+        clock.cpu += 2.0
+
+    a.charge(start)
+    clock.t += 30.0
+    clock.cpu += 1.5
+    a.update()
+    assert a.steady_cores() == pytest.approx(0.05)  # 1.5 CPU s in 30 s; the 2 s start left out
+    assert a.recent_cores() == pytest.approx(3.5 / 30.0)
+    clock.t += 40.0
+    clock.cpu += 4.0
+    a.update()
+    assert a.steady_cores() == pytest.approx(0.10)  # the start is out of the span
+
+
 def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatch):
     """An attacker whose idle 'jobs' keep watch over its budget must not blind it to a real
     job that comes later: while the budget is spent, a newcomer that used the CPU since the
@@ -275,6 +299,51 @@ def test_with_the_budget_spent_an_active_job_takes_an_idle_ones_place(monkeypatc
         assert list(w.jobs) == [busy_a] and w.dropped == 1  # one swap a poll
         assert w.deferred == {idle_new} and w.waiting == {busy_b}  # busy_a just started
         assert w.allowance is not None and not w.allowance.allows_start()
+    finally:
+        w.close()
+
+
+def test_past_its_budget_watch_drops_the_idle_jobs_its_cpu_cannot_pay_for(monkeypatch):
+    """Issue 53 section 2: each watched job costs a floor however low its rates go (8 jobs,
+    7 of them idle fakes, beside the hostile processes: 0.14 cores steady against 0.10).
+    When watch's steady CPU (session starts left out) is over its budget for 30 s, the jobs
+    idle the longest are dropped, as many as their mean cost says go over it, said in the log
+    and /metrics, and no more start; under 80% of it for 30 s with a job waiting, one more
+    fits."""
+    from gpudiag.agent.commands import watch
+
+    clock = _Clock()
+    pids = _no_such_pids(9)
+    cpu = dict.fromkeys(pids, 1.0)
+    monkeypatch.setattr(watch, "cpu_s", lambda pid: cpu.get(pid, -1.0))
+    live = pids[:8]
+    w, log = _budgeted_watcher(live, clock, start_cost_s=0.1, idle_s=0.0)
+    try:
+        w.poll()
+        assert sorted(w.jobs) == pids[:8] and w.health()["jobs_fit"][0] == 8
+        for _ in range(7):  # 35 s at 0.16 cores: over 0.10
+            clock.t += 5.0
+            clock.cpu += 0.8
+            w.poll()
+        # 0.02 cores a job: 3 jobs pay for the 0.06 over
+        assert len(w.jobs) == 5 and w.dropped == 3, log
+        assert w.health()["jobs_fit"][0] == 5 and w.health()["jobs_max"][0] == 8
+        line = next(m for m in log if "job(s) at most now" in m)
+        assert "over its budget" in line and "0.1" in line and "3 idle one(s) dropped" in line
+        assert sum("no longer watched: idle" in m and "over its budget" in m for m in log) == 3
+        for _ in range(3):  # spending on at 0.16 cores: no second drop within 30 s
+            clock.t += 5.0
+            clock.cpu += 0.8
+            w.poll()
+        assert len(w.jobs) == 5
+        w.idle_s = 3600.0  # every job watched is in use now: a newcomer waits
+        live.append(pids[8])
+        for _ in range(8):  # 40 s at 0.05 cores: under 80% of the budget
+            clock.t += 5.0
+            clock.cpu += 0.25
+            w.poll()
+        assert pids[8] in w.jobs and w.health()["jobs_fit"][0] == 6, log
+        assert any("under its budget" in m and "6 job(s) at most now" in m for m in log)
     finally:
         w.close()
 

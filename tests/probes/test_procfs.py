@@ -84,3 +84,33 @@ def test_host_probes_of_one_gpudiag_share_their_scan_of_the_box(monkeypatch):
     assert len(scans) == 2
     for samples in got:  # each still gets the other processes' CPU since its last look
         assert any(s.labels.get("scope") == "others" for s in samples)
+
+
+def test_host_probes_of_one_gpudiag_share_their_read_of_the_boxs_cpu_and_memory(monkeypatch):
+    """Each of watch's host probes read /proc/stat, /proc/meminfo and /proc/vmstat every tick
+    (8 jobs: 8 reads a second of the same box-wide figures, 0.010 cores of a 0.10 budget
+    beside the hostile processes): a read younger than half the tick is shared."""
+    from gpudiag.probes.host import probe as host
+
+    clock = [10**12]
+    reads = []
+    real = host.psutil.cpu_times
+
+    def counted(*a, **k):
+        reads.append(clock[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(host, "now_ns", lambda: clock[0])
+    monkeypatch.setattr(host.psutil, "cpu_times", counted)
+    monkeypatch.setattr(host, "HOST_READ", host.HostRead(), raising=False)
+    probes = [HostProbe(interval_s=1.0, others_interval_s=60.0) for _ in range(3)]
+    for p in probes:
+        assert p.open(Target(os.getpid())).available
+    reads.clear()
+    for _ in range(3):
+        for p in probes:
+            p.sample()
+        clock[0] += int(1.0e9)
+    assert len(reads) == 3, reads  # one a tick, not one a probe
+    for p in probes:  # each still gives the box's figures
+        assert any("mem_total_bytes" in s.values for s in p.sample())

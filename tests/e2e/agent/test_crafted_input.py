@@ -136,3 +136,52 @@ def test_a_crafted_windows_recording_is_one_line(tmp_path):
             f.write("\n".join(lines[:row] + [json.dumps(obj)] + lines[row + 1 :]) + "\n")
         with pytest.raises(UsageError, match="not a timeline window"):
             open_recording(str(bad)).timeline()
+
+
+CAPTURE = {
+    "device": "cuda:0",
+    "steps": [{"start_s": 0.0, "dur_s": 0.1, "busy_s": 0.05, "idle_s": 0.05}],
+    "window_s": 1.0,
+    "checks": [{"finding": "XFER001", "confirms": True, "statement": "s"}],
+    "events": [{"name": "aten::mm", "ts": 0.0, "dur": 0.1}],
+}
+
+
+@pytest.mark.parametrize(
+    "change, valid",
+    [
+        ({"checks": -1}, False),  # V19: html TypeError
+        ({"checks": [{"finding": "XFER001", "statement": "s"}]}, False),  # N39: KeyError
+        ({"start_s_run": [1]}, True),  # V19: the exports
+        ({"start_s_run": "x", "events": [{"name": "no ts"}]}, True),  # V19, N47
+    ],
+)
+def test_a_crafted_capture_is_one_line_never_an_internal_error(
+    rich_report, tmp_path, capsys, change, valid
+):
+    """V19 and N39's capture shapes (`capture.checks = -1`, a check without `confirms`, a
+    `start_s_run` that is a list or a string, events without `ts`): refused by the schema in
+    one line, or rendered, in the text, html and trace renderers, merge and gate."""
+    import json
+
+    from gpudiag.agent.cli.main import main
+
+    doc = _set(rich_report, ("capture",), {**CAPTURE, **change})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    for argv in (
+        ["report", str(bad)],
+        ["report", str(bad), "--format", "html"],
+        ["report", str(bad), "--format", "markdown", "--trace", str(tmp_path / "t.json")],
+        ["merge", str(bad), str(bad)],
+        ["gate", str(bad), "--baseline", str(bad), "--out", str(tmp_path / "g.json")],
+    ):
+        capsys.readouterr()
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert "internal error" not in err, (argv, err)
+        if valid:
+            assert code in (0, 1, 3), (argv, code, err[-300:])
+        else:
+            assert code == 2 and len(err.strip().splitlines()) == 1, (argv, err)
+            assert "not a valid gpudiag report" in err and "capture/checks" in err

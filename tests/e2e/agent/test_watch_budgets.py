@@ -177,6 +177,29 @@ def test_jobs_past_the_budget_replace_the_oldest_idle_one_or_wait():
             j.wait()
 
 
+def test_when_places_are_few_the_busiest_new_jobs_are_watched_first():
+    """benchmarks/watch_hostile.py: once pids wrapped, 24 idle fake jobs had lower pids than
+    the real job, took the 8 places in pid order, and the real job was never watched in 90 s
+    (24 sessions started, each for an idle fake). New jobs are taken busy ones first (a
+    tenth of a core or more over their lifetime), then by pid."""
+    spin = "import time\nprint('ready', flush=True)\nwhile True: sum(range(10000))\n"
+    idle = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    idle_jobs = [_ready(idle) for _ in range(3)]
+    busy_job = _ready(spin)  # the highest pid (unless they wrapped: then it is first anyway)
+    log: list[str] = []
+    pids = [busy_job.pid] + [j.pid for j in idle_jobs]
+    w = _watcher(pids, 2, log, idle_s=60.0)
+    try:
+        time.sleep(0.5)
+        w.poll()
+        assert busy_job.pid in w.jobs and len(w.jobs) == 2, log
+        assert min(j.pid for j in idle_jobs) in w.jobs  # then by pid
+    finally:
+        for j in (busy_job, *idle_jobs):
+            j.kill()
+            j.wait()
+
+
 def test_a_job_idle_for_less_than_idle_s_is_not_dropped_for_a_newcomer():
     """Issue 53 section 2: a watched job idle at one poll was dropped for any newcomer (the
     idle_s of 30 s was never read), so idle processes appearing one after another kept watch

@@ -166,3 +166,55 @@ def _threads_job(idle: int, spin: bool = False) -> subprocess.Popen:
     job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert job.stdout is not None and job.stdout.readline().strip() == "ready"
     return job
+
+
+def test_a_look_at_a_many_thread_jobs_tree_reads_a_budget_of_threads(monkeypatch):
+    """N65 beside watch: each look at a job's tree (the process, host, stacks, conns and
+    Triton probes each make one a tick) read every thread's children list: 1,500 reads and
+    25 ms of CPU per look for a job of 1,500 idle threads. Now at most CHILDREN_READS
+    threads per look: the main thread's children at once, another thread's within
+    threads / (CHILDREN_READS - 1) looks, and kept after that."""
+    from gpudiag.probes import files
+
+    code = (
+        "import subprocess, threading, time\n"
+        "ev = threading.Event()\n"
+        "ts = [threading.Thread(target=ev.wait, daemon=True) for _ in range(200)]\n"
+        "[t.start() for t in ts]\n"
+        "main = subprocess.Popen(['sleep', '60'])\n"
+        "kids = []\n"
+        "def spawn():\n"
+        "    kids.append(subprocess.Popen(['sleep', '60'])); ev.wait()\n"
+        "threading.Thread(target=spawn, daemon=True).start()\n"
+        "while not kids: time.sleep(0.01)\n"
+        "print(main.pid, kids[0].pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    reads: list[str] = []
+    real = files.read_head
+
+    def counted(path, limit):
+        if str(path).endswith("/children"):
+            reads.append(str(path))
+        return real(path, limit)
+
+    monkeypatch.setattr(files, "read_head", counted)
+    limit = getattr(files, "CHILDREN_READS", 32)  # the budget (32: as written before it was)
+    try:
+        assert job.stdout is not None
+        by_main, by_thread = (int(x) for x in job.stdout.readline().split())
+        found, per_look = [], []
+        for _ in range(9):  # 202 threads, 31 in turn a look: each read within 7 looks
+            reads.clear()
+            found.append(set(files.descendants(job.pid)))
+            per_look.append(sum(1 for r in reads if f"/proc/{job.pid}/" in r))
+    finally:
+        for pid in (by_main, by_thread):
+            os.kill(pid, 9)
+        job.kill()
+        job.wait()
+    assert max(per_look) <= limit, per_look  # was 202 a look
+    assert all(by_main in f for f in found)  # the main thread is read at every look
+    first = next(i for i, f in enumerate(found) if by_thread in f)
+    assert first <= 7 and all(by_thread in f for f in found[first:])
