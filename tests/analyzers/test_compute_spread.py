@@ -188,3 +188,21 @@ def test_a_loop_of_ops_as_large_as_the_units_is_a_bound_not_a_model():
     assert small.speedup_kind == "model" and large.speedup_kind == "bound"
     assert large.speedup_basis.startswith("a bound: ") and "3,906 KiB an op" in large.speedup_basis
     assert large.impact == small.impact  # the same share: what it bounds, not a new model
+
+
+def test_a_unit_called_over_and_over_is_a_bound_not_a_model():
+    """A unit called once per sample (sample_loop's encoder, 128 calls a step): its calls'
+    time given back modelled x6.5-x20 against x6.0 bare for one batched call, which still
+    does their FLOPs. Its figure is a bound, and says so; called once a step, the same
+    reading of many small ops stays a model."""
+    units = [replace(unit(n, 0.05, 1e6, 2e6), bytes=4e6, ops=4) for n in ("inp", "mlp")]
+
+    def encoder(calls: float) -> Row:
+        return replace(unit("encoder", 0.85, 3e8, 6e8), bytes=600 * 1024.0, ops=1900, calls=calls)
+
+    (once,) = find(Ctx(table(*units, encoder(1))))  # type: ignore[arg-type]
+    (looped,) = find(Ctx(table(*units, encoder(128))))  # type: ignore[arg-type]
+    assert "a Python loop" in once.message and "called 128 times" in looped.message
+    assert once.speedup_kind == "model" and looped.speedup_kind == "bound"
+    assert looped.speedup_basis.startswith("a bound: ") and "128 calls" in looped.speedup_basis
+    assert "900 MFLOP a step" in looped.speedup_basis
