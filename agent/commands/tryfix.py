@@ -48,7 +48,9 @@ def add_parser(sub: Any) -> None:
         "module of the model by its dotted path: freeze:UNIT (requires_grad_(False) on it), "
         "reuse:UNIT (its last output for the same unchanged input), "
         "select:UNIT:dim=D,start=S,length=L (only the outputs the loss reads: L positions from S "
-        "along its output's dim D, checked as it runs)",
+        "along its output's dim D, checked as it runs), "
+        "batched:UNIT (its calls on slices of one batch, a loop over samples, computed once on "
+        "the batch, checked as it runs)",
     )
     p.add_argument(
         "--from",

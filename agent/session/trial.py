@@ -43,9 +43,10 @@ TARGETED = (
     "freeze",
     "reuse",
     "select",
+    "batched",
 )  # kinds that name a call site or a module:
 # KIND:MODULE.FUNCTION[:VALUES] (thin, skip); KIND:UNIT, the model's module by its dotted path
-UNITS = ("freeze", "reuse", "select")
+UNITS = ("freeze", "reuse", "select", "batched")
 UNIT_RE = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 # a call site: dotted names (a nested function's `<locals>` too), module then function
 TARGET_RE = re.compile(r"[A-Za-z_]\w*(\.([A-Za-z_]\w*|<locals>))+")
@@ -370,6 +371,8 @@ def change_line(fix: dict, location: str | None) -> str:
         "or the block called directly in place of torch.utils.checkpoint.checkpoint",
         "select": "compute {0} over only what is read: select before it (e.g. {0}(x[:, -1]) in "
         "place of {0}(x)[:, -1]), or narrow it to the outputs read".format(fix.get("target")),
+        "batched": f"call {fix.get('target')} once on the whole batch, not once per sample "
+        "(one batched call in place of the loop; torch.vmap where it takes one sample)",
         "reuse": f"compute {fix.get('target')}'s output once and reuse it (once a step for a "
         "second call on the same batch; once before the loop for a constant input)",
     }.get(fix.get("kind", ""), values)

@@ -376,7 +376,7 @@ def _small_ops(row: Row, t: ComputeTable) -> bool:
     if row.kind == "optimizer":
         return False  # its ops follow its tensors (a for-loop Adam: ~9 a tensor), no items
     peers = [r for r in t.rows if r.kind == "unit" and r is not row and r.ops]
-    if (row.calls or 0.0) >= LOOP_CALLS * _median_calls(peers):
+    if _called_in_a_loop(row, t):
         return True  # called over and over in one step, more than its peers: a loop calls it
     if row.kind != "unit" or not row.ops or not row.bytes:
         return True  # the model's own code or the loop's: no module's structure to hold it to
@@ -384,6 +384,15 @@ def _small_ops(row: Row, t: ComputeTable) -> bool:
     if not sizes:
         return True
     return row.bytes / row.ops <= 0.25 * statistics.median(sizes)
+
+
+def _called_in_a_loop(row: Row, t: ComputeTable) -> bool:
+    """Whether a unit is called LOOP_CALLS times a step or more over its peers' calls (a loop
+    over items calls it: a forward per sample)."""
+    if row.kind != "unit":
+        return False
+    peers = [r for r in t.rows if r.kind == "unit" and r is not row and r.ops]
+    return (row.calls or 0.0) >= LOOP_CALLS * _median_calls(peers)
 
 
 def _median_calls(peers: list[Row]) -> float:
@@ -740,6 +749,9 @@ def find(c: Context) -> list[Finding]:
     )
     fix = trial(row, th) if why else None
     large = bool(why) and why[0][3] == "loop" and large_ops(row, t)
+    if fix is None and _called_in_a_loop(row, t) and any(r[3] == "loop" for r in why):
+        # a loop over samples calling the unit: one batched call (checked as it runs)
+        fix = {"kind": "batched", "target": row.name, "values": {}}
     call = None
     if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
         call = _own_call(c)  # the helper its own code's time is in

@@ -39,6 +39,11 @@ is a patch of this process only. Kinds:
   checked as it runs (its full output equal at the selection on the first call, a zero
   gradient at the positions left out on the first backwards), "# not applied" when either
   fails: COMP001's outputs nobody reads;
+- batched: the model's module at `target`, called on slices of one batch along its input's
+  first dim (a loop over samples), computed once on the whole batch, its slices handed to the
+  calls; learnt from a step before it acts and checked as it runs (gpudiag_batched), "# not
+  applied" where the calls are no loop over a batch or the module mixes samples: COMP001's
+  unit called many times a step;
 - recompute_off: activation checkpointing off: `torch.utils.checkpoint.checkpoint` calls its
   function directly (the activations kept, no forward recomputed in the backward), for every
   holder that looks it up after the hooks load (Hugging Face's gradient_checkpointing, timm,
@@ -74,11 +79,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
+    from . import gpudiag_batched as _batched
     from . import gpudiag_callsite as _callsite
     from . import gpudiag_channel as _channel
     from . import gpudiag_guard as _guard
     from . import gpudiag_serve as _serve
 except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_batched as _batched
     import gpudiag_callsite as _callsite
     import gpudiag_channel as _channel
     import gpudiag_guard as _guard
@@ -965,6 +972,30 @@ def select(torch: Any, values: dict) -> None:
     )
 
 
+def batched(torch: Any, values: dict) -> None:
+    """The module at `target` computes its calls on slices of one batch once, on the batch."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    target = str(values["target"])
+    fix = _batched.Batched(torch, target, _log_line)
+    register_optimizer_step_post_hook(lambda opt, a, k: fix.on_step())
+
+    def act(sub: Any) -> None:
+        orig = sub.forward
+
+        def forward(*args, **kwargs):
+            return fix.forward(sub, orig, args, kwargs)
+
+        sub.forward = forward
+
+    _on_model(torch, target, act)
+    END.append(lambda: _log_line(fix.state()) if fix.calls else None)
+    _say(
+        f"{target}'s calls on slices of one batch (a loop over its samples) computed once on "
+        "the batch (learnt from a step, checked on its first calls)"
+    )
+
+
 def _tensors(value: Any) -> list:
     import torch
 
@@ -981,6 +1012,7 @@ KINDS = {
     "freeze": freeze,
     "reuse": reuse,
     "select": select,
+    "batched": batched,
     "dataloader": dataloader,
     "optimizer": optimizer,
     "cudnn_benchmark": cudnn_benchmark,

@@ -225,6 +225,7 @@ def test_a_deep_encoder_called_once_a_micro_batch_is_no_loop(monkeypatch):
     body = next(r for r in t.rows if r.name == "body")
     assert body.calls is not None and body.calls >= 4  # the call count alone fires
     assert not any("loop" in f.message for f in _comp001(t) if f.severity == "warning")
+    assert not any(f.fix and f.fix["kind"] == "batched" for f in _comp001(t))  # no batch trial
 
 
 class Checkpointed(nn.Module):  # a stack of blocks, each checkpointed (gradient_checkpointing)
@@ -376,6 +377,24 @@ def test_a_span_of_a_layers_features_carries_no_trial_and_says_why(monkeypatch):
     (f,) = _comp001(replace(t, rows=tuple(r for r in t.rows if r.kind != "optimizer")))
     assert "(inp)" in f.title and f.fix is None
     assert any("keeps its whole weight in the optimizer" in a for a in f.recommendation.actions)
+
+
+class PerSample(nn.Module):  # an encoder called once per sample of the batch
+    def __init__(self) -> None:
+        super().__init__()
+        layers = [m for _ in range(16) for m in (nn.Linear(32, 32), nn.ReLU())]
+        self.encoder, self.head = nn.Sequential(*layers), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(torch.cat([self.encoder(x[i : i + 1]) for i in range(x.shape[0])]))
+
+
+def test_comp001_carries_the_batched_trial_on_a_unit_a_loop_calls_per_sample(monkeypatch):
+    t = _table(PerSample(), monkeypatch)
+    (f,) = [f for f in _comp001(t) if f.severity == "warning"]
+    assert "(encoder)" in f.title and "called 8 times a step" in f.message, f.message
+    assert f.fix == {"kind": "batched", "target": "encoder", "values": {}}
+    assert any("gpudiag try --fix batched:encoder --" in a for a in f.recommendation.actions)
 
 
 class Attention(nn.Module):  # causal self-attention: written out (planted) or torch's fused form

@@ -51,6 +51,7 @@ def test_a_bad_module_path_is_one_line_and_exit_2(cli, text):
         ("frozen_grad", "backbone", "no optimizer updates", "freeze:backbone"),
         ("dense_embed", "(optimizer) group 0", "embed.weight", "freeze:embed"),
         ("lm_head", "head", "zero gradient", "select:head"),
+        ("sample_loop", "encoder", "times a step", "batched:encoder"),
         (
             "pos_table",
             "(model's own code)",
