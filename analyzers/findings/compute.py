@@ -71,8 +71,9 @@ COMP001 = register(
                 "capture of the step (`--capture-steps`) shows its ops. Carries the `gpudiag "
                 "try` trial that measures the change where one acts from outside the code: "
                 "freeze:UNIT, reuse:UNIT, recompute_off, select:UNIT:dim=D,start=S,length=L "
-                "(the span of its output the loss reads), cache:MODULE.FUNCTION (the helper of "
-                "the model's own code with a loop, named from the stacks)"
+                "(the span of its output the loss reads: positions, or a Linear's features), "
+                "batched:UNIT (a unit a loop calls once per sample), cache:MODULE.FUNCTION (the "
+                "helper of the model's own code with a loop, named from the stacks)"
             ),
             measured=(
                 Measured(
@@ -532,10 +533,9 @@ def trial(row: Row, th: Thresholds | None = None) -> dict | None:
     if row.kind == "unit" and ((w.get("repeat") or 0.0) >= 0.5 or (w.get("constant") or 0) >= 0.5):
         return {"kind": "reuse", "target": row.name, "values": {}}
     span = read_span(row)
-    # positions only: a layer's features narrowed from outside keep its weight in the optimizer
+    # positions, or a Linear's features (the layer narrowed, in the optimizer too)
     if row.kind == "unit" and (w.get("unused") or 0.0) >= UNUSED_SHARE and span is not None:
-        if span["dim"] != -1:
-            return {"kind": "select", "target": row.name, "values": span}
+        return {"kind": "select", "target": row.name, "values": span}
     param = str(g.get("zero_param") or "")
     if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
         return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
@@ -765,12 +765,6 @@ def find(c: Context) -> list[Finding]:
     elif fix is not None:
         arg = fix_arg(fix)
         actions += (f"measure it first: gpudiag try --fix {arg} -- <the job>",)
-    elif any(r[3] == "unused" for r in why) and (read_span(row) or {}).get("dim") == -1:
-        actions += (
-            "no trial measures it from outside: its loss reads a span of its features, and a "
-            "layer narrowed in place keeps its whole weight in the optimizer (a narrower layer "
-            "does not): time the narrower layer bare",
-        )
     return [
         new_finding(
             "COMP001",

@@ -34,11 +34,12 @@ is a patch of this process only. Kinds:
   unchanged input (in the same step; across steps too where its output needs no gradient):
   COMP001's second call on the same input, or a constant recomputed every step;
 - select: the model's module at `target` computes only the outputs the loss reads, `length`
-  positions from `start` along its output's `dim` (by its input's positions; not its last dim,
-  a layer's features: NARROW_WHY), the others a broadcast of them or zeros;
-  checked as it runs (its full output equal at the selection on the first call, a zero
-  gradient at the positions left out on the first backwards), "# not applied" when either
-  fails: COMP001's outputs nobody reads;
+  positions from `start` along its output's `dim` (by its input's positions; along its last
+  dim, a Linear's features: the layer narrowed to the rows of its weight read, the optimizer's
+  parameters and state too, once SELECT_CHECKS backwards showed the gradient zero elsewhere),
+  the others a broadcast of them or zeros; checked as it runs (its full output equal at the
+  selection on the first call, a zero gradient at the positions left out on the first
+  backwards), "# not applied" when either fails: COMP001's outputs nobody reads;
 - batched: the model's module at `target`, called on slices of one batch along its input's
   first dim (a loop over samples), computed once on the whole batch, its slices handed to the
   calls; learnt from a step before it acts and checked as it runs (gpudiag_batched), "# not
@@ -706,9 +707,10 @@ def cache(torch: Any, values: dict) -> None:
 MAX_LOOKS = 200  # model forwards looked at for a unit's path before saying it is missing
 
 
-def _on_model(torch: Any, target: str, act: Any) -> None:
+def _on_model(torch: Any, target: str, act: Any, root: list | None = None) -> None:
     """Call act(module) once, with the module at `target` under the first module to forward
-    that has it (the model; a wrapper's `module.` prefix is part of the path)."""
+    that has it (the model; a wrapper's `module.` prefix is part of the path); the model is
+    appended to `root` first, where one is given."""
     from torch.nn.modules import module as nn_module
 
     first = target.split(".", 1)[0]
@@ -728,6 +730,8 @@ def _on_model(torch: Any, target: str, act: Any) -> None:
             return None
         state["handle"].remove()
         state["handle"] = None
+        if root is not None:
+            root.append(mod)
         act(sub)
         return None
 
@@ -808,13 +812,17 @@ def reuse(torch: Any, values: dict) -> None:
 
 
 SELECT_CHECKS = 3  # backwards whose gradient is read for the positions left out
-# the last dim is a layer's features: narrowing them keeps the whole weight in the optimizer,
-# its unread rows' zero gradients written and updated each step (over_wide's trial so
-# timed x1.54 against x6.41 bare, 2026-11-28): not the narrower layer's job
+# the last dim is a layer's features: only a Linear's are narrowed (its weight's rows, in the
+# module and in every optimizer that holds them); narrowed by its output alone, the whole weight
+# stayed in the optimizer, its unread rows' zero gradients written and updated each step
+# (over_wide's trial so timed x1.54 against x6.41 bare, 2026-11-28): not the narrower layer's job
 NARROW_WHY = (
-    "a selection along its output's last dim (its features) is not tried: a layer narrowed "
-    "from outside keeps its whole weight in the optimizer (its unread rows' zero gradients "
-    "written and updated every step), which the narrower layer does not"
+    "a selection along its output's last dim (its features) is tried on a torch.nn.Linear "
+    "only (its weight's rows narrowed, in the optimizer too): {0} is a {1}"
+)
+TIED_WHY = (
+    "its {0} is also another module's ({1}): narrowing it would change that module too, "
+    "which the narrower layer does not"
 )
 
 
@@ -835,6 +843,11 @@ class _Selection:
         self.checks = 0
         self.dims = 0  # the dims of its input and output, read on the first call
         self.at = (0, 0, 0)  # the selection's (dim, first index, the dim's size) in its output
+        self.features = False  # along a Linear's output features: its weight narrowed
+        self.pairs: list[tuple[Any, Any]] = []  # (its parameter, the narrower one), narrowed
+        self.opts: Any = None  # the optimizers seen stepping (a WeakSet), and those swapped
+        self.swapped: Any = None
+        self.root: list = []  # the model, once found
 
     def stop(self, why: str) -> None:
         if self.off is None:
@@ -895,6 +908,8 @@ class _Selection:
         if not self.verified:
             return self.verify(mod, orig, x)
         d, _, size = self.at
+        if self.features:
+            return self.narrowed(mod, orig, x)
         if x.dim() != self.dims:
             self.stop(f"its input's dims changed ({x.dim()}, first {self.dims})")
             return orig(x)
@@ -919,8 +934,7 @@ class _Selection:
             self.stop("its output has no such selection")
             return full
         if at[0] == full.dim() - 1:
-            self.stop(NARROW_WHY)
-            return full
+            return self.verify_features(mod, x, full, at)
         try:
             with self.torch.no_grad():
                 part = self.part(orig, x, *at, full.dim())
@@ -944,6 +958,117 @@ class _Selection:
             full.register_hook(self.check_grad(*at))
         return full
 
+    def verify_features(self, mod: Any, x: Any, full: Any, at: tuple[int, int]) -> Any:
+        """The first call of a selection of a layer's features: a Linear (not shared), whose
+        weight's rows give the selection's features."""
+        torch = self.torch
+        if not isinstance(mod, torch.nn.Linear):
+            self.stop(NARROW_WHY.format(self.target, type(mod).__name__))
+            return full
+        tied = self.tied(mod)
+        if tied:
+            self.stop(tied)
+            return full
+        d, first = at
+        w, b = mod.weight, mod.bias
+        with torch.no_grad():
+            part = torch.nn.functional.linear(
+                x,
+                w.narrow(0, first, self.length),
+                None if b is None else b.narrow(0, first, self.length),
+            )
+            sel = full.narrow(d, first, self.length)
+            if part.shape != sel.shape or not torch.allclose(part, sel, rtol=1e-4, atol=1e-5):
+                self.stop(
+                    "its output's selected features differ from its weight's rows applied to "
+                    "its input: its forward is not a Linear's"
+                )
+                return full
+        self.verified, self.dims, self.features = True, full.dim(), True
+        self.at = (d, first, full.shape[d])
+        if full.requires_grad:
+            full.register_hook(self.check_grad(d, first))
+        return full
+
+    def tied(self, mod: Any) -> str | None:
+        """Why its parameters cannot be narrowed alone: another module of the model holds one."""
+        mine = {id(p): n for n, p in mod.named_parameters(recurse=False)}
+        for root in self.root[:1]:
+            for name, sub in root.named_modules(remove_duplicate=False):
+                if sub is mod:
+                    continue
+                for pname, p in sub.named_parameters(recurse=False):
+                    if id(p) in mine:
+                        return TIED_WHY.format(mine[id(p)], f"{name}.{pname}")
+        return None
+
+    def narrowed(self, mod: Any, orig: Any, x: Any) -> Any:
+        """A call once its features are verified: whole until SELECT_CHECKS backwards read a
+        zero gradient outside them, then the layer narrowed to them (its output padded back)."""
+        d, first, size = self.at
+        if not self.pairs:
+            if self.checks < SELECT_CHECKS:
+                out = orig(x)
+                if out.requires_grad:
+                    out.register_hook(self.check_grad(d, first))
+                return out
+            self.narrow(mod)
+        out = orig(x)  # the Linear over its narrowed weight: the selected features alone
+        shape = list(out.shape)
+        shape[d] = size
+        return self.whole(out, shape, d, first)
+
+    def narrow(self, mod: Any) -> None:
+        """The Linear's weight and bias cut to the selected rows, in the module and in every
+        optimizer that holds them (their state cut the same way)."""
+        torch = self.torch
+        _, first, size = self.at
+        for name in ("weight", "bias"):
+            old = getattr(mod, name, None)
+            if old is None:
+                continue
+            cut = old.detach().narrow(0, first, self.length).clone()
+            new = torch.nn.Parameter(cut, requires_grad=old.requires_grad)
+            setattr(mod, name, new)
+            self.pairs.append((old, new))
+        mod.out_features = self.length
+        for opt in list(self.opts or ()):
+            self.swap(opt)
+        _log_line(
+            f"# applied: {self.target} narrowed to {self.length} of its {size} output features "
+            f"(its weight's rows from {first}), in {len(self.swapped or ())} optimizer(s) too"
+        )
+
+    def on_optimizer(self, opt: Any) -> None:
+        """An optimizer about to step: known, and given the narrowed parameters once they are."""
+        import weakref
+
+        if self.opts is None:
+            self.opts, self.swapped = weakref.WeakSet(), weakref.WeakSet()
+        self.opts.add(opt)
+        if self.pairs and opt not in self.swapped:
+            self.swap(opt)
+
+    def swap(self, opt: Any) -> None:
+        """The narrowed parameters in `opt`'s groups in place of the whole ones, their state
+        (Adam's moments) cut to the same rows."""
+        _, first, _ = self.at
+        new_of = {id(old): new for old, new in self.pairs}
+        for group in opt.param_groups:
+            group["params"][:] = [new_of.get(id(p), p) for p in group["params"]]
+        for old, new in self.pairs:
+            state = opt.state.pop(old, None)
+            if state is not None:
+                opt.state[new] = {k: self.cut(v, old, first) for k, v in state.items()}
+        self.swapped.add(opt)
+
+    def cut(self, value: Any, old: Any, first: int) -> Any:
+        """An optimizer's state of a whole parameter, cut to the narrowed rows (a tensor of
+        the parameter's shape); anything else (the step count) as it is."""
+        if isinstance(value, self.torch.Tensor) and value.shape == old.shape:
+            return value.narrow(0, first, self.length).clone()
+        return value
+
 
 def select(torch: Any, values: dict) -> None:
     """The module at `target` computes only the outputs the loss reads: `length` positions
@@ -965,7 +1090,10 @@ def select(torch: Any, values: dict) -> None:
 
         sub.forward = forward
 
-    _on_model(torch, target, act)
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(lambda opt, a, k: sel.on_optimizer(opt))
+    _on_model(torch, target, act, sel.root)
     _say(
         f"{target} computes {sel.length} position(s) from {sel.start} along dim {sel.dim} of "
         "its output, the rest unread (checked on its first calls)"

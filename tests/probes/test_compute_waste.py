@@ -368,33 +368,19 @@ def test_comp001_carries_the_select_trial_over_the_positions_the_loss_reads(monk
     assert not [e for e in f.evidence if e.metric.startswith("compute_read")]  # the trial's
 
 
-def test_a_span_of_a_layers_features_carries_no_trial_and_says_why(monkeypatch):
+def test_a_span_of_a_layers_features_carries_the_select_trial_over_them(monkeypatch):
+    """The trial narrows the layer to its weight's rows read, in the optimizer too (before,
+    narrowed by its output alone, it kept the whole weight in the optimizer: no trial)."""
     t = _table(_Wide(), monkeypatch)
     rows = {r.name: r for r in t.rows}
     assert rows["inp"].why["read_dim"] == -1 and rows["inp"].why["read_len"] == 32
-    assert trial(rows["inp"], Thresholds()) is None
+    span = {"dim": -1, "start": 0, "length": 32}
+    assert trial(rows["inp"], Thresholds()) == {"kind": "select", "target": "inp", "values": span}
     # (its optimizer group's zero gradients may cost more: the layer alone here)
     (f,) = _comp001(replace(t, rows=tuple(r for r in t.rows if r.kind != "optimizer")))
-    assert "(inp)" in f.title and f.fix is None
-    assert any("keeps its whole weight in the optimizer" in a for a in f.recommendation.actions)
-
-
-class PerSample(nn.Module):  # an encoder called once per sample of the batch
-    def __init__(self) -> None:
-        super().__init__()
-        layers = [m for _ in range(16) for m in (nn.Linear(32, 32), nn.ReLU())]
-        self.encoder, self.head = nn.Sequential(*layers), nn.Linear(32, 4)
-
-    def forward(self, x):
-        return self.head(torch.cat([self.encoder(x[i : i + 1]) for i in range(x.shape[0])]))
-
-
-def test_comp001_carries_the_batched_trial_on_a_unit_a_loop_calls_per_sample(monkeypatch):
-    t = _table(PerSample(), monkeypatch)
-    (f,) = [f for f in _comp001(t) if f.severity == "warning"]
-    assert "(encoder)" in f.title and "called 8 times a step" in f.message, f.message
-    assert f.fix == {"kind": "batched", "target": "encoder", "values": {}}
-    assert any("gpudiag try --fix batched:encoder --" in a for a in f.recommendation.actions)
+    assert "(inp)" in f.title and f.fix == {"kind": "select", "target": "inp", "values": span}
+    assert any("gpudiag try --fix select:inp:dim=-1,start=0,length=32" in a
+               for a in f.recommendation.actions)  # fmt: skip
 
 
 class Attention(nn.Module):  # causal self-attention: written out (planted) or torch's fused form
