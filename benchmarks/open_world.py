@@ -265,7 +265,16 @@ def trial(cause: str, report: str, finding: str, seconds: float, rounds: int, tm
     if not trials:
         return {"error": "no trial", "load": before}
     t = trials[0]
-    return {"x": t.get("measured"), "verdict": t.get("verdict"), "load": before}
+    return {
+        "x": t.get("measured"),
+        "verdict": t.get("verdict"),
+        "load": before,
+        "fix": t.get("fix"),
+        "applied": t.get("applied"),
+        "output": res.stdout.strip().splitlines()[:2],  # what `try` printed (its first lines)
+        "as_is": t.get("baseline_steps_per_s"),
+        "fixed": t.get("fixed_steps_per_s"),
+    }
 
 
 def cell(lk: dict) -> str:

@@ -33,31 +33,32 @@ CHECKS = 3  # batched calls whose slice is checked against the call's own output
 def slice_of(x: Any) -> tuple[Any, int, int, bool] | None:
     """(base, first row, rows, kept) where tensor `x` is rows of its base along dim 0 (kept:
     `x` keeps that dim, `base[a:b]`; else it is one row without it, `base[a]`), or None."""
-    base = getattr(x, "_base", None)
+    base = x._base
     if base is None or base.dim() == 0 or x.dtype != base.dtype:
         return None
     step = base.stride(0)
     off = x.storage_offset() - base.storage_offset()
     if step <= 0 or off < 0 or off % step:
         return None
-    first, rest = off // step, tuple(base.shape[1:])
-
-    def same(shape: tuple, strides: tuple, other: tuple) -> bool:
-        return all(n == 1 or s == o for n, s, o in zip(shape, strides, other, strict=True))
-
-    if x.dim() == base.dim() and tuple(x.shape[1:]) == rest:
-        if not same(tuple(x.shape), x.stride(), base.stride()):
+    first, shape, strides = off // step, base.shape, base.stride()
+    if x.dim() == base.dim() and x.shape[1:] == shape[1:]:
+        if x.stride() != strides and not _same(x.shape, x.stride(), strides):
             return None
         rows, kept = x.shape[0], True
-    elif x.dim() == base.dim() - 1 and tuple(x.shape) == rest:
-        if not same(tuple(x.shape), x.stride(), base.stride()[1:]):
+    elif x.dim() == base.dim() - 1 and x.shape == shape[1:]:
+        if x.stride() != strides[1:] and not _same(x.shape, x.stride(), strides[1:]):
             return None
         rows, kept = 1, False
     else:
         return None
-    if rows < 1 or first + rows > base.shape[0] or rows >= base.shape[0]:
+    if rows < 1 or first + rows > shape[0] or rows >= shape[0]:
         return None
     return base, first, rows, kept
+
+
+def _same(shape: Any, strides: tuple, other: tuple) -> bool:
+    """Whether two layouts of one shape are the same (a dim of size 1 has any stride)."""
+    return all(n == 1 or s == o for n, s, o in zip(shape, strides, other, strict=True))
 
 
 def pieces_fn(torch: Any) -> Any:
@@ -94,6 +95,7 @@ class Batched:
         self.kept: tuple | None = None  # (key, base ref, full output, rows, kept, its pieces)
         self.checks = 0
         self.calls = self.served = self.batches = 0
+        self.params: list | None = None  # the module's parameters, read once
 
     def stop(self, why: str) -> None:
         if self.off is None:
@@ -136,7 +138,9 @@ class Batched:
     def key(self, base: Any, mod: Any) -> tuple:
         """What a batched output stands for: the base unchanged, the module's parameters
         unchanged, the same grad mode and optimizer step."""
-        params = tuple(p._version for p in mod.parameters())
+        if self.params is None:
+            self.params = list(mod.parameters())
+        params = tuple(p._version for p in self.params)
         return (self.step, base._version, self.torch.is_grad_enabled(), params)
 
     def forward(self, mod: Any, orig: Any, args: tuple, kwargs: dict) -> Any:
