@@ -44,6 +44,7 @@ TARGETED = (
     "reuse",
     "select",
     "batched",
+    "swap",
 )  # kinds that name a call site or a module:
 # KIND:MODULE.FUNCTION[:VALUES] (thin, skip); KIND:UNIT, the model's module by its dotted path
 UNITS = ("freeze", "reuse", "select", "batched")
@@ -371,6 +372,9 @@ def change_line(fix: dict, location: str | None) -> str:
         "or the block called directly in place of torch.utils.checkpoint.checkpoint",
         "select": "compute {0} over only what is read: select before it (e.g. {0}(x[:, -1]) in "
         "place of {0}(x)[:, -1]), or narrow it to the outputs read".format(fix.get("target")),
+        "swap": "replace {} with {} in the code (the rewrite this trial timed)".format(
+            fix.get("target"), (fix.get("values") or {}).get("with")
+        ),
         "batched": f"call {fix.get('target')} once on the whole batch, not once per sample "
         "(one batched call in place of the loop; torch.vmap where it takes one sample)",
         "reuse": f"compute {fix.get('target')}'s output once and reuse it (once a step for a "
@@ -477,8 +481,10 @@ def _timed_over(work: Work | None) -> str | None:
     return f"the same items in every arm: items {a:,.0f} to {b:,.0f} of those the model was given"
 
 
-# each kind's values: a whole number in a range, or a flag (true/false)
-VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
+# each kind's values: a whole number in a range, a flag (true/false) or a function's dotted
+# name (NAME)
+NAME = "name"
+VALUES: dict[str, dict[str, tuple[int, int] | str | None]] = {
     "dataloader": {
         "num_workers": (0, 1024),
         "prefetch_factor": (1, 1024),
@@ -489,6 +495,7 @@ VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
     "checkpoint": {"every": (1, 1_000_000)},
     "batch": {"factor": (2, 1024)},
     "thin": {"every": (2, 1_000_000)},
+    "swap": {"with": NAME},
     "select": {"dim": (-8, 7), "start": (-1_000_000, 1_000_000), "length": (1, 1_000_000)},
     "settings": {
         "anomaly": None,
@@ -510,9 +517,16 @@ def check_values(kind: str, values: object) -> str | None:
             known = ", ".join(allowed) or "none"
             return f"fix {kind}: unknown value {str(name)[:40]!r} (known: {known})"
         limits = allowed[name]
+        if limits == NAME:
+            if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
+                return (
+                    f"fix {kind}: {name} must be a function's dotted name (MODULE.FUNCTION), "
+                    f"got {str(value)[:60]!r}"
+                )
+            continue
         if limits is None and not isinstance(value, bool):
             return f"fix {kind}: {name} must be true or false, got {str(value)[:40]!r}"
-        if limits is not None and (
+        if isinstance(limits, tuple) and (
             isinstance(value, bool)
             or not isinstance(value, int)
             or not limits[0] <= value <= limits[1]
@@ -544,6 +558,11 @@ def check_target(fix: dict) -> str | None:
         )
     if kind == "thin" and "every" not in (fix.get("values") or {}):
         return f"fix thin: needs every=N (from 2): {usage}"
+    if kind == "swap" and "with" not in (fix.get("values") or {}):
+        return (
+            f"fix swap: needs with=MODULE.FUNCTION (the replacement): "
+            f"swap:MODULE.FUNCTION:with=OTHER.FUNCTION, got {str(target)[:60]!r}"
+        )
     return None
 
 

@@ -53,6 +53,9 @@ is a patch of this process only. Kinds:
 - thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
   the calls between return its last result; skip: it never runs (its calls return None): a
   trial for any call site (gpudiag_callsite);
+- swap: the function named by `target` runs the function `with` names (a rewrite the user
+  wrote, in a module the job can import or a file in its working folder) in its place, checked
+  equal to the original on its first calls (gpudiag_callsite.Swap);
 - cache: the function named by `target` returns its kept result when called again with the
   same arguments (compared as a cache would: gpudiag_callsite.Memo), its hit rate in the step
   log; "# not applied" once most of its calls miss (a function whose arguments change);
@@ -690,6 +693,17 @@ def skip(torch: Any, values: dict) -> None:
     _say(site.describe())
 
 
+def swap(torch: Any, values: dict) -> None:
+    """The function `target` runs the user's replacement `with` in its place, checked equal on
+    its first calls; "# not applied" where it differs or is not found."""
+    target = str(values["target"])
+    site = _callsite.install(
+        torch, target, 0, _log_line, _callsite.Swap(target, str(values["with"]), _log_line)
+    )
+    END.append(lambda: _log_line(site.state()) if site.calls else None)
+    _say(site.describe())
+
+
 def cache(torch: Any, values: dict) -> None:
     """The function `target` returns its kept result when called again with the same
     arguments; the step log says its hit rate, and "# not applied" once most calls miss."""
@@ -1155,6 +1169,7 @@ KINDS = {
     "thin": thin,
     "skip": skip,
     "cache": cache,
+    "swap": swap,
     "settings": settings,
     "recompute_off": recompute_off,
 }
