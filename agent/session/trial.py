@@ -370,8 +370,7 @@ def change_line(fix: dict, location: str | None) -> str:
         "recompute_off": "gradient checkpointing off where the activations fit: "
         "gradient_checkpointing=False (Hugging Face TrainingArguments, TRL's SFTConfig), "
         "or the block called directly in place of torch.utils.checkpoint.checkpoint",
-        "select": "compute {0} over only what is read: select before it (e.g. {0}(x[:, -1]) in "
-        "place of {0}(x)[:, -1]), or narrow it to the outputs read".format(fix.get("target")),
+        "select": _select_change(fix),
         "swap": "replace {} with {} in the code (the rewrite this trial timed)".format(
             fix.get("target"), (fix.get("values") or {}).get("with")
         ),
@@ -385,6 +384,21 @@ def change_line(fix: dict, location: str | None) -> str:
         line = rest.partition(":")[0]
         return f"{file}:{line}: {text}"
     return text
+
+
+def _select_change(fix: dict) -> str:
+    """The code change a select trial stands for: a selection before the module, or (along its
+    last dim, a layer's features) a narrower layer."""
+    target, values = fix.get("target"), fix.get("values") or {}
+    if values.get("dim") == -1:
+        return (
+            f"make {target} a layer of the {values.get('length')} output features read (its "
+            f"weight's rows from {values.get('start')}), not a wider one sliced after it"
+        )
+    return (
+        f"compute {target} over only what is read: select before it (e.g. {target}(x[:, -1]) in "
+        f"place of {target}(x)[:, -1]), or narrow it to the outputs read"
+    )
 
 
 @dataclass

@@ -113,6 +113,11 @@ READ_10 = "torch.nn.functional.cross_entropy(m(tokens)[:, -1, :10], y % 10)"
 OPT_SIZE = "\nprint(sum(p.numel() for g in o.param_groups for p in g['params']))\n"
 
 
+def test_select_along_features_says_the_change_is_a_narrower_layer():
+    assert "make head a layer of the 10 output features read" in change_line(FEATURES, None)
+    assert "select before it (e.g. head(x[:, -1])" in change_line(SELECT, None)
+
+
 def test_select_along_a_linears_features_narrows_it_and_its_optimizer(tmp_path):
     """The loss reads 10 of the head's 40 features: after 3 backwards that show the other 30
     unread, the layer is narrowed to its weight's 10 rows, in the optimizer too (its moments
