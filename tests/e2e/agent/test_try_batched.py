@@ -110,3 +110,20 @@ def test_calls_on_a_few_rows_of_a_larger_tensor_are_no_loop_and_said_not_applied
     assert fixed.returncode == 0, fixed.stderr
     assert "no step called it on 4 or more slices of one batch covering half" in steps, steps
     assert _out(fixed.stdout)[1] == 6 * 4  # every call its own
+
+
+def test_a_batch_written_between_the_calls_is_computed_again_not_served_stale(tmp_path):
+    """Each row of the batch is written just before its call: a batched output computed at
+    the first call would be stale for the later rows; the base's version says so. (The
+    encoder saves no input for its backward, tanh its output: writing a saved input between
+    the calls fails the job as it is.)"""
+    writes = (
+        "torch.cat([self.encoder(x[i : i + 1]) for i in range(x.shape[0])"
+        " if x[i : i + 1].add_(0.5) is not None])"
+    )
+    tanh_first = "torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Linear(8, 8))"
+    plain, _ = in_job(None, _job(tanh_first, writes), tmp_path)
+    fixed, steps = in_job(FIX, _job(tanh_first, writes), tmp_path)
+    assert plain.returncode == 0 and fixed.returncode == 0, fixed.stderr
+    assert _out(fixed.stdout)[0] == pytest.approx(_out(plain.stdout)[0], rel=1e-4, abs=1e-5)
+    assert "# not applied" not in steps, steps  # (a stale row would fail the first checks)
