@@ -5,11 +5,17 @@ another job (a module that mixes samples, calls that are no loop over a batch)."
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from gpudiag.agent.commands.tryfix import parse_fix
 from gpudiag.agent.session.trial import change_line, check_fix
-from tests.e2e.agent.trials import in_job
+from gpudiag.probes.inprocess.channel import injection_env
+from tests.e2e.agent.trials import in_job, steps_log
 
 pytest.importorskip("torch")
 
@@ -127,3 +133,33 @@ def test_a_batch_written_between_the_calls_is_computed_again_not_served_stale(tm
     assert plain.returncode == 0 and fixed.returncode == 0, fixed.stderr
     assert _out(fixed.stdout)[0] == pytest.approx(_out(plain.stdout)[0], rel=1e-4, abs=1e-5)
     assert "# not applied" not in steps, steps  # (a stale row would fail the first checks)
+
+
+HOOKS_LEFT = """
+import torch
+from torch.nn.modules import module as nn_module
+m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+o = torch.optim.Adam(m.parameters())
+x = torch.randn(16, 8)
+for i in range(4):
+    loss = torch.cat([m(x[j : j + 1]) for j in range(16)]).sum()
+    o.zero_grad(); loss.backward(); o.step()
+print(len(nn_module._global_forward_pre_hooks), len(nn_module._global_forward_hooks))
+"""
+
+
+@pytest.mark.parametrize("fix", [None, FIX], ids=["as is", "batched"])
+def test_an_arms_module_calls_run_without_gpudiags_global_forward_hooks(tmp_path, fix):
+    """A try arm (the hooks in, no agent) of a training job: after its first steps no global
+    forward hook of gpudiag's is left (each module call paid them: a loop of 128 calls a step
+    ran slower in both arms than the bare job, the trial's batched arm most against its bare
+    fix)."""
+    env = injection_env(dict(os.environ), str(tmp_path / "no-agent.sock"))
+    env["GPUDIAG_TRY_STEPS"] = str(steps_log(tmp_path))
+    if fix is not None:
+        env["GPUDIAG_FIX"] = json.dumps({**fix, "target": "0"})
+    out = subprocess.run(
+        [sys.executable, "-c", HOOKS_LEFT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0"], out.stdout
