@@ -237,16 +237,15 @@ def stacks_top(doc: dict) -> str | None:
 
 
 def trial(cause: str, report: str, finding: str, seconds: float, rounds: int, tmp: Path) -> dict:
-    """`gpudiag try --from REPORT --finding ID` on the planted job: its measured x."""
+    """`gpudiag try --from REPORT --finding ID` on the planted job (no report: `try --fix
+    FINDING`, the fix itself): its measured x."""
     out = tmp / f"{cause}-try.json"
+    which = ("--from", report, "--finding", finding) if report else ("--fix", finding)
     with locked():
         before = load()
         res = gpudiag(
             "try",
-            "--from",
-            report,
-            "--finding",
-            finding,
+            *which,
             "--rounds",
             str(rounds),
             "--seconds",
@@ -265,7 +264,16 @@ def trial(cause: str, report: str, finding: str, seconds: float, rounds: int, tm
     if not trials:
         return {"error": "no trial", "load": before}
     t = trials[0]
-    return {"x": t.get("measured"), "verdict": t.get("verdict"), "load": before}
+    return {
+        "x": t.get("measured"),
+        "verdict": t.get("verdict"),
+        "load": before,
+        "fix": t.get("fix"),
+        "applied": t.get("applied"),
+        "output": res.stdout.strip().splitlines()[:2],  # what `try` printed (its first lines)
+        "as_is": t.get("baseline_steps_per_s"),
+        "fixed": t.get("fixed_steps_per_s"),
+    }
 
 
 def cell(lk: dict) -> str:
@@ -346,6 +354,13 @@ def main() -> None:
     p.add_argument("--looks", type=int, default=2, help="looks of each kind")
     p.add_argument("--look-seconds", type=float, default=20.0)
     p.add_argument("--try-seconds", type=float, default=6.0)
+    p.add_argument(
+        "--try-fix",
+        default="",
+        metavar="KIND:TARGET...",
+        help="with --parts try and no run look: try this fix (`try --fix`) instead of the one "
+        "the first run look's finding carries",
+    )
     p.add_argument("--lock", default="/work/measure.lock" if Path("/work").exists() else "")
     p.add_argument("--json", default="", help="append each job's row here (JSON lines)")
     p.add_argument(
@@ -390,6 +405,8 @@ def one_job(cause: str, a: argparse.Namespace, tmp: Path) -> dict:
         row["try"] = trial(
             cause, first["report"], first["fix_finding"], a.try_seconds, a.rounds, tmp
         )
+    elif "try" in a.parts and a.try_fix:
+        row["try"] = trial(cause, "", a.try_fix, a.try_seconds, a.rounds, tmp)
         print(f"{cause} try: {row['try']}", flush=True)
     if a.json:
         with open(a.json, "a") as fh:

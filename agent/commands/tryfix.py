@@ -43,12 +43,16 @@ def add_parser(sub: Any) -> None:
         "inference_mode, batch, anomaly_off, padding, load_once, recompute_off); any call "
         "site: "
         "thin:MODULE.FUNCTION:every=N (run it every N-th call), skip:MODULE.FUNCTION, "
-        "cache:MODULE.FUNCTION (its result kept for arguments seen before; the hit rate said) "
+        "cache:MODULE.FUNCTION (its result kept for arguments seen before; the hit rate said), "
+        "swap:MODULE.FUNCTION:with=OTHER.FUNCTION (a rewrite of yours run in its place, "
+        "checked equal on its first calls) "
         "(MODULE: a module or the script's stem, e.g. thin:train.compute_metrics:every=50); any "
         "module of the model by its dotted path: freeze:UNIT (requires_grad_(False) on it), "
         "reuse:UNIT (its last output for the same unchanged input), "
         "select:UNIT:dim=D,start=S,length=L (only the outputs the loss reads: L positions from S "
-        "along its output's dim D, checked as it runs)",
+        "along its output's dim D, checked as it runs), "
+        "batched:UNIT (its calls on slices of one batch, a loop over samples, computed once on "
+        "the batch, checked as it runs)",
     )
     p.add_argument(
         "--from",

@@ -43,9 +43,11 @@ TARGETED = (
     "freeze",
     "reuse",
     "select",
+    "batched",
+    "swap",
 )  # kinds that name a call site or a module:
 # KIND:MODULE.FUNCTION[:VALUES] (thin, skip); KIND:UNIT, the model's module by its dotted path
-UNITS = ("freeze", "reuse", "select")
+UNITS = ("freeze", "reuse", "select", "batched")
 UNIT_RE = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
 # a call site: dotted names (a nested function's `<locals>` too), module then function
 TARGET_RE = re.compile(r"[A-Za-z_]\w*(\.([A-Za-z_]\w*|<locals>))+")
@@ -368,8 +370,12 @@ def change_line(fix: dict, location: str | None) -> str:
         "recompute_off": "gradient checkpointing off where the activations fit: "
         "gradient_checkpointing=False (Hugging Face TrainingArguments, TRL's SFTConfig), "
         "or the block called directly in place of torch.utils.checkpoint.checkpoint",
-        "select": "compute {0} over only what is read: select before it (e.g. {0}(x[:, -1]) in "
-        "place of {0}(x)[:, -1]), or narrow it to the outputs read".format(fix.get("target")),
+        "select": _select_change(fix),
+        "swap": "replace {} with {} in the code (the rewrite this trial timed)".format(
+            fix.get("target"), (fix.get("values") or {}).get("with")
+        ),
+        "batched": f"call {fix.get('target')} once on the whole batch, not once per sample "
+        "(one batched call in place of the loop; torch.vmap where it takes one sample)",
         "reuse": f"compute {fix.get('target')}'s output once and reuse it (once a step for a "
         "second call on the same batch; once before the loop for a constant input)",
     }.get(fix.get("kind", ""), values)
@@ -378,6 +384,21 @@ def change_line(fix: dict, location: str | None) -> str:
         line = rest.partition(":")[0]
         return f"{file}:{line}: {text}"
     return text
+
+
+def _select_change(fix: dict) -> str:
+    """The code change a select trial stands for: a selection before the module, or (along its
+    last dim, a layer's features) a narrower layer."""
+    target, values = fix.get("target"), fix.get("values") or {}
+    if values.get("dim") == -1:
+        return (
+            f"make {target} a layer of the {values.get('length')} output features read (its "
+            f"weight's rows from {values.get('start')}), not a wider one sliced after it"
+        )
+    return (
+        f"compute {target} over only what is read: select before it (e.g. {target}(x[:, -1]) in "
+        f"place of {target}(x)[:, -1]), or narrow it to the outputs read"
+    )
 
 
 @dataclass
@@ -474,8 +495,10 @@ def _timed_over(work: Work | None) -> str | None:
     return f"the same items in every arm: items {a:,.0f} to {b:,.0f} of those the model was given"
 
 
-# each kind's values: a whole number in a range, or a flag (true/false)
-VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
+# each kind's values: a whole number in a range, a flag (true/false) or a function's dotted
+# name (NAME)
+NAME = "name"
+VALUES: dict[str, dict[str, tuple[int, int] | str | None]] = {
     "dataloader": {
         "num_workers": (0, 1024),
         "prefetch_factor": (1, 1024),
@@ -486,6 +509,7 @@ VALUES: dict[str, dict[str, tuple[int, int] | None]] = {
     "checkpoint": {"every": (1, 1_000_000)},
     "batch": {"factor": (2, 1024)},
     "thin": {"every": (2, 1_000_000)},
+    "swap": {"with": NAME},
     "select": {"dim": (-8, 7), "start": (-1_000_000, 1_000_000), "length": (1, 1_000_000)},
     "settings": {
         "anomaly": None,
@@ -507,9 +531,16 @@ def check_values(kind: str, values: object) -> str | None:
             known = ", ".join(allowed) or "none"
             return f"fix {kind}: unknown value {str(name)[:40]!r} (known: {known})"
         limits = allowed[name]
+        if limits == NAME:
+            if not isinstance(value, str) or not TARGET_RE.fullmatch(value):
+                return (
+                    f"fix {kind}: {name} must be a function's dotted name (MODULE.FUNCTION), "
+                    f"got {str(value)[:60]!r}"
+                )
+            continue
         if limits is None and not isinstance(value, bool):
             return f"fix {kind}: {name} must be true or false, got {str(value)[:40]!r}"
-        if limits is not None and (
+        if isinstance(limits, tuple) and (
             isinstance(value, bool)
             or not isinstance(value, int)
             or not limits[0] <= value <= limits[1]
@@ -541,6 +572,11 @@ def check_target(fix: dict) -> str | None:
         )
     if kind == "thin" and "every" not in (fix.get("values") or {}):
         return f"fix thin: needs every=N (from 2): {usage}"
+    if kind == "swap" and "with" not in (fix.get("values") or {}):
+        return (
+            f"fix swap: needs with=MODULE.FUNCTION (the replacement): "
+            f"swap:MODULE.FUNCTION:with=OTHER.FUNCTION, got {str(target)[:60]!r}"
+        )
     return None
 
 

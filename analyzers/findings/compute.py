@@ -71,8 +71,9 @@ COMP001 = register(
                 "capture of the step (`--capture-steps`) shows its ops. Carries the `gpudiag "
                 "try` trial that measures the change where one acts from outside the code: "
                 "freeze:UNIT, reuse:UNIT, recompute_off, select:UNIT:dim=D,start=S,length=L "
-                "(the span of its output the loss reads), cache:MODULE.FUNCTION (the helper of "
-                "the model's own code with a loop, named from the stacks)"
+                "(the span of its output the loss reads: positions, or a Linear's features), "
+                "batched:UNIT (a unit a loop calls once per sample), cache:MODULE.FUNCTION (the "
+                "helper of the model's own code with a loop, named from the stacks)"
             ),
             measured=(
                 Measured(
@@ -376,7 +377,7 @@ def _small_ops(row: Row, t: ComputeTable) -> bool:
     if row.kind == "optimizer":
         return False  # its ops follow its tensors (a for-loop Adam: ~9 a tensor), no items
     peers = [r for r in t.rows if r.kind == "unit" and r is not row and r.ops]
-    if (row.calls or 0.0) >= LOOP_CALLS * _median_calls(peers):
+    if _called_in_a_loop(row, t):
         return True  # called over and over in one step, more than its peers: a loop calls it
     if row.kind != "unit" or not row.ops or not row.bytes:
         return True  # the model's own code or the loop's: no module's structure to hold it to
@@ -384,6 +385,15 @@ def _small_ops(row: Row, t: ComputeTable) -> bool:
     if not sizes:
         return True
     return row.bytes / row.ops <= 0.25 * statistics.median(sizes)
+
+
+def _called_in_a_loop(row: Row, t: ComputeTable) -> bool:
+    """Whether a unit is called LOOP_CALLS times a step or more over its peers' calls (a loop
+    over items calls it: a forward per sample)."""
+    if row.kind != "unit":
+        return False
+    peers = [r for r in t.rows if r.kind == "unit" and r is not row and r.ops]
+    return (row.calls or 0.0) >= LOOP_CALLS * _median_calls(peers)
 
 
 def _median_calls(peers: list[Row]) -> float:
@@ -523,10 +533,9 @@ def trial(row: Row, th: Thresholds | None = None) -> dict | None:
     if row.kind == "unit" and ((w.get("repeat") or 0.0) >= 0.5 or (w.get("constant") or 0) >= 0.5):
         return {"kind": "reuse", "target": row.name, "values": {}}
     span = read_span(row)
-    # positions only: a layer's features narrowed from outside keep its weight in the optimizer
+    # positions, or a Linear's features (the layer narrowed, in the optimizer too)
     if row.kind == "unit" and (w.get("unused") or 0.0) >= UNUSED_SHARE and span is not None:
-        if span["dim"] != -1:
-            return {"kind": "select", "target": row.name, "values": span}
+        return {"kind": "select", "target": row.name, "values": span}
     param = str(g.get("zero_param") or "")
     if row.kind == "optimizer" and (g.get("zero_grad") or 0.0) >= UNUSED_SHARE and "." in param:
         return {"kind": "freeze", "target": param.rsplit(".", 1)[0], "values": {}}
@@ -752,6 +761,9 @@ def find(c: Context) -> list[Finding]:
     fix = trial(row, th) if why else None
     looped = bool(why) and why[0][3] == "loop" and row.kind == "unit" and (row.calls or 0) > 1
     large = bool(why) and why[0][3] == "loop" and (looped or large_ops(row, t))
+    if fix is None and _called_in_a_loop(row, t) and any(r[3] == "loop" for r in why):
+        # a loop over samples calling the unit: one batched call (checked as it runs)
+        fix = {"kind": "batched", "target": row.name, "values": {}}
     call = None
     if fix is None and row.kind == "own" and any(r[3] == "loop" for r in why):
         call = _own_call(c)  # the helper its own code's time is in
@@ -765,12 +777,6 @@ def find(c: Context) -> list[Finding]:
     elif fix is not None:
         arg = fix_arg(fix)
         actions += (f"measure it first: gpudiag try --fix {arg} -- <the job>",)
-    elif any(r[3] == "unused" for r in why) and (read_span(row) or {}).get("dim") == -1:
-        actions += (
-            "no trial measures it from outside: its loss reads a span of its features, and a "
-            "layer narrowed in place keeps its whole weight in the optimizer (a narrower layer "
-            "does not): time the narrower layer bare",
-        )
     return [
         new_finding(
             "COMP001",

@@ -492,3 +492,141 @@ class Memo(CallSite):
                 "a cache of it would not serve this job, and timing it would time another job"
             )
         return f"# applied: {self.describe()}: {counted}"
+
+
+# The swap (`swap:MODULE.FUNCTION:with=OTHER.FUNCTION`): the named function's calls run a
+# replacement the user wrote (a vectorised loop, a fused attention), with the same arguments, so
+# that a rewrite is timed without editing the job. On its first SWAP_CHECKS calls the original
+# runs too (without a gradient) and the two results must be equal (SWAP_RTOL, SWAP_ATOL);
+# otherwise the original runs from then on and the step log says why ("# not applied").
+SWAP_CHECKS = 3
+SWAP_RTOL, SWAP_ATOL = 1e-4, 1e-5
+
+
+def _differs(got: Any, want: Any, depth: int = 0) -> str | None:
+    """Why two results are not the same result (None: they are): tensors of one shape and
+    dtype, equal within the tolerance; containers item by item; anything else by ==."""
+    tensor = _tensor_type()
+    if tensor is not None and isinstance(want, tensor):
+        return _tensor_differs(got, want, tensor)
+    if isinstance(want, (tuple, list, dict)) and depth < DEPTH:
+        if type(got) is not type(want) or len(got) != len(want):
+            return f"a {type(want).__name__} of {len(want)} became {type(got).__name__}"
+        if isinstance(want, dict):
+            if set(got) != set(want):
+                return "a dict with other keys"
+            pairs = [(got[k], w) for k, w in want.items()]
+        else:
+            pairs = list(zip(got, want, strict=True))
+        return next((w for w in (_differs(g, v, depth + 1) for g, v in pairs) if w), None)
+    try:
+        return None if bool(got == want) else f"{type(want).__name__} {want!r:.60} differs"
+    except Exception:
+        return f"a {type(want).__name__} that cannot be compared"
+
+
+def _tensor_differs(got: Any, want: Any, tensor: Any) -> str | None:
+    if not isinstance(got, tensor) or got.shape != want.shape or got.dtype != want.dtype:
+        return f"a tensor of {tuple(want.shape)} {want.dtype} became {_shape(got)}"
+    import torch
+
+    if not torch.allclose(got.detach(), want.detach(), rtol=SWAP_RTOL, atol=SWAP_ATOL):
+        gap = float((got.detach() - want.detach()).abs().max())
+        return f"its values differ (by up to {gap:.3g})"
+    return None
+
+
+def _shape(value: object) -> str:
+    shape = getattr(value, "shape", None)
+    return f"{tuple(shape)} {getattr(value, 'dtype', '')}" if shape is not None else "not one"
+
+
+def _importable(target: str) -> None:
+    """Import the module a replacement's dotted name starts with, where it is not loaded yet:
+    by its name, else a file of that stem in the job's working folder."""
+    import importlib
+    import importlib.util
+
+    parts = target.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:i])
+        if _modules(name):
+            return
+        try:
+            importlib.import_module(name)
+            return
+        except Exception:
+            pass
+    path = os.path.join(os.getcwd(), parts[0] + ".py")
+    if os.path.isfile(path):
+        spec = importlib.util.spec_from_file_location(parts[0], path)
+        if spec is not None and spec.loader is not None:
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[parts[0]] = mod
+            spec.loader.exec_module(mod)
+
+
+class Swap(CallSite):
+    """The swap fix of one named function: its calls run `replacement` instead, checked equal
+    to the original on the first SWAP_CHECKS calls."""
+
+    def __init__(self, target: str, replacement: str, note: Callable[[str], None]) -> None:
+        super().__init__(target, 0, note)
+        self.replacement = replacement
+        self.repl: Callable[..., Any] | None = None
+        self.checked = 0
+        self.off: str | None = None
+
+    def find(self) -> Callable[..., Any] | None:
+        """The replacement function, imported where it is not loaded yet."""
+        if self.repl is None:
+            try:
+                _importable(self.replacement)
+            except Exception as exc:  # its module failed to import: said, the original runs
+                self.off = f"{self.replacement} could not be imported ({exc!r:.120})"
+                return None
+            found = [obj for _, _, obj in by_attribute(self.replacement) if callable(obj)]
+            if not found:
+                self.off = (
+                    f"no function {self.replacement} found (a module the job can import, or a "
+                    "file of that name in its working folder)"
+                )
+                return None
+            self.repl = found[0]
+        return self.repl
+
+    def call(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        self.calls += 1
+        repl = None if self.off else self.find()
+        if repl is None:
+            return fn(*args, **kwargs)
+        if self.checked >= SWAP_CHECKS:
+            self.ran += 1
+            return repl(*args, **kwargs)
+        got = repl(*args, **kwargs)
+        import torch
+
+        with torch.no_grad():
+            want = fn(*args, **kwargs)
+        why = _differs(got, want)
+        if why:
+            self.off = f"{self.replacement}'s result is not {self.target}'s: {why}"
+            self._say(self.state())
+            return fn(*args, **kwargs)
+        self.checked += 1
+        self.ran += 1
+        return got
+
+    def describe(self) -> str:
+        return (
+            f"{self.target} runs {self.replacement} in its place "
+            f"({', '.join(self.patched) or 'not found yet'})"
+        )
+
+    def state(self) -> str:
+        if self.off:
+            return f"# not applied: {self.off}"
+        return (
+            f"# applied: {self.describe()}: {self.ran} of {self.calls} calls, the first "
+            f"{self.checked} checked equal to the original's"
+        )

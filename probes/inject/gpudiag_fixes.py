@@ -34,11 +34,17 @@ is a patch of this process only. Kinds:
   unchanged input (in the same step; across steps too where its output needs no gradient):
   COMP001's second call on the same input, or a constant recomputed every step;
 - select: the model's module at `target` computes only the outputs the loss reads, `length`
-  positions from `start` along its output's `dim` (by its input's positions; not its last dim,
-  a layer's features: NARROW_WHY), the others a broadcast of them or zeros;
-  checked as it runs (its full output equal at the selection on the first call, a zero
-  gradient at the positions left out on the first backwards), "# not applied" when either
-  fails: COMP001's outputs nobody reads;
+  positions from `start` along its output's `dim` (by its input's positions; along its last
+  dim, a Linear's features: the layer narrowed to the rows of its weight read, the optimizer's
+  parameters and state too, once SELECT_CHECKS backwards showed the gradient zero elsewhere),
+  the others a broadcast of them or zeros; checked as it runs (its full output equal at the
+  selection on the first call, a zero gradient at the positions left out on the first
+  backwards), "# not applied" when either fails: COMP001's outputs nobody reads;
+- batched: the model's module at `target`, called on slices of one batch along its input's
+  first dim (a loop over samples), computed once on the whole batch, its slices handed to the
+  calls; learnt from a step before it acts and checked as it runs (gpudiag_batched), "# not
+  applied" where the calls are no loop over a batch or the module mixes samples: COMP001's
+  unit called many times a step;
 - recompute_off: activation checkpointing off: `torch.utils.checkpoint.checkpoint` calls its
   function directly (the activations kept, no forward recomputed in the backward), for every
   holder that looks it up after the hooks load (Hugging Face's gradient_checkpointing, timm,
@@ -47,6 +53,9 @@ is a patch of this process only. Kinds:
 - thin: the function named by `target` (MODULE.FUNCTION) runs only every `every`-th call,
   the calls between return its last result; skip: it never runs (its calls return None): a
   trial for any call site (gpudiag_callsite);
+- swap: the function named by `target` runs the function `with` names (a rewrite the user
+  wrote, in a module the job can import or a file in its working folder) in its place, checked
+  equal to the original on its first calls (gpudiag_callsite.Swap);
 - cache: the function named by `target` returns its kept result when called again with the
   same arguments (compared as a cache would: gpudiag_callsite.Memo), its hit rate in the step
   log; "# not applied" once most of its calls miss (a function whose arguments change);
@@ -74,11 +83,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 try:
+    from . import gpudiag_batched as _batched
     from . import gpudiag_callsite as _callsite
     from . import gpudiag_channel as _channel
     from . import gpudiag_guard as _guard
     from . import gpudiag_serve as _serve
 except ImportError:  # loaded as a top-level module by sitecustomize
+    import gpudiag_batched as _batched
     import gpudiag_callsite as _callsite
     import gpudiag_channel as _channel
     import gpudiag_guard as _guard
@@ -682,6 +693,17 @@ def skip(torch: Any, values: dict) -> None:
     _say(site.describe())
 
 
+def swap(torch: Any, values: dict) -> None:
+    """The function `target` runs the user's replacement `with` in its place, checked equal on
+    its first calls; "# not applied" where it differs or is not found."""
+    target = str(values["target"])
+    site = _callsite.install(
+        torch, target, 0, _log_line, _callsite.Swap(target, str(values["with"]), _log_line)
+    )
+    END.append(lambda: _log_line(site.state()) if site.calls else None)
+    _say(site.describe())
+
+
 def cache(torch: Any, values: dict) -> None:
     """The function `target` returns its kept result when called again with the same
     arguments; the step log says its hit rate, and "# not applied" once most calls miss."""
@@ -699,9 +721,10 @@ def cache(torch: Any, values: dict) -> None:
 MAX_LOOKS = 200  # model forwards looked at for a unit's path before saying it is missing
 
 
-def _on_model(torch: Any, target: str, act: Any) -> None:
+def _on_model(torch: Any, target: str, act: Any, root: list | None = None) -> None:
     """Call act(module) once, with the module at `target` under the first module to forward
-    that has it (the model; a wrapper's `module.` prefix is part of the path)."""
+    that has it (the model; a wrapper's `module.` prefix is part of the path); the model is
+    appended to `root` first, where one is given."""
     from torch.nn.modules import module as nn_module
 
     first = target.split(".", 1)[0]
@@ -721,6 +744,8 @@ def _on_model(torch: Any, target: str, act: Any) -> None:
             return None
         state["handle"].remove()
         state["handle"] = None
+        if root is not None:
+            root.append(mod)
         act(sub)
         return None
 
@@ -801,13 +826,17 @@ def reuse(torch: Any, values: dict) -> None:
 
 
 SELECT_CHECKS = 3  # backwards whose gradient is read for the positions left out
-# the last dim is a layer's features: narrowing them keeps the whole weight in the optimizer,
-# its unread rows' zero gradients written and updated each step (over_wide's trial so
-# timed x1.54 against x6.41 bare, 2026-11-28): not the narrower layer's job
+# the last dim is a layer's features: only a Linear's are narrowed (its weight's rows, in the
+# module and in every optimizer that holds them); narrowed by its output alone, the whole weight
+# stayed in the optimizer, its unread rows' zero gradients written and updated each step
+# (over_wide's trial so timed x1.54 against x6.41 bare, 2026-11-28): not the narrower layer's job
 NARROW_WHY = (
-    "a selection along its output's last dim (its features) is not tried: a layer narrowed "
-    "from outside keeps its whole weight in the optimizer (its unread rows' zero gradients "
-    "written and updated every step), which the narrower layer does not"
+    "a selection along its output's last dim (its features) is tried on a torch.nn.Linear "
+    "only (its weight's rows narrowed, in the optimizer too): {0} is a {1}"
+)
+TIED_WHY = (
+    "its {0} is also another module's ({1}): narrowing it would change that module too, "
+    "which the narrower layer does not"
 )
 
 
@@ -828,6 +857,11 @@ class _Selection:
         self.checks = 0
         self.dims = 0  # the dims of its input and output, read on the first call
         self.at = (0, 0, 0)  # the selection's (dim, first index, the dim's size) in its output
+        self.features = False  # along a Linear's output features: its weight narrowed
+        self.pairs: list[tuple[Any, Any]] = []  # (its parameter, the narrower one), narrowed
+        self.opts: Any = None  # the optimizers seen stepping (a WeakSet), and those swapped
+        self.swapped: Any = None
+        self.root: list = []  # the model, once found
 
     def stop(self, why: str) -> None:
         if self.off is None:
@@ -888,6 +922,8 @@ class _Selection:
         if not self.verified:
             return self.verify(mod, orig, x)
         d, _, size = self.at
+        if self.features:
+            return self.narrowed(mod, orig, x)
         if x.dim() != self.dims:
             self.stop(f"its input's dims changed ({x.dim()}, first {self.dims})")
             return orig(x)
@@ -912,8 +948,7 @@ class _Selection:
             self.stop("its output has no such selection")
             return full
         if at[0] == full.dim() - 1:
-            self.stop(NARROW_WHY)
-            return full
+            return self.verify_features(mod, x, full, at)
         try:
             with self.torch.no_grad():
                 part = self.part(orig, x, *at, full.dim())
@@ -937,6 +972,117 @@ class _Selection:
             full.register_hook(self.check_grad(*at))
         return full
 
+    def verify_features(self, mod: Any, x: Any, full: Any, at: tuple[int, int]) -> Any:
+        """The first call of a selection of a layer's features: a Linear (not shared), whose
+        weight's rows give the selection's features."""
+        torch = self.torch
+        if not isinstance(mod, torch.nn.Linear):
+            self.stop(NARROW_WHY.format(self.target, type(mod).__name__))
+            return full
+        tied = self.tied(mod)
+        if tied:
+            self.stop(tied)
+            return full
+        d, first = at
+        w, b = mod.weight, mod.bias
+        with torch.no_grad():
+            part = torch.nn.functional.linear(
+                x,
+                w.narrow(0, first, self.length),
+                None if b is None else b.narrow(0, first, self.length),
+            )
+            sel = full.narrow(d, first, self.length)
+            if part.shape != sel.shape or not torch.allclose(part, sel, rtol=1e-4, atol=1e-5):
+                self.stop(
+                    "its output's selected features differ from its weight's rows applied to "
+                    "its input: its forward is not a Linear's"
+                )
+                return full
+        self.verified, self.dims, self.features = True, full.dim(), True
+        self.at = (d, first, full.shape[d])
+        if full.requires_grad:
+            full.register_hook(self.check_grad(d, first))
+        return full
+
+    def tied(self, mod: Any) -> str | None:
+        """Why its parameters cannot be narrowed alone: another module of the model holds one."""
+        mine = {id(p): n for n, p in mod.named_parameters(recurse=False)}
+        for root in self.root[:1]:
+            for name, sub in root.named_modules(remove_duplicate=False):
+                if sub is mod:
+                    continue
+                for pname, p in sub.named_parameters(recurse=False):
+                    if id(p) in mine:
+                        return TIED_WHY.format(mine[id(p)], f"{name}.{pname}")
+        return None
+
+    def narrowed(self, mod: Any, orig: Any, x: Any) -> Any:
+        """A call once its features are verified: whole until SELECT_CHECKS backwards read a
+        zero gradient outside them, then the layer narrowed to them (its output padded back)."""
+        d, first, size = self.at
+        if not self.pairs:
+            if self.checks < SELECT_CHECKS:
+                out = orig(x)
+                if out.requires_grad:
+                    out.register_hook(self.check_grad(d, first))
+                return out
+            self.narrow(mod)
+        out = orig(x)  # the Linear over its narrowed weight: the selected features alone
+        shape = list(out.shape)
+        shape[d] = size
+        return self.whole(out, shape, d, first)
+
+    def narrow(self, mod: Any) -> None:
+        """The Linear's weight and bias cut to the selected rows, in the module and in every
+        optimizer that holds them (their state cut the same way)."""
+        torch = self.torch
+        _, first, size = self.at
+        for name in ("weight", "bias"):
+            old = getattr(mod, name, None)
+            if old is None:
+                continue
+            cut = old.detach().narrow(0, first, self.length).clone()
+            new = torch.nn.Parameter(cut, requires_grad=old.requires_grad)
+            setattr(mod, name, new)
+            self.pairs.append((old, new))
+        mod.out_features = self.length
+        for opt in list(self.opts or ()):
+            self.swap(opt)
+        _log_line(
+            f"# applied: {self.target} narrowed to {self.length} of its {size} output features "
+            f"(its weight's rows from {first}), in {len(self.swapped or ())} optimizer(s) too"
+        )
+
+    def on_optimizer(self, opt: Any) -> None:
+        """An optimizer about to step: known, and given the narrowed parameters once they are."""
+        import weakref
+
+        if self.opts is None:
+            self.opts, self.swapped = weakref.WeakSet(), weakref.WeakSet()
+        self.opts.add(opt)
+        if self.pairs and opt not in self.swapped:
+            self.swap(opt)
+
+    def swap(self, opt: Any) -> None:
+        """The narrowed parameters in `opt`'s groups in place of the whole ones, their state
+        (Adam's moments) cut to the same rows."""
+        _, first, _ = self.at
+        new_of = {id(old): new for old, new in self.pairs}
+        for group in opt.param_groups:
+            group["params"][:] = [new_of.get(id(p), p) for p in group["params"]]
+        for old, new in self.pairs:
+            state = opt.state.pop(old, None)
+            if state is not None:
+                opt.state[new] = {k: self.cut(v, old, first) for k, v in state.items()}
+        self.swapped.add(opt)
+
+    def cut(self, value: Any, old: Any, first: int) -> Any:
+        """An optimizer's state of a whole parameter, cut to the narrowed rows (a tensor of
+        the parameter's shape); anything else (the step count) as it is."""
+        if isinstance(value, self.torch.Tensor) and value.shape == old.shape:
+            return value.narrow(0, first, self.length).clone()
+        return value
+
 
 def select(torch: Any, values: dict) -> None:
     """The module at `target` computes only the outputs the loss reads: `length` positions
@@ -958,10 +1104,37 @@ def select(torch: Any, values: dict) -> None:
 
         sub.forward = forward
 
-    _on_model(torch, target, act)
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(lambda opt, a, k: sel.on_optimizer(opt))
+    _on_model(torch, target, act, sel.root)
     _say(
         f"{target} computes {sel.length} position(s) from {sel.start} along dim {sel.dim} of "
         "its output, the rest unread (checked on its first calls)"
+    )
+
+
+def batched(torch: Any, values: dict) -> None:
+    """The module at `target` computes its calls on slices of one batch once, on the batch."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    target = str(values["target"])
+    fix = _batched.Batched(torch, target, _log_line)
+    register_optimizer_step_post_hook(lambda opt, a, k: fix.on_step())
+
+    def act(sub: Any) -> None:
+        orig = sub.forward
+
+        def forward(*args, **kwargs):
+            return fix.forward(sub, orig, args, kwargs)
+
+        sub.forward = forward
+
+    _on_model(torch, target, act)
+    END.append(lambda: _log_line(fix.state()) if fix.calls else None)
+    _say(
+        f"{target}'s calls on slices of one batch (a loop over its samples) computed once on "
+        "the batch (learnt from a step, checked on its first calls)"
     )
 
 
@@ -981,6 +1154,7 @@ KINDS = {
     "freeze": freeze,
     "reuse": reuse,
     "select": select,
+    "batched": batched,
     "dataloader": dataloader,
     "optimizer": optimizer,
     "cudnn_benchmark": cudnn_benchmark,
@@ -995,6 +1169,7 @@ KINDS = {
     "thin": thin,
     "skip": skip,
     "cache": cache,
+    "swap": swap,
     "settings": settings,
     "recompute_off": recompute_off,
 }

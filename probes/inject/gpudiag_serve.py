@@ -359,12 +359,14 @@ def install_forwards(torch: Any, rec: Recorder) -> None:
     def training(opt, args, kwargs):
         try:
             rec.trained = True  # a training job: its forwards are not recorded any more
-            take_out_forwards(rec)
+            out = take_out_forwards(rec)
             watch_masks(torch, rec)
             h_train, hooks = rec.training, optimizer._global_optimizer_pre_hooks
             # torch is walking `hooks` (this call is in its loop): only the last one may
-            # leave, the walk then ends as it would have (another would break its next turn)
-            if h_train is not None and next(reversed(hooks), None) == h_train.id:
+            # leave, the walk then ends as it would have (another would break its next turn);
+            # and only once the forward hooks are out (a `try` arm's forward clock is in until
+            # its first step ends: ours stayed in every module call of the arm for good)
+            if out and h_train is not None and next(reversed(hooks), None) == h_train.id:
                 h_train.remove()
                 rec.training = None
                 rec.handles.remove(h_train)

@@ -25,6 +25,7 @@ OWN_FILES = (
     "gpudiag_padding.py",
     "gpudiag_compute.py",  # the compute sampler's hooks and its op-counting dispatch mode
     "gpudiag_callsite.py",  # try's thin:/skip: wrappers around a call site
+    "gpudiag_batched.py",  # try's batched: a module's per-sample calls served from one
     "gpudiag_fixes.py",  # try's fixes applied inside the job
 )
 # every module gpudiag injects (its own threads too: the channel, the attach loader): never

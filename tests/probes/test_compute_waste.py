@@ -225,6 +225,7 @@ def test_a_deep_encoder_called_once_a_micro_batch_is_no_loop(monkeypatch):
     body = next(r for r in t.rows if r.name == "body")
     assert body.calls is not None and body.calls >= 4  # the call count alone fires
     assert not any("loop" in f.message for f in _comp001(t) if f.severity == "warning")
+    assert not any(f.fix and f.fix["kind"] == "batched" for f in _comp001(t))  # no batch trial
 
 
 class Checkpointed(nn.Module):  # a stack of blocks, each checkpointed (gradient_checkpointing)
@@ -367,15 +368,19 @@ def test_comp001_carries_the_select_trial_over_the_positions_the_loss_reads(monk
     assert not [e for e in f.evidence if e.metric.startswith("compute_read")]  # the trial's
 
 
-def test_a_span_of_a_layers_features_carries_no_trial_and_says_why(monkeypatch):
+def test_a_span_of_a_layers_features_carries_the_select_trial_over_them(monkeypatch):
+    """The trial narrows the layer to its weight's rows read, in the optimizer too (before,
+    narrowed by its output alone, it kept the whole weight in the optimizer: no trial)."""
     t = _table(_Wide(), monkeypatch)
     rows = {r.name: r for r in t.rows}
     assert rows["inp"].why["read_dim"] == -1 and rows["inp"].why["read_len"] == 32
-    assert trial(rows["inp"], Thresholds()) is None
+    span = {"dim": -1, "start": 0, "length": 32}
+    assert trial(rows["inp"], Thresholds()) == {"kind": "select", "target": "inp", "values": span}
     # (its optimizer group's zero gradients may cost more: the layer alone here)
     (f,) = _comp001(replace(t, rows=tuple(r for r in t.rows if r.kind != "optimizer")))
-    assert "(inp)" in f.title and f.fix is None
-    assert any("keeps its whole weight in the optimizer" in a for a in f.recommendation.actions)
+    assert "(inp)" in f.title and f.fix == {"kind": "select", "target": "inp", "values": span}
+    assert any("gpudiag try --fix select:inp:dim=-1,start=0,length=32" in a
+               for a in f.recommendation.actions)  # fmt: skip
 
 
 class Attention(nn.Module):  # causal self-attention: written out (planted) or torch's fused form

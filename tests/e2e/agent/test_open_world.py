@@ -51,6 +51,8 @@ def test_a_bad_module_path_is_one_line_and_exit_2(cli, text):
         ("frozen_grad", "backbone", "no optimizer updates", "freeze:backbone"),
         ("dense_embed", "(optimizer) group 0", "embed.weight", "freeze:embed"),
         ("lm_head", "head", "zero gradient", "select:head"),
+        ("sample_loop", "encoder", "times a step", "batched:encoder"),
+        ("over_wide", "inp", "zero gradient", "select:inp"),
         (
             "pos_table",
             "(model's own code)",
@@ -74,6 +76,8 @@ def test_run_names_the_cause_at_its_module(cause, named, said, fix, tmp_path):
     assert (None if got is None else f"{got['kind']}:{got['target']}") == fix
     if fix == "select:head":  # the span its gradient reaches: the last position along dim 1
         assert got["values"] == {"dim": 1, "start": -1, "length": 1}
+    if fix == "select:inp":  # the layer's features read: the first 512 of 8192
+        assert got["values"] == {"dim": -1, "start": 0, "length": 512}
 
 
 @pytest.mark.slow

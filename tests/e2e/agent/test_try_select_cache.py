@@ -108,16 +108,56 @@ def test_select_on_a_module_that_mixes_positions_is_said_not_applied(tmp_path):
     assert "differs when computed over them alone: it mixes positions" in _last_state(steps)
 
 
-def test_select_along_a_layers_features_is_said_not_applied(tmp_path):
-    """Narrowing a layer's output features from outside keeps its whole weight in the
-    optimizer: not the narrower layer's job, so not timed (and the job runs as it is)."""
-    body = _lm(loss="torch.nn.functional.cross_entropy(m(tokens)[:, -1, :10], y % 10)")
-    fix = {"kind": "select", "target": "head", "values": {"dim": -1, "start": 0, "length": 10}}
+FEATURES = {"kind": "select", "target": "head", "values": {"dim": -1, "start": 0, "length": 10}}
+READ_10 = "torch.nn.functional.cross_entropy(m(tokens)[:, -1, :10], y % 10)"
+OPT_SIZE = "\nprint(sum(p.numel() for g in o.param_groups for p in g['params']))\n"
+
+
+def test_select_along_features_says_the_change_is_a_narrower_layer():
+    assert "make head a layer of the 10 output features read" in change_line(FEATURES, None)
+    assert "select before it (e.g. head(x[:, -1])" in change_line(SELECT, None)
+
+
+def test_select_along_a_linears_features_narrows_it_and_its_optimizer(tmp_path):
+    """The loss reads 10 of the head's 40 features: after 3 backwards that show the other 30
+    unread, the layer is narrowed to its weight's 10 rows, in the optimizer too (its moments
+    cut the same way), and the job learns the same (Adam: state narrowed mid-run)."""
+    body = _lm(loss=READ_10).replace("SGD(m.parameters(), lr=0.1)", "Adam(m.parameters())")
+    body = body.replace("range(6)", "range(8)") + OPT_SIZE
     plain, _ = in_job(None, body, tmp_path)
-    fixed, steps = in_job(fix, body, tmp_path)
+    fixed, steps = in_job(FEATURES, body, tmp_path)
+    assert plain.returncode == 0 and fixed.returncode == 0, fixed.stderr
+    assert "# not applied" not in steps, steps
+    assert "head narrowed to 10 of its 40 output features" in steps, steps
+    (same, whole), (got, held) = (o.stdout.strip().splitlines() for o in (plain, fixed))
+    assert eval(got) == pytest.approx(eval(same), rel=1e-4), (same, got)
+    assert int(whole) - int(held) == 30 * 8 + 30  # the optimizer holds the narrower layer
+
+
+@pytest.mark.parametrize(
+    ("head", "loss", "said"),
+    [
+        ("torch.nn.Sequential(torch.nn.Linear(8, 40))", READ_10,
+         "is tried on a torch.nn.Linear only (its weight"),
+        ("torch.nn.Linear(8, 40)", EVERY, "get a nonzero gradient: the loss reads them"),
+    ],
+    ids=["not a linear", "every feature read"],
+)  # fmt: skip
+def test_select_along_features_it_cannot_narrow_is_said_not_applied(tmp_path, head, loss, said):
+    body = _lm(loss=loss).replace("torch.nn.Linear(8, 40)", head)
+    plain, _ = in_job(None, body, tmp_path)
+    fixed, steps = in_job(FEATURES, body, tmp_path)
     assert fixed.returncode == 0, fixed.stderr
-    assert "keeps its whole weight in the optimizer" in _last_state(steps), steps
-    assert eval(fixed.stdout) == eval(plain.stdout)
+    assert said in _last_state(steps), steps
+    assert eval(fixed.stdout) == pytest.approx(eval(plain.stdout), rel=1e-4)
+
+
+def test_select_of_a_tied_linear_is_said_not_applied(tmp_path):
+    body = _lm(loss=READ_10).replace("m = LM()", "m = LM(); m.head.weight = m.embed.weight")
+    body = body.replace("torch.nn.Linear(8, 40)", "torch.nn.Linear(8, 50)")
+    fixed, steps = in_job(FEATURES, body, tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "its weight is also another module's (embed.weight)" in _last_state(steps), steps
 
 
 POS = """
