@@ -94,6 +94,14 @@ SCRIPTS = (
         "EVAL001",
         "sentence-transformers training_stsbenchmark.py",
     ),
+    Script(
+        "run_glue",
+        "run_glue/main.py",
+        # the script's own flag: run_glue.py pads every row to max_seq_length by default
+        ("--pad_to_max_length", "False"),
+        "INFER003",
+        "transformers run_glue.py, its README command (own data in a csv)",
+    ),
 )
 BY_NAME = {s.name: s for s in SCRIPTS}
 STEPS = re.compile(r"steps: (\d+) in ([0-9.]+) s")

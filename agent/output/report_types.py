@@ -344,6 +344,7 @@ class ReportComputeRowsItemInner(TypedDict, total=False):
     io: float
     flops: float
     own_s: float
+    fallback: Literal["sdpa_math", "sdpa_math_dropout"]
 
 
 class ReportComputeRowsItem(TypedDict, total=False):
@@ -378,6 +379,7 @@ class ReportCompute(TypedDict, total=False):
     step_s: float
     timed_steps: int
     counted_steps: int
+    bare_step_s: float
     flops_per_step: float
     mfu: float | None
     model_efficiency: float | None

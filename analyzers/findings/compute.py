@@ -350,18 +350,45 @@ def _inner_intermediates(row: Row) -> list[Reason]:
     saving = min(0.9, max(0.0, own - needed) / row.fwd_s)
     if saving <= 0:
         return []
+    why, fix = _fallback(part.get("fallback"))
     return [
         (
             f"its part {part['name']} runs ops that move {part['bytes'] / 2**20:,.1f} MiB a "
             f"forward, {ratio:.0f}x what it takes in and gives out "
             f"({part['io'] / 2**20:,.2f} MiB: its inputs, outputs and own parameters), "
             f"{own * 1e3:.1f} ms of the unit's {row.fwd_s * 1e3:.1f} ms forward: it builds "
-            "intermediates far larger than its result",
-            INTERMEDIATES_FIX,
+            "intermediates far larger than its result" + why,
+            fix,
             saving,
             "intermediates",
         )
     ]
+
+
+def _fallback(how: object) -> tuple[str, str]:
+    """(what the part's ops say of its attention, the change): a part that already calls
+    F.scaled_dot_product_attention, which ran its unfused math path (written-out scores), is
+    told how to get the fused kernel, not told to call it."""
+    if how == "sdpa_math_dropout":
+        return (
+            "; it already calls F.scaled_dot_product_attention, which ran its unfused math "
+            "path (scores, softmax and a dropout mask written out): attention dropout keeps "
+            "it off the fused kernel (on a CPU no fused kernel takes dropout)",
+            "attention dropout 0 in training lets scaled_dot_product_attention run fused "
+            "(dropout_p=0.0; Hugging Face: attention_probs_dropout_prob=0.0 or "
+            "attention_dropout=0.0 in the model's config): a change to the training's "
+            "regularisation, to weigh against its accuracy",
+        )
+    if how == "sdpa_math":
+        return (
+            "; it already calls F.scaled_dot_product_attention, which ran its unfused math "
+            "path (scores and softmax written out): its inputs keep it off the fused kernels",
+            "give scaled_dot_product_attention inputs a fused kernel takes (with "
+            "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) it raises and says "
+            "why): no or a boolean mask, is_causal for a causal mask, a head size and dtype "
+            "the kernel supports (fp16/bf16 on a GPU)",
+        )
+    return "", INTERMEDIATES_FIX
 
 
 # calls of one module in one step that are a loop over items (a forward per sample)

@@ -53,7 +53,9 @@ class Row:
     param_bytes: float | None = None  # an optimizer group's parameters' bytes (not reported)
     # a unit that calls others: its part whose own forward ops move the most bytes over what
     # it takes in and gives out: name, bytes, io (bytes), flops (counted steps' means), own_s
-    # (its own forward seconds, the timed steps' mean; absent where none timed it)
+    # (its own forward seconds, the timed steps' mean; absent where none timed it), fallback
+    # (its F.scaled_dot_product_attention ran the unfused math path: "sdpa_math", with dropout
+    # "sdpa_math_dropout"; absent where it did not)
     inner: dict = field(default_factory=dict)
 
     @property
@@ -402,11 +404,14 @@ def _with_inner(counted: Aggregate, timed: Aggregate, rows: list[Row]) -> list[R
     """Each unit's part read apart (see Row.inner): its work from the counted steps (`counted`),
     its own forward time from the timed ones (`timed`)."""
     parts: dict[tuple[str, str], dict[str, float]] = {}
+    fallback: dict[tuple[str, str], str] = {}  # a part whose SDPA ran its math path
     for name in _INNER:
         for lab, r in counted.matching("hooks", name, kind="module_inner"):
             if r.count:
                 key = (lab.get("module", ""), lab.get("inner", ""))
                 parts.setdefault(key, {})[name.removeprefix("inner_")] = r.total / r.count
+                if lab.get("fallback"):
+                    fallback[key] = lab["fallback"]
     own: dict[tuple[str, str], tuple[float, int]] = {}
     for lab, r in timed.matching("hooks", "inner_s", kind="module_inner_time"):
         key = (lab.get("module", ""), lab.get("inner", ""))
@@ -423,6 +428,8 @@ def _with_inner(counted: Aggregate, timed: Aggregate, rows: list[Row]) -> list[R
         old = best.get(unit)
         if old is None or nums["bytes"] / nums["io"] > old["bytes"] / old["io"]:
             best[unit] = {"name": name, **nums}
+            if (unit, name) in fallback:
+                best[unit]["fallback"] = fallback[(unit, name)]
     return [
         replace(row, inner=best[row.name]) if row.kind == "unit" and row.name in best else row
         for row in rows

@@ -50,6 +50,10 @@ MAX_INNER_ROWS = 64  # their own times sent a step (the longest)
 # a part whose own ops moved this many times its io on a counted step is timed on the timed
 # steps after (its calls and those it makes): half the agent's bar (COMP001's IO_AMPLIFY)
 WIDE_MIN = 8.0
+# ops a part's own forward runs that tell F.scaled_dot_product_attention's unfused math path
+# (torch >= 2.5: `_safe_softmax` is that path's softmax) and its dropout (on a CPU no fused
+# kernel takes dropout: in training a Hugging Face encoder's SDPA attention falls back to it)
+SDPA_MARKS = {"_safe_softmax": "math", "bernoulli_": "dropout", "native_dropout": "dropout"}
 MAX_RECORDS = 16
 BARE_KEPT = 9  # bare steps' times kept (their mean is each timed record's `bare`)
 DEBUG = False  # records buffered for the next flush
@@ -247,6 +251,7 @@ class Armed:
         self.icalls: list[list] = []  # their forward calls: [name, start, end, parent call]
         self.istack: list[int] = []  # the calls in progress (indices of icalls)
         self.iwork: dict[str, list[float]] = {}  # part -> [own bytes, own FLOPs, io bytes]
+        self.imarks: dict[str, set] = {}  # part -> the SDPA_MARKS its own ops showed
         self.bwd: list = []  # (start, end) of backward calls
         self.bwd_marks: list = []  # (mark, unit) a unit's backward begins
         self.opt_start = None
@@ -395,12 +400,16 @@ class Armed:
         if self.counting:
             self._iwork(name)[2] += sum(_nbytes(t) for t in _tensors(out))
 
-    def _inner_count(self, nbytes: float, flops: float) -> None:
-        """An op of the forward, counted to the innermost part running (its own op)."""
+    def _inner_count(self, nbytes: float, flops: float, op: str = "") -> None:
+        """An op of the forward, counted to the innermost part running (its own op); the ops
+        that tell scaled_dot_product_attention's unfused math path (SDPA_MARKS) noted."""
         if self.istack and self.phase == "fwd":
-            w = self._iwork(self.icalls[self.istack[-1]][0])
+            name = self.icalls[self.istack[-1]][0]
+            w = self._iwork(name)
             w[0] += nbytes
             w[1] += flops
+            if op in SDPA_MARKS:
+                self.imarks.setdefault(name, set()).add(SDPA_MARKS[op])
 
     def _iwork(self, name: str) -> list[float]:
         return self.iwork.setdefault(name, [0.0, 0.0, 0.0])
@@ -500,7 +509,7 @@ class Armed:
             if isinstance(o, Tensor):
                 nbytes += _nbytes(o)
         work.add(self.place, self.phase, flops, nbytes, dtype, packet.__name__)
-        self._inner_count(nbytes, flops)
+        self._inner_count(nbytes, flops, packet.__name__)
         if flops and packet in self.sampler.gemm_ops:
             self._note_gemm(flops, dtype, args, out, packet is self.sampler.conv)
 
@@ -640,6 +649,10 @@ class Armed:
             old = best.get(unit)
             if old is None or nbytes / io > old[2] / old[3]:
                 best[unit] = [unit, name, nbytes, io, flops]
+        for row in best.values():
+            marks = self.imarks.get(row[1], set())
+            if "math" in marks:  # its dropout matters only where SDPA fell back
+                row.append("sdpa_math" + ("_dropout" if "dropout" in marks else ""))
         return list(best.values())[:MAX_UNITS]
 
     def _inner_times(self) -> list:

@@ -178,6 +178,11 @@ def _why(rec: dict, t_ns: int) -> list[Sample]:
     return out
 
 
+# how a part's F.scaled_dot_product_attention ran (gpudiag_compute.SDPA_MARKS): its unfused
+# math path, with dropout or without
+FALLBACKS = ("sdpa_math", "sdpa_math_dropout")
+
+
 def _inner(rec: dict, t_ns: int) -> list[Sample]:
     """A unit's part read apart: on a counted step, the part whose own forward ops move the
     most bytes over its inputs, outputs and own parameters (kind module_inner); on a timed
@@ -185,12 +190,16 @@ def _inner(rec: dict, t_ns: int) -> list[Sample]:
     out = []
     work = rec.get("inner")
     for row in work[:MAX_UNITS] if isinstance(work, list) else ():
-        if not isinstance(row, list) or len(row) != 5 or not (_label(row[0]) and _label(row[1])):
+        if not isinstance(row, list) or len(row) not in (5, 6):
             continue
-        nums = [_num(v) for v in row[2:]]
+        if not (_label(row[0]) and _label(row[1])):
+            continue
+        nums = [_num(v) for v in row[2:5]]
         if any(v is None for v in nums):
             continue
         labels = {"kind": "module_inner", "module": row[0][:120], "inner": row[1][:160]}
+        if len(row) == 6 and row[5] in FALLBACKS:  # the part's SDPA fell back to its math path
+            labels["fallback"] = row[5]
         vals = dict(zip(("inner_bytes", "inner_io_bytes", "inner_flops"), nums, strict=True))
         out.append(Sample("hooks", t_ns, labels, vals))
     times = rec.get("inner_s")

@@ -384,10 +384,10 @@ def test_a_span_of_a_layers_features_carries_the_select_trial_over_them(monkeypa
 
 
 class Attention(nn.Module):  # causal self-attention: written out (planted) or torch's fused form
-    def __init__(self, written_out: bool, dim: int = 32, heads: int = 2) -> None:
+    def __init__(self, written_out: bool, dim: int = 32, heads: int = 2, p: float = 0.0) -> None:
         super().__init__()
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.heads, self.written_out = heads, written_out
+        self.heads, self.written_out, self.p = heads, written_out, p
 
     def forward(self, x):
         b, t, d = x.shape
@@ -398,14 +398,15 @@ class Attention(nn.Module):  # causal self-attention: written out (planted) or t
             mask = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
             y = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1) @ v
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            p = self.p if self.training else 0.0  # as Hugging Face's sdpa attention
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
 class Block(nn.Module):  # a unit that calls others: its attention is a part read apart
-    def __init__(self, written_out: bool) -> None:
+    def __init__(self, written_out: bool, p: float = 0.0) -> None:
         super().__init__()
-        self.attn = Attention(written_out)
+        self.attn = Attention(written_out, p=p)
         self.ff = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
 
     def forward(self, x):
@@ -414,9 +415,9 @@ class Block(nn.Module):  # a unit that calls others: its attention is a part rea
 
 
 class Blocks(nn.Module):
-    def __init__(self, written_out: bool) -> None:
+    def __init__(self, written_out: bool, p: float = 0.0) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList(Block(written_out) for _ in range(2))
+        self.blocks = nn.ModuleList(Block(written_out, p) for _ in range(2))
         self.head = nn.Linear(32, 4)
 
     def forward(self, x):
@@ -472,3 +473,29 @@ def test_a_groups_zero_share_reads_a_bounded_sample_of_its_gradients(monkeypatch
     ((group, zero, worst),) = gc.group_zeros(torch, opt, root)
     assert group == "0" and worst == "table" and zero == pytest.approx(0.9 * 20000 / 20001, 0.02)
     assert sum(read) <= gc.GROUP_ZERO_SAMPLE + len(params), read
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.ops.aten, "_safe_softmax"), reason="torch < 2.5: no mark of SDPA's math"
+)
+def test_attention_that_already_calls_sdpa_is_told_why_it_ran_unfused(monkeypatch):
+    """F.scaled_dot_product_attention with attention dropout in training (Hugging Face's sdpa
+    attention: dropout_p=config.attention_probs_dropout_prob): on a CPU no fused kernel takes
+    dropout, so it runs its math path, scores written out. The part is named for its
+    intermediates, told that it already calls SDPA and that the dropout keeps it unfused (the
+    fix: dropout 0), not told to call SDPA in place of written-out scores (run_glue.py's and
+    sentence-transformers' MiniLM read so)."""
+    x = torch.randn(8, 256, 32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the box's threads waiting on each other: see the test above
+    try:
+        t = _table(Blocks(False, p=0.1), monkeypatch, x=x)
+    finally:
+        torch.set_num_threads(threads)
+    block = next(r for r in t.rows if r.name == "blocks.0")
+    assert block.inner["name"] == "blocks.0.attn"
+    assert block.inner.get("fallback") == "sdpa_math_dropout", block.inner
+    (f,) = [f for f in _comp001(t) if f.severity == "warning"]
+    assert "already calls F.scaled_dot_product_attention" in f.message, f.message
+    actions = " ".join(f.recommendation.actions)
+    assert "attention dropout 0" in actions and "written-out scores" not in actions, actions
