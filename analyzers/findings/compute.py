@@ -786,7 +786,7 @@ def find(c: Context) -> list[Finding]:
         f"time {row.name} alone (gpudiag run --capture-steps 5 shows its ops)",
     )
     fix = trial(row, th) if why else None
-    looped = bool(why) and why[0][3] == "loop" and row.kind == "unit" and (row.calls or 0) > 1
+    looped = bool(why) and why[0][3] == "loop" and _called_in_a_loop(row, t)
     large = bool(why) and why[0][3] == "loop" and (looped or large_ops(row, t))
     if fix is None and _called_in_a_loop(row, t) and any(r[3] == "loop" for r in why):
         # a loop over samples calling the unit: one batched call (checked as it runs)
